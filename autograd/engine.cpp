@@ -1,0 +1,95 @@
+// Horizon: the backward engine. Iterative topological walk with dependency counts: a node runs
+// once every consumer of its output has contributed its gradient. Gradients of one node are
+// summed in a fixed order (the order consumers run), so results are deterministic.
+#include <unordered_map>
+
+#include "autograd/variable.h"
+#include "core/ops.h"
+
+namespace hz::ag {
+
+namespace {
+void accumulate(Tensor& dst, const Tensor& g) {
+  if (!dst.defined()) {
+    dst = g.is_contiguous() ? g.clone() : g.contiguous();  // own the buffer: never alias saved grads
+  } else {
+    ops::add_(dst, g);
+  }
+}
+}  // namespace
+
+void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
+  HZ_CHECK(impl_ && impl_->requires_grad, ValueError,
+           "backward() on a Variable that does not require grad (no input had requires_grad, or "
+           "it was computed under NoGradGuard)");
+  Tensor seed = grad_in;
+  if (!seed.defined()) {
+    HZ_CHECK(numel() == 1, ShapeError, "backward() without a gradient needs a single-element "
+             "output; got shape ", shape_str(shape()), ". Pass the output gradient explicitly");
+    seed = Tensor::ones(shape(), dtype(), value().device());
+  }
+  HZ_CHECK(seed.shape() == shape(), ShapeError, "backward(): gradient shape ",
+           shape_str(seed.shape()), " != output shape ", shape_str(shape()));
+  if (!impl_->grad_fn) {  // a leaf: its gradient is the seed
+    accumulate(impl_->grad, seed);
+    return;
+  }
+  NoGradGuard no_grad;  // backward functions compute on Tensors; never record
+
+  // 1. dependency counts over the reachable graph (iterative DFS)
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{impl_->grad_fn.get()};
+  deps[impl_->grad_fn.get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->edges) {
+      if (!e.node) continue;
+      auto it = deps.find(e.node.get());
+      if (it == deps.end()) {
+        deps[e.node.get()] = 1;
+        stack.push_back(e.node.get());
+      } else {
+        ++it->second;
+      }
+    }
+  }
+  // 2. run nodes whose consumers are all done
+  std::unordered_map<Node*, Tensor> pending;
+  pending[impl_->grad_fn.get()] = seed;
+  std::vector<std::shared_ptr<Node>> ready{impl_->grad_fn};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> n = std::move(ready.back());
+    ready.pop_back();
+    Tensor gout = std::move(pending[n.get()]);
+    pending.erase(n.get());
+    HZ_CHECK(n->backward, ValueError, "backward through '", n->name,
+             "' a second time: its saved tensors were freed; pass retain_graph=true to the first "
+             "backward()");
+    HZ_CHECK(gout.shape() == n->out_shape, ShapeError, "internal: gradient for '", n->name,
+             "' has shape ", shape_str(gout.shape()), ", expected ", shape_str(n->out_shape));
+    Grads g(n->edges);
+    n->backward(gout, g);
+    if (!retain_graph) n->backward = nullptr;  // free saved tensors now
+    for (size_t i = 0; i < n->edges.size(); ++i) {
+      const Edge& e = n->edges[i];
+      if (!e.active()) continue;
+      Tensor& gi = g.out()[i];
+      HZ_CHECK(gi.defined(), ValueError, "internal: '", n->name, "' produced no gradient for input ",
+               i);
+      if (e.leaf) {
+        HZ_CHECK(gi.shape() == e.leaf->value.shape(), ShapeError, "internal: '", n->name,
+                 "' gradient for input ", i, " has shape ", shape_str(gi.shape()), ", expected ",
+                 shape_str(e.leaf->value.shape()));
+        accumulate(e.leaf->grad, gi);
+      } else {
+        auto it = pending.find(e.node.get());
+        if (it == pending.end()) pending.emplace(e.node.get(), std::move(gi));
+        else it->second = ops::add(it->second, gi);  // out of place: gi may alias other grads
+        if (--deps[e.node.get()] == 0) ready.push_back(e.node);
+      }
+    }
+  }
+}
+
+}  // namespace hz::ag

@@ -1,0 +1,76 @@
+// Horizon: differentiable ops on Variables. Each op family lives in one ops_*.cpp file with its
+// shape rules, forward and backward side by side. Integer inputs (ids, targets) and masks are
+// plain Tensors: they never need gradients.
+#pragma once
+#include <vector>
+
+#include "autograd/variable.h"
+#include "core/ops.h"
+
+namespace hz::ag {
+
+// ---- arithmetic (ops_arith.cpp); binary ops broadcast numpy-style ---------------------------
+Variable add(const Variable& a, const Variable& b);
+Variable sub(const Variable& a, const Variable& b);
+Variable mul(const Variable& a, const Variable& b);
+Variable div(const Variable& a, const Variable& b);
+Variable add_scalar(const Variable& x, double s);
+Variable mul_scalar(const Variable& x, double s);
+Variable pow_scalar(const Variable& x, double p);
+Variable unary(UnaryOp op, const Variable& x);
+inline Variable neg(const Variable& x) { return unary(UnaryOp::Neg, x); }
+inline Variable exp(const Variable& x) { return unary(UnaryOp::Exp, x); }
+inline Variable log(const Variable& x) { return unary(UnaryOp::Log, x); }
+inline Variable sqrt(const Variable& x) { return unary(UnaryOp::Sqrt, x); }
+inline Variable rsqrt(const Variable& x) { return unary(UnaryOp::Rsqrt, x); }
+inline Variable square(const Variable& x) { return unary(UnaryOp::Square, x); }
+inline Variable tanh(const Variable& x) { return unary(UnaryOp::Tanh, x); }
+inline Variable sigmoid(const Variable& x) { return unary(UnaryOp::Sigmoid, x); }
+inline Variable relu(const Variable& x) { return unary(UnaryOp::Relu, x); }
+inline Variable relu2(const Variable& x) { return unary(UnaryOp::Relu2, x); }  // relu(x)^2
+inline Variable silu(const Variable& x) { return unary(UnaryOp::Silu, x); }
+inline Variable gelu(const Variable& x) { return unary(UnaryOp::Gelu, x); }    // exact (erf)
+
+inline Variable operator+(const Variable& a, const Variable& b) { return add(a, b); }
+inline Variable operator-(const Variable& a, const Variable& b) { return sub(a, b); }
+inline Variable operator*(const Variable& a, const Variable& b) { return mul(a, b); }
+inline Variable operator/(const Variable& a, const Variable& b) { return div(a, b); }
+inline Variable operator-(const Variable& a) { return neg(a); }
+
+// ---- views (ops_view.cpp): share storage forward; backward maps the gradient back --------
+Variable reshape(const Variable& x, const Shape& shape);
+Variable transpose(const Variable& x, int64_t d0, int64_t d1);
+Variable permute(const Variable& x, const std::vector<int64_t>& dims);
+Variable narrow(const Variable& x, int64_t dim, int64_t start, int64_t length);
+Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Variable expand(const Variable& x, const Shape& shape);
+Variable unsqueeze(const Variable& x, int64_t dim);
+Variable squeeze(const Variable& x, int64_t dim);
+Variable contiguous(const Variable& x);
+Variable cat(const std::vector<Variable>& xs, int64_t dim);
+
+// ---- reductions and softmax (ops_reduce.cpp) ----------------------------------------------
+Variable sum(const Variable& x, int64_t dim, bool keepdim = false);
+Variable mean(const Variable& x, int64_t dim, bool keepdim = false);
+Variable max(const Variable& x, int64_t dim, bool keepdim = false);  // grad to the first argmax
+Variable sum_all(const Variable& x);
+Variable mean_all(const Variable& x);
+Variable softmax(const Variable& x, int64_t dim = -1);
+Variable log_softmax(const Variable& x, int64_t dim = -1);
+
+// ---- matrix products (ops_matmul.cpp) ----------------------------------------------------
+// alpha * op(a) op(b) with batch broadcasting (see ops::matmul).
+Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false,
+                double alpha = 1.0);
+// x (..., in) @ w(out, in)^T (+ b (out)).
+Variable linear(const Variable& x, const Variable& w, const Variable& b = Variable());
+
+// ---- nn (ops_nn.cpp) ----------------------------------------------------------------------
+Variable embedding(const Variable& weight, const Tensor& ids);
+// Mean NLL over rows with weight (undefined = 1) and target != ignore_index.
+Variable cross_entropy(const Variable& logits, const Tensor& targets,
+                       const Tensor& weights = Tensor(), int64_t ignore_index = -100);
+// RMSNorm over the last dim; w (C) or undefined (no gain).
+Variable rms_norm(const Variable& x, const Variable& w, double eps = 1e-6);
+
+}  // namespace hz::ag

@@ -1,0 +1,36 @@
+// Horizon: CPU kernels. Called by core/ops.cpp after argument checks; inputs are CPU tensors of
+// a floating dtype (f32/f64) unless stated. Outputs are freshly allocated contiguous tensors.
+#pragma once
+#include "core/ops.h"
+
+namespace hz::cpu {
+
+// Number of OpenMP threads the kernels use (omp_get_max_threads, 1 without OpenMP).
+int num_threads();
+
+void copy_strided(const Tensor& src, Tensor& dst);  // same shape, any dtypes, any strides
+void fill(Tensor& dst, double v);
+Tensor unary(UnaryOp op, const Tensor& x);
+Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& gout);
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& out_shape);
+Tensor scalar_op(const Tensor& x, double mul, double add, double pow);  // (x^pow)*mul + add
+void add_inplace(Tensor& dst, const Tensor& src, double alpha);
+Tensor reduce_dim(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);
+Tensor reduce_all(ReduceOp op, const Tensor& x);
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, double alpha,
+              const Shape& batch_shape);
+Tensor softmax(const Tensor& x, int64_t dim, bool log);
+Tensor softmax_backward(const Tensor& y, const Tensor& g, int64_t dim, bool log);
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+Tensor embedding_backward(const Tensor& gout, const Tensor& ids, int64_t vocab);
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& weights,
+                                 int64_t ignore_index);
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& weights,
+                              const Tensor& lse, double weight_sum, int64_t ignore_index,
+                              double gscale);
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
+ops::RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps);
+ops::RmsNormGrads rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
+                                    const Tensor& gout, bool need_gx, bool need_gw);
+
+}  // namespace hz::cpu

@@ -1,0 +1,94 @@
+// Horizon: CPU loop helpers shared by the kernels: dtype dispatch and a strided N-operand loop
+// that coalesces dimensions and hands contiguous-or-strided rows to a row function.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "core/bf16.h"
+#include "core/tensor.h"
+
+namespace hz::cpu {
+
+// Dtype dispatch: calls f(T{}) with T the C++ type of dt. Written as functions taking generic
+// lambdas (not macros) so `#pragma omp` can appear inside the body.
+template <class F>
+void dispatch_float(DType dt, F&& f) {
+  switch (dt) {
+    case DType::F32: f(float{}); break;
+    case DType::F64: f(double{}); break;
+    default:
+      throw DTypeError(std::string("this op supports f32 and f64, got ") + dtype_name(dt) +
+                       "; convert with .to(DType::F32)");
+  }
+}
+template <class F>
+void dispatch_index(DType dt, F&& f) {
+  switch (dt) {
+    case DType::I32: f(int32_t{}); break;
+    case DType::I64: f(int64_t{}); break;
+    default: throw DTypeError(std::string("indices must be i32 or i64, got ") + dtype_name(dt));
+  }
+}
+
+// Rows handed to the row function: n elements, operand k starts at base_k + off[k] and
+// advances by inner[k] elements.
+template <int N>
+struct RowSpec {
+  std::array<int64_t, N> off;
+  std::array<int64_t, N> inner;
+  int64_t n;
+};
+
+// Iterate over `shape` with per-operand element strides; calls row(RowSpec) for each
+// innermost run. Dims that are contiguous for every operand are merged first. Rows are
+// distributed over OpenMP threads when the work is large enough; each row is processed by one
+// thread, so results never depend on the thread count.
+template <int N, class RowFn>
+void strided_rows(const Shape& shape, const std::array<const Shape*, N>& strides, RowFn&& row) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  if (numel == 0) return;
+  // coalesce (skip size-1 dims, merge when stride[i] == stride[i+1] * shape[i+1] for all)
+  std::vector<int64_t> cs;
+  std::vector<std::array<int64_t, N>> cst;
+  for (int64_t i = 0; i < nd; ++i) {
+    if (shape[i] == 1) continue;
+    std::array<int64_t, N> st;
+    for (int k = 0; k < N; ++k) st[k] = (*strides[k])[i];
+    if (!cs.empty()) {
+      bool merge = true;
+      for (int k = 0; k < N; ++k) merge &= cst.back()[k] == st[k] * shape[i];
+      if (merge) {
+        cs.back() *= shape[i];
+        cst.back() = st;
+        continue;
+      }
+    }
+    cs.push_back(shape[i]);
+    cst.push_back(st);
+  }
+  if (cs.empty()) {  // a single element
+    cs.push_back(1);
+    cst.push_back({});
+  }
+  const int64_t inner_n = cs.back();
+  const int64_t outer = numel / inner_n;
+  const int64_t od = static_cast<int64_t>(cs.size()) - 1;
+#pragma omp parallel for schedule(static) if (numel > 32768 && outer > 1)
+  for (int64_t o = 0; o < outer; ++o) {
+    RowSpec<N> r;
+    r.n = inner_n;
+    r.off.fill(0);
+    int64_t rem = o;
+    for (int64_t d = od - 1; d >= 0; --d) {
+      const int64_t i = rem % cs[d];
+      rem /= cs[d];
+      for (int k = 0; k < N; ++k) r.off[k] += i * cst[d][k];
+    }
+    r.inner = cst.back();
+    row(r);
+  }
+}
+
+}  // namespace hz::cpu

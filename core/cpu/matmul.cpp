@@ -1,0 +1,125 @@
+// Horizon CPU kernel: (batched) GEMM. With HZ_OPENBLAS the matrices go to cblas_sgemm /
+// cblas_dgemm; strided views whose rows or columns are unit-stride (including transposes) are
+// passed with the matching transpose flag and leading dimension instead of being copied.
+// Without OpenBLAS a portable blocked GEMM does the same job.
+//
+// Shapes: A (batch..., r_a, c_a), B (batch..., r_b, c_b); op(A) is (M, K), op(B) is (K, N),
+// C (batch..., M, N) contiguous.
+#include <algorithm>
+#include <vector>
+
+#include "core/cpu/kernels.h"
+#include "core/cpu/loops.h"
+
+#ifdef HZ_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace hz::cpu {
+
+namespace {
+// Memory layout of one matrix view: row-major (trans=false) with leading dim ld, or the
+// transpose of a row-major matrix (trans=true). Returns false when neither holds.
+bool mat_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool& trans, int64_t& ld) {
+  if (sc == 1 && (rows <= 1 || sr >= std::max<int64_t>(1, cols))) {
+    trans = false;
+    ld = rows <= 1 ? std::max<int64_t>(1, cols) : sr;
+    return true;
+  }
+  if (sr == 1 && (cols <= 1 || sc >= std::max<int64_t>(1, rows))) {
+    trans = true;
+    ld = cols <= 1 ? std::max<int64_t>(1, rows) : sc;
+    return true;
+  }
+  return false;
+}
+
+// Portable GEMM: C (M, N) = alpha * op(A) op(B); A/B given as row-major X with flags.
+template <class T>
+void gemm_portable(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                   int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+  auto a = [&](int64_t i, int64_t k) { return ta ? A[k * lda + i] : A[i * lda + k]; };
+  auto b = [&](int64_t k, int64_t j) { return tb ? B[j * ldb + k] : B[k * ldb + j]; };
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = T(0);
+  constexpr int64_t bk = 64;
+  for (int64_t k0 = 0; k0 < K; k0 += bk) {
+    const int64_t k1 = std::min(K, k0 + bk);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = k0; k < k1; ++k) {
+        const T av = alpha * a(i, k);
+        T* c = C + i * ldc;
+        for (int64_t j = 0; j < N; ++j) c[j] += av * b(k, j);
+      }
+  }
+}
+
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+          const T* B, int64_t ldb, T* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
+    return;
+  }
+#ifdef HZ_HAVE_OPENBLAS
+  const auto fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, fa, fb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, fa, fb, M, N, K, alpha, A, lda, B, ldb, 0.0, C, ldc);
+#else
+  gemm_portable<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+#endif
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double alpha,
+              const Shape& batch_shape) {
+  const int64_t nb = static_cast<int64_t>(batch_shape.size());
+  Tensor a = a_in, b = b_in;
+  const int64_t ra = a.size(-2), ca = a.size(-1), rb = b.size(-2), cb = b.size(-1);
+  const int64_t M = ta ? ca : ra, K = ta ? ra : ca, N = tb ? rb : cb;
+  bool la, lb;
+  int64_t lda, ldb;
+  if (!mat_layout(ra, ca, a.stride(-2), a.stride(-1), la, lda)) {
+    a = a.contiguous();
+    mat_layout(ra, ca, a.stride(-2), a.stride(-1), la, lda);
+  }
+  if (!mat_layout(rb, cb, b.stride(-2), b.stride(-1), lb, ldb)) {
+    b = b.contiguous();
+    mat_layout(rb, cb, b.stride(-2), b.stride(-1), lb, ldb);
+  }
+  Shape out_shape = batch_shape;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = Tensor::empty(out_shape, a.dtype());
+  const int64_t batch = shape_numel(batch_shape);
+  // per-batch element offsets of a and b (their batch dims are expanded to batch_shape)
+  std::vector<int64_t> offa(batch, 0), offb(batch, 0);
+  for (int64_t i = 0; i < batch; ++i) {
+    int64_t rem = i;
+    for (int64_t d = nb - 1; d >= 0; --d) {
+      const int64_t idx = rem % batch_shape[d];
+      rem /= batch_shape[d];
+      offa[i] += idx * a.stride(d);
+      offb[i] += idx * b.stride(d);
+    }
+  }
+  dispatch_float(a.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
+    const T* ap = a.data<T>();
+    const T* bp = b.data<T>();
+    T* cp = out.data<T>();
+    const T al = static_cast<T>(alpha);
+    const bool fa = ta != la, fb = tb != lb;
+    // Small matrices: parallel over the batch, BLAS single-threaded inside (the OpenMP build of
+    // OpenBLAS runs one thread inside a parallel region). Large: BLAS threads each product.
+    const bool par_batch = batch > 1 && M * N * K < (1 << 21);
+#pragma omp parallel for schedule(static) if (par_batch)
+    for (int64_t i = 0; i < batch; ++i)
+      gemm<T>(fa, fb, M, N, K, al, ap + offa[i], lda, bp + offb[i], ldb, cp + i * M * N, N);
+  });
+  return out;
+}
+
+}  // namespace hz::cpu

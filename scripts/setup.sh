@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs Horizon's system dependencies (Debian 12, apt) and builds build/horizon.
+# Idempotent: packages already present are skipped, the build is incremental.
+# Environment: HZ_BUILD_DIR (default build), HZ_CMAKE_ARGS (extra -D options), HZ_JOBS (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
+      libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libfmt-dev
+      bible-kjv)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "[setup] system packages present"
+fi
+
+BUILD_DIR=${HZ_BUILD_DIR:-build}
+JOBS=${HZ_JOBS:-2}
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${HZ_CMAKE_ARGS:-}
+fi
+cmake --build "$BUILD_DIR" -j "$JOBS"
+echo "[setup] built $BUILD_DIR/horizon"
