@@ -1,0 +1,31 @@
+// Horizon: exact attention cost accounting. Visible (i, j) pairs per head come from the same
+// per-row key intervals the kernel uses (O(T) per head, no T x T loop); FLOPs count 4 D per
+// visible pair forward (q.k and p.v, a multiply-add each = 2 FLOPs) and 2.5x that backward
+// (five products instead of two). Block counts predict what the kernel visits for given tiles.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "attention/fused.h"
+
+namespace hz::attn {
+
+struct HeadCost {
+  int64_t window = 0;
+  int64_t visible_pairs = 0;
+  int64_t blocks = 0;           // (query block, key block) pairs with >= 1 visible entry
+  int64_t boundary_blocks = 0;  // of which partially masked
+};
+
+struct LayerCost {
+  std::vector<HeadCost> heads;  // per query head
+  int64_t visible_pairs = 0;    // all heads of one batch element
+  int64_t dense_pairs = 0;      // H * Tq * Tk
+  double flops_fwd = 0;         // per batch element
+  double flops_fwd_bwd = 0;
+  int64_t blocks = 0;
+};
+
+LayerCost attention_cost(const AttnConfig& cfg, int64_t H, int64_t Tq, int64_t Tk, int64_t D);
+
+}  // namespace hz::attn

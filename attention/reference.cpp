@@ -1,0 +1,72 @@
+#include "attention/reference.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/functions.h"
+
+namespace hz::attn {
+
+ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
+                                 const AttnConfig& cfg, const ag::Variable& logn_c) {
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), Tk = k.size(2), G = H / Hkv;
+  const DType dt = q.dtype();
+  const int64_t offset = cfg.q_offset < 0 ? Tk - Tq : cfg.q_offset;
+  const int64_t key_end = cfg.key_end < 0 ? Tk : cfg.key_end;
+  const double scale = cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  // repeat kv heads for GQA: (B, Hkv, Tk, D) -> (B, H, Tk, D)
+  auto repeat = [&](const ag::Variable& x) {
+    if (G == 1) return x;
+    return ag::reshape(ag::expand(ag::unsqueeze(x, 2), {B, Hkv, G, Tk, D}), {B, H, Tk, D});
+  };
+  const ag::Variable kh = repeat(k), vh = repeat(v);
+  ag::Variable s = ag::matmul(q, kh, false, true, scale);  // (B, H, Tq, Tk)
+
+  std::vector<double> coef(H * Tq * Tk), bias(H * Tq * Tk);
+  const double ninf = -std::numeric_limits<double>::infinity();
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t w = cfg.window.empty() ? 0 : cfg.window[h];
+    const double slope = cfg.alibi_slope.empty() ? 0.0 : cfg.alibi_slope[h];
+    for (int64_t i = 0; i < Tq; ++i) {
+      const int64_t p = offset + i;
+      auto visible = [&](int64_t j) {
+        const int64_t t = p - j;
+        if (j < cfg.key_begin || j >= key_end) return false;
+        if (t < cfg.min_distance || t < 0) return false;
+        if (w > 0 && t >= w) return false;
+        return true;
+      };
+      int64_t n = 0;
+      for (int64_t j = 0; j < Tk; ++j) n += visible(j);
+      double r = 1.0;
+      if (cfg.logit == LogitKind::LogN) r = n > 0 ? std::log(static_cast<double>(n)) : 0.0;
+      if (cfg.logit == LogitKind::SwanRow) r = std::log(cfg.swan_a + p) / std::log(cfg.swan_a);
+      if (cfg.logit == LogitKind::Temperature) r = cfg.beta;
+      for (int64_t j = 0; j < Tk; ++j) {
+        const int64_t idx = (h * Tq + i) * Tk + j;
+        if (!visible(j)) {
+          coef[idx] = 0.0;
+          bias[idx] = ninf;
+          continue;
+        }
+        const double t = static_cast<double>(p - j);
+        double a = 1.0, m = 0.0;
+        if (cfg.logit == LogitKind::ScaleInvariant) {
+          a = std::sqrt(2.0 * std::log(t / cfg.tau + 1.0) + 1.0);
+          m = -2.0 * std::log(t / cfg.tau + 1.0);
+        }
+        coef[idx] = r * a;
+        bias[idx] = m - slope * t;
+      }
+    }
+  }
+  const ag::Variable C(Tensor::from_vector(coef, {1, H, Tq, Tk}, dt));
+  const ag::Variable Bi(Tensor::from_vector(bias, {1, H, Tq, Tk}, dt));
+  ag::Variable logits = ag::mul(s, C);
+  if (cfg.logit == LogitKind::LogN) logits = ag::mul(logits, ag::reshape(logn_c, {1, H, 1, 1}));
+  logits = ag::add(logits, Bi);
+  return ag::matmul(ag::softmax(logits, -1), vh);
+}
+
+}  // namespace hz::attn

@@ -1,0 +1,13 @@
+// Horizon: the slow twin of fused_attention, composed of primitive autograd ops. It
+// materialises the (B, H, Tq, Tk) scores, so it is for tests only. The mask and the transform
+// coefficients are built here by direct loops over (i, j) from SPEC.md's definitions, written
+// independently of the kernel's range arithmetic.
+#pragma once
+#include "attention/fused.h"
+
+namespace hz::attn {
+
+ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
+                                 const AttnConfig& cfg, const ag::Variable& logn_c = ag::Variable());
+
+}  // namespace hz::attn

@@ -1,0 +1,171 @@
+#include "attention/spec.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace hz::attn {
+
+namespace {
+const char* const kPos[] = {"none", "rope", "prope", "alibi"};
+const char* const kScaling[] = {"none", "pi", "ntk", "dynamic_ntk", "yarn"};
+const char* const kMask[] = {"causal", "window", "scope"};
+const char* const kLogit[] = {"identity", "scale_invariant", "logn", "swan_row", "temperature"};
+const char* const kQK[] = {"none", "full", "per_head"};
+static_assert(sizeof(kPos) / sizeof(*kPos) == static_cast<size_t>(PosKind::Count));
+static_assert(sizeof(kScaling) / sizeof(*kScaling) == static_cast<size_t>(RopeScaling::Count));
+static_assert(sizeof(kMask) / sizeof(*kMask) == static_cast<size_t>(MaskKind::Count));
+static_assert(sizeof(kLogit) / sizeof(*kLogit) == static_cast<size_t>(LogitKind::Count));
+static_assert(sizeof(kQK) / sizeof(*kQK) == static_cast<size_t>(QKNorm::Count));
+
+template <class E, size_t N>
+E parse(const std::string& s, const char* const (&names)[N], const char* what) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) return static_cast<E>(i);
+  std::ostringstream os;
+  os << "unknown " << what << " '" << s << "'; expected one of:";
+  for (size_t i = 0; i < N; ++i) os << " " << names[i];
+  throw ValueError(os.str());
+}
+}  // namespace
+
+const char* name(PosKind k) { return kPos[static_cast<int>(k)]; }
+const char* name(RopeScaling k) { return kScaling[static_cast<int>(k)]; }
+const char* name(MaskKind k) { return kMask[static_cast<int>(k)]; }
+const char* name(LogitKind k) { return kLogit[static_cast<int>(k)]; }
+const char* name(QKNorm k) { return kQK[static_cast<int>(k)]; }
+PosKind parse_pos(const std::string& s) { return parse<PosKind>(s, kPos, "position encoding"); }
+RopeScaling parse_scaling(const std::string& s) { return parse<RopeScaling>(s, kScaling, "RoPE scaling"); }
+MaskKind parse_mask(const std::string& s) { return parse<MaskKind>(s, kMask, "mask"); }
+LogitKind parse_logit(const std::string& s) { return parse<LogitKind>(s, kLogit, "logit transform"); }
+QKNorm parse_qknorm(const std::string& s) { return parse<QKNorm>(s, kQK, "qk_norm"); }
+
+std::vector<int64_t> scope_windows(int64_t H, int64_t T, double gamma, int64_t min_scope,
+                                   int64_t max_scope) {
+  HZ_CHECK(H > 0 && T > 0, ValueError, "scope_windows: need n_heads > 0 and T > 0");
+  if (max_scope <= 0) max_scope = T;
+  if (gamma <= 0) gamma = std::pow(static_cast<double>(T), 1.0 / static_cast<double>(H));
+  std::vector<int64_t> s(H);
+  for (int64_t h = 1; h <= H; ++h) {
+    const double g = std::pow(gamma, static_cast<double>(h));
+    // ceil, but a value within 1e-9 (relative) of an integer is that integer
+    const double r = std::round(g);
+    int64_t v = std::abs(g - r) <= 1e-9 * std::max(1.0, r) ? static_cast<int64_t>(r)
+                                                            : static_cast<int64_t>(std::ceil(g));
+    s[h - 1] = std::min(std::max(v, min_scope), max_scope);
+  }
+  return s;
+}
+
+std::vector<double> alibi_slopes(int64_t H) {
+  std::vector<double> m(H);
+  for (int64_t h = 1; h <= H; ++h) m[h - 1] = std::pow(2.0, -8.0 * h / static_cast<double>(H));
+  return m;
+}
+
+void scale_invariant_tables(double tau, int64_t n, std::vector<double>& a, std::vector<double>& m) {
+  a.resize(n);
+  m.resize(n);
+  for (int64_t t = 0; t < n; ++t) {
+    const double l = std::log1p(static_cast<double>(t) / tau);
+    a[t] = std::sqrt(2.0 * l + 1.0);
+    m[t] = -2.0 * l;
+  }
+}
+
+double swan_row_scale(double a, int64_t n) { return std::log(a + static_cast<double>(n)) / std::log(a); }
+
+double temperature_beta(double c, double s) { return s > 1.0 ? 1.0 + c * std::log(s) : 1.0; }
+
+std::vector<int64_t> AttentionSpec::windows(int64_t H, int64_t T) const {
+  switch (mask.kind) {
+    case MaskKind::Causal: return std::vector<int64_t>(H, 0);
+    case MaskKind::Window: return std::vector<int64_t>(H, mask.window);
+    case MaskKind::Scope: {
+      if (!mask.scopes.empty()) return mask.scopes;
+      const int64_t t = mask.freeze_scopes && mask.scope_train_T > 0 ? mask.scope_train_T : T;
+      return scope_windows(H, t, mask.scope_gamma, mask.scope_min, mask.scope_max);
+    }
+    default: throw ValueError("bad mask kind");
+  }
+}
+
+void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const {
+  HZ_CHECK(H > 0 && Hkv > 0, ValueError, "attention: n_heads (", H, ") and n_kv_heads (", Hkv,
+           ") must be positive");
+  HZ_CHECK(H % Hkv == 0, ValueError, "attention: n_heads (", H, ") must be divisible by n_kv_heads (",
+           Hkv, "); pick n_kv_heads among the divisors of ", H);
+  HZ_CHECK(D > 0, ValueError, "attention: head_dim must be positive");
+  HZ_CHECK(T > 0, ValueError, "attention: sequence length must be positive");
+  if (pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) {
+    HZ_CHECK(D % 2 == 0, ValueError, "attention: RoPE rotates pairs, so head_dim (", D,
+             ") must be even");
+    HZ_CHECK(pos.rope_base > 1.0, ValueError, "attention: rope_base must be > 1, got ", pos.rope_base);
+  }
+  if (pos.kind == PosKind::PRope) {
+    HZ_CHECK(pos.prope_fraction > 0 && pos.prope_fraction <= 1, ValueError,
+             "attention: prope_fraction must be in (0, 1], got ", pos.prope_fraction);
+    HZ_CHECK(pos.prope_base_eff > 1, ValueError, "attention: prope_base_eff must be > 1");
+  }
+  if (pos.scaling != RopeScaling::None) {
+    HZ_CHECK(pos.kind == PosKind::Rope, ValueError, "attention: RoPE scaling '", name(pos.scaling),
+             "' needs position encoding 'rope', got '", name(pos.kind), "'");
+    HZ_CHECK(pos.factor >= 1.0 || pos.scaling == RopeScaling::DynamicNTK, ValueError,
+             "attention: RoPE scaling factor must be >= 1, got ", pos.factor);
+    if (pos.scaling == RopeScaling::YaRN)
+      HZ_CHECK(pos.yarn_beta > pos.yarn_alpha, ValueError, "attention: yarn_beta must exceed yarn_alpha");
+  }
+  if (mask.kind == MaskKind::Window) {
+    HZ_CHECK(mask.window > 0, ValueError, "attention: sliding window must be positive; use mask 'causal' for an unbounded window");
+    HZ_CHECK(mask.window <= T, ValueError, "attention: sliding window (", mask.window,
+             ") exceeds the context length (", T, "); use a window <= ", T, " or mask 'causal'");
+  }
+  if (mask.kind == MaskKind::Scope) {
+    if (!mask.scopes.empty()) {
+      HZ_CHECK(static_cast<int64_t>(mask.scopes.size()) == H, ValueError, "attention: ",
+               mask.scopes.size(), " explicit scopes given for ", H, " query heads; give one per head");
+      for (auto s : mask.scopes)
+        HZ_CHECK(s >= 1 && s <= T, ValueError, "attention: scope ", s, " outside [1, T=", T, "]");
+    }
+    HZ_CHECK(mask.scope_gamma == 0 || mask.scope_gamma > 1, ValueError,
+             "attention: scope_gamma must be > 1 (or 0 for auto)");
+    HZ_CHECK(mask.scope_min >= 1, ValueError, "attention: scope_min must be >= 1");
+    HZ_CHECK(mask.scope_max == 0 || mask.scope_max >= mask.scope_min, ValueError,
+             "attention: scope_max must be >= scope_min");
+  }
+  if (logit.kind == LogitKind::ScaleInvariant)
+    HZ_CHECK(logit.tau > 0, ValueError, "attention: scale_invariant tau must be positive");
+  if (logit.kind == LogitKind::SwanRow) {
+    HZ_CHECK(logit.swan_a > 1, ValueError, "attention: swan_row a must be > 1 so that g(n) >= 1");
+  }
+  if (logit.kind == LogitKind::Temperature)
+    HZ_CHECK(logit.beta > 0, ValueError, "attention: temperature beta must be positive");
+  if (qk_norm == QKNorm::PerHead || qk_norm == QKNorm::Full) {
+    // nothing else to check: gains are created by the layer
+  }
+}
+
+std::string AttentionSpec::describe() const {
+  std::ostringstream os;
+  os << name(pos.kind);
+  if (pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) os << "(base=" << pos.rope_base;
+  if (pos.kind == PosKind::PRope) os << ", p=" << pos.prope_fraction << ", base_eff=" << pos.prope_base_eff;
+  if (pos.kind == PosKind::Rope && pos.scaling != RopeScaling::None)
+    os << ", " << name(pos.scaling) << " x" << pos.factor;
+  if (pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) os << ")";
+  os << " " << name(mask.kind);
+  if (mask.kind == MaskKind::Window) os << "(" << mask.window << ")";
+  if (mask.kind == MaskKind::Scope)
+    os << (mask.scopes.empty() ? "(gamma=" + (mask.scope_gamma > 0 ? std::to_string(mask.scope_gamma) : std::string("auto")) + ")"
+                               : std::string("(explicit)"));
+  os << " " << name(logit.kind);
+  if (logit.kind == LogitKind::ScaleInvariant) os << "(tau=" << logit.tau << ")";
+  if (logit.kind == LogitKind::SwanRow) os << "(a=" << logit.swan_a << ")";
+  if (logit.kind == LogitKind::Temperature) os << "(beta=" << logit.beta << ", c=" << logit.temp_c << ")";
+  if (logit.kind == LogitKind::LogN) os << "(c=" << logit.logn_c << (logit.logn_learnable ? ", learned" : "") << ")";
+  if (qk_norm != QKNorm::None) os << " qk_norm=" << name(qk_norm);
+  return os.str();
+}
+
+}  // namespace hz::attn

@@ -1,0 +1,97 @@
+// Horizon: the per-layer attention specification. Four orthogonal choices (SPEC.md):
+//   1. position encoding applied to q/k (none, rope, prope, alibi) + RoPE frequency scaling;
+//   2. mask, as one window per query head (0 = unbounded: causal; W: sliding window; SCOPE
+//      scopes S_h = ceil(gamma^h));
+//   3. logit transform (identity, scale_invariant, logn, swan_row, temperature);
+//   4. QK-norm (none, over the whole projection as in DroPE, or per head).
+// validate() refuses impossible combinations with a message that says what to change.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hz::attn {
+
+enum class PosKind : uint8_t { None, Rope, PRope, Alibi, Count };
+enum class RopeScaling : uint8_t { None, PI, NTK, DynamicNTK, YaRN, Count };
+enum class MaskKind : uint8_t { Causal, Window, Scope, Count };
+enum class LogitKind : uint8_t { Identity, ScaleInvariant, LogN, SwanRow, Temperature, Count };
+enum class QKNorm : uint8_t { None, Full, PerHead, Count };
+static_assert(static_cast<int>(PosKind::Count) == 4 && static_cast<int>(RopeScaling::Count) == 5 &&
+                  static_cast<int>(MaskKind::Count) == 3 && static_cast<int>(LogitKind::Count) == 5 &&
+                  static_cast<int>(QKNorm::Count) == 3,
+              "update the name tables in spec.cpp");
+
+const char* name(PosKind k);
+const char* name(RopeScaling k);
+const char* name(MaskKind k);
+const char* name(LogitKind k);
+const char* name(QKNorm k);
+// Parse a lower-case name ("rope", "yarn", "scope", "scale_invariant", "per_head", ...);
+// throws ValueError listing the accepted names.
+PosKind parse_pos(const std::string& s);
+RopeScaling parse_scaling(const std::string& s);
+MaskKind parse_mask(const std::string& s);
+LogitKind parse_logit(const std::string& s);
+QKNorm parse_qknorm(const std::string& s);
+
+struct PositionSpec {
+  PosKind kind = PosKind::Rope;
+  double rope_base = 10000.0;
+  RopeScaling scaling = RopeScaling::None;
+  double factor = 1.0;             // s for PI / NTK / YaRN (s <= 1: identity)
+  int64_t original_context = 0;    // C_train for YaRN / dynamic NTK (0: the stage's T)
+  double yarn_alpha = 1.0, yarn_beta = 32.0;
+  double prope_fraction = 0.5;     // p-RoPE: fraction of pairs that rotate (highest freqs)
+  double prope_base_eff = 1024.0;  // p-RoPE: frequencies log-spaced in [1/base_eff, 1]
+};
+
+struct MaskSpec {
+  MaskKind kind = MaskKind::Causal;
+  int64_t window = 0;              // sliding window W (query sees itself and W-1 predecessors)
+  double scope_gamma = 0.0;        // SCOPE: 0 = auto, gamma = T^(1/H)
+  int64_t scope_min = 1;           // SCOPE: smallest scope allowed
+  int64_t scope_max = 0;           // SCOPE: largest scope (0 = T)
+  std::vector<int64_t> scopes;     // SCOPE: explicit list, one per query head (overrides gamma)
+  bool freeze_scopes = false;      // SCOPE: keep the training scopes when T grows (extrapolation tests)
+  int64_t scope_train_T = 0;       // T the frozen scopes were computed for
+};
+
+struct LogitSpec {
+  LogitKind kind = LogitKind::Identity;
+  double tau = 10.0;               // scale_invariant
+  double logn_c = 1.0;             // logn: initial / fixed c
+  bool logn_learnable = true;      // logn: c is a learned scalar per head
+  double swan_a = 362.0;           // swan_row: g(n) = ln(a + n) / ln(a)
+  double beta = 1.0;               // temperature: explicit beta (used when temp_c == 0)
+  double temp_c = 0.0;             // temperature: beta = 1 + c ln s when s > 1
+};
+
+struct AttentionSpec {
+  PositionSpec pos;
+  MaskSpec mask;
+  LogitSpec logit;
+  QKNorm qk_norm = QKNorm::None;
+
+  // Throws ValueError naming the field and what to change.
+  void validate(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t T) const;
+  // One window per query head for sequence length T (0 = unbounded).
+  std::vector<int64_t> windows(int64_t n_heads, int64_t T) const;
+  std::string describe() const;  // one line: "rope(base=10000) causal identity"
+};
+
+// SCOPE scopes S_h = ceil(gamma^h), h = 1..H, gamma = T^(1/H) unless given; clamped to
+// [min_scope, max_scope] (max 0 = T). Exact integer arithmetic guards against gamma^h landing a
+// hair above an integer.
+std::vector<int64_t> scope_windows(int64_t n_heads, int64_t T, double gamma = 0.0,
+                                   int64_t min_scope = 1, int64_t max_scope = 0);
+// ALiBi slopes m_h = 2^(-8h/H), h = 1..H.
+std::vector<double> alibi_slopes(int64_t n_heads);
+// Scale-invariant tables: a_t = sqrt(2 ln(t/tau + 1) + 1), m_t = -2 ln(t/tau + 1), t = 0..n-1.
+void scale_invariant_tables(double tau, int64_t n, std::vector<double>& a, std::vector<double>& m);
+// SWAN row scale g(n) = ln(a + n) / ln(a) for query position n (0-based).
+double swan_row_scale(double a, int64_t n);
+// DroPE / global temperature beta = 1 + c ln s for s > 1, else 1.
+double temperature_beta(double c, double s);
+
+}  // namespace hz::attn

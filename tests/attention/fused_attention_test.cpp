@@ -1,0 +1,206 @@
+// The fused attention op against its slow twin (reference_attention) and against finite
+// differences, for every mask x position encoding x logit transform combination, with GQA,
+// ragged T (not a multiple of the tiles) and T_q != T_k.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "attention/fused.h"
+#include "attention/reference.h"
+#include "attention/rope.h"
+#include "autograd/functions.h"
+#include "autograd/gradcheck.h"
+#include "core/rng.h"
+
+using namespace hz;
+using namespace hz::attn;
+
+namespace {
+
+struct Combo {
+  MaskKind mask;
+  PosKind pos;
+  LogitKind logit;
+  int64_t Tq = 11, Tk = 11;
+};
+
+std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
+  const Combo& c = info.param;
+  return std::string(name(c.mask)) + "_" + name(c.pos) + "_" + name(c.logit) +
+         (c.Tq != c.Tk ? "_Tq" + std::to_string(c.Tq) + "_Tk" + std::to_string(c.Tk) : "");
+}
+
+constexpr int64_t kB = 1, kH = 4, kHkv = 2, kD = 6;
+
+AttentionSpec spec_of(const Combo& c) {
+  AttentionSpec s;
+  s.pos.kind = c.pos;
+  s.mask.kind = c.mask;
+  s.mask.window = 4;
+  s.logit.kind = c.logit;
+  s.logit.tau = 3.0;       // small tau so a_t varies over short distances
+  s.logit.swan_a = 5.0;
+  s.logit.beta = 1.3;
+  return s;
+}
+
+AttnConfig config_of(const AttentionSpec& s, int64_t Tk) {
+  AttnConfig cfg;
+  cfg.window = s.windows(kH, Tk);
+  if (s.pos.kind == PosKind::Alibi) cfg.alibi_slope = alibi_slopes(kH);
+  cfg.logit = s.logit.kind;
+  cfg.tau = s.logit.tau;
+  cfg.swan_a = s.logit.swan_a;
+  cfg.beta = s.logit.beta;
+  cfg.block_q = 4;  // small tiles: many boundary and interior blocks at T = 11
+  cfg.block_k = 3;
+  return cfg;
+}
+
+// inputs: q, k, v (and c for logn). Rotary encodings are applied to q/k before attention, at
+// positions offset so that queries are the last Tq positions.
+ag::Variable run(const Combo& c, const std::vector<ag::Variable>& x, bool fused) {
+  const AttentionSpec s = spec_of(c);
+  const AttnConfig cfg = config_of(s, c.Tk);
+  ag::Variable q = x[0], k = x[1], v = x[2];
+  if (s.pos.kind == PosKind::Rope || s.pos.kind == PosKind::PRope) {
+    PositionSpec ps = s.pos;
+    ps.rope_base = 50.0;
+    ps.prope_base_eff = 20.0;
+    const RopeFreqs f = rope_frequencies(ps, kD, c.Tk);
+    q = apply_rope(q, Tensor::arange(c.Tk - c.Tq, c.Tk), f);
+    k = apply_rope(k, Tensor::arange(0, c.Tk), f);
+  }
+  const ag::Variable lc = c.logit == LogitKind::LogN ? x[3] : ag::Variable();
+  return fused ? fused_attention(q, k, v, cfg, lc).out : reference_attention(q, k, v, cfg, lc);
+}
+
+std::vector<Tensor> inputs(const Combo& c, DType dt, uint64_t seed) {
+  Generator g(seed);
+  std::vector<Tensor> t{g.normal({kB, kH, c.Tq, kD}, 0, 1, dt), g.normal({kB, kHkv, c.Tk, kD}, 0, 1, dt),
+                        g.normal({kB, kHkv, c.Tk, kD}, 0, 1, dt)};
+  if (c.logit == LogitKind::LogN) t.push_back(g.uniform({kH}, 0.5, 1.5, dt));
+  return t;
+}
+
+class FusedAttention : public ::testing::TestWithParam<Combo> {};
+
+TEST_P(FusedAttention, ForwardAndGradientsMatchReference) {
+  const Combo c = GetParam();
+  const std::vector<Tensor> in = inputs(c, DType::F64, 17);
+  std::vector<ag::Variable> xf, xr;
+  for (const auto& t : in) {
+    xf.emplace_back(t.clone(), true);
+    xr.emplace_back(t.clone(), true);
+  }
+  ag::Variable of = run(c, xf, true), orf = run(c, xr, false);
+  const std::vector<double> a = of.value().to_vector(), b = orf.value().to_vector();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-12) << "output element " << i;
+  // same upstream gradient through both
+  Generator g(5);
+  const Tensor gout = g.normal(of.shape(), 0, 1, DType::F64);
+  of.backward(gout);
+  orf.backward(gout);
+  for (size_t k = 0; k < xf.size(); ++k) {
+    const std::vector<double> ga = xf[k].grad().to_vector(), gb = xr[k].grad().to_vector();
+    for (size_t i = 0; i < ga.size(); ++i)
+      ASSERT_NEAR(ga[i], gb[i], 1e-11) << "grad of input " << k << " element " << i;
+  }
+}
+
+TEST_P(FusedAttention, GradcheckFiniteDifferences) {
+  const Combo c = GetParam();
+  ag::GradcheckResult r = ag::gradcheck([&](const std::vector<ag::Variable>& x) { return run(c, x, true); },
+                                        inputs(c, DType::F64, 23));
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST_P(FusedAttention, SinglePrecisionWithinItsFloor) {
+  // f32 kernel vs f64 reference: error bounded by k * (f32 reference error) + atol
+  const Combo c = GetParam();
+  const std::vector<Tensor> in64 = inputs(c, DType::F64, 29);
+  std::vector<ag::Variable> x64, x32, x32r;
+  for (const auto& t : in64) {
+    x64.emplace_back(t);
+    x32.emplace_back(t.to(DType::F32));
+    x32r.emplace_back(t.to(DType::F32));
+  }
+  const std::vector<double> ref = run(c, x64, false).value().to_vector();
+  const std::vector<double> out = run(c, x32, true).value().to_vector();
+  const std::vector<double> ref32 = run(c, x32r, false).value().to_vector();
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_LE(std::abs(out[i] - ref[i]), 4 * std::abs(ref32[i] - ref[i]) + 2e-6) << "element " << i;
+}
+
+std::vector<Combo> combos() {
+  std::vector<Combo> v;
+  for (MaskKind m : {MaskKind::Causal, MaskKind::Window, MaskKind::Scope})
+    for (PosKind p : {PosKind::None, PosKind::Rope, PosKind::PRope, PosKind::Alibi})
+      for (LogitKind l : {LogitKind::Identity, LogitKind::ScaleInvariant, LogitKind::LogN,
+                          LogitKind::SwanRow, LogitKind::Temperature})
+        v.push_back({m, p, l});
+  // queries are the last Tq of Tk positions
+  v.push_back({MaskKind::Causal, PosKind::Rope, LogitKind::Identity, 5, 13});
+  v.push_back({MaskKind::Window, PosKind::Alibi, LogitKind::ScaleInvariant, 7, 12});
+  v.push_back({MaskKind::Scope, PosKind::None, LogitKind::LogN, 1, 9});
+  return v;
+}
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Combos, FusedAttention, ::testing::ValuesIn(combos()), combo_name);
+
+TEST(FusedAttentionEdge, RowsWithoutVisibleKeysGiveZeroAndMinusInfLse) {
+  // keys restricted to [0, 3): queries with min_distance 5 see nothing until position 5
+  Generator g(1);
+  AttnConfig cfg;
+  cfg.window = {0};
+  cfg.key_end = 3;
+  cfg.min_distance = 5;
+  cfg.block_q = 2;
+  cfg.block_k = 2;
+  ag::Variable q(g.normal({1, 1, 8, 4})), k(g.normal({1, 1, 8, 4})), v(g.normal({1, 1, 8, 4}));
+  AttnOutput o = fused_attention(q, k, v, cfg);
+  for (int64_t i = 0; i < 8; ++i) {
+    const bool empty = i < 5;
+    if (empty) {
+      EXPECT_TRUE(std::isinf(o.lse.at({0, 0, i})) && o.lse.at({0, 0, i}) < 0) << i;
+      for (int64_t d = 0; d < 4; ++d) EXPECT_EQ(o.out.value().at({0, 0, i, d}), 0.0);
+    } else {
+      EXPECT_TRUE(std::isfinite(o.lse.at({0, 0, i}))) << i;
+    }
+  }
+}
+
+TEST(FusedAttentionEdge, LseMergesRegionsExactly) {
+  // attending keys [0, 6) and [6, 13) separately and merging by log-sum-exp equals attending all
+  Generator g(2);
+  ag::Variable q(g.normal({1, 2, 13, 8}, 0, 1, DType::F64)), k(g.normal({1, 2, 13, 8}, 0, 1, DType::F64)),
+      v(g.normal({1, 2, 13, 8}, 0, 1, DType::F64));
+  AttnConfig all, a, b;
+  all.window = a.window = b.window = {0, 0};
+  a.key_end = 6;
+  b.key_begin = 6;
+  AttnOutput oa = fused_attention(q, k, v, a), ob = fused_attention(q, k, v, b), o = fused_attention(q, k, v, all);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 13; ++i) {
+      const double la = oa.lse.at({0, h, i}), lb = ob.lse.at({0, h, i}), l = o.lse.at({0, h, i});
+      const double m = std::max(la, lb);
+      EXPECT_NEAR(l, m + std::log(std::exp(la - m) + std::exp(lb - m)), 1e-12);
+      for (int64_t d = 0; d < 8; ++d) {
+        const double wa = std::isinf(la) ? 0 : std::exp(la - l), wb = std::isinf(lb) ? 0 : std::exp(lb - l);
+        EXPECT_NEAR(o.out.value().at({0, h, i, d}),
+                    wa * oa.out.value().at({0, h, i, d}) + wb * ob.out.value().at({0, h, i, d}), 1e-12);
+      }
+    }
+}
+
+TEST(FusedAttentionEdge, RefusesBadShapes) {
+  ag::Variable q(Tensor::zeros({1, 3, 4, 8})), k(Tensor::zeros({1, 2, 4, 8})), v(Tensor::zeros({1, 2, 4, 8}));
+  EXPECT_THROW(fused_attention(q, k, v, AttnConfig{}), ShapeError);  // 3 heads, 2 kv heads
+  ag::Variable q2(Tensor::zeros({1, 2, 4, 8}));
+  AttnConfig cfg;
+  cfg.window = {0};  // one window for two heads
+  EXPECT_THROW(fused_attention(q2, k, v, cfg), ShapeError);
+}
