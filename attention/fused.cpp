@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/cpu/fast_math.h"
+#include "core/cpu/kernels.h"
 #include "core/cpu/loops.h"
 #include "core/ops.h"
 
@@ -101,23 +103,6 @@ struct Scratch {
   std::vector<T> mrow, lrow;
 };
 
-// s[i][jj] = scale * q_i . k_j for the rows [i0, i0+nq) and keys [j0, j0+nk); kt is (D, Tk).
-template <class T>
-inline void block_scores(const T* qb, const T* kt, int64_t Tk, int64_t D, int64_t nq, int64_t j0,
-                         int64_t nk, int64_t ld, T scale, T* s) {
-  for (int64_t i = 0; i < nq; ++i) {
-    T* si = s + i * ld;
-    for (int64_t jj = 0; jj < nk; ++jj) si[jj] = T(0);
-    const T* qi = qb + i * D;
-    for (int64_t d = 0; d < D; ++d) {
-      const T qv = qi[d];
-      const T* kr = kt + d * Tk + j0;
-      for (int64_t jj = 0; jj < nk; ++jj) si[jj] += qv * kr[jj];
-    }
-    for (int64_t jj = 0; jj < nk; ++jj) si[jj] *= scale;
-  }
-}
-
 // Turn raw scores into logits in place (masking only when `boundary`).
 template <class T>
 inline void block_logits(const Plan& P, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
@@ -172,39 +157,36 @@ inline void block_span(const Plan& P, int64_t h, int64_t i0, int64_t i1, int64_t
 }
 
 template <class T>
-void forward_impl(const Plan& P, const Tensor& q, const Tensor& kt, const Tensor& v, Tensor& out,
+void forward_impl(const Plan& P, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                   Tensor& lse) {
   const T* qp = q.data<T>();
-  const T* ktp = kt.data<T>();
+  const T* kp = k.data<T>();
   const T* vp = v.data<T>();
   T* op = out.data<T>();
   T* lp = lse.data<T>();
   const int64_t nqb = (P.Tq + P.Bq - 1) / P.Bq;
   const int64_t tasks = P.B * P.H * nqb;
   const T scale = static_cast<T>(P.scale);
+  constexpr T ninf = -std::numeric_limits<T>::infinity();
   int64_t visited = 0, boundary_n = 0;
 #pragma omp parallel reduction(+ : visited, boundary_n)
   {
-    Scratch<T> sc;
-    sc.s.resize(P.Bq * P.Bk);
-    sc.acc.resize(P.Bq * P.D);
-    sc.rf.resize(P.Bq);
-    sc.mrow.resize(P.Bq);
-    sc.lrow.resize(P.Bq);
+    std::vector<T> sbuf(P.Bq * P.Bk), acc(P.Bq * P.D), mrow(P.Bq), lrow(P.Bq);
+    std::vector<double> rf(P.Bq);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t qb = task % nqb, bh = task / nqb, h = bh % P.H, b = bh / P.H;
       const int64_t hk = h / P.G;
       const int64_t i0 = qb * P.Bq, nq = std::min(P.Bq, P.Tq - i0), i1 = i0 + nq - 1;
-      const T* qblk = qp + ((b * P.H + h) * P.Tq + i0) * P.D;
-      const T* ktb = ktp + (b * P.Hkv + hk) * P.D * P.Tk;
-      const T* vb = vp + (b * P.Hkv + hk) * P.Tk * P.D;
+      const T* qblk = qp + ((b * P.H + h) * P.Tq + i0) * P.D;  // (nq, D)
+      const T* kh = kp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
+      const T* vh = vp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
       for (int64_t i = 0; i < nq; ++i) {
-        sc.rf[i] = P.row_scale(h, i0 + i);
-        sc.mrow[i] = -std::numeric_limits<T>::infinity();
-        sc.lrow[i] = T(0);
+        rf[i] = P.row_scale(h, i0 + i);
+        mrow[i] = ninf;
+        lrow[i] = T(0);
       }
-      std::fill(sc.acc.begin(), sc.acc.end(), T(0));
+      std::fill(acc.begin(), acc.end(), T(0));
       int64_t kb0, kb1;
       block_span(P, h, i0, i1, kb0, kb1);
       for (int64_t kb = kb0; kb <= kb1; ++kb) {
@@ -213,44 +195,46 @@ void forward_impl(const Plan& P, const Tensor& q, const Tensor& kt, const Tensor
         if (cls == 0) continue;  // never read a block that is masked for every row
         ++visited;
         boundary_n += cls == 1;
-        T* s = sc.s.data();
-        block_scores(qblk, ktb, P.Tk, P.D, nq, j0, nk, P.Bk, scale, s);
-        block_logits(P, h, i0, nq, j0, nk, P.Bk, cls == 1, sc.rf.data(), s);
+        T* s = sbuf.data();  // (nq, Bk): scores, then logits, then probabilities
+        cpu::gemm<T>(false, true, nq, nk, P.D, scale, qblk, P.D, kh + j0 * P.D, P.D, T(0), s, P.Bk);
+        block_logits(P, h, i0, nq, j0, nk, P.Bk, cls == 1, rf.data(), s);
         for (int64_t i = 0; i < nq; ++i) {
           T* si = s + i * P.Bk;
-          T mx = sc.mrow[i];
+          T mx = mrow[i];
           for (int64_t jj = 0; jj < nk; ++jj) mx = std::max(mx, si[jj]);
-          if (mx == -std::numeric_limits<T>::infinity()) continue;  // row fully masked here
-          const T corr = std::exp(sc.mrow[i] - mx);
+          if (mx == ninf) {  // row fully masked so far: contributes nothing
+            for (int64_t jj = 0; jj < nk; ++jj) si[jj] = T(0);
+            continue;
+          }
+          const T corr = cpu::fast_exp(mrow[i] - mx);
           T sum = T(0);
           for (int64_t jj = 0; jj < nk; ++jj) {
-            si[jj] = std::exp(si[jj] - mx);
-            sum += si[jj];
+            const T e = cpu::fast_exp(si[jj] - mx);
+            si[jj] = e;
+            sum += e;
           }
-          sc.lrow[i] = sc.lrow[i] * corr + sum;
-          sc.mrow[i] = mx;
-          T* ai = sc.acc.data() + i * P.D;
-          if (corr != T(1))
+          lrow[i] = lrow[i] * corr + sum;
+          mrow[i] = mx;
+          if (corr != T(1)) {
+            T* ai = acc.data() + i * P.D;
             for (int64_t d = 0; d < P.D; ++d) ai[d] *= corr;
-          for (int64_t jj = 0; jj < nk; ++jj) {
-            const T pj = si[jj];
-            if (pj == T(0)) continue;
-            const T* vr = vb + (j0 + jj) * P.D;
-            for (int64_t d = 0; d < P.D; ++d) ai[d] += pj * vr[d];
           }
         }
+        // acc (nq, D) += P (nq, nk) V_blk (nk, D)
+        cpu::gemm<T>(false, false, nq, P.D, nk, T(1), s, P.Bk, vh + j0 * P.D, P.D, T(1), acc.data(), P.D);
       }
       for (int64_t i = 0; i < nq; ++i) {
         T* o = op + ((b * P.H + h) * P.Tq + i0 + i) * P.D;
-        const T* ai = sc.acc.data() + i * P.D;
-        const T l = sc.lrow[i];
+        const T* ai = acc.data() + i * P.D;
+        const T l = lrow[i];
+        T& ls = lp[(b * P.H + h) * P.Tq + i0 + i];
         if (l > T(0)) {
           const T inv = T(1) / l;
           for (int64_t d = 0; d < P.D; ++d) o[d] = ai[d] * inv;
-          lp[(b * P.H + h) * P.Tq + i0 + i] = sc.mrow[i] + std::log(l);
+          ls = mrow[i] + std::log(l);
         } else {
           for (int64_t d = 0; d < P.D; ++d) o[d] = T(0);
-          lp[(b * P.H + h) * P.Tq + i0 + i] = -std::numeric_limits<T>::infinity();
+          ls = ninf;
         }
       }
     }
@@ -262,61 +246,53 @@ void forward_impl(const Plan& P, const Tensor& q, const Tensor& kt, const Tensor
 // Backward. One task per (b, h): it owns dq rows of head h and per-query-head dk/dv buffers,
 // which are summed over each GQA group afterwards in head order (deterministic).
 template <class T>
-void backward_impl(const Plan& P, const Tensor& q, const Tensor& k, const Tensor& kt,
-                   const Tensor& v, const Tensor& vt, const Tensor& out, const Tensor& lse,
-                   const Tensor& gout, Tensor& dq, Tensor& dk_h, Tensor& dv_h,
-                   std::vector<double>* dlogn_c) {
+void backward_impl(const Plan& P, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const Tensor& out, const Tensor& lse, const Tensor& gout, Tensor& dq,
+                   Tensor& dk_h, Tensor& dv_h, std::vector<double>* dlogn_c) {
   const T* qp = q.data<T>();
   const T* kp = k.data<T>();
-  const T* ktp = kt.data<T>();
-  const T* vtp = vt.data<T>();
+  const T* vp = v.data<T>();
   const T* op = out.data<T>();
   const T* lp = lse.data<T>();
   const T* gp = gout.data<T>();
   T* dqp = dq.data<T>();
   T* dkp = dk_h.data<T>();
   T* dvp = dv_h.data<T>();
-  (void)v;
   const int64_t nqb = (P.Tq + P.Bq - 1) / P.Bq;
   const T scale = static_cast<T>(P.scale);
+  constexpr T ninf = -std::numeric_limits<T>::infinity();
   const bool logn = P.logit == LogitKind::LogN && dlogn_c != nullptr;
   std::vector<double> dc(P.H, 0.0);
   int64_t visited = 0;
 #pragma omp parallel reduction(+ : visited)
   {
-    Scratch<T> sc;
-    sc.s.resize(P.Bq * P.Bk);
-    sc.pr.resize(P.Bq * P.Bk);
-    sc.dp.resize(P.Bq * P.Bk);
-    sc.rf.resize(P.Bq);
-    std::vector<T> Dvec(P.Tq);
-    std::vector<double> lnn(P.Bq);
+    std::vector<T> sbuf(P.Bq * P.Bk), pbuf(P.Bq * P.Bk), dpbuf(P.Bq * P.Bk), Dvec(P.Tq);
+    std::vector<double> rf(P.Bq), lnn(P.Bq);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < P.B * P.H; ++bh) {
       const int64_t h = bh % P.H, b = bh / P.H, hk = h / P.G;
-      const T* qh = qp + bh * P.Tq * P.D;
-      const T* oh = op + bh * P.Tq * P.D;
-      const T* gh = gp + bh * P.Tq * P.D;
-      const T* lh = lp + bh * P.Tq;
-      const T* kb_ = kp + (b * P.Hkv + hk) * P.Tk * P.D;
-      const T* ktb = ktp + (b * P.Hkv + hk) * P.D * P.Tk;
-      const T* vtb = vtp + (b * P.Hkv + hk) * P.D * P.Tk;
+      const T* qh = qp + bh * P.Tq * P.D;   // (Tq, D)
+      const T* oh = op + bh * P.Tq * P.D;   // (Tq, D)
+      const T* gh = gp + bh * P.Tq * P.D;   // dO (Tq, D)
+      const T* lh = lp + bh * P.Tq;         // (Tq)
+      const T* kh = kp + (b * P.Hkv + hk) * P.Tk * P.D;  // (Tk, D)
+      const T* vh = vp + (b * P.Hkv + hk) * P.Tk * P.D;  // (Tk, D)
       T* dqh = dqp + bh * P.Tq * P.D;
       T* dkh = dkp + bh * P.Tk * P.D;
       T* dvh = dvp + bh * P.Tk * P.D;
       std::fill(dqh, dqh + P.Tq * P.D, T(0));
       std::fill(dkh, dkh + P.Tk * P.D, T(0));
       std::fill(dvh, dvh + P.Tk * P.D, T(0));
-      for (int64_t i = 0; i < P.Tq; ++i) {
-        T acc = T(0);
-        for (int64_t d = 0; d < P.D; ++d) acc += gh[i * P.D + d] * oh[i * P.D + d];
-        Dvec[i] = acc;
+      for (int64_t i = 0; i < P.Tq; ++i) {  // D_i = dO_i . O_i
+        T a = T(0);
+        for (int64_t d = 0; d < P.D; ++d) a += gh[i * P.D + d] * oh[i * P.D + d];
+        Dvec[i] = a;
       }
       double dch = 0.0;
       for (int64_t qb = 0; qb < nqb; ++qb) {
         const int64_t i0 = qb * P.Bq, nq = std::min(P.Bq, P.Tq - i0), i1 = i0 + nq - 1;
         for (int64_t i = 0; i < nq; ++i) {
-          sc.rf[i] = P.row_scale(h, i0 + i);
+          rf[i] = P.row_scale(h, i0 + i);
           lnn[i] = logn ? P.row_factor(h, i0 + i) : 0.0;
         }
         int64_t kb0, kb1;
@@ -326,53 +302,47 @@ void backward_impl(const Plan& P, const Tensor& q, const Tensor& k, const Tensor
           const int cls = classify(P, h, i0, i1, j0, j1);
           if (cls == 0) continue;
           ++visited;
-          T* s = sc.s.data();    // raw scores scale * q.k
-          T* pr = sc.pr.data();  // probabilities
-          T* dpv = sc.dp.data(); // dO . v
-          block_scores(qh + i0 * P.D, ktb, P.Tk, P.D, nq, j0, nk, P.Bk, scale, s);
+          T* s = sbuf.data();    // raw scores scale * q.k   (nq, Bk)
+          T* pr = pbuf.data();   // logits, then probabilities, then dS
+          T* dpv = dpbuf.data(); // dP = dO v^T
+          cpu::gemm<T>(false, true, nq, nk, P.D, scale, qh + i0 * P.D, P.D, kh + j0 * P.D, P.D, T(0), s, P.Bk);
           std::copy(s, s + nq * P.Bk, pr);
-          block_logits(P, h, i0, nq, j0, nk, P.Bk, cls == 1, sc.rf.data(), pr);
-          block_scores(gh + i0 * P.D, vtb, P.Tk, P.D, nq, j0, nk, P.Bk, T(1), dpv);
+          block_logits(P, h, i0, nq, j0, nk, P.Bk, cls == 1, rf.data(), pr);
           for (int64_t i = 0; i < nq; ++i) {
             const T l = lh[i0 + i];
             T* pi = pr + i * P.Bk;
-            T* di = dpv + i * P.Bk;
+            for (int64_t jj = 0; jj < nk; ++jj) pi[jj] = l == ninf ? T(0) : cpu::fast_exp(pi[jj] - l);
+          }
+          // dV_blk (nk, D) += P^T dO_blk
+          cpu::gemm<T>(true, false, nk, P.D, nq, T(1), pr, P.Bk, gh + i0 * P.D, P.D, T(1), dvh + j0 * P.D, P.D);
+          // dP (nq, nk) = dO_blk V_blk^T
+          cpu::gemm<T>(false, true, nq, nk, P.D, T(1), gh + i0 * P.D, P.D, vh + j0 * P.D, P.D, T(0), dpv, P.Bk);
+          for (int64_t i = 0; i < nq; ++i) {
+            T* pi = pr + i * P.Bk;
+            const T* di = dpv + i * P.Bk;
             const T* si = s + i * P.Bk;
+            const T Di = Dvec[i0 + i];
+            const T rsc = static_cast<T>(rf[i]) * scale;
             const int64_t pos = P.q_offset + i0 + i;
-            const T* gi = gh + (i0 + i) * P.D;
-            const T* qi = qh + (i0 + i) * P.D;
-            T* dqi = dqh + (i0 + i) * P.D;
-            const T rsc = static_cast<T>(sc.rf[i]);
             for (int64_t jj = 0; jj < nk; ++jj) {
-              const T pij = pi[jj] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(pi[jj] - l);
-              if (pij == T(0)) continue;
-              const int64_t j = j0 + jj;
-              // dV_j += p dO_i
-              T* dvj = dvh + j * P.D;
-              for (int64_t d = 0; d < P.D; ++d) dvj[d] += pij * gi[d];
-              const T dl = pij * (di[jj] - Dvec[i0 + i]);  // dLoss/dL_ij
-              const double a = P.has_tables ? P.a[pos - j] : 1.0;
-              if (logn) dch += static_cast<double>(dl) * lnn[i] * a * static_cast<double>(si[jj]);
-              const T ds = dl * rsc * static_cast<T>(a) * scale;  // dLoss/d(q.k)
-              const T* kj = kb_ + j * P.D;
-              T* dkj = dkh + j * P.D;
-              for (int64_t d = 0; d < P.D; ++d) {
-                dqi[d] += ds * kj[d];
-                dkj[d] += ds * qi[d];
-              }
+              const T dl = pi[jj] * (di[jj] - Di);  // dLoss/dL_ij
+              T a = T(1);
+              if (P.has_tables && pi[jj] != T(0)) a = static_cast<T>(P.a[pos - j0 - jj]);
+              if (logn && pi[jj] != T(0)) dch += static_cast<double>(dl) * lnn[i] * a * static_cast<double>(si[jj]);
+              pi[jj] = dl * rsc * a;  // dLoss/d(q.k)
             }
           }
+          // dQ_blk (nq, D) += dS K_blk ; dK_blk (nk, D) += dS^T Q_blk
+          cpu::gemm<T>(false, false, nq, P.D, nk, T(1), pr, P.Bk, kh + j0 * P.D, P.D, T(1), dqh + i0 * P.D, P.D);
+          cpu::gemm<T>(true, false, nk, P.D, nq, T(1), pr, P.Bk, qh + i0 * P.D, P.D, T(1), dkh + j0 * P.D, P.D);
         }
       }
-      dc[h] = dch;  // each head written by exactly one task
+      dc[h] = dch;  // each head is owned by exactly one task
     }
   }
   attn_stats().bwd_blocks += visited;
   if (dlogn_c) *dlogn_c = dc;
 }
-
-// (B, Hkv, T, D) -> (B, Hkv, D, T) contiguous
-Tensor transpose_keys(const Tensor& k) { return k.transpose(2, 3).contiguous(); }
 
 }  // namespace
 
@@ -401,10 +371,9 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
            "attention: Tq (", plan.Tq, ") > Tk (", plan.Tk, ") needs an explicit q_offset");
   Tensor out = Tensor::empty(qc.shape(), qc.dtype());
   Tensor lse = Tensor::empty({plan.B, plan.H, plan.Tq}, qc.dtype());
-  const Tensor kt = transpose_keys(kc);
   cpu::dispatch_float(qc.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    forward_impl<T>(plan, qc, kt, vc, out, lse);
+    forward_impl<T>(plan, qc, kc, vc, out, lse);
   });
   std::vector<ag::Variable> inputs{q, k, v};
   const bool with_c = cfg.logit == LogitKind::LogN && logn_c.defined();
@@ -412,9 +381,8 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   AttnOutput res;
   res.lse = lse;
   res.out = ag::make_result(out, inputs, "fused_attention", [&] {
-    return [plan, qc, kc, vc, kt, out, lse, with_c](const Tensor& g, ag::Grads& gr) {
+    return [plan, qc, kc, vc, out, lse, with_c](const Tensor& g, ag::Grads& gr) {
       const Tensor gc = g.contiguous();
-      const Tensor vt = transpose_keys(vc);
       Tensor dq = Tensor::empty(qc.shape(), qc.dtype());
       Tensor dk_h = Tensor::empty({plan.B, plan.H, plan.Tk, plan.D}, qc.dtype());
       Tensor dv_h = Tensor::empty({plan.B, plan.H, plan.Tk, plan.D}, qc.dtype());
@@ -422,7 +390,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
       const bool need_c = with_c && gr.needs(3);
       cpu::dispatch_float(qc.dtype(), [&](auto tag) {
         using T = decltype(tag);
-        backward_impl<T>(plan, qc, kc, kt, vc, vt, out, lse, gc, dq, dk_h, dv_h, need_c ? &dc : nullptr);
+        backward_impl<T>(plan, qc, kc, vc, out, lse, gc, dq, dk_h, dv_h, need_c ? &dc : nullptr);
       });
       if (gr.needs(0)) gr.set(0, dq);
       // sum per-query-head dk/dv over each GQA group, in head order

@@ -42,7 +42,7 @@ struct AttnConfig {
   int64_t q_offset = -1; // -1 -> Tk - Tq
   int64_t key_begin = 0, key_end = -1;  // -1 -> Tk
   int64_t min_distance = 0;
-  int64_t block_q = 32, block_k = 32;
+  int64_t block_q = 64, block_k = 64;
 };
 
 // Counters of the last calls (summed over threads), readable by tests and benchmarks.

@@ -4,7 +4,9 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "cli/bench.h"
 #include "core/cuda/backend.h"
 #include "core/cpu/kernels.h"
 #include "core/error.h"
@@ -17,6 +19,7 @@ void usage() {
       "usage: horizon <command> [args]\n\n"
       "commands:\n"
       "  info        build configuration: backends, threads, CUDA devices\n"
+      "  bench       benchmarks (bench attention); see horizon bench --help\n"
       "  --help      this text\n");
 }
 
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
     }
     const std::string cmd = argv[1];
     if (cmd == "info") return cmd_info();
+    if (cmd == "bench") return hz::cli::bench_main(std::vector<std::string>(argv + 1, argv + argc));
     fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);
     return 2;
   } catch (const hz::Error& e) {

@@ -1,6 +1,7 @@
 #include "core/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -57,17 +58,33 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 }
 
 // ---- storage ----------------------------------------------------------------------------------
+namespace {
+std::atomic<int64_t> g_cpu_current{0}, g_cpu_peak{0};
+void track_alloc(int64_t bytes) {
+  const int64_t now = g_cpu_current.fetch_add(bytes) + bytes;
+  int64_t peak = g_cpu_peak.load();
+  while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+}  // namespace
+MemoryStats cpu_memory_stats() { return {g_cpu_current.load(), g_cpu_peak.load()}; }
+void reset_cpu_peak_memory() { g_cpu_peak.store(g_cpu_current.load()); }
+
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   const size_t n = std::max<size_t>(bytes, 1);
   if (device.is_cpu()) {
     ptr_ = std::aligned_alloc(64, (n + 63) / 64 * 64);
     HZ_CHECK(ptr_ != nullptr, Error, "out of host memory allocating ", bytes, " bytes");
+    track_alloc(static_cast<int64_t>(bytes));
   } else {
     ptr_ = cuda::alloc(n, device.index);
   }
 }
 Storage::~Storage() {
-  if (device_.is_cpu()) std::free(ptr_);
+  if (device_.is_cpu()) {
+    std::free(ptr_);
+    g_cpu_current.fetch_sub(static_cast<int64_t>(bytes_));
+  }
   else cuda::free(ptr_, device_.index);
 }
 

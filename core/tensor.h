@@ -24,6 +24,15 @@ Shape contiguous_strides(const Shape& s);
 // Broadcast two shapes numpy-style; throws ShapeError naming both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 
+// Bytes currently held by Storage on the CPU and the peak since the last reset (for benchmarks
+// and memory-growth tests). Thread-safe.
+struct MemoryStats {
+  int64_t current = 0;
+  int64_t peak = 0;
+};
+MemoryStats cpu_memory_stats();
+void reset_cpu_peak_memory();  // peak := current
+
 // Raw memory on one device. Freed through the device's allocator when the last owner goes.
 class Storage {
  public:

@@ -17,6 +17,12 @@ Tensor scalar_op(const Tensor& x, double mul, double add, double pow);  // (x^po
 void add_inplace(Tensor& dst, const Tensor& src, double alpha);
 Tensor reduce_dim(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);
 Tensor reduce_all(ReduceOp op, const Tensor& x);
+// Raw row-major GEMM: C (M, N) = alpha op(A) op(B) + beta C, op(X) = X^T when the flag is set.
+// Single-threaded inside an OpenMP parallel region (OpenBLAS's OpenMP build), so fused kernels
+// can call it per tile from their own threads.
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+          const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, double alpha,
               const Shape& batch_shape);
 Tensor softmax(const Tensor& x, int64_t dim, bool log);

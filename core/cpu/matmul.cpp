@@ -37,11 +37,11 @@ bool mat_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool& trans,
 // Portable GEMM: C (M, N) = alpha * op(A) op(B); A/B given as row-major X with flags.
 template <class T>
 void gemm_portable(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                   int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+                   int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   auto a = [&](int64_t i, int64_t k) { return ta ? A[k * lda + i] : A[i * lda + k]; };
   auto b = [&](int64_t k, int64_t j) { return tb ? B[j * ldb + k] : B[k * ldb + j]; };
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = T(0);
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
   constexpr int64_t bk = 64;
   for (int64_t k0 = 0; k0 < K; k0 += bk) {
     const int64_t k1 = std::min(K, k0 + bk);
@@ -54,25 +54,35 @@ void gemm_portable(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, c
   }
 }
 
+}  // namespace
+
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-          const T* B, int64_t ldb, T* C, int64_t ldc) {
+          const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
-    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
     return;
   }
 #ifdef HZ_HAVE_OPENBLAS
+  if (M * N * K <= 4096) {  // tiny products: a BLAS call costs more than the arithmetic
+    gemm_portable<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   const auto fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, fa, fb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
+    cblas_sgemm(CblasRowMajor, fa, fb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
-    cblas_dgemm(CblasRowMajor, fa, fb, M, N, K, alpha, A, lda, B, ldb, 0.0, C, ldc);
+    cblas_dgemm(CblasRowMajor, fa, fb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #else
-  gemm_portable<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+  gemm_portable<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
 }
-}  // namespace
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t);
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double alpha,
               const Shape& batch_shape) {
@@ -117,7 +127,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
     const bool par_batch = batch > 1 && M * N * K < (1 << 21);
 #pragma omp parallel for schedule(static) if (par_batch)
     for (int64_t i = 0; i < batch; ++i)
-      gemm<T>(fa, fb, M, N, K, al, ap + offa[i], lda, bp + offb[i], ldb, cp + i * M * N, N);
+      gemm<T>(fa, fb, M, N, K, al, ap + offa[i], lda, bp + offb[i], ldb, T(0), cp + i * M * N, N);
   });
   return out;
 }
