@@ -412,6 +412,19 @@ Tensor Tensor::contiguous() const {
   return clone();
 }
 Tensor Tensor::clone() const {
+  if (device().is_cuda() && !is_contiguous()) {
+    // The CUDA skeleton has no strided copy kernel yet: gather through a host mirror of the
+    // whole storage (same strides and offset), then upload the contiguous result.
+    Tensor host;
+    host.storage_ = std::make_shared<Storage>(storage_->bytes(), Device::cpu());
+    cuda::memcpy(host.storage_->data(), storage_->data(), storage_->bytes(),
+                 cuda::CopyKind::DeviceToHost, device().index);
+    host.shape_ = shape_;
+    host.strides_ = strides_;
+    host.offset_ = offset_;
+    host.dtype_ = dtype_;
+    return host.clone().to(device());
+  }
   Tensor out = empty(shape_, dtype_, device());
   out.copy_(*this);
   return out;

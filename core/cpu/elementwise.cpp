@@ -22,7 +22,18 @@ int num_threads() {
 // ---- conversions ------------------------------------------------------------------------------
 template <class D, class S> inline D convert(S s) { return static_cast<D>(s); }
 template <> inline bf16 convert<bf16, float>(float s) { return bf16{f32_to_bf16_bits(s)}; }
-template <> inline bf16 convert<bf16, double>(double s) { return bf16{f32_to_bf16_bits(static_cast<float>(s))}; }
+// double -> bf16 in one rounding: when the float rounding of s lands exactly on a bf16 tie, nudge
+// it one float ulp towards s so the tie is broken the way s itself would break it.
+template <> inline bf16 convert<bf16, double>(double s) {
+  float f = static_cast<float>(s);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0xffffu) == 0x8000u && static_cast<double>(f) != s && std::isfinite(f)) {
+    u += std::abs(s) > std::abs(static_cast<double>(f)) ? 1 : -1;
+    std::memcpy(&f, &u, 4);
+  }
+  return bf16{f32_to_bf16_bits(f)};
+}
 template <> inline bf16 convert<bf16, int32_t>(int32_t s) { return bf16{f32_to_bf16_bits(static_cast<float>(s))}; }
 template <> inline bf16 convert<bf16, int64_t>(int64_t s) { return bf16{f32_to_bf16_bits(static_cast<float>(s))}; }
 template <> inline bf16 convert<bf16, bf16>(bf16 s) { return s; }

@@ -21,7 +21,7 @@ namespace {
 // Memory layout of one matrix view: row-major (trans=false) with leading dim ld, or the
 // transpose of a row-major matrix (trans=true). Returns false when neither holds.
 bool mat_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool& trans, int64_t& ld) {
-  if (sc == 1 && (rows <= 1 || sr >= std::max<int64_t>(1, cols))) {
+  if ((sc == 1 || cols <= 1) && (rows <= 1 || sr >= std::max<int64_t>(1, cols))) {
     trans = false;
     ld = rows <= 1 ? std::max<int64_t>(1, cols) : sr;
     return true;
@@ -92,13 +92,15 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
   const int64_t M = ta ? ca : ra, K = ta ? ra : ca, N = tb ? rb : cb;
   bool la, lb;
   int64_t lda, ldb;
+  // A layout BLAS cannot take is copied; clone() (not contiguous()) so that views that merely
+  // look contiguous (size-1 dims with odd strides) get canonical strides.
   if (!mat_layout(ra, ca, a.stride(-2), a.stride(-1), la, lda)) {
-    a = a.contiguous();
-    mat_layout(ra, ca, a.stride(-2), a.stride(-1), la, lda);
+    a = a.clone();
+    HZ_CHECK(mat_layout(ra, ca, a.stride(-2), a.stride(-1), la, lda), Error, "internal: matmul layout");
   }
   if (!mat_layout(rb, cb, b.stride(-2), b.stride(-1), lb, ldb)) {
-    b = b.contiguous();
-    mat_layout(rb, cb, b.stride(-2), b.stride(-1), lb, ldb);
+    b = b.clone();
+    HZ_CHECK(mat_layout(rb, cb, b.stride(-2), b.stride(-1), lb, ldb), Error, "internal: matmul layout");
   }
   Shape out_shape = batch_shape;
   out_shape.push_back(M);

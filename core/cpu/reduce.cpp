@@ -115,12 +115,15 @@ Tensor softmax(const Tensor& x_in, int64_t dim, bool log) {
       const int64_t base = o * g.n * g.inner + i, s = g.inner;
       T m = -std::numeric_limits<T>::infinity();
       for (int64_t k = 0; k < g.n; ++k) m = std::max(m, xp[base + k * s]);
-      if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all -inf row: avoid NaN from inf-inf
+      if (m == -std::numeric_limits<T>::infinity()) {  // no mass at all: softmax 0, log-softmax -inf
+        for (int64_t k = 0; k < g.n; ++k) yp[base + k * s] = log ? m : T(0);
+        continue;
+      }
       double sum = 0;
       for (int64_t k = 0; k < g.n; ++k) sum += std::exp(static_cast<double>(xp[base + k * s] - m));
       if (log) {
-        const T lse = m + static_cast<T>(std::log(sum));
-        for (int64_t k = 0; k < g.n; ++k) yp[base + k * s] = xp[base + k * s] - lse;
+        const T ls = static_cast<T>(std::log(sum));  // (x - m) - log(sum): no rounding of a large lse
+        for (int64_t k = 0; k < g.n; ++k) yp[base + k * s] = (xp[base + k * s] - m) - ls;
       } else {
         const double inv = 1.0 / sum;
         for (int64_t k = 0; k < g.n; ++k)
@@ -220,6 +223,7 @@ Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& targets_in,
   const int64_t N = logits.size(0), V = logits.size(1);
   Tensor out = Tensor::empty({N, V}, logits.dtype());
   dispatch_float(logits.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_); dispatch_index(targets.dtype(), [&](auto i_tag_) { using I = decltype(i_tag_);
+    check_targets(targets.data<I>(), N, V, ignore);
     const T* lp = logits.data<T>();
     const T* sp = lse.data<T>();
     const I* tp = targets.data<I>();

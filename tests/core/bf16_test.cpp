@@ -146,3 +146,14 @@ TEST(BF16, TensorConversion) {
 }
 
 }  // namespace
+
+// f64 -> bf16 rounds once: a double just above a bf16 tie must round up even though its float
+// rounding lands exactly on the tie.
+TEST(Bf16Conversion, DoubleRoundsOnceNotTwice) {
+  const double above_tie = 1.0039062509313226;  // 1 + 2^-8 + ~1e-9: nearest bf16 is 1.0078125
+  const Tensor t = Tensor::from_vector({above_tie, -above_tie, 1.00390625}, {3}, DType::F64);
+  const Tensor b = t.to(DType::BF16).to(DType::F32);
+  EXPECT_EQ(b.at({0}), 1.0078125);
+  EXPECT_EQ(b.at({1}), -1.0078125);
+  EXPECT_EQ(b.at({2}), 1.0);  // an exact tie goes to even
+}

@@ -1196,3 +1196,22 @@ TEST(RmsNormErrors, WeightShape) {
 }
 
 }  // namespace
+
+// A row with no finite logit has no probability mass: softmax 0, log-softmax -inf (no NaN).
+TEST(SoftmaxEdge, AllMinusInfRow) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  const hz::Tensor x = hz::Tensor::from_vector({ninf, ninf, 0.0, 1.0}, {2, 2}, hz::DType::F32);
+  const hz::Tensor s = hz::ops::softmax(x, -1), l = hz::ops::log_softmax(x, -1);
+  EXPECT_EQ(s.at({0, 0}), 0.0);
+  EXPECT_EQ(s.at({0, 1}), 0.0);
+  EXPECT_TRUE(std::isinf(l.at({0, 0})) && l.at({0, 0}) < 0);
+  EXPECT_NEAR(s.at({1, 1}), 1.0 / (1.0 + std::exp(-1.0)), 1e-7);
+}
+
+// cross_entropy_backward validates targets like the forward (no out-of-bounds write).
+TEST(CrossEntropyEdge, BackwardRefusesOutOfRangeTarget) {
+  const hz::Tensor logits = hz::Tensor::zeros({2, 3});
+  const hz::Tensor bad = hz::Tensor::from_vector({0, 7}, {2}, hz::DType::I64);
+  const hz::Tensor lse = hz::Tensor::zeros({2});
+  EXPECT_THROW(hz::ops::cross_entropy_backward(logits, bad, hz::Tensor(), lse, 2.0, -100, 1.0), hz::ValueError);
+}

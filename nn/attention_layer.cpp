@@ -1,0 +1,70 @@
+#include "nn/attention_layer.h"
+
+namespace hz::nn {
+
+AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec& s, double init_std,
+                               double resid_std, DType dt)
+    : dims(d), spec(s) {
+  const int64_t H = d.n_heads, Hkv = d.n_kv_heads, D = d.head_dim;
+  wq = register_module("wq", std::make_shared<Linear>(d.d_model, H * D, false, init_std, dt));
+  wk = register_module("wk", std::make_shared<Linear>(d.d_model, Hkv * D, false, init_std, dt));
+  wv = register_module("wv", std::make_shared<Linear>(d.d_model, Hkv * D, false, init_std, dt));
+  wo = register_module("wo", std::make_shared<Linear>(H * D, d.d_model, false, resid_std, dt));
+  if (spec.qk_norm == attn::QKNorm::Full) {
+    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(H * D, 1e-6, dt));
+    k_norm = register_module("k_norm", std::make_shared<RMSNorm>(Hkv * D, 1e-6, dt));
+  } else if (spec.qk_norm == attn::QKNorm::PerHead) {
+    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(D, 1e-6, dt));
+    k_norm = register_module("k_norm", std::make_shared<RMSNorm>(D, 1e-6, dt));
+  }
+  if (spec.logit.kind == attn::LogitKind::LogN) {
+    Tensor c = Tensor::full({H}, spec.logit.logn_c, dt);
+    if (spec.logit.logn_learnable) logn_c = register_parameter("logn_c", c, Init::constant(spec.logit.logn_c));
+    else logn_c = ag::Variable(c);
+  }
+}
+
+attn::AttnConfig AttentionLayer::kernel_config(const AttnCall& call) const {
+  attn::AttnConfig cfg;
+  cfg.window = spec.windows(dims.n_heads, call.T);
+  if (spec.pos.kind == attn::PosKind::Alibi) cfg.alibi_slope = attn::alibi_slopes(dims.n_heads);
+  cfg.logit = spec.logit.kind;
+  cfg.tau = spec.logit.tau;
+  cfg.swan_a = spec.logit.swan_a;
+  const double s = call.train_T > 0 ? static_cast<double>(call.T) / call.train_T : 1.0;
+  cfg.beta = spec.logit.temp_c != 0.0 ? attn::temperature_beta(spec.logit.temp_c, s) : spec.logit.beta;
+  cfg.block_q = call.block_q;
+  cfg.block_k = call.block_k;
+  return cfg;
+}
+
+ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const {
+  const int64_t B = x.size(0), T = x.size(1), H = dims.n_heads, Hkv = dims.n_kv_heads, D = dims.head_dim;
+  ag::Variable q = wq->forward(x), k = wk->forward(x), v = wv->forward(x);  // (B, T, heads*D)
+  if (spec.qk_norm == attn::QKNorm::Full) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  auto heads = [&](const ag::Variable& t, int64_t n) {  // (B, T, n*D) -> (B, n, T, D)
+    return ag::transpose(ag::reshape(t, {B, T, n, D}), 1, 2);
+  };
+  q = heads(q, H);
+  k = heads(k, Hkv);
+  v = heads(v, Hkv);
+  if (spec.qk_norm == attn::QKNorm::PerHead) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  if (spec.pos.kind == attn::PosKind::Rope || spec.pos.kind == attn::PosKind::PRope) {
+    attn::PositionSpec ps = spec.pos;
+    if (ps.original_context == 0) ps.original_context = call.train_T > 0 ? call.train_T : call.T;
+    const attn::RopeFreqs f = attn::rope_frequencies(ps, D, call.T);
+    q = attn::apply_rope(q, positions, f);
+    k = attn::apply_rope(k, positions, f);
+  }
+  const attn::AttnOutput o = attn::fused_attention(q, k, v, kernel_config(call), logn_c);
+  ag::Variable y = ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D});
+  return wo->forward(y);
+}
+
+}  // namespace hz::nn

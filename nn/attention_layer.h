@@ -1,0 +1,41 @@
+// Horizon: the attention layer. x (B, T, C) -> q (B, H, T, D), k/v (B, Hkv, T, D) via bias-free
+// projections; optional QK-norm (full: RMSNorm over the whole q / k projection with gains of
+// size H*D / Hkv*D, as in DroPE; per_head: RMSNorm over each head's D with a shared gain of D);
+// RoPE / p-RoPE at explicit positions; the fused attention op with this layer's windows, ALiBi
+// slopes and logit transform; output projection wo (a residual projection).
+#pragma once
+#include "attention/fused.h"
+#include "attention/rope.h"
+#include "attention/spec.h"
+#include "nn/layers.h"
+
+namespace hz::nn {
+
+struct AttentionDims {
+  int64_t d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+};
+
+// Per-call context: the stage's sequence length T (SCOPE scopes follow it) and the training
+// context (extension factor s = T / train_T for temperature and dynamic scalings).
+struct AttnCall {
+  int64_t T = 0;
+  int64_t train_T = 0;
+  int64_t block_q = 64, block_k = 64;
+};
+
+class AttentionLayer : public Module {
+ public:
+  AttentionLayer(const AttentionDims& dims, const attn::AttentionSpec& spec, double init_std,
+                 double resid_std, DType dt);
+  // x (B, T, C), positions (T) i64.
+  ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const;
+  attn::AttnConfig kernel_config(const AttnCall& call) const;  // windows, slopes, transform
+
+  AttentionDims dims;
+  attn::AttentionSpec spec;
+  std::shared_ptr<Linear> wq, wk, wv, wo;
+  std::shared_ptr<RMSNorm> q_norm, k_norm;
+  ag::Variable logn_c;  // (H): a parameter when learnable, else a constant
+};
+
+}  // namespace hz::nn

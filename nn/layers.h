@@ -1,0 +1,46 @@
+// Horizon: basic layers. Shapes: x (..., C_in) -> (..., C_out).
+#pragma once
+#include "autograd/functions.h"
+#include "nn/module.h"
+
+namespace hz::nn {
+
+class Linear : public Module {
+ public:
+  // weight (out, in) ~ normal(init_std); bias (out) = 0 when enabled (default: none).
+  Linear(int64_t in, int64_t out, bool bias = false, double init_std = 0.02, DType dt = DType::F32);
+  ag::Variable forward(const ag::Variable& x) const { return ag::linear(x, weight, bias); }
+  ag::Variable weight, bias;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t vocab, int64_t dim, double init_std = 0.02, DType dt = DType::F32);
+  ag::Variable forward(const Tensor& ids) const { return ag::embedding(weight, ids); }
+  ag::Variable weight;  // (V, C)
+};
+
+class RMSNorm : public Module {
+ public:
+  RMSNorm(int64_t dim, double eps = 1e-6, DType dt = DType::F32);
+  ag::Variable forward(const ag::Variable& x) const { return ag::rms_norm(x, weight, eps); }
+  ag::Variable weight;  // (C), initialised to 1
+  double eps;
+};
+
+enum class MlpKind : uint8_t { SwiGLU, ReLU2, GELU, Count };
+static_assert(static_cast<int>(MlpKind::Count) == 3, "update mlp names");
+const char* mlp_name(MlpKind k);
+MlpKind parse_mlp(const std::string& s);  // "swiglu", "relu2", "gelu"
+
+// SwiGLU: w2(silu(w1 x) * w3 x); ReLU2: w2(relu(w1 x)^2); GELU: w2(gelu(w1 x)).
+// w2 is a residual projection: its init std is resid_std.
+class MLP : public Module {
+ public:
+  MLP(MlpKind kind, int64_t dim, int64_t hidden, double init_std, double resid_std, DType dt);
+  ag::Variable forward(const ag::Variable& x) const;
+  MlpKind kind;
+  std::shared_ptr<Linear> w1, w2, w3;
+};
+
+}  // namespace hz::nn

@@ -1,0 +1,100 @@
+#include "nn/transformer.h"
+
+#include <cmath>
+
+namespace hz::nn {
+
+int64_t ModelConfig::hidden() const {
+  if (mlp_hidden > 0) return mlp_hidden;
+  if (mlp == MlpKind::SwiGLU) return (8 * d_model / 3 + 7) / 8 * 8;
+  return 4 * d_model;
+}
+
+const LayerKind& ModelConfig::kind(const std::string& name) const {
+  for (const auto& k : kinds)
+    if (k.name == name) return k;
+  std::string known;
+  for (const auto& k : kinds) known += " " + k.name;
+  throw ValueError("model: layer kind '" + name + "' is not defined; defined kinds:" + known);
+}
+
+std::vector<std::string> ModelConfig::layer_kind_names() const {
+  HZ_CHECK(!pattern.empty(), ValueError, "model: the layer pattern is empty; give at least one kind");
+  std::vector<std::string> names(n_layers);
+  for (int64_t l = 0; l < n_layers; ++l) {
+    auto it = overrides.find(l);
+    names[l] = it != overrides.end() ? it->second : pattern[l % pattern.size()];
+  }
+  return names;
+}
+
+std::vector<attn::AttentionSpec> ModelConfig::layer_specs() const {
+  std::vector<attn::AttentionSpec> specs;
+  for (const auto& n : layer_kind_names()) specs.push_back(kind(n).attn);
+  return specs;
+}
+
+void ModelConfig::validate() const {
+  HZ_CHECK(vocab_size > 0 && d_model > 0 && n_layers > 0 && n_heads > 0, ValueError,
+           "model: vocab_size, d_model, n_layers and n_heads must be positive");
+  HZ_CHECK(head_dim > 0 || d_model % n_heads == 0, ValueError, "model: d_model (", d_model,
+           ") is not divisible by n_heads (", n_heads, "); set head_dim explicitly or change n_heads");
+  for (const auto& [l, n] : overrides)
+    HZ_CHECK(l >= 0 && l < n_layers, ValueError, "model: override for layer ", l, " but the model has ",
+             n_layers, " layers (0..", n_layers - 1, ")");
+  const auto names = layer_kind_names();
+  for (int64_t l = 0; l < n_layers; ++l) {
+    try {
+      kind(names[l]).attn.validate(n_heads, kv_heads(), hdim(), max_seq_len);
+    } catch (const ValueError& e) {
+      throw ValueError("model: layer " + std::to_string(l) + " (kind '" + names[l] + "'): " + e.what());
+    }
+  }
+}
+
+Block::Block(const ModelConfig& cfg, const attn::AttentionSpec& spec) {
+  const double resid = cfg.init_std / std::sqrt(2.0 * cfg.n_layers);
+  norm1 = register_module("norm1", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
+  AttentionDims d{cfg.d_model, cfg.n_heads, cfg.kv_heads(), cfg.hdim()};
+  attn = register_module("attn", std::make_shared<AttentionLayer>(d, spec, cfg.init_std, resid, cfg.dtype));
+  norm2 = register_module("norm2", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
+  mlp = register_module("mlp", std::make_shared<MLP>(cfg.mlp, cfg.d_model, cfg.hidden(), cfg.init_std, resid, cfg.dtype));
+}
+
+ag::Variable Block::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const {
+  ag::Variable h = ag::add(x, attn->forward(norm1->forward(x), positions, call));
+  return ag::add(h, mlp->forward(norm2->forward(h)));
+}
+
+Transformer::Transformer(const ModelConfig& c, uint64_t seed) : cfg(c) {
+  cfg.validate();
+  embed = register_module("embed", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model, cfg.init_std, cfg.dtype));
+  const auto specs = cfg.layer_specs();
+  for (int64_t l = 0; l < cfg.n_layers; ++l)
+    layers.push_back(register_module("layers." + std::to_string(l), std::make_shared<Block>(cfg, specs[l])));
+  norm = register_module("norm", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
+  if (!cfg.tie_embeddings)
+    head = register_module("head", std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, false, cfg.init_std, cfg.dtype));
+  init_parameters(seed);
+}
+
+ag::Variable Transformer::forward(const Tensor& ids, const Tensor& positions_in, AttnCall call) const {
+  HZ_CHECK(ids.dim() == 2, ShapeError, "model: ids must be (B, T), got ", shape_str(ids.shape()));
+  const int64_t T = ids.size(1);
+  const Tensor positions = positions_in.defined() ? positions_in : Tensor::arange(0, T);
+  if (call.T == 0) call.T = T;
+  if (call.train_T == 0) call.train_T = cfg.max_seq_len;
+  ag::Variable x = embed->forward(ids);
+  for (const auto& b : layers) x = b->forward(x, positions, call);
+  x = norm->forward(x);
+  return head ? head->forward(x) : ag::matmul(x, embed->weight, false, true);
+}
+
+ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const Tensor& weights, AttnCall call) const {
+  ag::Variable logits = forward(ids, Tensor(), call);
+  const int64_t V = cfg.vocab_size;
+  return ag::cross_entropy(ag::reshape(logits, {-1, V}), targets.reshape({-1}),
+                           weights.defined() ? weights.reshape({-1}) : Tensor());
+}
+
+}  // namespace hz::nn

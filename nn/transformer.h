@@ -1,0 +1,74 @@
+// Horizon: the decoder-only Transformer built from a model config whose layers follow a
+// repeating pattern of named layer kinds (e.g. SWAN's [global_nope, swa_rope, swa_rope,
+// swa_rope]) or explicit per-layer overrides.
+//   ids (B, T) -> embedding -> n_layers x pre-norm Block -> final RMSNorm -> logits (B, T, V)
+//   Block: h = x + attn(norm1(x)); y = h + mlp(norm2(h))
+// Initialisation: normal(0.02) everywhere, residual projections (attn.wo, mlp.w2) scaled by
+// 1/sqrt(2 n_layers); norm gains 1. Values depend only on (seed, parameter name).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nn/attention_layer.h"
+
+namespace hz::nn {
+
+struct LayerKind {
+  std::string name;
+  attn::AttentionSpec attn;
+};
+
+struct ModelConfig {
+  int64_t vocab_size = 259;  // 256 bytes + BOS/EOS/PAD
+  int64_t d_model = 128;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 0;    // 0 = n_heads
+  int64_t head_dim = 0;      // 0 = d_model / n_heads
+  int64_t mlp_hidden = 0;    // 0 = 4 d_model (relu2/gelu) or 8/3 d_model rounded up to 8 (swiglu)
+  MlpKind mlp = MlpKind::SwiGLU;
+  bool tie_embeddings = true;
+  double norm_eps = 1e-6;
+  double init_std = 0.02;
+  int64_t max_seq_len = 256;  // the stage's T (validates windows; SCOPE scopes follow the call's T)
+  DType dtype = DType::F32;
+  std::vector<LayerKind> kinds{{"default", {}}};
+  std::vector<std::string> pattern{"default"};  // repeated over the layers
+  std::map<int64_t, std::string> overrides;     // layer index -> kind name
+
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t hdim() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
+  int64_t hidden() const;
+  const LayerKind& kind(const std::string& name) const;
+  std::vector<std::string> layer_kind_names() const;      // one per layer
+  std::vector<attn::AttentionSpec> layer_specs() const;  // one per layer
+  void validate() const;  // throws ValueError with what to change
+};
+
+class Block : public Module {
+ public:
+  Block(const ModelConfig& cfg, const attn::AttentionSpec& spec);
+  ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const;
+  std::shared_ptr<RMSNorm> norm1, norm2;
+  std::shared_ptr<AttentionLayer> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+class Transformer : public Module {
+ public:
+  explicit Transformer(const ModelConfig& cfg, uint64_t seed = 0);
+  // ids (B, T) integer; positions (T) i64 (default 0..T-1). call.T defaults to T.
+  ag::Variable forward(const Tensor& ids, const Tensor& positions = Tensor(), AttnCall call = {}) const;
+  // Mean next-token cross-entropy: targets (B, T) integer, weights (B, T) float or undefined.
+  ag::Variable loss(const Tensor& ids, const Tensor& targets, const Tensor& weights = Tensor(),
+                    AttnCall call = {}) const;
+
+  ModelConfig cfg;
+  std::shared_ptr<Embedding> embed;
+  std::vector<std::shared_ptr<Block>> layers;
+  std::shared_ptr<RMSNorm> norm;
+  std::shared_ptr<Linear> head;  // null when tied
+};
+
+}  // namespace hz::nn

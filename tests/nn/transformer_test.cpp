@@ -1,0 +1,236 @@
+// nn/: module naming and state dicts, initialisation, layer patterns, and the whole Transformer's
+// loss gradient against finite differences for RoPE, SWAN, SCOPE and scale-invariant p-RoPE.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "nn/transformer.h"
+
+using namespace hz;
+using namespace hz::nn;
+
+namespace {
+
+ModelConfig tiny(DType dt = DType::F32) {
+  ModelConfig c;
+  c.vocab_size = 13;
+  c.d_model = 8;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.mlp_hidden = 8;
+  c.max_seq_len = 6;
+  c.dtype = dt;
+  return c;
+}
+
+attn::AttentionSpec rope() { return attn::AttentionSpec{}; }
+attn::AttentionSpec nope_global() {
+  attn::AttentionSpec s;
+  s.pos.kind = attn::PosKind::None;
+  return s;
+}
+attn::AttentionSpec swa_rope(int64_t w) {
+  attn::AttentionSpec s;
+  s.mask.kind = attn::MaskKind::Window;
+  s.mask.window = w;
+  return s;
+}
+
+Tensor ids_of(std::vector<double> v, int64_t B, int64_t T) { return Tensor::from_vector(v, {B, T}, DType::I64); }
+
+}  // namespace
+
+TEST(Module, NamesCountsAndStateDict) {
+  ModelConfig c = tiny();
+  Transformer m(c, 1);
+  std::vector<std::string> names;
+  for (auto& [n, v] : m.named_parameters()) names.push_back(n);
+  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  EXPECT_TRUE(has("embed.weight"));
+  EXPECT_TRUE(has("layers.1.attn.wq.weight"));
+  EXPECT_TRUE(has("layers.0.mlp.w3.weight"));
+  EXPECT_TRUE(has("layers.1.norm2.weight"));
+  EXPECT_TRUE(has("norm.weight"));
+  EXPECT_FALSE(has("head.weight"));  // tied
+  // exact count: embed + per layer (2 norms, q, k, v, o, swiglu) + final norm
+  const int64_t C = 8, H = 2, Hkv = 1, D = 4, F = 8, V = 13;
+  const int64_t per_layer = 2 * C + C * H * D + 2 * C * Hkv * D + H * D * C + 3 * C * F;
+  EXPECT_EQ(m.num_parameters(), V * C + 2 * per_layer + C);
+
+  Transformer other(c, 2);
+  const Tensor ids = ids_of({1, 2, 3, 4, 5, 6}, 1, 6);
+  EXPECT_NE(m.forward(ids).value().to_vector(), other.forward(ids).value().to_vector());
+  LoadReport r = other.load_state_dict(m.state_dict());
+  EXPECT_EQ(r.loaded.size(), names.size());
+  EXPECT_EQ(m.forward(ids).value().to_vector(), other.forward(ids).value().to_vector());
+
+  auto sd = m.state_dict();
+  sd["layers.0.attn.wq.weight"] = Tensor::zeros({3, 3});
+  try {
+    other.load_state_dict(sd);
+    FAIL() << "shape mismatch accepted";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.0.attn.wq.weight"), std::string::npos);
+  }
+  auto partial = m.state_dict();
+  partial.erase("norm.weight");
+  partial["extra.weight"] = Tensor::zeros({1});
+  EXPECT_THROW(other.load_state_dict(partial), ValueError);
+  LoadReport lr = other.load_state_dict(partial, /*strict=*/false);
+  EXPECT_EQ(lr.missing, std::vector<std::string>{"norm.weight"});
+  EXPECT_EQ(lr.unexpected, std::vector<std::string>{"extra.weight"});
+}
+
+TEST(Module, InitialisationRules) {
+  ModelConfig c;
+  c.d_model = 256;
+  c.n_layers = 8;
+  c.n_heads = 4;
+  Transformer m(c, 7);
+  auto stdev = [](const Tensor& t) {
+    double s = 0, s2 = 0;
+    const auto v = t.to_vector();
+    for (double x : v) { s += x; s2 += x * x; }
+    const double mu = s / v.size();
+    return std::sqrt(s2 / v.size() - mu * mu);
+  };
+  const auto sd = m.state_dict();
+  EXPECT_NEAR(stdev(sd.at("layers.3.attn.wq.weight")), 0.02, 0.001);
+  EXPECT_NEAR(stdev(sd.at("layers.3.attn.wo.weight")), 0.02 / std::sqrt(16.0), 0.0003);
+  EXPECT_NEAR(stdev(sd.at("layers.3.mlp.w2.weight")), 0.02 / std::sqrt(16.0), 0.0003);
+  for (double x : sd.at("layers.5.norm1.weight").to_vector()) EXPECT_EQ(x, 1.0);
+  // values depend on (seed, name) only
+  Transformer same(c, 7), other(c, 8);
+  EXPECT_EQ(same.state_dict().at("layers.2.attn.wk.weight").to_vector(), sd.at("layers.2.attn.wk.weight").to_vector());
+  EXPECT_NE(other.state_dict().at("layers.2.attn.wk.weight").to_vector(), sd.at("layers.2.attn.wk.weight").to_vector());
+  EXPECT_NE(sd.at("layers.2.attn.wk.weight").to_vector(), sd.at("layers.2.attn.wv.weight").to_vector());
+}
+
+TEST(ModelConfig, PatternsAndOverrides) {
+  ModelConfig c = tiny();
+  c.n_layers = 6;
+  c.kinds = {{"global_nope", nope_global()}, {"swa_rope", swa_rope(3)}};
+  c.pattern = {"global_nope", "swa_rope", "swa_rope", "swa_rope"};
+  c.overrides = {{5, "global_nope"}};
+  EXPECT_EQ(c.layer_kind_names(), (std::vector<std::string>{"global_nope", "swa_rope", "swa_rope", "swa_rope",
+                                                            "global_nope", "global_nope"}));
+  const auto specs = c.layer_specs();
+  EXPECT_EQ(specs[0].pos.kind, attn::PosKind::None);
+  EXPECT_EQ(specs[2].mask.window, 3);
+  c.validate();
+  c.pattern = {"swa_rope", "mystery"};
+  try {
+    c.validate();
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("'mystery' is not defined"), std::string::npos);
+  }
+  c.pattern = {"swa_rope"};
+  c.kinds[1].attn.mask.window = 64;  // > max_seq_len
+  try {
+    c.validate();
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 0"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("exceeds the context"), std::string::npos);
+  }
+  ModelConfig bad = tiny();
+  bad.n_kv_heads = 3;
+  EXPECT_THROW(Transformer(bad, 0), ValueError);
+}
+
+// ---- whole-model gradient check --------------------------------------------------------------
+namespace {
+struct ModelCase {
+  std::string name;
+  ModelConfig cfg;
+};
+
+class ModelGradcheck : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(ModelGradcheck, LossAndEveryParameterGradient) {
+  ModelConfig c = GetParam().cfg;
+  c.dtype = DType::F64;
+  c.init_std = 0.5;  // non-trivial activations so every path carries gradient
+  Transformer m(c, 3);
+  const Tensor ids = ids_of({1, 5, 2, 9, 12, 0, 3, 3, 7, 1, 4, 11}, 2, 6);
+  const Tensor tgt = ids_of({5, 2, 9, 12, 0, 3, 3, 7, 1, 4, 11, 6}, 2, 6);
+  auto params = m.named_parameters();
+  std::vector<Tensor> values;
+  for (auto& [n, v] : params) values.push_back(v->value());
+  auto f = [&](const std::vector<ag::Variable>& xs) {
+    std::vector<ag::Variable> saved;
+    for (size_t i = 0; i < params.size(); ++i) {
+      saved.push_back(*params[i].second);
+      *params[i].second = xs[i];
+    }
+    ag::Variable l = m.loss(ids, tgt);
+    for (size_t i = 0; i < params.size(); ++i) *params[i].second = saved[i];
+    return l;
+  };
+  ag::GradcheckResult r = ag::gradcheck(f, values);
+  EXPECT_TRUE(r.ok) << GetParam().name << ": " << r.message;
+  EXPECT_EQ(r.checked, m.num_parameters());
+  // and the loss is a sane cross-entropy
+  const double loss = m.loss(ids, tgt).item();
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_GT(loss, 0.0);
+}
+
+std::vector<ModelCase> model_cases() {
+  std::vector<ModelCase> v;
+  ModelConfig r = tiny();
+  r.kinds = {{"rope", rope()}};
+  r.pattern = {"rope"};
+  v.push_back({"rope", r});
+
+  ModelConfig sw = tiny();
+  sw.kinds = {{"global_nope", nope_global()}, {"swa_rope", swa_rope(3)}};
+  sw.pattern = {"global_nope", "swa_rope"};
+  sw.mlp = MlpKind::ReLU2;
+  v.push_back({"swan", sw});
+
+  ModelConfig sc = tiny();
+  attn::AttentionSpec scope;
+  scope.pos.kind = attn::PosKind::None;
+  scope.mask.kind = attn::MaskKind::Scope;
+  sc.kinds = {{"scope", scope}};
+  sc.pattern = {"scope"};
+  sc.mlp = MlpKind::GELU;
+  sc.tie_embeddings = false;
+  v.push_back({"scope", sc});
+
+  ModelConfig si = tiny();
+  attn::AttentionSpec s;
+  s.pos.kind = attn::PosKind::PRope;
+  s.logit.kind = attn::LogitKind::ScaleInvariant;
+  s.qk_norm = attn::QKNorm::Full;
+  attn::AttentionSpec ln = s;
+  ln.logit.kind = attn::LogitKind::LogN;  // learned per-head c
+  ln.qk_norm = attn::QKNorm::PerHead;
+  si.kinds = {{"si_prope", s}, {"logn", ln}};
+  si.pattern = {"si_prope", "logn"};
+  v.push_back({"scale_invariant_prope_qknorm", si});
+  return v;
+}
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Configs, ModelGradcheck, ::testing::ValuesIn(model_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(Transformer, CausalityNoFutureLeak) {
+  // logits at position t must not depend on tokens after t (every mask kind is causal)
+  ModelConfig c = tiny();
+  attn::AttentionSpec scope;
+  scope.mask.kind = attn::MaskKind::Scope;
+  c.kinds = {{"rope", rope()}, {"scope", scope}};
+  c.pattern = {"rope", "scope"};
+  Transformer m(c, 5);
+  const Tensor a = ids_of({1, 2, 3, 4, 5, 6}, 1, 6), b = ids_of({1, 2, 3, 9, 9, 9}, 1, 6);
+  const Tensor la = m.forward(a).value(), lb = m.forward(b).value();
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t v = 0; v < 13; ++v) EXPECT_EQ(la.at({0, t, v}), lb.at({0, t, v}));
+  EXPECT_NE(la.at({0, 3, 0}), lb.at({0, 3, 0}));
+}
