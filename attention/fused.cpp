@@ -264,12 +264,26 @@ void backward_impl(const Plan& P, const Tensor& q, const Tensor& k, const Tensor
   const bool logn = P.logit == LogitKind::LogN && dlogn_c != nullptr;
   std::vector<double> dc(P.H, 0.0);
   int64_t visited = 0;
+  // Heads differ widely in cost (SCOPE: scopes from a few tokens to T), so hand the (b, h) tasks
+  // out largest first (LPT) to balance the threads.
+  std::vector<std::pair<int64_t, int64_t>> order;  // (estimated key blocks, bh)
+  for (int64_t bh = 0; bh < P.B * P.H; ++bh) {
+    int64_t cost = 0;
+    for (int64_t qb = 0; qb < nqb; ++qb) {
+      int64_t kb0, kb1;
+      block_span(P, bh % P.H, qb * P.Bq, std::min(P.Tq, (qb + 1) * P.Bq) - 1, kb0, kb1);
+      cost += std::max<int64_t>(0, kb1 - kb0 + 1);
+    }
+    order.emplace_back(-cost, bh);
+  }
+  std::sort(order.begin(), order.end());
 #pragma omp parallel reduction(+ : visited)
   {
     std::vector<T> sbuf(P.Bq * P.Bk), pbuf(P.Bq * P.Bk), dpbuf(P.Bq * P.Bk), Dvec(P.Tq);
     std::vector<double> rf(P.Bq), lnn(P.Bq);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < P.B * P.H; ++bh) {
+    for (int64_t task = 0; task < P.B * P.H; ++task) {
+      const int64_t bh = order[task].second;
       const int64_t h = bh % P.H, b = bh / P.H, hk = h / P.G;
       const T* qh = qp + bh * P.Tq * P.D;   // (Tq, D)
       const T* oh = op + bh * P.Tq * P.D;   // (Tq, D)

@@ -1,6 +1,6 @@
 // Horizon: benchmarks printed as tables.
 //   horizon bench attention [--T 1024,2048,4096,8192,16384] [--B 1] [--H 8] [--D 64]
-//                           [--window 512] [--reps 3] [--block-q 32] [--block-k 32]
+//                           [--window 512] [--reps 3] [--block-q 64] [--block-k 64]
 //                           [--masks causal,swa,scope] [--json FILE]
 // Forward+backward of the fused attention op per mask and length: median time, peak memory
 // (Horizon's CPU allocator, above the inputs), visible pairs, and the speedups against dense
@@ -64,7 +64,7 @@ int bench_attention(const Args& args) {
   FILE* jf = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
   HZ_CHECK(json.empty() || jf, ValueError, "bench: cannot write ", json);
   fmt::print("fused attention forward+backward, B={} H={} D={} f32, {} threads, tiles {}x{}, median of {}\n",
-             B, H, D, cpu::num_threads(), args.geti("block-q", 32), args.geti("block-k", 32), reps);
+             B, H, D, cpu::num_threads(), args.geti("block-q", 64), args.geti("block-k", 64), reps);
   fmt::print("{:>6} {:>7} {:>14} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>9}\n", "T", "mask",
              "visible pairs", "pair ratio", "fwd ms", "fwd+bwd ms", "time ratio", "ratio/ratio",
              "peak MiB", "GFLOP/s");
@@ -72,8 +72,8 @@ int bench_attention(const Args& args) {
     double causal_ms = 0, causal_pairs = 0;
     for (const auto& m : masks) {
       attn::AttnConfig cfg;
-      cfg.block_q = args.geti("block-q", 32);
-      cfg.block_k = args.geti("block-k", 32);
+      cfg.block_q = args.geti("block-q", 64);
+      cfg.block_k = args.geti("block-k", 64);
       if (m == "causal") cfg.window.assign(H, 0);
       else if (m == "swa") cfg.window.assign(H, std::min(W, T));
       else if (m == "scope") cfg.window = attn::scope_windows(H, T);
@@ -130,7 +130,7 @@ int bench_attention(const Args& args) {
 int bench_main(const std::vector<std::string>& args) {
   if (args.size() < 2 || args[1] == "--help") {
     fmt::print("usage: horizon bench attention [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512]\n"
-               "                               [--reps 3] [--block-q 32] [--block-k 32] [--masks causal,swa,scope]\n"
+               "                               [--reps 3] [--block-q 64] [--block-k 64] [--masks causal,swa,scope]\n"
                "                               [--json FILE]\n");
     return args.size() < 2 ? 2 : 0;
   }
