@@ -1,15 +1,26 @@
-// Horizon: the command-line entry point. Subcommands arrive with later issues (train, eval,
-// data, bench); `info` reports the build. Library errors become exit codes here and only here.
+// Horizon: the command-line entry point. Library errors become exit codes here and only here:
+// 0 success, 1 a usage or input error (bad recipe, missing file, impossible config), 2 bad
+// command line, 3 an internal error.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "attention/accounting.h"
 #include "cli/bench.h"
-#include "core/cuda/backend.h"
 #include "core/cpu/kernels.h"
+#include "core/cuda/backend.h"
 #include "core/error.h"
+#include "data/shard.h"
+#include "eval/eval.h"
+#include "train/checkpoint.h"
+#include "train/recipe.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -18,25 +29,116 @@ void usage() {
       "horizon — long-context position-encoding research framework\n\n"
       "usage: horizon <command> [args]\n\n"
       "commands:\n"
-      "  info        build configuration: backends, threads, CUDA devices\n"
-      "  bench       benchmarks (bench attention); see horizon bench --help\n"
-      "  --help      this text\n");
+      "  train RECIPE.yaml [key.path=value ...]   train (or resume) a run; writes runs/<run.name>/\n"
+      "  eval RUN_DIR|CHECKPOINT [key=value ...]  loss / perplexity vs length, NLL by position\n"
+      "  data prepare RECIPE.yaml [key=value ...] tokenize the recipe's corpus into shards\n"
+      "  info [RECIPE.yaml|RUN_DIR] [key=value]   build, parameters, per-layer attention, FLOPs\n"
+      "  bench attention [...]                    benchmarks (see horizon bench --help)\n"
+      "  train --schema                           every recipe field with its default and meaning\n"
+      "  <command> --help                         help of a command\n");
 }
 
-int cmd_info() {
+bool wants_help(const std::vector<std::string>& a) {
+  for (const auto& s : a)
+    if (s == "--help" || s == "-h") return true;
+  return false;
+}
+
+int cmd_train(const std::vector<std::string>& a) {
+  if (a.size() >= 2 && a[1] == "--schema") {
+    fmt::print("{}", hz::train::recipe_schema());
+    return 0;
+  }
+  if (a.size() < 2 || wants_help(a)) {
+    fmt::print("usage: horizon train RECIPE.yaml [key.path=value ...]\n"
+               "  Overrides take precedence over the file (e.g. train.steps=100 model.n_layers=2).\n"
+               "  Resume with checkpoint.resume=latest; see horizon train --schema for every field.\n");
+    return a.size() < 2 ? 2 : 0;
+  }
+  const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+  const auto res = hz::train::train(r);
+  fmt::print("run directory: {}\n", res.run_dir);
+  return 0;
+}
+
+int cmd_eval(const std::vector<std::string>& a) {
+  if (a.size() < 2 || wants_help(a)) {
+    fmt::print("usage: horizon eval RUN_DIR|CHECKPOINT.h5 [key=value ...]\n"
+               "  Overrides apply to the run's recipe, e.g. eval.lengths=[256,512,1024]\n"
+               "  eval.rope_scaling=yarn  eval.swan_a=362  eval.drope_c=0.4  eval.fit_drope_c=[0,0.2,0.4]\n"
+               "  eval.lampe=true  eval.batches=8. Writes eval.csv, eval.json, nll_by_position.csv to the run dir.\n");
+    return a.size() < 2 ? 2 : 0;
+  }
+  hz::train::LoadedRun run = hz::train::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+  const auto [tp, vp] = hz::train::prepare_data(run.recipe, true);
+  (void)tp;
+  const auto val = hz::data::Shard::open(vp);
+  fmt::print("evaluating {} (step {}), trained at length {}\n", run.checkpoint, run.step, run.recipe.data.seq_len);
+  const hz::eval::EvalReport rep = hz::eval::evaluate(*run.model, *val, run.recipe);
+  fmt::print("{}", hz::eval::report_table(rep, run.recipe.data.seq_len));
+  hz::eval::write_report(rep, run.run_dir, run.recipe.data.seq_len);
+  fmt::print("wrote {0}/eval.csv, {0}/eval.json, {0}/nll_by_position.csv\n", run.run_dir);
+  return 0;
+}
+
+int cmd_data(const std::vector<std::string>& a) {
+  if (a.size() < 3 || a[1] != "prepare" || wants_help(a)) {
+    fmt::print("usage: horizon data prepare RECIPE.yaml [key=value ...]\n"
+               "  Tokenizes the recipe's corpus (data.source) into train/val shards in data.cache_dir.\n");
+    return wants_help(a) ? 0 : 2;
+  }
+  const hz::train::Recipe r = hz::train::load_recipe(a[2], std::vector<std::string>(a.begin() + 3, a.end()));
+  const auto [tp, vp] = hz::train::prepare_data(r, true);
+  const auto t = hz::data::Shard::open(tp), v = hz::data::Shard::open(vp);
+  fmt::print("train: {} ({} docs, {} tokens)\nval:   {} ({} docs, {} tokens)\n", tp, t->n_docs(), t->n_tokens(), vp,
+             v->n_docs(), v->n_tokens());
+  return 0;
+}
+
+int cmd_info(const std::vector<std::string>& a) {
+  if (wants_help(a)) {
+    fmt::print("usage: horizon info [RECIPE.yaml|RUN_DIR] [key=value ...]\n");
+    return 0;
+  }
   fmt::print("horizon {}\n", HZ_VERSION);
   fmt::print("  cpu threads (OpenMP): {}\n", hz::cpu::num_threads());
 #ifdef HZ_HAVE_OPENBLAS_CLI
   fmt::print("  cpu gemm: OpenBLAS\n");
+#else
+  fmt::print("  cpu gemm: portable\n");
 #endif
   fmt::print("  cuda: {}{}\n", hz::cuda::compiled() ? "compiled" : "not compiled",
-             hz::cuda::compiled() ? fmt::format(", {} device(s) visible", hz::cuda::device_count())
-                                  : std::string());
+             hz::cuda::compiled() ? fmt::format(", {} device(s) visible", hz::cuda::device_count()) : std::string());
 #ifdef HZ_HAVE_MPI
   fmt::print("  mpi: compiled\n");
 #else
   fmt::print("  mpi: not compiled\n");
 #endif
+  if (a.size() < 2) return 0;
+  const std::vector<std::string> ov(a.begin() + 2, a.end());
+  hz::train::Recipe r;
+  if (fs::is_directory(a[1])) r = hz::train::load_recipe(a[1] + "/config.yaml", ov);
+  else r = hz::train::load_recipe(a[1], ov);
+  const hz::nn::Transformer m(r.model_config(), 0);
+  fmt::print("\nrecipe {} (run {})\n  parameters: {}\n", r.source_file, r.run.name, m.num_parameters());
+  for (size_t l = 0; l < m.layers.size(); ++l)
+    fmt::print("  layer {:>2}: {:<12} {}\n", l, m.cfg.layer_kind_names()[l], m.layers[l]->attn->spec.describe());
+  fmt::print("\nattention cost per sequence (all layers): visible pairs and forward FLOPs\n");
+  fmt::print("{:>8} {:>16} {:>12} {:>10}\n", "T", "visible pairs", "GFLOP fwd", "vs dense");
+  for (int64_t T : r.eval_lengths()) {
+    int64_t pairs = 0;
+    double flops = 0, dense = 0;
+    for (const auto& b : m.layers) {
+      hz::nn::AttnCall call;
+      call.T = T;
+      call.train_T = r.data.seq_len;
+      const auto c = hz::attn::attention_cost(b->attn->kernel_config(call), m.cfg.n_heads, T, T, m.cfg.hdim());
+      pairs += c.visible_pairs;
+      flops += c.flops_fwd;
+      dense += 4.0 * m.cfg.hdim() * m.cfg.n_heads * T * (T + 1) / 2.0;
+    }
+    fmt::print("{:>8} {:>16} {:>12.3f} {:>9.1f}%\n", T, pairs, flops / 1e9, 100.0 * flops / dense);
+  }
   return 0;
 }
 
@@ -48,9 +150,13 @@ int main(int argc, char** argv) {
       usage();
       return argc < 2 ? 2 : 0;
     }
-    const std::string cmd = argv[1];
-    if (cmd == "info") return cmd_info();
-    if (cmd == "bench") return hz::cli::bench_main(std::vector<std::string>(argv + 1, argv + argc));
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    const std::string& cmd = args[0];
+    if (cmd == "train") return cmd_train(args);
+    if (cmd == "eval") return cmd_eval(args);
+    if (cmd == "data") return cmd_data(args);
+    if (cmd == "info") return cmd_info(args);
+    if (cmd == "bench") return hz::cli::bench_main(args);
     fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);
     return 2;
   } catch (const hz::Error& e) {

@@ -55,14 +55,25 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  if (spec.pos.kind == attn::PosKind::Rope || spec.pos.kind == attn::PosKind::PRope) {
+  attn::AttnConfig cfg = kernel_config(call);
+  bool causal = true;
+  for (int64_t w : cfg.window) causal &= w == 0;
+  const bool rotary = spec.pos.kind == attn::PosKind::Rope || spec.pos.kind == attn::PosKind::PRope;
+  attn::RopeFreqs f;
+  if (rotary) {
     attn::PositionSpec ps = spec.pos;
     if (ps.original_context == 0) ps.original_context = call.train_T > 0 ? call.train_T : call.T;
-    const attn::RopeFreqs f = attn::rope_frequencies(ps, D, call.T);
+    f = attn::rope_frequencies(ps, D, call.T);
+  }
+  if (rotary && lampe && causal) {  // LaMPE rotates per region itself
+    const attn::AttnOutput o = attn::lampe_attention(q, k, v, f, *lampe, cfg);
+    return wo->forward(ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D}));
+  }
+  if (rotary) {
     q = attn::apply_rope(q, positions, f);
     k = attn::apply_rope(k, positions, f);
   }
-  const attn::AttnOutput o = attn::fused_attention(q, k, v, kernel_config(call), logn_c);
+  const attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, logn_c);
   ag::Variable y = ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D});
   return wo->forward(y);
 }

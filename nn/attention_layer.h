@@ -4,7 +4,10 @@
 // RoPE / p-RoPE at explicit positions; the fused attention op with this layer's windows, ALiBi
 // slopes and logit transform; output projection wo (a residual projection).
 #pragma once
+#include <optional>
+
 #include "attention/fused.h"
+#include "attention/lampe.h"
 #include "attention/rope.h"
 #include "attention/spec.h"
 #include "nn/layers.h"
@@ -36,6 +39,8 @@ class AttentionLayer : public Module {
   std::shared_ptr<Linear> wq, wk, wv, wo;
   std::shared_ptr<RMSNorm> q_norm, k_norm;
   ag::Variable logn_c;  // (H): a parameter when learnable, else a constant
+  // Inference: when set on a causal RoPE layer, attention runs as LaMPE (attention/lampe.h).
+  std::optional<attn::LampeConfig> lampe;
 };
 
 }  // namespace hz::nn

@@ -1,2 +1,0 @@
-// placeholder so the library has a source until its first file lands
-namespace hz { namespace data_placeholder { int unused = 0; } }

@@ -1,0 +1,24 @@
+// Horizon: gradient-norm clipping over a list of parameters (e.g. the whole model, after the
+// gradients have been synchronised across ranks).
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace hz::optim {
+
+// sqrt(sum of squares of every element of every defined grad), accumulated in double in a fixed
+// order (parameters in list order, elements row-major), so the result is deterministic.
+// Parameters without a grad contribute nothing.
+double global_grad_norm(const std::vector<std::pair<std::string, ag::Variable*>>& params);
+
+// When max_norm > 0 and the global norm exceeds it, multiplies every grad in place by
+// max_norm / norm. max_norm <= 0 disables clipping (the norm is still computed). Returns the
+// norm before clipping (log it). A non-finite norm (inf/NaN gradients) leaves the grads untouched
+// and is returned as is: the caller decides whether to skip the step or stop the run.
+double clip_grad_norm(const std::vector<std::pair<std::string, ag::Variable*>>& params,
+                      double max_norm);
+
+}  // namespace hz::optim

@@ -1,0 +1,22 @@
+// Horizon: which parameters Muon updates (SPEC.md "Optimizers"). Muon is for the hidden 2-D
+// weight matrices; the token embedding ("embed." prefix), the output head ("head." prefix),
+// norm gains, biases and scalars go to AdamW.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace hz::optim {
+
+struct Partition {
+  std::vector<std::pair<std::string, ag::Variable*>> hidden_matrices;  // for Muon
+  std::vector<std::pair<std::string, ag::Variable*>> rest;             // for AdamW
+};
+
+// Splits `named` (e.g. Module::named_parameters()) keeping the input order within each part.
+// Hidden matrices: 2-D parameters whose name starts with neither "embed." nor "head.".
+Partition partition_for_muon(const std::vector<std::pair<std::string, ag::Variable*>>& named);
+
+}  // namespace hz::optim

@@ -1,0 +1,518 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <utility>
+
+#include "train/hdf5.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "checkpoint checksums hash raw little-endian bytes; port checkpoint.cpp first");
+
+namespace hz::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- FNV-1a 64 --------------------------------------------------------------------------------
+struct Fnv1a64 {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    uint64_t x = h;
+    for (size_t i = 0; i < n; ++i) {
+      x ^= b[i];
+      x *= 0x100000001b3ull;
+    }
+    h = x;
+  }
+  void u64(uint64_t v) {
+    unsigned char le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(v >> (8 * i));
+    bytes(le, 8);
+  }
+  void str(const std::string& s) {
+    u64(s.size());
+    bytes(s.data(), s.size());
+  }
+};
+
+// Tensors as they are written: on the CPU, row-major contiguous.
+using TensorMap = std::map<std::string, Tensor>;
+TensorMap host_contiguous(const TensorMap& m) {
+  TensorMap out;
+  for (const auto& [k, t] : m) out.emplace(k, t.to(Device::cpu()).contiguous());
+  return out;
+}
+
+uint64_t checksum_of(int64_t format_version, int64_t step, int64_t tokens_seen,
+                     const TensorMap& model, const TensorMap& optimizer,
+                     const std::map<std::string, int64_t>& counters,
+                     const std::map<std::string, std::string>& meta) {
+  Fnv1a64 f;
+  f.str("horizon-checkpoint");
+  f.u64(static_cast<uint64_t>(format_version));
+  f.u64(static_cast<uint64_t>(step));
+  f.u64(static_cast<uint64_t>(tokens_seen));
+  const std::pair<const char*, const TensorMap*> sections[] = {{"model", &model},
+                                                               {"optimizer", &optimizer}};
+  for (const auto& [name, map] : sections) {
+    f.str(name);
+    f.u64(map->size());
+    for (const auto& [key, t] : *map) {
+      f.str(key);
+      f.str(dtype_name(t.dtype()));
+      f.u64(static_cast<uint64_t>(t.dim()));
+      for (auto d : t.shape()) f.u64(static_cast<uint64_t>(d));
+      const size_t nbytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+      f.u64(nbytes);
+      if (nbytes) f.bytes(t.raw_data(), nbytes);
+    }
+  }
+  f.str("counters");
+  f.u64(counters.size());
+  for (const auto& [k, v] : counters) {
+    f.str(k);
+    f.u64(static_cast<uint64_t>(v));
+  }
+  f.str("meta");
+  f.u64(meta.size());
+  for (const auto& [k, v] : meta) {
+    f.str(k);
+    f.str(v);
+  }
+  return f.h;
+}
+
+// ---- dtypes in the file -------------------------------------------------------------------------
+hid_t file_type_of(DType t) {
+  switch (t) {
+    case DType::F32: return H5T_IEEE_F32LE;
+    case DType::F64: return H5T_IEEE_F64LE;
+    case DType::BF16: return H5T_STD_U16LE;
+    case DType::I32: return H5T_STD_I32LE;
+    case DType::I64: return H5T_STD_I64LE;
+    default: break;
+  }
+  throw DTypeError(std::string("checkpoint: no HDF5 type for dtype ") + dtype_name(t));
+}
+hid_t mem_type_of(DType t) {
+  switch (t) {
+    case DType::F32: return H5T_NATIVE_FLOAT;
+    case DType::F64: return H5T_NATIVE_DOUBLE;
+    case DType::BF16: return H5T_NATIVE_UINT16;
+    case DType::I32: return H5T_NATIVE_INT32;
+    case DType::I64: return H5T_NATIVE_INT64;
+    default: break;
+  }
+  throw DTypeError(std::string("checkpoint: no HDF5 type for dtype ") + dtype_name(t));
+}
+
+// Does the dataset's stored type match what `t` is written as?
+bool file_type_matches(const h5::Dataset& d, DType t) {
+  const H5T_class_t cls = d.type_class();
+  const size_t size = d.type_size();
+  switch (t) {
+    case DType::F32: return cls == H5T_FLOAT && size == 4;
+    case DType::F64: return cls == H5T_FLOAT && size == 8;
+    case DType::BF16: return cls == H5T_INTEGER && size == 2 && !d.type_signed();
+    case DType::I32: return cls == H5T_INTEGER && size == 4 && d.type_signed();
+    case DType::I64: return cls == H5T_INTEGER && size == 8 && d.type_signed();
+    default: return false;
+  }
+}
+
+DType dtype_from_file(const h5::Dataset& d) {
+  if (d.has_attr("dtype")) {
+    const std::string name = d.read_attr_string("dtype");
+    for (int i = 0; i < static_cast<int>(DType::Count); ++i) {
+      const auto t = static_cast<DType>(i);
+      if (name != dtype_name(t)) continue;
+      if (!file_type_matches(d, t))
+        throw CheckpointError(d.name() + ": attribute dtype=\"" + name +
+                              "\" does not match the stored HDF5 type");
+      return t;
+    }
+    throw CheckpointError(d.name() + ": unknown dtype attribute \"" + name +
+                          "\" (supported: f32, f64, bf16, i32, i64)");
+  }
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64})
+    if (file_type_matches(d, t)) return t;
+  throw CheckpointError(d.name() +
+                        ": unsupported HDF5 element type (need f32, f64, i32, i64, or u16 with "
+                        "attribute dtype=\"bf16\")");
+}
+
+// ---- validation -------------------------------------------------------------------------------
+void check_key(const std::string& section, const std::string& key) {
+  HZ_CHECK(!key.empty(), ValueError, "save_checkpoint: empty key in ", section,
+           "; every entry needs a name");
+  HZ_CHECK(key.find('\0') == std::string::npos, ValueError, "save_checkpoint: key in ", section,
+           " contains a NUL byte (HDF5 names are C strings); rename it");
+}
+
+void validate(const CheckpointData& c) {
+  HZ_CHECK(c.format_version == kCheckpointFormatVersion, ValueError,
+           "save_checkpoint: format_version ", c.format_version,
+           " requested, but this build writes format_version ", kCheckpointFormatVersion,
+           "; leave CheckpointData::format_version at its default");
+  for (const auto* m : {&c.model, &c.optimizer}) {
+    const char* section = m == &c.model ? "model" : "optimizer";
+    for (const auto& [k, t] : *m) {
+      check_key(section, k);
+      HZ_CHECK(t.defined(), ValueError, "save_checkpoint: ", section, " tensor '", k,
+               "' is undefined; drop it or give it a value");
+    }
+  }
+  for (const auto& [k, v] : c.counters) check_key("counters", k);
+  for (const auto& [k, v] : c.meta) {
+    check_key("meta", k);
+    HZ_CHECK(v.find('\0') == std::string::npos, ValueError, "save_checkpoint: meta '", k,
+             "' contains a NUL byte; HDF5 strings cannot hold it");
+  }
+}
+
+// ---- files ------------------------------------------------------------------------------------
+std::string errno_text() { return std::strerror(errno); }
+
+void fsync_path(const std::string& p, bool directory, const std::string& ckpt) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0)
+    throw CheckpointError(ckpt + ": cannot open " + p + " to fsync it: " + errno_text());
+  const int rc = ::fsync(fd);
+  const std::string err = rc != 0 ? errno_text() : std::string();
+  ::close(fd);
+  if (rc != 0) throw CheckpointError(ckpt + ": fsync of " + p + " failed: " + err +
+                                     "; check the disk (full or failing?)");
+}
+
+std::string parent_dir(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+void write_tensors(h5::Group& g, const TensorMap& m) {
+  for (const auto& [key, t] : m) {
+    h5::Dataset d = g.create_dataset(escape_key(key), file_type_of(t.dtype()), t.shape());
+    d.write(mem_type_of(t.dtype()), t.raw_data());
+    d.write_attr_string("key", key);
+    d.write_attr_string("dtype", dtype_name(t.dtype()));
+    d.close();
+  }
+}
+
+// The key of a member of /model, /optimizer, /counters or /meta: its "key" attribute, which must
+// agree with the escaped link name.
+template <class Obj>
+std::string member_key(const Obj& o, const std::string& link) {
+  if (!o.has_attr("key")) return unescape_key(link);
+  std::string key = o.read_attr_string("key");
+  if (escape_key(key) != link)
+    throw CheckpointError(o.name() + ": its key attribute \"" + key +
+                          "\" does not match the dataset name");
+  return key;
+}
+
+TensorMap read_tensors(const h5::Group& g) {
+  TensorMap out;
+  for (const auto& link : g.links()) {
+    h5::Dataset d = g.open_dataset(link);
+    const std::string key = member_key(d, link);
+    const DType dt = dtype_from_file(d);
+    Tensor t = Tensor::empty(d.dims(), dt);
+    d.read(mem_type_of(dt), t.raw_data());
+    out.emplace(key, std::move(t));
+  }
+  return out;
+}
+
+bool starts_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+}
+
+// step_<N>.h5 -> N (>= 0); -1 for any other name. `suffix` is ".h5" or ".h5.tmp".
+int64_t parse_step_name(const std::string& name, const std::string& suffix) {
+  const std::string prefix = "step_";
+  if (name.size() <= prefix.size() + suffix.size() || !starts_with(name, prefix) ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.size() > 18) return -1;
+  for (char ch : digits)
+    if (ch < '0' || ch > '9') return -1;
+  return std::stoll(digits);
+}
+
+// (N, path) of step_<N><suffix> regular files in dir, sorted by N then name.
+std::vector<std::pair<int64_t, std::string>> scan(const std::string& dir, const std::string& suffix) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code ec2;
+    if (!it->is_regular_file(ec2)) continue;
+    const int64_t n = parse_step_name(it->path().filename().string(), suffix);
+    if (n >= 0) out.emplace_back(n, it->path().string());
+  }
+  if (ec) throw CheckpointError(dir + ": cannot list the directory: " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+// ---- key escaping -----------------------------------------------------------------------------
+std::string escape_key(const std::string& key) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(key.size());
+  for (size_t i = 0; i < key.size(); ++i) {
+    const auto c = static_cast<unsigned char>(key[i]);
+    const bool esc = c == '%' || c == '/' || c < 0x20 || c >= 0x7f || (i == 0 && c == '.');
+    if (esc) {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string unescape_key(const std::string& link) {
+  auto hexval = [&](char ch) -> int {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    throw ValueError("unescape_key: malformed escape in \"" + link +
+                     "\" ('%' must be followed by two hex digits)");
+  };
+  std::string out;
+  out.reserve(link.size());
+  for (size_t i = 0; i < link.size(); ++i) {
+    if (link[i] != '%') {
+      out += link[i];
+      continue;
+    }
+    HZ_CHECK(i + 2 < link.size(), ValueError, "unescape_key: truncated escape at the end of \"",
+             link, "\"");
+    out += static_cast<char>(hexval(link[i + 1]) * 16 + hexval(link[i + 2]));
+    i += 2;
+  }
+  return out;
+}
+
+// ---- checksum ---------------------------------------------------------------------------------
+uint64_t checkpoint_checksum(const CheckpointData& c) {
+  return checksum_of(c.format_version, c.step, c.tokens_seen, host_contiguous(c.model),
+                     host_contiguous(c.optimizer), c.counters, c.meta);
+}
+
+// ---- save -------------------------------------------------------------------------------------
+void save_checkpoint(const std::string& path, const CheckpointData& c) {
+  HZ_CHECK(!path.empty(), ValueError, "save_checkpoint: empty path");
+  validate(c);
+  const TensorMap model = host_contiguous(c.model);
+  const TensorMap optimizer = host_contiguous(c.optimizer);
+  const uint64_t checksum =
+      checksum_of(c.format_version, c.step, c.tokens_seen, model, optimizer, c.counters, c.meta);
+
+  const std::string dir = parent_dir(path);
+  {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir))
+      throw CheckpointError(path + ": cannot create the checkpoint directory " + dir + ": " +
+                            (ec ? ec.message() : std::string("not a directory")));
+  }
+  const std::string tmp = path + ".tmp";
+  try {
+    {
+      h5::File f = h5::File::create(tmp);
+      h5::Group& root = f.root();
+      {
+        h5::Group g = root.create_group("model");
+        write_tensors(g, model);
+      }
+      {
+        h5::Group g = root.create_group("optimizer");
+        write_tensors(g, optimizer);
+      }
+      {
+        h5::Group g = root.create_group("counters");
+        for (const auto& [key, v] : c.counters) {
+          h5::Dataset d = g.create_dataset(escape_key(key), H5T_STD_I64LE, {});
+          d.write(H5T_NATIVE_INT64, &v);
+          d.write_attr_string("key", key);
+        }
+      }
+      {
+        h5::Group g = root.create_group("meta");
+        for (const auto& [key, v] : c.meta) {
+          h5::Dataset d = g.write_string(escape_key(key), v);
+          d.write_attr_string("key", key);
+        }
+      }
+      root.write_attr_i64("format_version", c.format_version);
+      root.write_attr_i64("step", c.step);
+      root.write_attr_i64("tokens_seen", c.tokens_seen);
+      root.write_attr_u64("checksum", checksum);
+      f.close();
+    }
+    fsync_path(tmp, false, path);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw CheckpointError(path + ": cannot rename " + tmp + " over it: " + errno_text());
+    fsync_path(dir, true, path);
+  } catch (const h5::HDF5Error& e) {
+    std::remove(tmp.c_str());
+    throw CheckpointError(path + ": could not write the checkpoint: " + e.what() +
+                          "; check free disk space and write permission");
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+}
+
+// ---- load -------------------------------------------------------------------------------------
+CheckpointData load_checkpoint(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw CheckpointError(path + ": cannot read the checkpoint: " + errno_text() +
+                          "; check the path (find_latest_checkpoint(dir) finds the newest one)");
+  if (S_ISDIR(st.st_mode))
+    throw CheckpointError(path + ": is a directory, not a checkpoint file; pass one of its "
+                                 "step_<N>.h5 files (find_latest_checkpoint(dir) finds the newest)");
+  if (!h5::is_hdf5(path)) {
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    unsigned char head[8] = {};
+    std::ifstream in(path, std::ios::binary);
+    in.read(reinterpret_cast<char*>(head), 8);
+    const auto got = static_cast<size_t>(in.gcount());
+    if (st.st_size == 0)
+      throw CheckpointError(path + ": empty file (0 bytes), not a checkpoint; use an earlier "
+                                   "checkpoint");
+    if (std::memcmp(head, sig, got) == 0)
+      throw CheckpointError(path + ": truncated or damaged HDF5 file (" +
+                            std::to_string(st.st_size) +
+                            " bytes, header unreadable); use an earlier checkpoint");
+    throw CheckpointError(path + ": not an HDF5 file (no HDF5 signature); a checkpoint is a "
+                                 "step_<N>.h5 written by Horizon");
+  }
+
+  std::optional<h5::File> file;
+  try {
+    file.emplace(h5::File::open(path));
+  } catch (const h5::HDF5Error& e) {
+    throw CheckpointError(path + ": cannot open the HDF5 file: it is truncated or damaged (" +
+                          e.what() + "); use an earlier checkpoint");
+  }
+  CheckpointData c;
+  uint64_t stored = 0;
+  try {
+    const h5::Group& root = file->root();
+    if (!root.has_attr("format_version"))
+      throw CheckpointError(path + ": not a Horizon checkpoint (no format_version attribute on "
+                                   "/); pass a step_<N>.h5 written by Horizon");
+    c.format_version = root.read_attr_i64("format_version");
+    if (c.format_version != kCheckpointFormatVersion)
+      throw CheckpointError(path + ": unsupported checkpoint format_version " +
+                            std::to_string(c.format_version) + "; this build reads format_version " +
+                            std::to_string(kCheckpointFormatVersion) +
+                            " (use the Horizon version that wrote it)");
+    for (const char* g : {"model", "optimizer", "counters", "meta"})
+      if (!root.has(g))
+        throw CheckpointError(path + ": not a complete Horizon checkpoint (group /" +
+                              std::string(g) + " is missing); use an earlier checkpoint");
+    for (const char* a : {"step", "tokens_seen", "checksum"})
+      if (!root.has_attr(a))
+        throw CheckpointError(path + ": not a complete Horizon checkpoint (attribute " +
+                              std::string(a) + " on / is missing); use an earlier checkpoint");
+    c.step = root.read_attr_i64("step");
+    c.tokens_seen = root.read_attr_i64("tokens_seen");
+    stored = root.read_attr_u64("checksum");
+    c.model = read_tensors(root.open_group("model"));
+    c.optimizer = read_tensors(root.open_group("optimizer"));
+    {
+      const h5::Group g = root.open_group("counters");
+      for (const auto& link : g.links()) {
+        h5::Dataset d = g.open_dataset(link);
+        const std::string key = member_key(d, link);
+        if (d.type_class() != H5T_INTEGER || d.numel() != 1 || !d.dims().empty())
+          throw CheckpointError(d.name() + ": a counter must be a scalar integer");
+        int64_t v = 0;
+        d.read(H5T_NATIVE_INT64, &v);
+        c.counters.emplace(key, v);
+      }
+    }
+    {
+      const h5::Group g = root.open_group("meta");
+      for (const auto& link : g.links()) {
+        h5::Dataset d = g.open_dataset(link);
+        c.meta.emplace(member_key(d, link), d.read_string());
+      }
+    }
+    file->close();
+  } catch (const h5::HDF5Error& e) {
+    throw CheckpointError(path + ": cannot read the checkpoint: " + e.what() +
+                          "; the file is damaged or was not written by Horizon; use an earlier "
+                          "checkpoint");
+  } catch (const ValueError& e) {  // malformed escaped name
+    throw CheckpointError(path + ": " + e.what());
+  } catch (const CheckpointError& e) {
+    const std::string msg = e.what();
+    if (starts_with(msg, path + ":")) throw;
+    throw CheckpointError(path + ": " + msg + "; use an earlier checkpoint");
+  }
+  if (checkpoint_checksum(c) != stored)
+    throw CheckpointError(path + ": checksum mismatch: the file is corrupted; use an earlier "
+                                 "checkpoint");
+  return c;
+}
+
+// ---- run directories --------------------------------------------------------------------------
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  HZ_CHECK(step >= 0, ValueError, "checkpoint_path: step must be >= 0, got ", step);
+  return (fs::path(dir) / ("step_" + std::to_string(step) + ".h5")).string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  for (auto& [n, p] : scan(dir, ".h5")) out.push_back(p);
+  return out;
+}
+
+std::string find_latest_checkpoint(const std::string& dir) {
+  const auto all = scan(dir, ".h5");
+  return all.empty() ? std::string() : all.back().second;
+}
+
+void prune_checkpoints(const std::string& dir, int keep_last) {
+  HZ_CHECK(keep_last >= 1, ValueError, "prune_checkpoints: keep_last must be >= 1, got ",
+           keep_last, " (to keep every checkpoint, do not prune)");
+  const auto all = scan(dir, ".h5");
+  if (all.empty()) return;
+  const int64_t newest = all.back().first;
+  std::vector<std::string> doomed;
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i)
+    doomed.push_back(all[i].second);
+  for (auto& [m, p] : scan(dir, ".h5.tmp"))
+    if (m < newest) doomed.push_back(p);
+  for (const auto& p : doomed) {
+    std::error_code ec;
+    fs::remove(p, ec);
+    if (ec) throw CheckpointError(p + ": cannot delete old checkpoint: " + ec.message());
+  }
+}
+
+}  // namespace hz::train

@@ -1,0 +1,345 @@
+#include "train/hdf5.h"
+
+#include <cstring>
+#include <utility>
+
+namespace hz::train::h5 {
+
+// ---- errors -----------------------------------------------------------------------------------
+void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+namespace {
+herr_t collect_error(unsigned, const H5E_error2_t* err, void* out) {
+  auto* msgs = static_cast<std::vector<std::string>*>(out);
+  msgs->push_back(err->desc ? err->desc : "");
+  return 0;
+}
+}  // namespace
+
+std::string last_error_message() {
+  std::vector<std::string> msgs;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &msgs);
+  H5Eclear2(H5E_DEFAULT);
+  // Walking downward goes from the API call to the root cause: the last entry is the most specific.
+  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
+    if (!it->empty()) return *it;
+  return {};
+}
+
+namespace {
+[[noreturn]] void fail(const std::string& what) {
+  const std::string why = last_error_message();
+  throw HDF5Error(why.empty() ? what : what + " (HDF5: " + why + ")");
+}
+// hid_t and herr_t results: negative means failure.
+hid_t check_id(hid_t id, const std::string& what) {
+  if (id < 0) fail(what);
+  return id;
+}
+void check(herr_t rc, const std::string& what) {
+  if (rc < 0) fail(what);
+}
+std::string join(const std::string& parent, const std::string& link) {
+  if (parent.empty() || parent == "/") return "/" + link;
+  return parent + "/" + link;
+}
+
+Id make_space(const Dims& dims, const std::string& what) {
+  if (dims.empty()) return Id(check_id(H5Screate(H5S_SCALAR), what), H5Sclose);
+  std::vector<hsize_t> d(dims.begin(), dims.end());
+  for (auto v : dims)
+    if (v < 0) throw HDF5Error(what + ": negative dimension");
+  return Id(check_id(H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr), what),
+            H5Sclose);
+}
+
+Dims space_dims(hid_t space, const std::string& what) {
+  const H5S_class_t cls = H5Sget_simple_extent_type(space);
+  if (cls == H5S_SCALAR) return {};
+  if (cls != H5S_SIMPLE) throw HDF5Error(what + ": dataspace is null or invalid (no elements to read)");
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 0) fail(what);
+  std::vector<hsize_t> d(static_cast<size_t>(rank));
+  if (rank > 0) check(H5Sget_simple_extent_dims(space, d.data(), nullptr), what);
+  return Dims(d.begin(), d.end());
+}
+
+Id utf8_vlen_string_type(const std::string& what) {
+  Id t(check_id(H5Tcopy(H5T_C_S1), what), H5Tclose);
+  check(H5Tset_size(t.get(), H5T_VARIABLE), what);
+  check(H5Tset_cset(t.get(), H5T_CSET_UTF8), what);
+  return t;
+}
+
+// Reads one string (VL or fixed length) through `read(mem_type, buf)`; the memory type takes the
+// file's character set (HDF5 refuses to convert between ASCII and UTF-8).
+template <class ReadFn>
+std::string read_one_string(hid_t file_type, hid_t space, const std::string& what, ReadFn read) {
+  if (H5Tget_class(file_type) != H5T_STRING) throw HDF5Error(what + ": not a string");
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  if (n != 1) throw HDF5Error(what + ": expected one string, found " + std::to_string(n));
+  const H5T_cset_t cset = H5Tget_cset(file_type);
+  Id mem(check_id(H5Tcopy(H5T_C_S1), what), H5Tclose);
+  check(H5Tset_cset(mem.get(), cset), what);
+  const htri_t vl = H5Tis_variable_str(file_type);
+  if (vl < 0) fail(what);
+  if (vl) {
+    check(H5Tset_size(mem.get(), H5T_VARIABLE), what);
+    char* buf = nullptr;
+    check(read(mem.get(), static_cast<void*>(&buf)), what);
+    std::string out = buf ? std::string(buf) : std::string();
+    H5Dvlen_reclaim(mem.get(), space, H5P_DEFAULT, &buf);
+    return out;
+  }
+  const size_t size = H5Tget_size(file_type);
+  if (size == 0) fail(what);
+  check(H5Tset_size(mem.get(), size), what);
+  check(H5Tset_strpad(mem.get(), H5Tget_strpad(file_type)), what);
+  std::vector<char> buf(size + 1, '\0');
+  check(read(mem.get(), static_cast<void*>(buf.data())), what);
+  return std::string(buf.data(), strnlen(buf.data(), size));
+}
+}  // namespace
+
+// ---- Id ---------------------------------------------------------------------------------------
+Id::~Id() {
+  if (id_ >= 0 && closer_) closer_(id_);
+}
+Id& Id::operator=(Id&& o) noexcept {
+  if (this != &o) {
+    if (id_ >= 0 && closer_) closer_(id_);
+    id_ = o.id_;
+    closer_ = o.closer_;
+    o.id_ = H5I_INVALID_HID;
+  }
+  return *this;
+}
+void Id::close(const std::string& what) {
+  if (id_ < 0) return;
+  const hid_t id = id_;
+  id_ = H5I_INVALID_HID;
+  if (closer_ && closer_(id) < 0) fail(what);
+}
+
+// ---- attributes -------------------------------------------------------------------------------
+bool Object::has_attr(const std::string& attr) const {
+  const htri_t r = H5Aexists(id(), attr.c_str());
+  if (r < 0) fail("checking for attribute '" + attr + "' on " + name_);
+  return r > 0;
+}
+
+namespace {
+Id open_attr(const Object& o, const std::string& attr) {
+  if (!o.has_attr(attr)) throw HDF5Error(o.name() + " has no attribute '" + attr + "'");
+  return Id(check_id(H5Aopen(o.id(), attr.c_str(), H5P_DEFAULT),
+                     "opening attribute '" + attr + "' of " + o.name()),
+            H5Aclose);
+}
+template <class T>
+T read_scalar_attr(const Object& o, const std::string& attr, hid_t mem_type) {
+  const std::string what = "reading attribute '" + attr + "' of " + o.name();
+  Id a = open_attr(o, attr);
+  Id type(check_id(H5Aget_type(a.get()), what), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER) throw HDF5Error(what + ": not an integer");
+  Id space(check_id(H5Aget_space(a.get()), what), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space.get()) != 1)
+    throw HDF5Error(what + ": expected a single value");
+  T v{};
+  check(H5Aread(a.get(), mem_type, &v), what);
+  return v;
+}
+void write_scalar_attr(Object& o, const std::string& attr, hid_t file_type, hid_t mem_type,
+                       const void* v) {
+  const std::string what = "writing attribute '" + attr + "' of " + o.name();
+  if (o.has_attr(attr)) check(H5Adelete(o.id(), attr.c_str()), what);
+  Id space = make_space({}, what);
+  Id a(check_id(H5Acreate2(o.id(), attr.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                what),
+       H5Aclose);
+  check(H5Awrite(a.get(), mem_type, v), what);
+  a.close(what);
+}
+}  // namespace
+
+void Object::write_attr_i64(const std::string& attr, int64_t v) {
+  write_scalar_attr(*this, attr, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+void Object::write_attr_u64(const std::string& attr, uint64_t v) {
+  write_scalar_attr(*this, attr, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
+}
+void Object::write_attr_string(const std::string& attr, const std::string& v) {
+  const std::string what = "writing string attribute '" + attr + "' of " + name_;
+  Id type = utf8_vlen_string_type(what);
+  const char* p = v.c_str();
+  write_scalar_attr(*this, attr, type.get(), type.get(), &p);
+}
+int64_t Object::read_attr_i64(const std::string& attr) const {
+  return read_scalar_attr<int64_t>(*this, attr, H5T_NATIVE_INT64);
+}
+uint64_t Object::read_attr_u64(const std::string& attr) const {
+  return read_scalar_attr<uint64_t>(*this, attr, H5T_NATIVE_UINT64);
+}
+std::string Object::read_attr_string(const std::string& attr) const {
+  const std::string what = "reading string attribute '" + attr + "' of " + name_;
+  Id a = open_attr(*this, attr);
+  Id type(check_id(H5Aget_type(a.get()), what), H5Tclose);
+  Id space(check_id(H5Aget_space(a.get()), what), H5Sclose);
+  return read_one_string(type.get(), space.get(), what,
+                         [&](hid_t mem, void* buf) { return H5Aread(a.get(), mem, buf); });
+}
+
+// ---- Dataset ----------------------------------------------------------------------------------
+Dims Dataset::dims() const {
+  const std::string what = "reading the shape of " + name_;
+  Id space(check_id(H5Dget_space(id()), what), H5Sclose);
+  return space_dims(space.get(), what);
+}
+int64_t Dataset::numel() const {
+  int64_t n = 1;
+  for (auto d : dims()) n *= d;
+  return n;
+}
+H5T_class_t Dataset::type_class() const {
+  Id t(check_id(H5Dget_type(id()), "reading the type of " + name_), H5Tclose);
+  return H5Tget_class(t.get());
+}
+size_t Dataset::type_size() const {
+  Id t(check_id(H5Dget_type(id()), "reading the type of " + name_), H5Tclose);
+  return H5Tget_size(t.get());
+}
+bool Dataset::type_signed() const {
+  Id t(check_id(H5Dget_type(id()), "reading the type of " + name_), H5Tclose);
+  return H5Tget_sign(t.get()) == H5T_SGN_2;
+}
+void Dataset::write(hid_t mem_type, const void* data) {
+  if (numel() == 0) return;
+  check(H5Dwrite(id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing " + name_);
+}
+void Dataset::read(hid_t mem_type, void* data) const {
+  if (numel() == 0) return;
+  check(H5Dread(id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "reading " + name_);
+}
+std::string Dataset::read_string() const {
+  const std::string what = "reading string dataset " + name_;
+  Id type(check_id(H5Dget_type(id()), what), H5Tclose);
+  Id space(check_id(H5Dget_space(id()), what), H5Sclose);
+  return read_one_string(type.get(), space.get(), what, [&](hid_t mem, void* buf) {
+    return H5Dread(id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  });
+}
+
+// ---- Group ------------------------------------------------------------------------------------
+namespace {
+Id utf8_link_plist(const std::string& what) {
+  Id lcpl(check_id(H5Pcreate(H5P_LINK_CREATE), what), H5Pclose);
+  check(H5Pset_char_encoding(lcpl.get(), H5T_CSET_UTF8), what);
+  return lcpl;
+}
+herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+  return 0;
+}
+}  // namespace
+
+bool Group::has(const std::string& link) const {
+  const htri_t r = H5Lexists(id(), link.c_str(), H5P_DEFAULT);
+  if (r < 0) fail("checking for '" + link + "' in " + name_);
+  return r > 0;
+}
+std::vector<std::string> Group::links() const {
+  std::vector<std::string> out;
+  hsize_t idx = 0;
+  check(H5Literate(id(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_link, &out),
+        "listing the members of " + name_);
+  return out;
+}
+Group Group::create_group(const std::string& link) {
+  const std::string path = join(name_, link);
+  Id lcpl = utf8_link_plist("creating group " + path);
+  return Group(Id(check_id(H5Gcreate2(id(), link.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+                           "creating group " + path),
+                  H5Gclose),
+               path);
+}
+Group Group::open_group(const std::string& link) const {
+  const std::string path = join(name_, link);
+  if (!has(link)) throw HDF5Error("no group " + path);
+  return Group(Id(check_id(H5Gopen2(id(), link.c_str(), H5P_DEFAULT), "opening group " + path),
+                  H5Gclose),
+               path);
+}
+Dataset Group::create_dataset(const std::string& link, hid_t file_type, const Dims& dims) {
+  const std::string path = join(name_, link);
+  const std::string what = "creating dataset " + path;
+  Id space = make_space(dims, what);
+  Id lcpl = utf8_link_plist(what);
+  return Dataset(Id(check_id(H5Dcreate2(id(), link.c_str(), file_type, space.get(), lcpl.get(),
+                                        H5P_DEFAULT, H5P_DEFAULT),
+                             what),
+                    H5Dclose),
+                 path);
+}
+Dataset Group::open_dataset(const std::string& link) const {
+  const std::string path = join(name_, link);
+  if (!has(link)) throw HDF5Error("no dataset " + path);
+  return Dataset(
+      Id(check_id(H5Dopen2(id(), link.c_str(), H5P_DEFAULT), "opening dataset " + path), H5Dclose),
+      path);
+}
+Dataset Group::write_string(const std::string& link, const std::string& value) {
+  const std::string what = "writing string dataset " + join(name_, link);
+  Id type = utf8_vlen_string_type(what);
+  Dataset d = create_dataset(link, type.get(), {});
+  const char* p = value.c_str();
+  check(H5Dwrite(d.id(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), what);
+  return d;
+}
+
+// ---- File -------------------------------------------------------------------------------------
+namespace {
+Id strong_close_fapl(const std::string& what) {
+  Id fapl(check_id(H5Pcreate(H5P_FILE_ACCESS), what), H5Pclose);
+  // Closing the file closes every object still open in it, so the bytes are all written when
+  // H5Fclose returns (the default "weak" degree would keep the file open behind our back).
+  check(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG), what);
+  return fapl;
+}
+}  // namespace
+
+File File::create(const std::string& path) {
+  silence_errors();
+  const std::string what = "creating HDF5 file " + path;
+  Id fapl = strong_close_fapl(what);
+  Id f(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), what), H5Fclose);
+  Id root(check_id(H5Gopen2(f.get(), "/", H5P_DEFAULT), what), H5Gclose);
+  return File(std::move(f), Group(std::move(root), "/"), path);
+}
+File File::open(const std::string& path, bool writable) {
+  silence_errors();
+  const std::string what = "opening HDF5 file " + path;
+  Id fapl = strong_close_fapl(what);
+  Id f(check_id(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get()), what),
+       H5Fclose);
+  Id root(check_id(H5Gopen2(f.get(), "/", H5P_DEFAULT), what), H5Gclose);
+  return File(std::move(f), Group(std::move(root), "/"), path);
+}
+void File::flush() {
+  check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "flushing HDF5 file " + path_);
+}
+void File::close() {
+  root_.close();
+  file_.close("closing (and flushing) HDF5 file " + path_);
+}
+
+bool is_hdf5(const std::string& path) {
+  silence_errors();
+#if H5_VERSION_GE(1, 12, 0)
+  const htri_t r = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
+#else
+  const htri_t r = H5Fis_hdf5(path.c_str());
+#endif
+  H5Eclear2(H5E_DEFAULT);
+  return r > 0;
+}
+
+}  // namespace hz::train::h5

