@@ -17,21 +17,24 @@ const char* const kFillerSentences[] = {
 
 using Ids = std::vector<int32_t>;
 
-// `n` tokens of filler: the sentences in turn, the last one truncated. `bounds` receives every
-// sentence start (0 included) and n.
+// `n` tokens of filler: the sentences in turn, as a window into an endless repetition that ends
+// with a whole sentence (so the question never follows a cut-off word); only the first sentence
+// may be cut, from the left. `bounds` receives every sentence start inside the window, 0 and n.
 Ids make_filler(const Tokenizer& tok, int64_t n, std::vector<int64_t>& bounds) {
   std::vector<Ids> sent;
   for (const char* s : kFillerSentences) sent.push_back(tok.encode(s));
-  Ids out;
-  out.reserve(static_cast<size_t>(n));
-  bounds.clear();
-  for (size_t i = 0; static_cast<int64_t>(out.size()) < n; i = (i + 1) % sent.size()) {
-    bounds.push_back(static_cast<int64_t>(out.size()));
-    const int64_t take = std::min<int64_t>(static_cast<int64_t>(sent[i].size()), n - static_cast<int64_t>(out.size()));
-    out.insert(out.end(), sent[i].begin(), sent[i].begin() + take);
+  Ids full;
+  std::vector<int64_t> starts;
+  for (size_t i = 0; static_cast<int64_t>(full.size()) < n; i = (i + 1) % sent.size()) {
+    starts.push_back(static_cast<int64_t>(full.size()));
+    full.insert(full.end(), sent[i].begin(), sent[i].end());
   }
-  if (bounds.empty() || bounds.back() != n) bounds.push_back(n);
-  return out;
+  const int64_t drop = static_cast<int64_t>(full.size()) - n;  // cut from the front
+  bounds.assign(1, 0);
+  for (int64_t st : starts)
+    if (st - drop > 0) bounds.push_back(st - drop);
+  if (bounds.back() != n) bounds.push_back(n);
+  return Ids(full.begin() + drop, full.end());
 }
 
 // The sentence boundary nearest to `target` (ties: the earlier one).

@@ -1,7 +1,8 @@
 // Horizon data: synthetic long-context retrieval tasks (SPEC.md "needle-in-a-haystack").
 //
 // An example is exactly `length` tokens of filler text (a fixed public-domain-style set of
-// sentences, repeated and truncated to fit) with needle sentences inserted at sentence boundaries,
+// sentences, repeated; to fit, only the first sentence is cut, from the left) with needle
+// sentences inserted at sentence boundaries,
 // ending with a question whose answer is the example's last tokens:
 //
 //   passkey: "... The pass key is 4830291. Remember it. 4830291 is the pass key. ... "

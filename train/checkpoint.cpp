@@ -187,13 +187,13 @@ std::string errno_text() { return std::strerror(errno); }
 
 void fsync_path(const std::string& p, bool directory, const std::string& ckpt) {
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-  if (fd < 0)
-    throw CheckpointError(ckpt + ": cannot open " + p + " to fsync it: " + errno_text());
+  if (fd < 0) throw CheckpointError(ckpt + ": cannot open " + p + " to fsync it: " + errno_text());
   const int rc = ::fsync(fd);
   const std::string err = rc != 0 ? errno_text() : std::string();
   ::close(fd);
-  if (rc != 0) throw CheckpointError(ckpt + ": fsync of " + p + " failed: " + err +
-                                     "; check the disk (full or failing?)");
+  if (rc != 0)
+    throw CheckpointError(ckpt + ": fsync of " + p + " failed: " + err +
+                          "; check the disk (full or failing?)");
 }
 
 std::string parent_dir(const std::string& path) {
@@ -246,7 +246,8 @@ int64_t parse_step_name(const std::string& name, const std::string& suffix) {
   if (name.size() <= prefix.size() + suffix.size() || !starts_with(name, prefix) ||
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
     return -1;
-  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   if (digits.size() > 18) return -1;
   for (char ch : digits)
     if (ch < '0' || ch > '9') return -1;
@@ -254,7 +255,8 @@ int64_t parse_step_name(const std::string& name, const std::string& suffix) {
 }
 
 // (N, path) of step_<N><suffix> regular files in dir, sorted by N then name.
-std::vector<std::pair<int64_t, std::string>> scan(const std::string& dir, const std::string& suffix) {
+std::vector<std::pair<int64_t, std::string>> scan(const std::string& dir,
+                                                  const std::string& suffix) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return out;
@@ -336,7 +338,7 @@ void save_checkpoint(const std::string& path, const CheckpointData& c) {
       throw CheckpointError(path + ": cannot create the checkpoint directory " + dir + ": " +
                             (ec ? ec.message() : std::string("not a directory")));
   }
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = path;
   try {
     {
       h5::File f = h5::File::create(tmp);
@@ -391,8 +393,9 @@ CheckpointData load_checkpoint(const std::string& path) {
     throw CheckpointError(path + ": cannot read the checkpoint: " + errno_text() +
                           "; check the path (find_latest_checkpoint(dir) finds the newest one)");
   if (S_ISDIR(st.st_mode))
-    throw CheckpointError(path + ": is a directory, not a checkpoint file; pass one of its "
-                                 "step_<N>.h5 files (find_latest_checkpoint(dir) finds the newest)");
+    throw CheckpointError(path +
+                          ": is a directory, not a checkpoint file; pass one of its "
+                          "step_<N>.h5 files (find_latest_checkpoint(dir) finds the newest)");
   if (!h5::is_hdf5(path)) {
     static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     unsigned char head[8] = {};
@@ -400,14 +403,16 @@ CheckpointData load_checkpoint(const std::string& path) {
     in.read(reinterpret_cast<char*>(head), 8);
     const auto got = static_cast<size_t>(in.gcount());
     if (st.st_size == 0)
-      throw CheckpointError(path + ": empty file (0 bytes), not a checkpoint; use an earlier "
-                                   "checkpoint");
+      throw CheckpointError(path +
+                            ": empty file (0 bytes), not a checkpoint; use an earlier "
+                            "checkpoint");
     if (std::memcmp(head, sig, got) == 0)
       throw CheckpointError(path + ": truncated or damaged HDF5 file (" +
                             std::to_string(st.st_size) +
                             " bytes, header unreadable); use an earlier checkpoint");
-    throw CheckpointError(path + ": not an HDF5 file (no HDF5 signature); a checkpoint is a "
-                                 "step_<N>.h5 written by Horizon");
+    throw CheckpointError(path +
+                          ": not an HDF5 file (no HDF5 signature); a checkpoint is a "
+                          "step_<N>.h5 written by Horizon");
   }
 
   std::optional<h5::File> file;
@@ -422,14 +427,15 @@ CheckpointData load_checkpoint(const std::string& path) {
   try {
     const h5::Group& root = file->root();
     if (!root.has_attr("format_version"))
-      throw CheckpointError(path + ": not a Horizon checkpoint (no format_version attribute on "
-                                   "/); pass a step_<N>.h5 written by Horizon");
+      throw CheckpointError(path +
+                            ": not a Horizon checkpoint (no format_version attribute on "
+                            "/); pass a step_<N>.h5 written by Horizon");
     c.format_version = root.read_attr_i64("format_version");
     if (c.format_version != kCheckpointFormatVersion)
-      throw CheckpointError(path + ": unsupported checkpoint format_version " +
-                            std::to_string(c.format_version) + "; this build reads format_version " +
-                            std::to_string(kCheckpointFormatVersion) +
-                            " (use the Horizon version that wrote it)");
+      throw CheckpointError(
+          path + ": unsupported checkpoint format_version " + std::to_string(c.format_version) +
+          "; this build reads format_version " + std::to_string(kCheckpointFormatVersion) +
+          " (use the Horizon version that wrote it)");
     for (const char* g : {"model", "optimizer", "counters", "meta"})
       if (!root.has(g))
         throw CheckpointError(path + ": not a complete Horizon checkpoint (group /" +
@@ -475,8 +481,9 @@ CheckpointData load_checkpoint(const std::string& path) {
     throw CheckpointError(path + ": " + msg + "; use an earlier checkpoint");
   }
   if (checkpoint_checksum(c) != stored)
-    throw CheckpointError(path + ": checksum mismatch: the file is corrupted; use an earlier "
-                                 "checkpoint");
+    throw CheckpointError(path +
+                          ": checksum mismatch: the file is corrupted; use an earlier "
+                          "checkpoint");
   return c;
 }
 
@@ -498,8 +505,8 @@ std::string find_latest_checkpoint(const std::string& dir) {
 }
 
 void prune_checkpoints(const std::string& dir, int keep_last) {
-  HZ_CHECK(keep_last >= 1, ValueError, "prune_checkpoints: keep_last must be >= 1, got ",
-           keep_last, " (to keep every checkpoint, do not prune)");
+  HZ_CHECK(keep_last >= 1, ValueError, "prune_checkpoints: keep_last must be >= 1, got ", keep_last,
+           " (to keep every checkpoint, do not prune)");
   const auto all = scan(dir, ".h5");
   if (all.empty()) return;
   const int64_t newest = all.back().first;

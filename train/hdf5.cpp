@@ -56,7 +56,8 @@ Id make_space(const Dims& dims, const std::string& what) {
 Dims space_dims(hid_t space, const std::string& what) {
   const H5S_class_t cls = H5Sget_simple_extent_type(space);
   if (cls == H5S_SCALAR) return {};
-  if (cls != H5S_SIMPLE) throw HDF5Error(what + ": dataspace is null or invalid (no elements to read)");
+  if (cls != H5S_SIMPLE)
+    throw HDF5Error(what + ": dataspace is null or invalid (no elements to read)");
   const int rank = H5Sget_simple_extent_ndims(space);
   if (rank < 0) fail(what);
   std::vector<hsize_t> d(static_cast<size_t>(rank));
@@ -264,9 +265,9 @@ Group Group::create_group(const std::string& link) {
 Group Group::open_group(const std::string& link) const {
   const std::string path = join(name_, link);
   if (!has(link)) throw HDF5Error("no group " + path);
-  return Group(Id(check_id(H5Gopen2(id(), link.c_str(), H5P_DEFAULT), "opening group " + path),
-                  H5Gclose),
-               path);
+  return Group(
+      Id(check_id(H5Gopen2(id(), link.c_str(), H5P_DEFAULT), "opening group " + path), H5Gclose),
+      path);
 }
 Dataset Group::create_dataset(const std::string& link, hid_t file_type, const Dims& dims) {
   const std::string path = join(name_, link);

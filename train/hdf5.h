@@ -66,7 +66,7 @@ class Object {
   void write_attr_i64(const std::string& attr, int64_t v);
   void write_attr_u64(const std::string& attr, uint64_t v);
   void write_attr_string(const std::string& attr, const std::string& v);  // VL UTF-8, scalar
-  int64_t read_attr_i64(const std::string& attr) const;    // any integer type that fits
+  int64_t read_attr_i64(const std::string& attr) const;  // any integer type that fits
   uint64_t read_attr_u64(const std::string& attr) const;
   std::string read_attr_string(const std::string& attr) const;  // VL or fixed, ASCII or UTF-8
 
@@ -81,11 +81,11 @@ class Dataset : public Object {
  public:
   Dataset(Id id, std::string name) : Object(std::move(id), std::move(name)) {}
 
-  Dims dims() const;          // {} for a scalar dataspace; throws for a null dataspace
-  int64_t numel() const;      // product of dims (1 for scalar)
+  Dims dims() const;      // {} for a scalar dataspace; throws for a null dataspace
+  int64_t numel() const;  // product of dims (1 for scalar)
   H5T_class_t type_class() const;
-  size_t type_size() const;   // bytes per element in the file
-  bool type_signed() const;   // integer types only
+  size_t type_size() const;  // bytes per element in the file
+  bool type_signed() const;  // integer types only
   bool is_string() const { return type_class() == H5T_STRING; }
 
   // Whole-dataset transfer; mem_type is a native type such as H5T_NATIVE_FLOAT. HDF5 converts
@@ -100,8 +100,8 @@ class Group : public Object {
  public:
   Group(Id id, std::string name) : Object(std::move(id), std::move(name)) {}
 
-  bool has(const std::string& link) const;        // a link of that name exists in this group
-  std::vector<std::string> links() const;         // link names, in name order
+  bool has(const std::string& link) const;  // a link of that name exists in this group
+  std::vector<std::string> links() const;   // link names, in name order
   Group create_group(const std::string& link);
   Group open_group(const std::string& link) const;
 

@@ -131,6 +131,7 @@ struct Reader {
   std::string file;
   std::set<std::string> known;            // visited leaf paths
   std::set<std::string> dynamic_prefixes;  // subtrees owned by a map-typed field
+  std::set<std::string> overridden;        // paths set on the command line
 
   YAML::Node find(const std::string& path) const {
     std::stringstream ss(path);
@@ -145,8 +146,16 @@ struct Reader {
     }
     return cur;
   }
+  bool from_command_line(const std::string& path) const {
+    for (const auto& o : overridden)
+      if (path == o || path.rfind(o + ".", 0) == 0 || path.rfind(o + "[", 0) == 0) return true;
+    return false;
+  }
+  std::string where(const YAML::Node& n, const std::string& path) const {
+    return from_command_line(path) ? file + " (command-line override " + path + ")" : fmt_line(file, n.Mark());
+  }
   [[noreturn]] void fail(const YAML::Node& n, const std::string& path, const std::string& what) const {
-    throw RecipeError(fmt_line(file, n.Mark()) + ": " + path + ": " + what);
+    throw RecipeError(where(n, path) + ": " + path + ": " + what);
   }
   template <class T>
   T convert(const YAML::Node& n, const std::string& path, const char* tname) const {
@@ -242,7 +251,7 @@ struct Reader {
         for (const auto& k : known)
           if (k.rfind(prefix.empty() ? "" : prefix + ".", 0) == 0 && k.find('.', prefix.size() + 1) == std::string::npos)
             hint += (hint.empty() ? "" : ", ") + k.substr(prefix.empty() ? 0 : prefix.size() + 1);
-        throw RecipeError(fmt_line(file, it->first.Mark()) + ": unknown key '" + path + "'" +
+        throw RecipeError(where(it->first, path) + ": unknown key '" + path + "'" +
                           (hint.empty() ? "" : "; known keys here: " + hint));
       }
       check_unknown(it->second, path);
@@ -332,7 +341,7 @@ struct Doc {
   }
 };
 
-void apply_override(YAML::Node& root, const std::string& ov) {
+std::string apply_override(YAML::Node& root, const std::string& ov) {
   const size_t eq = ov.find('=');
   if (eq == std::string::npos || eq == 0)
     throw RecipeError("override '" + ov + "' must look like key.path=value (e.g. train.steps=100)");
@@ -356,6 +365,7 @@ void apply_override(YAML::Node& root, const std::string& ov) {
     throw RecipeError("override '" + ov + "': value is not valid YAML: " + e.what());
   }
   cur[parts.back()] = v;
+  return path;
 }
 
 }  // namespace
@@ -370,7 +380,7 @@ Recipe parse_recipe(const std::string& text, const std::string& file, const std:
   }
   if (rd.root.IsNull()) rd.root = YAML::Node(YAML::NodeType::Map);
   if (!rd.root.IsMap()) throw RecipeError(file + ": a recipe must be a map of sections (run, model, data, ...)");
-  for (const auto& ov : overrides) apply_override(rd.root, ov);
+  for (const auto& ov : overrides) rd.overridden.insert(apply_override(rd.root, ov));
   Recipe r;
   r.source_file = file;
   visit_fields(r, rd);

