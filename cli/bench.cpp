@@ -11,6 +11,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -21,6 +22,9 @@
 #include "autograd/functions.h"
 #include "core/cpu/kernels.h"
 #include "core/rng.h"
+#include "optim/clip.h"
+#include "optim/optimizer.h"
+#include "train/recipe.h"
 
 namespace hz::cli {
 
@@ -125,17 +129,60 @@ int bench_attention(const Args& args) {
   return 0;
 }
 
+// Training throughput of a recipe's model: full steps (forward, backward, clip, AdamW) on random
+// tokens, median step time. The PyTorch twin is scripts/bench_train_torch.py.
+int bench_train(const std::vector<std::string>& a) {
+  HZ_CHECK(a.size() >= 3, ValueError, "usage: horizon bench train RECIPE.yaml [--steps N] [key=value ...]");
+  int64_t steps = 20;
+  std::vector<std::string> ov;
+  for (size_t i = 3; i < a.size(); ++i) {
+    if (a[i] == "--steps" && i + 1 < a.size()) steps = std::stoll(a[++i]);
+    else ov.push_back(a[i]);
+  }
+  const train::Recipe r = train::load_recipe(a[2], ov);
+  nn::Transformer m(r.model_config(), 1);
+  auto named = m.named_parameters();
+  std::vector<std::pair<std::string, ag::Variable*>> decay, rest;
+  for (auto& p : named) (p.second->dim() >= 2 ? decay : rest).push_back(p);
+  optim::AdamW opt({{"decay", decay, r.optim.lr, r.optim.weight_decay}, {"no_decay", rest, r.optim.lr, 0.0}});
+  const int64_t B = r.data.batch_size, T = r.data.seq_len;
+  Generator g(1);
+  std::vector<double> times;
+  const int64_t warmup = 3;
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    const Tensor u = g.uniform({B, T + 1}, 0, 256, DType::F64);
+    std::vector<double> v = u.to_vector();
+    for (auto& x : v) x = std::floor(x);
+    const Tensor ids = Tensor::from_vector(v, {B, T + 1}, DType::I64);
+    const auto t0 = std::chrono::steady_clock::now();
+    ag::Variable loss = m.loss(ids.narrow(1, 0, T).contiguous(), ids.narrow(1, 1, T).contiguous());
+    loss.backward();
+    optim::clip_grad_norm(named, 1.0);
+    opt.step();
+    m.zero_grad();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  const double med = times[times.size() / 2];
+  fmt::print("{{\"impl\": \"horizon\", \"params\": {}, \"step_ms\": {:.2f}, \"tok_per_s\": {:.1f}, \"threads\": {}}}\n",
+             m.num_parameters(), med * 1e3, B * T / med, cpu::num_threads());
+  return 0;
+}
+
 }  // namespace
 
 int bench_main(const std::vector<std::string>& args) {
   if (args.size() < 2 || args[1] == "--help") {
-    fmt::print("usage: horizon bench attention [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512]\n"
+    fmt::print("usage: horizon bench train RECIPE.yaml [--steps 20] [key=value ...]\n"
+               "       horizon bench attention [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512]\n"
                "                               [--reps 3] [--block-q 64] [--block-k 64] [--masks causal,swa,scope]\n"
                "                               [--json FILE]\n");
     return args.size() < 2 ? 2 : 0;
   }
   if (args[1] == "attention") return bench_attention(parse(args, 2));
-  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention");
+  if (args[1] == "train") return bench_train(args);
+  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train");
 }
 
 }  // namespace hz::cli

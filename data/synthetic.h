@@ -2,8 +2,8 @@
 //
 // An example is exactly `length` tokens of filler text (a fixed public-domain-style set of
 // sentences, repeated; to fit, only the first sentence is cut, from the left) with needle
-// sentences inserted at sentence boundaries,
-// ending with a question whose answer is the example's last tokens:
+// sentences inserted at sentence boundaries, ending with a question whose answer is the
+// example's last tokens:
 //
 //   passkey: "... The pass key is 4830291. Remember it. 4830291 is the pass key. ... "
 //            + "What is the pass key? The pass key is 4830291"

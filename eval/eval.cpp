@@ -98,7 +98,12 @@ class InferenceOptions {
 
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
                  int64_t train_T) {
-  const auto batches = data::eval_batches(val, L, batch, max_batches);
+  std::vector<data::Batch> batches;
+  try {
+    batches = data::eval_batches(val, L, batch, max_batches);
+  } catch (const ValueError&) {
+    return std::nan("");  // the validation split holds no full batch at this length
+  }
   if (batches.empty()) return std::nan("");
   const Scores s = score(m, batches, L, train_T, false);
   return s.n ? s.sum / s.n : std::nan("");

@@ -338,7 +338,7 @@ void save_checkpoint(const std::string& path, const CheckpointData& c) {
       throw CheckpointError(path + ": cannot create the checkpoint directory " + dir + ": " +
                             (ec ? ec.message() : std::string("not a directory")));
   }
-  const std::string tmp = path;
+  const std::string tmp = path + ".tmp";
   try {
     {
       h5::File f = h5::File::create(tmp);

@@ -89,7 +89,11 @@ std::string read_one_string(hid_t file_type, hid_t space, const std::string& wha
     char* buf = nullptr;
     check(read(mem.get(), static_cast<void*>(&buf)), what);
     std::string out = buf ? std::string(buf) : std::string();
+#if H5_VERSION_GE(1, 12, 0)
+    H5Treclaim(mem.get(), space, H5P_DEFAULT, &buf);
+#else
     H5Dvlen_reclaim(mem.get(), space, H5P_DEFAULT, &buf);
+#endif
     return out;
   }
   const size_t size = H5Tget_size(file_type);

@@ -229,7 +229,10 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
     bool first = true;
     for (int64_t L : r.eval_lengths()) {
       const double l = eval::mean_loss(*model, *data.val, L, eb, r.eval.batches, r.data.seq_len);
-      if (std::isnan(l)) continue;
+      if (std::isnan(l)) {
+        log("  eval step {:>6}  length {:>6}  skipped: the validation split holds no batch of {} x {}", step_done, L, eb, L);
+        continue;
+      }
       if (L == r.data.seq_len) at_train = l;
       line += fmt::format("{}\"{}\": {{\"loss\": {:.6f}, \"ppl\": {:.4f}}}", first ? "" : ", ", L, l, std::exp(l));
       log("  eval step {:>6}  length {:>6}  loss {:.4f}  ppl {:.3f}", step_done, L, l, std::exp(l));

@@ -209,6 +209,7 @@ TEST(Checkpoint, BitwiseRoundTripOfEveryDtypeShapeAndAwkwardName) {
   EXPECT_EQ(r.model.at("transposed").shape(), (Shape{6, 4}));
   EXPECT_EQ(r.model.at("transposed").at({5, 2}), base.at({2, 5}));
   EXPECT_EQ(checkpoint_checksum(r), checkpoint_checksum(c));
+  EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0) << "HDF5 handles left open";
 }
 
 TEST(Checkpoint, CountersAndMetaRoundTrip) {
@@ -275,6 +276,8 @@ TEST(Checkpoint, SaveRejectsInvalidDataAndLeavesTheOldFile) {
   const std::string msg = checkpoint_error_of([&] { save_checkpoint(path, small_checkpoint(3)); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_EQ(load_checkpoint(path).step, 1);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0) << "HDF5 handles left open";
 
   // Missing parent directories are created.
   const std::string nested = dir / "run/a/b/step_4.h5";
@@ -339,6 +342,7 @@ TEST(Checkpoint, TruncationAtSeveralSizesIsDetected) {
     EXPECT_NE(msg.find("use an earlier checkpoint"), std::string::npos)
         << "size " << size << ": " << msg;
   }
+  EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0) << "HDF5 handles left open";
 }
 
 TEST(Checkpoint, MissingOrForeignFilesAreRefusedWithTheirPath) {
@@ -367,6 +371,7 @@ TEST(Checkpoint, MissingOrForeignFilesAreRefusedWithTheirPath) {
   }
   msg = checkpoint_error_of([&] { load_checkpoint(foreign); });
   EXPECT_NE(msg.find(foreign + ": not a Horizon checkpoint"), std::string::npos) << msg;
+  EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0) << "HDF5 handles left open";
 }
 
 TEST(Checkpoint, UnsupportedFormatVersionNamesBothVersions) {
