@@ -143,6 +143,7 @@ int64_t Tensor::normalize_dim(int64_t d) const {
 int64_t Tensor::size(int64_t d) const { return shape_[normalize_dim(d)]; }
 int64_t Tensor::stride(int64_t d) const { return strides_[normalize_dim(d)]; }
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to misplace
   int64_t acc = 1;
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (shape_[i] == 1) continue;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "train/recipe.h"
 
@@ -92,4 +94,13 @@ TEST(Recipe, EveryShippedRecipeIsValid) {
     ++n;
   }
   EXPECT_GE(n, 10);
+}
+
+TEST(Recipe, DocumentedFieldsMatchTheCode) {
+  // recipes/README.md embeds `horizon train --schema`; regenerate it when a field changes.
+  std::ifstream f(std::string(HZ_SOURCE_DIR) + "/recipes/README.md");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find(recipe_schema()), std::string::npos)
+      << "recipes/README.md is out of date: rerun build/horizon train --schema into it";
 }
