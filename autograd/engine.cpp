@@ -38,12 +38,14 @@ void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
 
   // 1. dependency counts over the reachable graph (iterative DFS)
   std::unordered_map<Node*, int> deps;
+  std::unordered_map<VariableImpl*, int> leaf_uses;  // edges into each leaf (for grad-ready hooks)
   std::vector<Node*> stack{impl_->grad_fn.get()};
   deps[impl_->grad_fn.get()] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->edges) {
+      if (e.leaf) ++leaf_uses[e.leaf.get()];
       if (!e.node) continue;
       auto it = deps.find(e.node.get());
       if (it == deps.end()) {
@@ -82,6 +84,7 @@ void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
                  "' gradient for input ", i, " has shape ", shape_str(gi.shape()), ", expected ",
                  shape_str(e.leaf->value.shape()));
         accumulate(e.leaf->grad, gi);
+        if (--leaf_uses[e.leaf.get()] == 0 && e.leaf->grad_ready_hook) e.leaf->grad_ready_hook();
       } else {
         auto it = pending.find(e.node.get());
         if (it == pending.end()) pending.emplace(e.node.get(), std::move(gi));

@@ -55,6 +55,9 @@ struct VariableImpl {
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;
   std::string name;
+  // Called during backward() the moment this leaf's gradient for that pass is complete (every
+  // node that feeds it has run): data-parallel training starts its all-reduce there.
+  std::function<void()> grad_ready_hook;
 };
 
 class Variable {

@@ -15,6 +15,7 @@
 #include "core/cuda/backend.h"
 #include "core/error.h"
 #include "data/shard.h"
+#include "distributed/communicator.h"
 #include "eval/eval.h"
 #include "train/checkpoint.h"
 #include "train/recipe.h"
@@ -55,9 +56,21 @@ int cmd_train(const std::vector<std::string>& a) {
                "  Resume with checkpoint.resume=latest; see horizon train --schema for every field.\n");
     return a.size() < 2 ? 2 : 0;
   }
-  const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
-  const auto res = hz::train::train(r);
-  fmt::print("run directory: {}\n", res.run_dir);
+  // Under mpirun every rank runs this; a failing rank takes the whole job down (no hangs).
+  std::unique_ptr<hz::dist::Communicator> comm = hz::dist::from_environment();
+  try {
+    const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+    hz::train::TrainOptions opt;
+    opt.comm = comm.get();
+    const auto res = hz::train::train(r, opt);
+    if (comm->rank() == 0) fmt::print("run directory: {}\n", res.run_dir);
+    comm->barrier();
+  } catch (const std::exception& e) {
+    if (comm->size() == 1) throw;
+    fmt::print(stderr, "horizon: rank {} of {}: error: {}\n", comm->rank(), comm->size(), e.what());
+    std::fflush(stderr);
+    comm->abort(1);
+  }
   return 0;
 }
 
@@ -109,11 +122,8 @@ int cmd_info(const std::vector<std::string>& a) {
 #endif
   fmt::print("  cuda: {}{}\n", hz::cuda::compiled() ? "compiled" : "not compiled",
              hz::cuda::compiled() ? fmt::format(", {} device(s) visible", hz::cuda::device_count()) : std::string());
-#ifdef HZ_HAVE_MPI
-  fmt::print("  mpi: compiled\n");
-#else
-  fmt::print("  mpi: not compiled\n");
-#endif
+  fmt::print("  mpi: {}, nccl: {}\n", hz::dist::mpi_compiled() ? "compiled" : "not compiled",
+             hz::dist::nccl_compiled() ? "compiled" : "not compiled");
   if (a.size() < 2) return 0;
   const std::vector<std::string> ov(a.begin() + 2, a.end());
   hz::train::Recipe r;

@@ -91,6 +91,8 @@ void visit_fields(Recipe& r, V& v) {
   v("train.steps", r.train.steps, "optimizer steps");
   v("train.grad_accum", r.train.grad_accum, "micro-batches per step");
   v("train.log_every", r.train.log_every, "console / metrics.jsonl interval");
+  v("train.bucket_mb", r.train.bucket_mb, "data parallel: gradient all-reduce bucket size in MiB");
+  v("train.overlap_comm", r.train.overlap_comm, "data parallel: all-reduce buckets during backward (false: after it)");
   v("checkpoint.every", r.checkpoint.every, "checkpoint interval in steps (0 = only at the end)");
   v("checkpoint.keep_last", r.checkpoint.keep_last, "checkpoints kept");
   v("checkpoint.resume", r.checkpoint.resume, "'' | latest | path: continue a run exactly");
@@ -464,6 +466,7 @@ void Recipe::validate() const {
         std::to_string(train.steps) + "]");
   if (train.steps < 1) bad("train.steps must be >= 1");
   if (train.grad_accum < 1) bad("train.grad_accum must be >= 1");
+  if (train.bucket_mb < 1) bad("train.bucket_mb must be >= 1");
   if (checkpoint.keep_last < 1) bad("checkpoint.keep_last must be >= 1");
   if (drope.at_step >= train.steps) bad("drope.at_step (" + std::to_string(drope.at_step) + ") must be < train.steps (" + std::to_string(train.steps) + ")");
   for (int64_t l : eval_lengths())

@@ -63,6 +63,8 @@ struct TrainSection {
   int64_t steps = 300;
   int64_t grad_accum = 1;
   int64_t log_every = 10;
+  int64_t bucket_mb = 25;             // data parallel: gradient bucket size (MiB)
+  bool overlap_comm = true;           // all-reduce buckets during backward (false: after backward)
 };
 
 struct CheckpointSection {

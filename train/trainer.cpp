@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #endif
 
 #include "data/corpus.h"
+#include "distributed/grad_sync.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/shard.h"
@@ -41,9 +43,13 @@ namespace {
 // Console + train.log.
 class Log {
  public:
-  Log(const std::string& path, bool quiet, bool append) : f_(path, append ? std::ios::app : std::ios::trunc), quiet_(quiet) {}
+  // Only rank 0 logs (enabled); the others stay silent.
+  Log(const std::string& path, bool quiet, bool append, bool enabled) : quiet_(quiet || !enabled), enabled_(enabled) {
+    if (enabled) f_.open(path, append ? std::ios::app : std::ios::trunc);
+  }
   template <class... A>
   void operator()(const char* f, A&&... a) {
+    if (!enabled_) return;
     const std::string s = fmt::format(fmt::runtime(f), std::forward<A>(a)...);
     if (!quiet_) fmt::print("{}\n", s);
     f_ << s << "\n";
@@ -52,8 +58,31 @@ class Log {
 
  private:
   std::ofstream f_;
-  bool quiet_;
+  bool quiet_, enabled_;
 };
+
+uint64_t parameter_checksum(nn::Transformer& m) {
+  uint64_t h = 1469598103934665603ull;
+  for (auto& [name, v] : m.named_parameters()) {
+    const Tensor t = v->value().contiguous();
+    const unsigned char* p = static_cast<const unsigned char*>(t.raw_data());
+    for (size_t i = 0; i < t.numel() * dtype_size(t.dtype()); ++i) {
+      h ^= p[i];
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+// Rank 0's parameters to every rank, then every rank checks it holds the same bytes.
+void sync_parameters(dist::Communicator& comm, nn::Transformer& m) {
+  if (comm.size() == 1) return;
+  for (auto& [name, v] : m.named_parameters()) comm.broadcast(v->value(), 0);
+  const auto sums = comm.all_gather(static_cast<int64_t>(parameter_checksum(m)));
+  for (int r = 1; r < comm.size(); ++r)
+    HZ_CHECK(sums[r] == sums[0], ValueError, "rank ", r, " holds different parameters than rank 0 after the broadcast "
+             "(checksum mismatch); the ranks built different models — check that every rank got the same recipe");
+}
 
 // Training data behind one interface: shards (bible / files) or synthetic retrieval.
 struct TrainData {
@@ -142,10 +171,17 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
 #ifdef _OPENMP
   if (r.run.threads > 0) omp_set_num_threads(static_cast<int>(r.run.threads));
 #endif
+  auto local = dist::make_local();
+  dist::Communicator& comm = opt.comm ? *opt.comm : *local;
+  const int rank = comm.rank(), world = comm.size();
+  const bool lead = rank == 0;
+  const char* fault_rank = std::getenv("HZ_FAULT_RANK");
+  const char* fault_step = std::getenv("HZ_FAULT_STEP");
   TrainResult res;
   res.run_dir = r.run.out_dir + "/" + r.run.name;
   const std::string ckpt_dir = res.run_dir + "/checkpoints";
-  fs::create_directories(ckpt_dir);
+  if (lead) fs::create_directories(ckpt_dir);
+  comm.barrier();
 
   // ---- resume point ------------------------------------------------------------------------
   std::string resume_path;
@@ -156,12 +192,19 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   const int64_t start = resume_path.empty() ? 0 : ck.step;
   res.start_step = start;
 
-  Log log(res.run_dir + "/train.log", opt.quiet, start > 0);
-  {
+  if (!resume_path.empty()) {
+    const int64_t saved_world = ck.counters.count("world_size") ? ck.counters.at("world_size") : 1;
+    HZ_CHECK(saved_world == world, ValueError, resume_path, " was written by a run with ", saved_world,
+             " rank(s); resume it with the same world size (mpirun -np ", saved_world, "): each rank's loader cursor "
+             "covers its own shard of the data, so a different world size would not continue the same trajectory");
+  }
+  Log log(res.run_dir + "/train.log", opt.quiet, start > 0, lead);
+  std::ofstream metrics;
+  if (lead) {
     std::ofstream cfg(res.run_dir + "/config.yaml");
     cfg << to_yaml(r);
+    metrics.open(res.run_dir + "/metrics.jsonl", start > 0 ? std::ios::app : std::ios::trunc);
   }
-  std::ofstream metrics(res.run_dir + "/metrics.jsonl", start > 0 ? std::ios::app : std::ios::trunc);
 
   // ---- data ----------------------------------------------------------------------------------
   TrainData data;
@@ -171,9 +214,11 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   if (r.data.source == "passkey" || r.data.source == "kv") {
     data.synth = std::make_unique<data::SyntheticLoader>(r.data.source, tok, r.data.seq_len, r.data.batch_size, r.run.seed);
   } else {
-    const auto [tp, vp] = prepare_data(r, !opt.quiet);
+    if (lead) prepare_data(r, !opt.quiet);  // one rank tokenizes; the others wait, then read the shards
+    comm.barrier();
+    const auto [tp, vp] = prepare_data(r, false);
     data.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size,
-                                                       r.run.seed, 0, 1, tok->eos(), true);
+                                                       r.run.seed, rank, world, tok->eos(), true);
     data.val = data::Shard::open(vp);
   }
 
@@ -181,7 +226,8 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   auto model = std::make_unique<nn::Transformer>(model_config_at(r, start), static_cast<uint64_t>(r.run.seed));
   if (!resume_path.empty()) {
     model->load_state_dict(ck.model, /*strict=*/true);
-    data.restore({ck.counters.at("loader/rank0/epoch"), ck.counters.at("loader/rank0/index")});
+    const std::string key = "loader/rank" + std::to_string(rank);
+    data.restore({ck.counters.at(key + "/epoch"), ck.counters.at(key + "/index")});
     res.tokens_seen = ck.tokens_seen;
     log("resumed from {} at step {}", resume_path, start);
   } else if (!r.checkpoint.init_from.empty()) {
@@ -200,29 +246,46 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
                                             : schedule_of(r, r.schedule.warmup_steps, r.train.steps);
   auto optimizer = make_optimizer(r, *model, adam_lr);
   if (!resume_path.empty()) optimizer->load_state_dict(ck.optimizer);
+  sync_parameters(comm, *model);
+  const int64_t bucket_bytes = opt.bucket_bytes > 0 ? opt.bucket_bytes : r.train.bucket_mb << 20;
+  std::unique_ptr<dist::GradSync> gsync;
+  auto make_sync = [&] {
+    if (world > 1) gsync = std::make_unique<dist::GradSync>(comm, model->named_parameters(), bucket_bytes, r.train.overlap_comm);
+  };
+  make_sync();
+  double comm_before = 0;  // of GradSyncs replaced by surgery
 
-  const int64_t tokens_per_step = r.data.batch_size * r.data.seq_len * r.train.grad_accum;
-  log("run {}: {} parameters, {} layers [{}], global batch {} x {} x {} = {} tokens/step, {} steps",
-      r.run.name, model->num_parameters(), r.model.cfg.n_layers, fmt::format("{}", fmt::join(model->cfg.layer_kind_names(), ", ")),
-      r.data.batch_size, r.train.grad_accum, r.data.seq_len, tokens_per_step, r.train.steps);
+  const int64_t tokens_per_step = r.data.batch_size * r.data.seq_len * r.train.grad_accum * world;
+  log("run {}: {} parameters, {} layers [{}], {} steps", r.run.name, model->num_parameters(), r.model.cfg.n_layers,
+      fmt::format("{}", fmt::join(model->cfg.layer_kind_names(), ", ")), r.train.steps);
+  log("global batch = {} sequences/rank x {} accumulation x {} rank(s) = {} sequences of {} tokens = {} tokens/step{}",
+      r.data.batch_size, r.train.grad_accum, world, r.data.batch_size * r.train.grad_accum * world, r.data.seq_len,
+      tokens_per_step, world > 1 ? fmt::format(" ({} communicator, {} gradient buckets, overlap {})", comm.name(),
+                                                gsync->num_buckets(), r.train.overlap_comm ? "on" : "off")
+                                 : std::string());
 
   auto save = [&](int64_t step_done) {
+    const data::LoaderCursor cur = data.cursor();
+    const auto epochs = comm.all_gather(cur.epoch), indices = comm.all_gather(cur.index);  // every rank's cursor
+    if (!lead) return;
     CheckpointData c;
     c.step = step_done;
     c.tokens_seen = res.tokens_seen;
     c.model = model->state_dict();
     optimizer->state_dict(c.optimizer);
-    const data::LoaderCursor cur = data.cursor();
-    c.counters["loader/rank0/epoch"] = cur.epoch;
-    c.counters["loader/rank0/index"] = cur.index;
-    c.counters["world_size"] = 1;
+    for (int q = 0; q < world; ++q) {
+      c.counters["loader/rank" + std::to_string(q) + "/epoch"] = epochs[q];
+      c.counters["loader/rank" + std::to_string(q) + "/index"] = indices[q];
+    }
+    c.counters["world_size"] = world;
+    c.counters["rng/seed"] = r.run.seed;
     c.meta["recipe"] = to_yaml(r);
     c.meta["horizon_version"] = "0.1.0";
     save_checkpoint(checkpoint_path(ckpt_dir, step_done), c);
     prune_checkpoints(ckpt_dir, static_cast<int>(r.checkpoint.keep_last));
   };
   auto evaluate_now = [&](int64_t step_done) {
-    if (!data.val) return std::nan("");
+    if (!data.val || !lead) return std::nan("");
     const int64_t eb = r.eval.batch_size > 0 ? r.eval.batch_size : r.data.batch_size;
     std::string line = fmt::format("{{\"step\": {}, \"eval\": {{", step_done);
     double at_train = std::nan("");
@@ -266,6 +329,8 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
           fresh->load_state_dict(merged);
         }
         optimizer = std::move(fresh);
+        if (gsync) comm_before += gsync->comm_seconds();
+        make_sync();
         log("DroPE at step {}: position encodings dropped, QK-norm added ({} new parameters)", step, rep.added.size());
       } else {
         drop_positions(*model);
@@ -278,15 +343,19 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
         sched = schedule_of(r, r.drope.warmup_steps, r.train.steps - step);
       }
     }
+    if (fault_rank && fault_step && std::atoi(fault_rank) == rank && std::atoll(fault_step) == step)
+      throw Error(fmt::format("injected fault at step {} (HZ_FAULT_RANK={}, HZ_FAULT_STEP={})", step, rank, step));
     double loss_sum = 0;
     for (int64_t micro = 0; micro < r.train.grad_accum; ++micro) {
       const data::Batch b = data.next();
       ag::Variable loss = model->loss(b.tokens, b.targets, b.weights);
       loss_sum += loss.item();
       if (r.train.grad_accum > 1) loss = ag::mul_scalar(loss, 1.0 / r.train.grad_accum);
+      if (gsync && micro == r.train.grad_accum - 1) gsync->begin();  // sync on the last micro-batch only
       loss.backward();
     }
-    const double loss = loss_sum / r.train.grad_accum;
+    if (gsync) gsync->finish();  // gradients are now the average over ranks
+    const double loss = comm.all_reduce_scalar(loss_sum / r.train.grad_accum, dist::ReduceOp::Average);
     HZ_CHECK(std::isfinite(loss), ValueError, "loss became ", loss, " at step ", step,
              "; lower optim.lr or enable optim.grad_clip");
     auto params = model->named_parameters();
@@ -296,6 +365,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
     const double mult = optim::lr_multiplier(sched, step - sched_origin);
     optimizer->step(mult);
     model->zero_grad();
+    if (opt.on_step) opt.on_step(step + 1, *model);
     res.losses.push_back(loss);
     res.tokens_seen += tokens_per_step;
     tokens_since_log += tokens_per_step;
@@ -319,6 +389,11 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   res.end_step = step;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.tokens_per_second = (step - start) * tokens_per_step / std::max(secs, 1e-9);
+  res.seconds = secs;
+  res.comm_seconds = comm_before + (gsync ? gsync->comm_seconds() : 0.0);
+  if (world > 1)
+    log("communication: {:.2f} s of {:.2f} s ({:.1f}%) in gradient all-reduces", res.comm_seconds, secs,
+        100 * res.comm_seconds / std::max(secs, 1e-9));
   if (step == r.train.steps) {
     res.final_val_loss = evaluate_now(step);
     save(step);

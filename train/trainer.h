@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/communicator.h"
 #include "nn/transformer.h"
 #include "train/recipe.h"
 
@@ -20,6 +21,10 @@ namespace hz::train {
 struct TrainOptions {
   bool quiet = false;       // no console progress (the log file is still written)
   int64_t stop_after = -1;  // >= 0: stop (without a final checkpoint) after this many steps: tests of resume
+  dist::Communicator* comm = nullptr;  // data parallel ranks (null: a single process)
+  int64_t bucket_bytes = 0;            // > 0 overrides train.bucket_mb (tests of bucketing)
+  // Called on every rank after each optimizer step (tests: parameters identical across ranks).
+  std::function<void(int64_t step_done, nn::Transformer& model)> on_step;
 };
 
 struct TrainResult {
@@ -29,6 +34,8 @@ struct TrainResult {
   double final_val_loss = 0;    // at the training length (nan if no eval ran)
   int64_t tokens_seen = 0;
   double tokens_per_second = 0;
+  double seconds = 0;       // wall time of the steps
+  double comm_seconds = 0;  // of which spent launching / waiting for gradient all-reduces
 };
 
 TrainResult train(const Recipe& r, const TrainOptions& opt = {});

@@ -106,7 +106,9 @@ TEST(Lampe, MappingIsMonotoneAndBounded) {
           ASSERT_GE(r, prev) << "l " << l << " p " << p << " j " << j;
           prev = r;
         }
-        if (l > m && p > m) EXPECT_LE(prev, static_cast<int64_t>(std::floor(m)) + 1);  // squeezed into the mapped range
+        if (l > m && p > m) {
+          EXPECT_LE(prev, static_cast<int64_t>(std::floor(m)) + 1);  // squeezed into the mapped range
+        }
       }
     }
   }

@@ -136,3 +136,19 @@ TEST(Engine, BackwardIsDeterministic) {
   };
   EXPECT_EQ(run(), run());
 }
+
+TEST(Engine, GradReadyHookFiresOnceWhenTheLeafIsComplete) {
+  // w is used three times; its hook must fire once, after the last contribution
+  Variable w = leaf({2.0}, {1});
+  Variable x = leaf({3.0}, {1});
+  int fired = 0;
+  double seen = 0;
+  w.impl()->grad_ready_hook = [&] {
+    ++fired;
+    seen = w.grad().item();
+  };
+  Variable y = sum_all(add(mul(w, x), mul(w, mul(w, x))));  // wx + w^2 x -> dy/dw = x + 2wx = 15
+  y.backward();
+  EXPECT_EQ(fired, 1);
+  EXPECT_DOUBLE_EQ(seen, 15.0);
+}

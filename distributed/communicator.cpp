@@ -1,0 +1,216 @@
+#include "distributed/communicator.h"
+
+#include <cstdlib>
+
+#include "core/ops.h"
+
+#ifdef HZ_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace hz::dist {
+
+std::vector<int64_t> Communicator::all_gather(int64_t v) {
+  Tensor t = Tensor::zeros({size()}, DType::I64);
+  t.data<int64_t>()[rank()] = v;
+  all_reduce(t, ReduceOp::Sum);
+  std::vector<int64_t> out(size());
+  for (int r = 0; r < size(); ++r) out[r] = t.data<int64_t>()[r];
+  return out;
+}
+
+double Communicator::all_reduce_scalar(double v, ReduceOp op) {
+  Tensor t = Tensor::full({1}, v, DType::F64);
+  all_reduce(t, op);
+  return t.data<double>()[0];
+}
+
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+namespace {
+
+class DoneRequest : public Request {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+class Local : public Communicator {
+ public:
+  std::string name() const override { return "local"; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  void all_reduce(Tensor&, ReduceOp) override {}
+  std::unique_ptr<Request> all_reduce_async(Tensor&, ReduceOp) override { return std::make_unique<DoneRequest>(); }
+  void broadcast(Tensor&, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) noexcept override { std::_Exit(code); }
+};
+
+#ifdef HZ_HAVE_MPI
+void mpi_check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw Error(std::string(what) + " failed: " + std::string(msg, len));
+  }
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    default: throw DTypeError(std::string("MPI collectives support f32/f64/i32/i64, got ") + dtype_name(t));
+  }
+}
+
+void check_buffer(const Tensor& t) {
+  HZ_CHECK(t.device().is_cpu(), DeviceError, "the MPI communicator works on CPU tensors; use NCCL for ", t.device().str());
+  HZ_CHECK(t.is_contiguous(), ValueError, "collectives need contiguous tensors");
+}
+
+void scale_average(Tensor& t, int world) {
+  if (world == 1) return;
+  if (t.dtype() == DType::F32) {
+    float* p = t.data<float>();
+    const float s = 1.0f / world;
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] *= s;
+  } else if (t.dtype() == DType::F64) {
+    double* p = t.data<double>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] /= world;
+  } else {
+    throw DTypeError("average of an integer tensor");
+  }
+}
+
+class MpiRequest : public Request {
+ public:
+  MpiRequest(MPI_Request r, Tensor t, bool average, int world) : req_(r), t_(std::move(t)), average_(average), world_(world) {}
+  ~MpiRequest() override {
+    if (!done_) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    mpi_check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait");
+    finish();
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    if (flag) finish();
+    return done_;
+  }
+
+ private:
+  void finish() {
+    done_ = true;
+    if (average_) scale_average(t_, world_);
+  }
+  MPI_Request req_;
+  Tensor t_;
+  bool average_;
+  int world_;
+  bool done_ = false;
+};
+
+class Mpi : public Communicator {
+ public:
+  Mpi() {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      owner_ = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm local;
+    mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_free(&local);
+  }
+  ~Mpi() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owner_ && !finalized) MPI_Finalize();
+  }
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    check_buffer(t);
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), MPI_SUM,
+                            MPI_COMM_WORLD),
+              "MPI_Allreduce");
+    if (op == ReduceOp::Average) scale_average(t, size_);
+  }
+  std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) override {
+    check_buffer(t);
+    MPI_Request req;
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), MPI_SUM,
+                             MPI_COMM_WORLD, &req),
+              "MPI_Iallreduce");
+    return std::make_unique<MpiRequest>(req, t, op == ReduceOp::Average, size_);
+  }
+  void broadcast(Tensor& t, int root) override {
+    check_buffer(t);
+    mpi_check(MPI_Bcast(t.raw_data(), static_cast<int>(t.numel() * dtype_size(t.dtype())), MPI_BYTE, root, MPI_COMM_WORLD),
+              "MPI_Bcast");
+  }
+  void barrier() override { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  [[noreturn]] void abort(int code) noexcept override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0;
+  bool owner_ = false;
+};
+#endif
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_local() { return std::make_unique<Local>(); }
+
+bool mpi_compiled() {
+#ifdef HZ_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Communicator> make_mpi() {
+#ifdef HZ_HAVE_MPI
+  return std::make_unique<Mpi>();
+#else
+  throw Error("this Horizon build has no MPI support; reconfigure with -DHZ_MPI=ON (package libopenmpi-dev)");
+#endif
+}
+
+std::unique_ptr<Communicator> from_environment() {
+  if (launched_by_mpirun()) {
+    HZ_CHECK(mpi_compiled(), Error, "launched by mpirun but this Horizon build has no MPI support; rebuild with -DHZ_MPI=ON");
+    return make_mpi();
+  }
+  return make_local();
+}
+
+}  // namespace hz::dist

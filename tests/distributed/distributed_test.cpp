@@ -1,0 +1,161 @@
+// Data parallelism, run by CTest under `mpirun -np 2`: 2 ranks with per-rank batch B follow the
+// 1-rank batch-2B trajectory, parameters stay identical across ranks, resume is exact, and the
+// bucket layout / overlap switch do not change a single bit.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "distributed/communicator.h"
+#include "distributed/grad_sync.h"
+#include "train/trainer.h"
+
+using namespace hz;
+using namespace hz::train;
+
+namespace {
+
+dist::Communicator& world() {
+  static std::unique_ptr<dist::Communicator> c = dist::from_environment();
+  return *c;
+}
+
+std::string root() {
+  // the same path on every rank: they share mpirun as parent
+  static const std::string r = "/tmp/hz_dist_test_" + std::to_string(getppid());
+  return r;
+}
+
+Recipe tiny(const std::string& name, int64_t batch, std::vector<std::string> extra = {}) {
+  std::vector<std::string> ov{"run.name=" + name, "run.out_dir=" + root(), "data.cache_dir=" + root() + "/data",
+                              "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "data.seq_len=32",
+                              "data.batch_size=" + std::to_string(batch), "train.steps=20", "train.log_every=10",
+                              "schedule.warmup_steps=2", "optim.lr=5e-3", "eval.every=0", "eval.batches=1",
+                              "eval.lengths=[32]", "checkpoint.every=6"};
+  ov.insert(ov.end(), extra.begin(), extra.end());
+  return parse_recipe("model:\n  layer_kinds:\n    rope: {pos: rope}\n  pattern: [rope]\n", "tiny.yaml", ov);
+}
+
+uint64_t checksum(nn::Transformer& m) {
+  uint64_t h = 1469598103934665603ull;
+  for (auto& [n, v] : m.named_parameters())
+    for (double x : v->value().to_vector()) {
+      uint64_t b;
+      std::memcpy(&b, &x, 8);
+      h = (h ^ b) * 1099511628211ull;
+    }
+  return h;
+}
+
+TrainOptions on(dist::Communicator* c) {
+  TrainOptions o;
+  o.quiet = true;
+  o.comm = c;
+  return o;
+}
+
+class TwoRanks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (world().size() != 2) GTEST_SKIP() << "needs exactly 2 ranks (run under mpirun -np 2), got " << world().size();
+  }
+};
+
+}  // namespace
+
+TEST_F(TwoRanks, MatchOneRankWithDoubleBatchAndStayIdentical) {
+  TrainOptions o = on(&world());
+  int64_t checks = 0;
+  o.on_step = [&](int64_t step, nn::Transformer& m) {
+    const auto sums = world().all_gather(static_cast<int64_t>(checksum(m)));
+    EXPECT_EQ(sums[0], sums[1]) << "parameters differ across ranks after step " << step;
+    ++checks;
+  };
+  const TrainResult two = hz::train::train(tiny("dp2", 4), o);
+  EXPECT_EQ(checks, 20);
+  ASSERT_EQ(two.losses.size(), 20u);
+  if (world().rank() == 0) {
+    const TrainResult one = hz::train::train(tiny("dp1", 8), on(nullptr));
+    ASSERT_EQ(one.losses.size(), 20u);
+    for (size_t i = 0; i < 20; ++i)
+      EXPECT_NEAR(two.losses[i], one.losses[i], 2e-5 * std::max(1.0, std::abs(one.losses[i]))) << "step " << i + 1;
+    EXPECT_LT(one.losses.back(), one.losses.front());
+  }
+  world().barrier();
+}
+
+TEST_F(TwoRanks, ResumeContinuesTheSameTrajectory) {
+  const TrainResult full = hz::train::train(tiny("dp_full", 4, {"train.steps=12"}), on(&world()));
+  TrainOptions stop = on(&world());
+  stop.stop_after = 6;
+  const TrainResult a = hz::train::train(tiny("dp_split", 4, {"train.steps=12"}), stop);
+  const TrainResult b = hz::train::train(tiny("dp_split", 4, {"train.steps=12", "checkpoint.resume=latest"}), on(&world()));
+  ASSERT_EQ(b.start_step, 6);
+  ASSERT_EQ(b.losses.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(b.losses[i], full.losses[6 + i]) << "step " << 7 + i;  // bitwise
+  // a different world size may not resume this run
+  if (world().rank() == 0) {
+    try {
+      hz::train::train(tiny("dp_split", 4, {"train.steps=14", "checkpoint.resume=latest"}), on(nullptr));
+      ADD_FAILURE() << "a 2-rank checkpoint was resumed by 1 rank";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("mpirun -np 2"), std::string::npos) << e.what();
+    }
+  }
+  world().barrier();
+}
+
+TEST_F(TwoRanks, BucketsAndOverlapDoNotChangeGradients) {
+  auto run = [&](const std::string& name, int64_t bucket_bytes, bool overlap) {
+    TrainOptions o = on(&world());
+    o.bucket_bytes = bucket_bytes;
+    uint64_t last = 0;
+    o.on_step = [&](int64_t, nn::Transformer& m) { last = checksum(m); };
+    const TrainResult r = hz::train::train(
+        tiny(name, 4, {"train.steps=6", "checkpoint.every=0", std::string("train.overlap_comm=") + (overlap ? "true" : "false")}), o);
+    return std::make_pair(r.losses, last);
+  };
+  const auto one_bucket = run("b_one", 64 << 20, true);
+  const auto many = run("b_many", 1024, true);  // every parameter its own small bucket
+  const auto after = run("b_after", 4096, false);
+  EXPECT_EQ(one_bucket.first, many.first);
+  EXPECT_EQ(one_bucket.second, many.second);
+  EXPECT_EQ(one_bucket.first, after.first);
+  EXPECT_EQ(one_bucket.second, after.second);
+}
+
+TEST_F(TwoRanks, GradSyncAveragesAndOverlapsDuringBackward) {
+  // rank r's gradient is (r + 1) * x: the average over 2 ranks is 1.5 x, in every bucket layout
+  std::vector<ag::Variable> ps;
+  for (int i = 0; i < 5; ++i) ps.emplace_back(Tensor::full({100 + i}, 1.0), true);
+  dist::GradSync::NamedParams named;
+  for (int i = 0; i < 5; ++i) named.emplace_back("p" + std::to_string(i), &ps[i]);
+  dist::GradSync gs(world(), named, /*bucket_bytes=*/400, /*overlap=*/true);
+  EXPECT_GE(gs.num_buckets(), 5);
+  gs.begin();
+  ag::Variable loss = ps[0];
+  ag::Variable acc = ag::sum_all(ag::mul_scalar(ps[0], world().rank() + 1.0));
+  for (int i = 1; i < 5; ++i) acc = ag::add(acc, ag::sum_all(ag::mul_scalar(ps[i], (world().rank() + 1.0) * (i + 1))));
+  acc.backward();
+  EXPECT_GT(gs.overlapped_buckets(), 0);  // launched from grad-ready hooks, before finish()
+  gs.finish();
+  for (int i = 0; i < 5; ++i)
+    for (double g : ps[i].grad().to_vector()) EXPECT_DOUBLE_EQ(g, 1.5 * (i + 1));
+}
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  dist::Communicator& w = world();
+  if (w.rank() != 0) {  // one rank reports; every rank still asserts and sets the exit code
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  const auto all = w.all_gather(rc);
+  if (w.rank() == 0) std::filesystem::remove_all(root());
+  int worst = 0;
+  for (auto x : all) worst = std::max<int>(worst, static_cast<int>(x));
+  return worst;
+}
