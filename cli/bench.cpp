@@ -147,26 +147,40 @@ int bench_train(const std::vector<std::string>& a) {
   optim::AdamW opt({{"decay", decay, r.optim.lr, r.optim.weight_decay}, {"no_decay", rest, r.optim.lr, 0.0}});
   const int64_t B = r.data.batch_size, T = r.data.seq_len;
   Generator g(1);
-  std::vector<double> times;
+  std::vector<double> times, fwd, bwd, upd;
   const int64_t warmup = 3;
   for (int64_t i = 0; i < warmup + steps; ++i) {
     const Tensor u = g.uniform({B, T + 1}, 0, 256, DType::F64);
     std::vector<double> v = u.to_vector();
     for (auto& x : v) x = std::floor(x);
     const Tensor ids = Tensor::from_vector(v, {B, T + 1}, DType::I64);
-    const auto t0 = std::chrono::steady_clock::now();
+    using clk = std::chrono::steady_clock;
+    const auto t0 = clk::now();
     ag::Variable loss = m.loss(ids.narrow(1, 0, T).contiguous(), ids.narrow(1, 1, T).contiguous());
+    const auto t1 = clk::now();
     loss.backward();
+    const auto t2 = clk::now();
     optim::clip_grad_norm(named, 1.0);
     opt.step();
     m.zero_grad();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= warmup) times.push_back(dt);
+    const auto t3 = clk::now();
+    auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    if (i >= warmup) {
+      times.push_back(sec(t0, t3));
+      fwd.push_back(sec(t0, t1));
+      bwd.push_back(sec(t1, t2));
+      upd.push_back(sec(t2, t3));
+    }
   }
-  std::sort(times.begin(), times.end());
-  const double med = times[times.size() / 2];
-  fmt::print("{{\"impl\": \"horizon\", \"params\": {}, \"step_ms\": {:.2f}, \"tok_per_s\": {:.1f}, \"threads\": {}}}\n",
-             m.num_parameters(), med * 1e3, B * T / med, cpu::num_threads());
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double med = median(times);
+  fmt::print("{{\"impl\": \"horizon\", \"params\": {}, \"step_ms\": {:.2f}, \"tok_per_s\": {:.1f}, \"threads\": {}, "
+             "\"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, \"update_ms\": {:.2f}}}\n",
+             m.num_parameters(), med * 1e3, B * T / med, cpu::num_threads(), median(fwd) * 1e3, median(bwd) * 1e3,
+             median(upd) * 1e3);
   return 0;
 }
 

@@ -45,6 +45,7 @@ void check_state_shape(const std::string& who, const std::string& pname, const T
 template <class T>
 void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, double b1, double b2, double bc1,
                   double bc2, double eps, double lr, double decay) {
+#pragma omp parallel for schedule(static) if (n > 8192)
   for (int64_t i = 0; i < n; ++i) {
     const double gi = static_cast<double>(g[i]);
     m[i] = static_cast<T>(b1 * static_cast<double>(m[i]) + (1.0 - b1) * gi);
@@ -59,6 +60,7 @@ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, double b1, double b2,
 // B = mu B + (1 - mu) G; U = nesterov ? (1 - mu) G + mu B : B
 template <class T>
 void muon_momentum_kernel(const T* g, T* b, T* u, int64_t n, double mu, bool nesterov) {
+#pragma omp parallel for schedule(static) if (n > 8192)
   for (int64_t i = 0; i < n; ++i) {
     const double gi = static_cast<double>(g[i]);
     b[i] = static_cast<T>(mu * static_cast<double>(b[i]) + (1.0 - mu) * gi);

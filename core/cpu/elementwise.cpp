@@ -1,7 +1,9 @@
 // Horizon CPU kernels: copies/conversions, fill, unary and binary elementwise ops.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
+#include "core/cpu/fast_math.h"
 #include "core/cpu/kernels.h"
 #include "core/cpu/loops.h"
 
@@ -84,11 +86,11 @@ void fill(Tensor& dst, double v) {
 // ---- unary ------------------------------------------------------------------------------------
 template <class T>
 struct UnaryMath {
-  static T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
+  static T sigmoid(T x) { return T(1) / (T(1) + fast_exp(-x)); }  // vectorizable for f32
   static T f(UnaryOp op, T x) {
     switch (op) {
       case UnaryOp::Neg: return -x;
-      case UnaryOp::Exp: return std::exp(x);
+      case UnaryOp::Exp: return fast_exp(x);
       case UnaryOp::Log: return std::log(x);
       case UnaryOp::Sqrt: return std::sqrt(x);
       case UnaryOp::Rsqrt: return T(1) / std::sqrt(x);
@@ -128,15 +130,45 @@ struct UnaryMath {
   }
 };
 
+// Calls f(std::integral_constant<UnaryOp, OP>{}) for the runtime op, so every loop below is
+// compiled per op without a switch inside it (and vectorizes).
+template <class F>
+void dispatch_unary(UnaryOp op, F&& f) {
+  using K = UnaryOp;
+  switch (op) {
+    case K::Neg: f(std::integral_constant<K, K::Neg>{}); break;
+    case K::Exp: f(std::integral_constant<K, K::Exp>{}); break;
+    case K::Log: f(std::integral_constant<K, K::Log>{}); break;
+    case K::Sqrt: f(std::integral_constant<K, K::Sqrt>{}); break;
+    case K::Rsqrt: f(std::integral_constant<K, K::Rsqrt>{}); break;
+    case K::Abs: f(std::integral_constant<K, K::Abs>{}); break;
+    case K::Square: f(std::integral_constant<K, K::Square>{}); break;
+    case K::Tanh: f(std::integral_constant<K, K::Tanh>{}); break;
+    case K::Sigmoid: f(std::integral_constant<K, K::Sigmoid>{}); break;
+    case K::Relu: f(std::integral_constant<K, K::Relu>{}); break;
+    case K::Relu2: f(std::integral_constant<K, K::Relu2>{}); break;
+    case K::Silu: f(std::integral_constant<K, K::Silu>{}); break;
+    case K::Gelu: f(std::integral_constant<K, K::Gelu>{}); break;
+    default: throw NotImplementedError("unary op");
+  }
+}
+
 Tensor unary(UnaryOp op, const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
-    const T* xp = x.data<T>();
-    T* op_ = out.data<T>();
-    strided_rows<2>(x.shape(), {&x.strides(), &out.strides()}, [&](const RowSpec<2>& r) {
-      const T* a = xp + r.off[0];
-      T* o = op_ + r.off[1];
-      for (int64_t i = 0; i < r.n; ++i) o[i] = UnaryMath<T>::f(op, a[i * r.inner[0]]);
+    dispatch_unary(op, [&](auto k) {
+      constexpr UnaryOp OP = decltype(k)::value;
+      const T* xp = x.data<T>();
+      T* op_ = out.data<T>();
+      strided_rows<2>(x.shape(), {&x.strides(), &out.strides()}, [&](const RowSpec<2>& r) {
+        const T* a = xp + r.off[0];
+        T* o = op_ + r.off[1];
+        const int64_t s = r.inner[0];
+        if (s == 1)
+          for (int64_t i = 0; i < r.n; ++i) o[i] = UnaryMath<T>::f(OP, a[i]);
+        else
+          for (int64_t i = 0; i < r.n; ++i) o[i] = UnaryMath<T>::f(OP, a[i * s]);
+      });
     });
   });
   return out;
@@ -145,17 +177,21 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& g) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
-    const T* xp = x.data<T>();
-    const T* gp = g.data<T>();
-    T* op_ = out.data<T>();
-    strided_rows<3>(x.shape(), {&x.strides(), &g.strides(), &out.strides()},
-                    [&](const RowSpec<3>& r) {
-                      const T* a = xp + r.off[0];
-                      const T* b = gp + r.off[1];
-                      T* o = op_ + r.off[2];
-                      for (int64_t i = 0; i < r.n; ++i)
-                        o[i] = b[i * r.inner[1]] * UnaryMath<T>::df(op, a[i * r.inner[0]]);
-                    });
+    dispatch_unary(op, [&](auto k) {
+      constexpr UnaryOp OP = decltype(k)::value;
+      const T* xp = x.data<T>();
+      const T* gp = g.data<T>();
+      T* op_ = out.data<T>();
+      strided_rows<3>(x.shape(), {&x.strides(), &g.strides(), &out.strides()}, [&](const RowSpec<3>& r) {
+        const T* a = xp + r.off[0];
+        const T* b = gp + r.off[1];
+        T* o = op_ + r.off[2];
+        if (r.inner[0] == 1 && r.inner[1] == 1)
+          for (int64_t i = 0; i < r.n; ++i) o[i] = b[i] * UnaryMath<T>::df(OP, a[i]);
+        else
+          for (int64_t i = 0; i < r.n; ++i) o[i] = b[i * r.inner[1]] * UnaryMath<T>::df(OP, a[i * r.inner[0]]);
+      });
+    });
   });
   return out;
 }

@@ -1,6 +1,7 @@
 // Horizon: CPU loop helpers shared by the kernels: dtype dispatch and a strided N-operand loop
 // that coalesces dimensions and hands contiguous-or-strided rows to a row function.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -75,10 +76,16 @@ void strided_rows(const Shape& shape, const std::array<const Shape*, N>& strides
   const int64_t inner_n = cs.back();
   const int64_t outer = numel / inner_n;
   const int64_t od = static_cast<int64_t>(cs.size()) - 1;
-#pragma omp parallel for schedule(static) if (numel > 32768 && outer > 1)
-  for (int64_t o = 0; o < outer; ++o) {
+  // Long rows (e.g. a whole contiguous tensor coalesced into one) are cut into pieces so that
+  // every thread gets work; the pieces are fixed, so results never depend on the thread count.
+  constexpr int64_t kPiece = 16384;
+  const int64_t pieces = inner_n > 2 * kPiece ? (inner_n + kPiece - 1) / kPiece : 1;
+  const int64_t piece_len = pieces > 1 ? kPiece : inner_n;
+  const int64_t tasks = outer * pieces;
+#pragma omp parallel for schedule(static) if (numel > 32768 && tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t o = task / pieces, c = task % pieces;
     RowSpec<N> r;
-    r.n = inner_n;
     r.off.fill(0);
     int64_t rem = o;
     for (int64_t d = od - 1; d >= 0; --d) {
@@ -87,6 +94,8 @@ void strided_rows(const Shape& shape, const std::array<const Shape*, N>& strides
       for (int k = 0; k < N; ++k) r.off[k] += i * cst[d][k];
     }
     r.inner = cst.back();
+    for (int k = 0; k < N; ++k) r.off[k] += c * piece_len * r.inner[k];
+    r.n = std::min(piece_len, inner_n - c * piece_len);
     row(r);
   }
 }

@@ -126,10 +126,17 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
     const bool fa = ta != la, fb = tb != lb;
     // Small matrices: parallel over the batch, BLAS single-threaded inside (the OpenMP build of
     // OpenBLAS runs one thread inside a parallel region). Large: BLAS threads each product.
+    // Note: never wrap the BLAS call in an `omp parallel if(false)` region: an inactive region
+    // makes OpenBLAS open a *nested* team, creating and destroying threads on every call.
     const bool par_batch = batch > 1 && M * N * K < (1 << 21);
-#pragma omp parallel for schedule(static) if (par_batch)
-    for (int64_t i = 0; i < batch; ++i)
-      gemm<T>(fa, fb, M, N, K, al, ap + offa[i], lda, bp + offb[i], ldb, T(0), cp + i * M * N, N);
+    if (par_batch) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < batch; ++i)
+        gemm<T>(fa, fb, M, N, K, al, ap + offa[i], lda, bp + offb[i], ldb, T(0), cp + i * M * N, N);
+    } else {
+      for (int64_t i = 0; i < batch; ++i)
+        gemm<T>(fa, fb, M, N, K, al, ap + offa[i], lda, bp + offb[i], ldb, T(0), cp + i * M * N, N);
+    }
   });
   return out;
 }
