@@ -1,3 +1,4 @@
+#include "optim/vec_math.h"
 #include "optim/clip.h"
 
 #include <cmath>
@@ -14,16 +15,8 @@ Tensor readable(const Tensor& g) {
   if (h.dtype() != DType::F32 && h.dtype() != DType::F64) h = h.to(DType::F64);
   return h.contiguous();
 }
-template <class T>
-double sum_squares(const T* x, int64_t n) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  return s;
-}
-template <class T>
-void scale(T* x, int64_t n, double s) {
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * s);
-}
+using detail::sum_squares;
+using detail::scale;
 }  // namespace
 
 double global_grad_norm(const std::vector<std::pair<std::string, ag::Variable*>>& params) {

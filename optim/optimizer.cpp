@@ -1,4 +1,5 @@
 // Horizon: AdamW, Muon and the composite optimizer (see optimizer.h for the update rules).
+#include "optim/vec_math.h"
 #include "optim/optimizer.h"
 
 #include <cmath>
@@ -82,17 +83,9 @@ void axpby(T* x, const T* y, int64_t n, double alpha, double beta) {
     x[i] = static_cast<T>(alpha * static_cast<double>(x[i]) + beta * static_cast<double>(y[i]));
 }
 
-template <class T>
-double sum_squares(const T* x, int64_t n) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  return s;
-}
+using detail::sum_squares;
 
-template <class T>
-void scale(T* x, int64_t n, double s) {
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * s);
-}
+using detail::scale;
 
 }  // namespace
 

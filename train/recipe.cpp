@@ -122,6 +122,14 @@ void visit_fields(Recipe& r, V& v) {
   v("swan.rope_base", r.swan.rope_base, "RoPE base of the swa_rope layers (0 = as layer kind 'rope' or 10000)");
 }
 
+std::vector<std::string> split_path(const std::string& path) {
+  std::stringstream ss(path);
+  std::string part;
+  std::vector<std::string> parts;
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  return parts;
+}
+
 std::string fmt_line(const std::string& file, const YAML::Mark& m) {
   if (m.line < 0) return file + " (command-line override)";
   return file + ":" + std::to_string(m.line + 1);
@@ -136,11 +144,9 @@ struct Reader {
   std::set<std::string> overridden;        // paths set on the command line
 
   YAML::Node find(const std::string& path) const {
-    std::stringstream ss(path);
-    std::string part;
     YAML::Node cur;
     cur.reset(root);
-    while (std::getline(ss, part, '.')) {
+    for (const std::string& part : split_path(path)) {
       if (!cur.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
       YAML::Node next = cur[part];
       if (!next.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
@@ -265,10 +271,7 @@ struct Reader {
 struct Writer {
   YAML::Node root;
   YAML::Node at(const std::string& path) {
-    std::stringstream ss(path);
-    std::string part;
-    std::vector<std::string> parts;
-    while (std::getline(ss, part, '.')) parts.push_back(part);
+    const std::vector<std::string> parts = split_path(path);
     YAML::Node cur;
     cur.reset(root);
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -348,10 +351,7 @@ std::string apply_override(YAML::Node& root, const std::string& ov) {
   if (eq == std::string::npos || eq == 0)
     throw RecipeError("override '" + ov + "' must look like key.path=value (e.g. train.steps=100)");
   const std::string path = ov.substr(0, eq), value = ov.substr(eq + 1);
-  std::stringstream ss(path);
-  std::string part;
-  std::vector<std::string> parts;
-  while (std::getline(ss, part, '.')) parts.push_back(part);
+  const std::vector<std::string> parts = split_path(path);
   YAML::Node cur;
   cur.reset(root);
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
