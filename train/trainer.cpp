@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cmath>
 #include <filesystem>
@@ -343,8 +344,12 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
         sched = schedule_of(r, r.drope.warmup_steps, r.train.steps - step);
       }
     }
-    if (fault_rank && fault_step && std::atoi(fault_rank) == rank && std::atoll(fault_step) == step)
+    // Fault injection for the failure tests: HZ_FAULT_RANK / HZ_FAULT_STEP make that rank throw at
+    // that step, or die from SIGKILL when HZ_FAULT_SIGNAL=1.
+    if (fault_rank && fault_step && std::atoi(fault_rank) == rank && std::atoll(fault_step) == step) {
+      if (const char* sig = std::getenv("HZ_FAULT_SIGNAL"); sig && std::string(sig) == "1") std::raise(SIGKILL);
       throw Error(fmt::format("injected fault at step {} (HZ_FAULT_RANK={}, HZ_FAULT_STEP={})", step, rank, step));
+    }
     double loss_sum = 0;
     for (int64_t micro = 0; micro < r.train.grad_accum; ++micro) {
       const data::Batch b = data.next();
