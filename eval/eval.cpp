@@ -8,6 +8,8 @@
 
 #include "data/loader.h"
 #include "data/shard.h"
+#include "data/synthetic.h"
+#include "data/tokenizer.h"
 
 namespace hz::eval {
 
@@ -109,6 +111,55 @@ double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, in
   return s.n ? s.sum / s.n : std::nan("");
 }
 
+std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const train::Recipe& r) {
+  std::vector<PasskeyCell> cells;
+  if (r.eval.passkey_examples <= 0) return cells;
+  const auto tok = data::make_tokenizer(r.data.tokenizer);
+  const int64_t train_T = r.data.seq_len, V = m.cfg.vocab_size;
+  ag::NoGradGuard ng;
+  for (int64_t L : r.eval_lengths()) {
+    try {  // lengths too short for needle + question are left out of the grid
+      Generator probe(0);
+      data::make_passkey(*tok, probe, L + 1, 0.0);
+    } catch (const ValueError&) {
+      continue;
+    }
+    InferenceOptions opts(m, r.eval, train_T, L, r.eval.drope_c);
+    nn::AttnCall call;
+    call.T = L;
+    call.train_T = train_T;
+    for (size_t di = 0; di < r.eval.passkey_depths.size(); ++di) {
+      PasskeyCell cell;
+      cell.length = L;
+      cell.depth = r.eval.passkey_depths[di];
+      int64_t digits = 0, digits_ok = 0;
+      for (int64_t e = 0; e < r.eval.passkey_examples; ++e) {
+        Generator g(static_cast<uint64_t>(r.run.seed) + 7919, static_cast<uint64_t>(L) * 1000003 + di * 1009 + e);
+        const data::SyntheticExample ex = data::make_passkey(*tok, g, L + 1, cell.depth);
+        std::vector<double> ids(ex.tokens.begin(), ex.tokens.begin() + L);
+        const Tensor logits = m.forward(Tensor::from_vector(ids, {1, L}, DType::I64), Tensor(), call).value();
+        const Tensor lg = logits.reshape({L, V}).contiguous();
+        bool all = true;
+        for (int64_t i = 0; i < L; ++i) {
+          if (ex.weights[i] == 0) continue;
+          int64_t best = 0;
+          for (int64_t v = 1; v < V; ++v)
+            if (lg.at({i, v}) > lg.at({i, best})) best = v;
+          const bool ok = best == ex.tokens[i + 1];
+          all &= ok;
+          digits_ok += ok;
+          ++digits;
+        }
+        ++cell.examples;
+        cell.correct += all;
+      }
+      cell.digit_accuracy = digits ? static_cast<double>(digits_ok) / digits : 0.0;
+      cells.push_back(cell);
+    }
+  }
+  return cells;
+}
+
 EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const train::Recipe& r, bool with_nll) {
   EvalReport rep;
   const int64_t train_T = r.data.seq_len;
@@ -147,6 +198,7 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const train::Rec
       rep.nll_by_position = best_pos;
     }
   }
+  rep.passkey = evaluate_passkey(m, r);
   return rep;
 }
 
@@ -157,6 +209,13 @@ std::string report_table(const EvalReport& r, int64_t train_T) {
   for (const auto& l : r.lengths)
     os << fmt::format("{:>8} {:>6.1f} {:>10.4f} {:>10.3f} {:>12.4f} {:>10} {:>8.3f}\n", l.length,
                       static_cast<double>(l.length) / train_T, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c);
+  if (!r.passkey.empty()) {
+    os << "\npasskey retrieval (examples with every answer digit right / digit accuracy)\n";
+    os << fmt::format("{:>8} {:>7} {:>10} {:>10}\n", "length", "depth", "accuracy", "digits");
+    for (const auto& c : r.passkey)
+      os << fmt::format("{:>8} {:>7.2f} {:>9.1f}% {:>9.1f}%\n", c.length, c.depth,
+                        100.0 * c.correct / std::max<int64_t>(1, c.examples), 100.0 * c.digit_accuracy);
+  }
   return os.str();
 }
 
@@ -174,6 +233,13 @@ void write_report(const EvalReport& r, const std::string& dir, int64_t train_T) 
                       l.length, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c);
   }
   js << "], \"nll_length\": " << r.nll_length << "}\n";
+  if (!r.passkey.empty()) {
+    std::ofstream pk(dir + "/passkey.csv");
+    pk << "length,depth,examples,correct,accuracy,digit_accuracy\n";
+    for (const auto& c : r.passkey)
+      pk << fmt::format("{},{},{},{},{:.4f},{:.4f}\n", c.length, c.depth, c.examples, c.correct,
+                        static_cast<double>(c.correct) / std::max<int64_t>(1, c.examples), c.digit_accuracy);
+  }
   std::ofstream pos(dir + "/nll_by_position.csv");
   pos << "position,nll\n";
   for (size_t t = 0; t < r.nll_by_position.size(); ++t) pos << t << "," << fmt::format("{:.6f}", r.nll_by_position[t]) << "\n";

@@ -24,8 +24,16 @@ struct LengthResult {
   double drope_c = 0;       // the temperature c used (fitted when fit_drope_c is given)
 };
 
+struct PasskeyCell {
+  int64_t length = 0;
+  double depth = 0;
+  int64_t examples = 0, correct = 0;   // correct: every answer digit is the model's argmax
+  double digit_accuracy = 0;           // share of answer digits predicted
+};
+
 struct EvalReport {
   std::vector<LengthResult> lengths;
+  std::vector<PasskeyCell> passkey;    // when eval.passkey_examples > 0
   int64_t nll_length = 0;
   std::vector<double> nll_by_position;  // mean NLL at each position of the longest length
 };
@@ -37,6 +45,12 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const train::Rec
 // Mean loss on one set of batches at length L (no inference options). For training-time checks.
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
                  int64_t train_T);
+
+// Passkey retrieval (SPEC.md needle-in-a-haystack): for each length and depth, examples from
+// data::make_passkey scored teacher-forced: an example counts when the argmax at every answer
+// position is the answer digit. Inference options as in evaluate(). Lengths too short to hold
+// the needle and the question (108 byte tokens) are left out.
+std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const train::Recipe& r);
 
 std::string report_table(const EvalReport& r, int64_t train_T);
 void write_report(const EvalReport& r, const std::string& dir, int64_t train_T);  // eval.json, eval.csv, nll_by_position.csv

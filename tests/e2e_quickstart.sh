@@ -9,8 +9,9 @@ trap 'rm -rf "$OUT"' EXIT
 test -f "$OUT/quickstart/config.yaml"
 test -f "$OUT/quickstart/checkpoints/step_30.h5"
 grep -q '"step": 30' "$OUT/quickstart/metrics.jsonl"
-"$HZ" eval "$OUT/quickstart" eval.lengths=[64,256] eval.fit_drope_c=[0,0.5] eval.batches=2
+"$HZ" eval "$OUT/quickstart" eval.lengths=[64,256] eval.fit_drope_c=[0,0.5] eval.batches=2 eval.passkey_examples=1
 test -f "$OUT/quickstart/eval.csv"
+test "$(wc -l < "$OUT/quickstart/passkey.csv")" -eq 6   # length 64 cannot hold the needle
 test "$(wc -l < "$OUT/quickstart/nll_by_position.csv")" -eq 257
 "$HZ" info "$OUT/quickstart" | grep -q "attention cost"
 printf 'model:\n  n_layres: 2\n' > "$OUT/bad.yaml"

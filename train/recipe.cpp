@@ -111,6 +111,8 @@ void visit_fields(Recipe& r, V& v) {
   v("eval.lampe_local", r.eval.lampe_local, "LaMPE local region");
   v("eval.lampe_sink", r.eval.lampe_sink, "LaMPE sink region");
   v("eval.fit_drope_c", r.eval.fit_drope_c, "candidate DroPE c values; eval reports the best per length");
+  v("eval.passkey_examples", r.eval.passkey_examples, "passkey retrieval examples per (length, depth) (0 = off)");
+  v("eval.passkey_depths", r.eval.passkey_depths, "needle depths for the passkey grid (fractions of the filler)");
   v("drope.at_step", r.drope.at_step, "drop position encodings at this step (-1 = never)");
   v("drope.qk_norm", r.drope.qk_norm, "add full QK-norm at the drop (gains start at 1)");
   v("drope.reset_optimizer", r.drope.reset_optimizer, "fresh optimizer and schedule at the drop");
@@ -471,6 +473,9 @@ void Recipe::validate() const {
   if (drope.at_step >= train.steps) bad("drope.at_step (" + std::to_string(drope.at_step) + ") must be < train.steps (" + std::to_string(train.steps) + ")");
   for (int64_t l : eval_lengths())
     if (l < 2) bad("eval.lengths must be >= 2");
+  if (eval.passkey_examples < 0) bad("eval.passkey_examples must be >= 0");
+  for (double d : eval.passkey_depths)
+    if (d < 0 || d > 1) bad("eval.passkey_depths must lie in [0, 1]");
   if (swan.enabled)
     for (const auto& p : swan.pattern)
       if (p != "global_nope" && p != "swa_rope") bad("swan.pattern may only name global_nope and swa_rope, got '" + p + "'");

@@ -88,6 +88,8 @@ struct EvalSection {
   double lampe_a = 0, lampe_b = 10;   // mapping m = L / (1 + exp(-(a l + b)))
   int64_t lampe_local = 512, lampe_sink = 200;
   std::vector<double> fit_drope_c;    // candidate c values: pick the best per length (reported)
+  int64_t passkey_examples = 0;       // > 0: passkey retrieval accuracy per (length, depth)
+  std::vector<double> passkey_depths{0.0, 0.25, 0.5, 0.75, 1.0};
 };
 
 struct DropeSection {

@@ -402,7 +402,8 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   if (step == r.train.steps) {
     res.final_val_loss = evaluate_now(step);
     save(step);
-    log("done: {} steps, {:.0f} tok/s, final val loss {:.4f}", step - start, res.tokens_per_second, res.final_val_loss);
+    log("done: {} steps, {:.0f} tok/s, final val loss {}", step - start, res.tokens_per_second,
+        std::isnan(res.final_val_loss) ? std::string("n/a (no validation split)") : fmt::format("{:.4f}", res.final_val_loss));
   }
   return res;
 }

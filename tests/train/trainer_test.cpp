@@ -7,6 +7,7 @@
 #include <map>
 
 #include "data/shard.h"
+#include "eval/eval.h"
 #include "train/checkpoint.h"
 #include "train/surgery.h"
 #include "train/trainer.h"
@@ -152,4 +153,21 @@ TEST(Trainer, InitFromReportsAndRefusesShapeMismatch) {
                                        "schedule.warmup_steps=1"}),
                      quiet()),
                ShapeError);
+}
+
+TEST(Eval, PasskeyGridIsCompleteAndDeterministic) {
+  const Recipe r = tiny("pk_eval", {"eval.passkey_examples=2", "eval.lengths=[120, 160]", "eval.passkey_depths=[0, 0.5, 1]"});
+  nn::Transformer m(r.model_config(), 5);
+  const auto a = eval::evaluate_passkey(m, r), b = eval::evaluate_passkey(m, r);
+  ASSERT_EQ(a.size(), 6u);  // lengths x depths
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].examples, 2);
+    EXPECT_GE(a[i].digit_accuracy, 0.0);
+    EXPECT_LE(a[i].digit_accuracy, 1.0);
+    EXPECT_LE(a[i].correct, a[i].examples);
+    EXPECT_EQ(a[i].digit_accuracy, b[i].digit_accuracy);
+  }
+  EXPECT_EQ(a[0].length, 120);
+  EXPECT_EQ(a[5].length, 160);
+  EXPECT_EQ(a[4].depth, 0.5);
 }
