@@ -35,7 +35,9 @@ namespace hz::train {
 
 nn::ModelConfig model_config_at(const Recipe& r, int64_t step) {
   nn::ModelConfig c = r.model_config();
-  if (r.drope.at_step >= 0 && step >= r.drope.at_step) c = drope_config(c, r.drope.qk_norm);
+  // The drop happens at the start of step at_step, so a checkpoint taken after at_step steps
+  // (step == at_step) still holds the model from before it.
+  if (r.drope.at_step >= 0 && step > r.drope.at_step) c = drope_config(c, r.drope.qk_norm);
   return c;
 }
 
@@ -240,7 +242,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   }
 
   // ---- optimizer & schedule ------------------------------------------------------------------
-  const bool after_reset = r.drope.at_step >= 0 && r.drope.reset_optimizer && start >= r.drope.at_step;
+  const bool after_reset = r.drope.at_step >= 0 && r.drope.reset_optimizer && start > r.drope.at_step;
   double adam_lr = after_reset ? r.drope.lr : r.optim.lr;
   int64_t sched_origin = after_reset ? r.drope.at_step : 0;
   optim::ScheduleConfig sched = after_reset ? schedule_of(r, r.drope.warmup_steps, r.train.steps - r.drope.at_step)

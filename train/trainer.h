@@ -40,7 +40,7 @@ struct TrainResult {
 
 TrainResult train(const Recipe& r, const TrainOptions& opt = {});
 
-// The model described by a recipe at a given step (DroPE applied when step > drope.at_step).
+// The model a checkpoint taken after `step` steps holds (DroPE applied when step > drope.at_step).
 nn::ModelConfig model_config_at(const Recipe& r, int64_t step);
 
 // Loads a run directory or checkpoint for evaluation: the recipe (the run's config.yaml plus

@@ -171,3 +171,26 @@ TEST(Eval, PasskeyGridIsCompleteAndDeterministic) {
   EXPECT_EQ(a[5].length, 160);
   EXPECT_EQ(a[4].depth, 0.5);
 }
+
+TEST(Trainer, ResumeAcrossTheDropeStepIsExact) {
+  // checkpoints at steps 4 (before the drop at step 4 runs) and 8 (after it); resuming from either
+  // continues the uninterrupted trajectory bit for bit
+  const std::vector<std::string> d{"drope.at_step=4", "drope.qk_norm=true", "drope.reset_optimizer=true",
+                                   "drope.warmup_steps=2", "checkpoint.every=4", "checkpoint.keep_last=5"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), d.begin(), d.end());
+    return extra;
+  };
+  const TrainResult full = hz::train::train(tiny("drope_full", with({})), quiet());
+  for (int64_t stop_at : {4, 8}) {
+    const std::string name = "drope_split_" + std::to_string(stop_at);
+    TrainOptions stop = quiet();
+    stop.stop_after = stop_at;
+    hz::train::train(tiny(name, with({})), stop);
+    const TrainResult rest = hz::train::train(tiny(name, with({"checkpoint.resume=latest"})), quiet());
+    ASSERT_EQ(rest.start_step, stop_at);
+    ASSERT_EQ(rest.losses.size(), static_cast<size_t>(12 - stop_at));
+    for (size_t i = 0; i < rest.losses.size(); ++i)
+      EXPECT_EQ(rest.losses[i], full.losses[stop_at + i]) << "resumed at " << stop_at << ", step " << stop_at + i + 1;
+  }
+}
