@@ -200,16 +200,11 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions opt)
 
 void AdamW::step(double lr_mult) {
   check_lr_mult("adamw", lr_mult);
-  ++step_;
-  const double t = static_cast<double>(step_);
+  const double t = static_cast<double>(step_ + 1);  // this step's count
   const double bc1 = 1.0 - std::pow(opt_.beta1, t);
   const double bc2 = 1.0 - std::pow(opt_.beta2, t);
-  for (auto& s : state_) {
+  for_each_update(lr_mult, [&](ParamState& s, double lr, double decay) {
     ag::Variable& var = *s.var;
-    if (!var.grad().defined()) continue;
-    const ParamGroup& g = groups_[s.group];
-    const double lr = g.lr * lr_mult;
-    const double decay = 1.0 - lr * g.weight_decay;
     Tensor& m = s.buffers[0].second;
     Tensor& v = s.buffers[1].second;
     check_state_shape("adamw", s.name, var.value(), m);
@@ -223,7 +218,7 @@ void AdamW::step(double lr_mult) {
       adamw_kernel(p.data<double>(), gr.data<double>(), m.data<double>(), v.data<double>(), n,
                    opt_.beta1, opt_.beta2, bc1, bc2, opt_.eps, lr, decay);
     write_back(var.value(), p);
-  }
+  });
 }
 
 // ---- Muon -------------------------------------------------------------------------------------
@@ -275,13 +270,8 @@ Muon::Muon(std::vector<ParamGroup> groups, MuonOptions opt)
 
 void Muon::step(double lr_mult) {
   check_lr_mult("muon", lr_mult);
-  ++step_;
-  for (auto& s : state_) {
+  for_each_update(lr_mult, [&](ParamState& s, double lr, double decay) {
     ag::Variable& var = *s.var;
-    if (!var.grad().defined()) continue;
-    const ParamGroup& g = groups_[s.group];
-    const double lr = g.lr * lr_mult;
-    const double decay = 1.0 - lr * g.weight_decay;
     Tensor& buf = s.buffers[0].second;
     check_state_shape("muon", s.name, var.value(), buf);
     Tensor p = host_value(var.value());
@@ -300,7 +290,7 @@ void Muon::step(double lr_mult) {
     if (p.dtype() == DType::F32) decay_and_apply(p.data<float>(), O.data<float>(), n, decay, step);
     else decay_and_apply(p.data<double>(), O.data<double>(), n, decay, step);
     write_back(var.value(), p);
-  }
+  });
 }
 
 // ---- Composite --------------------------------------------------------------------------------

@@ -76,6 +76,18 @@ class Optimizer {
   void init_state(const std::vector<std::string>& buffer_names);
   std::string key(const ParamState& s, const std::string& buffer) const;
   std::string step_key() const { return name() + "/step"; }
+  // Advances the step counter, then calls f(state, lr, decay) for every parameter that has a
+  // gradient, with lr = group lr * lr_mult and decay = 1 - lr * group weight decay.
+  template <class F>
+  void for_each_update(double lr_mult, F&& f) {
+    ++step_;
+    for (auto& s : state_) {
+      if (!s.var->grad().defined()) continue;
+      const ParamGroup& g = groups_[s.group];
+      const double lr = g.lr * lr_mult;
+      f(s, lr, 1.0 - lr * g.weight_decay);
+    }
+  }
 
   std::vector<ParamGroup> groups_;
   std::vector<ParamState> state_;
