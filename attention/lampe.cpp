@@ -45,7 +45,7 @@ AttnOutput lampe_attention(const ag::Variable& q, const ag::Variable& k, const a
   base.window.assign(H, 0);
   const int64_t off = base.q_offset < 0 ? Tk - Tq : base.q_offset;
   base.q_offset = off;
-  const Geometry g = geometry(cfg, Tk);
+  const Geometry g = geometry(cfg, cfg.length > 0 ? cfg.length : Tk);
   std::vector<double> qpos_local(Tq), qpos_mid(Tq), qpos_sink(Tq), kpos_mid(Tk);
   for (int64_t i = 0; i < Tq; ++i) {
     const int64_t p = off + i;

@@ -21,6 +21,8 @@ struct LampeConfig {
   double a = 0, b = 0;     // sigmoid slope / offset in the input length l
   int64_t s_local = 512;   // public code defaults
   int64_t s_sink = 200;
+  int64_t length = 0;      // input length l of the mapping (0: Tk, the number of keys given);
+                           // decoding sets the whole context so prefill and steps share one map
 };
 
 double lampe_mapping_length(const LampeConfig& c, int64_t l);
@@ -28,7 +30,7 @@ double lampe_mapping_length(const LampeConfig& c, int64_t l);
 int64_t lampe_relative_position(const LampeConfig& c, int64_t l, int64_t p, int64_t j);
 
 // q (B, H, Tq, D), k/v (B, Hkv, Tk, D) WITHOUT rotary encoding; queries are the last Tq of the
-// Tk positions (l = Tk). Causal; base carries the logit transform / tiles (its windows must be
+// Tk positions (l = cfg.length, or Tk when 0). Causal; base carries the logit transform / tiles (its windows must be
 // unbounded). Returns the merged output and row log-sum-exp. Inference only: gradients reach
 // each region but the merge weights are treated as constants.
 AttnOutput lampe_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,

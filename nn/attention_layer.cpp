@@ -38,7 +38,7 @@ attn::AttnConfig AttentionLayer::kernel_config(const AttnCall& call) const {
   return cfg;
 }
 
-ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const {
+AttentionLayer::QKV AttentionLayer::project_qkv(const ag::Variable& x) const {
   const int64_t B = x.size(0), T = x.size(1), H = dims.n_heads, Hkv = dims.n_kv_heads, D = dims.head_dim;
   ag::Variable q = wq->forward(x), k = wk->forward(x), v = wv->forward(x);  // (B, T, heads*D)
   if (spec.qk_norm == attn::QKNorm::Full) {
@@ -55,21 +55,33 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
+  return {q, k, v};
+}
+
+bool AttentionLayer::rotary() const {
+  return spec.pos.kind == attn::PosKind::Rope || spec.pos.kind == attn::PosKind::PRope;
+}
+
+attn::RopeFreqs AttentionLayer::rope_freqs(const AttnCall& call) const {
+  attn::PositionSpec ps = spec.pos;
+  if (ps.original_context == 0) ps.original_context = call.train_T > 0 ? call.train_T : call.T;
+  return attn::rope_frequencies(ps, dims.head_dim, call.T);
+}
+
+ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const {
+  const int64_t B = x.size(0), T = x.size(1), H = dims.n_heads, D = dims.head_dim;
+  auto [q, k, v] = project_qkv(x);
   attn::AttnConfig cfg = kernel_config(call);
   bool causal = true;
   for (int64_t w : cfg.window) causal &= w == 0;
-  const bool rotary = spec.pos.kind == attn::PosKind::Rope || spec.pos.kind == attn::PosKind::PRope;
+  const bool rot = rotary();
   attn::RopeFreqs f;
-  if (rotary) {
-    attn::PositionSpec ps = spec.pos;
-    if (ps.original_context == 0) ps.original_context = call.train_T > 0 ? call.train_T : call.T;
-    f = attn::rope_frequencies(ps, D, call.T);
-  }
-  if (rotary && lampe && causal) {  // LaMPE rotates per region itself
+  if (rot) f = rope_freqs(call);
+  if (rot && lampe && causal) {  // LaMPE rotates per region itself
     const attn::AttnOutput o = attn::lampe_attention(q, k, v, f, *lampe, cfg);
     return wo->forward(ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D}));
   }
-  if (rotary) {
+  if (rot) {
     q = attn::apply_rope(q, positions, f);
     k = attn::apply_rope(k, positions, f);
   }

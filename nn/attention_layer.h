@@ -33,6 +33,15 @@ class AttentionLayer : public Module {
   // x (B, T, C), positions (T) i64.
   ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const;
   attn::AttnConfig kernel_config(const AttnCall& call) const;  // windows, slopes, transform
+  // The projections with QK-norm, before any rotation: q (B, H, T, D), k and v (B, Hkv, T, D).
+  // forward() and incremental decoding (nn/kv_cache.h) both start from here.
+  struct QKV {
+    ag::Variable q, k, v;
+  };
+  QKV project_qkv(const ag::Variable& x) const;
+  bool rotary() const;  // RoPE or p-RoPE
+  // This layer's rotary frequencies for a call (RoPE scalings resolved against call.T/train_T).
+  attn::RopeFreqs rope_freqs(const AttnCall& call) const;
 
   AttentionDims dims;
   attn::AttentionSpec spec;

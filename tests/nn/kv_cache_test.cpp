@@ -1,0 +1,195 @@
+// nn/kv_cache: incremental decoding equals the full forward, for every layer kind. Each case
+// builds a float64 model, decodes greedily with the cache (prefill + one step per token) and
+// compares every step's logits with Transformer::forward over the whole final sequence at
+// T = context, then the argmax tokens one by one. Rings that wrap (SWA, SCOPE), GQA groups with
+// different scopes, LaMPE squeezing, and length-dependent options (dynamic NTK, temperature,
+// SCOPE scopes at T > training length) are all exercised.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "nn/kv_cache.h"
+
+using namespace hz;
+using namespace hz::nn;
+
+namespace {
+
+ModelConfig base_config() {
+  ModelConfig c;
+  c.vocab_size = 29;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 4;
+  c.mlp_hidden = 48;
+  c.max_seq_len = 16;  // the "training" length; contexts below go beyond it
+  c.init_std = 0.2;    // peaked attention, so a wrong key or logit shows
+  c.dtype = DType::F64;
+  return c;
+}
+
+struct Case {
+  std::string name;
+  std::vector<attn::AttentionSpec> kinds;  // one per layer
+  int64_t n_kv_heads = 4;
+  bool lampe = false;
+};
+
+int64_t argmax(const std::vector<double>& v, int64_t off, int64_t n) {
+  int64_t b = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (v[off + i] > v[off + b]) b = i;
+  return b;
+}
+
+// Decodes `n_new` tokens greedily after a fixed prompt and checks them against the full forward.
+void check_case(const Case& cs, int64_t prompt_len = 9, int64_t n_new = 14) {
+  SCOPED_TRACE(cs.name);
+  ModelConfig c = base_config();
+  c.n_kv_heads = cs.n_kv_heads;
+  c.n_layers = static_cast<int64_t>(cs.kinds.size());
+  c.kinds.clear();
+  c.pattern.clear();
+  for (size_t l = 0; l < cs.kinds.size(); ++l) {
+    c.kinds.push_back({"k" + std::to_string(l), cs.kinds[l]});
+    c.pattern.push_back("k" + std::to_string(l));
+  }
+  Transformer m(c, 7);
+  if (cs.lampe)
+    for (auto& b : m.layers) {
+      attn::LampeConfig lc;
+      lc.L = 10;  // mapping length ~10 < context: the middle region is squeezed
+      lc.a = 0;
+      lc.b = 10;
+      lc.s_local = 4;
+      lc.s_sink = 2;
+      b->attn->lampe = lc;
+    }
+  const int64_t V = c.vocab_size, context = prompt_len + n_new;
+  std::vector<int32_t> seq;
+  for (int64_t i = 0; i < prompt_len; ++i) seq.push_back(static_cast<int32_t>((i * 7 + 3) % V));
+  KVCache cache(m, context);
+  std::vector<std::vector<double>> step_logits;
+  Tensor lg = cache.prefill(seq);
+  for (int64_t s = 0; s < n_new; ++s) {
+    step_logits.push_back(lg.to_vector());
+    const int32_t tok = static_cast<int32_t>(argmax(step_logits.back(), 0, V));
+    seq.push_back(tok);
+    if (s + 1 < n_new) lg = cache.step(tok);
+  }
+  EXPECT_EQ(cache.length(), context - 1);
+  // the full forward over the final sequence, T = context
+  std::vector<double> ids(seq.begin(), seq.end());
+  AttnCall call;
+  call.T = context;
+  const std::vector<double> full =
+      m.forward(Tensor::from_vector(ids, {1, context}, DType::I64), Tensor(), call).value().to_vector();
+  for (int64_t s = 0; s < n_new; ++s) {
+    const int64_t row = prompt_len - 1 + s;
+    double maxdiff = 0, scale = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      maxdiff = std::max(maxdiff, std::abs(step_logits[s][v] - full[row * V + v]));
+      scale = std::max(scale, std::abs(full[row * V + v]));
+    }
+    EXPECT_LT(maxdiff, 1e-10 * std::max(1.0, scale)) << "step " << s << " (position " << row << ")";
+    EXPECT_EQ(argmax(full, row * V, V), seq[prompt_len + s]) << "token " << s;
+  }
+}
+
+attn::AttentionSpec rope() { return {}; }
+attn::AttentionSpec nope() {
+  attn::AttentionSpec s;
+  s.pos.kind = attn::PosKind::None;
+  return s;
+}
+
+}  // namespace
+
+TEST(KVCache, RopeCausal) { check_case({"rope", {rope(), rope()}}); }
+
+TEST(KVCache, SlidingWindowRingWraps) {
+  attn::AttentionSpec s = rope();
+  s.mask.kind = attn::MaskKind::Window;
+  s.mask.window = 5;  // ring of 5 slots, 22 positions
+  check_case({"swa", {s, nope()}});
+}
+
+TEST(KVCache, ScopeWithGqaAndFreeze) {
+  attn::AttentionSpec s = nope();
+  s.mask.kind = attn::MaskKind::Scope;  // scopes follow T = context (23 > training 16)
+  attn::AttentionSpec f = s;
+  f.mask.freeze_scopes = true;  // scopes of T = 16
+  f.mask.scope_train_T = 16;
+  check_case({"scope", {s, f}, /*n_kv_heads=*/2});
+}
+
+TEST(KVCache, ScaleInvariantPRopeQkNorm) {
+  attn::AttentionSpec s;
+  s.pos.kind = attn::PosKind::PRope;
+  s.logit.kind = attn::LogitKind::ScaleInvariant;
+  s.logit.tau = 3;
+  s.qk_norm = attn::QKNorm::Full;
+  attn::AttentionSpec p = s;
+  p.qk_norm = attn::QKNorm::PerHead;
+  p.logit.tau = 7;
+  check_case({"scale_invariant", {s, p}});
+}
+
+TEST(KVCache, LogNWithWindow) {
+  attn::AttentionSpec s = nope();
+  s.logit.kind = attn::LogitKind::LogN;
+  s.logit.logn_c = 0.7;
+  attn::AttentionSpec w = rope();
+  w.logit.kind = attn::LogitKind::LogN;
+  w.mask.kind = attn::MaskKind::Window;
+  w.mask.window = 6;
+  check_case({"logn", {s, w}});
+}
+
+TEST(KVCache, Alibi) {
+  attn::AttentionSpec s = nope();
+  s.pos.kind = attn::PosKind::Alibi;
+  check_case({"alibi", {s, s}});
+}
+
+TEST(KVCache, LampeSqueezesMiddleRegion) { check_case({"lampe", {rope(), rope()}, 4, /*lampe=*/true}); }
+
+TEST(KVCache, LampeWithYarnAndGqa) {
+  attn::AttentionSpec s = rope();
+  s.pos.scaling = attn::RopeScaling::YaRN;
+  s.pos.factor = 2;
+  s.pos.original_context = 16;
+  check_case({"lampe_yarn", {s, s}, 2, true});
+}
+
+TEST(KVCache, GqaSwanRowDynamicNtkTemperature) {
+  attn::AttentionSpec g = nope();
+  g.logit.kind = attn::LogitKind::SwanRow;
+  g.logit.swan_a = 20;
+  attn::AttentionSpec d = rope();
+  d.pos.scaling = attn::RopeScaling::DynamicNTK;  // s = context / 16 > 1
+  d.logit.kind = attn::LogitKind::Temperature;
+  d.logit.temp_c = 0.4;  // beta = 1 + 0.4 ln(context / 16)
+  check_case({"swan_ntk_temp", {g, d, d}, 1});
+}
+
+TEST(KVCache, PromptLongerThanWindowAndMemory) {
+  attn::AttentionSpec s = rope();
+  s.mask.kind = attn::MaskKind::Window;
+  s.mask.window = 4;
+  check_case({"long_prompt", {s, s}}, /*prompt_len=*/13, /*n_new=*/6);
+  // memory: a window layer holds W keys per kv head, a causal one the whole context
+  ModelConfig c = base_config();
+  c.kinds = {{"w", s}, {"g", rope()}};
+  c.pattern = {"w", "g"};
+  Transformer m(c, 1);
+  KVCache cache(m, 40);
+  ASSERT_EQ(cache.layers().size(), 2u);
+  EXPECT_EQ(cache.layers()[0].capacity, std::vector<int64_t>(4, 4));
+  EXPECT_EQ(cache.layers()[1].capacity, std::vector<int64_t>(4, 40));
+  const int64_t D = 8;
+  EXPECT_EQ(cache.bytes(), 2 * (4 * 4 + 4 * 40) * D * 8);
+  EXPECT_THROW(cache.step(1), ValueError);  // no prefill yet
+  EXPECT_THROW(cache.prefill(std::vector<int32_t>(41, 1)), ValueError);  // longer than the context
+}
