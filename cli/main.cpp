@@ -11,6 +11,7 @@
 
 #include "attention/accounting.h"
 #include "cli/bench.h"
+#include "cli/commands.h"
 #include "core/cpu/kernels.h"
 #include "core/cuda/backend.h"
 #include "core/error.h"
@@ -34,7 +35,8 @@ void usage() {
       "  eval RUN_DIR|CHECKPOINT [key=value ...]  loss / perplexity vs length, NLL by position\n"
       "  data prepare RECIPE.yaml [key=value ...] tokenize the recipe's corpus into shards\n"
       "  info [RECIPE.yaml|RUN_DIR] [key=value]   build, parameters, per-layer attention, FLOPs\n"
-      "  bench attention [...]                    benchmarks (see horizon bench --help)\n"
+      "  generate RUN_DIR --prompt TEXT [...]     decode with the KV cache (greedy or sampled)\n"
+      "  bench attention|generate [...]           benchmarks (see horizon bench --help)\n"
       "  train --schema                           every recipe field with its default and meaning\n"
       "  <command> --help                         help of a command\n");
 }
@@ -89,12 +91,12 @@ int cmd_eval(const std::vector<std::string>& a) {
   if (src == "passkey" || src == "kv") {  // synthetic training data: retrieval accuracy only
     HZ_CHECK(run.recipe.eval.passkey_examples > 0, hz::ValueError, "the run trained on synthetic '", src,
              "' data, which has no held-out text: set eval.passkey_examples=N to measure retrieval");
-    rep.passkey = hz::eval::evaluate_passkey(*run.model, run.recipe);
+    rep.passkey = hz::eval::evaluate_passkey(*run.model, run.recipe.eval_options());
   } else {
     const auto [tp, vp] = hz::train::prepare_data(run.recipe, true);
     (void)tp;
     const auto val = hz::data::Shard::open(vp);
-    rep = hz::eval::evaluate(*run.model, *val, run.recipe);
+    rep = hz::eval::evaluate(*run.model, *val, run.recipe.eval_options());
   }
   fmt::print("{}", hz::eval::report_table(rep, run.recipe.data.seq_len));
   hz::eval::write_report(rep, run.run_dir, run.recipe.data.seq_len);
@@ -174,7 +176,9 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return cmd_eval(args);
     if (cmd == "data") return cmd_data(args);
     if (cmd == "info") return cmd_info(args);
+    if (cmd == "bench" && args.size() > 1 && args[1] == "generate") return hz::cli::bench_generate_main(args);
     if (cmd == "bench") return hz::cli::bench_main(args);
+    if (cmd == "generate") return hz::cli::generate_main(args);
     fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);
     return 2;
   } catch (const hz::Error& e) {

@@ -10,6 +10,7 @@
 #include "data/shard.h"
 #include "data/synthetic.h"
 #include "data/tokenizer.h"
+#include "eval/inference.h"
 
 namespace hz::eval {
 
@@ -52,50 +53,6 @@ Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, 
   return s;
 }
 
-// Applies recipe.eval's inference options for length L; restores the layers on destruction.
-class InferenceOptions {
- public:
-  InferenceOptions(nn::Transformer& m, const train::EvalSection& e, int64_t train_T, int64_t L, double drope_c) : m_(m) {
-    for (auto& b : m.layers) saved_.push_back({b->attn->spec, b->attn->lampe});
-    const double s = static_cast<double>(L) / train_T;
-    for (auto& b : m.layers) {
-      attn::AttentionSpec& sp = b->attn->spec;
-      if (!e.rope_scaling.empty() && sp.pos.kind == attn::PosKind::Rope) {
-        sp.pos.scaling = attn::parse_scaling(e.rope_scaling);
-        sp.pos.factor = std::max(1.0, s);
-        sp.pos.original_context = train_T;
-      }
-      if (e.swan_a > 0 && sp.pos.kind == attn::PosKind::None && sp.mask.kind == attn::MaskKind::Causal) {
-        sp.logit.kind = attn::LogitKind::SwanRow;
-        sp.logit.swan_a = e.swan_a;
-      }
-      if (drope_c != 0 && sp.logit.kind == attn::LogitKind::Identity) {
-        sp.logit.kind = attn::LogitKind::Temperature;
-        sp.logit.temp_c = drope_c;
-      }
-      if (e.lampe && sp.pos.kind == attn::PosKind::Rope) {
-        attn::LampeConfig lc;
-        lc.L = e.lampe_L > 0 ? e.lampe_L : 0.75 * train_T;
-        lc.a = e.lampe_a;
-        lc.b = e.lampe_b;
-        lc.s_local = e.lampe_local;
-        lc.s_sink = e.lampe_sink;
-        b->attn->lampe = lc;
-      }
-    }
-  }
-  ~InferenceOptions() {
-    for (size_t i = 0; i < saved_.size(); ++i) {
-      m_.layers[i]->attn->spec = saved_[i].first;
-      m_.layers[i]->attn->lampe = saved_[i].second;
-    }
-  }
-
- private:
-  nn::Transformer& m_;
-  std::vector<std::pair<attn::AttentionSpec, std::optional<attn::LampeConfig>>> saved_;
-};
-
 }  // namespace
 
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
@@ -111,30 +68,30 @@ double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, in
   return s.n ? s.sum / s.n : std::nan("");
 }
 
-std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const train::Recipe& r) {
+std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions& o) {
   std::vector<PasskeyCell> cells;
-  if (r.eval.passkey_examples <= 0) return cells;
-  const auto tok = data::make_tokenizer(r.data.tokenizer);
-  const int64_t train_T = r.data.seq_len, V = m.cfg.vocab_size;
+  if (o.passkey_examples <= 0) return cells;
+  const auto tok = data::make_tokenizer(o.tokenizer);
+  const int64_t train_T = o.train_T, V = m.cfg.vocab_size;
   ag::NoGradGuard ng;
-  for (int64_t L : r.eval_lengths()) {
+  for (int64_t L : o.lengths) {
     try {  // lengths too short for needle + question are left out of the grid
       Generator probe(0);
       data::make_passkey(*tok, probe, L + 1, 0.0);
     } catch (const ValueError&) {
       continue;
     }
-    InferenceOptions opts(m, r.eval, train_T, L, r.eval.drope_c);
+    ScopedInference opts(m, o.inference, train_T, L);
     nn::AttnCall call;
     call.T = L;
     call.train_T = train_T;
-    for (size_t di = 0; di < r.eval.passkey_depths.size(); ++di) {
+    for (size_t di = 0; di < o.passkey_depths.size(); ++di) {
       PasskeyCell cell;
       cell.length = L;
-      cell.depth = r.eval.passkey_depths[di];
+      cell.depth = o.passkey_depths[di];
       int64_t digits = 0, digits_ok = 0;
-      for (int64_t e = 0; e < r.eval.passkey_examples; ++e) {
-        Generator g(static_cast<uint64_t>(r.run.seed) + 7919, static_cast<uint64_t>(L) * 1000003 + di * 1009 + e);
+      for (int64_t e = 0; e < o.passkey_examples; ++e) {
+        Generator g(o.seed + 7919, static_cast<uint64_t>(L) * 1000003 + di * 1009 + e);
         const data::SyntheticExample ex = data::make_passkey(*tok, g, L + 1, cell.depth);
         std::vector<double> ids(ex.tokens.begin(), ex.tokens.begin() + L);
         const Tensor logits = m.forward(Tensor::from_vector(ids, {1, L}, DType::I64), Tensor(), call).value();
@@ -160,55 +117,99 @@ std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const train::Recip
   return cells;
 }
 
-EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const train::Recipe& r, bool with_nll) {
+EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOptions& o, bool with_nll) {
   EvalReport rep;
-  const int64_t train_T = r.data.seq_len;
-  const int64_t batch = r.eval.batch_size > 0 ? r.eval.batch_size : r.data.batch_size;
-  const auto lengths = r.eval_lengths();
-  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  for (int64_t L : lengths) {
-    const auto batches = data::eval_batches(val, L, batch, r.eval.batches);
+  const int64_t train_T = o.train_T;
+  HZ_CHECK(!o.lengths.empty(), ValueError, "eval: no evaluation lengths given");
+  const int64_t longest = *std::max_element(o.lengths.begin(), o.lengths.end());
+  for (int64_t L : o.lengths) {
+    const auto batches = data::eval_batches(val, L, o.batch_size, o.batches);
     HZ_CHECK(!batches.empty(), ValueError, "eval: the validation split (", val.n_tokens(),
-             " tokens) is too small for one batch of ", batch, " x ", L,
+             " tokens) is too small for one batch of ", o.batch_size, " x ", L,
              " tokens; lower eval.batch_size or eval.lengths, or raise data.val_fraction");
-    std::vector<double> cands{r.eval.drope_c};
-    if (!r.eval.fit_drope_c.empty() && L > train_T) cands = r.eval.fit_drope_c;
+    std::vector<double> cs{o.inference.drope_c};
+    if (!o.fit_drope_c.empty() && L > train_T) cs = o.fit_drope_c;
+    std::vector<double> as{o.inference.swan_a};
+    if (!o.fit_swan_a.empty()) {
+      as = o.fit_swan_a;
+      as.insert(as.begin(), 0.0);  // row scaling off: the reference of the per-window fit
+    }
+    const bool by_pos = (with_nll && L == longest) || !o.fit_swan_a.empty();
     LengthResult best;
     best.loss = INFINITY;
     std::vector<double> best_pos;
-    for (double c : cands) {
-      InferenceOptions opts(m, r.eval, train_T, L, c);
-      const Scores s = score(m, batches, L, train_T, with_nll && L == longest);
-      LengthResult lr;
-      lr.length = L;
-      lr.loss = s.sum / std::max<int64_t>(1, s.n);
-      lr.ppl = std::exp(lr.loss);
-      lr.last256_loss = s.last_sum / std::max<int64_t>(1, s.last_n);
-      lr.tokens = s.n;
-      lr.drope_c = c;
-      if (lr.loss < best.loss) {
-        best = lr;
-        best_pos = s.pos_sum;
-        for (auto& x : best_pos) x /= std::max<int64_t>(1, s.pos_count);
+    std::vector<std::vector<double>> pos_by_a(as.size());  // at the first c (the fit of a)
+    for (double c : cs)
+      for (size_t ai = 0; ai < as.size(); ++ai) {
+        InferenceOptions io = o.inference;
+        io.drope_c = c;
+        io.swan_a = as[ai];
+        ScopedInference opts(m, io, train_T, L);
+        const Scores s = score(m, batches, L, train_T, by_pos);
+        std::vector<double> pos = s.pos_sum;
+        for (auto& x : pos) x /= std::max<int64_t>(1, s.pos_count);
+        if (c == cs.front()) pos_by_a[ai] = pos;
+        LengthResult lr;
+        lr.length = L;
+        lr.loss = s.sum / std::max<int64_t>(1, s.n);
+        lr.ppl = std::exp(lr.loss);
+        lr.last256_loss = s.last_sum / std::max<int64_t>(1, s.last_n);
+        lr.tokens = s.n;
+        lr.drope_c = c;
+        lr.swan_a = as[ai];
+        if (lr.loss < best.loss) {
+          best = lr;
+          best_pos = pos;
+        }
       }
-    }
     rep.lengths.push_back(best);
     if (with_nll && L == longest) {
       rep.nll_length = L;
       rep.nll_by_position = best_pos;
     }
+    if (!o.fit_swan_a.empty()) {
+      const int64_t W = std::max<int64_t>(1, o.swan_window);
+      for (int64_t b0 = 0; b0 < L; b0 += W) {
+        const int64_t b1 = std::min(L, b0 + W);
+        auto mean = [&](const std::vector<double>& v) {
+          double sum = 0;
+          for (int64_t t = b0; t < b1; ++t) sum += v[t];
+          return sum / static_cast<double>(b1 - b0);
+        };
+        SwanWindowFit f;
+        f.length = L;
+        f.begin = b0;
+        f.end = b1;
+        f.nll_off = mean(pos_by_a[0]);
+        f.nll_best = INFINITY;
+        for (size_t ai = 1; ai < as.size(); ++ai)
+          if (const double v = mean(pos_by_a[ai]); v < f.nll_best) {
+            f.nll_best = v;
+            f.best_a = as[ai];
+          }
+        rep.swan_fit.push_back(f);
+      }
+    }
   }
-  rep.passkey = evaluate_passkey(m, r);
+  rep.passkey = evaluate_passkey(m, o);
   return rep;
 }
 
 std::string report_table(const EvalReport& r, int64_t train_T) {
   std::ostringstream os;
-  os << fmt::format("{:>8} {:>6} {:>10} {:>10} {:>12} {:>10} {:>8}\n", "length", "x", "loss", "ppl", "last256 loss",
-                    "tokens", "drope_c");
+  os << fmt::format("{:>8} {:>6} {:>10} {:>10} {:>12} {:>10} {:>8} {:>8}\n", "length", "x", "loss", "ppl",
+                    "last256 loss", "tokens", "drope_c", "swan_a");
   for (const auto& l : r.lengths)
-    os << fmt::format("{:>8} {:>6.1f} {:>10.4f} {:>10.3f} {:>12.4f} {:>10} {:>8.3f}\n", l.length,
-                      static_cast<double>(l.length) / train_T, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c);
+    os << fmt::format("{:>8} {:>6.1f} {:>10.4f} {:>10.3f} {:>12.4f} {:>10} {:>8.3f} {:>8g}\n", l.length,
+                      static_cast<double>(l.length) / train_T, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c,
+                      l.swan_a);
+  if (!r.swan_fit.empty()) {
+    os << "\nSWAN a fitted per window (mean NLL with the best a / without row scaling)\n";
+    os << fmt::format("{:>8} {:>14} {:>10} {:>10} {:>10}\n", "length", "window", "best a", "nll", "nll off");
+    for (const auto& f : r.swan_fit)
+      os << fmt::format("{:>8} {:>14} {:>10g} {:>10.4f} {:>10.4f}\n", f.length, fmt::format("[{},{})", f.begin, f.end),
+                        f.best_a, f.nll_best, f.nll_off);
+  }
   if (!r.passkey.empty()) {
     os << "\npasskey retrieval (examples with every answer digit right / digit accuracy)\n";
     os << fmt::format("{:>8} {:>7} {:>10} {:>10}\n", "length", "depth", "accuracy", "digits");
@@ -221,16 +222,16 @@ std::string report_table(const EvalReport& r, int64_t train_T) {
 
 void write_report(const EvalReport& r, const std::string& dir, int64_t train_T) {
   std::ofstream csv(dir + "/eval.csv");
-  csv << "length,extension,loss,ppl,last256_loss,tokens,drope_c\n";
+  csv << "length,extension,loss,ppl,last256_loss,tokens,drope_c,swan_a\n";
   std::ofstream js(dir + "/eval.json");
   js << "{\"train_length\": " << train_T << ", \"lengths\": [";
   for (size_t i = 0; i < r.lengths.size(); ++i) {
     const auto& l = r.lengths[i];
-    csv << fmt::format("{},{:.4f},{:.6f},{:.6f},{:.6f},{},{}\n", l.length, double(l.length) / train_T, l.loss, l.ppl,
-                       l.last256_loss, l.tokens, l.drope_c);
+    csv << fmt::format("{},{:.4f},{:.6f},{:.6f},{:.6f},{},{},{}\n", l.length, double(l.length) / train_T, l.loss, l.ppl,
+                       l.last256_loss, l.tokens, l.drope_c, l.swan_a);
     js << (i ? ", " : "")
-       << fmt::format("{{\"length\": {}, \"loss\": {:.6f}, \"ppl\": {:.6f}, \"last256_loss\": {:.6f}, \"tokens\": {}, \"drope_c\": {}}}",
-                      l.length, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c);
+       << fmt::format("{{\"length\": {}, \"loss\": {:.6f}, \"ppl\": {:.6f}, \"last256_loss\": {:.6f}, \"tokens\": {}, \"drope_c\": {}, \"swan_a\": {}}}",
+                      l.length, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c, l.swan_a);
   }
   js << "], \"nll_length\": " << r.nll_length << "}\n";
   if (!r.passkey.empty()) {
@@ -239,6 +240,12 @@ void write_report(const EvalReport& r, const std::string& dir, int64_t train_T) 
     for (const auto& c : r.passkey)
       pk << fmt::format("{},{},{},{},{:.4f},{:.4f}\n", c.length, c.depth, c.examples, c.correct,
                         static_cast<double>(c.correct) / std::max<int64_t>(1, c.examples), c.digit_accuracy);
+  }
+  if (!r.swan_fit.empty()) {
+    std::ofstream sf(dir + "/swan_fit.csv");
+    sf << "length,begin,end,best_a,nll_best,nll_off\n";
+    for (const auto& f : r.swan_fit)
+      sf << fmt::format("{},{},{},{},{:.6f},{:.6f}\n", f.length, f.begin, f.end, f.best_a, f.nll_best, f.nll_off);
   }
   std::ofstream pos(dir + "/nll_by_position.csv");
   pos << "position,nll\n";

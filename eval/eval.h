@@ -1,14 +1,15 @@
 // Horizon: extrapolation evaluation. Held-out loss and perplexity at a list of context lengths,
 // the loss of the last 256 positions at each length (seed 000), and the mean NLL by token
-// position at the longest length (seed 004, Fig. 1). Inference-time options (RoPE scaling, SWAN
-// row scaling, DroPE temperature with optional fitting of c, LaMPE) are applied per length to the
-// layers' specs and restored afterwards.
+// position at the longest length (seed 004, Fig. 1). Inference-time options (eval/inference.h)
+// are applied per length and restored afterwards. Two of them can be fitted: the DroPE
+// temperature c (seed 002) per length, and SWAN's row-scaling a (seed 004) per length and per
+// 128-token window.
 #pragma once
 #include <string>
 #include <vector>
 
+#include "eval/options.h"
 #include "nn/transformer.h"
-#include "train/recipe.h"
 
 namespace hz::data {
 class Shard;
@@ -22,6 +23,14 @@ struct LengthResult {
   double last256_loss = 0;
   int64_t tokens = 0;       // scored tokens
   double drope_c = 0;       // the temperature c used (fitted when fit_drope_c is given)
+  double swan_a = 0;        // the SWAN a used (fitted when fit_swan_a is given; 0 = off)
+};
+
+// SWAN's a fitted per window: the candidate with the lowest mean NLL over positions
+// [begin, end) of length `length`, next to the NLL without row scaling.
+struct SwanWindowFit {
+  int64_t length = 0, begin = 0, end = 0;
+  double best_a = 0, nll_best = 0, nll_off = 0;
 };
 
 struct PasskeyCell {
@@ -33,14 +42,14 @@ struct PasskeyCell {
 
 struct EvalReport {
   std::vector<LengthResult> lengths;
-  std::vector<PasskeyCell> passkey;    // when eval.passkey_examples > 0
+  std::vector<SwanWindowFit> swan_fit;  // when fit_swan_a is given
+  std::vector<PasskeyCell> passkey;     // when passkey_examples > 0
   int64_t nll_length = 0;
   std::vector<double> nll_by_position;  // mean NLL at each position of the longest length
 };
 
-// Evaluate `m` (trained at train_T) on the validation shard with recipe.eval's options.
-EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const train::Recipe& r,
-                    bool with_nll_by_position = true);
+// Evaluate `m` on the validation shard with the options (inference options per length).
+EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOptions& o, bool with_nll_by_position = true);
 
 // Mean loss on one set of batches at length L (no inference options). For training-time checks.
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
@@ -48,11 +57,12 @@ double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, in
 
 // Passkey retrieval (SPEC.md needle-in-a-haystack): for each length and depth, examples from
 // data::make_passkey scored teacher-forced: an example counts when the argmax at every answer
-// position is the answer digit. Inference options as in evaluate(). Lengths too short to hold
-// the needle and the question (108 byte tokens) are left out.
-std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const train::Recipe& r);
+// position is the answer digit. Lengths too short to hold the needle and the question are left
+// out. (eval/needles.h scores generated answers in RULER's formats.)
+std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions& o);
 
 std::string report_table(const EvalReport& r, int64_t train_T);
-void write_report(const EvalReport& r, const std::string& dir, int64_t train_T);  // eval.json, eval.csv, nll_by_position.csv
+// eval.json, eval.csv, nll_by_position.csv (+ passkey.csv, swan_fit.csv when present)
+void write_report(const EvalReport& r, const std::string& dir, int64_t train_T);
 
 }  // namespace hz::eval

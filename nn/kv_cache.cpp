@@ -102,7 +102,7 @@ void attend_impl(const attn::AttnConfig& cfg, const std::vector<int64_t>& cap, c
   const int64_t G = H / Hkv, half = D / 2;
   const double scale = cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
   const bool si = cfg.logit == attn::LogitKind::ScaleInvariant;
-#pragma omp parallel for schedule(static) if (H * (p + 1) * D > (1 << 16))
+#pragma omp parallel for schedule(static) if (H * (p + 1) * D > (1 << 20))
   for (int64_t h = 0; h < H; ++h) {
     const int64_t hk = h / G, w = cfg.window[h], C = cap[hk];
     const int64_t lo = w > 0 ? std::max<int64_t>(0, p - w + 1) : 0, n = p - lo + 1;

@@ -113,6 +113,12 @@ void visit_fields(Recipe& r, V& v) {
   v("eval.fit_drope_c", r.eval.fit_drope_c, "candidate DroPE c values; eval reports the best per length");
   v("eval.passkey_examples", r.eval.passkey_examples, "passkey retrieval examples per (length, depth) (0 = off)");
   v("eval.passkey_depths", r.eval.passkey_depths, "needle depths for the passkey grid (fractions of the filler)");
+  v("eval.fit_swan_a", r.eval.fit_swan_a, "candidate SWAN a values; eval reports the best per length and per 128-token window");
+  v("eval.needle_tasks", r.eval.needle_tasks, "RULER needle tasks answered by greedy decoding ([] = off): niah_single_number niah_single_word niah_multikey niah_multivalue niah_multiquery passkey");
+  v("eval.needle_samples", r.eval.needle_samples, "needle examples per (task, length, depth)");
+  v("eval.needle_depths", r.eval.needle_depths, "needle depths (fractions of the haystack)");
+  v("eval.needle_format", r.eval.needle_format, "needle wording: ruler (RULER's templates) | short (fewer tokens)");
+  v("eval.probe_sequences", r.eval.probe_sequences, "linear position probe on this many validation sequences (0 = off)");
   v("drope.at_step", r.drope.at_step, "drop position encodings at this step (-1 = never)");
   v("drope.qk_norm", r.drope.qk_norm, "add full QK-norm at the drop (gains start at 1)");
   v("drope.reset_optimizer", r.drope.reset_optimizer, "fresh optimizer and schedule at the drop");
@@ -450,6 +456,35 @@ std::vector<int64_t> Recipe::eval_lengths() const {
   return {data.seq_len, 2 * data.seq_len, 4 * data.seq_len, 8 * data.seq_len};
 }
 
+eval::EvalOptions Recipe::eval_options() const {
+  eval::EvalOptions o;
+  o.train_T = data.seq_len;
+  o.seed = static_cast<uint64_t>(run.seed);
+  o.tokenizer = data.tokenizer;
+  o.lengths = eval_lengths();
+  o.batches = eval.batches;
+  o.batch_size = eval.batch_size > 0 ? eval.batch_size : data.batch_size;
+  o.inference.rope_scaling = eval.rope_scaling;
+  o.inference.swan_a = eval.swan_a;
+  o.inference.drope_c = eval.drope_c;
+  o.inference.lampe = eval.lampe;
+  o.inference.lampe_L = eval.lampe_L;
+  o.inference.lampe_a = eval.lampe_a;
+  o.inference.lampe_b = eval.lampe_b;
+  o.inference.lampe_local = eval.lampe_local;
+  o.inference.lampe_sink = eval.lampe_sink;
+  o.fit_drope_c = eval.fit_drope_c;
+  o.fit_swan_a = eval.fit_swan_a;
+  o.passkey_examples = eval.passkey_examples;
+  o.passkey_depths = eval.passkey_depths;
+  o.needles.tasks = eval.needle_tasks;
+  o.needles.samples = eval.needle_samples;
+  o.needles.depths = eval.needle_depths;
+  o.needles.format = eval.needle_format;
+  o.probe_sequences = eval.probe_sequences;
+  return o;
+}
+
 void Recipe::validate() const {
   auto bad = [&](const std::string& what) { throw RecipeError(source_file + ": " + what); };
   if (run.name.empty() || run.name.find('/') != std::string::npos) bad("run.name must be a non-empty name without '/'");
@@ -476,6 +511,21 @@ void Recipe::validate() const {
   if (eval.passkey_examples < 0) bad("eval.passkey_examples must be >= 0");
   for (double d : eval.passkey_depths)
     if (d < 0 || d > 1) bad("eval.passkey_depths must lie in [0, 1]");
+  for (double d : eval.needle_depths)
+    if (d < 0 || d > 1) bad("eval.needle_depths must lie in [0, 1]");
+  for (double a : eval.fit_swan_a)
+    if (a <= 1) bad("eval.fit_swan_a values must be > 1 (g(n) = ln(a + n) / ln(a))");
+  if (eval.needle_samples < 1) bad("eval.needle_samples must be >= 1");
+  if (eval.needle_format != "ruler" && eval.needle_format != "short")
+    bad("eval.needle_format '" + eval.needle_format + "' is not one of: ruler short");
+  if (eval.probe_sequences < 0) bad("eval.probe_sequences must be >= 0");
+  if (!eval.rope_scaling.empty()) {
+    try {
+      attn::parse_scaling(eval.rope_scaling);
+    } catch (const ValueError& e) {
+      bad(std::string("eval.rope_scaling: ") + e.what());
+    }
+  }
   if (swan.enabled)
     for (const auto& p : swan.pattern)
       if (p != "global_nope" && p != "swa_rope") bad("swan.pattern may only name global_nope and swa_rope, got '" + p + "'");

@@ -13,6 +13,7 @@
 
 #include "attention/lampe.h"
 #include "attention/spec.h"
+#include "eval/options.h"
 #include "nn/transformer.h"
 
 namespace hz::train {
@@ -90,6 +91,12 @@ struct EvalSection {
   std::vector<double> fit_drope_c;    // candidate c values: pick the best per length (reported)
   int64_t passkey_examples = 0;       // > 0: passkey retrieval accuracy per (length, depth)
   std::vector<double> passkey_depths{0.0, 0.25, 0.5, 0.75, 1.0};
+  std::vector<double> fit_swan_a;     // candidate SWAN a values: best per length and per 128-token window
+  std::vector<std::string> needle_tasks;  // RULER needle tasks scored by greedy decoding ([] = off)
+  int64_t needle_samples = 5;         // examples per (task, length, depth)
+  std::vector<double> needle_depths{0.0, 0.25, 0.5, 0.75, 1.0};
+  std::string needle_format = "ruler";  // ruler | short
+  int64_t probe_sequences = 0;        // > 0: linear position probe per layer (R^2 on held-out positions)
 };
 
 struct DropeSection {
@@ -125,6 +132,8 @@ struct Recipe {
   // The model config the run starts with (SWAN conversion applied; max_seq_len = data.seq_len).
   nn::ModelConfig model_config() const;
   std::vector<int64_t> eval_lengths() const;
+  // What `horizon eval` does with this recipe (eval/ takes no recipe).
+  eval::EvalOptions eval_options() const;
 };
 
 // Parse a recipe file, then apply overrides "a.b.c=value" (value parsed as YAML).

@@ -158,7 +158,7 @@ TEST(Trainer, InitFromReportsAndRefusesShapeMismatch) {
 TEST(Eval, PasskeyGridIsCompleteAndDeterministic) {
   const Recipe r = tiny("pk_eval", {"eval.passkey_examples=2", "eval.lengths=[120, 160]", "eval.passkey_depths=[0, 0.5, 1]"});
   nn::Transformer m(r.model_config(), 5);
-  const auto a = eval::evaluate_passkey(m, r), b = eval::evaluate_passkey(m, r);
+  const auto a = eval::evaluate_passkey(m, r.eval_options()), b = eval::evaluate_passkey(m, r.eval_options());
   ASSERT_EQ(a.size(), 6u);  // lengths x depths
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].examples, 2);

@@ -1,0 +1,79 @@
+#include "eval/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "data/sampling.h"
+#include "eval/inference.h"
+#include "nn/kv_cache.h"
+
+namespace hz::eval {
+
+int32_t choose_token(const std::vector<double>& lg, double temperature, double top_p, double u) {
+  HZ_CHECK(!lg.empty(), ValueError, "generate: empty logits");
+  HZ_CHECK(temperature >= 0, ValueError, "generate: temperature must be >= 0, got ", temperature);
+  HZ_CHECK(top_p > 0 && top_p <= 1, ValueError, "generate: top_p must be in (0, 1], got ", top_p);
+  const int64_t V = static_cast<int64_t>(lg.size());
+  if (temperature == 0) return static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+  std::vector<int32_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return lg[a] > lg[b]; });
+  const double mx = lg[order[0]];
+  std::vector<double> p(V);
+  double total = 0;
+  for (int64_t i = 0; i < V; ++i) total += (p[i] = std::exp((lg[order[i]] - mx) / temperature));
+  int64_t keep = V;
+  double mass = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    mass += p[i] / total;
+    if (mass >= top_p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  double kept = 0;
+  for (int64_t i = 0; i < keep; ++i) kept += p[i];
+  double acc = 0;
+  const double target = u * kept;
+  for (int64_t i = 0; i < keep; ++i) {
+    acc += p[i];
+    if (target < acc) return order[i];
+  }
+  return order[keep - 1];
+}
+
+Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, const GenerateOptions& o) {
+  HZ_CHECK(!prompt.empty(), ValueError, "generate: the prompt is empty; give at least one token");
+  HZ_CHECK(o.max_new_tokens >= 1, ValueError, "generate: max_new_tokens must be >= 1");
+  for (int32_t t : prompt)
+    HZ_CHECK(t >= 0 && t < m.cfg.vocab_size, ValueError, "generate: prompt token ", t, " is outside the model's vocabulary [0, ",
+             m.cfg.vocab_size, "); the tokenizer does not match the model");
+  using clock = std::chrono::steady_clock;
+  Generation g;
+  const int64_t train_T = o.train_T > 0 ? o.train_T : m.cfg.max_seq_len;
+  g.context = static_cast<int64_t>(prompt.size()) + o.max_new_tokens;
+  ScopedInference inf(m, o.inference, train_T, g.context);
+  nn::KVCache cache(m, g.context, train_T);
+  g.kv_bytes = cache.bytes();
+  auto t0 = clock::now();
+  Tensor lg = cache.prefill(prompt);
+  g.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    double u = 0;
+    if (o.temperature > 0) {
+      Generator gen(o.seed, static_cast<uint64_t>(i));
+      u = data::uniform01(gen);
+    }
+    const int32_t tok = choose_token(lg.to_vector(), o.temperature, o.top_p, u);
+    g.tokens.push_back(tok);
+    if (tok == o.stop_token || i + 1 == o.max_new_tokens) break;
+    t0 = clock::now();
+    lg = cache.step(tok);
+    g.step_seconds.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  return g;
+}
+
+}  // namespace hz::eval

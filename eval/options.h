@@ -1,0 +1,46 @@
+// Horizon: what an evaluation does, independent of how a run was trained. train/ fills these
+// from a recipe (Recipe::eval_options()); eval/ never sees a recipe.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hz::eval {
+
+// Inference-time changes to a trained model, applied per evaluation length (eval/inference.h).
+struct InferenceOptions {
+  std::string rope_scaling;        // "" (as trained) | none | pi | ntk | dynamic_ntk | yarn; s = length / train_T
+  double swan_a = 0;               // > 0: SWAN row scaling g(n) = ln(a + n) / ln(a) on global NoPE layers
+  double drope_c = 0;              // != 0: temperature beta = 1 + c ln s on identity-logit layers
+  bool lampe = false;              // LaMPE on RoPE layers
+  double lampe_L = 0;              // mapping scale (0 = 3/4 of train_T)
+  double lampe_a = 0, lampe_b = 10;
+  int64_t lampe_local = 512, lampe_sink = 200;
+};
+
+// Needle-in-a-haystack tasks in RULER's formats (data/needles.h documents them).
+struct NeedleOptions {
+  std::vector<std::string> tasks;  // [] = off; names from data::needle_task_names()
+  int64_t samples = 0;             // examples per (task, length, depth) cell
+  std::vector<double> depths{0.0, 0.25, 0.5, 0.75, 1.0};
+  std::string format = "ruler";    // ruler (RULER's wording) | short (the same facts in fewer tokens)
+};
+
+struct EvalOptions {
+  int64_t train_T = 256;           // training context: s = length / train_T
+  uint64_t seed = 1234;            // examples of the synthetic tasks
+  std::string tokenizer = "byte";
+  std::vector<int64_t> lengths;    // evaluation lengths (must be set)
+  int64_t batches = 4;             // validation batches per length
+  int64_t batch_size = 8;
+  InferenceOptions inference;
+  std::vector<double> fit_drope_c; // candidate DroPE c: the best per length (lengths > train_T)
+  std::vector<double> fit_swan_a;  // candidate SWAN a: the best per 128-token window and per length
+  int64_t swan_window = 128;       // window of the per-window fit of a (seed 004)
+  int64_t passkey_examples = 0;    // teacher-forced passkey grid (0 = off)
+  std::vector<double> passkey_depths{0.0, 0.25, 0.5, 0.75, 1.0};
+  NeedleOptions needles;           // generated answers over (task, length, depth)
+  int64_t probe_sequences = 0;     // > 0: linear position probe per layer on this many sequences
+};
+
+}  // namespace hz::eval
