@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -18,6 +19,8 @@
 #include "data/shard.h"
 #include "distributed/communicator.h"
 #include "eval/eval.h"
+#include "eval/needles.h"
+#include "eval/probe.h"
 #include "train/checkpoint.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -36,6 +39,9 @@ void usage() {
       "  data prepare RECIPE.yaml [key=value ...] tokenize the recipe's corpus into shards\n"
       "  info [RECIPE.yaml|RUN_DIR] [key=value]   build, parameters, per-layer attention, FLOPs\n"
       "  generate RUN_DIR --prompt TEXT [...]     decode with the KV cache (greedy or sampled)\n"
+      "  sweep GRID.yaml                          train + evaluate a recipe over a grid (resumable)\n"
+      "  report RUN_DIR... -o DIR                 markdown page with tables and PNG plots\n"
+      "  simulate order-awareness [...]           SCOPE's order-awareness simulation\n"
       "  bench attention|generate [...]           benchmarks (see horizon bench --help)\n"
       "  train --schema                           every recipe field with its default and meaning\n"
       "  <command> --help                         help of a command\n");
@@ -64,6 +70,7 @@ int cmd_train(const std::vector<std::string>& a) {
     const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
     hz::train::TrainOptions opt;
     opt.comm = comm.get();
+    opt.before_step = hz::train::fault_injection_from_env();
     const auto res = hz::train::train(r, opt);
     if (comm->rank() == 0) fmt::print("run directory: {}\n", res.run_dir);
     comm->barrier();
@@ -86,21 +93,31 @@ int cmd_eval(const std::vector<std::string>& a) {
   }
   hz::train::LoadedRun run = hz::train::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
   fmt::print("evaluating {} (step {}), trained at length {}\n", run.checkpoint, run.step, run.recipe.data.seq_len);
+  const hz::eval::EvalOptions eo = run.recipe.eval_options();
   hz::eval::EvalReport rep;
-  const std::string& src = run.recipe.data.source;
-  if (src == "passkey" || src == "kv") {  // synthetic training data: retrieval accuracy only
-    HZ_CHECK(run.recipe.eval.passkey_examples > 0, hz::ValueError, "the run trained on synthetic '", src,
-             "' data, which has no held-out text: set eval.passkey_examples=N to measure retrieval");
-    rep.passkey = hz::eval::evaluate_passkey(*run.model, run.recipe.eval_options());
+  const std::string src = hz::train::name(run.recipe.data.source);
+  std::shared_ptr<const hz::data::Shard> val;
+  if (hz::train::is_synthetic_source(src)) {  // synthetic training data: retrieval accuracy only
+    HZ_CHECK(eo.passkey_examples > 0 || !eo.needles.tasks.empty(), hz::ValueError, "the run trained on synthetic '", src,
+             "' data, which has no held-out text: set eval.passkey_examples=N or eval.needle_tasks=[...] to measure retrieval");
+    rep.passkey = hz::eval::evaluate_passkey(*run.model, eo);
   } else {
     const auto [tp, vp] = hz::train::prepare_data(run.recipe, true);
     (void)tp;
-    const auto val = hz::data::Shard::open(vp);
-    rep = hz::eval::evaluate(*run.model, *val, run.recipe.eval_options());
+    val = hz::data::Shard::open(vp);
+    rep = hz::eval::evaluate(*run.model, *val, eo);
   }
   fmt::print("{}", hz::eval::report_table(rep, run.recipe.data.seq_len));
   hz::eval::write_report(rep, run.run_dir, run.recipe.data.seq_len);
-  fmt::print("wrote {0}/eval.csv, {0}/eval.json, {0}/nll_by_position.csv\n", run.run_dir);
+  const hz::eval::NeedleReport needles = hz::eval::evaluate_needles(*run.model, eo);
+  fmt::print("{}", hz::eval::needle_table(needles));
+  hz::eval::write_needles(needles, run.run_dir);
+  if (eo.probe_sequences > 0 && val) {
+    const auto probes = hz::eval::position_probe(*run.model, *val, eo.train_T, eo.probe_sequences, eo.seed, eo.train_T);
+    fmt::print("{}", hz::eval::probe_table(probes));
+    hz::eval::write_probes(probes, run.run_dir);
+  }
+  fmt::print("wrote the results to {}\n", run.run_dir);
   return 0;
 }
 
@@ -165,6 +182,8 @@ int cmd_info(const std::vector<std::string>& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // progress lines go out one by one also when stdout is a file or a pipe (nohup, mpirun, batch jobs)
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
       usage();
@@ -179,6 +198,9 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && args.size() > 1 && args[1] == "generate") return hz::cli::bench_generate_main(args);
     if (cmd == "bench") return hz::cli::bench_main(args);
     if (cmd == "generate") return hz::cli::generate_main(args);
+    if (cmd == "simulate") return hz::cli::simulate_main(args);
+    if (cmd == "sweep") return hz::cli::sweep_main(args);
+    if (cmd == "report") return hz::cli::report_main(args);
     fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);
     return 2;
   } catch (const hz::Error& e) {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "data/needles.h"
 #include "data/sampling.h"
 
 namespace hz::data {
@@ -140,7 +141,7 @@ SyntheticExample make_kv_retrieval(const Tokenizer& tok, Generator& g, int64_t l
 }
 
 const std::vector<std::string>& synthetic_task_names() {
-  static const std::vector<std::string> names{"passkey", "kv"};
+  static const std::vector<std::string> names{"passkey", "kv", "niah", "niah_short"};
   return names;
 }
 
@@ -165,6 +166,16 @@ SyntheticExample SyntheticLoader::example(int64_t k) const {
   if (task_ == "passkey") {
     const double depth = uniform01(g);
     return make_passkey(*tok_, g, T_ + 1, depth);
+  }
+  if (task_ == "niah" || task_ == "niah_short") {  // RULER needle tasks on the Bible (data/needles.h)
+    NeedleTrainingExample n = make_needle_training(*tok_, bible_verses(),
+                                                   task_ == "niah" ? NeedleFormat::Ruler : NeedleFormat::Short, g, T_ + 1);
+    SyntheticExample ex;
+    ex.tokens = std::move(n.tokens);
+    ex.weights = std::move(n.weights);
+    ex.answer_begin = n.answer_begin;
+    ex.answer = n.answer_text;
+    return ex;
   }
   return make_kv_retrieval(*tok_, g, T_ + 1);
 }

@@ -51,7 +51,8 @@ SyntheticExample make_kv_retrieval(const Tokenizer& tok, Generator& g, int64_t l
 const std::vector<std::string>& synthetic_task_names();
 
 // Example k of the stream comes from hz::Generator(seed, /*stream=*/k) (for "passkey" the depth is
-// its first draw, uniform in [0, 1)), generated with length seq_len + 1: Batch.tokens = ex[0, T),
+// its first draw, uniform in [0, 1); "niah" / "niah_short" draw a RULER needle task, a depth and a
+// Bible haystack, data/needles.h, in the ruler / short wording), generated with length seq_len + 1: Batch.tokens = ex[0, T),
 // targets = ex[1, T + 1), weights = ex.weights[0, T). The cursor is {epoch 0, index = next k}.
 class SyntheticLoader {
  public:

@@ -5,20 +5,24 @@ namespace hz::eval {
 ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, int64_t train_T, int64_t L) : m_(m) {
   for (auto& b : m.layers) saved_.push_back({b->attn->spec, b->attn->lampe});
   const double s = static_cast<double>(L) / train_T;
+  int n_rope = 0, n_swan = 0, n_temp = 0, n_lampe = 0;  // layers each option reached
   for (auto& b : m.layers) {
     attn::AttentionSpec& sp = b->attn->spec;
     if (!e.rope_scaling.empty() && sp.pos.kind == attn::PosKind::Rope) {
       sp.pos.scaling = attn::parse_scaling(e.rope_scaling);
       sp.pos.factor = std::max(1.0, s);
       sp.pos.original_context = train_T;
+      ++n_rope;
     }
     if (e.swan_a > 0 && sp.pos.kind == attn::PosKind::None && sp.mask.kind == attn::MaskKind::Causal) {
       sp.logit.kind = attn::LogitKind::SwanRow;
       sp.logit.swan_a = e.swan_a;
+      ++n_swan;
     }
     if (e.drope_c != 0 && sp.logit.kind == attn::LogitKind::Identity) {
       sp.logit.kind = attn::LogitKind::Temperature;
       sp.logit.temp_c = e.drope_c;
+      ++n_temp;
     }
     if (e.lampe && sp.pos.kind == attn::PosKind::Rope) {
       attn::LampeConfig lc;
@@ -28,8 +32,23 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
       lc.s_local = e.lampe_local;
       lc.s_sink = e.lampe_sink;
       b->attn->lampe = lc;
+      ++n_lampe;
     }
   }
+  // an option that reaches no layer would silently change nothing: refuse it
+  auto refuse = [&](bool asked, int n, const char* what) {
+    if (!asked || n > 0) return;
+    for (size_t i = 0; i < saved_.size(); ++i) {
+      m_.layers[i]->attn->spec = saved_[i].first;
+      m_.layers[i]->attn->lampe = saved_[i].second;
+    }
+    throw ValueError(what);
+  };
+  refuse(!e.rope_scaling.empty(), n_rope, "eval.rope_scaling: the model has no RoPE layer to scale; leave it empty");
+  refuse(e.swan_a > 0, n_swan, "eval.swan_a / fit_swan_a: the model has no global NoPE layer (pos none, mask causal) "
+         "for SWAN row scaling; use it on SWAN or NoPE models");
+  refuse(e.drope_c != 0, n_temp, "eval.drope_c / fit_drope_c: no layer has identity logits to put a temperature on");
+  refuse(e.lampe, n_lampe, "eval.lampe: the model has no RoPE layer; LaMPE remaps RoPE positions");
 }
 
 ScopedInference::~ScopedInference() {

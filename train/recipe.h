@@ -15,12 +15,26 @@
 #include "attention/spec.h"
 #include "eval/options.h"
 #include "nn/transformer.h"
+#include "optim/schedule.h"
 
 namespace hz::train {
 
 struct RecipeError : hz::ValueError {
   using hz::ValueError::ValueError;
 };
+
+// The recipe's named choices, one name table each (recipe.cpp).
+enum class DataSource : uint8_t { Bible, Files, Passkey, KV, Niah, NiahShort, Count };
+enum class OptimizerKind : uint8_t { AdamW, Muon, Count };
+static_assert(static_cast<int>(DataSource::Count) == 6 && static_cast<int>(OptimizerKind::Count) == 2,
+              "update the name tables in recipe.cpp");
+const char* name(DataSource s);          // bible files passkey kv niah niah_short
+const char* name(OptimizerKind k);       // adamw muon
+DataSource parse_data_source(const std::string& s);  // ValueError listing the names
+OptimizerKind parse_optimizer(const std::string& s);
+// Synthetic sources generate their examples (data/synthetic.h) and have no text to hold out.
+bool is_synthetic(DataSource s);
+bool is_synthetic_source(const std::string& s);
 
 struct RunSection {
   std::string name = "run";
@@ -34,7 +48,7 @@ struct ModelSection {
 };
 
 struct DataSection {
-  std::string source = "bible";       // bible | files | passkey | kv
+  DataSource source = DataSource::Bible;
   std::vector<std::string> files;     // globs for source=files
   std::string tokenizer = "byte";
   double val_fraction = 0.05;
@@ -44,7 +58,7 @@ struct DataSection {
 };
 
 struct OptimSection {
-  std::string name = "adamw";         // adamw | muon (Muon for hidden matrices, AdamW for the rest)
+  OptimizerKind name = OptimizerKind::AdamW;  // Muon for hidden matrices, AdamW for the rest
   double lr = 3e-3;                   // AdamW learning rate
   double weight_decay = 0.1;          // on 2-D weights only
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
@@ -54,7 +68,7 @@ struct OptimSection {
 };
 
 struct ScheduleSection {
-  std::string kind = "cosine";        // constant | cosine | wsd
+  optim::ScheduleKind kind = optim::ScheduleKind::Cosine;
   int64_t warmup_steps = 20;
   double min_ratio = 0.1;
   double decay_fraction = 0.2;        // wsd: cooldown share of the steps

@@ -36,4 +36,52 @@ std::unique_ptr<nn::Transformer> rebuild_model(const nn::Transformer& from, cons
   return m;
 }
 
+nn::ModelConfig swan_config(const nn::ModelConfig& in, const SwanSection& sw) {
+  nn::ModelConfig c = in;
+  attn::AttentionSpec base;
+  for (const auto& k : c.kinds)
+    if (k.attn.pos.kind == attn::PosKind::Rope) {
+      base = k.attn;
+      break;
+    }
+  attn::AttentionSpec global = base, local = base;
+  global.pos.kind = attn::PosKind::None;
+  global.mask = attn::MaskSpec{};
+  local.pos.kind = attn::PosKind::Rope;
+  if (sw.rope_base > 0) local.pos.rope_base = sw.rope_base;
+  local.mask = attn::MaskSpec{};
+  local.mask.kind = attn::MaskKind::Window;
+  local.mask.window = sw.window;
+  c.kinds = {{"global_nope", global}, {"swa_rope", local}};
+  c.pattern = sw.pattern;
+  c.overrides.clear();
+  return c;
+}
+
+DropeOutcome apply_drope(const DropeSection& d, uint64_t seed, double current_lr, std::unique_ptr<nn::Transformer>& model,
+                         std::unique_ptr<optim::Optimizer>& optimizer, const OptimizerFactory& make_optimizer) {
+  DropeOutcome out;
+  if (!d.qk_norm) {
+    drop_positions(*model);
+    if (d.reset_optimizer) optimizer = make_optimizer(*model, d.lr);
+    return out;
+  }
+  SurgeryReport rep;
+  std::map<std::string, Tensor> old_state;
+  if (!d.reset_optimizer) optimizer->state_dict(old_state);
+  model = rebuild_model(*model, drope_config(model->cfg, true), seed, &rep);
+  auto fresh = make_optimizer(*model, d.reset_optimizer ? d.lr : current_lr);
+  if (!d.reset_optimizer) {  // carry the state of every surviving parameter
+    std::map<std::string, Tensor> merged;
+    fresh->state_dict(merged);
+    for (auto& [k, v] : old_state)
+      if (merged.count(k)) merged[k] = v;
+    fresh->load_state_dict(merged);
+  }
+  optimizer = std::move(fresh);
+  out.rebuilt = true;
+  out.new_params = rep.added.size();
+  return out;
+}
+
 }  // namespace hz::train

@@ -27,6 +27,7 @@
 #include "optim/partition.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 #include "train/surgery.h"
 
 namespace fs = std::filesystem;
@@ -42,27 +43,6 @@ nn::ModelConfig model_config_at(const Recipe& r, int64_t step) {
 }
 
 namespace {
-
-// Console + train.log.
-class Log {
- public:
-  // Only rank 0 logs (enabled); the others stay silent.
-  Log(const std::string& path, bool quiet, bool append, bool enabled) : quiet_(quiet || !enabled), enabled_(enabled) {
-    if (enabled) f_.open(path, append ? std::ios::app : std::ios::trunc);
-  }
-  template <class... A>
-  void operator()(const char* f, A&&... a) {
-    if (!enabled_) return;
-    const std::string s = fmt::format(fmt::runtime(f), std::forward<A>(a)...);
-    if (!quiet_) fmt::print("{}\n", s);
-    f_ << s << "\n";
-    f_.flush();
-  }
-
- private:
-  std::ofstream f_;
-  bool quiet_, enabled_;
-};
 
 uint64_t parameter_checksum(nn::Transformer& m) {
   uint64_t h = 1469598103934665603ull;
@@ -102,7 +82,7 @@ struct TrainData {
 
 std::string cache_dir(const Recipe& r) {
   if (!r.data.cache_dir.empty()) return r.data.cache_dir;
-  return r.run.out_dir + "/_data/" + r.data.source + "-" + r.data.tokenizer + "-s" + std::to_string(r.run.seed) +
+  return r.run.out_dir + "/_data/" + name(r.data.source) + "-" + r.data.tokenizer + "-s" + std::to_string(r.run.seed) +
          "-v" + fmt::format("{:g}", r.data.val_fraction);
 }
 
@@ -116,7 +96,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transforme
   ao.beta1 = r.optim.beta1;
   ao.beta2 = r.optim.beta2;
   ao.eps = r.optim.eps;
-  if (r.optim.name == "adamw") {
+  if (r.optim.name == OptimizerKind::AdamW) {
     split_decay(named);
     std::vector<optim::ParamGroup> g{{"decay", decay, adam_lr, r.optim.weight_decay}, {"no_decay", no_decay, adam_lr, 0.0}};
     return std::make_unique<optim::AdamW>(g, ao);
@@ -135,7 +115,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transforme
 
 optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total) {
   optim::ScheduleConfig s;
-  s.kind = optim::parse_schedule(r.schedule.kind);
+  s.kind = r.schedule.kind;
   s.warmup_steps = warmup;
   s.total_steps = std::max<int64_t>(1, total);
   s.min_ratio = r.schedule.min_ratio;
@@ -159,13 +139,13 @@ std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) 
   const std::string train_path = dir + "/train.shard", val_path = dir + "/val.shard";
   if (fs::exists(train_path) && fs::exists(val_path) && fs::exists(dir + "/meta.json")) return {train_path, val_path};
   std::vector<data::Document> docs;
-  if (r.data.source == "bible") docs = data::load_bible_kjv();
-  else if (r.data.source == "files") docs = data::load_text_files(r.data.files);
-  else throw ValueError("prepare_data: source '" + r.data.source + "' is synthetic and needs no shards");
+  if (r.data.source == DataSource::Bible) docs = data::load_bible_kjv();
+  else if (r.data.source == DataSource::Files) docs = data::load_text_files(r.data.files);
+  else throw ValueError(std::string("prepare_data: source '") + name(r.data.source) + "' is synthetic and needs no shards");
   const auto tok = data::make_tokenizer(r.data.tokenizer);
   const data::PrepareResult p = data::prepare_corpus(docs, *tok, dir, r.data.val_fraction, static_cast<uint64_t>(r.run.seed));
   if (verbose)
-    fmt::print("prepared {}: {} train docs / {} tokens, {} val docs / {} tokens -> {}\n", r.data.source, p.train_docs,
+    fmt::print("prepared {}: {} train docs / {} tokens, {} val docs / {} tokens -> {}\n", name(r.data.source), p.train_docs,
                p.train_tokens, p.val_docs, p.val_tokens, dir);
   return {p.train_path, p.val_path};
 }
@@ -178,17 +158,12 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   dist::Communicator& comm = opt.comm ? *opt.comm : *local;
   const int rank = comm.rank(), world = comm.size();
   const bool lead = rank == 0;
-  const char* fault_rank = std::getenv("HZ_FAULT_RANK");
-  const char* fault_step = std::getenv("HZ_FAULT_STEP");
   TrainResult res;
   res.run_dir = r.run.out_dir + "/" + r.run.name;
-  const std::string ckpt_dir = res.run_dir + "/checkpoints";
-  if (lead) fs::create_directories(ckpt_dir);
-  comm.barrier();
 
   // ---- resume point ------------------------------------------------------------------------
   std::string resume_path;
-  if (r.checkpoint.resume == "latest") resume_path = find_latest_checkpoint(ckpt_dir);
+  if (r.checkpoint.resume == "latest") resume_path = find_latest_checkpoint(res.run_dir + "/checkpoints");
   else if (!r.checkpoint.resume.empty()) resume_path = r.checkpoint.resume;
   CheckpointData ck;
   if (!resume_path.empty()) ck = load_checkpoint(resume_path);
@@ -201,21 +176,17 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
              " rank(s); resume it with the same world size (mpirun -np ", saved_world, "): each rank's loader cursor "
              "covers its own shard of the data, so a different world size would not continue the same trajectory");
   }
-  Log log(res.run_dir + "/train.log", opt.quiet, start > 0, lead);
-  std::ofstream metrics;
-  if (lead) {
-    std::ofstream cfg(res.run_dir + "/config.yaml");
-    cfg << to_yaml(r);
-    metrics.open(res.run_dir + "/metrics.jsonl", start > 0 ? std::ios::app : std::ios::trunc);
-  }
+  RunDir run(r, lead, opt.quiet, start > 0);
+  comm.barrier();
+  auto log = [&](const char* f, auto&&... a) { run.log(f, std::forward<decltype(a)>(a)...); };
 
   // ---- data ----------------------------------------------------------------------------------
   TrainData data;
   const auto tok = std::shared_ptr<const data::Tokenizer>(data::make_tokenizer(r.data.tokenizer));
   HZ_CHECK(tok->vocab_size() <= r.model.cfg.vocab_size, ValueError, "model.vocab_size (", r.model.cfg.vocab_size,
            ") is smaller than the tokenizer's vocabulary (", tok->vocab_size(), ")");
-  if (r.data.source == "passkey" || r.data.source == "kv") {
-    data.synth = std::make_unique<data::SyntheticLoader>(r.data.source, tok, r.data.seq_len, r.data.batch_size, r.run.seed);
+  if (is_synthetic(r.data.source)) {
+    data.synth = std::make_unique<data::SyntheticLoader>(name(r.data.source), tok, r.data.seq_len, r.data.batch_size, r.run.seed);
   } else {
     if (lead) prepare_data(r, !opt.quiet);  // one rank tokenizes; the others wait, then read the shards
     comm.barrier();
@@ -284,8 +255,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
     c.counters["rng/seed"] = r.run.seed;
     c.meta["recipe"] = to_yaml(r);
     c.meta["horizon_version"] = "0.1.0";
-    save_checkpoint(checkpoint_path(ckpt_dir, step_done), c);
-    prune_checkpoints(ckpt_dir, static_cast<int>(r.checkpoint.keep_last));
+    run.save(step_done, c, r.checkpoint.keep_last);
   };
   auto evaluate_now = [&](int64_t step_done) {
     if (!data.val || !lead) return std::nan("");
@@ -304,8 +274,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
       log("  eval step {:>6}  length {:>6}  loss {:.4f}  ppl {:.3f}", step_done, L, l, std::exp(l));
       first = false;
     }
-    metrics << line << "}}\n";
-    metrics.flush();
+    run.metrics(line + "}}");
     return at_train;
   };
 
@@ -316,28 +285,14 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   int64_t step = start;
   for (; step < r.train.steps; ++step) {
     if (opt.stop_after >= 0 && step - start >= opt.stop_after) break;
-    if (r.drope.at_step == step) {
-      // DroPE: drop every position encoding now (weights untouched)
-      if (r.drope.qk_norm) {
-        SurgeryReport rep;
-        std::map<std::string, Tensor> old_state;
-        if (!r.drope.reset_optimizer) optimizer->state_dict(old_state);
-        model = rebuild_model(*model, drope_config(model->cfg, true), static_cast<uint64_t>(r.run.seed), &rep);
-        auto fresh = make_optimizer(r, *model, r.drope.reset_optimizer ? r.drope.lr : adam_lr);
-        if (!r.drope.reset_optimizer) {  // carry the state of every surviving parameter
-          std::map<std::string, Tensor> merged;
-          fresh->state_dict(merged);
-          for (auto& [k, v] : old_state)
-            if (merged.count(k)) merged[k] = v;
-          fresh->load_state_dict(merged);
-        }
-        optimizer = std::move(fresh);
+    if (r.drope.at_step == step) {  // DroPE: drop every position encoding now (train/surgery.h)
+      const DropeOutcome d = apply_drope(r.drope, static_cast<uint64_t>(r.run.seed), adam_lr, model, optimizer,
+                                         [&](nn::Transformer& m, double lr) { return make_optimizer(r, m, lr); });
+      if (d.rebuilt) {
         if (gsync) comm_before += gsync->comm_seconds();
         make_sync();
-        log("DroPE at step {}: position encodings dropped, QK-norm added ({} new parameters)", step, rep.added.size());
+        log("DroPE at step {}: position encodings dropped, QK-norm added ({} new parameters)", step, d.new_params);
       } else {
-        drop_positions(*model);
-        if (r.drope.reset_optimizer) optimizer = make_optimizer(r, *model, r.drope.lr);
         log("DroPE at step {}: position encodings dropped", step);
       }
       if (r.drope.reset_optimizer) {
@@ -346,12 +301,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
         sched = schedule_of(r, r.drope.warmup_steps, r.train.steps - step);
       }
     }
-    // Fault injection for the failure tests: HZ_FAULT_RANK / HZ_FAULT_STEP make that rank throw at
-    // that step, or die from SIGKILL when HZ_FAULT_SIGNAL=1.
-    if (fault_rank && fault_step && std::atoi(fault_rank) == rank && std::atoll(fault_step) == step) {
-      if (const char* sig = std::getenv("HZ_FAULT_SIGNAL"); sig && std::string(sig) == "1") std::raise(SIGKILL);
-      throw Error(fmt::format("injected fault at step {} (HZ_FAULT_RANK={}, HZ_FAULT_STEP={})", step, rank, step));
-    }
+    if (opt.before_step) opt.before_step(step, rank);  // e.g. fault injection (fault_injection_from_env)
     double loss_sum = 0;
     for (int64_t micro = 0; micro < r.train.grad_accum; ++micro) {
       const data::Batch b = data.next();
@@ -384,9 +334,8 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
       const double eta = (r.train.steps - done) * tokens_per_step / std::max(tps, 1e-9);
       log("step {:>6}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s  ETA {:.0f}s", done, r.train.steps, loss,
           adam_lr * mult, gnorm, tps, eta);
-      metrics << fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"lr\": {:.6e}, \"grad_norm\": {:.6f}, \"tokens\": {}, \"tok_per_s\": {:.1f}}}\n",
-                             done, loss, adam_lr * mult, gnorm, res.tokens_seen, tps);
-      metrics.flush();
+      run.metrics(fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"lr\": {:.6e}, \"grad_norm\": {:.6f}, \"tokens\": {}, \"tok_per_s\": {:.1f}}}",
+                              done, loss, adam_lr * mult, gnorm, res.tokens_seen, tps));
       t_log = now;
       tokens_since_log = 0;
     }
@@ -408,6 +357,21 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
         std::isnan(res.final_val_loss) ? std::string("n/a (no validation split)") : fmt::format("{:.4f}", res.final_val_loss));
   }
   return res;
+}
+
+std::function<void(int64_t, int)> fault_injection_from_env() {
+  const char* fault_rank = std::getenv("HZ_FAULT_RANK");
+  const char* fault_step = std::getenv("HZ_FAULT_STEP");
+  if (!fault_rank || !fault_step) return {};
+  const int frank = std::atoi(fault_rank);
+  const int64_t fstep = std::atoll(fault_step);
+  const char* sig = std::getenv("HZ_FAULT_SIGNAL");
+  const bool kill = sig && std::string(sig) == "1";
+  return [frank, fstep, kill](int64_t step, int rank) {
+    if (rank != frank || step != fstep) return;
+    if (kill) std::raise(SIGKILL);
+    throw Error(fmt::format("injected fault at step {} (HZ_FAULT_RANK={}, HZ_FAULT_STEP={})", step, rank, step));
+  };
 }
 
 LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {

@@ -3,7 +3,8 @@
 //   shards, deterministic loader) -> model (fresh, init_from, or resumed) -> steps of
 //   [grad_accum x (forward, loss / accum, backward)] -> clip -> optimizer step (AdamW, or Muon on
 //   hidden matrices + AdamW on the rest) with the schedule -> log / evaluate / checkpoint.
-// DroPE (drope.at_step) happens inside the loop; SWAN conversion is a model config change.
+// The run directory's files live in train/run_dir.h; DroPE (drope.at_step) and the SWAN stack in
+// train/surgery.h; fault injection is a hook (TrainOptions::before_step).
 // Same recipe + seed + thread count -> bitwise-identical losses; a resumed run continues the
 // uninterrupted trajectory bit for bit.
 #pragma once
@@ -25,7 +26,14 @@ struct TrainOptions {
   int64_t bucket_bytes = 0;            // > 0 overrides train.bucket_mb (tests of bucketing)
   // Called on every rank after each optimizer step (tests: parameters identical across ranks).
   std::function<void(int64_t step_done, nn::Transformer& model)> on_step;
+  // Called on every rank before each step (after DroPE): fault injection, interruption tests.
+  std::function<void(int64_t step, int rank)> before_step;
 };
+
+// The fault-injection hook of the failure tests, from the environment: HZ_FAULT_RANK and
+// HZ_FAULT_STEP make that rank throw at that step, or die from SIGKILL when HZ_FAULT_SIGNAL=1.
+// Empty when the variables are not set. `horizon train` installs it.
+std::function<void(int64_t step, int rank)> fault_injection_from_env();
 
 struct TrainResult {
   std::string run_dir;

@@ -1,0 +1,30 @@
+// Horizon: `horizon sweep GRID.yaml` — train and evaluate a recipe over a grid of overrides
+// (train/sweep.h), resumably, and print the collected table.
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "cli/commands.h"
+#include "train/sweep.h"
+
+namespace hz::cli {
+
+int sweep_main(const std::vector<std::string>& a) {
+  if (a.size() < 2 || std::find(a.begin(), a.end(), "--help") != a.end()) {
+    fmt::print(
+        "usage: horizon sweep GRID.yaml [--quiet]\n"
+        "  GRID.yaml: recipe, name, out_dir, overrides, grid {key.path: [values]}, eval [overrides].\n"
+        "  Points run in order (last grid key fastest) into <out_dir>/<name>/p<NN>/; each is trained, then\n"
+        "  evaluated. Run it again after an interruption: finished points are skipped, an interrupted one\n"
+        "  resumes from its latest checkpoint. Writes <out_dir>/<name>/sweep.csv and sweep.md.\n");
+    return a.size() < 2 ? 2 : 0;
+  }
+  train::SweepOptions o;
+  o.quiet = std::find(a.begin(), a.end(), "--quiet") != a.end();
+  const train::SweepSpec s = train::load_sweep(a[1]);
+  const train::SweepResult r = train::run_sweep(s, o);
+  fmt::print("\n{}\nwrote {}/{}/sweep.md and sweep.csv\n", r.table, s.out_dir, s.name);
+  return 0;
+}
+
+}  // namespace hz::cli

@@ -1,0 +1,44 @@
+// Horizon: the needle grid. For every task, length and depth, `samples` examples (data/needles.h)
+// are answered by greedy decoding with the KV cache (eval/generate.h) and scored by exact
+// containment of the expected values (RULER's string_match_all). Example s of cell
+// (task t, length L, depth index d) comes from Generator(seed + 104729, stream =
+// t 10^9 + L 10^4 + d 10^2 + s), so cells are reproducible and independent of each other. The generation budget per example is the canonical answer's
+// token count + 4, reserved inside the length, so prompt + answer never exceed it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "eval/options.h"
+#include "nn/transformer.h"
+
+namespace hz::eval {
+
+struct NeedleCell {
+  std::string task;
+  int64_t length = 0;
+  double depth = 0;
+  int64_t samples = 0;
+  int64_t correct = 0;    // every expected value contained
+  double score = 0;       // mean share of expected values contained
+};
+
+struct NeedleSample {     // the first example of each cell, for reading what the model said
+  std::string task;
+  int64_t length = 0, prompt_tokens = 0;
+  double depth = 0;
+  std::vector<std::string> answers;
+  std::string output;
+};
+
+struct NeedleReport {
+  std::vector<NeedleCell> cells;
+  std::vector<NeedleSample> samples;
+  std::vector<std::string> skipped;  // (task, length) pairs too short for the task, with why
+};
+
+NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o);
+
+std::string needle_table(const NeedleReport& r);
+void write_needles(const NeedleReport& r, const std::string& dir);  // needles.csv, needles.json
+
+}  // namespace hz::eval

@@ -1,0 +1,129 @@
+// Sweeps (train/sweep.h): a two-point sweep runs, is interrupted inside its second point, and
+// resumes (the finished point skipped, the interrupted one continued from its checkpoint) to the
+// same numbers as an uninterrupted sweep. Reports (train/report.h): the markdown page, the JSON
+// and every plot exist and are non-empty.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/shard.h"
+#include "eval/eval.h"
+#include "eval/needles.h"
+#include "eval/probe.h"
+#include "train/report.h"
+#include "train/sweep.h"
+
+using namespace hz;
+using namespace hz::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string tmp_root() {
+  static const std::string root = [] {
+    char tmpl[] = "/tmp/hz_sweep_test_XXXXXX";
+    return std::string(mkdtemp(tmpl));
+  }();
+  return root;
+}
+
+std::string write_grid(const std::string& name) {
+  const std::string recipe = tmp_root() + "/tiny.yaml";
+  std::ofstream(recipe) << "model:\n  d_model: 32\n  n_layers: 1\n  n_heads: 2\n  layer_kinds:\n    rope: {pos: rope}\n"
+                        << "  pattern: [rope]\ndata: {seq_len: 32, batch_size: 4, cache_dir: " << tmp_root() << "/data}\n"
+                        << "train: {steps: 6, log_every: 2}\nschedule: {warmup_steps: 1}\ncheckpoint: {every: 2}\n"
+                        << "eval: {every: 0, batches: 1, lengths: [32, 64]}\n";
+  const std::string grid = tmp_root() + "/" + name + ".yaml";
+  std::ofstream(grid) << "recipe: tiny.yaml\nname: " << name << "\nout_dir: " << tmp_root() << "\n"
+                      << "overrides: [optim.lr=1e-2]\ngrid:\n  model.n_heads: [2, 4]\neval: [eval.batches=2]\n";
+  return grid;
+}
+
+}  // namespace
+
+TEST(Sweep, ExpandsInOrderAndRefusesBadPoints) {
+  const SweepSpec s = load_sweep(write_grid("expand"));
+  const auto pts = expand(s);
+  ASSERT_EQ(pts.size(), 2u);
+  EXPECT_EQ(pts[0].values, std::vector<std::string>{"2"});
+  EXPECT_EQ(pts[1].values, std::vector<std::string>{"4"});
+  EXPECT_EQ(pts[1].dir, tmp_root() + "/expand/p01");
+  const std::string bad = tmp_root() + "/bad.yaml";
+  std::ofstream(bad) << "recipe: tiny.yaml\ngrid:\n  model.n_heads: [2, 3]\n";  // 32 % 3 != 0
+  try {
+    load_sweep(bad);
+    FAIL() << "a grid with an impossible point was accepted";
+  } catch (const RecipeError& e) {
+    EXPECT_NE(std::string(e.what()).find("point 1 (3)"), std::string::npos) << e.what();
+  }
+  std::ofstream(bad) << "recipe: tiny.yaml\ngrids:\n  model.n_heads: [2]\n";
+  EXPECT_THROW(load_sweep(bad), RecipeError);
+}
+
+TEST(Sweep, InterruptedSweepResumesToTheSameTable) {
+  SweepOptions quiet;
+  quiet.quiet = true;
+  const SweepResult ref = run_sweep(load_sweep(write_grid("straight")), quiet);
+  ASSERT_FALSE(ref.interrupted);
+  ASSERT_EQ(ref.rows.size(), 2u);
+
+  const SweepSpec s = load_sweep(write_grid("resumed"));
+  SweepOptions cut = quiet;
+  cut.interrupt_point = 1;
+  cut.interrupt_after = 3;  // checkpoints at steps 2 (and 4, 6): dies after step 3
+  const SweepResult first = run_sweep(s, cut);
+  EXPECT_TRUE(first.interrupted);
+  ASSERT_EQ(first.rows.size(), 2u);
+  EXPECT_FALSE(first.rows[0].skipped);
+  EXPECT_TRUE(fs::exists(tmp_root() + "/resumed/p00/sweep_point.json"));
+  EXPECT_FALSE(fs::exists(tmp_root() + "/resumed/p01/sweep_point.json"));
+  const auto mtime = fs::last_write_time(tmp_root() + "/resumed/p00/eval.json");
+
+  const SweepResult second = run_sweep(s, quiet);
+  ASSERT_FALSE(second.interrupted);
+  ASSERT_EQ(second.rows.size(), 2u);
+  EXPECT_TRUE(second.rows[0].skipped);                   // finished: not run again
+  EXPECT_EQ(fs::last_write_time(tmp_root() + "/resumed/p00/eval.json"), mtime);
+  EXPECT_FALSE(second.rows[1].skipped);
+  EXPECT_EQ(second.rows[1].resumed_from, 2);             // from the step-2 checkpoint
+  for (size_t i = 0; i < 2; ++i) {                       // bit for bit the uninterrupted numbers
+    EXPECT_EQ(second.rows[i].final_train_loss, ref.rows[i].final_train_loss) << i;
+    EXPECT_EQ(second.rows[i].loss, ref.rows[i].loss) << i;
+    EXPECT_EQ(second.rows[i].last256, ref.rows[i].last256) << i;
+  }
+  ASSERT_EQ(second.rows[1].lengths, (std::vector<int64_t>{32, 64}));
+  EXPECT_TRUE(fs::file_size(tmp_root() + "/resumed/sweep.csv") > 0);
+  EXPECT_NE(second.table.find("| p01 | 4 |"), std::string::npos) << second.table;
+}
+
+TEST(Report, FilesExistAndAreNonEmpty) {
+  // a tiny trained run from the sweep above, evaluated with needles and the probe
+  SweepOptions quiet;
+  quiet.quiet = true;
+  run_sweep(load_sweep(write_grid("forreport")), quiet);
+  const std::string run = tmp_root() + "/forreport/p00";
+  LoadedRun lr = load_run(run, {"eval.needle_tasks=[passkey]", "eval.needle_samples=1", "eval.needle_format=short",
+                                "eval.needle_depths=[0.5]", "eval.lengths=[96]"});
+  const eval::EvalOptions eo = lr.recipe.eval_options();
+  eval::write_needles(eval::evaluate_needles(*lr.model, eo), run);
+  const auto val = data::Shard::open(tmp_root() + "/data/val.shard");
+  eval::write_probes(eval::position_probe(*lr.model, *val, 32, 3, 1, 32), run);
+  ReportOptions o;
+  o.out_dir = tmp_root() + "/report";
+  o.oa_T = 64;
+  o.oa_heads = 6;
+  o.oa_layers = 4;
+  const ReportResult r = make_report({run, tmp_root() + "/forreport/p01"}, o);
+  for (const std::string f : {"README.md", "report.json", "loss_vs_length.png", "nll_by_position.png", "training_loss.png",
+                              "needles_p00.png", "probe_r2.png", "attention_flops.png", "order_awareness.png"}) {
+    ASSERT_TRUE(fs::exists(o.out_dir + "/" + f)) << f;
+    EXPECT_GT(fs::file_size(o.out_dir + "/" + f), 1000u) << f;
+  }
+  std::ifstream md(r.markdown_path);
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("| p00 | rope(base=10000) causal identity |"), std::string::npos) << text;
+  EXPECT_NE(text.find("## Needles"), std::string::npos);
+  EXPECT_NE(text.find("![order awareness](order_awareness.png)"), std::string::npos);
+  EXPECT_THROW(make_report({tmp_root()}, o), ValueError);  // not a run directory
+}

@@ -1,0 +1,280 @@
+#include "train/report.h"
+
+#include <fmt/core.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "attention/accounting.h"
+#include "eval/order_awareness.h"
+#include "train/recipe.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace hz::train {
+
+namespace {
+
+// rows of a CSV with a header line (numbers and plain names only: Horizon's own files)
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
+  std::vector<std::map<std::string, std::string>> rows;
+  std::ifstream f(path);
+  if (!f) return rows;
+  auto split = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
+    return out;
+  };
+  std::string line;
+  if (!std::getline(f, line)) return rows;
+  const auto header = split(line);
+  while (std::getline(f, line)) {
+    const auto cells = split(line);
+    std::map<std::string, std::string> r;
+    for (size_t i = 0; i < header.size() && i < cells.size(); ++i) r[header[i]] = cells[i];
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::string method_of(const nn::ModelConfig& c) {
+  std::set<std::string> seen;
+  std::string s;
+  for (const auto& n : c.layer_kind_names()) {
+    if (!seen.insert(n).second) continue;
+    s += (s.empty() ? "" : "; ") + c.kind(n).attn.describe();
+  }
+  return s;
+}
+
+std::string find_script(const std::string& given) {
+  if (!given.empty()) return given;
+  for (const std::string& p : {std::string("scripts/report_plots.py"), std::string(HZ_SOURCE_DIR) + "/scripts/report_plots.py"})
+    if (fs::exists(p)) return p;
+  throw ValueError("report: scripts/report_plots.py not found; run from the Horizon checkout or pass --script PATH");
+}
+
+}  // namespace
+
+ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o) {
+  HZ_CHECK(!runs.empty(), ValueError, "report: give at least one run directory");
+  HZ_CHECK(!o.out_dir.empty(), ValueError, "report: give the output directory (-o DIR)");
+  fs::create_directories(o.out_dir);
+  json data;
+  data["runs"] = json::array();
+  std::set<int64_t> all_lengths;
+  for (const std::string& dir : runs) {
+    HZ_CHECK(fs::exists(dir + "/config.yaml"), ValueError, "report: '", dir, "' is not a run directory (no config.yaml)");
+    HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
+             "' has not been evaluated; run horizon eval ", dir, " first");
+    const Recipe r = load_recipe(dir + "/config.yaml");
+    const nn::ModelConfig mc = r.model_config();
+    json run;
+    run["name"] = fs::path(dir).filename().string();
+    if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
+    run["dir"] = dir;
+    run["method"] = method_of(mc);
+    run["train_length"] = r.data.seq_len;
+    run["steps"] = r.train.steps;
+    run["tokenizer"] = r.data.tokenizer;
+    const nn::Transformer m(mc, 0);
+    run["parameters"] = m.num_parameters();
+    // training curve
+    json curve = json::array();
+    {
+      std::ifstream mf(dir + "/metrics.jsonl");
+      for (std::string line; std::getline(mf, line);) {
+        const json j = json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.contains("loss")) curve.push_back({j["step"], j["loss"]});
+      }
+    }
+    run["train_curve"] = curve;
+    run["final_train_loss"] = curve.empty() ? json(nullptr) : curve.back()[1];
+    if (fs::exists(dir + "/eval.json")) {
+      std::ifstream ef(dir + "/eval.json");
+      const json ev = json::parse(ef);
+      run["lengths"] = ev["lengths"];
+      for (const auto& l : ev["lengths"]) all_lengths.insert(l["length"].get<int64_t>());
+    }
+    std::vector<double> nll;
+    for (const auto& row : read_csv(dir + "/nll_by_position.csv")) nll.push_back(std::stod(row.at("nll")));
+    run["nll_by_position"] = nll;
+    json needles = json::array();
+    for (const auto& row : read_csv(dir + "/needles.csv"))
+      needles.push_back({{"task", row.at("task")}, {"length", std::stoll(row.at("length"))}, {"depth", std::stod(row.at("depth"))},
+                         {"accuracy", std::stod(row.at("accuracy"))}, {"score", std::stod(row.at("score"))},
+                         {"samples", std::stoll(row.at("samples"))}});
+    run["needles"] = needles;
+    json probes = json::array();
+    for (const auto& row : read_csv(dir + "/probes.csv"))
+      probes.push_back({{"layer", std::stoll(row.at("layer"))}, {"r2", std::stod(row.at("r2_heldout"))}});
+    run["probes"] = probes;
+    json swan = json::array();
+    for (const auto& row : read_csv(dir + "/swan_fit.csv"))
+      swan.push_back({{"length", std::stoll(row.at("length"))}, {"begin", std::stoll(row.at("begin"))},
+                      {"best_a", std::stod(row.at("best_a"))}, {"nll_best", std::stod(row.at("nll_best"))},
+                      {"nll_off", std::stod(row.at("nll_off"))}});
+    run["swan_fit"] = swan;
+    data["runs"].push_back(run);
+  }
+  // attention FLOPs per method at every evaluated length (forward, all layers, one sequence)
+  for (auto& run : data["runs"]) {
+    const Recipe r = load_recipe(run["dir"].get<std::string>() + "/config.yaml");
+    const nn::Transformer m(r.model_config(), 0);
+    json fl = json::array();
+    for (int64_t T : all_lengths) {
+      double flops = 0;
+      for (const auto& b : m.layers) {
+        nn::AttnCall call;
+        call.T = T;
+        call.train_T = r.data.seq_len;
+        flops += attn::attention_cost(b->attn->kernel_config(call), m.cfg.n_heads, T, T, m.cfg.hdim()).flops_fwd;
+      }
+      fl.push_back({T, flops});
+    }
+    run["attention_flops"] = fl;
+  }
+  // order awareness (seed 000): T = 2^H
+  json oa = json::object();
+  for (auto s : {eval::OaScheme::NoPE, eval::OaScheme::Scope, eval::OaScheme::NoPE1, eval::OaScheme::Uniform})
+    oa[eval::name(s)] = eval::order_awareness(eval::oa_windows(s, o.oa_T, o.oa_heads), o.oa_T, o.oa_layers, o.oa_trials, 0);
+  data["order_awareness"] = {{"T", o.oa_T}, {"heads", o.oa_heads}, {"r", oa}};
+
+  // ---- markdown ----------------------------------------------------------------------------
+  ReportResult res;
+  std::ostringstream md, main;
+  main << "| run | method | params | train T | steps | final train loss |";
+  for (int64_t L : all_lengths) main << " loss@" << L << " |";
+  for (int64_t L : all_lengths) main << " last256@" << L << " |";
+  main << "\n|---|---|---|---|---|---|";
+  for (size_t i = 0; i < 2 * all_lengths.size(); ++i) main << "---|";
+  main << "\n";
+  for (const auto& run : data["runs"]) {
+    main << "| " << run["name"].get<std::string>() << " | " << run["method"].get<std::string>() << " | "
+         << fmt::format("{:.2f}M", run["parameters"].get<double>() / 1e6) << " | " << run["train_length"] << " | "
+         << run["steps"] << " | "
+         << (run["final_train_loss"].is_null() ? std::string("-") : fmt::format("{:.4f}", run["final_train_loss"].get<double>()))
+         << " |";
+    for (const char* key : {"loss", "last256_loss"})
+      for (int64_t L : all_lengths) {
+        std::string cell = "-";
+        if (run.contains("lengths"))
+          for (const auto& l : run["lengths"])
+            if (l["length"].get<int64_t>() == L) cell = fmt::format("{:.4f}", l[key].get<double>());
+        main << " " << cell << " |";
+      }
+    main << "\n";
+  }
+  res.main_table = main.str();
+  md << "# Horizon report\n\n" << runs.size() << " run(s). Losses are held-out nats per token; `last256@L` is the mean loss of "
+     << "the last 256 positions at length L (seed 000); lengths beyond `train T` are extrapolation.\n\n";
+  md << "## Main table\n\n" << res.main_table << "\n";
+  md << "![loss vs length](loss_vs_length.png)\n\n![NLL by position](nll_by_position.png)\n\n"
+     << "![training loss](training_loss.png)\n\n";
+  // needles: accuracy per task and length, averaged over depths
+  bool any_needles = false;
+  for (const auto& run : data["runs"]) any_needles |= !run["needles"].empty();
+  if (any_needles) {
+    md << "## Needles (greedy decoding, exact containment; accuracy averaged over depths)\n\n| run | task |";
+    for (int64_t L : all_lengths) md << " " << L << " |";
+    md << "\n|---|---|";
+    for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
+    md << "\n";
+    for (const auto& run : data["runs"]) {
+      std::map<std::string, std::map<int64_t, std::pair<double, int>>> acc;
+      for (const auto& c : run["needles"]) {
+        auto& a = acc[c["task"].get<std::string>()][c["length"].get<int64_t>()];
+        a.first += c["accuracy"].get<double>();
+        a.second += 1;
+      }
+      for (const auto& [task, byL] : acc) {
+        md << "| " << run["name"].get<std::string>() << " | " << task << " |";
+        for (int64_t L : all_lengths) {
+          auto it = byL.find(L);
+          md << " " << (it == byL.end() ? std::string("-") : fmt::format("{:.0f}%", 100.0 * it->second.first / it->second.second)) << " |";
+        }
+        md << "\n";
+      }
+    }
+    md << "\n";
+    for (const auto& run : data["runs"])
+      if (!run["needles"].empty()) md << "![needles " << run["name"].get<std::string>() << "](needles_" << run["name"].get<std::string>() << ".png)\n\n";
+  }
+  bool any_probes = false;
+  for (const auto& run : data["runs"]) any_probes |= !run["probes"].empty();
+  if (any_probes) {
+    md << "## Position probe (ridge, R^2 on held-out positions; layer 0 = embeddings)\n\n| run |";
+    size_t nl = 0;
+    for (const auto& run : data["runs"]) nl = std::max(nl, run["probes"].size());
+    for (size_t l = 0; l < nl; ++l) md << " L" << l << " |";
+    md << "\n|---|";
+    for (size_t l = 0; l < nl; ++l) md << "---|";
+    md << "\n";
+    for (const auto& run : data["runs"]) {
+      if (run["probes"].empty()) continue;
+      md << "| " << run["name"].get<std::string>() << " |";
+      for (const auto& p : run["probes"]) md << fmt::format(" {:.3f} |", p["r2"].get<double>());
+      md << "\n";
+    }
+    md << "\n![probe R^2](probe_r2.png)\n\n";
+  }
+  for (const auto& run : data["runs"]) {
+    if (run["swan_fit"].empty()) continue;
+    md << "## SWAN a per 128-token window: " << run["name"].get<std::string>() << "\n\n| length | window | best a | NLL | NLL without |\n|---|---|---|---|---|\n";
+    for (const auto& f : run["swan_fit"])
+      md << fmt::format("| {} | {} | {:g} | {:.4f} | {:.4f} |\n", f["length"].get<int64_t>(), f["begin"].get<int64_t>(),
+                        f["best_a"].get<double>(), f["nll_best"].get<double>(), f["nll_off"].get<double>());
+    md << "\n";
+  }
+  md << "## Attention FLOPs (forward, all layers, one sequence; exact visible pairs)\n\n| run |";
+  for (int64_t L : all_lengths) md << " " << L << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
+  md << "\n";
+  for (const auto& run : data["runs"]) {
+    md << "| " << run["name"].get<std::string>() << " |";
+    for (const auto& f : run["attention_flops"]) md << fmt::format(" {:.3g} |", f[1].get<double>());
+    md << "\n";
+  }
+  md << "\n![attention FLOPs](attention_flops.png)\n\n";
+  md << "## Order awareness (seed 000 simulation, T = " << o.oa_T << ", H = " << o.oa_heads << ", " << o.oa_trials
+     << " trials; exact integers)\n\n| scheme |";
+  for (int64_t l = 1; l <= o.oa_layers; ++l) md << " " << l << " |";
+  md << "\n|---|";
+  for (int64_t l = 0; l < o.oa_layers; ++l) md << "---|";
+  md << "\n";
+  for (auto& [s, r] : oa.items()) {
+    md << "| " << s << " |";
+    for (const auto& x : r) md << fmt::format(" {:.3f} |", x.get<double>());
+    md << "\n";
+  }
+  md << "\n![order awareness](order_awareness.png)\n";
+  res.json_path = o.out_dir + "/report.json";
+  res.markdown_path = o.out_dir + "/README.md";
+  std::ofstream(res.json_path) << data.dump(1) << "\n";
+  std::ofstream(res.markdown_path) << md.str();
+  if (!o.plots) return res;
+  // ---- plots ---------------------------------------------------------------------------------
+  std::string py = o.python;
+  if (py.empty()) py = std::getenv("HZ_PYTHON") ? std::getenv("HZ_PYTHON") : "/usr/bin/python3";
+  const std::string cmd = fmt::format("'{}' '{}' '{}' '{}'", py, find_script(o.script), res.json_path, o.out_dir);
+  const int rc = std::system(cmd.c_str());
+  HZ_CHECK(rc == 0, ValueError, "report: the plot script failed (", cmd, "); the plots need matplotlib for ", py,
+           " (Debian: apt-get install python3-matplotlib, which scripts/setup.sh installs). The tables are in ",
+           res.markdown_path);
+  for (const auto& e : fs::directory_iterator(o.out_dir))
+    if (e.path().extension() == ".png") res.pngs.push_back(e.path().string());
+  std::sort(res.pngs.begin(), res.pngs.end());
+  return res;
+}
+
+}  // namespace hz::train

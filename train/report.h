@@ -1,0 +1,34 @@
+// Horizon: `horizon report RUN... -o DIR` — one markdown page (DIR/README.md) with the tables of
+// one or more evaluated runs and PNG plots drawn by scripts/report_plots.py (Debian's
+// python3-matplotlib through /usr/bin/python3, or $HZ_PYTHON):
+//   main table        method, parameters, steps, final training loss, held-out loss and
+//                     last-256 loss at every evaluation length
+//   plots             loss and last-256 loss vs length, NLL by position, training loss, needle
+//                     accuracy heatmaps (length x depth per task), probe R^2 per layer,
+//                     attention FLOPs per method vs length, SCOPE order-awareness curves
+//   other tables      needles (accuracy per task and length), probe R^2, SWAN a per window,
+//                     attention FLOPs, order awareness
+// Every number also goes to DIR/report.json (what the plot script reads).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace hz::train {
+
+struct ReportOptions {
+  std::string out_dir;
+  std::string script;            // "" = scripts/report_plots.py found next to the sources
+  std::string python;            // "" = $HZ_PYTHON or /usr/bin/python3
+  int64_t oa_T = 512, oa_heads = 10, oa_layers = 10, oa_trials = 2;
+  bool plots = true;
+};
+
+struct ReportResult {
+  std::string markdown_path, json_path;
+  std::vector<std::string> pngs;
+  std::string main_table;        // the markdown of the main table
+};
+
+ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o);
+
+}  // namespace hz::train

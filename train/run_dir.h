@@ -1,0 +1,46 @@
+// Horizon: a run directory <out_dir>/<run.name>/ and what the trainer writes into it:
+//   config.yaml     the fully resolved recipe (rewritten on every start, resume included)
+//   train.log       every progress line (also printed to stdout unless quiet)
+//   metrics.jsonl   one JSON object per logged step and per evaluation
+//   checkpoints/    step_<N>.h5, the last `keep_last` kept (train/checkpoint.h)
+// Only rank 0 writes; on the other ranks every method is a no-op.
+#pragma once
+#include <fmt/core.h>
+
+#include <fstream>
+#include <string>
+
+#include "train/checkpoint.h"
+#include "train/recipe.h"
+
+namespace hz::train {
+
+class RunDir {
+ public:
+  // Creates the directories (lead only); `resuming` appends to train.log and metrics.jsonl.
+  RunDir(const Recipe& r, bool lead, bool quiet, bool resuming);
+
+  const std::string& path() const { return dir_; }
+  std::string checkpoint_dir() const { return dir_ + "/checkpoints"; }
+  std::string latest_checkpoint() const { return find_latest_checkpoint(checkpoint_dir()); }
+
+  // One progress line: stdout (line-buffered by the CLI) and train.log.
+  template <class... A>
+  void log(const char* f, A&&... a) {
+    if (!lead_) return;
+    const std::string s = fmt::format(fmt::runtime(f), std::forward<A>(a)...);
+    if (!quiet_) fmt::print("{}\n", s);
+    log_ << s << "\n";
+    log_.flush();
+  }
+  void metrics(const std::string& json_line);  // appends one line to metrics.jsonl
+  // Writes checkpoints/step_<step>.h5 atomically and prunes to keep_last.
+  void save(int64_t step, const CheckpointData& c, int64_t keep_last);
+
+ private:
+  std::string dir_;
+  bool lead_, quiet_;
+  std::ofstream log_, metrics_;
+};
+
+}  // namespace hz::train

@@ -1,0 +1,237 @@
+#include "train/sweep.h"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "data/shard.h"
+#include "eval/eval.h"
+#include "eval/needles.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace hz::train {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& file, const YAML::Node& n, const std::string& what) {
+  throw RecipeError(file + ":" + std::to_string(n.Mark().line + 1) + ": " + what);
+}
+
+std::vector<std::string> string_list(const std::string& file, const YAML::Node& n, const std::string& key) {
+  std::vector<std::string> out;
+  if (!n.IsDefined() || n.IsNull()) return out;
+  if (!n.IsSequence()) fail(file, n, key + ": expected a list of key.path=value strings");
+  for (const auto& x : n) {
+    if (!x.IsScalar()) fail(file, x, key + ": expected key.path=value strings");
+    out.push_back(x.Scalar());
+  }
+  return out;
+}
+
+std::string yaml_text(const YAML::Node& n) {
+  YAML::Emitter e;
+  e.SetSeqFormat(YAML::Flow);
+  e.SetMapFormat(YAML::Flow);
+  e << n;
+  return e.c_str();
+}
+
+}  // namespace
+
+SweepSpec load_sweep(const std::string& path) {
+  SweepSpec s;
+  s.file = path;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw RecipeError("cannot open grid file '" + path + "'");
+  } catch (const YAML::ParserException& e) {
+    throw RecipeError(path + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
+  }
+  if (!root.IsMap()) throw RecipeError(path + ": a grid file is a map with recipe, name, grid, ...");
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (k != "recipe" && k != "name" && k != "out_dir" && k != "overrides" && k != "grid" && k != "eval")
+      fail(path, it->first, "unknown key '" + k + "'; known keys: recipe, name, out_dir, overrides, grid, eval");
+  }
+  if (!root["recipe"] || !root["recipe"].IsScalar()) throw RecipeError(path + ": 'recipe: PATH' is missing");
+  s.recipe = root["recipe"].Scalar();
+  if (!fs::exists(s.recipe) && fs::exists(fs::path(path).parent_path() / s.recipe))
+    s.recipe = (fs::path(path).parent_path() / s.recipe).string();
+  if (root["name"]) s.name = root["name"].Scalar();
+  if (s.name.empty() || s.name.find('/') != std::string::npos) fail(path, root["name"], "name must be a plain name");
+  if (root["out_dir"]) s.out_dir = root["out_dir"].Scalar();
+  s.overrides = string_list(path, root["overrides"], "overrides");
+  s.eval_overrides = string_list(path, root["eval"], "eval");
+  const YAML::Node g = root["grid"];
+  if (!g || !g.IsMap() || g.size() == 0) throw RecipeError(path + ": 'grid:' must map at least one key path to a list of values");
+  for (auto it = g.begin(); it != g.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    if (!it->second.IsSequence() || it->second.size() == 0) fail(path, it->second, "grid." + key + ": expected a non-empty list of values");
+    std::vector<std::string> vals;
+    for (const auto& v : it->second) vals.push_back(yaml_text(v));
+    s.grid.push_back({key, vals});
+  }
+  // every point must be a valid recipe before anything runs
+  for (const SweepPoint& p : expand(s)) {
+    try {
+      load_recipe(s.recipe, p.overrides);
+    } catch (const ValueError& e) {
+      throw RecipeError(path + ": point " + std::to_string(p.index) + " (" + fmt::format("{}", fmt::join(p.values, ", ")) +
+                        "): " + e.what());
+    }
+  }
+  return s;
+}
+
+std::vector<SweepPoint> expand(const SweepSpec& s) {
+  std::vector<SweepPoint> pts;
+  int64_t total = 1;
+  for (const auto& [k, v] : s.grid) total *= static_cast<int64_t>(v.size());
+  for (int64_t i = 0; i < total; ++i) {
+    SweepPoint p;
+    p.index = i;
+    p.dir = s.out_dir + "/" + s.name + "/" + fmt::format("p{:02d}", i);
+    p.overrides = s.overrides;
+    int64_t rest = i;
+    std::vector<std::string> vals(s.grid.size());
+    for (int64_t d = static_cast<int64_t>(s.grid.size()) - 1; d >= 0; --d) {  // last key fastest
+      const auto& v = s.grid[d].second;
+      vals[d] = v[rest % static_cast<int64_t>(v.size())];
+      rest /= static_cast<int64_t>(v.size());
+    }
+    for (size_t d = 0; d < s.grid.size(); ++d) p.overrides.push_back(s.grid[d].first + "=" + vals[d]);
+    p.values = vals;
+    p.overrides.push_back("run.out_dir=" + s.out_dir + "/" + s.name);
+    p.overrides.push_back(fmt::format("run.name=p{:02d}", i));
+    pts.push_back(p);
+  }
+  return pts;
+}
+
+SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
+  SweepResult res;
+  for (const SweepPoint& p : expand(s)) {
+    SweepRow row;
+    row.point = p;
+    const std::string record = p.dir + "/sweep_point.json";
+    if (fs::exists(record)) {  // finished earlier: reuse its results
+      std::ifstream f(record);
+      const nlohmann::json j = nlohmann::json::parse(f);
+      if (j.at("overrides").get<std::vector<std::string>>() == p.overrides) {
+        row.skipped = true;
+        row.final_train_loss = j.at("final_train_loss").get<double>();
+        row.lengths = j.at("lengths").get<std::vector<int64_t>>();
+        row.loss = j.at("loss").get<std::vector<double>>();
+        row.last256 = j.at("last256").get<std::vector<double>>();
+        if (!o.quiet) fmt::print("[sweep] point {} finished earlier: skipped\n", p.index);
+        res.rows.push_back(row);
+        continue;
+      }
+      fs::remove(record);  // the grid changed for this point: run it again
+    }
+    std::vector<std::string> ov = p.overrides;
+    if (!find_latest_checkpoint(p.dir + "/checkpoints").empty()) ov.push_back("checkpoint.resume=latest");
+    const Recipe r = load_recipe(s.recipe, ov);
+    if (!o.quiet) fmt::print("[sweep] point {} of {}: {}\n", p.index, expand(s).size(), fmt::join(p.values, ", "));
+    TrainOptions to;
+    to.quiet = o.quiet;
+    if (p.index == o.interrupt_point) to.stop_after = o.interrupt_after;
+    const TrainResult tr = train(r, to);
+    row.resumed_from = tr.start_step;
+    if (tr.end_step < r.train.steps) {  // interrupted (tests): stop the sweep here
+      res.interrupted = true;
+      res.rows.push_back(row);
+      return res;
+    }
+    // evaluation of the finished point, with the grid's eval overrides
+    std::vector<std::string> eov = s.eval_overrides;
+    LoadedRun run = load_run(p.dir, eov);
+    const eval::EvalOptions eo = run.recipe.eval_options();
+    if (!is_synthetic(run.recipe.data.source)) {
+      const auto paths = prepare_data(run.recipe, false);
+      const auto val = data::Shard::open(paths.second);
+      const eval::EvalReport rep = eval::evaluate(*run.model, *val, eo);
+      eval::write_report(rep, p.dir, run.recipe.data.seq_len);
+      for (const auto& l : rep.lengths) {
+        row.lengths.push_back(l.length);
+        row.loss.push_back(l.loss);
+        row.last256.push_back(l.last256_loss);
+      }
+    }
+    eval::write_needles(eval::evaluate_needles(*run.model, eo), p.dir);
+    // the last logged training loss of the run (metrics.jsonl holds every invocation's lines)
+    {
+      std::ifstream mf(p.dir + "/metrics.jsonl");
+      for (std::string line; std::getline(mf, line);) {
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.contains("loss")) row.final_train_loss = j["loss"].get<double>();
+      }
+    }
+    nlohmann::json j;
+    j["overrides"] = p.overrides;
+    j["values"] = p.values;
+    j["final_train_loss"] = row.final_train_loss;
+    j["lengths"] = row.lengths;
+    j["loss"] = row.loss;
+    j["last256"] = row.last256;
+    {
+      std::ofstream f(record + ".tmp");
+      f << j.dump(1) << "\n";
+    }
+    fs::rename(record + ".tmp", record);  // the record is complete or absent
+    res.rows.push_back(row);
+  }
+  // the collected table
+  std::ostringstream md, csv;
+  md << "| point |";
+  csv << "point";
+  for (const auto& [k, v] : s.grid) {
+    md << " " << k << " |";
+    csv << "," << k;
+  }
+  md << " final train loss |";
+  csv << ",final_train_loss";
+  const std::vector<int64_t> lengths = res.rows.empty() ? std::vector<int64_t>{} : res.rows.front().lengths;
+  for (int64_t L : lengths) {
+    md << " loss@" << L << " | last256@" << L << " |";
+    csv << ",loss_" << L << ",last256_" << L;
+  }
+  md << "\n|---|";
+  csv << "\n";
+  for (size_t i = 0; i < s.grid.size() + 1 + 2 * lengths.size(); ++i) md << "---|";
+  md << "\n";
+  for (const auto& row : res.rows) {
+    md << "| p" << fmt::format("{:02d}", row.point.index) << " |";
+    csv << row.point.index;
+    for (const auto& v : row.point.values) {
+      md << " " << v << " |";
+      csv << ",\"" << v << "\"";
+    }
+    md << fmt::format(" {:.4f} |", row.final_train_loss);
+    csv << fmt::format(",{:.6f}", row.final_train_loss);
+    for (size_t k = 0; k < row.loss.size(); ++k) {
+      md << fmt::format(" {:.4f} | {:.4f} |", row.loss[k], row.last256[k]);
+      csv << fmt::format(",{:.6f},{:.6f}", row.loss[k], row.last256[k]);
+    }
+    md << "\n";
+    csv << "\n";
+  }
+  res.table = md.str();
+  const std::string dir = s.out_dir + "/" + s.name;
+  std::ofstream(dir + "/sweep.md") << "# sweep " << s.name << " (" << s.recipe << ")\n\n" << res.table;
+  std::ofstream(dir + "/sweep.csv") << csv.str();
+  return res;
+}
+
+}  // namespace hz::train
