@@ -21,6 +21,7 @@ int sweep_main(const std::vector<std::string>& a) {
   }
   train::SweepOptions o;
   o.quiet = std::find(a.begin(), a.end(), "--quiet") != a.end();
+  o.before_step = train::fault_injection_from_env();  // failure tests (HZ_FAULT_STEP)
   const train::SweepSpec s = train::load_sweep(a[1]);
   const train::SweepResult r = train::run_sweep(s, o);
   fmt::print("\n{}\nwrote {}/{}/sweep.md and sweep.csv\n", r.table, s.out_dir, s.name);

@@ -146,6 +146,7 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
     if (!o.quiet) fmt::print("[sweep] point {} of {}: {}\n", p.index, expand(s).size(), fmt::join(p.values, ", "));
     TrainOptions to;
     to.quiet = o.quiet;
+    to.before_step = o.before_step;
     if (p.index == o.interrupt_point) to.stop_after = o.interrupt_after;
     const TrainResult tr = train(r, to);
     row.resumed_from = tr.start_step;

@@ -57,6 +57,7 @@ struct SweepOptions {
   // Tests of interruption: train point `interrupt_point` for only `interrupt_after` steps and
   // stop the sweep there (as a killed process would, minus the kill).
   int64_t interrupt_point = -1, interrupt_after = 0;
+  std::function<void(int64_t step, int rank)> before_step;  // passed to every point's training
 };
 
 struct SweepResult {

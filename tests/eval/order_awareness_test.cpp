@@ -48,7 +48,7 @@ TEST(OrderAwareness, EqualsExplicitMatrixProduct) {
   EXPECT_EQ(order_awareness(w, T, layers, 1, seed), expect);
 }
 
-TEST(OrderAwarenessDeathless, OverflowIsDetected) {
+TEST(OrderAwareness, OverflowIsDetected) {
   // 64 unbounded heads: the path count grows ~65x per layer and passes 2^128 after ~22 layers
   EXPECT_THROW(order_awareness(std::vector<int64_t>(64, 0), 64, 40, 1, 0), Error);
   EXPECT_NO_THROW(order_awareness(std::vector<int64_t>(64, 0), 64, 15, 1, 0));

@@ -1,0 +1,145 @@
+// eval/generate: token choice (greedy, temperature, nucleus), reproducible sampling, stop tokens,
+// inference options applied to prefill and decode alike (greedy tokens = argmax of the full
+// forward under the same options at T = context), and the needle grid's shape.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "eval/generate.h"
+#include "eval/inference.h"
+#include "eval/needles.h"
+
+using namespace hz;
+using namespace hz::eval;
+
+namespace {
+
+nn::ModelConfig small(DType dt) {
+  nn::ModelConfig c;
+  c.vocab_size = 259;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.mlp_hidden = 64;
+  c.max_seq_len = 16;
+  c.init_std = 0.2;
+  c.dtype = dt;
+  return c;
+}
+
+std::vector<double> frequencies(const std::vector<double>& lg, double temp, double top_p) {
+  std::vector<double> f(lg.size(), 0.0);
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) f[choose_token(lg, temp, top_p, (i + 0.5) / n)] += 1.0 / n;
+  return f;
+}
+
+}  // namespace
+
+TEST(Generate, ChooseToken) {
+  const std::vector<double> lg{1.0, 3.0, 2.0, 0.0};
+  EXPECT_EQ(choose_token(lg, 0.0, 1.0, 0.99), 1);   // greedy ignores u
+  EXPECT_EQ(choose_token(lg, 1.0, 1e-9, 0.99), 1);  // a tiny nucleus is the argmax
+  // temperature 1, full nucleus: frequencies = softmax
+  const auto f = frequencies(lg, 1.0, 1.0);
+  double z = 0;
+  for (double x : lg) z += std::exp(x);
+  for (size_t i = 0; i < lg.size(); ++i) EXPECT_NEAR(f[i], std::exp(lg[i]) / z, 1e-3) << i;
+  // top-p 0.8: {3 (0.665), 2 (0.245)} reach 0.8; renormalised, the others never drawn
+  const auto g = frequencies(lg, 1.0, 0.8);
+  const double a = std::exp(3.0), b = std::exp(2.0);
+  EXPECT_NEAR(g[1], a / (a + b), 1e-3);
+  EXPECT_NEAR(g[2], b / (a + b), 1e-3);
+  EXPECT_EQ(g[0], 0.0);
+  EXPECT_EQ(g[3], 0.0);
+  // temperature 2 flattens
+  EXPECT_GT(frequencies(lg, 2.0, 1.0)[3], f[3]);
+  EXPECT_THROW(choose_token(lg, -1, 1, 0), ValueError);
+  EXPECT_THROW(choose_token(lg, 1, 0, 0), ValueError);
+}
+
+TEST(Generate, SamplingIsReproducibleAndSeeded) {
+  nn::Transformer m(small(DType::F32), 3);
+  GenerateOptions o;
+  o.max_new_tokens = 24;
+  o.temperature = 1.0;
+  o.top_p = 0.95;
+  o.seed = 1;
+  const std::vector<int32_t> prompt{72, 101, 108, 108, 111};
+  const auto a = generate(m, prompt, o), b = generate(m, prompt, o);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.tokens.size(), 24u);
+  EXPECT_EQ(a.step_seconds.size(), 23u);
+  EXPECT_EQ(a.context, 29);
+  o.seed = 2;
+  EXPECT_NE(generate(m, prompt, o).tokens, a.tokens);
+  // stop token: generation ends right after it
+  GenerateOptions greedy;
+  greedy.max_new_tokens = 10;
+  const auto g = generate(m, prompt, greedy);
+  greedy.stop_token = g.tokens[0];
+  EXPECT_EQ(generate(m, prompt, greedy).tokens, std::vector<int32_t>{g.tokens[0]});
+  EXPECT_THROW(generate(m, {}, greedy), ValueError);
+  EXPECT_THROW(generate(m, {300}, greedy), ValueError);  // outside the vocabulary
+}
+
+TEST(Generate, InferenceOptionsMatchTheFullForward) {
+  // LaMPE + YaRN + DroPE temperature at 3x the training length, float64: greedy tokens are the
+  // argmax of the full forward over the same tokens under the same options at T = context
+  nn::Transformer m(small(DType::F64), 4);
+  InferenceOptions io;
+  io.rope_scaling = "yarn";
+  io.drope_c = 0.3;
+  io.lampe = true;
+  io.lampe_local = 6;
+  io.lampe_sink = 2;
+  GenerateOptions o;
+  o.max_new_tokens = 30;
+  o.inference = io;
+  o.train_T = 16;
+  const std::vector<int32_t> prompt{10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150, 160, 170, 180};
+  const Generation g = generate(m, prompt, o);
+  ASSERT_EQ(g.tokens.size(), 30u);
+  std::vector<double> ids(prompt.begin(), prompt.end());
+  for (int32_t t : g.tokens) ids.push_back(t);
+  const int64_t T = static_cast<int64_t>(ids.size());
+  ASSERT_EQ(T, g.context);
+  ScopedInference si(m, io, 16, T);
+  nn::AttnCall call;
+  call.T = T;
+  call.train_T = 16;
+  ag::NoGradGuard ng;
+  const std::vector<double> lg = m.forward(Tensor::from_vector(ids, {1, T}, DType::I64), Tensor(), call).value().to_vector();
+  for (size_t s = 0; s < g.tokens.size(); ++s) {
+    const int64_t row = static_cast<int64_t>(prompt.size() + s) - 1;
+    int64_t best = 0;
+    for (int64_t v = 1; v < 259; ++v)
+      if (lg[row * 259 + v] > lg[row * 259 + best]) best = v;
+    EXPECT_EQ(best, g.tokens[s]) << "token " << s;
+  }
+}
+
+TEST(Generate, NeedleGridShape) {
+  nn::Transformer m(small(DType::F32), 5);
+  EvalOptions o;
+  o.train_T = 16;
+  o.lengths = {120, 400};
+  o.needles.tasks = {"passkey", "niah_multikey"};
+  o.needles.samples = 2;
+  o.needles.depths = {0.0, 1.0};
+  o.needles.format = "short";
+  const NeedleReport r = evaluate_needles(m, o);
+  // passkey fits both lengths; multi-key (4 needles) does not fit 120 byte tokens
+  ASSERT_EQ(r.cells.size(), 2u * 2u + 1u * 2u);
+  for (const auto& c : r.cells) {
+    EXPECT_EQ(c.samples, 2);
+    EXPECT_GE(c.score, 0.0);
+    EXPECT_LE(c.score, 1.0);
+  }
+  ASSERT_EQ(r.skipped.size(), 1u);
+  EXPECT_NE(r.skipped[0].find("niah_multikey at length 120"), std::string::npos);
+  const NeedleReport again = evaluate_needles(m, o);  // seeded: the same examples and outputs
+  ASSERT_EQ(again.samples.size(), r.samples.size());
+  for (size_t i = 0; i < r.samples.size(); ++i) EXPECT_EQ(again.samples[i].output, r.samples[i].output);
+}
