@@ -71,7 +71,7 @@ int generate_main(const std::vector<std::string>& a) {
         "  Prints only the continuation (temperature 0 = greedy; sampling is reproducible from --seed).\n"
         "  Inference options come from the run's recipe and overrides, as for horizon eval:\n"
         "  eval.rope_scaling=yarn eval.lampe=true eval.swan_a=362 eval.drope_c=0.4 ...\n"
-        "  --json prints {prompt_tokens, tokens, text, context, prefill_ms, per_token_ms, kv_bytes}.\n");
+        "  --json prints {{prompt_tokens, tokens, text, context, prefill_ms, per_token_ms, kv_bytes}}.\n");
     return a.size() < 2 ? 2 : 0;
   }
   const Flags f = parse_flags(a, {"prompt", "file", "max-new-tokens", "temperature", "top-p", "seed"},

@@ -34,7 +34,8 @@ test "$rc" -eq 1 && echo "$msg" | grep -q "no global NoPE layer"
 "$HZ" eval "$R" eval.batches=1 eval.needle_tasks=[passkey] eval.needle_samples=1 eval.needle_depths=[0.5] \
   eval.needle_format=short eval.probe_sequences=2 > /dev/null
 test -s "$R/needles.csv" && test -s "$R/needles.json" && test -s "$R/probes.csv"
-"$HZ" simulate order-awareness --T 64 --heads 6 --layers 4 --trials 1 -o "$OUT/oa.csv" | grep -q scope
+"$HZ" simulate order-awareness --T 64 --heads 6 --layers 4 --trials 1 -o "$OUT/oa.csv" > "$OUT/oa.txt"
+grep -q "^scope" "$OUT/oa.txt"
 test "$(wc -l < "$OUT/oa.csv")" -eq 17
 
 # 3. a sweep whose second point is killed mid-way, then resumed
@@ -61,12 +62,12 @@ HZ_FAULT_RANK=0 HZ_FAULT_STEP=3 "$HZ" sweep "$OUT/grid.yaml" --quiet > /dev/null
 set -e
 test "$rc" -ne 0                                     # the injected fault killed the first point at step 3
 "$HZ" sweep "$OUT/grid.yaml" --quiet > "$OUT/sweep.txt"
-grep -q "| p01 | 0.003 |" "$OUT/sweep.txt"
-grep -q "resumed from .*step_2.h5 at step 2" "$OUT/grid/p00/train.log"
+grep -q "| p01-0.003 | 0.003 |" "$OUT/sweep.txt"
+grep -q "resumed from .*step_2.h5 at step 2" "$OUT/grid/p00-0.001/train.log"
 test -s "$OUT/grid/sweep.csv"
 
 # 4. the report
-"$HZ" report "$R" "$OUT/grid/p00" -o "$OUT/report" > /dev/null
+"$HZ" report "$R" "$OUT/grid/p00-0.001" -o "$OUT/report" > /dev/null
 for f in README.md report.json loss_vs_length.png needles_quickstart.png probe_r2.png order_awareness.png; do
   test -s "$OUT/report/$f"
 done

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,23 @@ std::vector<std::string> string_list(const std::string& file, const YAML::Node& 
     out.push_back(x.Scalar());
   }
   return out;
+}
+
+// "p03-nope-swa_rope" from the point index and its grid values: [A-Za-z0-9._] kept, runs of
+// anything else become one '-', at most 40 characters of values.
+std::string point_name(int64_t i, const std::vector<std::string>& values) {
+  std::string slug;
+  for (const auto& v : values) {
+    for (char c : v) {
+      const bool keep = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_';
+      if (keep) slug += c;
+      else if (!slug.empty() && slug.back() != '-') slug += '-';
+    }
+    if (!slug.empty() && slug.back() != '-') slug += '-';
+  }
+  while (!slug.empty() && slug.back() == '-') slug.pop_back();
+  if (slug.size() > 40) slug.resize(40);
+  return fmt::format("p{:02d}", i) + (slug.empty() ? "" : "-" + slug);
 }
 
 std::string yaml_text(const YAML::Node& n) {
@@ -101,7 +119,6 @@ std::vector<SweepPoint> expand(const SweepSpec& s) {
   for (int64_t i = 0; i < total; ++i) {
     SweepPoint p;
     p.index = i;
-    p.dir = s.out_dir + "/" + s.name + "/" + fmt::format("p{:02d}", i);
     p.overrides = s.overrides;
     int64_t rest = i;
     std::vector<std::string> vals(s.grid.size());
@@ -112,8 +129,10 @@ std::vector<SweepPoint> expand(const SweepSpec& s) {
     }
     for (size_t d = 0; d < s.grid.size(); ++d) p.overrides.push_back(s.grid[d].first + "=" + vals[d]);
     p.values = vals;
+    p.name = point_name(i, vals);
+    p.dir = s.out_dir + "/" + s.name + "/" + p.name;
     p.overrides.push_back("run.out_dir=" + s.out_dir + "/" + s.name);
-    p.overrides.push_back(fmt::format("run.name=p{:02d}", i));
+    p.overrides.push_back("run.name=" + p.name);
     pts.push_back(p);
   }
   return pts;
@@ -213,8 +232,8 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
   for (size_t i = 0; i < s.grid.size() + 1 + 2 * lengths.size(); ++i) md << "---|";
   md << "\n";
   for (const auto& row : res.rows) {
-    md << "| p" << fmt::format("{:02d}", row.point.index) << " |";
-    csv << row.point.index;
+    md << "| " << row.point.name << " |";
+    csv << row.point.name;
     for (const auto& v : row.point.values) {
       md << " " << v << " |";
       csv << ",\"" << v << "\"";

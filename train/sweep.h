@@ -2,7 +2,7 @@
 // runs the points in order (train, then evaluate), and collects one table.
 //
 //   recipe: recipes/pretrain_scope.yaml     # relative to the working directory, else to this file
-//   name: scope_grid                        # points go to <out_dir>/<name>/p<NN>/
+//   name: scope_grid                        # points go to <out_dir>/<name>/p<NN>-<values>/
 //   out_dir: runs/sweeps                    # default: runs
 //   overrides: [train.steps=200]            # applied to every point (before the grid values)
 //   grid:                                   # key path -> values; the last key varies fastest
@@ -37,7 +37,8 @@ SweepSpec load_sweep(const std::string& path);
 
 struct SweepPoint {
   int64_t index = 0;
-  std::string dir;                        // <out_dir>/<name>/p<NN>
+  std::string name;                       // p<NN>-<grid values>, e.g. p01-2-8
+  std::string dir;                        // <out_dir>/<name>/<point name>
   std::vector<std::string> values;        // one per grid key, YAML text
   std::vector<std::string> overrides;     // everything applied to the recipe
 };

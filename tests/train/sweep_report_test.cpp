@@ -48,7 +48,7 @@ TEST(Sweep, ExpandsInOrderAndRefusesBadPoints) {
   ASSERT_EQ(pts.size(), 2u);
   EXPECT_EQ(pts[0].values, std::vector<std::string>{"2"});
   EXPECT_EQ(pts[1].values, std::vector<std::string>{"4"});
-  EXPECT_EQ(pts[1].dir, tmp_root() + "/expand/p01");
+  EXPECT_EQ(pts[1].dir, tmp_root() + "/expand/p01-4");
   const std::string bad = tmp_root() + "/bad.yaml";
   std::ofstream(bad) << "recipe: tiny.yaml\ngrid:\n  model.n_heads: [2, 3]\n";  // 32 % 3 != 0
   try {
@@ -76,15 +76,15 @@ TEST(Sweep, InterruptedSweepResumesToTheSameTable) {
   EXPECT_TRUE(first.interrupted);
   ASSERT_EQ(first.rows.size(), 2u);
   EXPECT_FALSE(first.rows[0].skipped);
-  EXPECT_TRUE(fs::exists(tmp_root() + "/resumed/p00/sweep_point.json"));
-  EXPECT_FALSE(fs::exists(tmp_root() + "/resumed/p01/sweep_point.json"));
-  const auto mtime = fs::last_write_time(tmp_root() + "/resumed/p00/eval.json");
+  EXPECT_TRUE(fs::exists(tmp_root() + "/resumed/p00-2/sweep_point.json"));
+  EXPECT_FALSE(fs::exists(tmp_root() + "/resumed/p01-4/sweep_point.json"));
+  const auto mtime = fs::last_write_time(tmp_root() + "/resumed/p00-2/eval.json");
 
   const SweepResult second = run_sweep(s, quiet);
   ASSERT_FALSE(second.interrupted);
   ASSERT_EQ(second.rows.size(), 2u);
   EXPECT_TRUE(second.rows[0].skipped);                   // finished: not run again
-  EXPECT_EQ(fs::last_write_time(tmp_root() + "/resumed/p00/eval.json"), mtime);
+  EXPECT_EQ(fs::last_write_time(tmp_root() + "/resumed/p00-2/eval.json"), mtime);
   EXPECT_FALSE(second.rows[1].skipped);
   EXPECT_EQ(second.rows[1].resumed_from, 2);             // from the step-2 checkpoint
   for (size_t i = 0; i < 2; ++i) {                       // bit for bit the uninterrupted numbers
@@ -94,7 +94,7 @@ TEST(Sweep, InterruptedSweepResumesToTheSameTable) {
   }
   ASSERT_EQ(second.rows[1].lengths, (std::vector<int64_t>{32, 64}));
   EXPECT_TRUE(fs::file_size(tmp_root() + "/resumed/sweep.csv") > 0);
-  EXPECT_NE(second.table.find("| p01 | 4 |"), std::string::npos) << second.table;
+  EXPECT_NE(second.table.find("| p01-4 | 4 |"), std::string::npos) << second.table;
 }
 
 TEST(Report, FilesExistAndAreNonEmpty) {
@@ -102,7 +102,7 @@ TEST(Report, FilesExistAndAreNonEmpty) {
   SweepOptions quiet;
   quiet.quiet = true;
   run_sweep(load_sweep(write_grid("forreport")), quiet);
-  const std::string run = tmp_root() + "/forreport/p00";
+  const std::string run = tmp_root() + "/forreport/p00-2";
   LoadedRun lr = load_run(run, {"eval.needle_tasks=[passkey]", "eval.needle_samples=1", "eval.needle_format=short",
                                 "eval.needle_depths=[0.5]", "eval.lengths=[96]"});
   const eval::EvalOptions eo = lr.recipe.eval_options();
@@ -114,15 +114,15 @@ TEST(Report, FilesExistAndAreNonEmpty) {
   o.oa_T = 64;
   o.oa_heads = 6;
   o.oa_layers = 4;
-  const ReportResult r = make_report({run, tmp_root() + "/forreport/p01"}, o);
+  const ReportResult r = make_report({run, tmp_root() + "/forreport/p01-4"}, o);
   for (const std::string f : {"README.md", "report.json", "loss_vs_length.png", "nll_by_position.png", "training_loss.png",
-                              "needles_p00.png", "probe_r2.png", "attention_flops.png", "order_awareness.png"}) {
+                              "needles_p00-2.png", "probe_r2.png", "attention_flops.png", "order_awareness.png"}) {
     ASSERT_TRUE(fs::exists(o.out_dir + "/" + f)) << f;
     EXPECT_GT(fs::file_size(o.out_dir + "/" + f), 1000u) << f;
   }
   std::ifstream md(r.markdown_path);
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("| p00 | rope(base=10000) causal identity |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| p00-2 | rope(base=10000) causal identity |"), std::string::npos) << text;
   EXPECT_NE(text.find("## Needles"), std::string::npos);
   EXPECT_NE(text.find("![order awareness](order_awareness.png)"), std::string::npos);
   EXPECT_THROW(make_report({tmp_root()}, o), ValueError);  // not a run directory
