@@ -12,7 +12,8 @@ namespace hz::cli {
 int sweep_main(const std::vector<std::string>& a) {
   if (a.size() < 2 || std::find(a.begin(), a.end(), "--help") != a.end()) {
     fmt::print(
-        "usage: horizon sweep GRID.yaml [--quiet]\n"
+        "usage: horizon sweep GRID.yaml [key.path=value ...] [--quiet]\n"
+        "  Overrides on the command line apply to every point, after the file's (e.g. data.tokenizer=...).\n"
         "  GRID.yaml: recipe, name, out_dir, overrides, grid {{key.path: [values]}}, eval [overrides].\n"
         "  Points run in order (last grid key fastest) into <out_dir>/<name>/p<NN>-<values>/; each is trained, then\n"
         "  evaluated. Run it again after an interruption: finished points are skipped, an interrupted one\n"
@@ -22,7 +23,10 @@ int sweep_main(const std::vector<std::string>& a) {
   train::SweepOptions o;
   o.quiet = std::find(a.begin(), a.end(), "--quiet") != a.end();
   o.before_step = train::fault_injection_from_env();  // failure tests (HZ_FAULT_STEP)
-  const train::SweepSpec s = train::load_sweep(a[1]);
+  std::vector<std::string> extra;
+  for (size_t i = 2; i < a.size(); ++i)
+    if (a[i] != "--quiet") extra.push_back(a[i]);
+  const train::SweepSpec s = train::load_sweep(a[1], extra);
   const train::SweepResult r = train::run_sweep(s, o);
   fmt::print("\n{}\nwrote {}/{}/sweep.md and sweep.csv\n", r.table, s.out_dir, s.name);
   return 0;

@@ -65,7 +65,7 @@ std::string yaml_text(const YAML::Node& n) {
 
 }  // namespace
 
-SweepSpec load_sweep(const std::string& path) {
+SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& extra) {
   SweepSpec s;
   s.file = path;
   YAML::Node root;
@@ -90,6 +90,7 @@ SweepSpec load_sweep(const std::string& path) {
   if (s.name.empty() || s.name.find('/') != std::string::npos) fail(path, root["name"], "name must be a plain name");
   if (root["out_dir"]) s.out_dir = root["out_dir"].Scalar();
   s.overrides = string_list(path, root["overrides"], "overrides");
+  s.overrides.insert(s.overrides.end(), extra.begin(), extra.end());
   s.eval_overrides = string_list(path, root["eval"], "eval");
   const YAML::Node g = root["grid"];
   if (!g || !g.IsMap() || g.size() == 0) throw RecipeError(path + ": 'grid:' must map at least one key path to a list of values");

@@ -33,7 +33,8 @@ struct SweepSpec {
 
 // Parses and checks a grid file (strict keys; errors name the file and line). Every point's
 // recipe is parsed and validated here, before anything runs.
-SweepSpec load_sweep(const std::string& path);
+// `extra` overrides (the command line's) follow the file's `overrides`.
+SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& extra = {});
 
 struct SweepPoint {
   int64_t index = 0;
