@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The small extrapolation study of the README, end to end with Horizon's commands:
-#   1. pretraining sweep: RoPE, NoPE, SCOPE, SWAN stack (recipes/study/grid.yaml) -> runs/study/p0*
+#   1. pretraining sweep: RoPE, NoPE, SCOPE, SWAN stack (recipes/study/study.sweep.yaml) -> runs/study/p0*
 #      (each point evaluated at 1x-8x with the needle grid and the position probe)
 #   2. DroPE recalibration of the RoPE point, evaluated with a fitted temperature c
 #   3. the SWAN point re-evaluated with a fitted row-scaling a (per length and per 128-token window)
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HZ=${HZ:-build/horizon}
-"$HZ" sweep recipes/study/grid.yaml "$@"
+"$HZ" sweep recipes/study/study.sweep.yaml "$@"
 "$HZ" train recipes/study/drope_from_rope.yaml "$@"
 "$HZ" eval runs/study/drope_from_rope eval.fit_drope_c=[0,0.1,0.2,0.4,0.8] \
   "eval.needle_tasks=[passkey,niah_single_number]" eval.needle_samples=2 eval.needle_format=short \

@@ -1,4 +1,4 @@
-// Horizon: sweeps. A grid file expands one recipe over the cartesian product of override lists,
+// Horizon: sweeps. A grid file (by convention NAME.sweep.yaml) expands one recipe over the cartesian product of override lists,
 // runs the points in order (train, then evaluate), and collects one table.
 //
 //   recipe: recipes/pretrain_scope.yaml     # relative to the working directory, else to this file

@@ -150,214 +150,273 @@ std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) 
   return {p.train_path, p.val_path};
 }
 
-TrainResult train(const Recipe& r, const TrainOptions& opt) {
+namespace {
+
+// One training run: the setup (resume point, run directory, data, model, optimizer) in the
+// constructor, then run() as the data flow of a step.
+class Trainer {
+ public:
+  Trainer(const Recipe& r, const TrainOptions& opt)
+      : r_(r), opt_(opt), local_(dist::make_local()), comm_(opt.comm ? *opt.comm : *local_), rank_(comm_.rank()),
+        world_(comm_.size()) {
 #ifdef _OPENMP
-  if (r.run.threads > 0) omp_set_num_threads(static_cast<int>(r.run.threads));
+    if (r.run.threads > 0) omp_set_num_threads(static_cast<int>(r.run.threads));
 #endif
-  auto local = dist::make_local();
-  dist::Communicator& comm = opt.comm ? *opt.comm : *local;
-  const int rank = comm.rank(), world = comm.size();
-  const bool lead = rank == 0;
-  TrainResult res;
-  res.run_dir = r.run.out_dir + "/" + r.run.name;
+    res_.run_dir = r.run.out_dir + "/" + r.run.name;
+    open_resume_point();
+    run_ = std::make_unique<RunDir>(r, rank_ == 0, opt.quiet, start_ > 0);
+    comm_.barrier();
+    build_data();
+    build_model();
+    build_optimizer();
+    log_header();
+  }
 
-  // ---- resume point ------------------------------------------------------------------------
-  std::string resume_path;
-  if (r.checkpoint.resume == "latest") resume_path = find_latest_checkpoint(res.run_dir + "/checkpoints");
-  else if (!r.checkpoint.resume.empty()) resume_path = r.checkpoint.resume;
-  CheckpointData ck;
-  if (!resume_path.empty()) ck = load_checkpoint(resume_path);
-  const int64_t start = resume_path.empty() ? 0 : ck.step;
-  res.start_step = start;
+  TrainResult run() {
+    const auto t0 = std::chrono::steady_clock::now();
+    t_log_ = t0;
+    int64_t step = start_;
+    for (; step < r_.train.steps; ++step) {
+      if (opt_.stop_after >= 0 && step - start_ >= opt_.stop_after) break;
+      if (r_.drope.at_step == step) drope(step);       // DroPE: drop every position encoding now
+      if (opt_.before_step) opt_.before_step(step, rank_);  // e.g. fault injection
+      const StepStats s = train_step(step);            // micro-batches -> all-reduce -> clip -> update
+      record(step + 1, s);                             // losses, progress line, metrics.jsonl
+      const int64_t done = step + 1;
+      if (r_.eval.every > 0 && done % r_.eval.every == 0 && done != r_.train.steps) evaluate(done);
+      if (r_.checkpoint.every > 0 && done % r_.checkpoint.every == 0 && done != r_.train.steps) save(done);
+    }
+    finish(step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return res_;
+  }
 
-  if (!resume_path.empty()) {
-    const int64_t saved_world = ck.counters.count("world_size") ? ck.counters.at("world_size") : 1;
-    HZ_CHECK(saved_world == world, ValueError, resume_path, " was written by a run with ", saved_world,
+ private:
+  struct StepStats {
+    double loss = 0, grad_norm = 0, lr_mult = 0;
+  };
+
+  template <class... A>
+  void log(const char* f, A&&... a) { run_->log(f, std::forward<A>(a)...); }
+
+  void open_resume_point() {
+    if (r_.checkpoint.resume == "latest") resume_path_ = find_latest_checkpoint(res_.run_dir + "/checkpoints");
+    else if (!r_.checkpoint.resume.empty()) resume_path_ = r_.checkpoint.resume;
+    if (resume_path_.empty()) return;
+    ck_ = load_checkpoint(resume_path_);
+    start_ = ck_.step;
+    const int64_t saved_world = ck_.counters.count("world_size") ? ck_.counters.at("world_size") : 1;
+    HZ_CHECK(saved_world == world_, ValueError, resume_path_, " was written by a run with ", saved_world,
              " rank(s); resume it with the same world size (mpirun -np ", saved_world, "): each rank's loader cursor "
              "covers its own shard of the data, so a different world size would not continue the same trajectory");
   }
-  RunDir run(r, lead, opt.quiet, start > 0);
-  comm.barrier();
-  auto log = [&](const char* f, auto&&... a) { run.log(f, std::forward<decltype(a)>(a)...); };
 
-  // ---- data ----------------------------------------------------------------------------------
-  TrainData data;
-  const auto tok = std::shared_ptr<const data::Tokenizer>(data::make_tokenizer(r.data.tokenizer));
-  HZ_CHECK(tok->vocab_size() <= r.model.cfg.vocab_size, ValueError, "model.vocab_size (", r.model.cfg.vocab_size,
-           ") is smaller than the tokenizer's vocabulary (", tok->vocab_size(), ")");
-  if (is_synthetic(r.data.source)) {
-    data.synth = std::make_unique<data::SyntheticLoader>(name(r.data.source), tok, r.data.seq_len, r.data.batch_size, r.run.seed);
-  } else {
-    if (lead) prepare_data(r, !opt.quiet);  // one rank tokenizes; the others wait, then read the shards
-    comm.barrier();
-    const auto [tp, vp] = prepare_data(r, false);
-    data.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size,
-                                                       r.run.seed, rank, world, tok->eos(), true);
-    data.val = data::Shard::open(vp);
-  }
-
-  // ---- model ---------------------------------------------------------------------------------
-  auto model = std::make_unique<nn::Transformer>(model_config_at(r, start), static_cast<uint64_t>(r.run.seed));
-  if (!resume_path.empty()) {
-    model->load_state_dict(ck.model, /*strict=*/true);
-    const std::string key = "loader/rank" + std::to_string(rank);
-    data.restore({ck.counters.at(key + "/epoch"), ck.counters.at(key + "/index")});
-    res.tokens_seen = ck.tokens_seen;
-    log("resumed from {} at step {}", resume_path, start);
-  } else if (!r.checkpoint.init_from.empty()) {
-    const SurgeryReport rep = load_weights(*model, load_init_weights(r.checkpoint.init_from));
-    log("init_from {}: {} parameters loaded, {} new (kept their initialisation), {} dropped", r.checkpoint.init_from,
-        rep.loaded.size(), rep.added.size(), rep.dropped.size());
-    for (const auto& n : rep.added) log("  new:     {}", n);
-    for (const auto& n : rep.dropped) log("  dropped: {}", n);
-  }
-
-  // ---- optimizer & schedule ------------------------------------------------------------------
-  const bool after_reset = r.drope.at_step >= 0 && r.drope.reset_optimizer && start > r.drope.at_step;
-  double adam_lr = after_reset ? r.drope.lr : r.optim.lr;
-  int64_t sched_origin = after_reset ? r.drope.at_step : 0;
-  optim::ScheduleConfig sched = after_reset ? schedule_of(r, r.drope.warmup_steps, r.train.steps - r.drope.at_step)
-                                            : schedule_of(r, r.schedule.warmup_steps, r.train.steps);
-  auto optimizer = make_optimizer(r, *model, adam_lr);
-  if (!resume_path.empty()) optimizer->load_state_dict(ck.optimizer);
-  sync_parameters(comm, *model);
-  const int64_t bucket_bytes = opt.bucket_bytes > 0 ? opt.bucket_bytes : r.train.bucket_mb << 20;
-  std::unique_ptr<dist::GradSync> gsync;
-  auto make_sync = [&] {
-    if (world > 1) gsync = std::make_unique<dist::GradSync>(comm, model->named_parameters(), bucket_bytes, r.train.overlap_comm);
-  };
-  make_sync();
-  double comm_before = 0;  // of GradSyncs replaced by surgery
-
-  const int64_t tokens_per_step = r.data.batch_size * r.data.seq_len * r.train.grad_accum * world;
-  log("run {}: {} parameters, {} layers [{}], {} steps", r.run.name, model->num_parameters(), r.model.cfg.n_layers,
-      fmt::format("{}", fmt::join(model->cfg.layer_kind_names(), ", ")), r.train.steps);
-  log("global batch = {} sequences/rank x {} accumulation x {} rank(s) = {} sequences of {} tokens = {} tokens/step{}",
-      r.data.batch_size, r.train.grad_accum, world, r.data.batch_size * r.train.grad_accum * world, r.data.seq_len,
-      tokens_per_step, world > 1 ? fmt::format(" ({} communicator, {} gradient buckets, overlap {})", comm.name(),
-                                                gsync->num_buckets(), r.train.overlap_comm ? "on" : "off")
-                                 : std::string());
-
-  auto save = [&](int64_t step_done) {
-    const data::LoaderCursor cur = data.cursor();
-    const auto epochs = comm.all_gather(cur.epoch), indices = comm.all_gather(cur.index);  // every rank's cursor
-    if (!lead) return;
-    CheckpointData c;
-    c.step = step_done;
-    c.tokens_seen = res.tokens_seen;
-    c.model = model->state_dict();
-    optimizer->state_dict(c.optimizer);
-    for (int q = 0; q < world; ++q) {
-      c.counters["loader/rank" + std::to_string(q) + "/epoch"] = epochs[q];
-      c.counters["loader/rank" + std::to_string(q) + "/index"] = indices[q];
+  void build_data() {
+    const auto tok = std::shared_ptr<const data::Tokenizer>(data::make_tokenizer(r_.data.tokenizer));
+    HZ_CHECK(tok->vocab_size() <= r_.model.cfg.vocab_size, ValueError, "model.vocab_size (", r_.model.cfg.vocab_size,
+             ") is smaller than the tokenizer's vocabulary (", tok->vocab_size(), ")");
+    if (is_synthetic(r_.data.source)) {
+      data_.synth = std::make_unique<data::SyntheticLoader>(name(r_.data.source), tok, r_.data.seq_len,
+                                                            r_.data.batch_size, r_.run.seed);
+      return;
     }
-    c.counters["world_size"] = world;
-    c.counters["rng/seed"] = r.run.seed;
-    c.meta["recipe"] = to_yaml(r);
-    c.meta["horizon_version"] = "0.1.0";
-    run.save(step_done, c, r.checkpoint.keep_last);
-  };
-  auto evaluate_now = [&](int64_t step_done) {
-    if (!data.val || !lead) return std::nan("");
-    const int64_t eb = r.eval.batch_size > 0 ? r.eval.batch_size : r.data.batch_size;
+    if (rank_ == 0) prepare_data(r_, !opt_.quiet);  // one rank tokenizes; the others wait, then read the shards
+    comm_.barrier();
+    const auto [tp, vp] = prepare_data(r_, false);
+    data_.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r_.data.seq_len, r_.data.batch_size,
+                                                        r_.run.seed, rank_, world_, tok->eos(), true);
+    data_.val = data::Shard::open(vp);
+  }
+
+  void build_model() {
+    model_ = std::make_unique<nn::Transformer>(model_config_at(r_, start_), static_cast<uint64_t>(r_.run.seed));
+    if (!resume_path_.empty()) {
+      model_->load_state_dict(ck_.model, /*strict=*/true);
+      const std::string key = "loader/rank" + std::to_string(rank_);
+      data_.restore({ck_.counters.at(key + "/epoch"), ck_.counters.at(key + "/index")});
+      res_.tokens_seen = ck_.tokens_seen;
+      log("resumed from {} at step {}", resume_path_, start_);
+    } else if (!r_.checkpoint.init_from.empty()) {
+      const SurgeryReport rep = load_weights(*model_, load_init_weights(r_.checkpoint.init_from));
+      log("init_from {}: {} parameters loaded, {} new (kept their initialisation), {} dropped", r_.checkpoint.init_from,
+          rep.loaded.size(), rep.added.size(), rep.dropped.size());
+      for (const auto& n : rep.added) log("  new:     {}", n);
+      for (const auto& n : rep.dropped) log("  dropped: {}", n);
+    }
+  }
+
+  void build_optimizer() {
+    const bool after_reset = r_.drope.at_step >= 0 && r_.drope.reset_optimizer && start_ > r_.drope.at_step;
+    adam_lr_ = after_reset ? r_.drope.lr : r_.optim.lr;
+    sched_origin_ = after_reset ? r_.drope.at_step : 0;
+    sched_ = after_reset ? schedule_of(r_, r_.drope.warmup_steps, r_.train.steps - r_.drope.at_step)
+                         : schedule_of(r_, r_.schedule.warmup_steps, r_.train.steps);
+    optimizer_ = make_optimizer(r_, *model_, adam_lr_);
+    if (!resume_path_.empty()) optimizer_->load_state_dict(ck_.optimizer);
+    sync_parameters(comm_, *model_);
+    make_sync();
+  }
+
+  void make_sync() {
+    if (gsync_) comm_before_ += gsync_->comm_seconds();  // of a GradSync replaced by surgery
+    const int64_t bucket_bytes = opt_.bucket_bytes > 0 ? opt_.bucket_bytes : r_.train.bucket_mb << 20;
+    if (world_ > 1)
+      gsync_ = std::make_unique<dist::GradSync>(comm_, model_->named_parameters(), bucket_bytes, r_.train.overlap_comm);
+  }
+
+  void log_header() {
+    tokens_per_step_ = r_.data.batch_size * r_.data.seq_len * r_.train.grad_accum * world_;
+    log("run {}: {} parameters, {} layers [{}], {} steps", r_.run.name, model_->num_parameters(), r_.model.cfg.n_layers,
+        fmt::format("{}", fmt::join(model_->cfg.layer_kind_names(), ", ")), r_.train.steps);
+    log("global batch = {} sequences/rank x {} accumulation x {} rank(s) = {} sequences of {} tokens = {} tokens/step{}",
+        r_.data.batch_size, r_.train.grad_accum, world_, r_.data.batch_size * r_.train.grad_accum * world_,
+        r_.data.seq_len, tokens_per_step_,
+        world_ > 1 ? fmt::format(" ({} communicator, {} gradient buckets, overlap {})", comm_.name(),
+                                 gsync_->num_buckets(), r_.train.overlap_comm ? "on" : "off")
+                   : std::string());
+  }
+
+  void drope(int64_t step) {
+    const DropeOutcome d = apply_drope(r_.drope, static_cast<uint64_t>(r_.run.seed), adam_lr_, model_, optimizer_,
+                                       [&](nn::Transformer& m, double lr) { return make_optimizer(r_, m, lr); });
+    if (d.rebuilt) {
+      make_sync();
+      log("DroPE at step {}: position encodings dropped, QK-norm added ({} new parameters)", step, d.new_params);
+    } else {
+      log("DroPE at step {}: position encodings dropped", step);
+    }
+    if (r_.drope.reset_optimizer) {
+      adam_lr_ = r_.drope.lr;
+      sched_origin_ = step;
+      sched_ = schedule_of(r_, r_.drope.warmup_steps, r_.train.steps - step);
+    }
+  }
+
+  StepStats train_step(int64_t step) {
+    StepStats s;
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < r_.train.grad_accum; ++micro) {
+      const data::Batch b = data_.next();
+      ag::Variable loss = model_->loss(b.tokens, b.targets, b.weights);
+      loss_sum += loss.item();
+      if (r_.train.grad_accum > 1) loss = ag::mul_scalar(loss, 1.0 / r_.train.grad_accum);
+      if (gsync_ && micro == r_.train.grad_accum - 1) gsync_->begin();  // sync on the last micro-batch only
+      loss.backward();
+    }
+    if (gsync_) gsync_->finish();  // gradients are now the average over ranks
+    s.loss = comm_.all_reduce_scalar(loss_sum / r_.train.grad_accum, dist::ReduceOp::Average);
+    HZ_CHECK(std::isfinite(s.loss), ValueError, "loss became ", s.loss, " at step ", step,
+             "; lower optim.lr or enable optim.grad_clip");
+    auto params = model_->named_parameters();
+    s.grad_norm = optim::clip_grad_norm(params, r_.optim.grad_clip);
+    HZ_CHECK(std::isfinite(s.grad_norm), ValueError, "gradient norm became ", s.grad_norm, " at step ", step,
+             "; lower optim.lr or enable optim.grad_clip");
+    s.lr_mult = optim::lr_multiplier(sched_, step - sched_origin_);
+    optimizer_->step(s.lr_mult);
+    model_->zero_grad();
+    if (opt_.on_step) opt_.on_step(step + 1, *model_);
+    return s;
+  }
+
+  void record(int64_t done, const StepStats& s) {
+    res_.losses.push_back(s.loss);
+    res_.tokens_seen += tokens_per_step_;
+    tokens_since_log_ += tokens_per_step_;
+    if (done % r_.train.log_every != 0 && done != r_.train.steps) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - t_log_).count();
+    const double tps = tokens_since_log_ / std::max(dt, 1e-9);
+    const double eta = (r_.train.steps - done) * tokens_per_step_ / std::max(tps, 1e-9);
+    log("step {:>6}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s  ETA {:.0f}s", done, r_.train.steps,
+        s.loss, adam_lr_ * s.lr_mult, s.grad_norm, tps, eta);
+    run_->metrics(fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"lr\": {:.6e}, \"grad_norm\": {:.6f}, \"tokens\": {}, "
+                              "\"tok_per_s\": {:.1f}}}",
+                              done, s.loss, adam_lr_ * s.lr_mult, s.grad_norm, res_.tokens_seen, tps));
+    t_log_ = now;
+    tokens_since_log_ = 0;
+  }
+
+  // held-out loss at every eval length (rank 0); returns the loss at the training length
+  double evaluate(int64_t step_done) {
+    if (!data_.val || rank_ != 0) return std::nan("");
+    const int64_t eb = r_.eval.batch_size > 0 ? r_.eval.batch_size : r_.data.batch_size;
     std::string line = fmt::format("{{\"step\": {}, \"eval\": {{", step_done);
     double at_train = std::nan("");
     bool first = true;
-    for (int64_t L : r.eval_lengths()) {
-      const double l = eval::mean_loss(*model, *data.val, L, eb, r.eval.batches, r.data.seq_len);
+    for (int64_t L : r_.eval_lengths()) {
+      const double l = eval::mean_loss(*model_, *data_.val, L, eb, r_.eval.batches, r_.data.seq_len);
       if (std::isnan(l)) {
         log("  eval step {:>6}  length {:>6}  skipped: the validation split holds no batch of {} x {}", step_done, L, eb, L);
         continue;
       }
-      if (L == r.data.seq_len) at_train = l;
+      if (L == r_.data.seq_len) at_train = l;
       line += fmt::format("{}\"{}\": {{\"loss\": {:.6f}, \"ppl\": {:.4f}}}", first ? "" : ", ", L, l, std::exp(l));
       log("  eval step {:>6}  length {:>6}  loss {:.4f}  ppl {:.3f}", step_done, L, l, std::exp(l));
       first = false;
     }
-    run.metrics(line + "}}");
+    run_->metrics(line + "}}");
     return at_train;
-  };
+  }
 
-  // ---- loop -----------------------------------------------------------------------------------
-  const auto t0 = std::chrono::steady_clock::now();
-  auto t_log = t0;
-  int64_t tokens_since_log = 0;
-  int64_t step = start;
-  for (; step < r.train.steps; ++step) {
-    if (opt.stop_after >= 0 && step - start >= opt.stop_after) break;
-    if (r.drope.at_step == step) {  // DroPE: drop every position encoding now (train/surgery.h)
-      const DropeOutcome d = apply_drope(r.drope, static_cast<uint64_t>(r.run.seed), adam_lr, model, optimizer,
-                                         [&](nn::Transformer& m, double lr) { return make_optimizer(r, m, lr); });
-      if (d.rebuilt) {
-        if (gsync) comm_before += gsync->comm_seconds();
-        make_sync();
-        log("DroPE at step {}: position encodings dropped, QK-norm added ({} new parameters)", step, d.new_params);
-      } else {
-        log("DroPE at step {}: position encodings dropped", step);
-      }
-      if (r.drope.reset_optimizer) {
-        adam_lr = r.drope.lr;
-        sched_origin = step;
-        sched = schedule_of(r, r.drope.warmup_steps, r.train.steps - step);
-      }
+  void save(int64_t step_done) {
+    const data::LoaderCursor cur = data_.cursor();
+    const auto epochs = comm_.all_gather(cur.epoch), indices = comm_.all_gather(cur.index);  // every rank's cursor
+    if (rank_ != 0) return;
+    CheckpointData c;
+    c.step = step_done;
+    c.tokens_seen = res_.tokens_seen;
+    c.model = model_->state_dict();
+    optimizer_->state_dict(c.optimizer);
+    for (int q = 0; q < world_; ++q) {
+      c.counters["loader/rank" + std::to_string(q) + "/epoch"] = epochs[q];
+      c.counters["loader/rank" + std::to_string(q) + "/index"] = indices[q];
     }
-    if (opt.before_step) opt.before_step(step, rank);  // e.g. fault injection (fault_injection_from_env)
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < r.train.grad_accum; ++micro) {
-      const data::Batch b = data.next();
-      ag::Variable loss = model->loss(b.tokens, b.targets, b.weights);
-      loss_sum += loss.item();
-      if (r.train.grad_accum > 1) loss = ag::mul_scalar(loss, 1.0 / r.train.grad_accum);
-      if (gsync && micro == r.train.grad_accum - 1) gsync->begin();  // sync on the last micro-batch only
-      loss.backward();
-    }
-    if (gsync) gsync->finish();  // gradients are now the average over ranks
-    const double loss = comm.all_reduce_scalar(loss_sum / r.train.grad_accum, dist::ReduceOp::Average);
-    HZ_CHECK(std::isfinite(loss), ValueError, "loss became ", loss, " at step ", step,
-             "; lower optim.lr or enable optim.grad_clip");
-    auto params = model->named_parameters();
-    const double gnorm = optim::clip_grad_norm(params, r.optim.grad_clip);
-    HZ_CHECK(std::isfinite(gnorm), ValueError, "gradient norm became ", gnorm, " at step ", step,
-             "; lower optim.lr or enable optim.grad_clip");
-    const double mult = optim::lr_multiplier(sched, step - sched_origin);
-    optimizer->step(mult);
-    model->zero_grad();
-    if (opt.on_step) opt.on_step(step + 1, *model);
-    res.losses.push_back(loss);
-    res.tokens_seen += tokens_per_step;
-    tokens_since_log += tokens_per_step;
-    const int64_t done = step + 1;
-    if (done % r.train.log_every == 0 || done == r.train.steps) {
-      const auto now = std::chrono::steady_clock::now();
-      const double dt = std::chrono::duration<double>(now - t_log).count();
-      const double tps = tokens_since_log / std::max(dt, 1e-9);
-      const double eta = (r.train.steps - done) * tokens_per_step / std::max(tps, 1e-9);
-      log("step {:>6}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s  ETA {:.0f}s", done, r.train.steps, loss,
-          adam_lr * mult, gnorm, tps, eta);
-      run.metrics(fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"lr\": {:.6e}, \"grad_norm\": {:.6f}, \"tokens\": {}, \"tok_per_s\": {:.1f}}}",
-                              done, loss, adam_lr * mult, gnorm, res.tokens_seen, tps));
-      t_log = now;
-      tokens_since_log = 0;
-    }
-    if (r.eval.every > 0 && done % r.eval.every == 0 && done != r.train.steps) evaluate_now(done);
-    if (r.checkpoint.every > 0 && done % r.checkpoint.every == 0 && done != r.train.steps) save(done);
+    c.counters["world_size"] = world_;
+    c.counters["rng/seed"] = r_.run.seed;
+    c.meta["recipe"] = to_yaml(r_);
+    c.meta["horizon_version"] = "0.1.0";
+    run_->save(step_done, c, r_.checkpoint.keep_last);
   }
-  res.end_step = step;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  res.tokens_per_second = (step - start) * tokens_per_step / std::max(secs, 1e-9);
-  res.seconds = secs;
-  res.comm_seconds = comm_before + (gsync ? gsync->comm_seconds() : 0.0);
-  if (world > 1)
-    log("communication: {:.2f} s of {:.2f} s ({:.1f}%) in gradient all-reduces", res.comm_seconds, secs,
-        100 * res.comm_seconds / std::max(secs, 1e-9));
-  if (step == r.train.steps) {
-    res.final_val_loss = evaluate_now(step);
+
+  void finish(int64_t step, double secs) {
+    res_.start_step = start_;
+    res_.end_step = step;
+    res_.tokens_per_second = (step - start_) * tokens_per_step_ / std::max(secs, 1e-9);
+    res_.seconds = secs;
+    res_.comm_seconds = comm_before_ + (gsync_ ? gsync_->comm_seconds() : 0.0);
+    if (world_ > 1)
+      log("communication: {:.2f} s of {:.2f} s ({:.1f}%) in gradient all-reduces", res_.comm_seconds, secs,
+          100 * res_.comm_seconds / std::max(secs, 1e-9));
+    if (step != r_.train.steps) return;  // stopped early (stop_after): no final evaluation or checkpoint
+    res_.final_val_loss = evaluate(step);
     save(step);
-    log("done: {} steps, {:.0f} tok/s, final val loss {}", step - start, res.tokens_per_second,
-        std::isnan(res.final_val_loss) ? std::string("n/a (no validation split)") : fmt::format("{:.4f}", res.final_val_loss));
+    log("done: {} steps, {:.0f} tok/s, final val loss {}", step - start_, res_.tokens_per_second,
+        std::isnan(res_.final_val_loss) ? std::string("n/a (no validation split)")
+                                         : fmt::format("{:.4f}", res_.final_val_loss));
   }
-  return res;
-}
+
+  const Recipe& r_;
+  const TrainOptions& opt_;
+  std::unique_ptr<dist::Communicator> local_;
+  dist::Communicator& comm_;
+  const int rank_, world_;
+  TrainResult res_;
+  std::string resume_path_;
+  CheckpointData ck_;
+  int64_t start_ = 0;
+  std::unique_ptr<RunDir> run_;
+  TrainData data_;
+  std::unique_ptr<nn::Transformer> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<dist::GradSync> gsync_;
+  double adam_lr_ = 0, comm_before_ = 0;
+  int64_t sched_origin_ = 0, tokens_per_step_ = 0, tokens_since_log_ = 0;
+  optim::ScheduleConfig sched_;
+  std::chrono::steady_clock::time_point t_log_;
+};
+
+}  // namespace
+
+TrainResult train(const Recipe& r, const TrainOptions& opt) { return Trainer(r, opt).run(); }
 
 std::function<void(int64_t, int)> fault_injection_from_env() {
   const char* fault_rank = std::getenv("HZ_FAULT_RANK");
