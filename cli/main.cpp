@@ -19,9 +19,8 @@
 #include "data/shard.h"
 #include "distributed/communicator.h"
 #include "eval/eval.h"
-#include "eval/needles.h"
-#include "eval/probe.h"
 #include "train/checkpoint.h"
+#include "train/evaluate_run.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
@@ -88,35 +87,14 @@ int cmd_eval(const std::vector<std::string>& a) {
     fmt::print("usage: horizon eval RUN_DIR|CHECKPOINT.h5 [key=value ...]\n"
                "  Overrides apply to the run's recipe, e.g. eval.lengths=[256,512,1024]\n"
                "  eval.rope_scaling=yarn  eval.swan_a=362  eval.drope_c=0.4  eval.fit_drope_c=[0,0.2,0.4]\n"
-               "  eval.lampe=true  eval.batches=8. Writes eval.csv, eval.json, nll_by_position.csv to the run dir.\n");
+               "  eval.lampe=true  eval.batches=8  eval.fit_swan_a=[64,362]  eval.probe_sequences=16\n"
+               "  eval.needle_tasks=[passkey,niah_multikey] eval.needle_samples=5 eval.needle_format=short\n"
+               "  Writes eval.csv, eval.json, nll_by_position.csv (+ needles, probes, fits) to the run dir.\n");
     return a.size() < 2 ? 2 : 0;
   }
   hz::train::LoadedRun run = hz::train::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
   fmt::print("evaluating {} (step {}), trained at length {}\n", run.checkpoint, run.step, run.recipe.data.seq_len);
-  const hz::eval::EvalOptions eo = run.recipe.eval_options();
-  hz::eval::EvalReport rep;
-  const std::string src = hz::train::name(run.recipe.data.source);
-  std::shared_ptr<const hz::data::Shard> val;
-  if (hz::train::is_synthetic_source(src)) {  // synthetic training data: retrieval accuracy only
-    HZ_CHECK(eo.passkey_examples > 0 || !eo.needles.tasks.empty(), hz::ValueError, "the run trained on synthetic '", src,
-             "' data, which has no held-out text: set eval.passkey_examples=N or eval.needle_tasks=[...] to measure retrieval");
-    rep.passkey = hz::eval::evaluate_passkey(*run.model, eo);
-  } else {
-    const auto [tp, vp] = hz::train::prepare_data(run.recipe, true);
-    (void)tp;
-    val = hz::data::Shard::open(vp);
-    rep = hz::eval::evaluate(*run.model, *val, eo);
-  }
-  fmt::print("{}", hz::eval::report_table(rep, run.recipe.data.seq_len));
-  hz::eval::write_report(rep, run.run_dir, run.recipe.data.seq_len);
-  const hz::eval::NeedleReport needles = hz::eval::evaluate_needles(*run.model, eo);
-  fmt::print("{}", hz::eval::needle_table(needles));
-  hz::eval::write_needles(needles, run.run_dir);
-  if (eo.probe_sequences > 0 && val) {
-    const auto probes = hz::eval::position_probe(*run.model, *val, eo.train_T, eo.probe_sequences, eo.seed, eo.train_T);
-    fmt::print("{}", hz::eval::probe_table(probes));
-    hz::eval::write_probes(probes, run.run_dir);
-  }
+  fmt::print("{}", hz::train::evaluate_run(run, true));
   fmt::print("wrote the results to {}\n", run.run_dir);
   return 0;
 }

@@ -15,6 +15,7 @@
 #include "attention/accounting.h"
 #include "eval/order_awareness.h"
 #include "train/recipe.h"
+#include "train/trainer.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -77,7 +78,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
              "' has not been evaluated; run horizon eval ", dir, " first");
     const Recipe r = load_recipe(dir + "/config.yaml");
-    const nn::ModelConfig mc = r.model_config();
+    const nn::ModelConfig mc = model_config_at(r, r.train.steps);  // after DroPE when the run dropped
     json run;
     run["name"] = fs::path(dir).filename().string();
     if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
@@ -129,7 +130,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   // attention FLOPs per method at every evaluated length (forward, all layers, one sequence)
   for (auto& run : data["runs"]) {
     const Recipe r = load_recipe(run["dir"].get<std::string>() + "/config.yaml");
-    const nn::Transformer m(r.model_config(), 0);
+    const nn::Transformer m(model_config_at(r, r.train.steps), 0);
     json fl = json::array();
     for (int64_t T : all_lengths) {
       double flops = 0;

@@ -12,9 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/shard.h"
-#include "eval/eval.h"
-#include "eval/needles.h"
+#include "train/evaluate_run.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -178,19 +176,16 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
     // evaluation of the finished point, with the grid's eval overrides
     std::vector<std::string> eov = s.eval_overrides;
     LoadedRun run = load_run(p.dir, eov);
-    const eval::EvalOptions eo = run.recipe.eval_options();
-    if (!is_synthetic(run.recipe.data.source)) {
-      const auto paths = prepare_data(run.recipe, false);
-      const auto val = data::Shard::open(paths.second);
-      const eval::EvalReport rep = eval::evaluate(*run.model, *val, eo);
-      eval::write_report(rep, p.dir, run.recipe.data.seq_len);
-      for (const auto& l : rep.lengths) {
-        row.lengths.push_back(l.length);
-        row.loss.push_back(l.loss);
-        row.last256.push_back(l.last256_loss);
+    const std::string tables = evaluate_run(run, false);
+    if (!o.quiet) fmt::print("{}", tables);
+    if (fs::exists(p.dir + "/eval.json")) {
+      std::ifstream ef(p.dir + "/eval.json");
+      for (const auto& l : nlohmann::json::parse(ef).at("lengths")) {
+        row.lengths.push_back(l.at("length").get<int64_t>());
+        row.loss.push_back(l.at("loss").get<double>());
+        row.last256.push_back(l.at("last256_loss").get<double>());
       }
     }
-    eval::write_needles(eval::evaluate_needles(*run.model, eo), p.dir);
     // the last logged training loss of the run (metrics.jsonl holds every invocation's lines)
     {
       std::ifstream mf(p.dir + "/metrics.jsonl");

@@ -163,6 +163,9 @@ class Trainer {
     if (r.run.threads > 0) omp_set_num_threads(static_cast<int>(r.run.threads));
 #endif
     res_.run_dir = r.run.out_dir + "/" + r.run.name;
+    // every rank looks for the resume point only once rank 0 has finished writing (a previous
+    // run's last checkpoint may still be in progress on rank 0)
+    comm_.barrier();
     open_resume_point();
     run_ = std::make_unique<RunDir>(r, rank_ == 0, opt.quiet, start_ > 0);
     comm_.barrier();

@@ -1,0 +1,37 @@
+#include "train/evaluate_run.h"
+
+#include "data/shard.h"
+#include "eval/eval.h"
+#include "eval/needles.h"
+#include "eval/probe.h"
+
+namespace hz::train {
+
+std::string evaluate_run(LoadedRun& run, bool verbose) {
+  const eval::EvalOptions eo = run.recipe.eval_options();
+  const int64_t T = run.recipe.data.seq_len;
+  eval::EvalReport rep;
+  std::shared_ptr<const data::Shard> val;
+  if (is_synthetic(run.recipe.data.source)) {
+    HZ_CHECK(eo.passkey_examples > 0 || !eo.needles.tasks.empty(), ValueError, "the run trained on synthetic '",
+             name(run.recipe.data.source), "' data, which has no held-out text: set eval.passkey_examples=N or "
+             "eval.needle_tasks=[...] to measure retrieval");
+    rep.passkey = eval::evaluate_passkey(*run.model, eo);
+  } else {
+    val = data::Shard::open(prepare_data(run.recipe, verbose).second);
+    rep = eval::evaluate(*run.model, *val, eo);
+  }
+  std::string out = eval::report_table(rep, T);
+  eval::write_report(rep, run.run_dir, T);
+  const eval::NeedleReport needles = eval::evaluate_needles(*run.model, eo);
+  out += eval::needle_table(needles);
+  eval::write_needles(needles, run.run_dir);
+  if (eo.probe_sequences > 0 && val) {
+    const auto probes = eval::position_probe(*run.model, *val, T, eo.probe_sequences, eo.seed, T);
+    out += eval::probe_table(probes);
+    eval::write_probes(probes, run.run_dir);
+  }
+  return out;
+}
+
+}  // namespace hz::train
