@@ -180,7 +180,8 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
     if (!o.quiet) fmt::print("{}", tables);
     if (fs::exists(p.dir + "/eval.json")) {
       std::ifstream ef(p.dir + "/eval.json");
-      for (const auto& l : nlohmann::json::parse(ef).at("lengths")) {
+      const nlohmann::json ev = nlohmann::json::parse(ef);  // kept alive: the loop reads into it
+      for (const auto& l : ev.at("lengths")) {
         row.lengths.push_back(l.at("length").get<int64_t>());
         row.loss.push_back(l.at("loss").get<double>());
         row.last256.push_back(l.at("last256_loss").get<double>());
