@@ -12,7 +12,7 @@
 #include "attention/accounting.h"
 #include "cli/bench.h"
 #include "core/cpu/kernels.h"
-#include "core/cuda/backend.h"
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "distributed/communicator.h"
