@@ -95,7 +95,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
   }
   const int dev = a.device().index;
   use_device(dev);
-  bool la_t, lb_t;
+  bool la_t = false, lb_t = false;
   int64_t lda, ldb, sa, sb;
   if (!mat_layout(ra, ca, a.stride(-2), a.stride(-1), la_t, lda) || !batch_stride(a, nb, sa)) {
     a = a.clone();
