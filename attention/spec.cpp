@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "attention/tiling.h"
 #include "core/error.h"
 
 namespace hz::attn {
@@ -67,14 +68,10 @@ std::vector<double> alibi_slopes(int64_t H) {
 void scale_invariant_tables(double tau, int64_t n, std::vector<double>& a, std::vector<double>& m) {
   a.resize(n);
   m.resize(n);
-  for (int64_t t = 0; t < n; ++t) {
-    const double l = std::log1p(static_cast<double>(t) / tau);
-    a[t] = std::sqrt(2.0 * l + 1.0);
-    m[t] = -2.0 * l;
-  }
+  for (int64_t t = 0; t < n; ++t) scale_invariant_coef<double>(static_cast<double>(t), tau, a[t], m[t]);
 }
 
-double swan_row_scale(double a, int64_t n) { return std::log(a + static_cast<double>(n)) / std::log(a); }
+double swan_row_scale(double a, int64_t n) { return swan_scale<double>(a, static_cast<double>(n)); }
 
 double temperature_beta(double c, double s) { return s > 1.0 ? 1.0 + c * std::log(s) : 1.0; }
 

@@ -25,14 +25,7 @@ AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec
 }
 
 attn::AttnConfig AttentionLayer::kernel_config(const AttnCall& call) const {
-  attn::AttnConfig cfg;
-  cfg.window = spec.windows(dims.n_heads, call.T);
-  if (spec.pos.kind == attn::PosKind::Alibi) cfg.alibi_slope = attn::alibi_slopes(dims.n_heads);
-  cfg.logit = spec.logit.kind;
-  cfg.tau = spec.logit.tau;
-  cfg.swan_a = spec.logit.swan_a;
-  const double s = call.train_T > 0 ? static_cast<double>(call.T) / call.train_T : 1.0;
-  cfg.beta = spec.logit.temp_c != 0.0 ? attn::temperature_beta(spec.logit.temp_c, s) : spec.logit.beta;
+  attn::AttnConfig cfg = attn::make_attn_config(spec, dims.n_heads, call.T, call.train_T);
   cfg.block_q = call.block_q;
   cfg.block_k = call.block_k;
   return cfg;
