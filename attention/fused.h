@@ -65,11 +65,7 @@ AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t 
 AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Hkv, int64_t Tq,
                                     int64_t Tk, int64_t D);
 
-// The tiles a call runs with on a device: (query rows x keys) forward and backward.
-struct AttnTiles {
-  int64_t fwd_q, fwd_k, bwd_q, bwd_k;
-  bool tensor_core = false;
-};
+// The tiles a call runs with on a device (AttnTiles, tiling.h).
 AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D);
 
 // Block counters, summed over calls and devices since the last reset (tests, benchmarks).

@@ -60,6 +60,12 @@ struct AttnKernelParams {
   double slope[kMaxAttnHeads] = {};    // ALiBi slope per query head (used when alibi)
 };
 
+// The tiles (query rows x keys) of a call's forward and backward kernels.
+struct AttnTiles {
+  int64_t fwd_q, fwd_k, bwd_q, bwd_k;
+  bool tensor_core = false;
+};
+
 struct IndexRange {  // [lo, hi], empty when lo > hi
   int64_t lo, hi;
 };
