@@ -84,13 +84,14 @@ AttnImpl env_impl() {
   throw ValueError("HZ_ATTN_IMPL='" + s + "': expected auto, reference or tensor_core");
 }
 
-// Whether a CUDA call runs the tensor-core kernels.
-bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D) {
+// Whether a call on CUDA device `dev` runs the tensor-core kernels.
+bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
   const AttnImpl impl = cfg.impl == AttnImpl::Auto ? env_impl() : cfg.impl;
-  const bool ok = detail::tensor_core_supported(dt, D);
+  const bool ok = detail::tensor_core_supported(dt, D, dev.index);
   HZ_CHECK(ok || impl != AttnImpl::TensorCore, NotImplementedError,
-           "attention: the tensor-core kernels take bf16 q/k/v with head_dim 64 or 128, got ", dtype_name(dt),
-           " with head_dim ", D, "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
+           "attention: the tensor-core kernels take bf16 q/k/v with head_dim 64 or 128 on an sm_80+ GPU, got ",
+           dtype_name(dt), " with head_dim ", D,
+           "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
   return impl != AttnImpl::Reference && ok;
 }
 
@@ -99,7 +100,7 @@ Tensor as_f32(const Tensor& t) { return t.dtype() == DType::BF16 ? t.to(DType::F
 }  // namespace
 
 AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D) {
-  if (dev.is_cuda() && use_tensor_core(cfg, dt, D)) return detail::tensor_core_tiles(D);
+  if (dev.is_cuda() && use_tensor_core(cfg, dt, D, dev)) return detail::tensor_core_tiles(D);
   const int64_t bq = std::max<int64_t>(1, cfg.block_q), bk = std::max<int64_t>(1, cfg.block_k);
   return {bq, bk, bq, bk, false};
 }
@@ -151,7 +152,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
     HZ_CHECK(logn_c.defined() && logn_c.numel() == P.H && is_floating(logn_c.dtype()), ShapeError,
              "attention: logit 'logn' needs one floating c per query head (", P.H, " values)");
   const bool empty = qc.numel() == 0 || kc.numel() == 0;
-  const bool use_tc = dev.is_cuda() && use_tensor_core(cfg, dt, P.D);
+  const bool use_tc = dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev);
   // LogN's c: a host vector for the CPU kernel, a device tensor in the accumulation dtype on CUDA
   std::vector<double> c_host;
   Tensor c_dev;

@@ -26,8 +26,8 @@ AttnStats cpu_stats();
 void cpu_reset_stats();
 
 // ---- CUDA (attention/cuda/*.cu; attention/cuda/stub.cpp without CUDA) ---------------------------
-// Whether the tensor-core kernels take this dtype and head dim.
-bool tensor_core_supported(DType dt, int64_t D);
+// Whether the tensor-core kernels take this dtype and head dim on this CUDA device.
+bool tensor_core_supported(DType dt, int64_t D, int device);
 // Their tiles (query rows x keys), forward and backward.
 AttnTiles tensor_core_tiles(int64_t D);
 // use_tc selects the tensor-core kernels (fused.cpp resolves AttnImpl).

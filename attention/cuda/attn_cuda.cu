@@ -25,7 +25,7 @@ cuda_impl::Counter* counters(int dev) {
 
 }  // namespace
 
-bool tensor_core_supported(DType dt, int64_t D) { return cuda_impl::mma_supported(dt, D); }
+bool tensor_core_supported(DType dt, int64_t D, int device) { return cuda_impl::mma_supported(dt, D, device); }
 AttnTiles tensor_core_tiles(int64_t D) { return cuda_impl::mma_tiles(D); }
 
 void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,

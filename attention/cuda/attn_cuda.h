@@ -25,7 +25,7 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
                   Tensor* dc_rows, Counter* counters, cudaStream_t s);
 
 // ---- tensor-core kernels (attn_mma.cu): bf16, D 64 or 128 ----------------------------------------
-bool mma_supported(DType dt, int64_t D);
+bool mma_supported(DType dt, int64_t D, int device);  // bf16, D 64/128, an sm_80+ GPU and binary
 AttnTiles mma_tiles(int64_t D);
 void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
                  Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s);

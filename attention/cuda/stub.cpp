@@ -9,7 +9,7 @@ namespace {
                     "CUDA toolkit");
 }
 }  // namespace
-bool tensor_core_supported(DType, int64_t) { return false; }
+bool tensor_core_supported(DType, int64_t, int) { return false; }
 AttnTiles tensor_core_tiles(int64_t) { no_cuda(); }
 void cuda_forward(const AttnKernelParams&, bool, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
                   Tensor&) {
