@@ -5,12 +5,16 @@
 #      build-gpu/ against it (no MPI, portable CPU GEMM, CUDA for sm_90);
 #   2. runs every test binary (the CUDA cases run there instead of skipping) and lists failures;
 #   3. runs compute-sanitizer memcheck over the CUDA test cases (and racecheck where stages add it);
-#   4. runs the GPU benchmarks (scripts/bench_train_gpu.sh and any stage added below);
-#   5. writes one markdown report: $OUT/gpu_report.md when OUT is set (the device tool's output
+#   4. runs the kernel lab (dev/cuda/attention: every attention kernel variant validated against
+#      the reference kernels, then timed in TFLOP/s);
+#   5. runs the GPU benchmarks (scripts/bench_train_gpu.sh, scripts/bench_attention_gpu.sh);
+#   6. writes one markdown report: $OUT/gpu_report.md when OUT is set (the device tool's output
 #      folder), else gpu_report/gpu_report.md, plus the logs beside it.
 #
-#   scripts/gpu_check.sh [all|build|test|sanitize|bench]...   (default: all; stages run in order)
+#   scripts/gpu_check.sh [all|build|test|sanitize|lab|bench]...   (default: all; stages run in order)
 #   HZ_GPU_JOBS=16  HZ_GPU_BENCH_ROUNDS=3
+#   HZ_GPU_BENCH_T=2048,8192,16384  HZ_GPU_BENCH_D=64,128   (attention benchmark; the full sweep of
+#   the issue, T = 1k..32k, is scripts/bench_attention_gpu.sh with its defaults)
 #
 # One device call has 10 minutes: `all` fits on an H100 when the build is warm; on a cold machine
 # run `build test` and `sanitize bench` as two calls (the build folder stays while the machine is
@@ -44,7 +48,7 @@ if has build; then
   fi
   b0=$(date +%s)
   if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHZ_DEPS_PREFIX="$deps" -DHZ_MPI=OFF \
-       -DHZ_OPENBLAS=OFF -DHZ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$REPORT_DIR/build.log" 2>&1 &&
+       -DHZ_OPENBLAS=OFF -DHZ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DHZ_KERNEL_LAB=ON > "$REPORT_DIR/build.log" 2>&1 &&
      cmake --build "$BUILD" -j "$JOBS" >> "$REPORT_DIR/build.log" 2>&1; then
     say "- build: ok in $(( $(date +%s) - b0 )) s"
   else
@@ -90,6 +94,10 @@ if has sanitize; then
   say ""
   # "binary|gtest filter|tool": the CUDA cases of each suite
   checks=("hz_test_core|*cuda*:*Cuda*|memcheck")
+  # fused attention: every CUDA case under memcheck; shared-memory races of the tensor-core and
+  # reference kernels under racecheck on the edge shapes (GQA, Tq != Tk, rows without keys, ragged)
+  checks+=("hz_test_attention|*FusedCuda*|memcheck")
+  checks+=("hz_test_attention|Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128|racecheck")
   for extra in ${HZ_SANITIZE_EXTRA:-}; do checks+=("$extra"); done
   for c in "${checks[@]}"; do
     IFS='|' read -r bin filter tool <<< "$c"
@@ -101,12 +109,35 @@ if has sanitize; then
   done
 fi
 
+# ---- kernel lab ---------------------------------------------------------------------------------------
+if has lab; then
+  say ""
+  say "### Kernel lab: fused attention (dev/cuda/attention)"
+  say ""
+  say '```'
+  for D in 64 128; do
+    "$BUILD/attention_lab" --D $D --T 1024,8192 --reps 10 > "$REPORT_DIR/lab_d$D.log" 2>&1
+    rc=$?
+    tee -a "$REPORT" < "$REPORT_DIR/lab_d$D.log"
+    say "(attention_lab --D $D: exit $rc)"
+  done
+  say '```'
+fi
+
 # ---- benchmarks -------------------------------------------------------------------------------------
 if has bench; then
   say ""
   say "### Benchmarks"
   say ""
-  HZ_BUILD_DIR="$BUILD" scripts/bench_train_gpu.sh "${HZ_GPU_BENCH_ROUNDS:-3}" 2>"$REPORT_DIR/bench_train.err" | tee -a "$REPORT"
+  if [ -x scripts/bench_train_gpu.sh ]; then
+    HZ_BUILD_DIR="$BUILD" scripts/bench_train_gpu.sh "${HZ_GPU_BENCH_ROUNDS:-3}" 2>"$REPORT_DIR/bench_train.err" | tee -a "$REPORT"
+  fi
+  say ""
+  say "#### Fused attention vs PyTorch (SDPA flash, FlexAttention), forward+backward, bf16"
+  say ""
+  HZ_BUILD_DIR="$BUILD" HZ_BENCH_OUT="$REPORT_DIR/bench_attention" \
+    scripts/bench_attention_gpu.sh "${HZ_GPU_BENCH_T:-2048,8192,16384}" "${HZ_GPU_BENCH_D:-64,128}" 10 \
+    2>"$REPORT_DIR/bench_attention.err" | tee -a "$REPORT"
 fi
 
 say ""

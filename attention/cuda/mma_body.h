@@ -283,23 +283,28 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     for (int mt = 0; mt < kMT; ++mt)
       HZ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
-        const int64_t pos = P.q_offset + i0 + warp * 16 * kMT + mt * 16 + g + 8 * hh;
+        // 32-bit coordinates inside the block: column c is key j0 + c; distance t = tb - c; the
+        // table entry of (row, c) is te0 - c (t0 is the smallest distance of the block pair)
+        const int rloc = warp * 16 * kMT + mt * 16 + g + 8 * hh;
+        const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
+        const int te0 = rloc + kBk - 1;
+        const int lo_c = static_cast<int>(imax(-1, imin(kBk, lo[mt][hh] - j0)));
+        const int hi_c = static_cast<int>(imax(-1, imin(kBk, hi[mt][hh] - j0)));
         float mx = m[mt][hh];
         HZ_UNROLL
         for (int nt = 0; nt < kNT; ++nt)
           HZ_UNROLL
           for (int e = 0; e < 2; ++e) {
-            const int64_t j = j0 + nt * 8 + 2 * tig + e;
+            const int col = nt * 8 + 2 * tig + e;
             float& val = s[mt][nt][2 * hh + e];
             float L;
             if (si) {
-              const int64_t te = pos - j - t0;
-              L = rr[mt][hh] * sT[2 * te] * val + sT[2 * te + 1];
+              L = rr[mt][hh] * sT[2 * (te0 - col)] * val + sT[2 * (te0 - col) + 1];
             } else {
               L = rs[mt][hh] * val;
             }
-            if (P.alibi) L -= slope2 * static_cast<float>(pos - j);
-            if (masked && (j < lo[mt][hh] || j > hi[mt][hh])) L = ninf();
+            if (P.alibi) L -= slope2 * (tb - static_cast<float>(col));
+            if (masked && (col < lo_c || col > hi_c)) L = ninf();
             val = L;
             mx = fmaxf_(mx, L);
           }
@@ -433,23 +438,26 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
     gemm_nt<D, kBk>(x, dp, sG, warp * 16, sVs, 0);  // dO . v
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
-      const int64_t pos = P.q_offset + i0 + warp * 16 + g + 8 * hh;
+      const int rloc = warp * 16 + g + 8 * hh;  // block coordinates as in the forward
+      const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
+      const int te0 = rloc + kBk - 1;
+      const int lo_c = static_cast<int>(imax(-1, imin(kBk, lo[hh] - j0)));
+      const int hi_c = static_cast<int>(imax(-1, imin(kBk, hi[hh] - j0)));
       HZ_UNROLL
       for (int nt = 0; nt < kNT; ++nt)
         HZ_UNROLL
         for (int e = 0; e < 2; ++e) {
-          const int64_t j = j0 + nt * 8 + 2 * tig + e;
+          const int col = nt * 8 + 2 * tig + e;
           float& val = s[nt][2 * hh + e];
           float mul2, add2 = 0.0f;
           if (si) {
-            const int64_t te = pos - j - t0;
-            mul2 = rr[hh] * sT[2 * te];
-            add2 = sT[2 * te + 1];
+            mul2 = rr[hh] * sT[2 * (te0 - col)];
+            add2 = sT[2 * (te0 - col) + 1];
           } else {
             mul2 = rs[hh];
           }
-          if (P.alibi) add2 -= slope2 * static_cast<float>(pos - j);
-          const bool vis = !masked || (j >= lo[hh] && j <= hi[hh]);
+          if (P.alibi) add2 -= slope2 * (tb - static_cast<float>(col));
+          const bool vis = !masked || (col >= lo_c && col <= hi_c);
           const float p = vis ? x.exp2(mul2 * val + add2 - lse2[hh]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - Di[hh]);  // dLoss/dL
           if (logn) dcp[hh] += ds * f[hh] * scale * val;         // L = c ln(n) scale q.k
@@ -582,25 +590,29 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     gemm_nt<D, kBq>(x, dp, sV, warp * 16, sGs, 0);  // v . dO
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
-      const int64_t j = j0 + warp * 16 + g + 8 * hh;
+      // rows are keys here: key j = j0 + kloc, column r is query q0 + r, distance t = tb + r
+      const int kloc = warp * 16 + g + 8 * hh;
+      const int64_t j = j0 + kloc;
       const IndexRange qr = j < P.Tk ? query_range(P, h, j) : IndexRange{1, 0};
+      const float tb = static_cast<float>(P.q_offset + q0 - j);
+      const int te0 = kBk - 1 - kloc;  // table entry of column r: te0 + r
+      const int lo_c = static_cast<int>(imax(-1, imin(kBq, qr.lo - q0)));
+      const int hi_c = static_cast<int>(imax(-1, imin(kBq, qr.hi - q0)));
       HZ_UNROLL
       for (int nt = 0; nt < kNT; ++nt)
         HZ_UNROLL
         for (int e = 0; e < 2; ++e) {
           const int r = nt * 8 + 2 * tig + e;
-          const int64_t i = q0 + r, t = P.q_offset + i - j;
           float& val = s[nt][2 * hh + e];
           float mul2, add2 = 0.0f;
           if (si) {
-            const int64_t te = t - t0;
-            mul2 = rowd[2 * kBq + r] * sT[2 * te];
-            add2 = sT[2 * te + 1];
+            mul2 = rowd[2 * kBq + r] * sT[2 * (te0 + r)];
+            add2 = sT[2 * (te0 + r) + 1];
           } else {
             mul2 = rowd[3 * kBq + r];
           }
-          if (P.alibi) add2 -= slope2 * static_cast<float>(t);
-          const bool vis = !masked || (i >= qr.lo && i <= qr.hi);
+          if (P.alibi) add2 -= slope2 * (tb + static_cast<float>(r));
+          const bool vis = !masked || (r >= lo_c && r <= hi_c);
           const float p = vis ? x.exp2(mul2 * val + add2 - rowd[r]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - rowd[kBq + r]);
           val = p;                               // P^T for dV
