@@ -39,6 +39,7 @@
 
 #include "attention/spec.h"
 #include "core/hd.h"
+#include "core/math.h"
 
 namespace hz::attn {
 
@@ -145,46 +146,83 @@ HZ_HD BlockSpan span_of(int64_t u_lo, int64_t u_hi, bool all_nonempty, int64_t c
 }
 }  // namespace detail
 
+namespace detail {
+// The two directions of the same interval structure: rows -> their visible keys (forward, dQ) and
+// keys -> the rows that see them (the key-major dK/dV pass).
+struct RowsToKeys {
+  HZ_HD static IndexRange nonempty(const AttnKernelParams& p, int64_t h) { return nonempty_rows(p, h); }
+  HZ_HD static IndexRange range(const AttnKernelParams& p, int64_t h, int64_t i) { return key_range(p, h, i); }
+  HZ_HD static int64_t extent(const AttnKernelParams& p) { return p.Tk; }
+};
+struct KeysToRows {
+  HZ_HD static IndexRange nonempty(const AttnKernelParams& p, int64_t h) { return nonempty_keys(p, h); }
+  HZ_HD static IndexRange range(const AttnKernelParams& p, int64_t h, int64_t j) { return query_range(p, h, j); }
+  HZ_HD static int64_t extent(const AttnKernelParams& p) { return p.Tq; }
+};
+// Blocks of size n along the other axis met by [a0, a1] of this axis: from the first nonempty
+// index's range start to the last one's range end; Full inside the common part of every range
+// when all of [a0, a1] is nonempty.
+template <class Axis>
+HZ_HD BlockSpan blocks_across(const AttnKernelParams& p, int64_t h, int64_t a0, int64_t a1, int64_t n) {
+  const IndexRange ne = Axis::nonempty(p, h);
+  const int64_t a = a0 > ne.lo ? a0 : ne.lo, b = a1 < ne.hi ? a1 : ne.hi;
+  if (a > b) return {0, -1, 0, -1};
+  return span_of(Axis::range(p, h, a).lo, Axis::range(p, h, b).hi, a == a0 && b == a1, Axis::range(p, h, a1).lo,
+                 Axis::range(p, h, a0).hi, n, Axis::extent(p));
+}
+}  // namespace detail
+
 // Key blocks (size Bk) met by query rows [i0, i1] of head h.
 HZ_HD BlockSpan key_blocks(const AttnKernelParams& p, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
-  const IndexRange rows = nonempty_rows(p, h);
-  const int64_t a = i0 > rows.lo ? i0 : rows.lo, b = i1 < rows.hi ? i1 : rows.hi;
-  if (a > b) return {0, -1, 0, -1};
-  return detail::span_of(key_range(p, h, a).lo, key_range(p, h, b).hi, a == i0 && b == i1,
-                         key_range(p, h, i1).lo, key_range(p, h, i0).hi, Bk, p.Tk);
+  return detail::blocks_across<detail::RowsToKeys>(p, h, i0, i1, Bk);
 }
 // Query blocks (size Bq) met by keys [j0, j1] of head h (the key-major backward's loop).
 HZ_HD BlockSpan query_blocks(const AttnKernelParams& p, int64_t h, int64_t j0, int64_t j1, int64_t Bq) {
-  const IndexRange keys = nonempty_keys(p, h);
-  const int64_t a = j0 > keys.lo ? j0 : keys.lo, b = j1 < keys.hi ? j1 : keys.hi;
-  if (a > b) return {0, -1, 0, -1};
-  return detail::span_of(query_range(p, h, a).lo, query_range(p, h, b).hi, a == j0 && b == j1,
-                         query_range(p, h, j1).lo, query_range(p, h, j0).hi, Bq, p.Tq);
+  return detail::blocks_across<detail::KeysToRows>(p, h, j0, j1, Bq);
 }
 HZ_HD int64_t num_blocks(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
 
-// ---- logit coefficients ---------------------------------------------------------------------------
-namespace detail {
-HZ_HD float log1p_(float x) { return ::log1pf(x); }
-HZ_HD double log1p_(double x) { return ::log1p(x); }
-HZ_HD float logf_(float x) { return ::logf(x); }
-HZ_HD double logf_(double x) { return ::log(x); }
-HZ_HD float sqrtf_(float x) { return ::sqrtf(x); }
-HZ_HD double sqrtf_(double x) { return ::sqrt(x); }
-}  // namespace detail
+// The work of thread block `cta` in the kernels' grids: B * H query tiles of Bq rows (query block
+// fastest: the forward and dQ), or B * Hkv key tiles of Bk keys (dK/dV).
+struct QueryTile {
+  int64_t b, h, hk, i0, i1;  // batch, query head, its kv head, rows [i0, i1]
+};
+HZ_HD QueryTile query_tile(const AttnKernelParams& p, int64_t cta, int64_t Bq) {
+  const int64_t n = num_blocks(p.Tq, Bq), bh = cta / n;
+  QueryTile t;
+  t.h = bh % p.H;
+  t.b = bh / p.H;
+  t.hk = t.h / p.G;
+  t.i0 = (cta % n) * Bq;
+  t.i1 = (t.i0 + Bq < p.Tq ? t.i0 + Bq : p.Tq) - 1;
+  return t;
+}
+struct KeyTile {
+  int64_t b, hk, j0, j1;  // batch, kv head, keys [j0, j1]
+};
+HZ_HD KeyTile key_tile(const AttnKernelParams& p, int64_t cta, int64_t Bk) {
+  const int64_t n = num_blocks(p.Tk, Bk), bh = cta / n;
+  KeyTile t;
+  t.hk = bh % p.Hkv;
+  t.b = bh / p.Hkv;
+  t.j0 = (cta % n) * Bk;
+  t.j1 = (t.j0 + Bk < p.Tk ? t.j0 + Bk : p.Tk) - 1;
+  return t;
+}
 
+// ---- logit coefficients ---------------------------------------------------------------------------
 // Scale-invariant a_t and m_t (SPEC.md seed 003), in F arithmetic.
 template <class F>
 HZ_HD void scale_invariant_coef(F t, F tau, F& a, F& m) {
-  const F l = detail::log1p_(t / tau);
-  a = detail::sqrtf_(F(2) * l + F(1));
+  const F l = math::log1p_(t / tau);
+  a = math::sqrt_(F(2) * l + F(1));
   m = F(-2) * l;
 }
 
 // SWAN's row scale g(n) = ln(a + n) / ln(a) for a query at position n.
 template <class F>
 HZ_HD F swan_scale(F a, F n) {
-  return detail::logf_(a + n) / detail::logf_(a);
+  return math::log_(a + n) / math::log_(a);
 }
 
 // Row factor r_i without LogN's c_h (see the header comment).
@@ -193,7 +231,7 @@ HZ_HD F row_factor(const AttnKernelParams& p, int64_t h, int64_t i) {
   switch (p.logit) {
     case LogitKind::LogN: {
       const int64_t n = visible_count(p, h, i);
-      return n > 0 ? detail::logf_(static_cast<F>(n)) : F(0);
+      return n > 0 ? math::log_(static_cast<F>(n)) : F(0);
     }
     case LogitKind::SwanRow: return swan_scale<F>(static_cast<F>(p.swan_a), static_cast<F>(p.q_offset + i));
     case LogitKind::Temperature: return static_cast<F>(p.beta);

@@ -78,6 +78,8 @@ HZ_HD float exp_(float x) {
 HZ_HD double exp_(double x) { return ::exp(x); }
 HZ_HD float log_(float x) { return ::logf(x); }
 HZ_HD double log_(double x) { return ::log(x); }
+HZ_HD float log1p_(float x) { return ::log1pf(x); }
+HZ_HD double log1p_(double x) { return ::log1p(x); }
 HZ_HD float sqrt_(float x) { return ::sqrtf(x); }
 HZ_HD double sqrt_(double x) { return ::sqrt(x); }
 HZ_HD float tanh_(float x) { return ::tanhf(x); }

@@ -21,15 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-
-def scope_windows(H, T):
-    g = T ** (1.0 / H)
-    out = []
-    for h in range(1, H + 1):
-        v = g ** h
-        r = round(v)
-        out.append(min(T, int(r) if abs(v - r) <= 1e-9 * max(1.0, r) else math.ceil(v)))
-    return out
+from bench_attention_torch import scope_windows  # the same SCOPE windows as the CPU benchmark
 
 
 def windows(mask, H, T, W):

@@ -18,39 +18,11 @@ namespace hz::attn::cuda_impl {
 namespace {
 
 using mma::Args;
-using mma::DeviceCta;
+using mma::dkv_kernel;
+using mma::dot_kernel;
+using mma::dq_kernel;
+using mma::fwd_kernel;
 using mma::kThreads;
-
-template <int D, int kMT>
-__global__ void __launch_bounds__(kThreads) fwd_kernel(const AttnKernelParams P, const Args a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  DeviceCta x;
-  mma::fwd_cta<D, kMT>(x, P, a, blockIdx.x, smem);
-}
-template <int D>
-__global__ void __launch_bounds__(kThreads) dq_kernel(const AttnKernelParams P, const Args a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  DeviceCta x;
-  mma::dq_cta<D>(x, P, a, blockIdx.x, smem);
-}
-template <int D, int kBq>
-__global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P, const Args a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  DeviceCta x;
-  mma::dkv_cta<D, kBq>(x, P, a, blockIdx.x, smem);
-}
-
-// D_i = dO_i . O_i in f32, one warp per row, lanes over D in a fixed order.
-__global__ void dot_kernel(int64_t rows, int D, const __nv_bfloat16* __restrict__ o,
-                           const __nv_bfloat16* __restrict__ g, float* __restrict__ Dvec) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  float s = 0.0f;
-  for (int d = lane; d < D; d += 32) s += __bfloat162float(o[row * D + d]) * __bfloat162float(g[row * D + d]);
-  s = hz::cuda::warp_sum(s);
-  if (lane == 0) Dvec[row] = s;
-}
 
 template <class K>
 void launch(K kernel, int64_t grid, int smem, cudaStream_t s, const AttnKernelParams& P, const Args& a,

@@ -44,6 +44,23 @@ template <class A>
 __device__ __forceinline__ A row_scale(const AttnKernelParams& P, const A* c, A factor, int64_t h) {
   return P.logit == LogitKind::LogN ? factor * c[h] : factor;
 }
+// acc[u] += sum over l < n of w_l rows_l[lane + 32 u], where w_l is lane l's weight and rows_l the
+// l-th row (length D) from `rows`: the warp's fixed-order accumulation of n <= 32 weighted rows.
+template <class A, class T>
+__device__ __forceinline__ void accumulate_rows(A (&acc)[kPer], A w, const T* rows, int n, int64_t D, int lane) {
+  for (int l = 0; l < n; ++l) {
+    const A wl = __shfl_sync(0xffffffffu, w, l);
+    const T* row = rows + l * D;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int64_t d = lane + 32 * u;
+      if (d < D) acc[u] += wl * static_cast<A>(load(row[d]));
+    }
+  }
+}
+// Lanes holding an entry of the 32-wide chunk starting at c of the interval [c, hi].
+__device__ __forceinline__ int chunk(int64_t c, int64_t hi) { return hi - c + 1 < 32 ? static_cast<int>(hi - c + 1) : 32; }
+
 template <class A>
 __device__ __forceinline__ A neg_inf() {
   return -static_cast<A>(INFINITY);
@@ -58,9 +75,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   A* qs = reinterpret_cast<A*>(smem_raw) + warp * P.D;  // q_i (D)
-  const int64_t nqb = num_blocks(P.Tq, P.block_q);
-  const int64_t qb = blockIdx.x % nqb, bh = blockIdx.x / nqb, h = bh % P.H, b = bh / P.H, hk = h / P.G;
-  const int64_t i0 = qb * P.block_q, i1 = (i0 + P.block_q < P.Tq ? i0 + P.block_q : P.Tq) - 1;
+  const QueryTile tile = query_tile(P, blockIdx.x, P.block_q);
+  const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
   if (threadIdx.x == 0) {
     const BlockSpan s = key_blocks(P, h, i0, i1, P.block_k);
     atomicAdd(&counters[0], static_cast<Counter>(span_blocks(s)));
@@ -100,16 +116,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int64_t j = jb + lane;
       const A p = j <= kr.hi ? math::exp_(logit(j) - m) : A(0);
       l += p;
-      const int n = kr.hi - jb + 1 < 32 ? static_cast<int>(kr.hi - jb + 1) : 32;
-      for (int jj = 0; jj < n; ++jj) {
-        const A pj = __shfl_sync(0xffffffffu, p, jj);
-        const T* vj = vh + (jb + jj) * P.D;
-#pragma unroll
-        for (int u = 0; u < kPer; ++u) {
-          const int64_t d = lane + 32 * u;
-          if (d < P.D) acc[u] += pj * static_cast<A>(load(vj[d]));
-        }
-      }
+      accumulate_rows(acc, p, vh + jb * P.D, chunk(jb, kr.hi), P.D, lane);
     }
     l = warp_sum(l);
 #pragma unroll
@@ -146,9 +153,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   A* qs = reinterpret_cast<A*>(smem_raw) + warp * 2 * P.D;  // q_i (D)
   A* gs = qs + P.D;                                         // dO_i (D)
-  const int64_t nqb = num_blocks(P.Tq, P.block_q);
-  const int64_t qb = blockIdx.x % nqb, bh = blockIdx.x / nqb, h = bh % P.H, b = bh / P.H, hk = h / P.G;
-  const int64_t i0 = qb * P.block_q, i1 = (i0 + P.block_q < P.Tq ? i0 + P.block_q : P.Tq) - 1;
+  const QueryTile tile = query_tile(P, blockIdx.x, P.block_q);
+  const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
   const T* kh = k + (b * P.Hkv + hk) * P.Tk * P.D;
   const T* vh = v + (b * P.Hkv + hk) * P.Tk * P.D;
   const A scale = static_cast<A>(P.scale);
@@ -177,16 +183,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         gval = ds * r * cf.mul * scale;                           // dLoss/d(q_i . k_j)
         dcs += ds * f * cf.mul * s;                               // dLoss/dc_h (LogN)
       }
-      const int n = kr.hi - jb + 1 < 32 ? static_cast<int>(kr.hi - jb + 1) : 32;
-      for (int jj = 0; jj < n; ++jj) {
-        const A gj = __shfl_sync(0xffffffffu, gval, jj);
-        const T* kj = kh + (jb + jj) * P.D;
-#pragma unroll
-        for (int u = 0; u < kPer; ++u) {
-          const int64_t d = lane + 32 * u;
-          if (d < P.D) acc[u] += gj * static_cast<A>(load(kj[d]));
-        }
-      }
+      accumulate_rows(acc, gval, kh + jb * P.D, chunk(jb, kr.hi), P.D, lane);
     }
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
@@ -210,9 +207,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   A* ks = reinterpret_cast<A*>(smem_raw) + warp * 2 * P.D;  // k_j (D)
   A* vs = ks + P.D;                                         // v_j (D)
-  const int64_t nkb = num_blocks(P.Tk, P.block_k);
-  const int64_t kb = blockIdx.x % nkb, bhk = blockIdx.x / nkb, hk = bhk % P.Hkv, b = bhk / P.Hkv;
-  const int64_t j0 = kb * P.block_k, j1 = (j0 + P.block_k < P.Tk ? j0 + P.block_k : P.Tk) - 1;
+  const KeyTile tile = key_tile(P, blockIdx.x, P.block_k);
+  const int64_t b = tile.b, hk = tile.hk, j0 = tile.j0, j1 = tile.j1;
   if (threadIdx.x == 0) {
     Counter n = 0;
     for (int64_t g = 0; g < P.G; ++g) n += span_blocks(query_blocks(P, hk * P.G + g, j0, j1, P.block_q));
@@ -244,20 +240,8 @@ __global__ void __launch_bounds__(kWarps * 32)
           const A ds = pval * (dot_row(vs, gout + (hrow + i) * P.D, P.D) - Dvec[hrow + i]);
           gval = ds * r * cf.mul * scale;
         }
-        const int n = qr.hi - ib + 1 < 32 ? static_cast<int>(qr.hi - ib + 1) : 32;
-        for (int ii = 0; ii < n; ++ii) {
-          const A pi = __shfl_sync(0xffffffffu, pval, ii), gi = __shfl_sync(0xffffffffu, gval, ii);
-          const T* qi = q + (hrow + ib + ii) * P.D;
-          const T* gi_row = gout + (hrow + ib + ii) * P.D;
-#pragma unroll
-          for (int u = 0; u < kPer; ++u) {
-            const int64_t d = lane + 32 * u;
-            if (d < P.D) {
-              accv[u] += pi * static_cast<A>(load(gi_row[d]));
-              acck[u] += gi * static_cast<A>(load(qi[d]));
-            }
-          }
-        }
+        accumulate_rows(accv, pval, gout + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);  // dV += P^T dO
+        accumulate_rows(acck, gval, q + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);     // dK += dS'^T Q
       }
     }
 #pragma unroll

@@ -168,6 +168,19 @@ HZ_KBODY void gemm_rn(X& x, float (&c)[D / 8][4], const float (&s)[K / 8][4], co
   }
 }
 
+// The two products of a backward step for one warp's 16 rows (from row0 of sA1 and sA2): s = A1 B1^T
+// (scores) and dp = A2 B2^T (dO . v), both started from zero.
+template <int D, int N, class X>
+HZ_KBODY void scores_and_dp(X& x, float (&s)[N / 8][4], float (&dp)[N / 8][4], const uint16_t* sA1, const uint16_t* sB1,
+                            const uint16_t* sA2, const uint16_t* sB2, int row0) {
+  HZ_UNROLL
+  for (int nt = 0; nt < N / 8; ++nt)
+    HZ_UNROLL
+    for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+  gemm_nt<D, N>(x, s, sA1, row0, sB1, 0);
+  gemm_nt<D, N>(x, dp, sA2, row0, sB2, 0);
+}
+
 // Scale-invariant coefficients for distances t0 .. t0 + n - 1 (clamped at 0: negative distances
 // are masked anyway), scaled for the log2 domain: tab[2e] = a_t * scale * log2 e, tab[2e+1] = m_t log2 e.
 template <class X>
@@ -179,6 +192,45 @@ HZ_KBODY void fill_si_table(X& x, float* tab, const AttnKernelParams& P, int64_t
     tab[2 * e] = a * static_cast<float>(P.scale) * kLog2e;
     tab[2 * e + 1] = m * kLog2e;
   }
+}
+
+// The head of one step of a double-buffered loop: once every warp is done with the other stage
+// (barrier), the next tile's copies go there (`prefetch`, when there is a next tile), the step's
+// scale-invariant table is filled (distances t0 .. t0 + ntab - 1), and after this stage's copies
+// have landed a second barrier makes them and the table visible to every warp.
+template <class X, class F>
+HZ_KBODY void pipeline_step(X& x, bool has_next, F&& prefetch, const AttnKernelParams& P, float* tab, int64_t t0,
+                            int ntab) {
+  x.sync();
+  if (has_next) prefetch();
+  x.cp_commit();
+  if (P.logit == LogitKind::ScaleInvariant) fill_si_table(x, tab, P, t0, ntab);
+  x.template cp_wait<1>();
+  x.sync();
+}
+
+// Key block kb of a query-major loop (forward, dQ): pipeline_step with the next block's K and V as
+// the prefetch; returns this block's K and V tiles, its first key and whether it needs masking
+// (Boundary, or ragged at the end of the keys: the zero-filled rows beyond Tk must not count).
+struct KvStep {
+  const uint16_t *k, *v;
+  int64_t j0;
+  bool masked;
+};
+template <int D, int kBq, int kBk, class X>
+HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const BlockSpan& span, int64_t kb, int64_t i0, uint16_t* sK,
+                        uint16_t* sV, const uint16_t* kg, const uint16_t* vg, float* sT) {
+  constexpr int kStage = kBk * Tile<D>::kPitch;
+  const int st = static_cast<int>((kb - span.first) & 1);
+  const int64_t j0 = kb * kBk;
+  pipeline_step(
+      x, kb < span.last,
+      [&] {
+        load_tile<D>(x, sK + (st ^ 1) * kStage, kg, j0 + kBk, kBk, P.Tk);
+        load_tile<D>(x, sV + (st ^ 1) * kStage, vg, j0 + kBk, kBk, P.Tk);
+      },
+      P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1);
+  return {sK + st * kStage, sV + st * kStage, j0, block_class(span, kb) == BlockClass::Boundary || j0 + kBk > P.Tk};
 }
 
 // Row scale r_i (row factor times LogN's c_h) for row i (0 outside [0, Tq)).
@@ -201,9 +253,8 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   using S = FwdShape<D, kMT>;
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
-  const int64_t nqb = num_blocks(P.Tq, kBq);
-  const int64_t qb = cta % nqb, bh = cta / nqb, h = bh % P.H, b = bh / P.H, hk = h / P.G;
-  const int64_t i0 = qb * kBq, i1 = imin(P.Tq, i0 + kBq) - 1;
+  const QueryTile tile = query_tile(P, cta, kBq);
+  const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
   const uint16_t* qg = a.q + (b * P.H + h) * P.Tq * D;
   const uint16_t* kg = a.k + (b * P.Hkv + hk) * P.Tk * D;
   const uint16_t* vg = a.v + (b * P.Hkv + hk) * P.Tk * D;
@@ -254,21 +305,11 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
   for (int64_t kb = span.first; kb <= span.last; ++kb) {
-    const int st = static_cast<int>((kb - span.first) & 1);
-    const int64_t j0 = kb * kBk;
-    const int64_t t0 = P.q_offset + i0 - (j0 + kBk - 1);  // smallest distance of the pair
-    x.sync();  // every warp is done with the other stage and the table
-    if (kb < span.last) {
-      load_tile<D>(x, sK + (st ^ 1) * kBk * kPitch, kg, j0 + kBk, kBk, P.Tk);
-      load_tile<D>(x, sV + (st ^ 1) * kBk * kPitch, vg, j0 + kBk, kBk, P.Tk);
-    }
-    x.cp_commit();
-    if (si) fill_si_table(x, sT, P, t0, S::kTab);
-    x.template cp_wait<1>();
-    x.sync();  // this stage's copies (everyone's) and the table are visible
-    const uint16_t* sKs = sK + st * kBk * kPitch;
-    const uint16_t* sVs = sV + st * kBk * kPitch;
-    const bool masked = block_class(span, kb) == BlockClass::Boundary || j0 + kBk > P.Tk;
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT);
+    const uint16_t* sKs = step.k;
+    const uint16_t* sVs = step.v;
+    const int64_t j0 = step.j0;
+    const bool masked = step.masked;
 
     float s[kMT][kNT][4];
     HZ_UNROLL
@@ -365,9 +406,8 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   using S = DqShape<D>;
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
-  const int64_t nqb = num_blocks(P.Tq, kBq);
-  const int64_t qb = cta % nqb, bh = cta / nqb, h = bh % P.H, b = bh / P.H, hk = h / P.G;
-  const int64_t i0 = qb * kBq, i1 = imin(P.Tq, i0 + kBq) - 1;
+  const QueryTile tile = query_tile(P, cta, kBq);
+  const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
   const int64_t hrow = (b * P.H + h) * P.Tq;
   const uint16_t* kg = a.k + (b * P.Hkv + hk) * P.Tk * D;
   const uint16_t* vg = a.v + (b * P.Hkv + hk) * P.Tk * D;
@@ -413,29 +453,14 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   const float scale = static_cast<float>(P.scale);
 
   for (int64_t kb = span.first; kb <= span.last; ++kb) {
-    const int st = static_cast<int>((kb - span.first) & 1);
-    const int64_t j0 = kb * kBk;
-    const int64_t t0 = P.q_offset + i0 - (j0 + kBk - 1);
-    x.sync();
-    if (kb < span.last) {
-      load_tile<D>(x, sK + (st ^ 1) * kBk * kPitch, kg, j0 + kBk, kBk, P.Tk);
-      load_tile<D>(x, sV + (st ^ 1) * kBk * kPitch, vg, j0 + kBk, kBk, P.Tk);
-    }
-    x.cp_commit();
-    if (si) fill_si_table(x, sT, P, t0, S::kTab);
-    x.template cp_wait<1>();
-    x.sync();
-    const uint16_t* sKs = sK + st * kBk * kPitch;
-    const uint16_t* sVs = sV + st * kBk * kPitch;
-    const bool masked = block_class(span, kb) == BlockClass::Boundary || j0 + kBk > P.Tk;
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT);
+    const uint16_t* sKs = step.k;
+    const uint16_t* sVs = step.v;
+    const int64_t j0 = step.j0;
+    const bool masked = step.masked;
 
     float s[kNT][4], dp[kNT][4];
-    HZ_UNROLL
-    for (int nt = 0; nt < kNT; ++nt)
-      HZ_UNROLL
-      for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
-    gemm_nt<D, kBk>(x, s, sQ, warp * 16, sKs, 0);   // q . k
-    gemm_nt<D, kBk>(x, dp, sG, warp * 16, sVs, 0);  // dO . v
+    scores_and_dp<D, kBk>(x, s, dp, sQ, sKs, sG, sVs, warp * 16);  // q . k and dO . v
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
       const int rloc = warp * 16 + g + 8 * hh;  // block coordinates as in the forward
@@ -496,9 +521,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   using S = DkvShape<D, kBqB>;
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
-  const int64_t nkb = num_blocks(P.Tk, kBk);
-  const int64_t kb = cta % nkb, bhk = cta / nkb, hk = bhk % P.Hkv, b = bhk / P.Hkv;
-  const int64_t j0 = kb * kBk, j1 = imin(P.Tk, j0 + kBk) - 1;
+  const KeyTile tile = key_tile(P, cta, kBk);
+  const int64_t b = tile.b, hk = tile.hk, j0 = tile.j0, j1 = tile.j1;
   const int64_t krow = (b * P.Hkv + hk) * P.Tk;
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sV = sK + kBk * kPitch;
@@ -569,12 +593,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const int64_t h = hk * P.G + cur.gh, q0 = cur.qb * kBq;
     const int64_t t0 = P.q_offset + q0 - (j0 + kBk - 1);  // smallest distance of the pair
     const Cursor nxt = next_pair(cur);
-    x.sync();
-    if (n + 1 < n_pairs) load_pair(nxt, st ^ 1);
-    x.cp_commit();
-    if (si) fill_si_table(x, sT, P, t0, S::kTab);
-    x.template cp_wait<1>();
-    x.sync();
+    pipeline_step(x, n + 1 < n_pairs, [&] { load_pair(nxt, st ^ 1); }, P, sT, t0, S::kTab);
     const uint16_t* sQs = sQ + st * kBq * kPitch;
     const uint16_t* sGs = sG + st * kBq * kPitch;
     const float* rowd = sRow + st * 4 * kBq;
@@ -582,12 +601,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
     float s[kNT][4], dp[kNT][4];  // rows: this warp's 16 keys; columns: the kBq queries
-    HZ_UNROLL
-    for (int nt = 0; nt < kNT; ++nt)
-      HZ_UNROLL
-      for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
-    gemm_nt<D, kBq>(x, s, sK, warp * 16, sQs, 0);   // k . q
-    gemm_nt<D, kBq>(x, dp, sV, warp * 16, sGs, 0);  // v . dO
+    scores_and_dp<D, kBq>(x, s, dp, sK, sQs, sV, sGs, warp * 16);  // k . q and v . dO
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
       // rows are keys here: key j = j0 + kloc, column r is query q0 + r, distance t = tb + r

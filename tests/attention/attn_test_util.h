@@ -130,6 +130,15 @@ inline Inputs rotated(const Problem& p, Inputs in) {
   return in;
 }
 
+// The inputs of the bf16 cases: q and k rotated on the host in f64 and rounded to bf16, i.e. the
+// kernels' exact inputs (no rotation on the device).
+inline Inputs bf16_inputs(const Problem& p, uint64_t seed) {
+  Inputs in = rotated(p, make_inputs(p, DType::BF16, seed));
+  in.q = round_all(in.q, DType::BF16);
+  in.k = round_all(in.k, DType::BF16);
+  return in;
+}
+
 // ---- naive attention from SPEC.md, optionally rounding like a bf16 tensor-core pipeline --------
 inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
   const AttnConfig cfg = config_of(p);
@@ -261,6 +270,17 @@ inline void expect_results(const Result& x, const Result& low, const Result& ref
   expect_within_floor("dk", x.dk, low.dk, ref.dk, k, atol_rel);
   expect_within_floor("dv", x.dv, low.dv, ref.dv, k, atol_rel);
   if (!ref.dc.empty()) expect_within_floor("dc", x.dc, low.dc, ref.dc, k, atol_rel);
+}
+
+// Equal up to rounding of a double computation: every output and gradient within rel * max |ref|.
+inline void expect_same(const Result& x, const Result& ref, double rel = 1e-10) {
+  const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
+      {"out", {&x.out, &ref.out}}, {"lse", {&x.lse, &ref.lse}}, {"dq", {&x.dq, &ref.dq}},
+      {"dk", {&x.dk, &ref.dk}},    {"dv", {&x.dv, &ref.dv}},    {"dc", {&x.dc, &ref.dc}}};
+  for (const auto& [what, v] : parts) {
+    ASSERT_EQ(v.first->size(), v.second->size()) << what;
+    EXPECT_LE(max_err(*v.first, *v.second), rel * std::max(1.0, max_abs(*v.second))) << what;
+  }
 }
 
 inline std::vector<Problem> combos(int64_t D, int64_t T) {

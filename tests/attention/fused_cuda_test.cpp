@@ -61,8 +61,7 @@ TEST(FusedCudaF64, MatchesCpuToRounding) {
     const Result ref = run_op(p, in, DType::F64, Device::cpu());
     const Result x = run_op(p, in, DType::F64, Device::cuda(0));
     SCOPED_TRACE(p.tag());
-    for (auto [a, b] : {std::pair{&x.out, &ref.out}, {&x.dq, &ref.dq}, {&x.dk, &ref.dk}, {&x.dv, &ref.dv}, {&x.dc, &ref.dc}})
-      EXPECT_LE(max_err(*a, *b), 1e-11 * std::max(1.0, max_abs(*b)));
+    expect_same(x, ref, 1e-11);
   }
 }
 
@@ -78,17 +77,10 @@ TEST_P(FusedCudaBf16, MatchesCpuWithinTheBf16Floor) {
   const Problem& p = c.p;
   if (c.impl == AttnImpl::TensorCore && !attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, p.D).tensor_core)
     GTEST_SKIP() << "the tensor-core kernels do not take head_dim " << p.D;
-  // q, k rotated on the host in f64 and rounded to bf16: the kernels' exact inputs
-  Inputs in = make_inputs(p, DType::BF16, 47);
-  in = rotated(p, in);
-  in.q = round_all(in.q, DType::BF16);
-  in.k = round_all(in.k, DType::BF16);
+  const Inputs in = bf16_inputs(p, 47);
   const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
-  const Result exact = naive(p, in, false), low = naive(p, in, true);
-  // the naive twin is itself right (else its floor would mean nothing)
-  ASSERT_LE(max_err(exact.out, ref.out), 1e-10 * std::max(1.0, max_abs(ref.out)));
-  ASSERT_LE(max_err(exact.dq, ref.dq), 1e-10 * std::max(1.0, max_abs(ref.dq)));
-  ASSERT_LE(max_err(exact.dk, ref.dk), 1e-10 * std::max(1.0, max_abs(ref.dk)));
+  const Result low = naive(p, in, true);
+  expect_same(naive(p, in, false), ref);  // the naive twin is itself right (else its floor would mean nothing)
   const Result x = run_op(p, in, DType::BF16, Device::cuda(0), c.impl, false);
   expect_results(x, low, ref, 3.0, 1e-3);
 }
@@ -213,20 +205,10 @@ TEST(FusedCudaHarness, NaiveTwinAndFloorsAreSound) {
   for (size_t n = 0; n < ps.size(); n += 7) {
     const Problem& p = ps[n];
     SCOPED_TRACE(p.tag());
-    Inputs in = make_inputs(p, DType::BF16, 47);
-    in = rotated(p, in);
-    in.q = round_all(in.q, DType::BF16);
-    in.k = round_all(in.k, DType::BF16);
+    const Inputs in = bf16_inputs(p, 47);
     const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
-    const Result exact = naive(p, in, false), low = naive(p, in, true);
-    EXPECT_LE(max_err(exact.out, ref.out), 1e-10 * std::max(1.0, max_abs(ref.out)));
-    EXPECT_LE(max_err(exact.lse, ref.lse), 1e-10 * std::max(1.0, max_abs(ref.lse)));
-    EXPECT_LE(max_err(exact.dq, ref.dq), 1e-10 * std::max(1.0, max_abs(ref.dq)));
-    EXPECT_LE(max_err(exact.dk, ref.dk), 1e-10 * std::max(1.0, max_abs(ref.dk)));
-    EXPECT_LE(max_err(exact.dv, ref.dv), 1e-10 * std::max(1.0, max_abs(ref.dv)));
-    if (!ref.dc.empty()) {
-      EXPECT_LE(max_err(exact.dc, ref.dc), 1e-10 * std::max(1.0, max_abs(ref.dc)));
-    }
+    const Result low = naive(p, in, true);
+    expect_same(naive(p, in, false), ref);
     const double f = max_err(low.out, ref.out) / max_abs(ref.out);
     EXPECT_GT(f, 1e-5);
     EXPECT_LT(f, 2e-2);

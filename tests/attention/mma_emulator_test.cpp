@@ -120,10 +120,7 @@ AttnStats cpu_counts(const Problem& p, const AttnTiles& tiles) {
 template <int D>
 void check(const Problem& p) {
   SCOPED_TRACE(p.tag());
-  Inputs in = make_inputs(p, DType::BF16, 71);
-  in = rotated(p, in);
-  in.q = round_all(in.q, DType::BF16);
-  in.k = round_all(in.k, DType::BF16);
+  const Inputs in = bf16_inputs(p, 71);
   const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
   const Result low = naive(p, in, true);
   const Emulated e = run_emulated<D>(p, in);

@@ -215,3 +215,26 @@ TEST(Tiling, AccountingUsesTheKernelsBlocks) {
   EXPECT_EQ(cost.blocks, blocks);
   EXPECT_GT(blocks, 0);
 }
+
+TEST(Tiling, KernelGridsCoverEveryTileOnce) {
+  AttnConfig cfg;
+  const AttnKernelParams P = make_kernel_params(cfg, 3, 6, 2, 70, 130, 8);
+  for (int64_t Bq : {1, 16, 64, 128}) {
+    std::vector<int> seen(3 * 6 * 70, 0);
+    for (int64_t cta = 0; cta < 3 * 6 * num_blocks(70, Bq); ++cta) {
+      const QueryTile t = query_tile(P, cta, Bq);
+      ASSERT_EQ(t.hk, t.h / 3);
+      ASSERT_LE(t.i1 - t.i0 + 1, Bq);
+      for (int64_t i = t.i0; i <= t.i1; ++i) ++seen[(t.b * 6 + t.h) * 70 + i];
+    }
+    for (int s : seen) ASSERT_EQ(s, 1) << "query tile " << Bq;
+  }
+  for (int64_t Bk : {1, 64}) {
+    std::vector<int> seen(3 * 2 * 130, 0);
+    for (int64_t cta = 0; cta < 3 * 2 * num_blocks(130, Bk); ++cta) {
+      const KeyTile t = key_tile(P, cta, Bk);
+      for (int64_t j = t.j0; j <= t.j1; ++j) ++seen[(t.b * 2 + t.hk) * 130 + j];
+    }
+    for (int s : seen) ASSERT_EQ(s, 1) << "key tile " << Bk;
+  }
+}

@@ -75,36 +75,7 @@ Buffers make_buffers(const Problem& p, uint64_t seed) {
 
 // ---- variants ------------------------------------------------------------------------------------
 using mma::Args;
-using mma::DeviceCta;
 using mma::kThreads;
-
-template <int D, int kMT>
-__global__ void __launch_bounds__(kThreads) lab_fwd(const AttnKernelParams P, const Args a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  DeviceCta x;
-  mma::fwd_cta<D, kMT>(x, P, a, blockIdx.x, smem);
-}
-template <int D>
-__global__ void __launch_bounds__(kThreads) lab_dq(const AttnKernelParams P, const Args a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  DeviceCta x;
-  mma::dq_cta<D>(x, P, a, blockIdx.x, smem);
-}
-template <int D, int kBq>
-__global__ void __launch_bounds__(kThreads) lab_dkv(const AttnKernelParams P, const Args a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  DeviceCta x;
-  mma::dkv_cta<D, kBq>(x, P, a, blockIdx.x, smem);
-}
-__global__ void lab_dot(int64_t rows, int D, const __nv_bfloat16* o, const __nv_bfloat16* g, float* Dv) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  float s = 0.0f;
-  for (int d = lane; d < D; d += 32) s += __bfloat162float(o[row * D + d]) * __bfloat162float(g[row * D + d]);
-  s = hz::cuda::warp_sum(s);
-  if (lane == 0) Dv[row] = s;
-}
 
 template <class K>
 void launch(K kernel, int64_t grid, int smem, const AttnKernelParams& P, const Args& a) {
@@ -145,20 +116,20 @@ Variant mma_variant(int id, const std::string& name) {
     Tensor Dvec = Tensor::empty({1}, DType::F32, Device::cuda(0));
     const Args a = args_of(b, P, Dvec, cnt);
     using S = mma::FwdShape<D, kMT>;
-    launch(lab_fwd<D, kMT>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, P, a);
+    launch(mma::fwd_kernel<D, kMT>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, P, a);
   };
   v.bwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
     Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, Device::cuda(0));
     b.dc_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, Device::cuda(0));
     const Args a = args_of(b, P, Dvec, cnt);
     const int64_t rows = P.B * P.H * P.Tq;
-    lab_dot<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, hz::cuda::stream(0)>>>(
+    mma::dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, hz::cuda::stream(0)>>>(
         rows, D, static_cast<const __nv_bfloat16*>(b.out.raw_data()),
         static_cast<const __nv_bfloat16*>(b.gout.raw_data()), Dvec.data<float>());
     HZ_CUDA_LAUNCHED("lab dot");
-    launch(lab_dq<D>, P.B * P.H * num_blocks(P.Tq, mma::DqShape<D>::kBq), mma::DqShape<D>::kSmem, P, a);
+    launch(mma::dq_kernel<D>, P.B * P.H * num_blocks(P.Tq, mma::DqShape<D>::kBq), mma::DqShape<D>::kSmem, P, a);
     using K = mma::DkvShape<D, kBq>;
-    launch(lab_dkv<D, kBq>, P.B * P.Hkv * num_blocks(P.Tk, K::kBk), K::kSmem, P, a);
+    launch(mma::dkv_kernel<D, kBq>, P.B * P.Hkv * num_blocks(P.Tk, K::kBk), K::kSmem, P, a);
   };
   return v;
 }
