@@ -53,6 +53,10 @@ struct LoadedRun {
 };
 LoadedRun load_run(const std::string& run_dir_or_checkpoint, const std::vector<std::string>& overrides);
 
+// The device a rank trains on: the CPU, or (run.device=cuda) the GPU of its local rank. Throws a
+// DeviceError saying what to do when CUDA is asked for but not there.
+Device train_device(const Recipe& r, const dist::Communicator& comm);
+
 // Token shards for the recipe's data section (prepared on first use); returns {train, val} paths.
 std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose);
 
