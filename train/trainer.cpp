@@ -146,6 +146,17 @@ optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total
   return s;
 }
 
+std::map<std::string, Tensor> load_init_weights(const std::string& from) {
+  std::string path = from;
+  if (fs::is_directory(from)) {
+    path = find_latest_checkpoint(fs::exists(from + "/checkpoints") ? from + "/checkpoints" : from);
+    HZ_CHECK(!path.empty(), ValueError, "init_from: no checkpoint found in '", from, "'");
+  }
+  return load_checkpoint(path).model;
+}
+
+}  // namespace
+
 // Model FLOPs of one token, forward + backward (3x forward; no recomputation counted): 6 per
 // GEMM weight (the tied head counts the embedding once; an untied embedding is a gather) plus
 // the attention score and value products over the exact visible pairs of each layer.
@@ -171,17 +182,6 @@ double peak_tflops(const Recipe& r, Device dev) {
     return r.run.precision == "bf16" ? 989.0 : r.run.tf32 ? 494.7 : 66.9;
   return 0;
 }
-
-std::map<std::string, Tensor> load_init_weights(const std::string& from) {
-  std::string path = from;
-  if (fs::is_directory(from)) {
-    path = find_latest_checkpoint(fs::exists(from + "/checkpoints") ? from + "/checkpoints" : from);
-    HZ_CHECK(!path.empty(), ValueError, "init_from: no checkpoint found in '", from, "'");
-  }
-  return load_checkpoint(path).model;
-}
-
-}  // namespace
 
 Device train_device(const Recipe& r, const dist::Communicator& comm) {
   if (r.run.device == "cpu") return Device::cpu();
