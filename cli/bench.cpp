@@ -207,11 +207,57 @@ int bench_train(const std::vector<std::string>& a) {
   return 0;
 }
 
+// The optimizer step against the memory-bandwidth bound: AdamW over N f32 parameters (reads p, g,
+// m, v and writes p, m, v: 28 bytes per parameter) next to a triad a = b + s c over buffers of the
+// same total size (12 bytes per element), the practical bandwidth ceiling of this machine.
+int bench_optimizer(const std::vector<std::string>& a) {
+  int64_t n = 124000000, reps = 5;
+  for (size_t i = 2; i + 1 < a.size(); i += 2) {
+    if (a[i] == "--params") n = std::stoll(a[i + 1]);
+    else if (a[i] == "--reps") reps = std::stoll(a[i + 1]);
+    else throw ValueError("bench optimizer: unknown option " + a[i]);
+  }
+  ag::Variable p(Tensor::zeros({n}, DType::F32), true, "p");
+  Generator g(3);
+  p.grad() = g.normal({n}, 0.0, 1.0);
+  optim::AdamW opt({{"all", {{"p", &p}}, 1e-3, 0.1}});
+  Tensor x = Tensor::zeros({n}), y = Tensor::ones({n}), z = Tensor::ones({n});
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> ta, tt;
+  for (int64_t r = 0; r < reps + 1; ++r) {
+    using clk = std::chrono::steady_clock;
+    const auto t0 = clk::now();
+    opt.step();
+    const auto t1 = clk::now();
+    float* xp = x.data<float>();
+    const float* yp = y.data<float>();
+    const float* zp = z.data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) xp[i] = yp[i] + 0.5f * zp[i];
+    const auto t2 = clk::now();
+    if (r > 0) {
+      ta.push_back(std::chrono::duration<double>(t1 - t0).count());
+      tt.push_back(std::chrono::duration<double>(t2 - t1).count());
+    }
+  }
+  const double adam = median(ta), triad = median(tt);
+  const double adam_gbs = 28.0 * n / adam / 1e9, triad_gbs = 12.0 * n / triad / 1e9;
+  fmt::print("{{\"params\": {}, \"threads\": {}, \"adamw_ms\": {:.1f}, \"adamw_GBps\": {:.1f}, \"triad_ms\": {:.1f}, "
+             "\"triad_GBps\": {:.1f}, \"adamw_bound_ms\": {:.1f}, \"of_bound\": {:.2f}}}\n",
+             n, cpu::num_threads(), adam * 1e3, adam_gbs, triad * 1e3, triad_gbs, 28.0 * n / (triad_gbs * 1e9) * 1e3,
+             28.0 * n / (triad_gbs * 1e9) / adam);
+  return 0;
+}
+
 }  // namespace
 
 int bench_main(const std::vector<std::string>& args) {
   if (args.size() < 2 || args[1] == "--help") {
     fmt::print("usage: horizon bench train RECIPE.yaml [--steps 20] [key=value ...]\n"
+               "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
                "       horizon bench attention [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512]\n"
                "                               [--reps 3] [--block-q 64] [--block-k 64] [--masks causal,swa,scope]\n"
                "                               [--json FILE]\n");
@@ -219,7 +265,8 @@ int bench_main(const std::vector<std::string>& args) {
   }
   if (args[1] == "attention") return bench_attention(parse(args, 2));
   if (args[1] == "train") return bench_train(args);
-  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train");
+  if (args[1] == "optimizer") return bench_optimizer(args);
+  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train, optimizer");
 }
 
 }  // namespace hz::cli

@@ -661,7 +661,8 @@ std::vector<MatmulCase> matmul_cases() {
                       {DType::F64, Layout::Transposed, Layout::Sliced, -0.75},
                       {DType::F32, Layout::Sliced, Layout::Transposed, 2.5},
                       {DType::F64, Layout::Padded, Layout::Padded, 1.0},
-                      {DType::BF16, Layout::Contig, Layout::Transposed, 1.0}};
+                      {DType::BF16, Layout::Contig, Layout::Transposed, 1.0},
+                      {DType::BF16, Layout::Sliced, Layout::Padded, -0.75}};
   std::vector<MatmulCase> v;
   for (const Dims& d : dims)
     for (int t = 0; t < 4; ++t)
@@ -1288,6 +1289,8 @@ TEST(BackendTable, AMissingEntryNamesTheOpAndTheDevice) {
   const hz::Backend& b = hz::cpu_backend();
   const void* const* slots = reinterpret_cast<const void* const*>(&b);
   for (size_t i = 1; i < sizeof(hz::Backend) / sizeof(void*); ++i)
-    if (i != 3 && i != 4) EXPECT_NE(slots[i], nullptr) << "entry " << i;  // (upload/download: host memory)
+    if (i != 3 && i != 4) {  // (upload/download: host memory)
+      EXPECT_NE(slots[i], nullptr) << "entry " << i;
+    }
   EXPECT_THROW(HZ_BACKEND(hz::Device::cpu(), upload), hz::NotImplementedError);
 }

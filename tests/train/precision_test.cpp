@@ -84,7 +84,9 @@ TEST(MixedPrecision, MasterWeightsAndOptimizerStateStayF32) {
     const CheckpointData ck = load_checkpoint(find_latest_checkpoint(res.run_dir + "/checkpoints"));
     for (const auto& [k, t] : ck.model) EXPECT_EQ(t.dtype(), DType::F32) << k;
     for (const auto& [k, t] : ck.optimizer)
-      if (t.dim() > 0) EXPECT_EQ(t.dtype(), DType::F32) << k;
+      if (t.dim() > 0) {
+        EXPECT_EQ(t.dtype(), DType::F32) << k;
+      }
   }
 }
 
