@@ -69,7 +69,7 @@ class Log {
 uint64_t parameter_checksum(nn::Transformer& m) {
   uint64_t h = 1469598103934665603ull;
   for (auto& [name, v] : m.named_parameters()) {
-    const Tensor t = v->value().contiguous();
+    const Tensor t = v->value().to(Device::cpu()).contiguous();
     const unsigned char* p = static_cast<const unsigned char*>(t.raw_data());
     for (size_t i = 0; i < t.numel() * dtype_size(t.dtype()); ++i) {
       h ^= p[i];
