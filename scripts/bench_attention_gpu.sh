@@ -25,7 +25,8 @@ have_torch=1
 for D in ${DS//,/ }; do
   for T in ${TS//,/ }; do
     "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
-      --logits identity,scale_invariant --json "$out/hz_${D}_${T}.json" >&2
+      --logits identity,scale_invariant --json "$out/hz_${D}_${T}.json" >&2 ||
+      echo "[bench_attention_gpu] Horizon failed at D=$D T=$T" >&2
     if [ $have_torch = 1 ]; then
       "$PY" scripts/bench_attention_gpu.py --D "$D" --T "$T" --reps "$REPS" > "$out/torch_${D}_${T}.json" \
         2> "$out/torch_${D}_${T}.err" || echo "[bench_attention_gpu] PyTorch failed at D=$D T=$T (see $out/torch_${D}_${T}.err)" >&2
