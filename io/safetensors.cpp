@@ -457,6 +457,12 @@ Tensor SafetensorsSet::load(const std::string& name) const {
   return files_[it->second].load(name);
 }
 
+const unsigned char* SafetensorsSet::bytes(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw SafetensorsError("no tensor named '" + name + "' in the checkpoint");
+  return files_[it->second].bytes(name);
+}
+
 const std::string& SafetensorsSet::file_of(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) throw SafetensorsError("no tensor named '" + name + "' in the checkpoint");

@@ -90,6 +90,7 @@ class SafetensorsSet {
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   const TensorEntry& entry(const std::string& name) const;
   Tensor load(const std::string& name) const;
+  const unsigned char* bytes(const std::string& name) const;  // raw stored bytes (valid while this lives)
   const std::string& file_of(const std::string& name) const;  // path of the shard holding it
   std::vector<std::string> files() const;                       // every file read
   std::map<std::string, std::string> metadata() const;         // of the first file
