@@ -1,7 +1,8 @@
 """Tiny random Hugging Face checkpoints for Horizon's import/export tests, built offline with
 `transformers` (no hub access): config.json + safetensors exactly as `save_pretrained` writes them,
 plus expected_logprobs.json holding fixed token ids and the per-token log-probabilities that
-transformers (fp32, eager attention) computes after loading the saved directory back.
+transformers (eager attention) computes after loading the saved directory back, in fp32 and with
+every computation in float64 (its float32 casts promoted: the exact reference for Horizon in f64).
 
   tests/fixtures/hf/llama      LlamaForCausalLM, GQA 4/2, tied embeddings, vocab 259 (byte level), f32
   tests/fixtures/hf/mistral    MistralForCausalLM, sliding window 6, head_dim 16 != hidden/heads, bf16
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 import transformers
 from safetensors.torch import save_file
+from hf_reference import logprobs
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 
@@ -48,13 +50,6 @@ def randomize(model, seed, round_to=None):
             p.copy_(v)
 
 
-def logprobs(model, ids):
-    with torch.no_grad():
-        logits = model(torch.tensor([ids])).logits.float()[0]
-    lp = torch.log_softmax(logits, dim=-1)
-    return [float(lp[t, ids[t + 1]]) for t in range(len(ids) - 1)]
-
-
 def save(name, config, cls, seed, T, dtype=torch.float32, shard=None, legacy=None, extra=None):
     d = os.path.join(HF, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -75,17 +70,22 @@ def save(name, config, cls, seed, T, dtype=torch.float32, shard=None, legacy=Non
         cfg["transformers_version"] = "4.44.0"
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2, sort_keys=True)
-    # the reference: what transformers computes from the saved directory, fp32, eager attention
-    loaded = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
-    sdpa = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="sdpa").eval()
+    # the reference: what transformers computes from the saved directory (scripts/hf_reference.py)
     gen = np.random.default_rng(seed)
     ids = [int(x) for x in gen.integers(0, config.vocab_size, size=T)]
-    lp = logprobs(loaded, ids)
-    lp_sdpa = logprobs(sdpa, ids)
-    assert max(abs(a - b) for a, b in zip(lp, lp_sdpa)) < 1e-5, "eager and sdpa disagree"
-    out = {"architecture": cls.__name__, "ids": ids, "logprobs": lp,
+    _, lp = logprobs(d, ids, cls=cls)
+    _, lp64 = logprobs(d, ids, f64=True, cls=cls)
+    sdpa = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        lp_sdpa = torch.log_softmax(sdpa(torch.tensor([ids])).logits[0].double(), dim=-1)
+    assert max(abs(lp[t] - float(lp_sdpa[t, ids[t + 1]])) for t in range(len(lp))) < 1e-5, "eager and sdpa disagree"
+    loaded = cls.from_pretrained(d, dtype=torch.float32).eval()
+    with torch.no_grad():
+        loaded(torch.tensor([ids]))  # dynamic RoPE keeps the table of the longest sequence seen
+    out = {"architecture": cls.__name__, "ids": ids, "logprobs": lp, "logprobs_f64": lp64,
            "transformers_version": transformers.__version__, "torch_version": torch.__version__,
-           "note": "log p(ids[t+1] | ids[..t]) in fp32 from transformers (eager attention)"}
+           "note": "log p(ids[t+1] | ids[..t]) from transformers (eager attention): logprobs in fp32, "
+                   "logprobs_f64 with every computation in float64"}
     rot = loaded.model.rotary_emb
     out["inv_freq"] = [float(x) for x in rot.inv_freq]
     out["attention_scaling"] = float(rot.attention_scaling)

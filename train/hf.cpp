@@ -82,8 +82,8 @@ std::map<std::string, Tensor> import_weights(const std::string& dir, const nn::M
     const Shape& want = shapes.at(hz);
     const io::TensorEntry& e = set.entry(hf);
     if (e.shape != want)
-      throw HfError(set.file_of(hf) + ": tensor '" + hf + "' has shape " + shape_str(e.shape) + " but config.json implies " +
-                    shape_str(want));
+      throw HfError(set.file_of(hf) + ": tensor '" + hf + "' has shape " + shape_str(e.shape) + " but the model (" +
+                    dir + "/config.json, or the recipe's model section) implies " + shape_str(want));
     Tensor t = set.load(hf);
     out[hz] = t.dtype() == dtype ? t : t.to(dtype);
     used.insert(hf);
@@ -94,6 +94,18 @@ std::map<std::string, Tensor> import_weights(const std::string& dir, const nn::M
     const std::string inv = ".rotary_emb.inv_freq";
     if (name.size() > inv.size() && name.compare(name.size() - inv.size(), inv.size(), inv) == 0) {
       skipped.push_back(name + " (derived from config.json)");
+      continue;
+    }
+    const std::string obias = ".self_attn.o_proj.bias";
+    if (name.size() > obias.size() && name.compare(name.size() - obias.size(), obias.size(), obias) == 0) {
+      // attention_bias = true (Llama, SmolLM3) also biases o_proj; Horizon has no such bias, so it
+      // must be zero (as Horizon's own exports write it)
+      const std::vector<double> v = set.load(name).to_vector();
+      for (double x : v)
+        if (x != 0.0)
+          throw HfError(set.file_of(name) + ": " + name + " is not zero: Horizon's attention output projection has no "
+                        "bias (only q/k/v biases, model.qkv_bias), so this checkpoint cannot be imported exactly");
+      skipped.push_back(name + " (zero o_proj bias)");
       continue;
     }
     if (name == "lm_head.weight" && c.tie_embeddings) {

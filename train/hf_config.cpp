@@ -347,7 +347,7 @@ std::string ImportReport::str() const {
   auto block = [&](const char* title, const std::vector<FieldNote>& v) {
     if (v.empty()) return;
     os << title << "\n";
-    for (const auto& f : v) os << fmt::format("  {:<44} {:<14} -> {}\n", f.field, f.value.substr(0, 14), f.effect);
+    for (const auto& f : v) os << fmt::format("  {:<40} {:<20} -> {}\n", f.field, f.value.substr(0, 20), f.effect);
   };
   block("mapped (config.json -> Horizon):", mapped);
   block("checked (must hold for Horizon to compute the same):", checked);
@@ -435,10 +435,13 @@ nn::ModelConfig import_config(const std::string& text, const std::string& where,
 
   // ---- biases ----------------------------------------------------------------------------------
   if (llama || smol) {
-    if (c.boolean("attention_bias", false))
-      c.fail("attention_bias", "= true adds biases to q, k, v and o_proj; Horizon's attention has q/k/v biases only "
-                               "(model.qkv_bias, as Qwen2); refused");
-    c.checked("attention_bias", "false", "bias-free q/k/v/o projections");
+    if (c.boolean("attention_bias", false)) {
+      m.qkv_bias = true;
+      c.mapped("attention_bias", "true", "model.qkv_bias: true; o_proj biases must be zero (checked on the weights: "
+                                         "Horizon's output projection has none)");
+    } else {
+      c.checked("attention_bias", "false", "bias-free q/k/v/o projections");
+    }
     if (c.boolean("mlp_bias", false)) c.fail("mlp_bias", "= true: Horizon's MLP projections are bias-free; refused");
     c.checked("mlp_bias", "false", "bias-free MLP");
   }

@@ -51,14 +51,17 @@ struct TempDir {
 
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
-// Max |Horizon log p - transformers log p| over the fixture's tokens.
-double parity(const std::string& name, hz::nn::Transformer** keep = nullptr) {
-  const hf::Imported im = hf::import_dir(kHF + name);
-  hz::nn::Transformer m(im.cfg, 0);
+// Max |Horizon log p - transformers log p| over the fixture's tokens: in f32 against transformers
+// fp32, or in f64 against transformers computed in float64 throughout.
+double parity(const std::string& name, hz::DType dt = hz::DType::F32) {
+  const hf::Imported im = hf::import_dir(kHF + name, dt);
+  hz::nn::ModelConfig c = im.cfg;
+  c.dtype = dt;
+  hz::nn::Transformer m(c, 0);
   m.load_state_dict(im.weights, /*strict=*/true);
   const json ex = read_json(kHF + name + "/expected_logprobs.json");
   const auto ids = ex["ids"].get<std::vector<int64_t>>();
-  const auto want = ex["logprobs"].get<std::vector<double>>();
+  const auto want = ex[dt == hz::DType::F64 ? "logprobs_f64" : "logprobs"].get<std::vector<double>>();
   const std::vector<double> nll = hz::eval::token_nll(m, ids);
   EXPECT_EQ(nll.size(), want.size());
   double worst = 0;
@@ -87,9 +90,10 @@ std::string import_error(const std::string& text) {
 TEST(HfImport, LogProbsMatchTransformersPerArchitecture) {
   for (const char* name : {"llama", "mistral", "qwen2", "smollm3", "rope_linear", "rope_dynamic", "rope_yarn",
                            "rope_yarn_exact", "rope_llama3"}) {
-    const double d = parity(name);
-    std::printf("  parity %-16s max |log p diff| = %.3g\n", name, d);
+    const double d = parity(name), d64 = parity(name, hz::DType::F64);
+    std::printf("  parity %-16s max |log p diff|: f32 %.3g   f64 %.3g\n", name, d, d64);
     EXPECT_LE(d, 1e-5) << name;
+    EXPECT_LE(d64, 1e-10) << name;  // the same math: only float64 rounding is left
   }
 }
 
@@ -162,7 +166,6 @@ TEST(HfImport, RefusesWhatItCannotComputeTheSame) {
       {[](json& j) { j["frobnicate"] = 3; }, "'frobnicate' = 3 not understood"},
       {[](json& j) { j["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor = 0.5"},
       {[](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act = 'gelu'"},
-      {[](json& j) { j["attention_bias"] = true; }, "attention_bias = true adds biases to q, k, v and o_proj"},
       {[](json& j) { j["mlp_bias"] = true; }, "mlp_bias = true"},
       {[](json& j) { j["rope_parameters"]["rope_type"] = "longrope"; }, "'longrope' is not supported"},
       {[](json& j) { j["rope_parameters"]["wobble"] = 1; }, "rope_parameters.wobble"},
@@ -190,8 +193,8 @@ TEST(HfImport, RefusesWhatItCannotComputeTheSame) {
 
 TEST(HfImport, RefusesWeightsThatDoNotMatchTheConfig) {
   TempDir d;
-  auto copy = [&](const std::string& name) {
-    const std::string dst = d / name;
+  auto copy = [&](const std::string& name, const std::string& as = "") {
+    const std::string dst = d / (as.empty() ? name : as);
     fs::copy(kHF + name, dst, fs::copy_options::recursive);
     return dst;
   };
@@ -232,7 +235,28 @@ TEST(HfImport, RefusesWeightsThatDoNotMatchTheConfig) {
   json cfg = read_json(dir + "/config.json");
   cfg["intermediate_size"] = 40;
   std::ofstream(dir + "/config.json", std::ios::trunc) << cfg.dump();
-  EXPECT_TRUE(has(error(dir), "has shape (32, 32) but config.json implies (40, 32)")) << error(dir);
+  EXPECT_TRUE(has(error(dir), "has shape (32, 32) but the model")) << error(dir);
+  // attention_bias = true (Llama): q/k/v biases load, o_proj biases must be zero
+  const std::string biased = copy("llama", "llama_bias");
+  json cb = read_json(biased + "/config.json");
+  cb["attention_bias"] = true;
+  std::ofstream(biased + "/config.json", std::ios::trunc) << cb.dump();
+  t = all;
+  for (const char* l : {"0", "1"}) {
+    const std::string p = std::string("model.layers.") + l + ".self_attn.";
+    t[p + "q_proj.bias"] = Tensor::full({32}, 0.1);
+    t[p + "k_proj.bias"] = Tensor::full({16}, 0.2);
+    t[p + "v_proj.bias"] = Tensor::full({16}, 0.3);
+    t[p + "o_proj.bias"] = Tensor::zeros({32});
+  }
+  fs::remove(biased + "/model.safetensors");
+  hz::io::save_safetensors(biased + "/model.safetensors", t, {{"format", "pt"}});
+  EXPECT_EQ(error(biased), "(no error)");
+  EXPECT_TRUE(hf::import_dir(biased).cfg.qkv_bias);
+  t["model.layers.1.self_attn.o_proj.bias"] = Tensor::full({32}, 0.5);
+  fs::remove(biased + "/model.safetensors");
+  hz::io::save_safetensors(biased + "/model.safetensors", t, {{"format", "pt"}});
+  EXPECT_TRUE(has(error(biased), "model.layers.1.self_attn.o_proj.bias is not zero")) << error(biased);
   // a truncated shard is caught by the safetensors reader
   const std::string smol = copy("smollm3");
   fs::resize_file(smol + "/model-00002-of-00004.safetensors", fs::file_size(smol + "/model-00002-of-00004.safetensors") - 3);
