@@ -6,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -148,7 +147,27 @@ optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total
 
 // checkpoint.init_from: a Horizon run directory or step_<N>.h5 (weights by name), or a Hugging Face
 // directory (weights mapped by train/hf.h onto the model `c` describes).
-std::map<std::string, Tensor> load_init_weights(const std::string& from, const nn::ModelConfig& c, Log& log) {
+// A recipe may override fields of a Hugging Face config.json: say which, so a changed model is never
+// silent (the recipe's model section, before SWAN / DroPE surgery).
+void log_model_overrides(const std::string& from, const nn::ModelConfig& theirs, const nn::ModelConfig& ours, Log& log) {
+  Recipe a, b;
+  a.model.cfg = theirs;
+  b.model.cfg = ours;
+  const YAML::Node ya = YAML::Load(to_yaml(a))["model"], yb = YAML::Load(to_yaml(b))["model"];
+  auto flow = [](const YAML::Node& n) {
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    return std::string(e.c_str());
+  };
+  for (auto it = ya.begin(); it != ya.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    const std::string mine = flow(yb[key]), cfg = flow(it->second);
+    if (mine != cfg) log("  model.{} = {} (the recipe) differs from {}/config.json: {}", key, mine, from, cfg);
+  }
+}
+
+std::map<std::string, Tensor> load_init_weights(const std::string& from, const nn::ModelConfig& c,
+                                                const nn::ModelConfig& recipe_model, Log& log) {
   HZ_CHECK(fs::exists(from), ValueError, "checkpoint.init_from '", from, "' does not exist; give a Horizon run directory, a ",
            "step_<N>.h5 checkpoint, or a Hugging Face model directory (config.json + *.safetensors)");
   if (hf::is_hf_dir(from)) {
@@ -157,17 +176,7 @@ std::map<std::string, Tensor> load_init_weights(const std::string& from, const n
     auto sd = hf::import_weights(from, c, DType::F32, &rep);
     log("init_from {}: Hugging Face {}, {} tensors{}", from, rep.architecture, rep.tensors.size(),
         rep.skipped.empty() ? std::string() : fmt::format(" ({} skipped)", rep.skipped.size()));
-    // a recipe may override fields of config.json: say which, so a changed model is never silent
-    Recipe a, b;
-    a.model.cfg = theirs;
-    b.model.cfg = c;
-    const std::string ya = to_yaml(a), yb = to_yaml(b);
-    if (ya != yb) {
-      std::istringstream sa(ya), sb(yb);
-      std::string la, lb;
-      while (std::getline(sa, la) && std::getline(sb, lb))
-        if (la != lb) log("  model differs from {}/config.json: {}   (config.json: {})", from, lb, la);
-    }
+    log_model_overrides(from, theirs, recipe_model, log);
     return sd;
   }
   std::string path = from;
@@ -268,7 +277,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
     res.tokens_seen = ck.tokens_seen;
     log("resumed from {} at step {}", resume_path, start);
   } else if (!r.checkpoint.init_from.empty()) {
-    const SurgeryReport rep = load_weights(*model, load_init_weights(r.checkpoint.init_from, model->cfg, log));
+    const SurgeryReport rep = load_weights(*model, load_init_weights(r.checkpoint.init_from, model->cfg, r.model.cfg, log));
     log("init_from {}: {} parameters loaded, {} new (kept their initialisation), {} dropped", r.checkpoint.init_from,
         rep.loaded.size(), rep.added.size(), rep.dropped.size());
     for (const auto& n : rep.added) log("  new:     {}", n);
