@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/cpu/loops.h"
+#include "core/ops.h"
 
 namespace hz::attn {
 
@@ -65,45 +65,13 @@ RopeFreqs rope_frequencies(const PositionSpec& pos, int64_t D, int64_t T) {
   return f;
 }
 
-Tensor rope_rotate(const Tensor& x_in, const Tensor& positions_in, const RopeFreqs& f, bool inverse) {
-  HZ_CHECK(x_in.dim() == 4, ShapeError, "rope: x must be (B, H, T, D), got ", shape_str(x_in.shape()));
-  const int64_t B = x_in.size(0), H = x_in.size(1), T = x_in.size(2), D = x_in.size(3), half = D / 2;
-  HZ_CHECK(static_cast<int64_t>(f.inv_freq.size()) * 2 == D, ShapeError, "rope: table for head_dim ",
-           f.inv_freq.size() * 2, " used on head_dim ", D);
-  HZ_CHECK(positions_in.dim() == 1 && positions_in.size(0) == T, ShapeError,
-           "rope: positions must be (T) = (", T, "), got ", shape_str(positions_in.shape()));
-  const Tensor x = x_in.contiguous();
-  const Tensor positions = positions_in.to(DType::I64).contiguous();
-  const int64_t* pp = positions.data<int64_t>();
-  // cos/sin table (T, D/2) in double, then applied in the tensor's dtype
-  std::vector<double> cs(T * half), sn(T * half);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t m = 0; m < half; ++m) {
-      const double a = static_cast<double>(pp[t]) * f.inv_freq[m];
-      cs[t * half + m] = std::cos(a) * f.mscale;
-      sn[t * half + m] = (inverse ? -std::sin(a) : std::sin(a)) * f.mscale;
-    }
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  cpu::dispatch_float(x.dtype(), [&](auto tag) {
-    using T_ = decltype(tag);
-    const T_* xp = x.data<T_>();
-    T_* op = out.data<T_>();
-#pragma omp parallel for schedule(static) if (B * H * T * D > 32768)
-    for (int64_t r = 0; r < B * H * T; ++r) {
-      const int64_t t = r % T;
-      const T_* xr = xp + r * D;
-      T_* o = op + r * D;
-      const double* c = cs.data() + t * half;
-      const double* s = sn.data() + t * half;
-      for (int64_t m = 0; m < half; ++m) {
-        const T_ x1 = xr[m], x2 = xr[m + half];
-        const T_ cm = static_cast<T_>(c[m]), sm = static_cast<T_>(s[m]);
-        o[m] = x1 * cm - x2 * sm;
-        o[m + half] = x1 * sm + x2 * cm;
-      }
-    }
-  });
-  return out;
+Tensor rope_rotate(const Tensor& x, const Tensor& positions, const RopeFreqs& f, bool inverse) {
+  HZ_CHECK(x.dim() == 4, ShapeError, "rope: x must be (B, H, T, D), got ", shape_str(x.shape()));
+  RotaryParams p;
+  p.inv_freq = f.inv_freq;
+  p.mscale = f.mscale;
+  p.inverse = inverse;
+  return ops::rotary(x, positions.device() == x.device() ? positions : positions.to(x.device()), p);
 }
 
 ag::Variable apply_rope(const ag::Variable& x, const Tensor& positions, const RopeFreqs& f) {

@@ -13,7 +13,7 @@
 #include "cli/bench.h"
 #include "cli/convert.h"
 #include "core/cpu/kernels.h"
-#include "core/cuda/backend.h"
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "distributed/communicator.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/backend.h"
+#include "core/cuda/runtime.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "tests/core/test_util.h"
