@@ -30,12 +30,6 @@ json read_json(const std::string& p) {
   std::ifstream in(p);
   return json::parse(in);
 }
-std::string read_text(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 struct TempDir {
   fs::path p;
