@@ -11,6 +11,7 @@
 
 #include "core/bf16.h"
 #include "io/safetensors.h"
+#include "tests/data/data_test_util.h"
 
 namespace fs = std::filesystem;
 using hz::DType;
@@ -26,17 +27,7 @@ nlohmann::json read_json(const std::string& p) {
   return nlohmann::json::parse(in);
 }
 
-struct TempDir {
-  fs::path p;
-  TempDir() {
-    p = fs::temp_directory_path() / ("hz_st_" + std::to_string(::getpid()) + "_" +
-                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(p);
-    fs::create_directories(p);
-  }
-  ~TempDir() { fs::remove_all(p); }
-  std::string operator/(const std::string& n) const { return (p / n).string(); }
-};
+using hzdt::TempDir;  // a fresh directory under /tmp, removed afterwards
 
 // A file with header `h` (as given, no padding) followed by `data`.
 void write_raw(const std::string& path, const std::string& h, const std::string& data, int64_t claimed_len = -1) {
@@ -127,8 +118,8 @@ TEST(Safetensors, WritesWhatItReads) {
   std::map<std::string, Tensor> all;
   for (const auto& e : lib.entries()) all[e.name] = lib.load(e.name);
   all["view"] = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}).transpose(0, 1);  // a strided view
-  save_safetensors(d / "a.safetensors", all, {{"format", "pt"}, {"k", "v"}});
-  const SafetensorsFile f = SafetensorsFile::open(d / "a.safetensors");
+  save_safetensors(d.file("a.safetensors"), all, {{"format", "pt"}, {"k", "v"}});
+  const SafetensorsFile f = SafetensorsFile::open(d.file("a.safetensors"));
   EXPECT_EQ(f.metadata(), (std::map<std::string, std::string>{{"format", "pt"}, {"k", "v"}}));
   EXPECT_EQ((8 + f.header_size()) % 8, 0u);  // data 8-byte aligned
   for (const auto& [name, t] : all) {
@@ -144,9 +135,9 @@ TEST(Safetensors, WritesWhatItReads) {
   const nlohmann::json ex = read_json(kFix + "/safetensors/dtypes.json");
   const auto src = floats(ex["source_f32"]);
   const Tensor s = Tensor::from_vector(src, {static_cast<int64_t>(src.size())});
-  save_safetensors(d / "h.safetensors", {{"x", s}}, {}, StoreAs::F16);
-  save_safetensors(d / "b.safetensors", {{"x", s}}, {}, StoreAs::BF16);
-  const SafetensorsFile h = SafetensorsFile::open(d / "h.safetensors"), b = SafetensorsFile::open(d / "b.safetensors");
+  save_safetensors(d.file("h.safetensors"), {{"x", s}}, {}, StoreAs::F16);
+  save_safetensors(d.file("b.safetensors"), {{"x", s}}, {}, StoreAs::BF16);
+  const SafetensorsFile h = SafetensorsFile::open(d.file("h.safetensors")), b = SafetensorsFile::open(d.file("b.safetensors"));
   EXPECT_EQ(h.entry("x").dtype, "F16");
   EXPECT_EQ(b.entry("x").dtype, "BF16");
   const auto f16 = ex["f16_bits"].get<std::vector<uint16_t>>(), bf = ex["bf16_bits"].get<std::vector<uint16_t>>();
@@ -161,7 +152,7 @@ TEST(Safetensors, WritesWhatItReads) {
 
 TEST(Safetensors, RefusesCorruptAndTruncatedFiles) {
   TempDir d;
-  const std::string p = d / "x.safetensors";
+  const std::string p = d.file("x.safetensors");
   const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I32","shape":[1],"data_offsets":[8,12]}})";
   write_raw(p, ok, std::string(12, '\0'));
   EXPECT_NO_THROW(SafetensorsFile::open(p));
@@ -223,20 +214,20 @@ TEST(Safetensors, ShardedDirectories) {
   std::map<std::string, Tensor> t;
   for (int i = 0; i < 5; ++i)
     t["w" + std::to_string(i)] = Tensor::full({10, 10}, 0.5 * i);  // 400 bytes each
-  const auto files = save_safetensors_dir(d / "m", t, {{"format", "pt"}}, StoreAs::Native, 900);
+  const auto files = save_safetensors_dir(d.file("m"), t, {{"format", "pt"}}, StoreAs::Native, 900);
   ASSERT_EQ(files.size(), 4u);  // 3 shards of <= 2 tensors + the index
-  EXPECT_TRUE(fs::exists(d / "m/model-00003-of-00003.safetensors"));
-  const nlohmann::json index = read_json(d / "m/model.safetensors.index.json");
+  EXPECT_TRUE(fs::exists(d.file("m/model-00003-of-00003.safetensors")));
+  const nlohmann::json index = read_json(d.file("m/model.safetensors.index.json"));
   EXPECT_EQ(index["metadata"]["total_size"].get<int>(), 2000);
-  const SafetensorsSet s = SafetensorsSet::open_dir(d / "m");
+  const SafetensorsSet s = SafetensorsSet::open_dir(d.file("m"));
   EXPECT_EQ(s.names().size(), 5u);
   for (const auto& [n, v] : t) EXPECT_EQ(s.load(n).to_vector(), v.to_vector()) << n;
   EXPECT_EQ(fs::path(s.file_of("w4")).filename(), "model-00003-of-00003.safetensors");
 
-  EXPECT_THROW(save_safetensors_dir(d / "m", t, {}, StoreAs::Native, 900), SafetensorsError);  // not empty
-  save_safetensors_dir(d / "single", t, {}, StoreAs::Native, 1 << 20);
-  EXPECT_TRUE(fs::exists(d / "single/model.safetensors"));
-  EXPECT_EQ(SafetensorsSet::open_dir(d / "single").names().size(), 5u);
+  EXPECT_THROW(save_safetensors_dir(d.file("m"), t, {}, StoreAs::Native, 900), SafetensorsError);  // not empty
+  save_safetensors_dir(d.file("single"), t, {}, StoreAs::Native, 1 << 20);
+  EXPECT_TRUE(fs::exists(d.file("single/model.safetensors")));
+  EXPECT_EQ(SafetensorsSet::open_dir(d.file("single")).names().size(), 5u);
 
   // the library-written sharded fixture
   const SafetensorsSet smol = SafetensorsSet::open_dir(kFix + "/hf/smollm3");
@@ -254,30 +245,30 @@ TEST(Safetensors, ShardedDirectories) {
   auto edit_index = [&](const std::function<void(nlohmann::json&)>& f) {
     nlohmann::json j = index;
     f(j);
-    std::ofstream(d / "m/model.safetensors.index.json", std::ios::trunc) << j.dump();
+    std::ofstream(d.file("m/model.safetensors.index.json"), std::ios::trunc) << j.dump();
   };
   edit_index([](nlohmann::json& j) { j["weight_map"]["w9"] = "model-00001-of-00003.safetensors"; });
-  EXPECT_TRUE(has(err(d / "m"), "lists 'w9' in model-00001-of-00003.safetensors, but that shard has no such tensor")) << err(d / "m");
+  EXPECT_TRUE(has(err(d.file("m")), "lists 'w9' in model-00001-of-00003.safetensors, but that shard has no such tensor")) << err(d.file("m"));
   edit_index([](nlohmann::json& j) { j["weight_map"].erase("w1"); });
-  EXPECT_TRUE(has(err(d / "m"), "holds 'w1', which the index does not list")) << err(d / "m");
+  EXPECT_TRUE(has(err(d.file("m")), "holds 'w1', which the index does not list")) << err(d.file("m"));
   edit_index([](nlohmann::json&) {});
-  const std::string shard2 = d / "m/model-00002-of-00003.safetensors";
+  const std::string shard2 = d.file("m/model-00002-of-00003.safetensors");
   const SafetensorsFile old2 = SafetensorsFile::open(shard2);
   save_safetensors(shard2, {{"w1", t["w1"]}, {"w2", t["w2"]}, {"w3", t["w3"]}});  // w1 also in shard 1
-  EXPECT_TRUE(has(err(d / "m"), "holds 'w1', which the index places in model-00001-of-00003.safetensors")) << err(d / "m");
+  EXPECT_TRUE(has(err(d.file("m")), "holds 'w1', which the index places in model-00001-of-00003.safetensors")) << err(d.file("m"));
   save_safetensors(shard2, {{"w2", t["w2"]}, {"w3", t["w3"]}});
-  EXPECT_EQ(err(d / "m"), "(no error)");
+  EXPECT_EQ(err(d.file("m")), "(no error)");
   edit_index([](nlohmann::json& j) { j["weight_map"]["w0"] = "../model-00001-of-00003.safetensors"; });
-  EXPECT_TRUE(has(err(d / "m"), "not a plain file name")) << err(d / "m");
+  EXPECT_TRUE(has(err(d.file("m")), "not a plain file name")) << err(d.file("m"));
   edit_index([](nlohmann::json&) {});
-  fs::remove(d / "m/model-00002-of-00003.safetensors");
-  EXPECT_TRUE(has(err(d / "m"), "shard 'model-00002-of-00003.safetensors'")) << err(d / "m");
-  EXPECT_TRUE(has(err(d / "m"), "is missing")) << err(d / "m");
+  fs::remove(d.file("m/model-00002-of-00003.safetensors"));
+  EXPECT_TRUE(has(err(d.file("m")), "shard 'model-00002-of-00003.safetensors'")) << err(d.file("m"));
+  EXPECT_TRUE(has(err(d.file("m")), "is missing")) << err(d.file("m"));
 
-  fs::create_directories(d / "pt");
-  std::ofstream(d / "pt/pytorch_model.bin") << "x";
-  EXPECT_TRUE(has(err(d / "pt"), "pytorch_model.bin")) << err(d / "pt");
-  EXPECT_TRUE(has(err(d / "nope"), "not a directory")) << err(d / "nope");
+  fs::create_directories(d.file("pt"));
+  std::ofstream(d.file("pt/pytorch_model.bin")) << "x";
+  EXPECT_TRUE(has(err(d.file("pt")), "pytorch_model.bin")) << err(d.file("pt"));
+  EXPECT_TRUE(has(err(d.file("nope")), "not a directory")) << err(d.file("nope"));
 }
 
 TEST(Safetensors, ByteSizes) {

@@ -14,6 +14,7 @@
 #include "attention/rope.h"
 #include "eval/score.h"
 #include "io/safetensors.h"
+#include "tests/data/data_test_util.h"
 #include "train/hf.h"
 #include "train/recipe.h"
 
@@ -31,17 +32,7 @@ json read_json(const std::string& p) {
   return json::parse(in);
 }
 
-struct TempDir {
-  fs::path p;
-  TempDir() {
-    p = fs::temp_directory_path() / ("hz_hf_" + std::to_string(::getpid()) + "_" +
-                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(p);
-    fs::create_directories(p);
-  }
-  ~TempDir() { fs::remove_all(p); }
-  std::string operator/(const std::string& n) const { return (p / n).string(); }
-};
+using hzdt::TempDir;  // a fresh directory under /tmp, removed afterwards
 
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
@@ -188,7 +179,7 @@ TEST(HfImport, RefusesWhatItCannotComputeTheSame) {
 TEST(HfImport, RefusesWeightsThatDoNotMatchTheConfig) {
   TempDir d;
   auto copy = [&](const std::string& name, const std::string& as = "") {
-    const std::string dst = d / (as.empty() ? name : as);
+    const std::string dst = d.file(as.empty() ? name : as);
     fs::copy(kHF + name, dst, fs::copy_options::recursive);
     return dst;
   };
@@ -275,7 +266,7 @@ TEST(HfExport, RoundTripIsBitIdentical) {
     hf::ExportOptions opt;
     opt.store = store;
     opt.max_shard_bytes = name == "smollm3" ? 20000 : opt.max_shard_bytes;
-    const std::string out = d / name;
+    const std::string out = d.file(name);
     const hf::ExportReport rep = hf::export_dir(a.cfg, a.weights, name == "llama" ? "byte" : "", out, opt);
     EXPECT_EQ(rep.architecture, arch) << name;
     const hf::Imported b = hf::import_dir(out);
@@ -299,7 +290,7 @@ TEST(HfExport, RoundTripIsBitIdentical) {
       EXPECT_EQ(std::memcmp(orig.bytes(n), mine.bytes(n), e.end - e.begin), 0) << name << " " << n;
     }
   }
-  EXPECT_EQ(hf::tokenizer_spec(d / "llama"), "byte");  // the byte tokenizer written is recognised
+  EXPECT_EQ(hf::tokenizer_spec(d.file("llama")), "byte");  // the byte tokenizer written is recognised
 }
 
 TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
