@@ -365,6 +365,9 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   const Tensor& qv = q.value();
   const Tensor& kv = k.value();
   const Tensor& vv = v.value();
+  HZ_CHECK(qv.device().is_cpu() && kv.device().is_cpu() && vv.device().is_cpu(), NotImplementedError,
+           "fused attention has no CUDA kernel in this build yet (q on ", qv.device().str(),
+           "); train attention layers on run.device=cpu");
   HZ_CHECK(qv.dim() == 4 && kv.dim() == 4 && vv.dim() == 4, ShapeError,
            "attention: q, k, v must be (B, H, T, D); got ", shape_str(qv.shape()), ", ",
            shape_str(kv.shape()), ", ", shape_str(vv.shape()));

@@ -24,7 +24,10 @@
 #include "core/rng.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
+#include "core/cuda/runtime.h"
+#include "distributed/communicator.h"
 #include "train/recipe.h"
+#include "train/trainer.h"
 
 namespace hz::cli {
 
@@ -129,8 +132,10 @@ int bench_attention(const Args& args) {
   return 0;
 }
 
-// Training throughput of a recipe's model: full steps (forward, backward, clip, AdamW) on random
-// tokens, median step time. The PyTorch twin is scripts/bench_train_torch.py.
+// Training throughput of a recipe's model on its run.device and run.precision: full steps
+// (forward, backward, clip, AdamW) on random tokens over the whole vocabulary, median step time,
+// the phase times (the device is synchronised at each phase boundary), peak device memory and MFU.
+// The PyTorch twin is scripts/bench_train_torch.py.
 int bench_train(const std::vector<std::string>& a) {
   HZ_CHECK(a.size() >= 3, ValueError, "usage: horizon bench train RECIPE.yaml [--steps N] [key=value ...]");
   int64_t steps = 20;
@@ -140,29 +145,42 @@ int bench_train(const std::vector<std::string>& a) {
     else ov.push_back(a[i]);
   }
   const train::Recipe r = train::load_recipe(a[2], ov);
+  auto local = dist::make_local();
+  const Device dev = train::train_device(r, *local);
+  if (dev.is_cuda()) cuda::set_allow_tf32(r.run.tf32);
   nn::Transformer m(r.model_config(), 1);
+  m.to(dev);
+  m.compute_dtype = r.run.precision == "bf16" ? DType::BF16 : DType::F32;
   auto named = m.named_parameters();
   std::vector<std::pair<std::string, ag::Variable*>> decay, rest;
   for (auto& p : named) (p.second->dim() >= 2 ? decay : rest).push_back(p);
   optim::AdamW opt({{"decay", decay, r.optim.lr, r.optim.weight_decay}, {"no_decay", rest, r.optim.lr, 0.0}});
-  const int64_t B = r.data.batch_size, T = r.data.seq_len;
+  const int64_t B = r.data.batch_size, T = r.data.seq_len, V = r.model.cfg.vocab_size;
   Generator g(1);
   std::vector<double> times, fwd, bwd, upd;
   const int64_t warmup = 3;
+  auto sync = [&] {
+    if (dev.is_cuda()) cuda::synchronize(dev.index);
+  };
   for (int64_t i = 0; i < warmup + steps; ++i) {
-    const Tensor u = g.uniform({B, T + 1}, 0, 256, DType::F64);
+    if (i == warmup && dev.is_cuda()) reset_peak_memory(dev);
+    const Tensor u = g.uniform({B, T + 1}, 0, static_cast<double>(V), DType::F64);
     std::vector<double> v = u.to_vector();
     for (auto& x : v) x = std::floor(x);
-    const Tensor ids = Tensor::from_vector(v, {B, T + 1}, DType::I64);
+    const Tensor ids = Tensor::from_vector(v, {B, T + 1}, DType::I64, dev);
+    sync();
     using clk = std::chrono::steady_clock;
     const auto t0 = clk::now();
     ag::Variable loss = m.loss(ids.narrow(1, 0, T).contiguous(), ids.narrow(1, 1, T).contiguous());
+    sync();
     const auto t1 = clk::now();
     loss.backward();
+    sync();
     const auto t2 = clk::now();
     optim::clip_grad_norm(named, 1.0);
     opt.step();
     m.zero_grad();
+    sync();
     const auto t3 = clk::now();
     auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     if (i >= warmup) {
@@ -177,10 +195,60 @@ int bench_train(const std::vector<std::string>& a) {
     return v[v.size() / 2];
   };
   const double med = median(times);
-  fmt::print("{{\"impl\": \"horizon\", \"params\": {}, \"step_ms\": {:.2f}, \"tok_per_s\": {:.1f}, \"threads\": {}, "
-             "\"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, \"update_ms\": {:.2f}}}\n",
-             m.num_parameters(), med * 1e3, B * T / med, cpu::num_threads(), median(fwd) * 1e3, median(bwd) * 1e3,
-             median(upd) * 1e3);
+  const double tps = B * T / med;
+  const double flops = train::flops_per_token(m, T);
+  const double peak = train::peak_tflops(r, dev);
+  const int64_t mem = dev.is_cuda() ? memory_stats(dev).peak : 0;
+  fmt::print("{{\"impl\": \"horizon\", \"device\": \"{}\", \"precision\": \"{}\", \"params\": {}, \"step_ms\": {:.2f}, "
+             "\"tok_per_s\": {:.1f}, \"threads\": {}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
+             "\"update_ms\": {:.2f}, \"flops_per_token\": {:.4g}, \"mfu\": {:.4f}, \"peak_mem_bytes\": {}}}\n",
+             dev.str(), r.run.precision, m.num_parameters(), med * 1e3, tps, cpu::num_threads(), median(fwd) * 1e3,
+             median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0, mem);
+  return 0;
+}
+
+// The optimizer step against the memory-bandwidth bound: AdamW over N f32 parameters (reads p, g,
+// m, v and writes p, m, v: 28 bytes per parameter) next to a triad a = b + s c over buffers of the
+// same total size (12 bytes per element), the practical bandwidth ceiling of this machine.
+int bench_optimizer(const std::vector<std::string>& a) {
+  int64_t n = 124000000, reps = 5;
+  for (size_t i = 2; i + 1 < a.size(); i += 2) {
+    if (a[i] == "--params") n = std::stoll(a[i + 1]);
+    else if (a[i] == "--reps") reps = std::stoll(a[i + 1]);
+    else throw ValueError("bench optimizer: unknown option " + a[i]);
+  }
+  ag::Variable p(Tensor::zeros({n}, DType::F32), true, "p");
+  Generator g(3);
+  p.grad() = g.normal({n}, 0.0, 1.0);
+  optim::AdamW opt({{"all", {{"p", &p}}, 1e-3, 0.1}});
+  Tensor x = Tensor::zeros({n}), y = Tensor::ones({n}), z = Tensor::ones({n});
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> ta, tt;
+  for (int64_t r = 0; r < reps + 1; ++r) {
+    using clk = std::chrono::steady_clock;
+    const auto t0 = clk::now();
+    opt.step();
+    const auto t1 = clk::now();
+    float* xp = x.data<float>();
+    const float* yp = y.data<float>();
+    const float* zp = z.data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) xp[i] = yp[i] + 0.5f * zp[i];
+    const auto t2 = clk::now();
+    if (r > 0) {
+      ta.push_back(std::chrono::duration<double>(t1 - t0).count());
+      tt.push_back(std::chrono::duration<double>(t2 - t1).count());
+    }
+  }
+  const double adam = median(ta), triad = median(tt);
+  const double adam_gbs = 28.0 * n / adam / 1e9, triad_gbs = 12.0 * n / triad / 1e9;
+  fmt::print("{{\"params\": {}, \"threads\": {}, \"adamw_ms\": {:.1f}, \"adamw_GBps\": {:.1f}, \"triad_ms\": {:.1f}, "
+             "\"triad_GBps\": {:.1f}, \"adamw_bound_ms\": {:.1f}, \"of_bound\": {:.2f}}}\n",
+             n, cpu::num_threads(), adam * 1e3, adam_gbs, triad * 1e3, triad_gbs, 28.0 * n / (triad_gbs * 1e9) * 1e3,
+             28.0 * n / (triad_gbs * 1e9) / adam);
   return 0;
 }
 
@@ -189,6 +257,7 @@ int bench_train(const std::vector<std::string>& a) {
 int bench_main(const std::vector<std::string>& args) {
   if (args.size() < 2 || args[1] == "--help") {
     fmt::print("usage: horizon bench train RECIPE.yaml [--steps 20] [key=value ...]\n"
+               "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
                "       horizon bench attention [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512]\n"
                "                               [--reps 3] [--block-q 64] [--block-k 64] [--masks causal,swa,scope]\n"
                "                               [--json FILE]\n");
@@ -196,7 +265,8 @@ int bench_main(const std::vector<std::string>& args) {
   }
   if (args[1] == "attention") return bench_attention(parse(args, 2));
   if (args[1] == "train") return bench_train(args);
-  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train");
+  if (args[1] == "optimizer") return bench_optimizer(args);
+  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train, optimizer");
 }
 
 }  // namespace hz::cli

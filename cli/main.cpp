@@ -60,10 +60,12 @@ int cmd_train(const std::vector<std::string>& a) {
                "  Resume with checkpoint.resume=latest; see horizon train --schema for every field.\n");
     return a.size() < 2 ? 2 : 0;
   }
-  // Under mpirun every rank runs this; a failing rank takes the whole job down (no hangs).
-  std::unique_ptr<hz::dist::Communicator> comm = hz::dist::from_environment();
+  // Under mpirun every rank runs this; a failing rank takes the whole job down (no hangs). CUDA
+  // ranks all-reduce with NCCL (bootstrapped over MPI), CPU ranks with MPI.
+  const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+  std::unique_ptr<hz::dist::Communicator> comm =
+      hz::dist::launched_by_mpirun() && r.run.device == "cuda" ? hz::dist::make_nccl() : hz::dist::from_environment();
   try {
-    const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
     hz::train::TrainOptions opt;
     opt.comm = comm.get();
     const auto res = hz::train::train(r, opt);

@@ -80,8 +80,9 @@ int score_main(const std::vector<std::string>& a) {
   if (f64) {  // the same weights in double precision
     nn::ModelConfig c = run.model->cfg;
     c.dtype = DType::F64;
-    auto m = std::make_unique<nn::Transformer>(c, 0);
+    auto m = std::make_unique<nn::Transformer>(c, 0);  // on the CPU
     m->load_state_dict(run.model->state_dict(), /*strict=*/true);
+    m->compute_dtype = DType::F64;
     run.model = std::move(m);
   }
   const std::vector<double> nll = eval::token_nll(*run.model, ids, run.recipe.data.seq_len);

@@ -25,7 +25,7 @@ std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_
   for (int64_t r0 = 0; r0 < n - 1; r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, n - 1 - r0);
     const Tensor logits = m.project(ag::Variable(h.narrow(0, r0, rows).contiguous())).value();
-    const Tensor targets = x.reshape({n}).narrow(0, r0 + 1, rows).contiguous();
+    const Tensor targets = x.reshape({n}).narrow(0, r0 + 1, rows).contiguous().to(logits.device());
     const std::vector<double> v = ops::cross_entropy_rows(logits, targets).to_vector();
     nll.insert(nll.end(), v.begin(), v.end());
   }

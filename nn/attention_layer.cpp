@@ -24,6 +24,11 @@ AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec
   }
 }
 
+void AttentionLayer::move_buffers(Device dev) {
+  if (logn_c.defined() && !logn_c.requires_grad() && logn_c.value().device() != dev)
+    logn_c = ag::Variable(logn_c.value().to(dev));
+}
+
 attn::AttnConfig AttentionLayer::kernel_config(const AttnCall& call) const {
   attn::AttnConfig cfg;
   cfg.window = spec.windows(dims.n_heads, call.T);
@@ -41,6 +46,13 @@ attn::AttnConfig AttentionLayer::kernel_config(const AttnCall& call) const {
 ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const {
   const int64_t B = x.size(0), T = x.size(1), H = dims.n_heads, Hkv = dims.n_kv_heads, D = dims.head_dim;
   ag::Variable q = wq->forward(x), k = wk->forward(x), v = wv->forward(x);  // (B, T, heads*D)
+  // bf16 activations: until the fused op takes bf16 itself, attention runs on f32 copies
+  const DType act = q.dtype();
+  if (act == DType::BF16) {
+    q = ag::cast(q, DType::F32);
+    k = ag::cast(k, DType::F32);
+    v = ag::cast(v, DType::F32);
+  }
   if (spec.qk_norm == attn::QKNorm::Full) {
     q = q_norm->forward(q);
     k = k_norm->forward(k);
@@ -67,7 +79,7 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
   }
   if (rotary && lampe && causal) {  // LaMPE rotates per region itself
     const attn::AttnOutput o = attn::lampe_attention(q, k, v, f, *lampe, cfg);
-    return wo->forward(ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D}));
+    return wo->forward(ag::cast(ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D}), act));
   }
   if (rotary) {
     q = attn::apply_rope(q, positions, f);
@@ -75,7 +87,7 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
   }
   const attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, logn_c);
   ag::Variable y = ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D});
-  return wo->forward(y);
+  return wo->forward(ag::cast(y, act));
 }
 
 }  // namespace hz::nn

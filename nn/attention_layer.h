@@ -42,6 +42,9 @@ class AttentionLayer : public Module {
   ag::Variable logn_c;  // (H): a parameter when learnable, else a constant
   // Inference: when set on a causal RoPE layer, attention runs as LaMPE (attention/lampe.h).
   std::optional<attn::LampeConfig> lampe;
+
+ protected:
+  void move_buffers(Device dev) override;  // logn_c when it is a constant
 };
 
 }  // namespace hz::nn

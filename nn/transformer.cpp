@@ -79,17 +79,23 @@ Transformer::Transformer(const ModelConfig& c, uint64_t seed) : cfg(c) {
 }
 
 ag::Variable Transformer::forward(const Tensor& ids, const Tensor& positions, AttnCall call) const {
+  ComputeScope scope(compute_dtype);
   return project(hidden(ids, positions, call));
 }
 
 ag::Variable Transformer::project(const ag::Variable& x) const {
-  return head ? head->forward(x) : ag::matmul(x, embed->weight, false, true);
+  ComputeScope scope(compute_dtype);
+  if (head) return head->forward(x);
+  return ag::matmul(x, autocast_active() ? ag::cast(embed->weight, compute_dtype) : embed->weight, false, true);
 }
 
-ag::Variable Transformer::hidden(const Tensor& ids, const Tensor& positions_in, AttnCall call) const {
-  HZ_CHECK(ids.dim() == 2, ShapeError, "model: ids must be (B, T), got ", shape_str(ids.shape()));
+ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_in, AttnCall call) const {
+  HZ_CHECK(ids_in.dim() == 2, ShapeError, "model: ids must be (B, T), got ", shape_str(ids_in.shape()));
+  const Device dev = embed->weight.value().device();
+  const Tensor ids = ids_in.to(dev);
   const int64_t T = ids.size(1);
-  const Tensor positions = positions_in.defined() ? positions_in : Tensor::arange(0, T);
+  const Tensor positions = positions_in.defined() ? positions_in.to(dev) : Tensor::arange(0, T, 1, DType::I64, dev);
+  ComputeScope scope(compute_dtype);
   if (call.T == 0) call.T = T;
   if (call.train_T == 0) call.train_T = cfg.max_seq_len;
   ag::Variable x = embed->forward(ids);
@@ -100,8 +106,9 @@ ag::Variable Transformer::hidden(const Tensor& ids, const Tensor& positions_in, 
 ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const Tensor& weights, AttnCall call) const {
   ag::Variable logits = forward(ids, Tensor(), call);
   const int64_t V = cfg.vocab_size;
-  return ag::cross_entropy(ag::reshape(logits, {-1, V}), targets.reshape({-1}),
-                           weights.defined() ? weights.reshape({-1}) : Tensor());
+  const Device dev = logits.value().device();
+  return ag::cross_entropy(ag::reshape(logits, {-1, V}), targets.to(dev).reshape({-1}),
+                           weights.defined() ? weights.to(dev).reshape({-1}) : Tensor());
 }
 
 }  // namespace hz::nn

@@ -59,7 +59,8 @@ class Block : public Module {
 class Transformer : public Module {
  public:
   explicit Transformer(const ModelConfig& cfg, uint64_t seed = 0);
-  // ids (B, T) integer; positions (T) i64 (default 0..T-1). call.T defaults to T.
+  // ids (B, T) integer; positions (T) i64 (default 0..T-1). call.T defaults to T. Inputs on
+  // another device than the model are moved to it.
   ag::Variable forward(const Tensor& ids, const Tensor& positions = Tensor(), AttnCall call = {}) const;
   // forward() in two halves: the final-normed hidden states (B, T, C), and the output head on them
   // (scoring long texts projects chunks of rows to bound the (T, V) logits).
@@ -70,6 +71,8 @@ class Transformer : public Module {
                     AttnCall call = {}) const;
 
   ModelConfig cfg;
+  // Mixed precision: the dtype forward() computes in (nn/autocast.h); parameters keep cfg.dtype.
+  DType compute_dtype = DType::F32;
   std::shared_ptr<Embedding> embed;
   std::vector<std::shared_ptr<Block>> layers;
   std::shared_ptr<RMSNorm> norm;

@@ -44,7 +44,7 @@ if has build; then
   fi
   b0=$(date +%s)
   if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHZ_DEPS_PREFIX="$deps" -DHZ_MPI=OFF \
-       -DHZ_OPENBLAS=OFF -DHZ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$REPORT_DIR/build.log" 2>&1 &&
+       -DHZ_OPENBLAS=OFF -DHZ_DNNL=OFF -DHZ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$REPORT_DIR/build.log" 2>&1 &&
      cmake --build "$BUILD" -j "$JOBS" >> "$REPORT_DIR/build.log" 2>&1; then
     say "- build: ok in $(( $(date +%s) - b0 )) s"
   else

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
-      libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libfmt-dev
+      libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libfmt-dev libdnnl-dev
       nlohmann-json3-dev bible-kjv python3-h5py)
 
 missing=()

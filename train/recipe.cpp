@@ -63,6 +63,13 @@ void visit_fields(Recipe& r, V& v) {
   v("run.out_dir", r.run.out_dir, "directory holding run directories");
   v("run.seed", r.run.seed, "seed of initialisation, data split and shuffling");
   v("run.threads", r.run.threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)");
+  v("run.device", r.run.device, "cpu | cuda (under mpirun each rank uses the GPU of its local rank; NCCL all-reduces)");
+  v("run.precision", r.run.precision,
+    "fp32 | bf16: bf16 keeps f32 master weights and optimizer state, computes activations and GEMMs in bf16 "
+    "(f32 accumulation), norms/softmax/loss/gradients in f32");
+  v("run.tf32", r.run.tf32, "CUDA only: f32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative)");
+  v("run.peak_tflops", r.run.peak_tflops,
+    "peak TFLOP/s for the logged MFU (0 = the GPU's known dense peak for the precision; no MFU on CPU)");
   nn::ModelConfig& m = r.model.cfg;
   v("model.vocab_size", m.vocab_size, "vocabulary size (byte tokenizer: 259)");
   v("model.d_model", m.d_model, "residual width C");
@@ -503,6 +510,11 @@ std::vector<int64_t> Recipe::eval_lengths() const {
 void Recipe::validate() const {
   auto bad = [&](const std::string& what) { throw RecipeError(source_file + ": " + what); };
   if (run.name.empty() || run.name.find('/') != std::string::npos) bad("run.name must be a non-empty name without '/'");
+  if (run.device != "cpu" && run.device != "cuda") bad("run.device '" + run.device + "' is not one of: cpu cuda");
+  if (run.precision != "fp32" && run.precision != "bf16")
+    bad("run.precision '" + run.precision + "' is not one of: fp32 bf16");
+  if (run.tf32 && run.device != "cuda") bad("run.tf32 applies to run.device=cuda only");
+  if (run.peak_tflops < 0) bad("run.peak_tflops must be >= 0");
   if (data.seq_len < 2) bad("data.seq_len must be >= 2");
   if (data.batch_size < 1) bad("data.batch_size must be >= 1");
   if (data.val_fraction < 0 || data.val_fraction >= 1) bad("data.val_fraction must be in [0, 1)");

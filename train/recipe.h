@@ -26,6 +26,10 @@ struct RunSection {
   std::string out_dir = "runs";
   int64_t seed = 1234;
   int64_t threads = 0;  // OpenMP threads; 0 = OMP_NUM_THREADS / all cores
+  std::string device = "cpu";      // cpu | cuda (under mpirun: the GPU of the local rank)
+  std::string precision = "fp32";  // fp32 | bf16 (f32 master weights and optimizer state, bf16 activations/GEMMs)
+  bool tf32 = false;               // CUDA: f32 GEMMs on TF32 tensor cores (fp32 runs only)
+  double peak_tflops = 0;          // MFU denominator; 0 = known GPU peak (H100/H200: 989 bf16, 495 tf32, 67 fp32), none on CPU
 };
 
 struct ModelSection {

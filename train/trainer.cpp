@@ -15,6 +15,8 @@
 #include <omp.h>
 #endif
 
+#include "attention/accounting.h"
+#include "core/cuda/runtime.h"
 #include "data/corpus.h"
 #include "distributed/grad_sync.h"
 #include "data/loader.h"
@@ -69,7 +71,7 @@ class Log {
 uint64_t parameter_checksum(nn::Transformer& m) {
   uint64_t h = 1469598103934665603ull;
   for (auto& [name, v] : m.named_parameters()) {
-    const Tensor t = v->value().contiguous();
+    const Tensor t = v->value().to(Device::cpu()).contiguous();
     const unsigned char* p = static_cast<const unsigned char*>(t.raw_data());
     for (size_t i = 0; i < t.numel() * dtype_size(t.dtype()); ++i) {
       h ^= p[i];
@@ -127,6 +129,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transforme
   split_decay(part.rest);
   optim::MuonOptions mo;
   mo.momentum = r.optim.muon_momentum;
+  if (r.run.precision == "bf16") mo.ns_dtype = DType::BF16;  // Newton-Schulz GEMMs in bf16, as the reference
   std::vector<std::unique_ptr<optim::Optimizer>> parts;
   parts.push_back(std::make_unique<optim::Muon>(
       std::vector<optim::ParamGroup>{{"hidden", part.hidden_matrices, r.optim.muon_lr, r.optim.weight_decay}}, mo));
@@ -197,6 +200,42 @@ std::unique_ptr<data::Tokenizer> recipe_tokenizer(const Recipe& r) {
 }
 }  // namespace
 
+// Model FLOPs of one token, forward + backward (3x forward; no recomputation counted): 6 per
+// GEMM weight (the tied head counts the embedding once; an untied embedding is a gather) plus
+// the attention score and value products over the exact visible pairs of each layer.
+double flops_per_token(const nn::Transformer& m, int64_t T) {
+  double n_mm = 0;
+  for (const auto& [name, v] : m.named_parameters())
+    if (v->dim() == 2) n_mm += static_cast<double>(v->numel());
+  if (!m.cfg.tie_embeddings) n_mm -= static_cast<double>(m.cfg.vocab_size * m.cfg.d_model);
+  double attn = 0;
+  for (const auto& layer : m.layers) {
+    const attn::AttnConfig cfg = layer->attn->kernel_config({T, T});
+    attn += 3.0 * attn::attention_cost(cfg, m.cfg.n_heads, T, T, m.cfg.hdim()).flops_fwd / static_cast<double>(T);
+  }
+  return 6.0 * n_mm + attn;
+}
+
+// Dense peak of the device for the run's precision (TFLOP/s), 0 when unknown.
+double peak_tflops(const Recipe& r, Device dev) {
+  if (r.run.peak_tflops > 0) return r.run.peak_tflops;
+  if (!dev.is_cuda()) return 0;
+  const std::string name = cuda::device_name(dev.index);
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos)
+    return r.run.precision == "bf16" ? 989.0 : r.run.tf32 ? 494.7 : 66.9;
+  return 0;
+}
+
+Device train_device(const Recipe& r, const dist::Communicator& comm) {
+  if (r.run.device == "cpu") return Device::cpu();
+  HZ_CHECK(cuda::compiled(), DeviceError, "run.device=cuda, but this Horizon build has no CUDA support; rebuild "
+           "with -DHZ_CUDA=ON on a machine with the CUDA toolkit, or set run.device=cpu");
+  const int n = cuda::device_count();
+  HZ_CHECK(n > 0, DeviceError, "run.device=cuda, but no CUDA device is visible (check nvidia-smi and "
+           "CUDA_VISIBLE_DEVICES), or set run.device=cpu");
+  return Device::cuda(comm.local_rank() % n);
+}
+
 std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) {
   const std::string dir = cache_dir(r);
   const std::string train_path = dir + "/train.shard", val_path = dir + "/val.shard";
@@ -223,6 +262,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   const bool lead = rank == 0;
   const char* fault_rank = std::getenv("HZ_FAULT_RANK");
   const char* fault_step = std::getenv("HZ_FAULT_STEP");
+  const Device dev = train_device(r, comm);  // refuse a missing GPU before anything else
   TrainResult res;
   res.run_dir = r.run.out_dir + "/" + r.run.name;
   const std::string ckpt_dir = res.run_dir + "/checkpoints";
@@ -269,6 +309,12 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   }
 
   // ---- model ---------------------------------------------------------------------------------
+  const DType compute = r.run.precision == "bf16" ? DType::BF16 : DType::F32;
+  if (dev.is_cuda()) cuda::set_allow_tf32(r.run.tf32);
+  auto place = [&](nn::Transformer& m) {  // parameters on the run's device, forward at its precision
+    m.to(dev);
+    m.compute_dtype = compute;
+  };
   auto model = std::make_unique<nn::Transformer>(model_config_at(r, start), static_cast<uint64_t>(r.run.seed));
   if (!resume_path.empty()) {
     model->load_state_dict(ck.model, /*strict=*/true);
@@ -283,6 +329,11 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
     for (const auto& n : rep.added) log("  new:     {}", n);
     for (const auto& n : rep.dropped) log("  dropped: {}", n);
   }
+
+  place(*model);
+  if (dev.is_cuda()) log("device {}: {}, precision {}{}", dev.str(), cuda::device_name(dev.index), r.run.precision,
+                         r.run.tf32 ? " (TF32 GEMMs)" : "");
+  else if (r.run.precision == "bf16") log("device cpu, precision bf16");
 
   // ---- optimizer & schedule ------------------------------------------------------------------
   const bool after_reset = r.drope.at_step >= 0 && r.drope.reset_optimizer && start > r.drope.at_step;
@@ -302,6 +353,9 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   double comm_before = 0;  // of GradSyncs replaced by surgery
 
   const int64_t tokens_per_step = r.data.batch_size * r.data.seq_len * r.train.grad_accum * world;
+  const double peak = peak_tflops(r, dev);
+  const double model_flops = flops_per_token(*model, r.data.seq_len);
+  if (dev.is_cuda()) reset_peak_memory(dev);
   log("run {}: {} parameters, {} layers [{}], {} steps", r.run.name, model->num_parameters(), r.model.cfg.n_layers,
       fmt::format("{}", fmt::join(model->cfg.layer_kind_names(), ", ")), r.train.steps);
   log("global batch = {} sequences/rank x {} accumulation x {} rank(s) = {} sequences of {} tokens = {} tokens/step{}",
@@ -366,6 +420,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
         std::map<std::string, Tensor> old_state;
         if (!r.drope.reset_optimizer) optimizer->state_dict(old_state);
         model = rebuild_model(*model, drope_config(model->cfg, true), static_cast<uint64_t>(r.run.seed), &rep);
+        place(*model);
         auto fresh = make_optimizer(r, *model, r.drope.reset_optimizer ? r.drope.lr : adam_lr);
         if (!r.drope.reset_optimizer) {  // carry the state of every surviving parameter
           std::map<std::string, Tensor> merged;
@@ -425,10 +480,22 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
       const double dt = std::chrono::duration<double>(now - t_log).count();
       const double tps = tokens_since_log / std::max(dt, 1e-9);
       const double eta = (r.train.steps - done) * tokens_per_step / std::max(tps, 1e-9);
-      log("step {:>6}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s  ETA {:.0f}s", done, r.train.steps, loss,
-          adam_lr * mult, gnorm, tps, eta);
-      metrics << fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"lr\": {:.6e}, \"grad_norm\": {:.6f}, \"tokens\": {}, \"tok_per_s\": {:.1f}}}\n",
-                             done, loss, adam_lr * mult, gnorm, res.tokens_seen, tps);
+      // model FLOPs per device: every rank computes its share of the tokens
+      const double mfu = peak > 0 ? tps / world * model_flops / (peak * 1e12) : 0.0;
+      std::string extra, jextra;
+      if (dev.is_cuda()) {
+        const DeviceMemoryStats ms = memory_stats(dev);
+        extra = fmt::format("  mem {:.2f}/{:.2f} GiB", ms.peak / 1073741824.0, ms.reserved / 1073741824.0);
+        jextra = fmt::format(", \"gpu_mem_peak\": {}, \"gpu_mem_reserved\": {}", ms.peak, ms.reserved);
+      }
+      if (peak > 0) {
+        extra += fmt::format("  MFU {:.1f}%", 100 * mfu);
+        jextra += fmt::format(", \"mfu\": {:.4f}", mfu);
+      }
+      log("step {:>6}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s{}  ETA {:.0f}s", done, r.train.steps, loss,
+          adam_lr * mult, gnorm, tps, extra, eta);
+      metrics << fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"lr\": {:.6e}, \"grad_norm\": {:.6f}, \"tokens\": {}, \"tok_per_s\": {:.1f}{}}}\n",
+                             done, loss, adam_lr * mult, gnorm, res.tokens_seen, tps, jextra);
       metrics.flush();
       t_log = now;
       tokens_since_log = 0;
@@ -467,16 +534,9 @@ Recipe hf_recipe(const std::string& dir, const std::vector<std::string>& overrid
   return parse_recipe(e.c_str(), dir + "/config.json", overrides);
 }
 
-LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {
-  LoadedRun lr;
-  if (hf::is_hf_dir(target)) {
-    lr.recipe = hf_recipe(target, overrides);
-    lr.checkpoint = target;
-    lr.run_dir = lr.recipe.run.out_dir + "/" + lr.recipe.run.name;
-    lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, 0), static_cast<uint64_t>(lr.recipe.run.seed));
-    lr.model->load_state_dict(hf::import_weights(target, lr.model->cfg), /*strict=*/true);
-    return lr;
-  }
+namespace {
+// A Horizon run directory or checkpoint: its recipe (plus overrides) and weights.
+void load_horizon_run(const std::string& target, const std::vector<std::string>& overrides, LoadedRun& lr) {
   if (fs::is_directory(target)) {
     lr.run_dir = target;
     lr.checkpoint = find_latest_checkpoint(target + "/checkpoints");
@@ -494,7 +554,26 @@ LoadedRun load_run(const std::string& target, const std::vector<std::string>& ov
   lr.step = ck.step;
   lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, ck.step), static_cast<uint64_t>(lr.recipe.run.seed));
   lr.model->load_state_dict(ck.model, /*strict=*/true);
+}
+}  // namespace
+
+LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {
+  LoadedRun lr;
+  if (hf::is_hf_dir(target)) {
+    lr.recipe = hf_recipe(target, overrides);
+    lr.checkpoint = target;
+    lr.run_dir = lr.recipe.run.out_dir + "/" + lr.recipe.run.name;
+    lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, 0), static_cast<uint64_t>(lr.recipe.run.seed));
+    lr.model->load_state_dict(hf::import_weights(target, lr.model->cfg), /*strict=*/true);
+  } else {
+    load_horizon_run(target, overrides, lr);
+  }
+  // evaluate where and how the run trained (override run.device / run.precision to change it)
+  auto local = dist::make_local();
+  lr.model->to(train_device(lr.recipe, *local));
+  lr.model->compute_dtype = lr.recipe.run.precision == "bf16" ? DType::BF16 : DType::F32;
   return lr;
 }
+
 
 }  // namespace hz::train

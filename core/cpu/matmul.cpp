@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu/dnnl_matmul.h"
 #include "core/cpu/kernels.h"
 #include "core/cpu/loops.h"
 
@@ -72,6 +73,7 @@ template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double alpha,
               const Shape& batch_shape) {
   if (a_in.dtype() == DType::BF16) {  // bf16 inputs, f32 accumulation, one rounding of the result
+    if (dnnl_available()) return dnnl_matmul_bf16(a_in, b_in, ta, tb, alpha, batch_shape);
     return matmul(a_in.to(DType::F32), b_in.to(DType::F32), ta, tb, alpha, batch_shape).to(DType::BF16);
   }
   const int64_t nb = static_cast<int64_t>(batch_shape.size());

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "tests/core/test_util.h"
@@ -660,7 +661,8 @@ std::vector<MatmulCase> matmul_cases() {
                       {DType::F64, Layout::Transposed, Layout::Sliced, -0.75},
                       {DType::F32, Layout::Sliced, Layout::Transposed, 2.5},
                       {DType::F64, Layout::Padded, Layout::Padded, 1.0},
-                      {DType::BF16, Layout::Contig, Layout::Transposed, 1.0}};
+                      {DType::BF16, Layout::Contig, Layout::Transposed, 1.0},
+                      {DType::BF16, Layout::Sliced, Layout::Padded, -0.75}};
   std::vector<MatmulCase> v;
   for (const Dims& d : dims)
     for (int t = 0; t < 4; ++t)
@@ -1257,4 +1259,38 @@ TEST(CrossEntropyEdge, BackwardRefusesOutOfRangeTarget) {
   const hz::Tensor bad = hz::Tensor::from_vector({0, 7}, {2}, hz::DType::I64);
   const hz::Tensor lse = hz::Tensor::zeros({2});
   EXPECT_THROW(hz::ops::cross_entropy_backward(logits, bad, hz::Tensor(), lse, 2.0, -100, 1.0), hz::ValueError);
+}
+
+TEST(BinaryEdge, MaximumMinimumPropagateNaNFromEitherSide) {
+  const double nan = std::nan("");
+  const Tensor a = Tensor::from_vector({nan, 1.0, 2.0, nan, -0.5}, {5}), b = Tensor::from_vector({1.0, nan, 1.0, nan, 0.5}, {5});
+  const std::vector<double> mx = hz::ops::binary(BinaryOp::Maximum, a, b).to_vector();
+  const std::vector<double> mn = hz::ops::binary(BinaryOp::Minimum, a, b).to_vector();
+  for (int i : {0, 1, 3}) {
+    EXPECT_TRUE(std::isnan(mx[i])) << i;
+    EXPECT_TRUE(std::isnan(mn[i])) << i;
+  }
+  EXPECT_EQ(mx[2], 2.0);
+  EXPECT_EQ(mn[2], 1.0);
+  EXPECT_EQ(mx[4], 0.5);
+  EXPECT_EQ(mn[4], -0.5);
+}
+
+TEST(BackendTable, AMissingEntryNamesTheOpAndTheDevice) {
+  try {
+    hz::detail::missing_entry("rotary", hz::Device::cpu());
+    FAIL();
+  } catch (const hz::NotImplementedError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'rotary'"), std::string::npos) << m;
+    EXPECT_NE(m.find("cpu"), std::string::npos) << m;
+  }
+  // every entry of the CPU table is filled
+  const hz::Backend& b = hz::cpu_backend();
+  const void* const* slots = reinterpret_cast<const void* const*>(&b);
+  for (size_t i = 1; i < sizeof(hz::Backend) / sizeof(void*); ++i)
+    if (i != 3 && i != 4) {  // (upload/download: host memory)
+      EXPECT_NE(slots[i], nullptr) << "entry " << i;
+    }
+  EXPECT_THROW(HZ_BACKEND(hz::Device::cpu(), upload), hz::NotImplementedError);
 }
