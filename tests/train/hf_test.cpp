@@ -371,6 +371,16 @@ TEST(HfImport, RecipeTakesTheModelFromInitFrom) {
   ma.model = r.model;
   mb.model = again.model;
   EXPECT_EQ(to_yaml(ma), to_yaml(mb));
+  // the directory's tokenizer becomes data.tokenizer: the file's path (hz::data::make_tokenizer
+  // reads it), or "byte" for the tokenizer.json Horizon writes for its byte tokenizer
+  TempDir d;
+  fs::copy_file(kHF + "llama/config.json", d.file("config.json"));
+  std::ofstream(d.file("tokenizer.json")) << "{}";
+  EXPECT_EQ(parse_recipe("checkpoint: {init_from: " + d.path() + "}\n", "r.yaml").data.tokenizer, d.file("tokenizer.json"));
+  std::ofstream(d.file("tokenizer.json"), std::ios::trunc) << hf::byte_tokenizer_json();
+  EXPECT_EQ(parse_recipe("checkpoint: {init_from: " + d.path() + "}\n", "r.yaml").data.tokenizer, "byte");
+  EXPECT_EQ(parse_recipe("checkpoint: {init_from: " + d.path() + "}\ndata: {tokenizer: x.model}\n", "r.yaml").data.tokenizer,
+            "x.model");  // the recipe wins
   // a Horizon checkpoint in init_from leaves the recipe's model section alone
   const Recipe plain = parse_recipe("checkpoint: {init_from: runs/x}\n", "r.yaml");
   EXPECT_EQ(plain.model.cfg.n_layers, hz::nn::ModelConfig().n_layers);
