@@ -67,6 +67,7 @@ const std::map<std::string, std::string>& harmless_fields() {
         {"task_specific_params", "generation presets"},
         {"_attn_implementation_autoset", "kernel choice, same math"},
         {"attn_implementation", "kernel choice, same math"},
+        {"is_llama_config", "a marker of nanotron's conversion (SmolLM2)"},
     };
     for (const char* g : {"max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
                           "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
@@ -433,6 +434,13 @@ nn::ModelConfig import_config(const std::string& text, const std::string& where,
   const double dropout = c.number("attention_dropout", 0.0);
   c.ignored("attention_dropout", num(dropout), dropout > 0 ? "training only; Horizon trains without dropout" : "training only");
 
+  if (c.has("rope_interleaved")) {  // nanotron's conversions (SmolLM2) record the pair layout
+    if (c.boolean("rope_interleaved", false))
+      c.fail("rope_interleaved", "= true: interleaved RoPE pairs (2m, 2m+1), while transformers' " + std::string(A->name) +
+                                     " (and Horizon) rotate the halves (m, m + D/2); refused");
+    c.checked("rope_interleaved", "false", "rotate-half pairs (m, m + D/2), as transformers and Horizon");
+  }
+
   // ---- biases ----------------------------------------------------------------------------------
   if (llama || smol) {
     if (c.boolean("attention_bias", false)) {
@@ -511,6 +519,9 @@ nn::ModelConfig import_config(const std::string& text, const std::string& where,
     c.mapped("use_sliding_window", use_sw ? "true" : "false", "windows enabled");
     c.mapped("sliding_window", w ? std::to_string(w) : "null", "the window W of sliding layers");
     if (qwen2) c.mapped("max_window_layers", std::to_string(mwl), explicit_types ? "(layer_types given: not used)" : "layers >= it slide");
+    if (smol && c.has("max_window_layers"))  // SmolLM3-3B's config.json carries it; transformers' SmolLM3 ignores it
+      c.ignored("max_window_layers", show(j["max_window_layers"]), "not a SmolLM3 field (transformers ignores it)");
+    c.find("max_window_layers");
     c.mapped("layer_types", marks, "per layer: W = mask window, F = causal");
   }
 

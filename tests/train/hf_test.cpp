@@ -168,6 +168,15 @@ TEST(HfImport, RefusesWhatItCannotComputeTheSame) {
   EXPECT_TRUE(has(import_error(edited_config("qwen2", [](json& j) { j["use_sliding_window"] = false; })),
                   "marks layer 1 sliding_attention but use_sliding_window is false"));
   EXPECT_TRUE(has(import_error("{not json"), "not valid JSON"));
+  EXPECT_TRUE(has(import_error(edited_config("llama", [](json& j) { j["rope_interleaved"] = true; })), "interleaved RoPE pairs"));
+  // fields of real configs that transformers ignores: SmolLM2 (nanotron) and SmolLM3-3B
+  EXPECT_EQ(import_error(edited_config("llama", [](json& j) {
+              j["rope_interleaved"] = false;
+              j["is_llama_config"] = true;
+            })),
+            "(no error)");
+  EXPECT_EQ(import_error(edited_config("smollm3", [](json& j) { j["max_window_layers"] = 28; })), "(no error)");
+  EXPECT_TRUE(has(import_error(edited_config("llama", [](json& j) { j["max_window_layers"] = 28; })), "not understood"));
   // inert fields are accepted and reported as such
   hf::ImportReport rep;
   hf::import_config(edited_config("llama", [](json& j) { j["temperature"] = 0.7; }), "config.json", &rep);
