@@ -21,21 +21,46 @@ RopeFreqs rope_frequencies(const PositionSpec& pos, int64_t D, int64_t T) {
   double base = pos.rope_base;
   double s = pos.factor;
   const int64_t c_train = pos.original_context > 0 ? pos.original_context : T;
-  if (pos.scaling == RopeScaling::DynamicNTK) s = std::max(1.0, static_cast<double>(T) / c_train);
+  if (pos.scaling == RopeScaling::DynamicNTK) {
+    const double r = static_cast<double>(T) / c_train;
+    s = r > 1.0 ? pos.factor * r - (pos.factor - 1.0) : 1.0;
+  }
   if ((pos.scaling == RopeScaling::NTK || pos.scaling == RopeScaling::DynamicNTK) && s > 1.0)
     base = base * std::pow(s, static_cast<double>(D) / (D - 2));
   for (int64_t m = 0; m < half; ++m) f.inv_freq[m] = std::pow(base, -2.0 * m / D);
   if (s <= 1.0) return f;
   if (pos.scaling == RopeScaling::PI) {
     for (auto& w : f.inv_freq) w /= s;  // identical to dividing every position by s
-  } else if (pos.scaling == RopeScaling::YaRN) {
+  } else if (pos.scaling == RopeScaling::YaRN || pos.scaling == RopeScaling::Llama3) {
     const double two_pi = 6.283185307179586476925286766559;
-    for (auto& w : f.inv_freq) {
-      const double r = c_train * w / two_pi;
-      const double ramp = std::clamp((r - pos.yarn_alpha) / (pos.yarn_beta - pos.yarn_alpha), 0.0, 1.0);
-      w = (1.0 - ramp) * w / s + ramp * w;
+    const bool llama3 = pos.scaling == RopeScaling::Llama3;
+    const double alpha = llama3 ? pos.llama3_low_freq_factor : pos.yarn_alpha;
+    const double beta = llama3 ? pos.llama3_high_freq_factor : pos.yarn_beta;
+    std::vector<double> keep(half);  // share of the original frequency kept, per pair
+    if (!llama3 && pos.yarn_ramp == YarnRamp::Index) {
+      auto pair_of = [&](double rotations) {  // the (fractional) pair index making `rotations` over C
+        return D * std::log(c_train / (rotations * two_pi)) / (2.0 * std::log(pos.rope_base));
+      };
+      double lo = pair_of(beta), hi = pair_of(alpha);
+      if (pos.yarn_truncate) {
+        lo = std::floor(lo);
+        hi = std::ceil(hi);
+      }
+      lo = std::max(lo, 0.0);
+      hi = std::min(hi, static_cast<double>(D - 1));
+      if (lo == hi) hi += 0.001;
+      for (int64_t m = 0; m < half; ++m) keep[m] = 1.0 - std::clamp((m - lo) / (hi - lo), 0.0, 1.0);
+    } else {
+      for (int64_t m = 0; m < half; ++m) {
+        const double r = c_train * f.inv_freq[m] / two_pi;
+        keep[m] = std::clamp((r - alpha) / (beta - alpha), 0.0, 1.0);
+      }
     }
-    f.mscale = 0.1 * std::log(s) + 1.0;
+    for (int64_t m = 0; m < half; ++m) {
+      const double w = f.inv_freq[m];
+      f.inv_freq[m] = (1.0 - keep[m]) * w / s + keep[m] * w;
+    }
+    if (!llama3) f.mscale = pos.yarn_mscale > 0 ? pos.yarn_mscale : 0.1 * std::log(s) + 1.0;
   }
   return f;
 }

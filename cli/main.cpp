@@ -11,6 +11,7 @@
 
 #include "attention/accounting.h"
 #include "cli/bench.h"
+#include "cli/convert.h"
 #include "core/cpu/kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
@@ -35,6 +36,9 @@ void usage() {
       "  data prepare RECIPE.yaml [key=value ...] tokenize the recipe's corpus into shards\n"
       "  info [RECIPE.yaml|RUN_DIR] [key=value]   build, parameters, per-layer attention, FLOPs\n"
       "  bench attention [...]                    benchmarks (see horizon bench --help)\n"
+      "  convert hf HF_DIR OUT.h5                 import a Hugging Face Llama/Mistral/Qwen2/SmolLM3 checkpoint\n"
+      "  convert to-hf CKPT|RUN_DIR OUT_DIR       export to a Hugging Face directory (transformers)\n"
+      "  score MODEL FILE [--json] [--bos]        mean NLL of FILE's tokens 2..n given their prefix\n"
       "  train --schema                           every recipe field with its default and meaning\n"
       "  <command> --help                         help of a command\n");
 }
@@ -99,6 +103,7 @@ int cmd_eval(const std::vector<std::string>& a) {
     rep = hz::eval::evaluate(*run.model, *val, run.recipe);
   }
   fmt::print("{}", hz::eval::report_table(rep, run.recipe.data.seq_len));
+  fs::create_directories(run.run_dir);
   hz::eval::write_report(rep, run.run_dir, run.recipe.data.seq_len);
   fmt::print("wrote {0}/eval.csv, {0}/eval.json, {0}/nll_by_position.csv\n", run.run_dir);
   return 0;
@@ -177,6 +182,8 @@ int main(int argc, char** argv) {
     if (cmd == "data") return cmd_data(args);
     if (cmd == "info") return cmd_info(args);
     if (cmd == "bench") return hz::cli::bench_main(args);
+    if (cmd == "convert") return hz::cli::convert_main(args);
+    if (cmd == "score") return hz::cli::score_main(args);
     fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);
     return 2;
   } catch (const hz::Error& e) {

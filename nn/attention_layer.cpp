@@ -6,9 +6,9 @@ AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec
                                double resid_std, DType dt)
     : dims(d), spec(s) {
   const int64_t H = d.n_heads, Hkv = d.n_kv_heads, D = d.head_dim;
-  wq = register_module("wq", std::make_shared<Linear>(d.d_model, H * D, false, init_std, dt));
-  wk = register_module("wk", std::make_shared<Linear>(d.d_model, Hkv * D, false, init_std, dt));
-  wv = register_module("wv", std::make_shared<Linear>(d.d_model, Hkv * D, false, init_std, dt));
+  wq = register_module("wq", std::make_shared<Linear>(d.d_model, H * D, d.qkv_bias, init_std, dt));
+  wk = register_module("wk", std::make_shared<Linear>(d.d_model, Hkv * D, d.qkv_bias, init_std, dt));
+  wv = register_module("wv", std::make_shared<Linear>(d.d_model, Hkv * D, d.qkv_bias, init_std, dt));
   wo = register_module("wo", std::make_shared<Linear>(H * D, d.d_model, false, resid_std, dt));
   if (spec.qk_norm == attn::QKNorm::Full) {
     q_norm = register_module("q_norm", std::make_shared<RMSNorm>(H * D, 1e-6, dt));

@@ -1,5 +1,5 @@
-// Horizon: the attention layer. x (B, T, C) -> q (B, H, T, D), k/v (B, Hkv, T, D) via bias-free
-// projections; optional QK-norm (full: RMSNorm over the whole q / k projection with gains of
+// Horizon: the attention layer. x (B, T, C) -> q (B, H, T, D), k/v (B, Hkv, T, D) via projections
+// (bias-free, or with q/k/v biases as Qwen2 has); optional QK-norm (full: RMSNorm over the whole q / k projection with gains of
 // size H*D / Hkv*D, as in DroPE; per_head: RMSNorm over each head's D with a shared gain of D);
 // RoPE / p-RoPE at explicit positions; the fused attention op with this layer's windows, ALiBi
 // slopes and logit transform; output projection wo (a residual projection).
@@ -16,6 +16,7 @@ namespace hz::nn {
 
 struct AttentionDims {
   int64_t d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  bool qkv_bias = false;  // additive biases on the q, k and v projections (wo stays bias-free)
 };
 
 // Per-call context: the stage's sequence length T (SCOPE scopes follow it) and the training

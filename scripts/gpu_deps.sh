@@ -3,7 +3,7 @@
 # name `.deps` in the device tool's `carry`). Run here, on the Debian 12 development machine.
 #
 # A lent GPU machine has nvcc, cuBLAS(Lt), cuDNN, NCCL, CMake, ninja and PyTorch but no apt and no
-# yaml-cpp, HDF5, fmt, GoogleTest or MPI. This script downloads Debian's -dev packages (apt-get
+# yaml-cpp, HDF5, fmt, nlohmann-json, GoogleTest or MPI. This script downloads Debian's -dev packages (apt-get
 # download: no root needed, nothing is installed), keeps their headers and static archives and
 # packs them (~7 MB). scripts/gpu_check.sh unpacks them there and configures CMake with
 # -DHZ_DEPS_PREFIX=<prefix>, which links those archives (fmt header-only, no MPI, portable CPU
@@ -19,7 +19,7 @@ if [ -f "$OUT" ] && [ "${HZ_FORCE:-0}" != "1" ]; then
   exit 0
 fi
 PKGS=(libyaml-cpp-dev libfmt-dev libhdf5-dev libhdf5-103-1 libaec-dev libaec0 libsz2 zlib1g-dev
-      libgtest-dev libgmock-dev)
+      libgtest-dev libgmock-dev nlohmann-json3-dev)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 (cd "$work" && apt-get download "${PKGS[@]}" >/dev/null)
@@ -28,7 +28,7 @@ for d in "$work"/*.deb; do dpkg -x "$d" "$work/x"; done
 prefix="$work/prefix"
 mkdir -p "$prefix/include" "$prefix/lib"
 X="$work/x/usr"
-cp -r "$X/include/yaml-cpp" "$X/include/fmt" "$X/include/gtest" "$X/include/gmock" "$prefix/include/"
+cp -r "$X/include/yaml-cpp" "$X/include/fmt" "$X/include/gtest" "$X/include/gmock" "$X/include/nlohmann" "$prefix/include/"
 mkdir -p "$prefix/include/hdf5"
 cp -r "$X/include/hdf5/serial" "$prefix/include/hdf5/"
 cp "$X/include/zlib.h" "$X/include/zconf.h" "$X/include/libaec.h" "$X/include/szlib.h" "$prefix/include/" 2>/dev/null || true

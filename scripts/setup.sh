@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
       libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libfmt-dev libdnnl-dev
-      bible-kjv python3-h5py)
+      nlohmann-json3-dev bible-kjv python3-h5py)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "train/hf.h"
+
 #include <fstream>
 #include <functional>
 #include <set>
@@ -21,10 +23,18 @@ void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
   v.enumeration(p + ".pos", s.pos.kind, "position encoding: none | rope | prope | alibi", attn::parse_pos,
                 static_cast<const char* (*)(attn::PosKind)>(attn::name));
   v(p + ".rope_base", s.pos.rope_base, "RoPE base (w_m = base^(-2m/d))");
-  v.enumeration(p + ".rope_scaling", s.pos.scaling, "RoPE scaling: none | pi | ntk | dynamic_ntk | yarn",
+  v.enumeration(p + ".rope_scaling", s.pos.scaling, "RoPE scaling: none | pi | ntk | dynamic_ntk | yarn | llama3",
                 attn::parse_scaling, static_cast<const char* (*)(attn::RopeScaling)>(attn::name));
-  v(p + ".rope_factor", s.pos.factor, "extension factor s for pi / ntk / yarn");
-  v(p + ".rope_original_context", s.pos.original_context, "C_train for yarn / dynamic_ntk (0 = data.seq_len)");
+  v(p + ".rope_factor", s.pos.factor, "extension factor s for pi / ntk / yarn / llama3; dynamic_ntk: s = factor T/C - (factor - 1)");
+  v(p + ".rope_original_context", s.pos.original_context, "C_train for yarn / llama3 / dynamic_ntk (0 = data.seq_len)");
+  v(p + ".yarn_alpha", s.pos.yarn_alpha, "YaRN: pairs under alpha rotations over C_train are interpolated (beta_slow)");
+  v(p + ".yarn_beta", s.pos.yarn_beta, "YaRN: pairs over beta rotations keep their frequency (beta_fast)");
+  v.enumeration(p + ".yarn_ramp", s.pos.yarn_ramp, "YaRN ramp: rotations (SPEC.md) | index (transformers)",
+                attn::parse_yarn_ramp, static_cast<const char* (*)(attn::YarnRamp)>(attn::name));
+  v(p + ".yarn_truncate", s.pos.yarn_truncate, "YaRN index ramp: round its ends outward (transformers' truncate)");
+  v(p + ".yarn_mscale", s.pos.yarn_mscale, "YaRN cos/sin multiplier (0 = 0.1 ln s + 1)");
+  v(p + ".llama3_low_freq_factor", s.pos.llama3_low_freq_factor, "llama3: pairs under this many rotations over C_train are divided by s");
+  v(p + ".llama3_high_freq_factor", s.pos.llama3_high_freq_factor, "llama3: pairs over this many rotations keep their frequency");
   v(p + ".prope_fraction", s.pos.prope_fraction, "p-RoPE: fraction of pairs that rotate");
   v(p + ".prope_base_eff", s.pos.prope_base_eff, "p-RoPE: frequencies log-spaced in [1/base_eff, 1]");
   v.enumeration(p + ".mask", s.mask.kind, "mask: causal | window | scope", attn::parse_mask,
@@ -70,6 +80,7 @@ void visit_fields(Recipe& r, V& v) {
   v("model.mlp_hidden", m.mlp_hidden, "MLP hidden width (0 = 4C, or 8C/3 rounded to 8 for swiglu)");
   v.enumeration("model.mlp", m.mlp, "MLP: swiglu | relu2 | gelu", nn::parse_mlp, nn::mlp_name);
   v("model.tie_embeddings", m.tie_embeddings, "output head shares the embedding matrix");
+  v("model.qkv_bias", m.qkv_bias, "additive biases on the q, k and v projections (Qwen2)");
   v("model.norm_eps", m.norm_eps, "RMSNorm epsilon");
   v("model.init_std", m.init_std, "init std (residual projections get std / sqrt(2 n_layers))");
   v.kinds("model.layer_kinds", m.kinds, "named layer kinds: name -> attention fields (below)");
@@ -108,7 +119,7 @@ void visit_fields(Recipe& r, V& v) {
   v("eval.batches", r.eval.batches, "validation batches per length");
   v("eval.batch_size", r.eval.batch_size, "validation batch size (0 = data.batch_size)");
   v("eval.lengths", r.eval.lengths, "evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)");
-  v("eval.rope_scaling", r.eval.rope_scaling, "inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn");
+  v("eval.rope_scaling", r.eval.rope_scaling, "inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn | llama3");
   v("eval.swan_a", r.eval.swan_a, "SWAN row scaling a on global NoPE layers (0 = off)");
   v("eval.drope_c", r.eval.drope_c, "DroPE temperature c: beta = 1 + c ln s (0 = off)");
   v("eval.lampe", r.eval.lampe, "LaMPE on RoPE layers");
@@ -379,6 +390,44 @@ std::string apply_override(YAML::Node& root, const std::string& ov) {
   return path;
 }
 
+// checkpoint.init_from naming a Hugging Face directory supplies every model field the recipe leaves
+// out, and data.tokenizer when the recipe gives none: precedence command line > file >
+// config.json > defaults. A recipe whose model section is complete (a run's config.yaml) never
+// reads the directory.
+void fill_model_from_hf(YAML::Node& root, const std::string& file) {
+  const YAML::Node& c = root;
+  auto is_map = [](const YAML::Node& n) { return n.IsDefined() && n.IsMap(); };  // (a missing key is invalid)
+  const YAML::Node ck = c["checkpoint"];
+  if (!is_map(ck) || !ck["init_from"] || !ck["init_from"].IsScalar()) return;
+  const std::string from = ck["init_from"].Scalar();
+  const YAML::Node model = c["model"];
+  if (model.IsDefined() && !model.IsNull() && !model.IsMap()) return;  // the parser reports it
+  Recipe defaults;
+  Writer all;
+  all.root = YAML::Node(YAML::NodeType::Map);
+  visit_fields(defaults, all);
+  std::vector<std::string> missing;
+  for (auto it = all.root["model"].begin(); it != all.root["model"].end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    if (!is_map(model) || !model[key]) missing.push_back(key);
+  }
+  if (missing.empty() || from.empty() || !hf::is_hf_dir(from)) return;
+  Recipe imported;
+  try {
+    imported.model.cfg = hf::import_config_dir(from);
+  } catch (const hf::HfError& e) {
+    throw RecipeError(file + ": checkpoint.init_from: " + e.what());
+  }
+  Writer w;
+  w.root = YAML::Node(YAML::NodeType::Map);
+  visit_fields(imported, w);
+  if (!is_map(model)) root["model"] = YAML::Node(YAML::NodeType::Map);
+  YAML::Node m = root["model"];
+  for (const auto& key : missing) m[key] = w.root["model"][key];
+  const YAML::Node data = c["data"];
+  if (!(is_map(data) && data["tokenizer"])) root["data"]["tokenizer"] = hf::tokenizer_spec(from);
+}
+
 }  // namespace
 
 Recipe parse_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
@@ -392,6 +441,7 @@ Recipe parse_recipe(const std::string& text, const std::string& file, const std:
   if (rd.root.IsNull()) rd.root = YAML::Node(YAML::NodeType::Map);
   if (!rd.root.IsMap()) throw RecipeError(file + ": a recipe must be a map of sections (run, model, data, ...)");
   for (const auto& ov : overrides) rd.overridden.insert(apply_override(rd.root, ov));
+  fill_model_from_hf(rd.root, file);
   Recipe r;
   r.source_file = file;
   visit_fields(r, rd);

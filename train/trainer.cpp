@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -29,6 +30,7 @@
 #include "optim/partition.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/hf.h"
 #include "train/surgery.h"
 
 namespace fs = std::filesystem;
@@ -146,7 +148,40 @@ optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total
   return s;
 }
 
-std::map<std::string, Tensor> load_init_weights(const std::string& from) {
+// checkpoint.init_from: a Horizon run directory or step_<N>.h5 (weights by name), or a Hugging Face
+// directory (weights mapped by train/hf.h onto the model `c` describes).
+// A recipe may override fields of a Hugging Face config.json: say which, so a changed model is never
+// silent (the recipe's model section, before SWAN / DroPE surgery).
+void log_model_overrides(const std::string& from, const nn::ModelConfig& theirs, const nn::ModelConfig& ours, Log& log) {
+  Recipe a, b;
+  a.model.cfg = theirs;
+  b.model.cfg = ours;
+  const YAML::Node ya = YAML::Load(to_yaml(a))["model"], yb = YAML::Load(to_yaml(b))["model"];
+  auto flow = [](const YAML::Node& n) {
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    return std::string(e.c_str());
+  };
+  for (auto it = ya.begin(); it != ya.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    const std::string mine = flow(yb[key]), cfg = flow(it->second);
+    if (mine != cfg) log("  model.{} = {} (the recipe) differs from {}/config.json: {}", key, mine, from, cfg);
+  }
+}
+
+std::map<std::string, Tensor> load_init_weights(const std::string& from, const nn::ModelConfig& c,
+                                                const nn::ModelConfig& recipe_model, Log& log) {
+  HZ_CHECK(fs::exists(from), ValueError, "checkpoint.init_from '", from, "' does not exist; give a Horizon run directory, a ",
+           "step_<N>.h5 checkpoint, or a Hugging Face model directory (config.json + *.safetensors)");
+  if (hf::is_hf_dir(from)) {
+    hf::ImportReport rep;
+    const nn::ModelConfig theirs = hf::import_config_dir(from, &rep);
+    auto sd = hf::import_weights(from, c, DType::F32, &rep);
+    log("init_from {}: Hugging Face {}, {} tensors{}", from, rep.architecture, rep.tensors.size(),
+        rep.skipped.empty() ? std::string() : fmt::format(" ({} skipped)", rep.skipped.size()));
+    log_model_overrides(from, theirs, recipe_model, log);
+    return sd;
+  }
   std::string path = from;
   if (fs::is_directory(from)) {
     path = find_latest_checkpoint(fs::exists(from + "/checkpoints") ? from + "/checkpoints" : from);
@@ -155,6 +190,14 @@ std::map<std::string, Tensor> load_init_weights(const std::string& from) {
   return load_checkpoint(path).model;
 }
 
+}  // namespace
+
+namespace {
+std::unique_ptr<data::Tokenizer> recipe_tokenizer(const Recipe& r) {
+  HZ_CHECK(!r.data.tokenizer.empty(), ValueError, "data.tokenizer is empty: the model came from a Hugging Face directory "
+           "without tokenizer.json or tokenizer.model; set data.tokenizer to the tokenizer it was trained with");
+  return data::make_tokenizer(r.data.tokenizer);
+}
 }  // namespace
 
 // Model FLOPs of one token, forward + backward (3x forward; no recomputation counted): 6 per
@@ -201,7 +244,7 @@ std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) 
   if (r.data.source == "bible") docs = data::load_bible_kjv();
   else if (r.data.source == "files") docs = data::load_text_files(r.data.files);
   else throw ValueError("prepare_data: source '" + r.data.source + "' is synthetic and needs no shards");
-  const auto tok = data::make_tokenizer(r.data.tokenizer);
+  const auto tok = recipe_tokenizer(r);
   const data::PrepareResult p = data::prepare_corpus(docs, *tok, dir, r.data.val_fraction, static_cast<uint64_t>(r.run.seed));
   if (verbose)
     fmt::print("prepared {}: {} train docs / {} tokens, {} val docs / {} tokens -> {}\n", r.data.source, p.train_docs,
@@ -251,7 +294,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
 
   // ---- data ----------------------------------------------------------------------------------
   TrainData data;
-  const auto tok = std::shared_ptr<const data::Tokenizer>(data::make_tokenizer(r.data.tokenizer));
+  const auto tok = std::shared_ptr<const data::Tokenizer>(recipe_tokenizer(r));
   HZ_CHECK(tok->vocab_size() <= r.model.cfg.vocab_size, ValueError, "model.vocab_size (", r.model.cfg.vocab_size,
            ") is smaller than the tokenizer's vocabulary (", tok->vocab_size(), ")");
   if (r.data.source == "passkey" || r.data.source == "kv") {
@@ -280,7 +323,7 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
     res.tokens_seen = ck.tokens_seen;
     log("resumed from {} at step {}", resume_path, start);
   } else if (!r.checkpoint.init_from.empty()) {
-    const SurgeryReport rep = load_weights(*model, load_init_weights(r.checkpoint.init_from));
+    const SurgeryReport rep = load_weights(*model, load_init_weights(r.checkpoint.init_from, model->cfg, r.model.cfg, log));
     log("init_from {}: {} parameters loaded, {} new (kept their initialisation), {} dropped", r.checkpoint.init_from,
         rep.loaded.size(), rep.added.size(), rep.dropped.size());
     for (const auto& n : rep.added) log("  new:     {}", n);
@@ -477,15 +520,33 @@ TrainResult train(const Recipe& r, const TrainOptions& opt) {
   return res;
 }
 
-LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {
-  LoadedRun lr;
+Recipe hf_recipe(const std::string& dir, const std::vector<std::string>& overrides) {
+  hf::ImportReport rep;
+  hf::import_config_dir(dir, &rep);
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  YAML::Node doc;
+  doc["run"]["name"] = p.filename().string();
+  doc["checkpoint"]["init_from"] = dir;
+  doc["data"]["seq_len"] = rep.max_position_embeddings;
+  YAML::Emitter e;
+  e << doc;
+  return parse_recipe(e.c_str(), dir + "/config.json", overrides);
+}
+
+namespace {
+// A Horizon run directory or checkpoint: its recipe (plus overrides) and weights.
+void load_horizon_run(const std::string& target, const std::vector<std::string>& overrides, LoadedRun& lr) {
   if (fs::is_directory(target)) {
     lr.run_dir = target;
     lr.checkpoint = find_latest_checkpoint(target + "/checkpoints");
     HZ_CHECK(!lr.checkpoint.empty(), ValueError, "no checkpoint in '", target, "/checkpoints'; train first");
   } else {
     lr.checkpoint = target;
-    lr.run_dir = fs::path(target).parent_path().parent_path().string();
+    // <run>/checkpoints/step_<N>.h5 belongs to <run>; any other checkpoint to its own directory
+    const fs::path parent = fs::path(target).parent_path();
+    lr.run_dir = (parent.filename() == "checkpoints" ? parent.parent_path() : parent).string();
+    if (lr.run_dir.empty()) lr.run_dir = ".";
   }
   const CheckpointData ck = load_checkpoint(lr.checkpoint);
   HZ_CHECK(ck.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
@@ -493,11 +554,26 @@ LoadedRun load_run(const std::string& target, const std::vector<std::string>& ov
   lr.step = ck.step;
   lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, ck.step), static_cast<uint64_t>(lr.recipe.run.seed));
   lr.model->load_state_dict(ck.model, /*strict=*/true);
+}
+}  // namespace
+
+LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {
+  LoadedRun lr;
+  if (hf::is_hf_dir(target)) {
+    lr.recipe = hf_recipe(target, overrides);
+    lr.checkpoint = target;
+    lr.run_dir = lr.recipe.run.out_dir + "/" + lr.recipe.run.name;
+    lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, 0), static_cast<uint64_t>(lr.recipe.run.seed));
+    lr.model->load_state_dict(hf::import_weights(target, lr.model->cfg), /*strict=*/true);
+  } else {
+    load_horizon_run(target, overrides, lr);
+  }
   // evaluate where and how the run trained (override run.device / run.precision to change it)
   auto local = dist::make_local();
   lr.model->to(train_device(lr.recipe, *local));
   lr.model->compute_dtype = lr.recipe.run.precision == "bf16" ? DType::BF16 : DType::F32;
   return lr;
 }
+
 
 }  // namespace hz::train
