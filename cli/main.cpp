@@ -11,6 +11,7 @@
 
 #include "attention/accounting.h"
 #include "cli/bench.h"
+#include "cli/tokenize.h"
 #include "core/cpu/kernels.h"
 #include "core/cuda/backend.h"
 #include "core/error.h"
@@ -34,6 +35,7 @@ void usage() {
       "  eval RUN_DIR|CHECKPOINT [key=value ...]  loss / perplexity vs length, NLL by position\n"
       "  data prepare RECIPE.yaml [key=value ...] tokenize the recipe's corpus into shards\n"
       "  info [RECIPE.yaml|RUN_DIR] [key=value]   build, parameters, per-layer attention, FLOPs\n"
+      "  tokenize TOKENIZER [FILE] [--decode]     ids of a text (or text of ids) with byte / tokenizer.json / .model\n"
       "  bench attention [...]                    benchmarks (see horizon bench --help)\n"
       "  train --schema                           every recipe field with its default and meaning\n"
       "  <command> --help                         help of a command\n");
@@ -113,6 +115,7 @@ int cmd_data(const std::vector<std::string>& a) {
   const auto t = hz::data::Shard::open(tp), v = hz::data::Shard::open(vp);
   fmt::print("train: {} ({} docs, {} tokens)\nval:   {} ({} docs, {} tokens)\n", tp, t->n_docs(), t->n_tokens(), vp,
              v->n_docs(), v->n_tokens());
+  fmt::print("meta:  {}\n", fs::path(tp).parent_path().string() + "/meta.json");
   return 0;
 }
 
@@ -175,6 +178,7 @@ int main(int argc, char** argv) {
     if (cmd == "data") return cmd_data(args);
     if (cmd == "info") return cmd_info(args);
     if (cmd == "bench") return hz::cli::bench_main(args);
+    if (cmd == "tokenize") return hz::cli::tokenize_main(args);
     fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);
     return 2;
   } catch (const hz::Error& e) {
