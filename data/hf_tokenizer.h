@@ -10,7 +10,8 @@
 //   3. the remaining stretches are pre-tokenized into words, which the BPE model (data/bpe.h)
 //      turns into ids.
 //
-// Components read (anything else is refused with an error naming the component and the file):
+// Components read (data/hf_pipeline.h; anything else is refused with an error naming the component
+// and the file):
 //   normalizer     NFC, NFD, NFKC, NFKD (utf8proc), Lowercase, Replace (String or Regex), Prepend,
 //                  Strip, StripAccents, Sequence
 //   pre_tokenizer  ByteLevel (add_prefix_space, use_regex: GPT-2's regex), Split (String or Regex

@@ -130,4 +130,20 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>&
   }
 }
 
+std::string Regex::replace_all(std::string_view s, std::string_view with) const {
+  thread_local std::vector<std::pair<size_t, size_t>> matches;
+  matches.clear();
+  find_all(s, matches);
+  std::string r;
+  r.reserve(s.size());
+  size_t prev = 0;
+  for (const auto& [b, e] : matches) {
+    r.append(s.data() + prev, b - prev);
+    r.append(with.data(), with.size());
+    prev = e;
+  }
+  r.append(s.data() + prev, s.size() - prev);
+  return r;
+}
+
 }  // namespace hz::data

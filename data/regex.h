@@ -28,6 +28,8 @@ class Regex {
 
   // Appends the [begin, end) byte ranges of the matches in s (valid UTF-8; not re-checked).
   void find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const;
+  // s with every match (enumerated as find_all does) replaced by `with`.
+  std::string replace_all(std::string_view s, std::string_view with) const;
   const std::string& pattern() const { return pattern_; }
 
  private:

@@ -14,8 +14,9 @@ namespace {
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
-    HZ_CHECK(std::filesystem::is_regular_file(path), ValueError, "cannot open SentencePiece model '", path,
-             "'; give data.tokenizer as byte, a path to a tokenizer.json or to a SentencePiece .model");
+    HZ_CHECK(std::filesystem::is_regular_file(path), ValueError, "cannot open SentencePiece model '", path, "'",
+             std::filesystem::path(path).is_relative() ? " (relative to " + std::filesystem::current_path().string() + ")" : "",
+             "; give data.tokenizer as byte, a path to a tokenizer.json or to a SentencePiece .model");
     const auto st = sp_.Load(path);
     HZ_CHECK(st.ok(), ValueError, "'", path, "' is not a SentencePiece model that libsentencepiece can load: ",
              st.ToString());

@@ -23,6 +23,16 @@ few multilingual sentences, with the reference libraries from PyPI (`tokenizers`
                                       version 7, uint32 tokens; <|begin_of_text|> before every document)
   corpus/gpt2_style.nanogpt.bin       nanoGPT's format: raw uint16 ids, <|endoftext|> after every document
   corpus/expected.json                the ids of each corpus document per tokenizer
+
+A larger random sample (not committed) checks more of Unicode against the same fixtures:
+
+    "$PY" scripts/gen_tokenizer_fixtures.py --fuzz 20000 /tmp/cases.json
+    HZ_TOKENIZER_CASES=/tmp/cases.json build/hz_test_data --gtest_filter='Fixtures*'
+
+Random code points are drawn from every plane except unassigned ones (Python's Unicode 14 tables:
+Debian 12's PCRE2 knows Unicode 14 while the library's Oniguruma knows 16, so characters assigned
+since then may be split differently), and texts whose NFC / NFKC / lowercase differ between the
+library and Python's unicodedata are dropped (the library normalizes with older Unicode tables).
 """
 import json
 import os
@@ -239,8 +249,9 @@ def llama2_style(corpus):
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
                                      decoders.Strip(" ", 1, 0)])
     trainer = trainers.BpeTrainer(vocab_size=700, min_frequency=2, special_tokens=["<unk>", "<s>", "</s>"],
-                                  limit_alphabet=150, show_progress=False)
-    tok.train_from_iterator(corpus, trainer)
+                                  show_progress=False)
+    # English text only: every other character goes through byte_fallback
+    tok.train_from_iterator([t for t in corpus if t not in MULTILINGUAL], trainer)
     # put the 256 byte tokens right after the specials, as Llama 2 does, and keep the rest in order
     js = json.loads(tok.to_str())
     old = js["model"]["vocab"]
@@ -319,16 +330,35 @@ def decodes(texts, plain, special):
             "decoded_special": [None if s == d else s for s, d in zip(special, plain)]}
 
 
-def main():
-    os.makedirs(TOK_DIR, exist_ok=True)
-    os.makedirs(CORPUS_DIR, exist_ok=True)
-    corpus = train_corpus()
-    texts = CRAFTED + heldout_bible() + MULTILINGUAL + fuzz_texts(150)
+def random_texts(n, seed):
+    """Texts of 1..30 random code points (any plane, weighted towards text) and fuzz pieces."""
+    import unicodedata
+    rng = random.Random(seed)
+    spaces = " \t\n\r\x0b\x0c\x85\xa0\u1680\u2000\u2005\u200a\u2028\u2029\u202f\u205f\u3000\u180e\u200b\ufeff"
+    ranges = [(0.35, 0x20, 0x7E), (0.55, 0xA0, 0x24F), (0.65, 0x300, 0x36F), (0.85, 0x370, 0xFFFF),
+              (0.95, 0x1F300, 0x1FAFF), (1.0, 0, 0x10FFFF)]
+
+    def cp():
+        while True:
+            r = rng.random()
+            if r < 0.1:
+                return rng.choice(spaces)
+            lo, hi = next((lo, hi) for p, lo, hi in ranges if r < p)
+            c = rng.randint(lo, hi)
+            if not 0xD800 <= c <= 0xDFFF and unicodedata.category(chr(c)) != "Cn":
+                return chr(c)
+    texts = ["".join(rng.choice(FUZZ_PIECES) if rng.random() < 0.2 else cp() for _ in range(rng.randint(1, 30)))
+             for _ in range(n)]
+    same = lambda t: (normalizers.NFC().normalize_str(t) == unicodedata.normalize("NFC", t)
+                      and normalizers.NFKC().normalize_str(t) == unicodedata.normalize("NFKC", t)
+                      and normalizers.Lowercase().normalize_str(t) == "".join("i\u0307" if c == "\u0130" else c.lower() for c in t))
+    return [t for t in texts if same(t)]
+
+
+def reference_cases(texts, toks, sps):
+    """The reference ids and decodes of every tokenizer for `texts` (the layout of cases.json)."""
     cases = {"texts": texts, "tokenizers": {}}
-    toks = {}
-    for name, make in STYLES.items():
-        tok = save_tokenizer(name, make(corpus))
-        toks[name] = tok
+    for name, tok in toks.items():
         enc = tok.encode_batch(texts, add_special_tokens=False)
         enc_sp = tok.encode_batch(texts, add_special_tokens=True)
         ids = [e.ids for e in enc]
@@ -343,8 +373,7 @@ def main():
                       tok.decode_batch(ids, skip_special_tokens=False)),
             "specials": sorted(t.content for t in tok.get_added_tokens_decoder().values() if t.special),
         }
-    for model_type, vocab in (("bpe", 600), ("unigram", 600)):
-        sp = train_spm(corpus, model_type, vocab)
+    for model_type, sp in sps.items():
         ids = [sp.encode(t) for t in texts]
         cases["tokenizers"][f"spm_{model_type}"] = {
             "file": f"spm_{model_type}.model",
@@ -356,6 +385,28 @@ def main():
             "specials": sorted(sp.id_to_piece(i) for i in range(sp.get_piece_size()) if sp.is_control(i)),
             "bos": sp.bos_id(), "eos": sp.eos_id(), "pad": sp.pad_id(), "unk": sp.unk_id(),
         }
+    return cases
+
+
+def fuzz_main(n, out):
+    toks = {name: Tokenizer.from_file(os.path.join(TOK_DIR, name, "tokenizer.json")) for name in STYLES}
+    sps = {m: spm.SentencePieceProcessor(model_file=os.path.join(TOK_DIR, f"spm_{m}.model")) for m in ("bpe", "unigram")}
+    texts = random_texts(n, seed=n)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(reference_cases(texts, toks, sps), f, ensure_ascii=False, separators=(",", ":"))
+    print(f"wrote {len(texts)} random cases to {out}", file=sys.stderr)
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--fuzz":
+        return fuzz_main(int(sys.argv[2]), sys.argv[3])
+    os.makedirs(TOK_DIR, exist_ok=True)
+    os.makedirs(CORPUS_DIR, exist_ok=True)
+    corpus = train_corpus()
+    texts = CRAFTED + heldout_bible() + MULTILINGUAL + fuzz_texts(150)
+    toks = {name: save_tokenizer(name, make(corpus)) for name, make in STYLES.items()}
+    sps = {m: train_spm(corpus, m, 600) for m in ("bpe", "unigram")}
+    cases = reference_cases(texts, toks, sps)
     with open(os.path.join(TOK_DIR, "cases.json"), "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False, separators=(",", ":"))
 
