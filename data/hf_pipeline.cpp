@@ -191,9 +191,15 @@ std::string Normalizers::apply(std::string_view in, bool& at_origin) const {
       case Step::Kind::Prepend:
         if (!s.empty()) s.insert(0, n.content);
         break;
-      case Step::Kind::Replace:
+      case Step::Kind::Replace: {
+        if (n.content.empty() && !s.empty()) {  // a match at 0 replaced by nothing moves the origin
+          std::vector<std::pair<size_t, size_t>> m;
+          n.regex->find_all(s, m);
+          if (!m.empty() && m[0].first == 0 && m[0].second > 0) at_origin = false;
+        }
         s = n.regex->replace_all(s, n.content);
         break;
+      }
       case Step::Kind::Strip: {
         size_t b = 0, e = s.size();
         if (n.left) {
@@ -220,6 +226,8 @@ std::string Normalizers::apply(std::string_view in, bool& at_origin) const {
       }
       case Step::Kind::StripAccents: {
         std::string r;
+        size_t first = 0;
+        if (!s.empty() && uc::is_combining_mark(uc::next_codepoint(s, first))) at_origin = false;
         for (size_t i = 0; i < s.size();) {
           const size_t b = i;
           if (!uc::is_combining_mark(uc::next_codepoint(s, i))) r.append(s, b, i - b);

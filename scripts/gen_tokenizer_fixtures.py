@@ -31,8 +31,9 @@ A larger random sample (not committed) checks more of Unicode against the same f
 
 Random code points are drawn from every plane except unassigned ones (Python's Unicode 14 tables:
 Debian 12's PCRE2 knows Unicode 14 while the library's Oniguruma knows 16, so characters assigned
-since then may be split differently), and texts whose NFC / NFKC / lowercase differ between the
-library and Python's unicodedata are dropped (the library normalizes with older Unicode tables).
+since then may be split differently), and texts are dropped where the library's own older tables
+(its NFC / NFKC / StripAccents and Punctuation use Unicode 9-era crates) disagree with Python's
+unicodedata, which is what utf8proc follows.
 """
 import json
 import os
@@ -273,8 +274,45 @@ def llama2_style(corpus):
     return tok
 
 
+def metaspace_style(corpus):
+    """Newer Llama / Mistral layout (not byte-level): NFD + StripAccents normalizers, a Metaspace
+    pre-tokenizer (prepend_scheme "first", split), BPE with byte_fallback, Metaspace + ByteFallback
+    + Fuse decoders."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    tok.decoder = decoders.Sequence([decoders.Metaspace(replacement="▁", prepend_scheme="first"),
+                                     decoders.ByteFallback(), decoders.Fuse()])
+    trainer = trainers.BpeTrainer(vocab_size=600, min_frequency=2, special_tokens=["<unk>", "<s>", "</s>"],
+                                  initial_alphabet=[f"<0x{b:02X}>" for b in range(256)], show_progress=False)
+    tok.train_from_iterator([t for t in corpus if t not in MULTILINGUAL], trainer)
+    return tok
+
+
+def clip_style(corpus):
+    """Word-level splitting with end-of-word suffixes (CLIP / original GPT): NFC, Replace(\\s+ -> " "),
+    Strip and Lowercase normalizers; WhitespaceSplit, Punctuation, Split(Removed, inverted) and
+    ByteLevel pre-tokenizers; BPE with end_of_word_suffix "</w>"; BPEDecoder then ByteLevel."""
+    tok = Tokenizer(models.BPE(end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                           normalizers.Strip(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(),
+        pre_tokenizers.Punctuation(behavior="isolated"),
+        pre_tokenizers.Split(Regex(r"[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"), behavior="removed", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.Sequence([decoders.BPEDecoder(suffix="</w>"), decoders.ByteLevel()])
+    trainer = trainers.BpeTrainer(vocab_size=800, min_frequency=2, special_tokens=["<|startoftext|>", "<|endoftext|>"],
+                                  end_of_word_suffix="</w>", initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    return tok
+
+
 STYLES = {"gpt2_style": gpt2_style, "llama3_style": llama3_style, "qwen2_style": qwen2_style,
-          "roberta_style": roberta_style, "llama2_style": llama2_style}
+          "roberta_style": roberta_style, "llama2_style": llama2_style, "metaspace_style": metaspace_style,
+          "clip_style": clip_style}
 
 
 def save_tokenizer(name, tok):
@@ -349,9 +387,18 @@ def random_texts(n, seed):
                 return chr(c)
     texts = ["".join(rng.choice(FUZZ_PIECES) if rng.random() < 0.2 else cp() for _ in range(rng.randint(1, 30)))
              for _ in range(n)]
-    same = lambda t: (normalizers.NFC().normalize_str(t) == unicodedata.normalize("NFC", t)
-                      and normalizers.NFKC().normalize_str(t) == unicodedata.normalize("NFKC", t)
-                      and normalizers.Lowercase().normalize_str(t) == "".join("i\u0307" if c == "\u0130" else c.lower() for c in t))
+    punct = pre_tokenizers.Punctuation()
+    strip = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()])
+
+    def same(t):  # the library's older Unicode tables (normalization, punctuation, marks) agree here
+        return (normalizers.NFC().normalize_str(t) == unicodedata.normalize("NFC", t)
+                and normalizers.NFKC().normalize_str(t) == unicodedata.normalize("NFKC", t)
+                and normalizers.Lowercase().normalize_str(t) == "".join("i\u0307" if c == "\u0130" else c.lower() for c in t)
+                and strip.normalize_str(t) == "".join(c for c in unicodedata.normalize("NFD", t)
+                                                      if not unicodedata.category(c).startswith("M"))
+                and all((len(punct.pre_tokenize_str("a" + c + "a")) == 3) ==
+                        (c.isascii() and not c.isalnum() and c.isprintable() and c != " " or unicodedata.category(c).startswith("P"))
+                        for c in t))
     return [t for t in texts if same(t)]
 
 
