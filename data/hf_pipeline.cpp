@@ -31,6 +31,12 @@ namespace {
 // GPT-2's pre-tokenization regex, which the ByteLevel pre-tokenizer applies when use_regex is set.
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// The component's "pattern" ({"String": s} or {"Regex": r}), compiled.
+std::unique_ptr<Regex> compile_pattern(const JsonReader& rd, const json& j, const std::string& path) {
+  const auto [pat, literal] = rd.pattern(j, path);
+  return std::make_unique<Regex>(pat, literal, rd.file + ": " + path);
+}
+
 // ---- splitting: the library's SplitDelimiterBehavior over (range, is_match) lists -----------------
 
 enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
@@ -161,8 +167,7 @@ void Normalizers::read(const JsonReader& rd, const json& j, const std::string& p
   else if (t == "StripAccents") n.kind = Step::Kind::StripAccents;
   else if (t == "Replace") {
     n.kind = Step::Kind::Replace;
-    const auto [pat, literal] = rd.pattern(j, path);
-    n.regex = std::make_unique<Regex>(pat, literal, rd.file + ": " + path);
+    n.regex = compile_pattern(rd, j, path);
     n.content = rd.str(j, "content", path);
   } else if (t == "Prepend") {
     n.kind = Step::Kind::Prepend;
@@ -279,8 +284,7 @@ void PreTokenizers::read(const JsonReader& rd, const json& j, const std::string&
     if (rd.flag(j, "use_regex", true, path)) p.regex = std::make_unique<Regex>(kGpt2Pattern, false, rd.file + ": " + path);
   } else if (t == "Split") {
     p.kind = Step::Kind::Split;
-    const auto [pat, literal] = rd.pattern(j, path);
-    p.regex = std::make_unique<Regex>(pat, literal, rd.file + ": " + path);
+    p.regex = compile_pattern(rd, j, path);
     p.behavior = parse_behavior(rd, j, path);
     p.invert = rd.flag(j, "invert", false, path);
   } else if (t == "Digits") {
@@ -414,8 +418,7 @@ void Decoders::read(const JsonReader& rd, const json& j, const std::string& path
   else if (t == "Fuse") d.kind = Step::Kind::Fuse;
   else if (t == "Replace") {
     d.kind = Step::Kind::Replace;
-    const auto [pat, literal] = rd.pattern(j, path);
-    d.regex = std::make_unique<Regex>(pat, literal, rd.file + ": " + path);
+    d.regex = compile_pattern(rd, j, path);
     d.content = rd.str(j, "content", path);
   } else if (t == "Strip") {
     d.kind = Step::Kind::Strip;

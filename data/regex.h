@@ -2,7 +2,9 @@
 //
 // Patterns in tokenizer.json files are written for Oniguruma (the engine of the Hugging Face
 // `tokenizers` library); the ones tokenizers use (GPT-2's, Llama 3's, Qwen2's: \p{L}, \p{N}, \s,
-// (?i:...), (?!...), {1,3}) mean the same in PCRE2 with PCRE2_UCP. Matches are enumerated the way
+// (?i:...), (?!...), {1,3}) mean the same in PCRE2 with PCRE2_UCP, once \s \S \w \W are
+// rewritten as Oniguruma's classes (its \s is White_Space, without the U+180E PCRE2 adds; its \w
+// is letters, marks, numbers and connector punctuation). Matches are enumerated the way
 // the library's Oniguruma binding does: left to right, each search starting where the previous
 // match ended, and an empty match right after the previous match is skipped by advancing one
 // character.

@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=4096, help="size of the tokenizer written to assets/")
     ap.add_argument("--sweep", default="", help="comma-separated sizes to measure (bytes/token) before writing")
     ap.add_argument("--horizon", default=os.path.join(ROOT, "build", "horizon"))
+    ap.add_argument("--out", default="", help="output directory (default assets/tokenizers/kjv-bpe-<vocab>)")
     args = ap.parse_args()
     train, val = bible_split(args.horizon, seed=1234, val_fraction=0.05)
     train_texts, val_texts = [t for _, t in train], [t for _, t in val]
@@ -72,7 +73,7 @@ def main():
     if chosen is None:
         chosen = train_bpe(train_texts, args.vocab)
     assert chosen.get_vocab_size() == args.vocab, f"trained {chosen.get_vocab_size()} ids, asked for {args.vocab}"
-    out = os.path.join(ROOT, "assets", "tokenizers", f"kjv-bpe-{args.vocab}")
+    out = args.out or os.path.join(ROOT, "assets", "tokenizers", f"kjv-bpe-{args.vocab}")
     os.makedirs(out, exist_ok=True)
     chosen.save(os.path.join(out, "tokenizer.json"))
     with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:

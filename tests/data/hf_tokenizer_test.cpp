@@ -14,6 +14,7 @@
 #endif
 
 #include "core/error.h"
+#include "data/regex.h"
 #include "data/tokenizer.h"
 #include "data/unicode.h"
 #include "tests/data/data_test_util.h"
@@ -349,6 +350,28 @@ TEST(HfTokenizer, EncodeBatchIsIndependentOfTheThreadCount) {
   texts[3] = "bad \xff";
   const auto err = hzdt::error_message<hz::data::EncodeBatchError>([&] { hz::data::encode_batch(*tok, n, at); });
   EXPECT_NE(err.find("text 3"), std::string::npos) << err;
+}
+
+TEST(Regex, OnigurumaClassesAndMatchEnumeration) {
+  using hz::data::Regex;
+  const auto all = [](const Regex& re, const std::string& s) {
+    std::vector<std::pair<size_t, size_t>> m;
+    re.find_all(s, m);
+    return m;
+  };
+  using M = std::vector<std::pair<size_t, size_t>>;
+  // \s is White_Space: U+180E (MONGOLIAN VOWEL SEPARATOR) is not, NBSP and U+3000 are
+  EXPECT_EQ(all(Regex("\\s+", false, "t"), "a\xe1\xa0\x8e \xc2\xa0\xe3\x80\x80" "b"), (M{{4, 10}}));
+  EXPECT_EQ(all(Regex("[^\\s\\p{L}]+", false, "t"), "\xe1\xa0\x8e"), (M{{0, 3}}));
+  // \w includes combining marks (U+0301) and connector punctuation (U+203F)
+  EXPECT_EQ(all(Regex("\\w+", false, "t"), "e\xcc\x81\xe2\x80\xbfx y"), (M{{0, 7}, {8, 9}}));
+  EXPECT_EQ(all(Regex("\\W", false, "t"), "a b"), (M{{1, 2}}));
+  // empty matches: one right after the previous match is skipped by one character (Oniguruma's iterator)
+  EXPECT_EQ(all(Regex("a*", false, "t"), "baab"), (M{{0, 0}, {1, 3}, {4, 4}}));
+  EXPECT_EQ(all(Regex("x", true, "t"), "a.x*x"), (M{{2, 3}, {4, 5}}));  // literal
+  EXPECT_EQ(all(Regex(".*", true, "t"), "a.*b"), (M{{1, 3}}));
+  EXPECT_EQ(Regex("\\s+", false, "t").replace_all("a \t b", "_"), "a_b");
+  EXPECT_THROW(Regex("[\\S]", false, "t"), hz::ValueError);  // not translated: refused, not guessed
 }
 
 TEST(SentencePiece, RolesSpecialsAndDecoding) {
