@@ -8,8 +8,6 @@
 // the naive PyTorch computation.
 #include "cli/bench.h"
 
-#include "cli/tokenize.h"
-
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -193,14 +191,12 @@ int bench_main(const std::vector<std::string>& args) {
     fmt::print("usage: horizon bench train RECIPE.yaml [--steps 20] [key=value ...]\n"
                "       horizon bench attention [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512]\n"
                "                               [--reps 3] [--block-q 64] [--block-k 64] [--masks causal,swa,scope]\n"
-               "                               [--json FILE]\n"
-               "       horizon bench tokenizer TOKENIZER FILE.jsonl|FILE... [--threads 1,2] [--reps 3]\n");
+               "                               [--json FILE]\n");
     return args.size() < 2 ? 2 : 0;
   }
   if (args[1] == "attention") return bench_attention(parse(args, 2));
   if (args[1] == "train") return bench_train(args);
-  if (args[1] == "tokenizer") return bench_tokenizer_main(args);
-  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train, tokenizer");
+  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train");
 }
 
 }  // namespace hz::cli

@@ -36,6 +36,7 @@ void usage() {
       "  data prepare RECIPE.yaml [key=value ...] tokenize the recipe's corpus into shards\n"
       "  info [RECIPE.yaml|RUN_DIR] [key=value]   build, parameters, per-layer attention, FLOPs\n"
       "  tokenize TOKENIZER [FILE] [--decode]     ids of a text (or text of ids) with byte / tokenizer.json / .model\n"
+      "  bench tokenizer TOKENIZER DOCS.jsonl     encoding throughput (MB/s, 1 and 2 threads)\n"
       "  bench attention [...]                    benchmarks (see horizon bench --help)\n"
       "  train --schema                           every recipe field with its default and meaning\n"
       "  <command> --help                         help of a command\n");
@@ -177,8 +178,9 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return cmd_eval(args);
     if (cmd == "data") return cmd_data(args);
     if (cmd == "info") return cmd_info(args);
-    if (cmd == "bench") return hz::cli::bench_main(args);
     if (cmd == "tokenize") return hz::cli::tokenize_main(args);
+    if (cmd == "bench" && args.size() > 1 && args[1] == "tokenizer") return hz::cli::bench_tokenizer_main(args);
+    if (cmd == "bench") return hz::cli::bench_main(args);
     fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);
     return 2;
   } catch (const hz::Error& e) {
