@@ -50,16 +50,34 @@ TOKS=("$WORK/gpt2-32k.json" "$WORK/llama3-32k.json")
 [ -f assets/tokenizers/kjv-bpe-4096/tokenizer.json ] && TOKS+=(assets/tokenizers/kjv-bpe-4096/tokenizer.json)
 out="$WORK/results.jsonl"
 for tok in "${TOKS[@]}"; do
+  label=${tok#"$WORK/"}
   for threads in 1 2; do
     for r in $(seq "$ROUNDS"); do
       OMP_NUM_THREADS=$threads build/horizon bench tokenizer "$tok" "$WORK/docs.jsonl" --threads "$threads" --reps 3 |
-        sed "s|^{|{\"tokenizer\": \"$(basename "$(dirname "$tok")")/$(basename "$tok")\", |" >> "$out"
+        sed "s|^{|{\"tokenizer\": \"$label\", |" >> "$out"
       RAYON_NUM_THREADS=$threads "$PY" scripts/bench_tokenizer_hf.py "$tok" "$WORK/docs.jsonl" --reps 3 |
-        sed "s|^{|{\"tokenizer\": \"$(basename "$(dirname "$tok")")/$(basename "$tok")\", |" >> "$out"
+        sed "s|^{|{\"tokenizer\": \"$label\", |" >> "$out"
     done
   done
 done
 
+# Is a second core free? The same loop in 1 and in 2 concurrent processes: equal times mean yes.
+"$PY" - <<'PY'
+import multiprocessing as mp, time
+def spin(_):
+    x = 0
+    for i in range(3_000_000):
+        x += i
+def timed(n):
+    t = time.perf_counter()
+    with mp.Pool(n) as p:
+        p.map(spin, range(n))
+    return time.perf_counter() - t
+one, two = timed(1), timed(2)
+if two > 1.5 * one:
+    print(f"note: 2 processes of equal work took {two / one:.1f}x one process: the second core is busy, "
+          "so the 2-thread rows cannot show a speed-up")
+PY
 "$PY" - "$out" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
