@@ -12,6 +12,7 @@
 #include "attention/accounting.h"
 #include "cli/bench.h"
 #include "cli/convert.h"
+#include "cli/tokenize.h"
 #include "core/cpu/kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
@@ -35,6 +36,8 @@ void usage() {
       "  eval RUN_DIR|CHECKPOINT [key=value ...]  loss / perplexity vs length, NLL by position\n"
       "  data prepare RECIPE.yaml [key=value ...] tokenize the recipe's corpus into shards\n"
       "  info [RECIPE.yaml|RUN_DIR] [key=value]   build, parameters, per-layer attention, FLOPs\n"
+      "  tokenize TOKENIZER [FILE] [--decode]     ids of a text (or text of ids) with byte / tokenizer.json / .model\n"
+      "  bench tokenizer TOKENIZER DOCS.jsonl     encoding throughput (MB/s, 1 and 2 threads)\n"
       "  bench attention [...]                    benchmarks (see horizon bench --help)\n"
       "  convert hf HF_DIR OUT.h5                 import a Hugging Face Llama/Mistral/Qwen2/SmolLM3 checkpoint\n"
       "  convert to-hf CKPT|RUN_DIR OUT_DIR       export to a Hugging Face directory (transformers)\n"
@@ -120,6 +123,7 @@ int cmd_data(const std::vector<std::string>& a) {
   const auto t = hz::data::Shard::open(tp), v = hz::data::Shard::open(vp);
   fmt::print("train: {} ({} docs, {} tokens)\nval:   {} ({} docs, {} tokens)\n", tp, t->n_docs(), t->n_tokens(), vp,
              v->n_docs(), v->n_tokens());
+  fmt::print("meta:  {}\n", fs::path(tp).parent_path().string() + "/meta.json");
   return 0;
 }
 
@@ -181,6 +185,8 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return cmd_eval(args);
     if (cmd == "data") return cmd_data(args);
     if (cmd == "info") return cmd_info(args);
+    if (cmd == "tokenize") return hz::cli::tokenize_main(args);
+    if (cmd == "bench" && args.size() > 1 && args[1] == "tokenizer") return hz::cli::bench_tokenizer_main(args);
     if (cmd == "bench") return hz::cli::bench_main(args);
     if (cmd == "convert") return hz::cli::convert_main(args);
     if (cmd == "score") return hz::cli::score_main(args);

@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 
 PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
       libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libfmt-dev libdnnl-dev
-      nlohmann-json3-dev bible-kjv python3-h5py)
+      bible-kjv python3-h5py)
+# tokenizers: pre-tokenizer regexes, Unicode properties and normalization, tokenizer.json / JSONL, .model files
+PKGS+=(libpcre2-dev libutf8proc-dev nlohmann-json3-dev libsentencepiece-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

