@@ -6,29 +6,16 @@ namespace hz::attn {
 
 LayerCost attention_cost(const AttnConfig& cfg, int64_t H, int64_t Tq, int64_t Tk, int64_t D) {
   LayerCost c;
-  const int64_t off = cfg.q_offset < 0 ? Tk - Tq : cfg.q_offset;
-  const int64_t Bq = std::max<int64_t>(1, cfg.block_q), Bk = std::max<int64_t>(1, cfg.block_k);
+  const AttnKernelParams P = make_kernel_params(cfg, 1, H, 1, Tq, Tk, D);
+  const int64_t Bq = P.block_q, Bk = P.block_k;
   for (int64_t h = 0; h < H; ++h) {
     HeadCost hc;
-    hc.window = cfg.window.empty() ? 0 : cfg.window[h];
-    std::vector<KeyRange> rows(Tq);
-    for (int64_t i = 0; i < Tq; ++i) {
-      rows[i] = visible_keys(cfg, Tk, off + i, hc.window);
-      hc.visible_pairs += std::max<int64_t>(0, rows[i].hi - rows[i].lo + 1);
-    }
+    hc.window = P.window[h];
+    for (int64_t i = 0; i < Tq; ++i) hc.visible_pairs += visible_count(P, h, i);
     for (int64_t i0 = 0; i0 < Tq; i0 += Bq) {
-      const int64_t i1 = std::min(Tq, i0 + Bq) - 1;
-      for (int64_t j0 = 0; j0 < Tk; j0 += Bk) {
-        const int64_t j1 = std::min(Tk, j0 + Bk) - 1;
-        bool any = false, all = true;
-        for (int64_t i = i0; i <= i1; ++i) {
-          const KeyRange r = rows[i];
-          any |= r.lo <= r.hi && r.lo <= j1 && r.hi >= j0;
-          all &= r.lo <= j0 && r.hi >= j1;
-        }
-        hc.blocks += any;
-        hc.boundary_blocks += any && !all;
-      }
+      const BlockSpan s = key_blocks(P, h, i0, std::min(Tq, i0 + Bq) - 1, Bk);
+      hc.blocks += span_blocks(s);
+      hc.boundary_blocks += span_blocks(s) - span_full_blocks(s);
     }
     c.visible_pairs += hc.visible_pairs;
     c.blocks += hc.blocks;

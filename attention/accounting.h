@@ -1,7 +1,8 @@
-// Horizon: exact attention cost accounting. Visible (i, j) pairs per head come from the same
-// per-row key intervals the kernel uses (O(T) per head, no T x T loop); FLOPs count 4 D per
-// visible pair forward (q.k and p.v, a multiply-add each = 2 FLOPs) and 2.5x that backward
-// (five products instead of two). Block counts predict what the kernel visits for given tiles.
+// Horizon: exact attention cost accounting. Visible (i, j) pairs per head come from the per-row
+// key intervals the kernels use (attention/tiling.h's key_range: O(T) per head, no T x T loop);
+// FLOPs count 4 D per visible pair forward (q.k and p.v, a multiply-add each = 2 FLOPs) and 2.5x
+// that backward (five products instead of two). Block counts are tiling.h's key_blocks, the
+// blocks the kernels visit for the config's tiles.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,364 +1,124 @@
-// Horizon: fused attention on CPU — tiled online-softmax forward, recomputing backward.
-// See fused.h for the legend, the alignment convention, the mask and the logit transforms.
+// Horizon: the fused attention op — argument checks, planning (AttnKernelParams), dispatch by
+// device and the autograd node. The kernels: fused_cpu.cpp (CPU) and attention/cuda/ (CUDA); the
+// arithmetic they share: tiling.h.
 #include "attention/fused.h"
 
-#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
-#include "core/cpu/fast_math.h"
-#include "core/cpu/kernels.h"
-#include "core/cpu/loops.h"
+#include "attention/fused_kernels.h"
+#include "core/cuda/runtime.h"
 #include "core/ops.h"
 
 namespace hz::attn {
 
-AttnStats& attn_stats() {
-  static AttnStats s;
-  return s;
+AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t T, int64_t train_T) {
+  AttnConfig cfg;
+  cfg.window = spec.windows(n_heads, T);
+  if (spec.pos.kind == PosKind::Alibi) cfg.alibi_slope = alibi_slopes(n_heads);
+  cfg.logit = spec.logit.kind;
+  cfg.tau = spec.logit.tau;
+  cfg.swan_a = spec.logit.swan_a;
+  const double s = train_T > 0 ? static_cast<double>(T) / static_cast<double>(train_T) : 1.0;
+  cfg.beta = spec.logit.temp_c != 0.0 ? temperature_beta(spec.logit.temp_c, s) : spec.logit.beta;
+  return cfg;
 }
 
-KeyRange visible_keys(const AttnConfig& cfg, int64_t Tk, int64_t p, int64_t w) {
-  const int64_t kend = cfg.key_end < 0 ? Tk : std::min(cfg.key_end, Tk);
-  KeyRange r;
-  r.lo = std::max<int64_t>(cfg.key_begin, w > 0 ? p - w + 1 : 0);
-  r.lo = std::max<int64_t>(r.lo, 0);
-  r.hi = std::min<int64_t>(kend - 1, p - cfg.min_distance);
-  return r;
+AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Hkv, int64_t Tq,
+                                    int64_t Tk, int64_t D) {
+  HZ_CHECK(H > 0 && Hkv > 0 && H % Hkv == 0, ShapeError, "attention: n_heads (", H,
+           ") must be a positive multiple of n_kv_heads (", Hkv, ")");
+  HZ_CHECK(H <= kMaxAttnHeads, ShapeError, "attention: ", H, " query heads; the fused op takes at most ",
+           kMaxAttnHeads, " (attention/tiling.h kMaxAttnHeads)");
+  HZ_CHECK(cfg.min_distance >= 0, ValueError,
+           "attention: min_distance must be >= 0 (keys after the query are never visible)");
+  HZ_CHECK(cfg.q_offset >= 0 || Tq <= Tk, ShapeError, "attention: Tq (", Tq, ") > Tk (", Tk,
+           ") needs an explicit q_offset (the absolute position of query 0)");
+  HZ_CHECK(cfg.window.empty() || static_cast<int64_t>(cfg.window.size()) == H, ShapeError, "attention: ",
+           cfg.window.size(), " windows for ", H, " query heads");
+  HZ_CHECK(cfg.alibi_slope.empty() || static_cast<int64_t>(cfg.alibi_slope.size()) == H, ShapeError,
+           "attention: ", cfg.alibi_slope.size(), " ALiBi slopes for ", H, " query heads");
+  AttnKernelParams p;
+  p.B = B;
+  p.H = H;
+  p.Hkv = Hkv;
+  p.G = H / Hkv;
+  p.Tq = Tq;
+  p.Tk = Tk;
+  p.D = D;
+  p.q_offset = cfg.q_offset < 0 ? Tk - Tq : cfg.q_offset;
+  p.key_begin = std::max<int64_t>(0, cfg.key_begin);
+  p.key_end = cfg.key_end < 0 ? Tk : std::min(cfg.key_end, Tk);
+  p.min_distance = cfg.min_distance;
+  p.block_q = std::max<int64_t>(1, cfg.block_q);
+  p.block_k = std::max<int64_t>(1, cfg.block_k);
+  p.logit = cfg.logit;
+  p.alibi = !cfg.alibi_slope.empty();
+  p.scale = cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  p.tau = cfg.tau;
+  p.swan_a = cfg.swan_a;
+  p.beta = cfg.beta;
+  for (int64_t h = 0; h < H; ++h) {
+    p.window[h] = cfg.window.empty() ? 0 : cfg.window[h];
+    HZ_CHECK(p.window[h] >= 0, ValueError, "attention: window of head ", h, " is ", p.window[h],
+             "; use 0 for unbounded");
+    p.slope[h] = p.alibi ? cfg.alibi_slope[h] : 0.0;
+  }
+  if (cfg.logit == LogitKind::ScaleInvariant)
+    HZ_CHECK(cfg.tau > 0, ValueError, "attention: scale_invariant tau must be positive");
+  if (cfg.logit == LogitKind::SwanRow)
+    HZ_CHECK(cfg.swan_a > 1, ValueError, "attention: swan_row a must be > 1");
+  return p;
 }
 
 namespace {
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-// Everything a (b, h) task needs, resolved once per call.
-struct Plan {
-  int64_t B, H, Hkv, G, Tq, Tk, D, Bq, Bk, q_offset;
-  double scale;
-  LogitKind logit;
-  bool has_tables;             // scale_invariant a_t / m_t
-  std::vector<double> a, m;    // tables over t = 0..Tk+q_offset
-  std::vector<double> slope;   // per head (0 if no ALiBi)
-  std::vector<int64_t> window; // per head
-  std::vector<double> logn_c;  // per head (LogN)
-  AttnConfig cfg;
-
-  KeyRange range(int64_t h, int64_t i) const { return visible_keys(cfg, Tk, q_offset + i, window[h]); }
-  // row scale r_hi (without c for LogN: returns ln(n_i); the caller multiplies c)
-  double row_factor(int64_t h, int64_t i) const {
-    switch (logit) {
-      case LogitKind::LogN: {
-        const KeyRange r = range(h, i);
-        const int64_t n = std::max<int64_t>(0, r.hi - r.lo + 1);
-        return n > 0 ? std::log(static_cast<double>(n)) : 0.0;
-      }
-      case LogitKind::SwanRow: return swan_row_scale(cfg.swan_a, q_offset + i);
-      case LogitKind::Temperature: return cfg.beta;
-      default: return 1.0;
-    }
-  }
-  double row_scale(int64_t h, int64_t i) const {
-    const double f = row_factor(h, i);
-    return logit == LogitKind::LogN ? f * logn_c[h] : f;
-  }
-};
-
-Plan make_plan(const Tensor& q, const Tensor& k, const AttnConfig& cfg, const Tensor& logn_c) {
-  Plan p;
-  p.B = q.size(0);
-  p.H = q.size(1);
-  p.Tq = q.size(2);
-  p.D = q.size(3);
-  p.Hkv = k.size(1);
-  p.Tk = k.size(2);
-  p.G = p.H / p.Hkv;
-  p.cfg = cfg;
-  HZ_CHECK(cfg.min_distance >= 0, ValueError, "attention: min_distance must be >= 0 (keys after the query are never visible)");
-  p.Bq = std::max<int64_t>(1, cfg.block_q);
-  p.Bk = std::max<int64_t>(1, cfg.block_k);
-  p.q_offset = cfg.q_offset < 0 ? p.Tk - p.Tq : cfg.q_offset;
-  p.scale = cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
-  p.logit = cfg.logit;
-  p.window = cfg.window.empty() ? std::vector<int64_t>(p.H, 0) : cfg.window;
-  HZ_CHECK(static_cast<int64_t>(p.window.size()) == p.H, ShapeError, "attention: ", p.window.size(),
-           " windows for ", p.H, " query heads");
-  p.slope = cfg.alibi_slope.empty() ? std::vector<double>(p.H, 0.0) : cfg.alibi_slope;
-  HZ_CHECK(static_cast<int64_t>(p.slope.size()) == p.H, ShapeError, "attention: ", p.slope.size(),
-           " ALiBi slopes for ", p.H, " query heads");
-  p.has_tables = cfg.logit == LogitKind::ScaleInvariant;
-  if (p.has_tables) scale_invariant_tables(cfg.tau, p.q_offset + p.Tq + 1, p.a, p.m);
-  if (cfg.logit == LogitKind::LogN) {
-    HZ_CHECK(logn_c.defined() && logn_c.numel() == p.H, ShapeError,
-             "attention: logit 'logn' needs one c per query head (", p.H, " values)");
-    p.logn_c = logn_c.to_vector();
-  }
-  return p;
+AttnImpl env_impl() {
+  const char* e = std::getenv("HZ_ATTN_IMPL");
+  const std::string s = e ? e : "";
+  if (s.empty() || s == "auto") return AttnImpl::Auto;
+  if (s == "reference") return AttnImpl::Reference;
+  if (s == "tensor_core") return AttnImpl::TensorCore;
+  throw ValueError("HZ_ATTN_IMPL='" + s + "': expected auto, reference or tensor_core");
 }
 
-// Scratch for one thread.
-template <class T>
-struct Scratch {
-  std::vector<T> s, pr, acc, dp, dq;
-  std::vector<double> rf;  // per-row factor
-  std::vector<T> mrow, lrow;
-};
-
-// Turn raw scores into logits in place (masking only when `boundary`).
-template <class T>
-inline void block_logits(const Plan& P, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
-                         int64_t ld, bool boundary, const double* rs, T* s) {
-  const double slope = P.slope[h];
-  const bool simple = !P.has_tables && slope == 0.0;
-  for (int64_t i = 0; i < nq; ++i) {
-    T* si = s + i * ld;
-    const int64_t pos = P.q_offset + i0 + i;
-    const T r = static_cast<T>(rs[i]);
-    if (simple) {
-      for (int64_t jj = 0; jj < nk; ++jj) si[jj] *= r;
-    } else {
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        const int64_t t = pos - (j0 + jj);
-        const int64_t tc = t < 0 ? 0 : t;  // masked entries (t < 0) are overwritten below
-        const double a = P.has_tables ? P.a[tc] : 1.0;
-        const double b = (P.has_tables ? P.m[tc] : 0.0) - slope * static_cast<double>(t);
-        si[jj] = static_cast<T>(r * a) * si[jj] + static_cast<T>(b);
-      }
-    }
-    if (boundary) {
-      const KeyRange kr = P.range(h, i0 + i);
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        const int64_t j = j0 + jj;
-        if (j < kr.lo || j > kr.hi) si[jj] = -std::numeric_limits<T>::infinity();
-      }
-    }
-  }
+// Whether a call on CUDA device `dev` runs the tensor-core kernels.
+bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
+  const AttnImpl impl = cfg.impl == AttnImpl::Auto ? env_impl() : cfg.impl;
+  const bool ok = detail::tensor_core_supported(dt, D, dev.index);
+  HZ_CHECK(ok || impl != AttnImpl::TensorCore, NotImplementedError,
+           "attention: the tensor-core kernels take bf16 q/k/v with head_dim 64 or 128 on an sm_80+ GPU, got ",
+           dtype_name(dt), " with head_dim ", D,
+           "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
+  return impl != AttnImpl::Reference && ok;
 }
 
-// Classify key block [j0, j1] against query rows [i0, i1]: 0 = masked for every row (skip),
-// 1 = boundary (some entries masked), 2 = fully visible.
-inline int classify(const Plan& P, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-  bool any = false, all = true;
-  for (int64_t i = i0; i <= i1; ++i) {
-    const KeyRange r = P.range(h, i);
-    const bool touches = r.lo <= j1 && r.hi >= j0 && r.lo <= r.hi;
-    any |= touches;
-    all &= r.lo <= j0 && r.hi >= j1;
-  }
-  return !any ? 0 : (all ? 2 : 1);
-}
-
-// Key-block index range that may hold visible keys for rows [i0, i1] (lo/hi grow with i).
-inline void block_span(const Plan& P, int64_t h, int64_t i0, int64_t i1, int64_t& kb0, int64_t& kb1) {
-  const KeyRange first = P.range(h, i0), last = P.range(h, i1);
-  const int64_t lo = std::max<int64_t>(0, first.lo), hi = std::min(P.Tk - 1, last.hi);
-  if (hi < lo) { kb0 = 0; kb1 = -1; return; }
-  kb0 = lo / P.Bk;
-  kb1 = hi / P.Bk;
-}
-
-template <class T>
-void forward_impl(const Plan& P, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                  Tensor& lse) {
-  const T* qp = q.data<T>();
-  const T* kp = k.data<T>();
-  const T* vp = v.data<T>();
-  T* op = out.data<T>();
-  T* lp = lse.data<T>();
-  const int64_t nqb = (P.Tq + P.Bq - 1) / P.Bq;
-  const int64_t tasks = P.B * P.H * nqb;
-  const T scale = static_cast<T>(P.scale);
-  constexpr T ninf = -std::numeric_limits<T>::infinity();
-  int64_t visited = 0, boundary_n = 0;
-#pragma omp parallel reduction(+ : visited, boundary_n)
-  {
-    std::vector<T> sbuf(P.Bq * P.Bk), acc(P.Bq * P.D), mrow(P.Bq), lrow(P.Bq);
-    std::vector<double> rf(P.Bq);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t qb = task % nqb, bh = task / nqb, h = bh % P.H, b = bh / P.H;
-      const int64_t hk = h / P.G;
-      const int64_t i0 = qb * P.Bq, nq = std::min(P.Bq, P.Tq - i0), i1 = i0 + nq - 1;
-      const T* qblk = qp + ((b * P.H + h) * P.Tq + i0) * P.D;  // (nq, D)
-      const T* kh = kp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
-      const T* vh = vp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
-      for (int64_t i = 0; i < nq; ++i) {
-        rf[i] = P.row_scale(h, i0 + i);
-        mrow[i] = ninf;
-        lrow[i] = T(0);
-      }
-      std::fill(acc.begin(), acc.end(), T(0));
-      int64_t kb0, kb1;
-      block_span(P, h, i0, i1, kb0, kb1);
-      for (int64_t kb = kb0; kb <= kb1; ++kb) {
-        const int64_t j0 = kb * P.Bk, nk = std::min(P.Bk, P.Tk - j0), j1 = j0 + nk - 1;
-        const int cls = classify(P, h, i0, i1, j0, j1);
-        if (cls == 0) continue;  // never read a block that is masked for every row
-        ++visited;
-        boundary_n += cls == 1;
-        T* s = sbuf.data();  // (nq, Bk): scores, then logits, then probabilities
-        cpu::gemm<T>(false, true, nq, nk, P.D, scale, qblk, P.D, kh + j0 * P.D, P.D, T(0), s, P.Bk);
-        block_logits(P, h, i0, nq, j0, nk, P.Bk, cls == 1, rf.data(), s);
-        for (int64_t i = 0; i < nq; ++i) {
-          T* si = s + i * P.Bk;
-          T mx = mrow[i];
-          for (int64_t jj = 0; jj < nk; ++jj) mx = std::max(mx, si[jj]);
-          if (mx == ninf) {  // row fully masked so far: contributes nothing
-            for (int64_t jj = 0; jj < nk; ++jj) si[jj] = T(0);
-            continue;
-          }
-          const T corr = cpu::fast_exp(mrow[i] - mx);
-          T sum = T(0);
-          for (int64_t jj = 0; jj < nk; ++jj) {
-            const T e = cpu::fast_exp(si[jj] - mx);
-            si[jj] = e;
-            sum += e;
-          }
-          lrow[i] = lrow[i] * corr + sum;
-          mrow[i] = mx;
-          if (corr != T(1)) {
-            T* ai = acc.data() + i * P.D;
-            for (int64_t d = 0; d < P.D; ++d) ai[d] *= corr;
-          }
-        }
-        // acc (nq, D) += P (nq, nk) V_blk (nk, D)
-        cpu::gemm<T>(false, false, nq, P.D, nk, T(1), s, P.Bk, vh + j0 * P.D, P.D, T(1), acc.data(), P.D);
-      }
-      for (int64_t i = 0; i < nq; ++i) {
-        T* o = op + ((b * P.H + h) * P.Tq + i0 + i) * P.D;
-        const T* ai = acc.data() + i * P.D;
-        const T l = lrow[i];
-        T& ls = lp[(b * P.H + h) * P.Tq + i0 + i];
-        if (l > T(0)) {
-          const T inv = T(1) / l;
-          for (int64_t d = 0; d < P.D; ++d) o[d] = ai[d] * inv;
-          ls = mrow[i] + std::log(l);
-        } else {
-          for (int64_t d = 0; d < P.D; ++d) o[d] = T(0);
-          ls = ninf;
-        }
-      }
-    }
-  }
-  attn_stats().fwd_blocks += visited;
-  attn_stats().fwd_boundary_blocks += boundary_n;
-}
-
-// Backward. One task per (b, h): it owns dq rows of head h and per-query-head dk/dv buffers,
-// which are summed over each GQA group afterwards in head order (deterministic).
-template <class T>
-void backward_impl(const Plan& P, const Tensor& q, const Tensor& k, const Tensor& v,
-                   const Tensor& out, const Tensor& lse, const Tensor& gout, Tensor& dq,
-                   Tensor& dk_h, Tensor& dv_h, std::vector<double>* dlogn_c) {
-  const T* qp = q.data<T>();
-  const T* kp = k.data<T>();
-  const T* vp = v.data<T>();
-  const T* op = out.data<T>();
-  const T* lp = lse.data<T>();
-  const T* gp = gout.data<T>();
-  T* dqp = dq.data<T>();
-  T* dkp = dk_h.data<T>();
-  T* dvp = dv_h.data<T>();
-  const int64_t nqb = (P.Tq + P.Bq - 1) / P.Bq;
-  const T scale = static_cast<T>(P.scale);
-  constexpr T ninf = -std::numeric_limits<T>::infinity();
-  const bool logn = P.logit == LogitKind::LogN && dlogn_c != nullptr;
-  std::vector<double> dc(P.H, 0.0);
-  int64_t visited = 0;
-  // Heads differ widely in cost (SCOPE: scopes from a few tokens to T), so hand the (b, h) tasks
-  // out largest first (LPT) to balance the threads.
-  std::vector<std::pair<int64_t, int64_t>> order;  // (estimated key blocks, bh)
-  for (int64_t bh = 0; bh < P.B * P.H; ++bh) {
-    int64_t cost = 0;
-    for (int64_t qb = 0; qb < nqb; ++qb) {
-      int64_t kb0, kb1;
-      block_span(P, bh % P.H, qb * P.Bq, std::min(P.Tq, (qb + 1) * P.Bq) - 1, kb0, kb1);
-      cost += std::max<int64_t>(0, kb1 - kb0 + 1);
-    }
-    order.emplace_back(-cost, bh);
-  }
-  std::sort(order.begin(), order.end());
-#pragma omp parallel reduction(+ : visited)
-  {
-    std::vector<T> sbuf(P.Bq * P.Bk), pbuf(P.Bq * P.Bk), dpbuf(P.Bq * P.Bk), Dvec(P.Tq);
-    std::vector<double> rf(P.Bq), lnn(P.Bq);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < P.B * P.H; ++task) {
-      const int64_t bh = order[task].second;
-      const int64_t h = bh % P.H, b = bh / P.H, hk = h / P.G;
-      const T* qh = qp + bh * P.Tq * P.D;   // (Tq, D)
-      const T* oh = op + bh * P.Tq * P.D;   // (Tq, D)
-      const T* gh = gp + bh * P.Tq * P.D;   // dO (Tq, D)
-      const T* lh = lp + bh * P.Tq;         // (Tq)
-      const T* kh = kp + (b * P.Hkv + hk) * P.Tk * P.D;  // (Tk, D)
-      const T* vh = vp + (b * P.Hkv + hk) * P.Tk * P.D;  // (Tk, D)
-      T* dqh = dqp + bh * P.Tq * P.D;
-      T* dkh = dkp + bh * P.Tk * P.D;
-      T* dvh = dvp + bh * P.Tk * P.D;
-      std::fill(dqh, dqh + P.Tq * P.D, T(0));
-      std::fill(dkh, dkh + P.Tk * P.D, T(0));
-      std::fill(dvh, dvh + P.Tk * P.D, T(0));
-      for (int64_t i = 0; i < P.Tq; ++i) {  // D_i = dO_i . O_i
-        T a = T(0);
-        for (int64_t d = 0; d < P.D; ++d) a += gh[i * P.D + d] * oh[i * P.D + d];
-        Dvec[i] = a;
-      }
-      double dch = 0.0;
-      for (int64_t qb = 0; qb < nqb; ++qb) {
-        const int64_t i0 = qb * P.Bq, nq = std::min(P.Bq, P.Tq - i0), i1 = i0 + nq - 1;
-        for (int64_t i = 0; i < nq; ++i) {
-          rf[i] = P.row_scale(h, i0 + i);
-          lnn[i] = logn ? P.row_factor(h, i0 + i) : 0.0;
-        }
-        int64_t kb0, kb1;
-        block_span(P, h, i0, i1, kb0, kb1);
-        for (int64_t kbi = kb0; kbi <= kb1; ++kbi) {
-          const int64_t j0 = kbi * P.Bk, nk = std::min(P.Bk, P.Tk - j0), j1 = j0 + nk - 1;
-          const int cls = classify(P, h, i0, i1, j0, j1);
-          if (cls == 0) continue;
-          ++visited;
-          T* s = sbuf.data();    // raw scores scale * q.k   (nq, Bk)
-          T* pr = pbuf.data();   // logits, then probabilities, then dS
-          T* dpv = dpbuf.data(); // dP = dO v^T
-          cpu::gemm<T>(false, true, nq, nk, P.D, scale, qh + i0 * P.D, P.D, kh + j0 * P.D, P.D, T(0), s, P.Bk);
-          std::copy(s, s + nq * P.Bk, pr);
-          block_logits(P, h, i0, nq, j0, nk, P.Bk, cls == 1, rf.data(), pr);
-          for (int64_t i = 0; i < nq; ++i) {
-            const T l = lh[i0 + i];
-            T* pi = pr + i * P.Bk;
-            for (int64_t jj = 0; jj < nk; ++jj) pi[jj] = l == ninf ? T(0) : cpu::fast_exp(pi[jj] - l);
-          }
-          // dV_blk (nk, D) += P^T dO_blk
-          cpu::gemm<T>(true, false, nk, P.D, nq, T(1), pr, P.Bk, gh + i0 * P.D, P.D, T(1), dvh + j0 * P.D, P.D);
-          // dP (nq, nk) = dO_blk V_blk^T
-          cpu::gemm<T>(false, true, nq, nk, P.D, T(1), gh + i0 * P.D, P.D, vh + j0 * P.D, P.D, T(0), dpv, P.Bk);
-          for (int64_t i = 0; i < nq; ++i) {
-            T* pi = pr + i * P.Bk;
-            const T* di = dpv + i * P.Bk;
-            const T* si = s + i * P.Bk;
-            const T Di = Dvec[i0 + i];
-            const T rsc = static_cast<T>(rf[i]) * scale;
-            const int64_t pos = P.q_offset + i0 + i;
-            for (int64_t jj = 0; jj < nk; ++jj) {
-              const T dl = pi[jj] * (di[jj] - Di);  // dLoss/dL_ij
-              T a = T(1);
-              if (P.has_tables && pi[jj] != T(0)) a = static_cast<T>(P.a[pos - j0 - jj]);
-              if (logn && pi[jj] != T(0)) dch += static_cast<double>(dl) * lnn[i] * a * static_cast<double>(si[jj]);
-              pi[jj] = dl * rsc * a;  // dLoss/d(q.k)
-            }
-          }
-          // dQ_blk (nq, D) += dS K_blk ; dK_blk (nk, D) += dS^T Q_blk
-          cpu::gemm<T>(false, false, nq, P.D, nk, T(1), pr, P.Bk, kh + j0 * P.D, P.D, T(1), dqh + i0 * P.D, P.D);
-          cpu::gemm<T>(true, false, nk, P.D, nq, T(1), pr, P.Bk, qh + i0 * P.D, P.D, T(1), dkh + j0 * P.D, P.D);
-        }
-      }
-      dc[h] = dch;  // each head is owned by exactly one task
-    }
-  }
-  attn_stats().bwd_blocks += visited;
-  if (dlogn_c) *dlogn_c = dc;
-}
+Tensor as_f32(const Tensor& t) { return t.dtype() == DType::BF16 ? t.to(DType::F32) : t; }
 
 }  // namespace
+
+AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D) {
+  if (dev.is_cuda() && use_tensor_core(cfg, dt, D, dev)) return detail::tensor_core_tiles(D);
+  const int64_t bq = std::max<int64_t>(1, cfg.block_q), bk = std::max<int64_t>(1, cfg.block_k);
+  return {bq, bk, bq, bk, false};
+}
+
+AttnStats attn_stats() {
+  AttnStats s = detail::cpu_stats();
+  if (cuda::compiled()) {
+    const AttnStats c = detail::cuda_stats();
+    s.fwd_blocks += c.fwd_blocks;
+    s.fwd_boundary_blocks += c.fwd_boundary_blocks;
+    s.bwd_blocks += c.bwd_blocks;
+  }
+  return s;
+}
+void reset_attn_stats() {
+  detail::cpu_reset_stats();
+  if (cuda::compiled()) detail::cuda_reset_stats();
+}
 
 AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
                            const AttnConfig& cfg, const ag::Variable& logn_c) {
@@ -376,48 +136,93 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   HZ_CHECK(qv.size(1) % kv.size(1) == 0, ShapeError, "attention: n_heads (", qv.size(1),
            ") must be divisible by n_kv_heads (", kv.size(1), ")");
   HZ_CHECK(qv.dtype() == kv.dtype() && kv.dtype() == vv.dtype(), DTypeError,
-           "attention: q, k, v dtypes differ");
-  HZ_CHECK(qv.device().is_cpu(), NotImplementedError, "fused attention runs on CPU only until the CUDA backend issue");
+           "attention: q, k, v dtypes differ (", dtype_name(qv.dtype()), ", ", dtype_name(kv.dtype()), ", ",
+           dtype_name(vv.dtype()), "); cast them to one dtype");
+  HZ_CHECK(is_floating(qv.dtype()), DTypeError, "attention: q, k, v must be f32, f64 or bf16, got ",
+           dtype_name(qv.dtype()));
+  HZ_CHECK(qv.device() == kv.device() && kv.device() == vv.device(), DeviceError,
+           "attention: q, k, v live on different devices; move them to one with .to(device)");
+  const Device dev = qv.device();
+  const DType dt = qv.dtype(), adt = acc_dtype(dt);
   const Tensor qc = qv.contiguous(), kc = kv.contiguous(), vc = vv.contiguous();
-  const Tensor cvals = logn_c.defined() ? logn_c.value() : Tensor();
-  const Plan plan = make_plan(qc, kc, cfg, cvals);
-  HZ_CHECK(plan.q_offset + plan.Tq <= plan.Tk || cfg.q_offset >= 0, ShapeError,
-           "attention: Tq (", plan.Tq, ") > Tk (", plan.Tk, ") needs an explicit q_offset");
-  Tensor out = Tensor::empty(qc.shape(), qc.dtype());
-  Tensor lse = Tensor::empty({plan.B, plan.H, plan.Tq}, qc.dtype());
-  cpu::dispatch_float(qc.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    forward_impl<T>(plan, qc, kc, vc, out, lse);
-  });
+  const AttnKernelParams P = make_kernel_params(cfg, qc.size(0), qc.size(1), kc.size(1), qc.size(2), kc.size(2),
+                                                qc.size(3));
+  const bool logn = cfg.logit == LogitKind::LogN;
+  if (logn)
+    HZ_CHECK(logn_c.defined() && logn_c.numel() == P.H && is_floating(logn_c.dtype()), ShapeError,
+             "attention: logit 'logn' needs one floating c per query head (", P.H, " values)");
+  const bool empty = qc.numel() == 0 || kc.numel() == 0;
+  const bool use_tc = dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev);
+  // LogN's c: a host vector for the CPU kernel, a device tensor in the accumulation dtype on CUDA
+  std::vector<double> c_host;
+  Tensor c_dev;
+  if (logn && dev.is_cpu()) c_host = logn_c.value().to_vector();
+  if (logn && dev.is_cuda()) c_dev = logn_c.value().to(dev).to(adt).contiguous();
+
+  Tensor out = Tensor::empty(qc.shape(), dt, dev);
+  Tensor lse = Tensor::empty({P.B, P.H, P.Tq}, adt, dev);
+  Tensor out_saved = out;  // the output backward reads (the f32 one for bf16 on CPU)
+  if (empty) {
+    out.fill_(0.0);
+    lse.fill_(-std::numeric_limits<double>::infinity());
+  } else if (dev.is_cpu()) {
+    if (dt == DType::BF16) {  // compute in f32: convert in, round out once (lse stays f32)
+      out_saved = Tensor::empty(qc.shape(), DType::F32);
+      detail::cpu_forward(P, as_f32(qc), as_f32(kc), as_f32(vc), c_host, out_saved, lse);
+      out = out_saved.to(DType::BF16);
+    } else {
+      detail::cpu_forward(P, qc, kc, vc, c_host, out, lse);
+    }
+  } else {
+    detail::cuda_forward(P, use_tc, qc, kc, vc, c_dev, out, lse);
+  }
+
   std::vector<ag::Variable> inputs{q, k, v};
-  const bool with_c = cfg.logit == LogitKind::LogN && logn_c.defined();
+  const bool with_c = logn && logn_c.defined();
   if (with_c) inputs.push_back(logn_c);
+  const DType c_dtype = with_c ? logn_c.dtype() : adt;
+  const Device c_device = with_c ? logn_c.value().device() : dev;
   AttnOutput res;
   res.lse = lse;
   res.out = ag::make_result(out, inputs, "fused_attention", [&] {
-    return [plan, qc, kc, vc, out, lse, with_c](const Tensor& g, ag::Grads& gr) {
-      const Tensor gc = g.contiguous();
-      Tensor dq = Tensor::empty(qc.shape(), qc.dtype());
-      Tensor dk_h = Tensor::empty({plan.B, plan.H, plan.Tk, plan.D}, qc.dtype());
-      Tensor dv_h = Tensor::empty({plan.B, plan.H, plan.Tk, plan.D}, qc.dtype());
-      std::vector<double> dc;
+    return [P, use_tc, empty, qc, kc, vc, out = out_saved, lse, c_host, c_dev, with_c, c_dtype, c_device](
+               const Tensor& g, ag::Grads& gr) {
+      const Device dev = qc.device();
+      const DType dt = qc.dtype();
+      const Tensor gc = (g.dtype() == dt ? g : g.to(dt)).contiguous();
+      Tensor dq = Tensor::empty(qc.shape(), dt, dev);
+      Tensor dk = Tensor::empty(kc.shape(), dt, dev), dv = Tensor::empty(kc.shape(), dt, dev);
       const bool need_c = with_c && gr.needs(3);
-      cpu::dispatch_float(qc.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        backward_impl<T>(plan, qc, kc, vc, out, lse, gc, dq, dk_h, dv_h, need_c ? &dc : nullptr);
-      });
-      if (gr.needs(0)) gr.set(0, dq);
-      // sum per-query-head dk/dv over each GQA group, in head order
-      auto group_sum = [&](const Tensor& t) {
-        if (plan.G == 1) return t;
-        return ops::sum(t.view({plan.B, plan.Hkv, plan.G, plan.Tk, plan.D}), 2, false);
-      };
-      if (gr.needs(1)) gr.set(1, group_sum(dk_h));
-      if (gr.needs(2)) gr.set(2, group_sum(dv_h));
-      if (need_c) {
-        Tensor t = Tensor::from_vector(dc, {plan.H}, qc.dtype());
-        gr.set(3, t);
+      Tensor dc;
+      if (empty) {
+        dq.fill_(0.0);
+        dk.fill_(0.0);
+        dv.fill_(0.0);
+        if (need_c) dc = Tensor::zeros({P.H}, c_dtype, c_device);
+      } else if (dev.is_cpu()) {
+        std::vector<double> dcv;
+        if (dt == DType::BF16) {
+          Tensor dqf = Tensor::empty(qc.shape(), DType::F32), dkf = Tensor::empty(kc.shape(), DType::F32),
+                 dvf = Tensor::empty(kc.shape(), DType::F32);
+          detail::cpu_backward(P, as_f32(qc), as_f32(kc), as_f32(vc), out, lse, as_f32(gc), c_host, dqf, dkf, dvf,
+                               need_c ? &dcv : nullptr);
+          dq = dqf.to(dt);
+          dk = dkf.to(dt);
+          dv = dvf.to(dt);
+        } else {
+          detail::cpu_backward(P, qc, kc, vc, out, lse, gc, c_host, dq, dk, dv, need_c ? &dcv : nullptr);
+        }
+        if (need_c) dc = Tensor::from_vector(dcv, {P.H}, c_dtype).to(c_device);
+      } else {
+        Tensor dc_rows;
+        detail::cuda_backward(P, use_tc, qc, kc, vc, out, lse, gc, c_dev, dq, dk, dv, need_c ? &dc_rows : nullptr);
+        // per-row partials summed over rows, then over the batch, in a fixed order
+        if (need_c) dc = ops::sum(ops::sum(dc_rows, 2, false), 0, false).to(c_dtype).to(c_device);
       }
+      if (gr.needs(0)) gr.set(0, dq);
+      if (gr.needs(1)) gr.set(1, dk);
+      if (gr.needs(2)) gr.set(2, dv);
+      if (need_c) gr.set(3, dc);
     };
   });
   return res;

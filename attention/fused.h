@@ -1,35 +1,40 @@
-// Horizon: the fused attention op (CPU; f32 and f64).
+// Horizon: the fused attention op (CPU: f32, f64, bf16 computing in f32; CUDA: f32, bf16).
 //
 // Legend: B batch, H query heads, Hkv key/value heads (H % Hkv == 0, query head h reads kv head
 // h / (H / Hkv)), Tq queries, Tk keys, D head dim.
-//   q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, D) -> out (B, H, Tq, D), lse (B, H, Tq)
+//   q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, D) -> out (B, H, Tq, D) in q's dtype,
+//   lse (B, H, Tq) in f32 for bf16 inputs, else in q's dtype.
 //
-// Alignment: query i sits at absolute position p_i = q_offset + i, keys at positions j = 0..Tk-1.
-// By default q_offset = Tk - Tq: the queries are the LAST Tq positions (decoding, chunked
-// prefill, LaMPE regions). Distance t = p_i - j.
+// Alignment, mask, block skipping and logit transforms: attention/tiling.h, which is the one
+// definition both devices use. In short: query i sits at position q_offset + i (default
+// Tk - Tq: the queries are the last Tq positions); key j is visible iff key_begin <= j < key_end,
+// t = p_i - j >= min_distance and t < window[h] (window 0 = unbounded); logits are
+// L_ij = r_i a_t s_ij + m_t - slope_h t with s_ij = scale q_i . k_j.
 //
-// Mask (one parameterisation for causal, sliding window and SCOPE): key j is visible to query i
-// iff  key_begin <= j < key_end,  t >= min_distance (>= 0: causal),  and  t < window[h] when
-// window[h] > 0. A row's visible keys are the interval [lo_i, hi_i]; both ends grow with i, so a
-// query block needs only the key blocks in [lo_first, hi_last]; blocks masked for every row are
-// skipped without being read, and the mask is evaluated only on boundary blocks.
-//
-// Logits: L_ij = r_hi * a_t * s_ij + b_t - slope_h * t,  s_ij = scale * q_i . k_j, where
-//   identity: r = 1, a = 1, b = 0; scale_invariant: a_t, b_t = m_t (SPEC tables, tau);
-//   logn: r = c_h ln(n_i), n_i = number of visible keys of row i (c_h may be learned);
-//   swan_row: r = ln(swan_a + p_i) / ln(swan_a); temperature: r = beta;
-//   ALiBi slopes (position encoding alibi) add -slope_h * t to any of them.
 // Forward is a tiled online softmax returning out and the row log-sum-exp; backward recomputes
-// the probabilities from the log-sum-exp block by block, so no (Tq, Tk) tensor ever exists.
+// the probabilities from the log-sum-exp block by block, so no (Tq, Tk) tensor ever exists. Both
+// are deterministic on both devices (no float atomics). Files: fused.cpp (checks, planning, device
+// dispatch, the autograd node), fused_cpu.cpp (the CPU kernel), attention/cuda/ (the CUDA kernels:
+// a simple reference kernel for every dtype and head dim, and bf16 tensor-core kernels for D 64
+// and 128).
 #pragma once
-#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "attention/spec.h"
+#include "attention/tiling.h"
 #include "autograd/variable.h"
 
 namespace hz::attn {
+
+// Which kernel runs a call on CUDA (CPU tensors always run the CPU kernel):
+//   Auto        the bf16 tensor-core kernels where they apply (bf16 inputs, D 64 or 128), else the
+//               reference kernels; the environment variable HZ_ATTN_IMPL=reference|tensor_core
+//               overrides Auto (read at each call: the GPU check compares both);
+//   Reference   the simple kernels (one warp per query row / key row, fp32 accumulation; f32,
+//               f64 and bf16; any D), the definition the fast kernels are checked against;
+//   TensorCore  the mma.sync kernels; refused with a clear error where they do not apply.
+enum class AttnImpl : uint8_t { Auto, Reference, TensorCore };
 
 struct AttnConfig {
   std::vector<int64_t> window;      // per query head, 0 = unbounded
@@ -42,31 +47,46 @@ struct AttnConfig {
   int64_t q_offset = -1; // -1 -> Tk - Tq
   int64_t key_begin = 0, key_end = -1;  // -1 -> Tk
   int64_t min_distance = 0;
+  // Tiles of the CPU kernel and the CUDA reference kernels; the tensor-core kernels have their
+  // own (attn_tiles()).
   int64_t block_q = 64, block_k = 64;
+  AttnImpl impl = AttnImpl::Auto;
 };
 
-// Counters of the last calls (summed over threads), readable by tests and benchmarks.
+// The op's config for a layer spec at sequence length T: one window per query head (SCOPE scopes
+// follow T unless frozen), ALiBi slopes, the logit transform (temperature's beta = 1 + c ln s with
+// s = T / train_T when the spec gives temp_c). Tiles and alignment keep their defaults. The one
+// place an AttentionSpec becomes kernel-level settings (nn/attention_layer.cpp and tests use it).
+AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t T, int64_t train_T = 0);
+
+// The kernel parameters of one call: the config resolved against the shapes (q_offset, key
+// limits, scale, per-head windows and slopes). Throws ShapeError / ValueError saying what to
+// change. Used by both devices and by attention_cost().
+AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Hkv, int64_t Tq,
+                                    int64_t Tk, int64_t D);
+
+// The tiles a call runs with on a device (AttnTiles, tiling.h).
+AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D);
+
+// Block counters, summed over calls and devices since the last reset (tests, benchmarks).
+// Forward pairs are counted by the forward kernel; backward pairs once per (query block, key
+// block) pair (on CUDA by the key-major dK/dV pass; the dQ pass visits the same pairs again).
 struct AttnStats {
-  std::atomic<int64_t> fwd_blocks{0};           // (query block, key block) pairs visited forward
-  std::atomic<int64_t> fwd_boundary_blocks{0};  // of which needed masking
-  std::atomic<int64_t> bwd_blocks{0};
-  void reset() { fwd_blocks = 0; fwd_boundary_blocks = 0; bwd_blocks = 0; }
+  int64_t fwd_blocks = 0;           // (query block, key block) pairs visited forward
+  int64_t fwd_boundary_blocks = 0;  // of which needed masking
+  int64_t bwd_blocks = 0;
 };
-AttnStats& attn_stats();
+AttnStats attn_stats();  // waits for the CUDA devices' queued work
+void reset_attn_stats();
 
 struct AttnOutput {
   ag::Variable out;  // (B, H, Tq, D), differentiable in q, k, v (and logn_c)
   Tensor lse;        // (B, H, Tq), -inf for rows with no visible key
 };
 
-// logn_c: (H) per-head c for logit LogN (requires_grad -> learned); ignored otherwise.
+// logn_c: (H) per-head c for logit LogN (requires_grad -> learned; any floating dtype, e.g. f32
+// with bf16 activations; its gradient comes back in its dtype); ignored otherwise.
 AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
                            const AttnConfig& cfg, const ag::Variable& logn_c = ag::Variable());
-
-// Visible key interval of query i (absolute position p) for window w: [lo, hi] (empty if lo > hi).
-struct KeyRange {
-  int64_t lo, hi;
-};
-KeyRange visible_keys(const AttnConfig& cfg, int64_t Tk, int64_t p, int64_t w);
 
 }  // namespace hz::attn

@@ -79,19 +79,18 @@ AttnOutput lampe_attention(const ag::Variable& q, const ag::Variable& k, const a
   std::vector<AttnOutput> outs;
   for (const Region& r : regions)
     outs.push_back(fused_attention(apply_rope(q, r.qpos, freqs), apply_rope(k, r.kpos, freqs), v, r.cfg));
-  // exact merge: lse = log sum_r exp(lse_r), O = sum_r O_r exp(lse_r - lse)
+  // exact merge: lse = log sum_r exp(lse_r), O = sum_r O_r exp(lse_r - lse). Device ops only, so
+  // CUDA tensors stay on the GPU; lse is f32 for bf16 inputs, the weights take the output's dtype.
+  const Device dev = outs[0].lse.device();
+  const DType ldt = outs[0].lse.dtype(), odt = outs[0].out.dtype();
   const Shape ls = outs[0].lse.shape();
-  Tensor lse_max = outs[0].lse.clone();
+  Tensor lse_max = outs[0].lse;
   for (size_t r = 1; r < outs.size(); ++r) lse_max = ops::binary(BinaryOp::Maximum, lse_max, outs[r].lse);
-  // rows with no visible key anywhere keep -inf; shift by 0 there to avoid inf - inf
-  Tensor shift = lse_max.clone();
-  {
-    const auto v = shift.to_vector();
-    std::vector<double> s(v.size());
-    for (size_t i = 0; i < v.size(); ++i) s[i] = std::isinf(v[i]) ? 0.0 : v[i];
-    shift = Tensor::from_vector(s, ls, shift.dtype());
-  }
-  Tensor total = Tensor::zeros(ls, shift.dtype());
+  // rows with no visible key anywhere have lse_max = -inf: shift them by the lowest finite value
+  // instead (every exp(lse_r - shift) is then exp(-inf) = 0, and the merged lse stays -inf)
+  const Tensor shift =
+      ops::binary(BinaryOp::Maximum, lse_max, Tensor::full({}, -std::numeric_limits<float>::max(), ldt, dev));
+  Tensor total = Tensor::zeros(ls, ldt, dev);
   std::vector<Tensor> w;
   for (const auto& o : outs) {
     Tensor e = ops::unary(UnaryOp::Exp, ops::sub(o.lse, shift));
@@ -99,10 +98,11 @@ AttnOutput lampe_attention(const ag::Variable& q, const ag::Variable& k, const a
     ops::add_(total, e);
   }
   AttnOutput res;
-  const Tensor inv = ops::div(Tensor::ones(ls, total.dtype()), ops::binary(BinaryOp::Maximum, total, Tensor::full({}, std::numeric_limits<float>::min(), total.dtype())));
+  const Tensor inv = ops::div(Tensor::ones(ls, ldt, dev),
+                              ops::binary(BinaryOp::Maximum, total, Tensor::full({}, std::numeric_limits<float>::min(), ldt, dev)));
   ag::Variable merged;
   for (size_t r = 0; r < outs.size(); ++r) {
-    const ag::Variable wr(ops::mul(w[r], inv).unsqueeze(-1));  // (B, H, Tq, 1), constant
+    const ag::Variable wr(ops::mul(w[r], inv).unsqueeze(-1).to(odt));  // (B, H, Tq, 1), constant
     ag::Variable term = ag::mul(outs[r].out, wr);
     merged = merged.defined() ? ag::add(merged, term) : term;
   }

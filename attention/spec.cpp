@@ -3,18 +3,21 @@
 #include <cmath>
 #include <sstream>
 
+#include "attention/tiling.h"
 #include "core/error.h"
 
 namespace hz::attn {
 
 namespace {
 const char* const kPos[] = {"none", "rope", "prope", "alibi"};
-const char* const kScaling[] = {"none", "pi", "ntk", "dynamic_ntk", "yarn"};
+const char* const kScaling[] = {"none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3"};
+const char* const kYarnRamp[] = {"rotations", "index"};
 const char* const kMask[] = {"causal", "window", "scope"};
 const char* const kLogit[] = {"identity", "scale_invariant", "logn", "swan_row", "temperature"};
 const char* const kQK[] = {"none", "full", "per_head"};
 static_assert(sizeof(kPos) / sizeof(*kPos) == static_cast<size_t>(PosKind::Count));
 static_assert(sizeof(kScaling) / sizeof(*kScaling) == static_cast<size_t>(RopeScaling::Count));
+static_assert(sizeof(kYarnRamp) / sizeof(*kYarnRamp) == static_cast<size_t>(YarnRamp::Count));
 static_assert(sizeof(kMask) / sizeof(*kMask) == static_cast<size_t>(MaskKind::Count));
 static_assert(sizeof(kLogit) / sizeof(*kLogit) == static_cast<size_t>(LogitKind::Count));
 static_assert(sizeof(kQK) / sizeof(*kQK) == static_cast<size_t>(QKNorm::Count));
@@ -32,11 +35,13 @@ E parse(const std::string& s, const char* const (&names)[N], const char* what) {
 
 const char* name(PosKind k) { return kPos[static_cast<int>(k)]; }
 const char* name(RopeScaling k) { return kScaling[static_cast<int>(k)]; }
+const char* name(YarnRamp k) { return kYarnRamp[static_cast<int>(k)]; }
 const char* name(MaskKind k) { return kMask[static_cast<int>(k)]; }
 const char* name(LogitKind k) { return kLogit[static_cast<int>(k)]; }
 const char* name(QKNorm k) { return kQK[static_cast<int>(k)]; }
 PosKind parse_pos(const std::string& s) { return parse<PosKind>(s, kPos, "position encoding"); }
 RopeScaling parse_scaling(const std::string& s) { return parse<RopeScaling>(s, kScaling, "RoPE scaling"); }
+YarnRamp parse_yarn_ramp(const std::string& s) { return parse<YarnRamp>(s, kYarnRamp, "YaRN ramp"); }
 MaskKind parse_mask(const std::string& s) { return parse<MaskKind>(s, kMask, "mask"); }
 LogitKind parse_logit(const std::string& s) { return parse<LogitKind>(s, kLogit, "logit transform"); }
 QKNorm parse_qknorm(const std::string& s) { return parse<QKNorm>(s, kQK, "qk_norm"); }
@@ -67,14 +72,10 @@ std::vector<double> alibi_slopes(int64_t H) {
 void scale_invariant_tables(double tau, int64_t n, std::vector<double>& a, std::vector<double>& m) {
   a.resize(n);
   m.resize(n);
-  for (int64_t t = 0; t < n; ++t) {
-    const double l = std::log1p(static_cast<double>(t) / tau);
-    a[t] = std::sqrt(2.0 * l + 1.0);
-    m[t] = -2.0 * l;
-  }
+  for (int64_t t = 0; t < n; ++t) scale_invariant_coef<double>(static_cast<double>(t), tau, a[t], m[t]);
 }
 
-double swan_row_scale(double a, int64_t n) { return std::log(a + static_cast<double>(n)) / std::log(a); }
+double swan_row_scale(double a, int64_t n) { return swan_scale<double>(a, static_cast<double>(n)); }
 
 double temperature_beta(double c, double s) { return s > 1.0 ? 1.0 + c * std::log(s) : 1.0; }
 
@@ -111,10 +112,18 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
   if (pos.scaling != RopeScaling::None) {
     HZ_CHECK(pos.kind == PosKind::Rope, ValueError, "attention: RoPE scaling '", name(pos.scaling),
              "' needs position encoding 'rope', got '", name(pos.kind), "'");
-    HZ_CHECK(pos.factor >= 1.0 || pos.scaling == RopeScaling::DynamicNTK, ValueError,
+    HZ_CHECK(pos.factor >= 1.0 || (pos.scaling == RopeScaling::DynamicNTK && pos.factor > 0), ValueError,
              "attention: RoPE scaling factor must be >= 1, got ", pos.factor);
-    if (pos.scaling == RopeScaling::YaRN)
+    if (pos.scaling == RopeScaling::YaRN) {
       HZ_CHECK(pos.yarn_beta > pos.yarn_alpha, ValueError, "attention: yarn_beta must exceed yarn_alpha");
+      HZ_CHECK(pos.yarn_ramp != YarnRamp::Index || pos.yarn_alpha > 0, ValueError,
+               "attention: the index YaRN ramp needs yarn_alpha > 0 (a number of rotations)");
+      HZ_CHECK(pos.yarn_mscale >= 0, ValueError, "attention: yarn_mscale must be >= 0 (0: 0.1 ln s + 1)");
+    }
+    if (pos.scaling == RopeScaling::Llama3)
+      HZ_CHECK(pos.llama3_high_freq_factor > pos.llama3_low_freq_factor && pos.llama3_low_freq_factor > 0, ValueError,
+               "attention: llama3 needs high_freq_factor > low_freq_factor > 0, got ", pos.llama3_high_freq_factor,
+               " and ", pos.llama3_low_freq_factor);
   }
   if (mask.kind == MaskKind::Window) {
     HZ_CHECK(mask.window > 0, ValueError, "attention: sliding window must be positive; use mask 'causal' for an unbounded window");
@@ -151,8 +160,16 @@ std::string AttentionSpec::describe() const {
   os << name(pos.kind);
   if (pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) os << "(base=" << pos.rope_base;
   if (pos.kind == PosKind::PRope) os << ", p=" << pos.prope_fraction << ", base_eff=" << pos.prope_base_eff;
-  if (pos.kind == PosKind::Rope && pos.scaling != RopeScaling::None)
+  if (pos.kind == PosKind::Rope && pos.scaling != RopeScaling::None) {
     os << ", " << name(pos.scaling) << " x" << pos.factor;
+    if (pos.original_context > 0) os << " of " << pos.original_context;
+    if (pos.scaling == RopeScaling::YaRN)
+      os << " ramp=" << name(pos.yarn_ramp) << "[" << pos.yarn_alpha << ", " << pos.yarn_beta << "]"
+         << (pos.yarn_ramp == YarnRamp::Index && !pos.yarn_truncate ? " exact" : "")
+         << (pos.yarn_mscale > 0 ? " mscale=" + std::to_string(pos.yarn_mscale) : std::string());
+    if (pos.scaling == RopeScaling::Llama3)
+      os << " freq_factors=[" << pos.llama3_low_freq_factor << ", " << pos.llama3_high_freq_factor << "]";
+  }
   if (pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) os << ")";
   os << " " << name(mask.kind);
   if (mask.kind == MaskKind::Window) os << "(" << mask.window << ")";

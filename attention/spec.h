@@ -13,17 +13,21 @@
 namespace hz::attn {
 
 enum class PosKind : uint8_t { None, Rope, PRope, Alibi, Count };
-enum class RopeScaling : uint8_t { None, PI, NTK, DynamicNTK, YaRN, Count };
+enum class RopeScaling : uint8_t { None, PI, NTK, DynamicNTK, YaRN, Llama3, Count };
+// How YaRN's ramp between interpolated and kept pairs is computed (attention/rope.h).
+enum class YarnRamp : uint8_t { Rotations, Index, Count };
 enum class MaskKind : uint8_t { Causal, Window, Scope, Count };
 enum class LogitKind : uint8_t { Identity, ScaleInvariant, LogN, SwanRow, Temperature, Count };
 enum class QKNorm : uint8_t { None, Full, PerHead, Count };
-static_assert(static_cast<int>(PosKind::Count) == 4 && static_cast<int>(RopeScaling::Count) == 5 &&
+static_assert(static_cast<int>(PosKind::Count) == 4 && static_cast<int>(RopeScaling::Count) == 6 &&
+                  static_cast<int>(YarnRamp::Count) == 2 &&
                   static_cast<int>(MaskKind::Count) == 3 && static_cast<int>(LogitKind::Count) == 5 &&
                   static_cast<int>(QKNorm::Count) == 3,
               "update the name tables in spec.cpp");
 
 const char* name(PosKind k);
 const char* name(RopeScaling k);
+const char* name(YarnRamp k);
 const char* name(MaskKind k);
 const char* name(LogitKind k);
 const char* name(QKNorm k);
@@ -31,6 +35,7 @@ const char* name(QKNorm k);
 // throws ValueError listing the accepted names.
 PosKind parse_pos(const std::string& s);
 RopeScaling parse_scaling(const std::string& s);
+YarnRamp parse_yarn_ramp(const std::string& s);
 MaskKind parse_mask(const std::string& s);
 LogitKind parse_logit(const std::string& s);
 QKNorm parse_qknorm(const std::string& s);
@@ -39,9 +44,13 @@ struct PositionSpec {
   PosKind kind = PosKind::Rope;
   double rope_base = 10000.0;
   RopeScaling scaling = RopeScaling::None;
-  double factor = 1.0;             // s for PI / NTK / YaRN (s <= 1: identity)
-  int64_t original_context = 0;    // C_train for YaRN / dynamic NTK (0: the stage's T)
-  double yarn_alpha = 1.0, yarn_beta = 32.0;
+  double factor = 1.0;             // s for PI / NTK / YaRN / Llama3 (s <= 1: identity); dynamic NTK: see rope.h
+  int64_t original_context = 0;    // C_train for YaRN / Llama3 / dynamic NTK (0: the stage's T)
+  double yarn_alpha = 1.0, yarn_beta = 32.0;  // YaRN ramp ends in rotations over C_train (beta_slow, beta_fast)
+  YarnRamp yarn_ramp = YarnRamp::Rotations;   // rotations: SPEC.md; index: transformers' / reference code
+  bool yarn_truncate = true;       // index ramp: round its ends outward (floor / ceil), transformers' default
+  double yarn_mscale = 0.0;        // YaRN cos/sin multiplier (0: 0.1 ln s + 1)
+  double llama3_low_freq_factor = 1.0, llama3_high_freq_factor = 4.0;  // Llama 3 ramp ends (rotations)
   double prope_fraction = 0.5;     // p-RoPE: fraction of pairs that rotate (highest freqs)
   double prope_base_eff = 1024.0;  // p-RoPE: frequencies log-spaced in [1/base_eff, 1]
 };

@@ -83,7 +83,8 @@ void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
         HZ_CHECK(gi.shape() == e.leaf->value.shape(), ShapeError, "internal: '", n->name,
                  "' gradient for input ", i, " has shape ", shape_str(gi.shape()), ", expected ",
                  shape_str(e.leaf->value.shape()));
-        accumulate(e.leaf->grad, gi);
+        // gradients accumulate in the parameter's own dtype (f32 master weights under bf16 compute)
+        accumulate(e.leaf->grad, gi.dtype() == e.leaf->value.dtype() ? gi : gi.to(e.leaf->value.dtype()));
         if (--leaf_uses[e.leaf.get()] == 0 && e.leaf->grad_ready_hook) e.leaf->grad_ready_hook();
       } else {
         auto it = pending.find(e.node.get());

@@ -47,6 +47,9 @@ Variable expand(const Variable& x, const Shape& shape);
 Variable unsqueeze(const Variable& x, int64_t dim);
 Variable squeeze(const Variable& x, int64_t dim);
 Variable contiguous(const Variable& x);
+// Value conversion to dtype `dt` (identity when x already is dt); the gradient is converted back
+// to x's dtype (bf16 activations from f32 parameters: the parameter's gradient stays f32).
+Variable cast(const Variable& x, DType dt);
 Variable cat(const std::vector<Variable>& xs, int64_t dim);
 
 // ---- reductions and softmax (ops_reduce.cpp) ----------------------------------------------

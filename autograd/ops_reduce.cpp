@@ -1,6 +1,5 @@
 // Horizon autograd: reductions and the softmax family.
 #include "autograd/functions.h"
-#include "core/cpu/loops.h"
 
 namespace hz::ag {
 
@@ -35,24 +34,7 @@ Variable max(const Variable& x, int64_t dim, bool keepdim) {
   Shape in = x.shape();
   return make_result(r.values, {x}, "max", [&] {
     Tensor idx = r.indices;
-    return [=](const Tensor& g_in, Grads& gr) {
-      // scatter g to the argmax position of each reduced slice
-      Tensor out = Tensor::zeros(in, g_in.dtype());
-      const Tensor g = g_in.contiguous(), ix = idx.contiguous();
-      int64_t outer = 1, inner = 1;
-      for (int64_t i = 0; i < d; ++i) outer *= in[i];
-      for (size_t i = d + 1; i < in.size(); ++i) inner *= in[i];
-      const int64_t n = in[d];
-      cpu::dispatch_float(g.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
-        const T* gp = g.data<T>();
-        const int64_t* ip = ix.data<int64_t>();
-        T* op_ = out.data<T>();
-        for (int64_t o = 0; o < outer; ++o)
-          for (int64_t i = 0; i < inner; ++i)
-            op_[(o * n + ip[o * inner + i]) * inner + i] = gp[o * inner + i];
-      });
-      gr.set(0, out);
-    };
+    return [=](const Tensor& g, Grads& gr) { gr.set(0, ops::scatter_dim(g, idx, d, in)); };
   });
 }
 

@@ -79,6 +79,14 @@ Variable contiguous(const Variable& x) {
   });
 }
 
+Variable cast(const Variable& x, DType dt) {
+  if (!x.defined() || x.dtype() == dt) return x;
+  const DType from = x.dtype();
+  return make_result(x.value().to(dt), {x}, "cast", [=] {
+    return [=](const Tensor& g, Grads& gr) { gr.set(0, g.to(from)); };
+  });
+}
+
 Variable cat(const std::vector<Variable>& xs, int64_t dim) {
   HZ_CHECK(!xs.empty(), ValueError, "cat of an empty list");
   const Tensor& first = xs[0].value();

@@ -1,11 +1,15 @@
 // Horizon: benchmarks printed as tables.
-//   horizon bench attention [--T 1024,2048,4096,8192,16384] [--B 1] [--H 8] [--D 64]
-//                           [--window 512] [--reps 3] [--block-q 64] [--block-k 64]
-//                           [--masks causal,swa,scope] [--json FILE]
-// Forward+backward of the fused attention op per mask and length: median time, peak memory
-// (Horizon's CPU allocator, above the inputs), visible pairs, and the speedups against dense
-// causal next to the visible-pair ratios. scripts/bench_attention.sh runs it side by side with
-// the naive PyTorch computation.
+//   horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]
+//                           [--T 1024,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]
+//                           [--block-q 64] [--block-k 64] [--masks causal,swa,scope]
+//                           [--logits identity,scale_invariant,...] [--json FILE]
+// Forward+backward of the fused attention op per mask, logit transform and length: median time
+// (on CUDA after a warm-up round, the device synchronised around each phase), peak memory of the
+// device above the inputs, visible pairs, the speedups against dense causal next to the
+// visible-pair ratios, and TFLOP/s counted on visible pairs (4 D per pair forward, 3.5x that
+// forward+backward). On CUDA the defaults follow FlashAttention's benchmark: bf16, H = 2048 / D,
+// B = 16384 / T. scripts/bench_attention.sh runs the CPU side by side with naive PyTorch,
+// scripts/bench_attention_gpu.sh the GPU side by side with PyTorch's SDPA and FlexAttention.
 #include "cli/bench.h"
 
 #include <fmt/core.h>
@@ -24,7 +28,10 @@
 #include "core/rng.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
+#include "core/cuda/runtime.h"
+#include "distributed/communicator.h"
 #include "train/recipe.h"
+#include "train/trainer.h"
 
 namespace hz::cli {
 
@@ -59,78 +66,115 @@ Args parse(const std::vector<std::string>& a, size_t from) {
 }
 
 int bench_attention(const Args& args) {
+  const std::string device = args.get("device", "cpu");
+  HZ_CHECK(device == "cpu" || device == "cuda", ValueError, "bench: --device cpu or cuda, got '", device, "'");
+  const bool gpu = device == "cuda";
+  HZ_CHECK(!gpu || cuda::available(), DeviceError,
+           "bench: --device cuda but no usable GPU (check nvidia-smi; a build with HZ_CUDA=ON)");
+  const Device dev = gpu ? Device::cuda(0) : Device::cpu();
+  const std::string dts = args.get("dtype", gpu ? "bf16" : "f32");
+  HZ_CHECK(dts == "f32" || dts == "bf16" || dts == "f64", ValueError, "bench: --dtype f32, bf16 or f64");
+  const DType dt = dts == "bf16" ? DType::BF16 : dts == "f64" ? DType::F64 : DType::F32;
   std::vector<int64_t> Ts;
-  for (const auto& s : split(args.get("T", "1024,2048,4096,8192,16384"))) Ts.push_back(std::stoll(s));
-  const int64_t B = args.geti("B", 1), H = args.geti("H", 8), D = args.geti("D", 64);
-  const int64_t W = args.geti("window", 512), reps = args.geti("reps", 3);
+  for (const auto& s : split(args.get("T", gpu ? "1024,2048,4096,8192,16384,32768" : "1024,2048,4096,8192,16384")))
+    Ts.push_back(std::stoll(s));
+  const int64_t D = args.geti("D", 64), H = args.geti("H", gpu ? 2048 / D : 8);
+  const int64_t B_arg = args.geti("B", gpu ? 0 : 1);  // 0: 16k tokens per batch, as FlashAttention's benchmark
+  const int64_t W = args.geti("window", 512), reps = args.geti("reps", gpu ? 10 : 3);
   const auto masks = split(args.get("masks", "causal,swa,scope"));
+  const auto logits = split(args.get("logits", "identity"));
+  const std::string impl = args.get("impl", "auto");
+  HZ_CHECK(impl == "auto" || impl == "reference" || impl == "tensor_core", ValueError,
+           "bench: --impl auto, reference or tensor_core");
   const std::string json = args.get("json", "");
   FILE* jf = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
   HZ_CHECK(json.empty() || jf, ValueError, "bench: cannot write ", json);
-  fmt::print("fused attention forward+backward, B={} H={} D={} f32, {} threads, tiles {}x{}, median of {}\n",
-             B, H, D, cpu::num_threads(), args.geti("block-q", 64), args.geti("block-k", 64), reps);
-  fmt::print("{:>6} {:>7} {:>14} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>9}\n", "T", "mask",
-             "visible pairs", "pair ratio", "fwd ms", "fwd+bwd ms", "time ratio", "ratio/ratio",
-             "peak MiB", "GFLOP/s");
+  auto sync = [&] {
+    if (gpu) cuda::synchronize(0);
+  };
+  fmt::print("fused attention forward+backward on {}, {} H={} D={}, {}, median of {}{}\n",
+             gpu ? cuda::device_name(0) : "cpu (" + std::to_string(cpu::num_threads()) + " threads)",
+             B_arg > 0 ? "B=" + std::to_string(B_arg) : "B=16384/T", H, D, dts, reps, gpu ? " after a warm-up" : "");
+  fmt::print("{:>6} {:>7} {:>15} {:>14} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>9} {:>9}\n", "T", "mask", "logits",
+             "visible pairs", "pair ratio", "fwd ms", "fwd+bwd ms", "time ratio", "ratio/ratio", "peak MiB",
+             "TFLOP/s f", "TFLOP/s fb");
   for (int64_t T : Ts) {
-    double causal_ms = 0, causal_pairs = 0;
-    for (const auto& m : masks) {
-      attn::AttnConfig cfg;
-      cfg.block_q = args.geti("block-q", 64);
-      cfg.block_k = args.geti("block-k", 64);
-      if (m == "causal") cfg.window.assign(H, 0);
-      else if (m == "swa") cfg.window.assign(H, std::min(W, T));
-      else if (m == "scope") cfg.window = attn::scope_windows(H, T);
-      else throw ValueError("bench: unknown mask '" + m + "' (causal, swa, scope)");
-      const attn::LayerCost cost = attn::attention_cost(cfg, H, T, T, D);
-      Generator g(1);
-      ag::Variable q(g.normal({B, H, T, D}), true), k(g.normal({B, H, T, D}), true),
-          v(g.normal({B, H, T, D}), true);
-      const Tensor gout = g.normal({B, H, T, D});
-      std::vector<double> fwd, tot;
-      int64_t peak = 0;
-      for (int64_t r = 0; r < reps; ++r) {
-        q.zero_grad();
-        k.zero_grad();
-        v.zero_grad();
-        const int64_t base = cpu_memory_stats().current;
-        reset_cpu_peak_memory();
-        const auto t0 = std::chrono::steady_clock::now();
-        attn::AttnOutput o = attn::fused_attention(q, k, v, cfg);
-        const auto t1 = std::chrono::steady_clock::now();
-        o.out.backward(gout);
-        const auto t2 = std::chrono::steady_clock::now();
-        peak = std::max(peak, cpu_memory_stats().peak - base);
-        fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-        tot.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+    const int64_t B = B_arg > 0 ? B_arg : std::max<int64_t>(1, 16384 / T);
+    for (const auto& lg : logits) {
+      double causal_ms = 0, causal_pairs = 0;
+      for (const auto& m : masks) {
+        attn::AttnConfig cfg;
+        cfg.block_q = args.geti("block-q", 64);
+        cfg.block_k = args.geti("block-k", 64);
+        cfg.logit = attn::parse_logit(lg);
+        cfg.impl = impl == "reference" ? attn::AttnImpl::Reference
+                   : impl == "tensor_core" ? attn::AttnImpl::TensorCore : attn::AttnImpl::Auto;
+        if (m == "causal") cfg.window.assign(H, 0);
+        else if (m == "swa") cfg.window.assign(H, std::min(W, T));
+        else if (m == "scope") cfg.window = attn::scope_windows(H, T);
+        else throw ValueError("bench: unknown mask '" + m + "' (causal, swa, scope)");
+        const attn::LayerCost cost = attn::attention_cost(cfg, H, T, T, D);
+        const bool tc = attn::attn_tiles(cfg, dev, dt, D).tensor_core;
+        Generator g(1);
+        ag::Variable q(g.normal({B, H, T, D}, 0, 1, dt, dev), true), k(g.normal({B, H, T, D}, 0, 1, dt, dev), true),
+            v(g.normal({B, H, T, D}, 0, 1, dt, dev), true);
+        ag::Variable c(Tensor::ones({H}, DType::F32, dev));  // LogN's c
+        const ag::Variable lc = cfg.logit == attn::LogitKind::LogN ? c : ag::Variable();
+        const Tensor gout = g.normal({B, H, T, D}, 0, 1, dt, dev);
+        std::vector<double> fwd, tot;
+        int64_t peak = 0;
+        for (int64_t r = gpu ? -1 : 0; r < reps; ++r) {  // on the GPU, one warm-up round
+          q.zero_grad();
+          k.zero_grad();
+          v.zero_grad();
+          sync();
+          const int64_t base = memory_stats(dev).allocated;
+          reset_peak_memory(dev);
+          const auto t0 = std::chrono::steady_clock::now();
+          attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, lc);
+          sync();
+          const auto t1 = std::chrono::steady_clock::now();
+          o.out.backward(gout);
+          sync();
+          const auto t2 = std::chrono::steady_clock::now();
+          peak = std::max(peak, memory_stats(dev).peak - base);
+          if (r < 0) continue;
+          fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+          tot.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+        }
+        std::sort(fwd.begin(), fwd.end());
+        std::sort(tot.begin(), tot.end());
+        const double f_ms = fwd[fwd.size() / 2], t_ms = tot[tot.size() / 2];
+        const double pairs = static_cast<double>(cost.visible_pairs) * B;
+        if (m == "causal") {
+          causal_ms = t_ms;
+          causal_pairs = pairs;
+        }
+        const double pr = causal_pairs > 0 ? causal_pairs / pairs : 0, tr = causal_ms > 0 ? causal_ms / t_ms : 0;
+        const double tf_f = cost.flops_fwd * B / (f_ms * 1e-3) / 1e12, tf_fb = cost.flops_fwd_bwd * B / (t_ms * 1e-3) / 1e12;
+        fmt::print("{:>6} {:>7} {:>15} {:>14} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.0f}% {:>9.1f} {:>9.3f} {:>9.3f}\n",
+                   T, m, lg, static_cast<int64_t>(pairs), pr, f_ms, t_ms, tr, pr > 0 ? 100 * tr / pr : 0,
+                   peak / 1048576.0, tf_f, tf_fb);
+        std::fflush(stdout);
+        if (jf)
+          fmt::print(jf,
+                     "{{\"impl\": \"horizon\", \"device\": \"{}\", \"dtype\": \"{}\", \"kernel\": \"{}\", \"D\": {}, "
+                     "\"B\": {}, \"H\": {}, \"T\": {}, \"mask\": \"{}\", \"logit\": \"{}\", \"pairs\": {}, "
+                     "\"fwd_ms\": {:.4f}, \"fwd_bwd_ms\": {:.4f}, \"tflops_fwd\": {:.4f}, \"tflops_fwd_bwd\": {:.4f}, "
+                     "\"peak_mib\": {:.2f}}}\n",
+                     device, dts, gpu ? (tc ? "tensor_core" : "reference") : "cpu", D, B, H, T, m, lg,
+                     static_cast<int64_t>(pairs), f_ms, t_ms, tf_f, tf_fb, peak / 1048576.0);
       }
-      std::sort(fwd.begin(), fwd.end());
-      std::sort(tot.begin(), tot.end());
-      const double f_ms = fwd[fwd.size() / 2], t_ms = tot[tot.size() / 2];
-      const double pairs = static_cast<double>(cost.visible_pairs) * B;
-      if (m == "causal") {
-        causal_ms = t_ms;
-        causal_pairs = pairs;
-      }
-      const double pr = causal_pairs > 0 ? causal_pairs / pairs : 0, tr = causal_ms > 0 ? causal_ms / t_ms : 0;
-      const double gflops = cost.flops_fwd_bwd * B / (t_ms * 1e-3) / 1e9;
-      fmt::print("{:>6} {:>7} {:>14} {:>10.2f} {:>10.1f} {:>10.1f} {:>10.2f} {:>8.0f}% {:>10.1f} {:>9.1f}\n",
-                 T, m, static_cast<int64_t>(pairs), pr, f_ms, t_ms, tr, pr > 0 ? 100 * tr / pr : 0,
-                 peak / 1048576.0, gflops);
-      std::fflush(stdout);
-      if (jf)
-        fmt::print(jf,
-                   "{{\"impl\": \"horizon\", \"T\": {}, \"mask\": \"{}\", \"pairs\": {}, \"fwd_ms\": {:.3f}, "
-                   "\"fwd_bwd_ms\": {:.3f}, \"peak_mib\": {:.2f}}}\n",
-                   T, m, static_cast<int64_t>(pairs), f_ms, t_ms, peak / 1048576.0);
     }
   }
   if (jf) std::fclose(jf);
   return 0;
 }
 
-// Training throughput of a recipe's model: full steps (forward, backward, clip, AdamW) on random
-// tokens, median step time. The PyTorch twin is scripts/bench_train_torch.py.
+// Training throughput of a recipe's model on its run.device and run.precision: full steps
+// (forward, backward, clip, AdamW) on random tokens over the whole vocabulary, median step time,
+// the phase times (the device is synchronised at each phase boundary), peak device memory and MFU.
+// The PyTorch twin is scripts/bench_train_torch.py.
 int bench_train(const std::vector<std::string>& a) {
   HZ_CHECK(a.size() >= 3, ValueError, "usage: horizon bench train RECIPE.yaml [--steps N] [key=value ...]");
   int64_t steps = 20;
@@ -140,29 +184,42 @@ int bench_train(const std::vector<std::string>& a) {
     else ov.push_back(a[i]);
   }
   const train::Recipe r = train::load_recipe(a[2], ov);
+  auto local = dist::make_local();
+  const Device dev = train::train_device(r, *local);
+  if (dev.is_cuda()) cuda::set_allow_tf32(r.run.tf32);
   nn::Transformer m(r.model_config(), 1);
+  m.to(dev);
+  m.compute_dtype = r.run.precision == "bf16" ? DType::BF16 : DType::F32;
   auto named = m.named_parameters();
   std::vector<std::pair<std::string, ag::Variable*>> decay, rest;
   for (auto& p : named) (p.second->dim() >= 2 ? decay : rest).push_back(p);
   optim::AdamW opt({{"decay", decay, r.optim.lr, r.optim.weight_decay}, {"no_decay", rest, r.optim.lr, 0.0}});
-  const int64_t B = r.data.batch_size, T = r.data.seq_len;
+  const int64_t B = r.data.batch_size, T = r.data.seq_len, V = r.model.cfg.vocab_size;
   Generator g(1);
   std::vector<double> times, fwd, bwd, upd;
   const int64_t warmup = 3;
+  auto sync = [&] {
+    if (dev.is_cuda()) cuda::synchronize(dev.index);
+  };
   for (int64_t i = 0; i < warmup + steps; ++i) {
-    const Tensor u = g.uniform({B, T + 1}, 0, 256, DType::F64);
+    if (i == warmup && dev.is_cuda()) reset_peak_memory(dev);
+    const Tensor u = g.uniform({B, T + 1}, 0, static_cast<double>(V), DType::F64);
     std::vector<double> v = u.to_vector();
     for (auto& x : v) x = std::floor(x);
-    const Tensor ids = Tensor::from_vector(v, {B, T + 1}, DType::I64);
+    const Tensor ids = Tensor::from_vector(v, {B, T + 1}, DType::I64, dev);
+    sync();
     using clk = std::chrono::steady_clock;
     const auto t0 = clk::now();
     ag::Variable loss = m.loss(ids.narrow(1, 0, T).contiguous(), ids.narrow(1, 1, T).contiguous());
+    sync();
     const auto t1 = clk::now();
     loss.backward();
+    sync();
     const auto t2 = clk::now();
     optim::clip_grad_norm(named, 1.0);
     opt.step();
     m.zero_grad();
+    sync();
     const auto t3 = clk::now();
     auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     if (i >= warmup) {
@@ -177,10 +234,60 @@ int bench_train(const std::vector<std::string>& a) {
     return v[v.size() / 2];
   };
   const double med = median(times);
-  fmt::print("{{\"impl\": \"horizon\", \"params\": {}, \"step_ms\": {:.2f}, \"tok_per_s\": {:.1f}, \"threads\": {}, "
-             "\"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, \"update_ms\": {:.2f}}}\n",
-             m.num_parameters(), med * 1e3, B * T / med, cpu::num_threads(), median(fwd) * 1e3, median(bwd) * 1e3,
-             median(upd) * 1e3);
+  const double tps = B * T / med;
+  const double flops = train::flops_per_token(m, T);
+  const double peak = train::peak_tflops(r, dev);
+  const int64_t mem = dev.is_cuda() ? memory_stats(dev).peak : 0;
+  fmt::print("{{\"impl\": \"horizon\", \"device\": \"{}\", \"precision\": \"{}\", \"params\": {}, \"step_ms\": {:.2f}, "
+             "\"tok_per_s\": {:.1f}, \"threads\": {}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
+             "\"update_ms\": {:.2f}, \"flops_per_token\": {:.4g}, \"mfu\": {:.4f}, \"peak_mem_bytes\": {}}}\n",
+             dev.str(), r.run.precision, m.num_parameters(), med * 1e3, tps, cpu::num_threads(), median(fwd) * 1e3,
+             median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0, mem);
+  return 0;
+}
+
+// The optimizer step against the memory-bandwidth bound: AdamW over N f32 parameters (reads p, g,
+// m, v and writes p, m, v: 28 bytes per parameter) next to a triad a = b + s c over buffers of the
+// same total size (12 bytes per element), the practical bandwidth ceiling of this machine.
+int bench_optimizer(const std::vector<std::string>& a) {
+  int64_t n = 124000000, reps = 5;
+  for (size_t i = 2; i + 1 < a.size(); i += 2) {
+    if (a[i] == "--params") n = std::stoll(a[i + 1]);
+    else if (a[i] == "--reps") reps = std::stoll(a[i + 1]);
+    else throw ValueError("bench optimizer: unknown option " + a[i]);
+  }
+  ag::Variable p(Tensor::zeros({n}, DType::F32), true, "p");
+  Generator g(3);
+  p.grad() = g.normal({n}, 0.0, 1.0);
+  optim::AdamW opt({{"all", {{"p", &p}}, 1e-3, 0.1}});
+  Tensor x = Tensor::zeros({n}), y = Tensor::ones({n}), z = Tensor::ones({n});
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> ta, tt;
+  for (int64_t r = 0; r < reps + 1; ++r) {
+    using clk = std::chrono::steady_clock;
+    const auto t0 = clk::now();
+    opt.step();
+    const auto t1 = clk::now();
+    float* xp = x.data<float>();
+    const float* yp = y.data<float>();
+    const float* zp = z.data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) xp[i] = yp[i] + 0.5f * zp[i];
+    const auto t2 = clk::now();
+    if (r > 0) {
+      ta.push_back(std::chrono::duration<double>(t1 - t0).count());
+      tt.push_back(std::chrono::duration<double>(t2 - t1).count());
+    }
+  }
+  const double adam = median(ta), triad = median(tt);
+  const double adam_gbs = 28.0 * n / adam / 1e9, triad_gbs = 12.0 * n / triad / 1e9;
+  fmt::print("{{\"params\": {}, \"threads\": {}, \"adamw_ms\": {:.1f}, \"adamw_GBps\": {:.1f}, \"triad_ms\": {:.1f}, "
+             "\"triad_GBps\": {:.1f}, \"adamw_bound_ms\": {:.1f}, \"of_bound\": {:.2f}}}\n",
+             n, cpu::num_threads(), adam * 1e3, adam_gbs, triad * 1e3, triad_gbs, 28.0 * n / (triad_gbs * 1e9) * 1e3,
+             28.0 * n / (triad_gbs * 1e9) / adam);
   return 0;
 }
 
@@ -189,14 +296,18 @@ int bench_train(const std::vector<std::string>& a) {
 int bench_main(const std::vector<std::string>& args) {
   if (args.size() < 2 || args[1] == "--help") {
     fmt::print("usage: horizon bench train RECIPE.yaml [--steps 20] [key=value ...]\n"
-               "       horizon bench attention [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512]\n"
-               "                               [--reps 3] [--block-q 64] [--block-k 64] [--masks causal,swa,scope]\n"
-               "                               [--json FILE]\n");
+               "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
+               "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]\n"
+               "                               [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]\n"
+               "                               [--block-q 64] [--block-k 64] [--masks causal,swa,scope]\n"
+               "                               [--logits identity,scale_invariant,logn,swan_row,temperature] [--json FILE]\n"
+               "         (cuda defaults: bf16, H = 2048/D, B = 16384/T, T up to 32768, 10 reps)\n");
     return args.size() < 2 ? 2 : 0;
   }
   if (args[1] == "attention") return bench_attention(parse(args, 2));
   if (args[1] == "train") return bench_train(args);
-  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train");
+  if (args[1] == "optimizer") return bench_optimizer(args);
+  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train, optimizer");
 }
 
 }  // namespace hz::cli

@@ -13,8 +13,10 @@
 #include "attention/accounting.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/convert.h"
+#include "cli/tokenize.h"
 #include "core/cpu/kernels.h"
-#include "core/cuda/backend.h"
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "distributed/communicator.h"
@@ -42,6 +44,12 @@ void usage() {
       "  report RUN_DIR... -o DIR                 markdown page with tables and PNG plots\n"
       "  simulate order-awareness [...]           SCOPE's order-awareness simulation\n"
       "  bench attention|generate [...]           benchmarks (see horizon bench --help)\n"
+      "  tokenize TOKENIZER [FILE] [--decode]     ids of a text (or text of ids) with byte / tokenizer.json / .model\n"
+      "  bench tokenizer TOKENIZER DOCS.jsonl     encoding throughput (MB/s, 1 and 2 threads)\n"
+      "  bench attention|generate [...]           benchmarks (see horizon bench --help)\n"
+      "  convert hf HF_DIR OUT.h5                 import a Hugging Face Llama/Mistral/Qwen2/SmolLM3 checkpoint\n"
+      "  convert to-hf CKPT|RUN_DIR OUT_DIR       export to a Hugging Face directory (transformers)\n"
+      "  score MODEL FILE [--json] [--bos]        mean NLL of FILE's tokens 2..n given their prefix\n"
       "  train --schema                           every recipe field with its default and meaning\n"
       "  <command> --help                         help of a command\n");
 }
@@ -63,10 +71,12 @@ int cmd_train(const std::vector<std::string>& a) {
                "  Resume with checkpoint.resume=latest; see horizon train --schema for every field.\n");
     return a.size() < 2 ? 2 : 0;
   }
-  // Under mpirun every rank runs this; a failing rank takes the whole job down (no hangs).
-  std::unique_ptr<hz::dist::Communicator> comm = hz::dist::from_environment();
+  // Under mpirun every rank runs this; a failing rank takes the whole job down (no hangs). CUDA
+  // ranks all-reduce with NCCL (bootstrapped over MPI), CPU ranks with MPI.
+  const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+  std::unique_ptr<hz::dist::Communicator> comm =
+      hz::dist::launched_by_mpirun() && r.run.device == "cuda" ? hz::dist::make_nccl() : hz::dist::from_environment();
   try {
-    const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
     hz::train::TrainOptions opt;
     opt.comm = comm.get();
     opt.before_step = hz::train::fault_injection_from_env();
@@ -110,6 +120,7 @@ int cmd_data(const std::vector<std::string>& a) {
   const auto t = hz::data::Shard::open(tp), v = hz::data::Shard::open(vp);
   fmt::print("train: {} ({} docs, {} tokens)\nval:   {} ({} docs, {} tokens)\n", tp, t->n_docs(), t->n_tokens(), vp,
              v->n_docs(), v->n_tokens());
+  fmt::print("meta:  {}\n", fs::path(tp).parent_path().string() + "/meta.json");
   return 0;
 }
 
@@ -173,8 +184,12 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return cmd_eval(args);
     if (cmd == "data") return cmd_data(args);
     if (cmd == "info") return cmd_info(args);
+    if (cmd == "tokenize") return hz::cli::tokenize_main(args);
+    if (cmd == "bench" && args.size() > 1 && args[1] == "tokenizer") return hz::cli::bench_tokenizer_main(args);
     if (cmd == "bench" && args.size() > 1 && args[1] == "generate") return hz::cli::bench_generate_main(args);
     if (cmd == "bench") return hz::cli::bench_main(args);
+    if (cmd == "convert") return hz::cli::convert_main(args);
+    if (cmd == "score") return hz::cli::score_main(args);
     if (cmd == "generate") return hz::cli::generate_main(args);
     if (cmd == "simulate") return hz::cli::simulate_main(args);
     if (cmd == "sweep") return hz::cli::sweep_main(args);

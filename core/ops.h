@@ -1,28 +1,22 @@
 // Horizon: the tensor op interface (no autograd). Each function checks shapes/dtypes/devices,
-// then dispatches to the kernel of the tensors' device (core/cpu/, core/cuda/). Floating ops
-// support f32 and f64 on CPU; the CUDA skeleton implements a subset and says so otherwise.
+// then calls the entry of the tensors' device in the backend table (core/backend.h; kernels in
+// core/cpu/ and core/cuda/). Floating ops take f32, f64 and bf16 (bf16 computes in f32).
 //
 // Dimension letters: B batch, M/N/K matrix dims, N rows, V vocabulary, C channels.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "core/math.h"
+#include "core/op_kinds.h"
 #include "core/tensor.h"
 
 namespace hz {
 
-enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Square, Tanh, Sigmoid, Relu, Relu2, Silu, Gelu, Count
-};
-static_assert(static_cast<int>(UnaryOp::Count) == 13, "update unary_op_name and the kernels");
 const char* unary_op_name(UnaryOp op);
-
-enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Maximum, Minimum, Count };
-static_assert(static_cast<int>(BinaryOp::Count) == 6, "update binary_op_name and the kernels");
+// The dtype floating ops accumulate and return statistics in: f32 for bf16, else the dtype itself.
+inline DType acc_dtype(DType t) { return t == DType::BF16 ? DType::F32 : t; }
 const char* binary_op_name(BinaryOp op);
-
-enum class ReduceOp : uint8_t { Sum, Mean, Max, Count };
-static_assert(static_cast<int>(ReduceOp::Count) == 3, "update reduce_op_name");
 const char* reduce_op_name(ReduceOp op);
 
 struct MaxResult {
@@ -31,9 +25,27 @@ struct MaxResult {
 };
 
 struct CrossEntropyResult {
-  Tensor loss;       // scalar: sum_i w_i * nll_i / sum_i w_i over rows not ignored
-  Tensor lse;        // (N) row log-sum-exp of the logits, f32/f64 (saved for backward)
+  Tensor loss;       // scalar: sum_i w_i * nll_i / sum_i w_i over rows not ignored (acc dtype)
+  Tensor lse;        // (N) row log-sum-exp of the logits, acc dtype (saved for backward)
   double weight_sum; // sum_i w_i (0 -> loss is 0)
+};
+
+// Rotation of pairs (x[m], x[m + D/2]) by angle positions[t] * inv_freq[m] (RoPE's rotate-half
+// layout), then times mscale; inverse rotates by the negative angle. Angles, cos and sin are
+// computed in double.
+struct RotaryParams {
+  std::vector<double> inv_freq;  // D/2 frequencies (0 = no rotation)
+  double mscale = 1.0;
+  bool inverse = false;
+};
+
+// Philox4x32-10 numbers (core/rng.h): element i (row-major) uses words (2i, 2i+1) of the stream
+// (seed, stream) from word `offset`. Normal: Box-Muller in double; uniform: 53-bit [low, high).
+enum class RandomKind : uint8_t { Normal, Uniform };
+struct RandomFill {
+  RandomKind kind = RandomKind::Normal;
+  uint64_t seed = 0, stream = 0, offset = 0;
+  double a = 0.0, b = 1.0;  // normal: mean, stddev; uniform: low, high
 };
 
 namespace ops {
@@ -108,6 +120,29 @@ struct RmsNormGrads {
 };
 RmsNormGrads rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                const Tensor& gout, bool need_gx, bool need_gw);
+
+// ---- index ops ------------------------------------------------------------------------------
+// out (out_shape, zeros) with out[..., index[...], ...] = src along `dim`; index is I64 with src's
+// shape, out_shape equals src's shape except at `dim` (the backward of max along a dim).
+Tensor scatter_dim(const Tensor& src, const Tensor& index, int64_t dim, const Shape& out_shape);
+
+// ---- rotary position rotation -----------------------------------------------------------------
+// x (B, H, T, D), positions (T) integer -> rotated x (same dtype; computed in double/f32).
+Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p);
+
+// ---- random fill --------------------------------------------------------------------------------
+void random_fill_(Tensor& t, const RandomFill& r);  // floating t, any device
+
+// ---- optimizer arithmetic (in place) ------------------------------------------------------------
+// AdamW on one parameter: p, m, v contiguous of one shape and device, g of p's shape (any dtype,
+// any layout). Arithmetic in double (see math::adamw_element).
+void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
+// buf = mu buf + (1 - mu) g;  out = nesterov ? (1 - mu) g + mu buf : buf  (buf, out contiguous)
+void momentum_update_(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
+// x = alpha x + beta y (y undefined: x = alpha x); y broadcasts to x.
+void axpby_(Tensor& x, const Tensor& y, double alpha, double beta);
+// sum over every element of every tensor of x^2, in double, in a fixed order (one device sync).
+double sum_squares(const std::vector<Tensor>& xs);
 
 }  // namespace ops
 }  // namespace hz

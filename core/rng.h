@@ -29,7 +29,7 @@ class Generator {
   // The i-th 32-bit word of this generator's sequence from word `offset` (no state change).
   uint32_t word(uint64_t index) const;
 
-  // Fill a tensor (f32/f64, any device via a CPU fill + copy) and advance the offset.
+  // Fill a floating tensor on any device (the device computes the same numbers) and advance the offset.
   void normal_(Tensor& t, double mean = 0.0, double stddev = 1.0);
   void uniform_(Tensor& t, double low = 0.0, double high = 1.0);
   Tensor normal(const Shape& shape, double mean = 0.0, double stddev = 1.0,

@@ -1,15 +1,13 @@
 #include "core/tensor.h"
 
 #include <algorithm>
-#include <atomic>
-#include <malloc.h>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
+#include "core/backend.h"
 #include "core/bf16.h"
-#include "core/cpu/kernels.h"
-#include "core/cuda/backend.h"
 
 namespace hz {
 
@@ -59,43 +57,31 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 }
 
 // ---- storage ----------------------------------------------------------------------------------
+DeviceMemoryStats memory_stats(Device d) { return HZ_BACKEND(d, memory_stats)(d.index); }
+void reset_peak_memory(Device d) { HZ_BACKEND(d, reset_peak)(d.index); }
+
+Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  ptr_ = HZ_BACKEND(device, alloc)(bytes, device.index);
+}
+Storage::~Storage() { backend(device_).release(ptr_, bytes_, device_.index); }
+
 namespace {
-// Training frees and reallocates the same activation sizes every step. With glibc's defaults,
-// blocks above the (dynamic) mmap threshold go back to the kernel and every new step page-faults
-// them in again (measured: ~7% of a quickstart step). Keep them in the heap instead.
-const bool g_malloc_tuned = [] {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);   // the largest threshold glibc accepts on 64-bit
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  return true;
-}();
-std::atomic<int64_t> g_cpu_current{0}, g_cpu_peak{0};
-void track_alloc(int64_t bytes) {
-  const int64_t now = g_cpu_current.fetch_add(bytes) + bytes;
-  int64_t peak = g_cpu_peak.load();
-  while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now)) {
+// Moves `bytes` between two devices (at least one of them the CPU, or the same CUDA device).
+void transfer(void* dst, Device dd, const void* src, Device sd, size_t bytes) {
+  if (bytes == 0) return;
+  if (dd.is_cpu() && sd.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+  } else if (sd.is_cpu()) {
+    HZ_BACKEND(dd, upload)(dst, src, bytes, dd.index);
+  } else if (dd.is_cpu()) {
+    HZ_BACKEND(sd, download)(dst, src, bytes, sd.index);
+  } else {  // device to device through the host (different CUDA devices: rare, not a hot path)
+    std::vector<char> host(bytes);
+    HZ_BACKEND(sd, download)(host.data(), src, bytes, sd.index);
+    HZ_BACKEND(dd, upload)(dst, host.data(), bytes, dd.index);
   }
 }
 }  // namespace
-MemoryStats cpu_memory_stats() { return {g_cpu_current.load(), g_cpu_peak.load()}; }
-void reset_cpu_peak_memory() { g_cpu_peak.store(g_cpu_current.load()); }
-
-Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  const size_t n = std::max<size_t>(bytes, 1);
-  if (device.is_cpu()) {
-    ptr_ = std::aligned_alloc(64, (n + 63) / 64 * 64);
-    HZ_CHECK(ptr_ != nullptr, Error, "out of host memory allocating ", bytes, " bytes");
-    track_alloc(static_cast<int64_t>(bytes));
-  } else {
-    ptr_ = cuda::alloc(n, device.index);
-  }
-}
-Storage::~Storage() {
-  if (device_.is_cpu()) {
-    std::free(ptr_);
-    g_cpu_current.fetch_sub(static_cast<int64_t>(bytes_));
-  }
-  else cuda::free(ptr_, device_.index);
-}
 
 // ---- creation ---------------------------------------------------------------------------------
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev) {
@@ -110,9 +96,9 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev) {
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device dev) { return full(shape, 0.0, dtype, dev); }
 Tensor Tensor::ones(const Shape& shape, DType dtype, Device dev) { return full(shape, 1.0, dtype, dev); }
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device dev) {
-  Tensor t = empty(shape, dtype, Device::cpu());
-  cpu::fill(t, value);
-  return dev.is_cpu() ? t : t.to(dev);
+  Tensor t = empty(shape, dtype, dev);
+  t.fill_(value);
+  return t;
 }
 Tensor Tensor::arange(int64_t start, int64_t end, int64_t step, DType dtype, Device dev) {
   HZ_CHECK(step != 0, ValueError, "arange: step must be non-zero");
@@ -416,67 +402,63 @@ Tensor Tensor::squeeze(int64_t d) const {
   return with_view(s, st, offset_);
 }
 
+Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offset) const {
+  HZ_CHECK(defined(), ValueError, "as_strided on an undefined tensor");
+  HZ_CHECK(shape.size() == strides.size(), ShapeError, "as_strided: ", shape.size(), " sizes but ", strides.size(),
+           " strides");
+  const int64_t cap = static_cast<int64_t>(storage_->bytes() / dtype_size(dtype_));
+  int64_t hi = offset;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    HZ_CHECK(shape[i] >= 0 && strides[i] >= 0, ShapeError, "as_strided: negative size or stride");
+    if (shape[i] == 0) hi = offset - 1;  // no element: nothing to bound
+    if (hi >= offset) hi += (shape[i] - 1) * strides[i];
+  }
+  HZ_CHECK(offset >= 0 && (shape_numel(shape) == 0 || hi < cap), ShapeError, "as_strided: view ", shape_str(shape),
+           " with strides ", shape_str(strides), " at offset ", offset, " reaches beyond the storage of ", cap,
+           " elements");
+  return with_view(shape, strides, offset);
+}
+
+Tensor Tensor::to_same_layout(Device dev) const {
+  if (dev == device()) return *this;
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(storage_->bytes(), dev);
+  transfer(t.storage_->data(), dev, storage_->data(), device(), storage_->bytes());
+  t.shape_ = shape_;
+  t.strides_ = strides_;
+  t.offset_ = offset_;
+  t.dtype_ = dtype_;
+  return t;
+}
+
 // ---- copies -----------------------------------------------------------------------------------
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   return clone();
 }
 Tensor Tensor::clone() const {
-  if (device().is_cuda() && !is_contiguous()) {
-    // The CUDA skeleton has no strided copy kernel yet: gather through a host mirror of the
-    // whole storage (same strides and offset), then upload the contiguous result.
-    Tensor host;
-    host.storage_ = std::make_shared<Storage>(storage_->bytes(), Device::cpu());
-    cuda::memcpy(host.storage_->data(), storage_->data(), storage_->bytes(),
-                 cuda::CopyKind::DeviceToHost, device().index);
-    host.shape_ = shape_;
-    host.strides_ = strides_;
-    host.offset_ = offset_;
-    host.dtype_ = dtype_;
-    return host.clone().to(device());
-  }
   Tensor out = empty(shape_, dtype_, device());
-  out.copy_(*this);
+  HZ_BACKEND(device(), copy)(*this, out);
   return out;
 }
 Tensor Tensor::to(Device dev) const {
   if (dev == device()) return *this;
   Tensor src = contiguous();
   Tensor out = empty(shape_, dtype_, dev);
-  const size_t bytes = numel() * dtype_size(dtype_);
-  cuda::CopyKind kind = dev.is_cuda() ? (src.device().is_cuda() ? cuda::CopyKind::DeviceToDevice
-                                                                 : cuda::CopyKind::HostToDevice)
-                                      : cuda::CopyKind::DeviceToHost;
-  cuda::memcpy(out.raw_data(), src.raw_data(), bytes, kind, dev.is_cuda() ? dev.index : src.device().index);
+  transfer(out.raw_data(), dev, src.raw_data(), src.device(), numel() * dtype_size(dtype_));
   return out;
 }
 Tensor Tensor::to(DType dt) const {
   if (dt == dtype_) return *this;
-  HZ_CHECK(device().is_cpu(), NotImplementedError, "dtype conversion on ", device().str(),
-           " is not implemented yet; convert on CPU");
   Tensor out = empty(shape_, dt, device());
-  cpu::copy_strided(*this, out);
+  HZ_BACKEND(device(), copy)(*this, out);
   return out;
 }
 void Tensor::copy_(const Tensor& src_in) {
   Tensor src = src_in.shape() == shape_ ? src_in : src_in.expand(shape_);
-  if (device().is_cpu() && src.device().is_cpu()) {
-    cpu::copy_strided(src, *this);
-    return;
-  }
-  HZ_CHECK(is_contiguous() && src.dtype() == dtype_, NotImplementedError,
-           "copy_ across devices needs a contiguous destination of the same dtype");
-  Tensor s = src.contiguous();
-  if (s.device() != device()) s = s.to(device());
-  cuda::memcpy(raw_data(), s.raw_data(), numel() * dtype_size(dtype_),
-               cuda::CopyKind::DeviceToDevice, device().index);
+  if (src.device() != device()) src = src.contiguous().to(device());
+  HZ_BACKEND(device(), copy)(src, *this);
 }
-void Tensor::fill_(double value) {
-  if (device().is_cpu()) {
-    cpu::fill(*this, value);
-  } else {
-    copy_(full(shape_, value, dtype_, Device::cpu()));
-  }
-}
+void Tensor::fill_(double value) { HZ_BACKEND(device(), fill)(*this, value); }
 
 }  // namespace hz

@@ -24,8 +24,17 @@ Shape contiguous_strides(const Shape& s);
 // Broadcast two shapes numpy-style; throws ShapeError naming both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 
-// Bytes currently held by Storage on the CPU and the peak since the last reset (for benchmarks
-// and memory-growth tests). Thread-safe.
+// Memory held on a device (for the trainer's metrics, benchmarks and memory-growth tests).
+struct DeviceMemoryStats {
+  int64_t allocated = 0;      // bytes held by live tensors
+  int64_t reserved = 0;       // bytes held by the allocator (>= allocated: cached blocks)
+  int64_t peak = 0;           // largest `allocated` since the last reset
+  int64_t device_allocs = 0;  // calls into the device's own allocator (malloc / cudaMalloc*) so far
+};
+DeviceMemoryStats memory_stats(Device d);
+void reset_peak_memory(Device d);  // peak := allocated
+
+// CPU shorthands (thread-safe).
 struct MemoryStats {
   int64_t current = 0;
   int64_t peak = 0;
@@ -107,6 +116,13 @@ class Tensor {
   Tensor unsqueeze(int64_t dim) const;
   Tensor squeeze(int64_t dim) const;
   Tensor flatten() const { return reshape({numel()}); }
+
+  // A view with explicit shape, strides and offset (elements) over this tensor's storage; checked
+  // to stay inside the storage.
+  Tensor as_strided(const Shape& shape, const Shape& strides, int64_t offset) const;
+  // The same view (shape, strides, offset) over a copy of the whole storage on `dev` (tests and
+  // tools that need a strided view on another device).
+  Tensor to_same_layout(Device dev) const;
 
   // ---- copies -----------------------------------------------------------------------------
   Tensor contiguous() const;  // self if already contiguous

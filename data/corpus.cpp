@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -157,8 +159,8 @@ std::vector<Document> load_bible_kjv() {
   return docs;
 }
 
-std::vector<Document> load_text_files(const std::vector<std::string>& globs) {
-  HZ_CHECK(!globs.empty(), ValueError, "load_text_files: give at least one file pattern");
+std::vector<std::string> expand_globs(const std::vector<std::string>& globs, const std::string& what) {
+  HZ_CHECK(!globs.empty(), ValueError, "give at least one pattern of ", what);
   std::vector<std::string> paths;
   for (const std::string& pattern : globs) {
     glob_t g{};
@@ -175,20 +177,66 @@ std::vector<Document> load_text_files(const std::vector<std::string>& globs) {
     }
     ::globfree(&g);
     HZ_CHECK(rc == 0 || rc == GLOB_NOMATCH, Error, "glob('", pattern, "') failed (code ", rc, ")");
-    HZ_CHECK(found > 0, ValueError, "no text files match the pattern '", pattern,
+    HZ_CHECK(found > 0, ValueError, "no ", what, " match the pattern '", pattern,
              "'; check the path (patterns use glob(3): *, ?, [...]) and that the files exist");
   }
   std::sort(paths.begin(), paths.end());
   paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+  return paths;
+}
+
+namespace {
+std::string read_file(const std::string& p, const std::string& what) {
+  std::ifstream in(p, std::ios::binary);
+  HZ_CHECK(in.good(), ValueError, "cannot open ", what, " '", p, "' for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  HZ_CHECK(!in.bad(), Error, "error while reading ", what, " '", p, "'");
+  return ss.str();
+}
+}  // namespace
+
+std::vector<Document> load_text_files(const std::vector<std::string>& globs) {
   std::vector<Document> docs;
-  docs.reserve(paths.size());
-  for (const std::string& p : paths) {
-    std::ifstream in(p, std::ios::binary);
-    HZ_CHECK(in.good(), ValueError, "cannot open text file '", p, "' for reading");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    HZ_CHECK(!in.bad(), Error, "error while reading text file '", p, "'");
-    docs.push_back({p, ss.str()});
+  for (const std::string& p : expand_globs(globs, "text files")) docs.push_back({p, read_file(p, "text file")});
+  return docs;
+}
+
+std::vector<Document> load_jsonl(const std::vector<std::string>& globs, const std::string& text_field) {
+  using json = nlohmann::json;
+  HZ_CHECK(!text_field.empty(), ValueError, "give the JSONL text field (data.text_field), e.g. text");
+  std::vector<Document> docs;
+  for (const std::string& p : expand_globs(globs, "JSONL files")) {
+    const std::string bytes = read_file(p, "JSONL file");
+    size_t pos = 0;
+    int64_t line_no = 0;
+    while (pos < bytes.size()) {
+      size_t end = bytes.find('\n', pos);
+      if (end == std::string::npos) end = bytes.size();
+      ++line_no;
+      const std::string_view line(bytes.data() + pos, end - pos);
+      pos = end + 1;
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank line
+      const std::string where = p + ":" + std::to_string(line_no);
+      json j;
+      try {
+        j = json::parse(line);
+      } catch (const json::parse_error& e) {
+        throw ValueError(where + ": not a JSON value (" + e.what() + "); a JSONL file holds one JSON object per line");
+      }
+      HZ_CHECK(j.is_object(), ValueError, where, ": expected a JSON object with a \"", text_field, "\" field, got a ",
+               j.type_name());
+      const auto it = j.find(text_field);
+      if (it == j.end()) {
+        std::string keys;
+        for (auto k = j.begin(); k != j.end(); ++k) keys += (keys.empty() ? "" : ", ") + k.key();
+        throw ValueError(where + ": the object has no field \"" + text_field + "\" (its keys: " +
+                         (keys.empty() ? "none" : keys) + "); set data.text_field to the field holding the text");
+      }
+      HZ_CHECK(it->is_string(), ValueError, where, ": field \"", text_field, "\" is a ", it->type_name(),
+               ", not a string");
+      docs.push_back({where, it->get<std::string>()});
+    }
   }
   return docs;
 }

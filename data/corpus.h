@@ -24,9 +24,21 @@ std::vector<Document> load_bible_kjv();
 // The English names of the 66 books, in the order load_bible_kjv() returns them.
 const std::vector<std::string>& bible_book_names();
 
+// The regular files matched by any of the glob(3) patterns, sorted, each once. A pattern that
+// matches no regular file throws hz::ValueError naming the pattern (`what` names the kind of
+// file in the message: "text files", "JSONL files", ...).
+std::vector<std::string> expand_globs(const std::vector<std::string>& globs, const std::string& what);
+
 // One document per regular file matched by any of the glob(3) patterns, named by its path and
 // sorted by path (a file matched by two patterns appears once); the text is the file's bytes.
 // A pattern that matches no regular file throws hz::ValueError naming the pattern.
 std::vector<Document> load_text_files(const std::vector<std::string>& globs);
+
+// JSON Lines: one document per non-blank line of each file matched by the globs (files sorted by
+// path, lines in order), the text being the string value of the top-level key `text_field` of
+// the line's object; named "<path>:<line>" (1-based). Other keys are ignored. Throws
+// hz::ValueError naming the file and line for a line that is not a JSON object, lacks the field,
+// or holds something other than a string there (the message lists the keys the line has).
+std::vector<Document> load_jsonl(const std::vector<std::string>& globs, const std::string& text_field);
 
 }  // namespace hz::data

@@ -1,7 +1,6 @@
 #include "distributed/grad_sync.h"
 
 #include <chrono>
-#include <cstring>
 
 namespace hz::dist {
 
@@ -13,9 +12,11 @@ GradSync::GradSync(Communicator& comm, const NamedParams& params, int64_t bucket
     : comm_(comm), overlap_(overlap) {
   HZ_CHECK(bucket_bytes > 0, ValueError, "gradient bucket size must be positive");
   DType dt = DType::F32;
+  Device dev = Device::cpu();
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
     ag::Variable* p = it->second;
     dt = p->dtype();
+    dev = p->value().device();
     const int64_t bytes = p->numel() * static_cast<int64_t>(dtype_size(dt));
     if (buckets_.empty() || (buckets_.back().numel * static_cast<int64_t>(dtype_size(dt)) + bytes > bucket_bytes &&
                              !buckets_.back().params.empty()))
@@ -24,7 +25,7 @@ GradSync::GradSync(Communicator& comm, const NamedParams& params, int64_t bucket
     buckets_.back().numel += p->numel();
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    buckets_[b].flat = Tensor::zeros({buckets_[b].numel}, dt);
+    buckets_[b].flat = Tensor::zeros({buckets_[b].numel}, dt, dev);
     for (ag::Variable* p : buckets_[b].params) {
       impls_.push_back(p->impl());
       if (overlap_) p->impl()->grad_ready_hook = [this, b] { on_ready(b); };
@@ -47,16 +48,13 @@ void GradSync::begin() {
 
 void GradSync::launch(Bucket& b) {
   const double t0 = now();
+  // pack: one copy per gradient into the bucket (the device's copy kernel, on its stream)
   int64_t off = 0;
   for (ag::Variable* p : b.params) {
     const int64_t n = p->numel();
-    char* dst = static_cast<char*>(b.flat.raw_data()) + off * dtype_size(b.flat.dtype());
-    if (p->grad().defined()) {
-      const Tensor g = p->grad().contiguous();
-      std::memcpy(dst, g.raw_data(), n * dtype_size(b.flat.dtype()));
-    } else {
-      std::memset(dst, 0, n * dtype_size(b.flat.dtype()));  // a parameter this rank did not use
-    }
+    Tensor dst = b.flat.narrow(0, off, n).view(p->shape());
+    if (p->grad().defined()) dst.copy_(p->grad());
+    else dst.zero_();  // a parameter this rank did not use
     off += n;
   }
   b.req = comm_.all_reduce_async(b.flat, ReduceOp::Average);

@@ -1,6 +1,9 @@
 // Horizon: the NCCL communicator for CUDA tensors. The unique id is created on rank 0 and
-// broadcast over MPI; each rank drives the GPU of its local rank; collectives run on a side
-// stream (non-blocking requests wait on an event), so they can overlap the compute stream.
+// broadcast over MPI; each rank drives the GPU of its local rank. Collectives run on the device's
+// communication stream after an event recorded on its compute stream (so they see the gradients
+// the compute stream produced and overlap the rest of the backward); a request's wait() makes the
+// compute stream wait for the collective's completion event (no host stall). CPU tensors (loss
+// scalars, loader cursors) go through the MPI communicator underneath.
 // Compiled with HZ_CUDA + HZ_MPI when NCCL is found.
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -8,6 +11,7 @@
 
 #include <cstdlib>
 
+#include "core/cuda/runtime.h"
 #include "distributed/communicator.h"
 
 namespace hz::dist {
@@ -38,14 +42,16 @@ ncclDataType_t nccl_type(DType t) {
 
 class NcclRequest : public Request {
  public:
-  NcclRequest(cudaEvent_t ev, Tensor t) : ev_(ev), t_(std::move(t)) {}
+  NcclRequest(cudaEvent_t ev, Tensor t, cudaStream_t compute) : ev_(ev), t_(std::move(t)), compute_(compute) {}
   ~NcclRequest() override { cudaEventDestroy(ev_); }
-  void wait() override { HZ_CUDA_OK(cudaEventSynchronize(ev_)); }
+  // Work queued on the compute stream from now on runs after the collective.
+  void wait() override { HZ_CUDA_OK(cudaStreamWaitEvent(compute_, ev_, 0)); }
   bool test() override { return cudaEventQuery(ev_) == cudaSuccess; }
 
  private:
   cudaEvent_t ev_;
   Tensor t_;  // keeps the buffer alive until the collective is done
+  cudaStream_t compute_;
 };
 
 class Nccl : public Communicator {
@@ -56,39 +62,45 @@ class Nccl : public Communicator {
     HZ_CHECK(ndev > 0, DeviceError, "NCCL communicator: no CUDA device visible");
     device_ = mpi_->local_rank() % ndev;
     HZ_CUDA_OK(cudaSetDevice(device_));
+    compute_ = static_cast<cudaStream_t>(cuda::compute_stream(device_));
+    stream_ = static_cast<cudaStream_t>(cuda::comm_stream(device_));
     ncclUniqueId id;
     if (mpi_->rank() == 0) HZ_NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     HZ_NCCL_CHECK(ncclCommInitRank(&comm_, mpi_->size(), id, mpi_->rank()));
-    HZ_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
-  ~Nccl() override {
-    cudaStreamDestroy(stream_);
-    ncclCommDestroy(comm_);
-  }
+  ~Nccl() override { ncclCommDestroy(comm_); }
   std::string name() const override { return "nccl"; }
   int rank() const override { return mpi_->rank(); }
   int size() const override { return mpi_->size(); }
   int local_rank() const override { return mpi_->local_rank(); }
   void all_reduce(Tensor& t, ReduceOp op) override {
+    if (t.device().is_cpu()) return mpi_->all_reduce(t, op);
     all_reduce_async(t, op)->wait();
   }
   std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) override {
+    if (t.device().is_cpu()) return mpi_->all_reduce_async(t, op);
     check(t);
-    // the compute stream (legacy default) must have produced t before the side stream reads it
+    // the compute stream must have produced t before the communication stream reads it
     cudaEvent_t ready, done;
     HZ_CUDA_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    HZ_CUDA_OK(cudaEventRecord(ready, 0));
+    HZ_CUDA_OK(cudaEventRecord(ready, compute_));
     HZ_CUDA_OK(cudaStreamWaitEvent(stream_, ready, 0));
     cudaEventDestroy(ready);
     HZ_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                                 op == ReduceOp::Average ? ncclAvg : ncclSum, comm_, stream_));
     HZ_CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     HZ_CUDA_OK(cudaEventRecord(done, stream_));
-    return std::make_unique<NcclRequest>(done, t);
+    return std::make_unique<NcclRequest>(done, t, compute_);
   }
   void broadcast(Tensor& t, int root) override {
+    if (t.device().is_cpu()) return mpi_->broadcast(t, root);
     check(t);
+    cudaEvent_t ready;
+    HZ_CUDA_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    HZ_CUDA_OK(cudaEventRecord(ready, compute_));
+    HZ_CUDA_OK(cudaStreamWaitEvent(stream_, ready, 0));
+    cudaEventDestroy(ready);
     HZ_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
                                 comm_, stream_));
     HZ_CUDA_OK(cudaStreamSynchronize(stream_));
@@ -108,7 +120,7 @@ class Nccl : public Communicator {
   std::unique_ptr<Communicator> mpi_;
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr, compute_ = nullptr;  // Horizon's streams of the device (not owned)
 };
 
 }  // namespace

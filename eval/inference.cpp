@@ -10,7 +10,8 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
     attn::AttentionSpec& sp = b->attn->spec;
     if (!e.rope_scaling.empty() && sp.pos.kind == attn::PosKind::Rope) {
       sp.pos.scaling = attn::parse_scaling(e.rope_scaling);
-      sp.pos.factor = std::max(1.0, s);
+      // dynamic NTK derives s from the length itself (factor 1: s = L / train_T)
+      sp.pos.factor = sp.pos.scaling == attn::RopeScaling::DynamicNTK ? 1.0 : std::max(1.0, s);
       sp.pos.original_context = train_T;
       ++n_rope;
     }

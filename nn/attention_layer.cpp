@@ -6,9 +6,9 @@ AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec
                                double resid_std, DType dt)
     : dims(d), spec(s) {
   const int64_t H = d.n_heads, Hkv = d.n_kv_heads, D = d.head_dim;
-  wq = register_module("wq", std::make_shared<Linear>(d.d_model, H * D, false, init_std, dt));
-  wk = register_module("wk", std::make_shared<Linear>(d.d_model, Hkv * D, false, init_std, dt));
-  wv = register_module("wv", std::make_shared<Linear>(d.d_model, Hkv * D, false, init_std, dt));
+  wq = register_module("wq", std::make_shared<Linear>(d.d_model, H * D, d.qkv_bias, init_std, dt));
+  wk = register_module("wk", std::make_shared<Linear>(d.d_model, Hkv * D, d.qkv_bias, init_std, dt));
+  wv = register_module("wv", std::make_shared<Linear>(d.d_model, Hkv * D, d.qkv_bias, init_std, dt));
   wo = register_module("wo", std::make_shared<Linear>(H * D, d.d_model, false, resid_std, dt));
   if (spec.qk_norm == attn::QKNorm::Full) {
     q_norm = register_module("q_norm", std::make_shared<RMSNorm>(H * D, 1e-6, dt));
@@ -24,15 +24,13 @@ AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec
   }
 }
 
+void AttentionLayer::move_buffers(Device dev) {
+  if (logn_c.defined() && !logn_c.requires_grad() && logn_c.value().device() != dev)
+    logn_c = ag::Variable(logn_c.value().to(dev));
+}
+
 attn::AttnConfig AttentionLayer::kernel_config(const AttnCall& call) const {
-  attn::AttnConfig cfg;
-  cfg.window = spec.windows(dims.n_heads, call.T);
-  if (spec.pos.kind == attn::PosKind::Alibi) cfg.alibi_slope = attn::alibi_slopes(dims.n_heads);
-  cfg.logit = spec.logit.kind;
-  cfg.tau = spec.logit.tau;
-  cfg.swan_a = spec.logit.swan_a;
-  const double s = call.train_T > 0 ? static_cast<double>(call.T) / call.train_T : 1.0;
-  cfg.beta = spec.logit.temp_c != 0.0 ? attn::temperature_beta(spec.logit.temp_c, s) : spec.logit.beta;
+  attn::AttnConfig cfg = attn::make_attn_config(spec, dims.n_heads, call.T, call.train_T);
   cfg.block_q = call.block_q;
   cfg.block_k = call.block_k;
   return cfg;
@@ -71,6 +69,9 @@ attn::RopeFreqs AttentionLayer::rope_freqs(const AttnCall& call) const {
 ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const {
   const int64_t B = x.size(0), T = x.size(1), H = dims.n_heads, D = dims.head_dim;
   auto [q, k, v] = project_qkv(x);
+  // bf16 activations go through attention as they are: the fused op takes bf16 (f32 arithmetic
+  // on the CPU, tensor cores with fp32 accumulation on a GPU; lse and LogN's c stay f32)
+  const DType act = q.dtype();
   attn::AttnConfig cfg = kernel_config(call);
   bool causal = true;
   for (int64_t w : cfg.window) causal &= w == 0;
@@ -79,7 +80,7 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
   if (rot) f = rope_freqs(call);
   if (rot && lampe && causal) {  // LaMPE rotates per region itself
     const attn::AttnOutput o = attn::lampe_attention(q, k, v, f, *lampe, cfg);
-    return wo->forward(ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D}));
+    return wo->forward(ag::cast(ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D}), act));
   }
   if (rot) {
     q = attn::apply_rope(q, positions, f);
@@ -87,7 +88,7 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
   }
   const attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, logn_c);
   ag::Variable y = ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D});
-  return wo->forward(y);
+  return wo->forward(ag::cast(y, act));
 }
 
 }  // namespace hz::nn

@@ -1,5 +1,5 @@
-// Horizon: the attention layer. x (B, T, C) -> q (B, H, T, D), k/v (B, Hkv, T, D) via bias-free
-// projections; optional QK-norm (full: RMSNorm over the whole q / k projection with gains of
+// Horizon: the attention layer. x (B, T, C) -> q (B, H, T, D), k/v (B, Hkv, T, D) via projections
+// (bias-free, or with q/k/v biases as Qwen2 has); optional QK-norm (full: RMSNorm over the whole q / k projection with gains of
 // size H*D / Hkv*D, as in DroPE; per_head: RMSNorm over each head's D with a shared gain of D);
 // RoPE / p-RoPE at explicit positions; the fused attention op with this layer's windows, ALiBi
 // slopes and logit transform; output projection wo (a residual projection).
@@ -16,6 +16,7 @@ namespace hz::nn {
 
 struct AttentionDims {
   int64_t d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  bool qkv_bias = false;  // additive biases on the q, k and v projections (wo stays bias-free)
 };
 
 // Per-call context: the stage's sequence length T (SCOPE scopes follow it) and the training
@@ -50,6 +51,9 @@ class AttentionLayer : public Module {
   ag::Variable logn_c;  // (H): a parameter when learnable, else a constant
   // Inference: when set on a causal RoPE layer, attention runs as LaMPE (attention/lampe.h).
   std::optional<attn::LampeConfig> lampe;
+
+ protected:
+  void move_buffers(Device dev) override;  // logn_c when it is a constant
 };
 
 }  // namespace hz::nn

@@ -7,6 +7,17 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, double init_std, DType dt
   if (has_bias) bias = register_parameter("bias", Tensor::zeros({out}, dt), Init::constant(0.0));
 }
 
+ag::Variable Linear::forward(const ag::Variable& x) const {
+  if (!autocast_active()) return ag::linear(x, weight, bias);
+  const DType c = compute_dtype();
+  return ag::linear(ag::cast(x, c), ag::cast(weight, c), bias.defined() ? ag::cast(bias, c) : bias);
+}
+
+ag::Variable Embedding::forward(const Tensor& ids) const {
+  ag::Variable rows = ag::embedding(weight, ids);  // gather in the table's dtype, then cast the rows
+  return autocast_active() ? ag::cast(rows, compute_dtype()) : rows;
+}
+
 Embedding::Embedding(int64_t vocab, int64_t dim, double init_std, DType dt) {
   weight = register_parameter("weight", Tensor::zeros({vocab, dim}, dt), Init::normal(init_std));
 }

@@ -1,6 +1,7 @@
 // Horizon: basic layers. Shapes: x (..., C_in) -> (..., C_out).
 #pragma once
 #include "autograd/functions.h"
+#include "nn/autocast.h"
 #include "nn/module.h"
 
 namespace hz::nn {
@@ -9,14 +10,15 @@ class Linear : public Module {
  public:
   // weight (out, in) ~ normal(init_std); bias (out) = 0 when enabled (default: none).
   Linear(int64_t in, int64_t out, bool bias = false, double init_std = 0.02, DType dt = DType::F32);
-  ag::Variable forward(const ag::Variable& x) const { return ag::linear(x, weight, bias); }
+  // Under a bf16 ComputeScope (nn/autocast.h) the product runs on bf16 copies of x and the weight.
+  ag::Variable forward(const ag::Variable& x) const;
   ag::Variable weight, bias;
 };
 
 class Embedding : public Module {
  public:
   Embedding(int64_t vocab, int64_t dim, double init_std = 0.02, DType dt = DType::F32);
-  ag::Variable forward(const Tensor& ids) const { return ag::embedding(weight, ids); }
+  ag::Variable forward(const Tensor& ids) const;  // bf16 rows under a bf16 ComputeScope
   ag::Variable weight;  // (V, C)
 };
 

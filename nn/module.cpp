@@ -80,6 +80,20 @@ LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool
   return r;
 }
 
+void Module::to(Device dev) {
+  for (auto& p : params_)
+    if (p.var.value().device() != dev) p.var.value() = p.var.value().to(dev);
+  for (auto& p : params_)
+    if (p.var.grad().defined() && p.var.grad().device() != dev) p.var.grad() = p.var.grad().to(dev);
+  move_buffers(dev);
+  for (auto& [n, c] : children_) c->to(dev);
+}
+
+Device Module::device() const {
+  const auto ps = named_parameters();
+  return ps.empty() ? Device::cpu() : ps.front().second->value().device();
+}
+
 void Module::init_parameters(uint64_t seed) {
   visit("", [&](const std::string& n, Param& p) {
     Tensor& t = p.var.value();

@@ -42,12 +42,19 @@ class Module {
   // with strict, missing or unexpected names throw too.
   LoadReport load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true);
 
+  // Moves every parameter (and buffer, see move_buffers) to `dev`, in place: the Variables keep
+  // their identity, so build optimizers after moving.
+  void to(Device dev);
+  Device device() const;  // of the first parameter (CPU for a module without parameters)
+
   // (Re)initialises every parameter from its rule. The values of a parameter depend only on
   // (seed, its full name), not on creation order or on the other parameters.
   void init_parameters(uint64_t seed);
   const Init& init_rule(const std::string& full_name) const;
 
  protected:
+  // Non-parameter tensors a module owns (e.g. constants) follow the parameters in to().
+  virtual void move_buffers(Device) {}
   ag::Variable& register_parameter(const std::string& name, Tensor value, Init init);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {

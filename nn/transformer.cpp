@@ -55,7 +55,7 @@ void ModelConfig::validate() const {
 Block::Block(const ModelConfig& cfg, const attn::AttentionSpec& spec) {
   const double resid = cfg.init_std / std::sqrt(2.0 * cfg.n_layers);
   norm1 = register_module("norm1", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
-  AttentionDims d{cfg.d_model, cfg.n_heads, cfg.kv_heads(), cfg.hdim()};
+  AttentionDims d{cfg.d_model, cfg.n_heads, cfg.kv_heads(), cfg.hdim(), cfg.qkv_bias};
   attn = register_module("attn", std::make_shared<AttentionLayer>(d, spec, cfg.init_std, resid, cfg.dtype));
   norm2 = register_module("norm2", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
   mlp = register_module("mlp", std::make_shared<MLP>(cfg.mlp, cfg.d_model, cfg.hidden(), cfg.init_std, resid, cfg.dtype));
@@ -78,23 +78,37 @@ Transformer::Transformer(const ModelConfig& c, uint64_t seed) : cfg(c) {
   init_parameters(seed);
 }
 
-ag::Variable Transformer::forward(const Tensor& ids, const Tensor& positions_in, AttnCall call) const {
-  HZ_CHECK(ids.dim() == 2, ShapeError, "model: ids must be (B, T), got ", shape_str(ids.shape()));
+ag::Variable Transformer::forward(const Tensor& ids, const Tensor& positions, AttnCall call) const {
+  ComputeScope scope(compute_dtype);
+  return project(hidden(ids, positions, call));
+}
+
+ag::Variable Transformer::project(const ag::Variable& x) const {
+  ComputeScope scope(compute_dtype);
+  if (head) return head->forward(x);
+  return ag::matmul(x, autocast_active() ? ag::cast(embed->weight, compute_dtype) : embed->weight, false, true);
+}
+
+ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_in, AttnCall call) const {
+  HZ_CHECK(ids_in.dim() == 2, ShapeError, "model: ids must be (B, T), got ", shape_str(ids_in.shape()));
+  const Device dev = embed->weight.value().device();
+  const Tensor ids = ids_in.to(dev);
   const int64_t T = ids.size(1);
-  const Tensor positions = positions_in.defined() ? positions_in : Tensor::arange(0, T);
+  const Tensor positions = positions_in.defined() ? positions_in.to(dev) : Tensor::arange(0, T, 1, DType::I64, dev);
+  ComputeScope scope(compute_dtype);
   if (call.T == 0) call.T = T;
   if (call.train_T == 0) call.train_T = cfg.max_seq_len;
   ag::Variable x = embed->forward(ids);
   for (const auto& b : layers) x = b->forward(x, positions, call);
-  x = norm->forward(x);
-  return head ? head->forward(x) : ag::matmul(x, embed->weight, false, true);
+  return norm->forward(x);
 }
 
 ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const Tensor& weights, AttnCall call) const {
   ag::Variable logits = forward(ids, Tensor(), call);
   const int64_t V = cfg.vocab_size;
-  return ag::cross_entropy(ag::reshape(logits, {-1, V}), targets.reshape({-1}),
-                           weights.defined() ? weights.reshape({-1}) : Tensor());
+  const Device dev = logits.value().device();
+  return ag::cross_entropy(ag::reshape(logits, {-1, V}), targets.to(dev).reshape({-1}),
+                           weights.defined() ? weights.to(dev).reshape({-1}) : Tensor());
 }
 
 }  // namespace hz::nn

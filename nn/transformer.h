@@ -29,6 +29,7 @@ struct ModelConfig {
   int64_t mlp_hidden = 0;    // 0 = 4 d_model (relu2/gelu) or 8/3 d_model rounded up to 8 (swiglu)
   MlpKind mlp = MlpKind::SwiGLU;
   bool tie_embeddings = true;
+  bool qkv_bias = false;     // biases on the q/k/v projections (Qwen2)
   double norm_eps = 1e-6;
   double init_std = 0.02;
   int64_t max_seq_len = 256;  // the stage's T (validates windows; SCOPE scopes follow the call's T)
@@ -58,13 +59,20 @@ class Block : public Module {
 class Transformer : public Module {
  public:
   explicit Transformer(const ModelConfig& cfg, uint64_t seed = 0);
-  // ids (B, T) integer; positions (T) i64 (default 0..T-1). call.T defaults to T.
+  // ids (B, T) integer; positions (T) i64 (default 0..T-1). call.T defaults to T. Inputs on
+  // another device than the model are moved to it.
   ag::Variable forward(const Tensor& ids, const Tensor& positions = Tensor(), AttnCall call = {}) const;
+  // forward() in two halves: the final-normed hidden states (B, T, C), and the output head on them
+  // (scoring long texts projects chunks of rows to bound the (T, V) logits).
+  ag::Variable hidden(const Tensor& ids, const Tensor& positions = Tensor(), AttnCall call = {}) const;
+  ag::Variable project(const ag::Variable& h) const;
   // Mean next-token cross-entropy: targets (B, T) integer, weights (B, T) float or undefined.
   ag::Variable loss(const Tensor& ids, const Tensor& targets, const Tensor& weights = Tensor(),
                     AttnCall call = {}) const;
 
   ModelConfig cfg;
+  // Mixed precision: the dtype forward() computes in (nn/autocast.h); parameters keep cfg.dtype.
+  DType compute_dtype = DType::F32;
   std::shared_ptr<Embedding> embed;
   std::vector<std::shared_ptr<Block>> layers;
   std::shared_ptr<RMSNorm> norm;

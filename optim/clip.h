@@ -10,7 +10,8 @@
 namespace hz::optim {
 
 // sqrt(sum of squares of every element of every defined grad), accumulated in double in a fixed
-// order (parameters in list order, elements row-major), so the result is deterministic.
+// order (parameters in list order, each in fixed chunks of its row-major elements; ops::sum_squares),
+// so the result is deterministic and independent of the thread count. One host transfer per device.
 // Parameters without a grad contribute nothing.
 double global_grad_norm(const std::vector<std::pair<std::string, ag::Variable*>>& params);
 

@@ -1,5 +1,4 @@
 // Horizon: AdamW, Muon and the composite optimizer (see optimizer.h for the update rules).
-#include "optim/vec_math.h"
 #include "optim/optimizer.h"
 
 #include <cmath>
@@ -12,24 +11,16 @@ namespace hz::optim {
 
 namespace {
 
-// The parameter value as a host, contiguous tensor: the value itself when it already is one,
-// otherwise a copy that write_back() puts back.
-Tensor host_value(const Tensor& v) {
-  return v.device().is_cpu() && v.is_contiguous() ? v : v.to(Device::cpu()).contiguous();
-}
-void write_back(Tensor& v, const Tensor& host) {
-  if (host.storage() != v.storage()) v.copy_(host);
-}
-// The gradient on the host, contiguous, in the parameter's dtype.
-Tensor host_grad(const std::string& who, const std::string& pname, const Tensor& param,
-                 const Tensor& g) {
+// The gradient of `param`, checked: same shape, floating point. Stays on its device.
+const Tensor& checked_grad(const std::string& who, const std::string& pname, const Tensor& param,
+                           const Tensor& g) {
   HZ_CHECK(g.shape() == param.shape(), ShapeError, who, ": gradient of '", pname, "' has shape ",
            shape_str(g.shape()), " but the parameter has shape ", shape_str(param.shape()));
   HZ_CHECK(is_floating(g.dtype()), DTypeError, who, ": gradient of '", pname, "' is ",
            dtype_name(g.dtype()), "; gradients must be floating point");
-  Tensor h = g.to(Device::cpu());
-  if (h.dtype() != param.dtype()) h = h.to(param.dtype());
-  return h.contiguous();
+  HZ_CHECK(g.device() == param.device(), DeviceError, who, ": gradient of '", pname, "' is on ",
+           g.device().str(), " but the parameter is on ", param.device().str());
+  return g;
 }
 void check_lr_mult(const std::string& who, double lr_mult) {
   HZ_CHECK(std::isfinite(lr_mult) && lr_mult >= 0.0, ValueError, who,
@@ -40,52 +31,22 @@ void check_state_shape(const std::string& who, const std::string& pname, const T
   HZ_CHECK(value.shape() == buf.shape(), ValueError, who, ": parameter '", pname,
            "' changed shape from ", shape_str(buf.shape()), " to ", shape_str(value.shape()),
            " since the optimizer was built; build a new optimizer after model surgery");
+  HZ_CHECK(value.device() == buf.device(), ValueError, who, ": parameter '", pname, "' moved from ",
+           buf.device().str(), " to ", value.device().str(),
+           " since the optimizer was built; build the optimizer after moving the model");
 }
-
-// ---- per-element kernels (double arithmetic, state in T) ------------------------------------
-template <class T>
-void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, double b1, double b2, double bc1,
-                  double bc2, double eps, double lr, double decay) {
-#pragma omp parallel for schedule(static) if (n > 8192)
-  for (int64_t i = 0; i < n; ++i) {
-    const double gi = static_cast<double>(g[i]);
-    m[i] = static_cast<T>(b1 * static_cast<double>(m[i]) + (1.0 - b1) * gi);
-    v[i] = static_cast<T>(b2 * static_cast<double>(v[i]) + (1.0 - b2) * gi * gi);
-    const double mhat = static_cast<double>(m[i]) / bc1;
-    const double vhat = static_cast<double>(v[i]) / bc2;
-    const double pi = static_cast<double>(p[i]) * decay;  // decoupled decay first
-    p[i] = static_cast<T>(pi - lr * mhat / (std::sqrt(vhat) + eps));
+// Runs f on the parameter's value updated in place: the value itself when contiguous, else a
+// contiguous copy written back afterwards.
+template <class F>
+void update_in_place(Tensor& value, F&& f) {
+  if (value.is_contiguous()) {
+    f(value);
+    return;
   }
+  Tensor c = value.contiguous();
+  f(c);
+  value.copy_(c);
 }
-
-// B = mu B + (1 - mu) G; U = nesterov ? (1 - mu) G + mu B : B
-template <class T>
-void muon_momentum_kernel(const T* g, T* b, T* u, int64_t n, double mu, bool nesterov) {
-#pragma omp parallel for schedule(static) if (n > 8192)
-  for (int64_t i = 0; i < n; ++i) {
-    const double gi = static_cast<double>(g[i]);
-    b[i] = static_cast<T>(mu * static_cast<double>(b[i]) + (1.0 - mu) * gi);
-    u[i] = nesterov ? static_cast<T>((1.0 - mu) * gi + mu * static_cast<double>(b[i])) : b[i];
-  }
-}
-
-// p = p * decay - step * o
-template <class T>
-void decay_and_apply(T* p, const T* o, int64_t n, double decay, double step) {
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = static_cast<T>(static_cast<double>(p[i]) * decay - step * static_cast<double>(o[i]));
-}
-
-// x = alpha * x + y
-template <class T>
-void axpby(T* x, const T* y, int64_t n, double alpha, double beta) {
-  for (int64_t i = 0; i < n; ++i)
-    x[i] = static_cast<T>(alpha * static_cast<double>(x[i]) + beta * static_cast<double>(y[i]));
-}
-
-using detail::sum_squares;
-
-using detail::scale;
 
 }  // namespace
 
@@ -122,7 +83,7 @@ void Optimizer::init_state(const std::vector<std::string>& buffer_names) {
       s.var = var;
       s.group = gi;
       for (const auto& b : buffer_names)
-        s.buffers.emplace_back(b, Tensor::zeros(var->value().shape(), dt));
+        s.buffers.emplace_back(b, Tensor::zeros(var->value().shape(), dt, var->value().device()));
       state_.push_back(std::move(s));
     }
   }
@@ -178,7 +139,7 @@ void Optimizer::check_state_dict(const std::map<std::string, Tensor>& in) const 
 void Optimizer::load_state_dict(const std::map<std::string, Tensor>& in) {
   check_state_dict(in);
   for (auto& s : state_)
-    for (auto& [b, t] : s.buffers) t.copy_(in.at(key(s, b)).to(Device::cpu()));
+    for (auto& [b, t] : s.buffers) t.copy_(in.at(key(s, b)));
   step_ = static_cast<int64_t>(in.at(step_key()).item());
 }
 
@@ -201,23 +162,17 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions opt)
 void AdamW::step(double lr_mult) {
   check_lr_mult("adamw", lr_mult);
   const double t = static_cast<double>(step_ + 1);  // this step's count
-  const double bc1 = 1.0 - std::pow(opt_.beta1, t);
-  const double bc2 = 1.0 - std::pow(opt_.beta2, t);
+  math::AdamWCoef c{opt_.beta1, opt_.beta2, 1.0 - std::pow(opt_.beta1, t), 1.0 - std::pow(opt_.beta2, t),
+                    opt_.eps, 0.0, 1.0};
   for_each_update(lr_mult, [&](ParamState& s, double lr, double decay) {
     ag::Variable& var = *s.var;
     Tensor& m = s.buffers[0].second;
     Tensor& v = s.buffers[1].second;
     check_state_shape("adamw", s.name, var.value(), m);
-    Tensor p = host_value(var.value());
-    Tensor gr = host_grad("adamw", s.name, p, var.grad());
-    const int64_t n = p.numel();
-    if (p.dtype() == DType::F32)
-      adamw_kernel(p.data<float>(), gr.data<float>(), m.data<float>(), v.data<float>(), n,
-                   opt_.beta1, opt_.beta2, bc1, bc2, opt_.eps, lr, decay);
-    else
-      adamw_kernel(p.data<double>(), gr.data<double>(), m.data<double>(), v.data<double>(), n,
-                   opt_.beta1, opt_.beta2, bc1, bc2, opt_.eps, lr, decay);
-    write_back(var.value(), p);
+    const Tensor& g = checked_grad("adamw", s.name, var.value(), var.grad());
+    c.lr = lr;
+    c.decay = decay;
+    update_in_place(var.value(), [&](Tensor& p) { ops::adamw_update_(p, g, m, v, c); });
   });
 }
 
@@ -226,32 +181,24 @@ void AdamW::step(double lr_mult) {
 Tensor newton_schulz(const Tensor& G, int steps) {
   HZ_CHECK(G.defined() && G.dim() == 2, ShapeError, "newton_schulz: needs a 2-D matrix, got ",
            G.defined() ? shape_str(G.shape()) : std::string("an undefined tensor"));
-  HZ_CHECK(G.dtype() == DType::F32 || G.dtype() == DType::F64, DTypeError,
-           "newton_schulz: needs f32 or f64, got ", dtype_name(G.dtype()));
+  HZ_CHECK(is_floating(G.dtype()), DTypeError, "newton_schulz: needs f32, f64 or bf16, got ", dtype_name(G.dtype()));
   HZ_CHECK(steps >= 0, ValueError, "newton_schulz: steps must be >= 0, got ", steps);
   constexpr double a = 3.4445, b = -4.7750, c = 2.0315;
-  const bool f32 = G.dtype() == DType::F32;
-  // X (rows, cols) = G / (||G||_F + 1e-7), a fresh host copy
-  Tensor X = G.to(Device::cpu()).clone();
-  const int64_t n = X.numel();
-  const double norm = std::sqrt(f32 ? sum_squares(X.data<float>(), n) : sum_squares(X.data<double>(), n));
-  const double inv = 1.0 / (norm + 1e-7);
-  if (f32) scale(X.data<float>(), n, inv);
-  else scale(X.data<double>(), n, inv);
+  // X (rows, cols) = G / (||G||_F + 1e-7), a fresh copy on G's device
+  Tensor X = G.clone();
+  const double norm = std::sqrt(ops::sum_squares({X}));
+  ops::axpby_(X, Tensor(), 1.0 / (norm + 1e-7), 0.0);
   // Tall (rows > cols): the SPEC iterates on Y = X^T. With A = Y Y^T = X^T X and
   // (B Y)^T = X B^T, the iteration runs on X itself through matmul's transpose flags.
   const bool tall = X.size(0) > X.size(1);
   for (int it = 0; it < steps; ++it) {
     Tensor A = tall ? ops::matmul(X, X, true, false) : ops::matmul(X, X, false, true);  // (s, s)
     Tensor B = ops::matmul(A, A);                                                        // (s, s)
-    const int64_t ns = B.numel();
-    if (f32) axpby(B.data<float>(), A.data<float>(), ns, c, b);  // B = c AA + b A
-    else axpby(B.data<double>(), A.data<double>(), ns, c, b);
-    Tensor BX = tall ? ops::matmul(X, B, false, true) : ops::matmul(B, X);  // (rows, cols)
-    if (f32) axpby(X.data<float>(), BX.data<float>(), n, a, 1.0);  // X = a X + BX
-    else axpby(X.data<double>(), BX.data<double>(), n, a, 1.0);
+    ops::axpby_(B, A, c, b);                                                             // B = c AA + b A
+    Tensor BX = tall ? ops::matmul(X, B, false, true) : ops::matmul(B, X);             // (rows, cols)
+    ops::axpby_(X, BX, a, 1.0);                                                          // X = a X + BX
   }
-  return G.device().is_cpu() ? X : X.to(G.device());
+  return X;
 }
 
 Muon::Muon(std::vector<ParamGroup> groups, MuonOptions opt)
@@ -259,6 +206,8 @@ Muon::Muon(std::vector<ParamGroup> groups, MuonOptions opt)
   HZ_CHECK(opt_.momentum >= 0.0 && opt_.momentum < 1.0, ValueError,
            "muon: momentum must lie in [0, 1), got ", opt_.momentum);
   HZ_CHECK(opt_.ns_steps >= 0, ValueError, "muon: ns_steps must be >= 0, got ", opt_.ns_steps);
+  HZ_CHECK(opt_.ns_dtype == DType::F32 || opt_.ns_dtype == DType::F64 || opt_.ns_dtype == DType::BF16, ValueError,
+           "muon: ns_dtype must be f32, f64 or bf16");
   for (const auto& g : groups_)
     for (const auto& [pname, var] : g.params)
       HZ_CHECK(var == nullptr || !var->defined() || var->dim() == 2, ValueError,
@@ -274,22 +223,17 @@ void Muon::step(double lr_mult) {
     ag::Variable& var = *s.var;
     Tensor& buf = s.buffers[0].second;
     check_state_shape("muon", s.name, var.value(), buf);
-    Tensor p = host_value(var.value());
-    Tensor gr = host_grad("muon", s.name, p, var.grad());
-    const int64_t n = p.numel();
-    Tensor U = Tensor::empty(p.shape(), p.dtype());
-    if (p.dtype() == DType::F32)
-      muon_momentum_kernel(gr.data<float>(), buf.data<float>(), U.data<float>(), n, opt_.momentum,
-                           opt_.nesterov);
-    else
-      muon_momentum_kernel(gr.data<double>(), buf.data<double>(), U.data<double>(), n,
-                           opt_.momentum, opt_.nesterov);
-    Tensor O = newton_schulz(U, opt_.ns_steps);
-    const double rows = static_cast<double>(p.size(0)), cols = static_cast<double>(p.size(1));
+    const Tensor& g = checked_grad("muon", s.name, var.value(), var.grad());
+    Tensor U = Tensor::empty(buf.shape(), buf.dtype(), buf.device());
+    ops::momentum_update_(g, buf, U, opt_.momentum, opt_.nesterov);
+    // Newton-Schulz in ns_dtype (bf16 on GPUs, as the reference implementation), result in the
+    // parameter's dtype
+    const bool cast = opt_.ns_dtype != U.dtype() && !(opt_.ns_dtype == DType::F32 && U.dtype() == DType::F64);
+    Tensor O = newton_schulz(cast ? U.to(opt_.ns_dtype) : U, opt_.ns_steps);
+    if (O.dtype() != U.dtype()) O = O.to(U.dtype());
+    const double rows = static_cast<double>(var.value().size(0)), cols = static_cast<double>(var.value().size(1));
     const double step = lr * std::sqrt(std::max(1.0, rows / cols));
-    if (p.dtype() == DType::F32) decay_and_apply(p.data<float>(), O.data<float>(), n, decay, step);
-    else decay_and_apply(p.data<double>(), O.data<double>(), n, decay, step);
-    write_back(var.value(), p);
+    update_in_place(var.value(), [&](Tensor& p) { ops::axpby_(p, O, decay, -step); });  // p = decay p - step O
   });
 }
 

@@ -10,8 +10,8 @@
 // (the same order as PyTorch's AdamW; the two orders differ by lr^2 * wd * update).
 //
 // Parameters must be f32 or f64 (keep bf16 master weights in f32). Optimizer state lives on the
-// host in the parameter's dtype; arithmetic is done per element in double. A parameter on CUDA is
-// updated through a host round trip (correct, not fast: the CUDA skeleton lacks the kernels).
+// parameter's device in the parameter's dtype; the per-element arithmetic is double (core/math.h,
+// the same on every device), one fused kernel per parameter (ops::adamw_update_, ...).
 //
 // State dict keys: "<name()>/<param name>/<buffer>" and "<name()>/step" (I64, shape ()).
 // Buffers: AdamW "exp_avg", "exp_avg_sq"; Muon "momentum_buffer". State is allocated (zeros)
@@ -121,6 +121,9 @@ struct MuonOptions {
   double momentum = 0.95;
   bool nesterov = true;
   int ns_steps = 5;
+  // dtype of the Newton-Schulz iteration: f32 (default, also for f64 parameters: f64 then) or bf16
+  // (as the reference implementation runs it on GPUs); the result returns to the parameter's dtype.
+  DType ns_dtype = DType::F32;
 };
 
 class Muon : public Optimizer {
@@ -142,7 +145,7 @@ class Muon : public Optimizer {
 // same numbers). Singular values of the result are not exactly 1: for Gaussian inputs they lie in
 // about [0.68, 1.14] after 5 steps (directions whose singular value is below ~1% of ||G||_F
 // converge less: 0.5 was seen for a square 32x32).
-// Returns a new tensor of G's shape, dtype and device (computed on the host).
+// Returns a new tensor of G's shape, dtype and device (computed on G's device, in G's dtype).
 Tensor newton_schulz(const Tensor& G, int steps = 5);
 
 // ---- Composite ------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 # training runs (line buffering), generate (text and --json), eval with needles / probe / SWAN
 # fit, simulate, sweep (interrupted by a killed process, then resumed), and report.
 set -euo pipefail
+# (grep without -q: it reads its whole input, so a writer never dies of SIGPIPE under pipefail)
 HZ=$1; SRC=$2; OUT=$(mktemp -d)
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$OUT"' EXIT
@@ -30,7 +31,7 @@ test "$(grep -o '"tokens":\[[0-9,]*\]' "$OUT/g1.json")" = "$(grep -o '"tokens":\
 set +e
 msg=$("$HZ" generate "$R" --prompt x eval.swan_a=100 2>&1); rc=$?
 set -e
-test "$rc" -eq 1 && echo "$msg" | grep -q "no global NoPE layer"
+test "$rc" -eq 1 && echo "$msg" | grep "no global NoPE layer" >/dev/null
 "$HZ" eval "$R" eval.batches=1 eval.needle_tasks=[passkey] eval.needle_samples=1 eval.needle_depths=[0.5] \
   eval.needle_format=short eval.probe_sequences=2 > /dev/null
 test -s "$R/needles.csv" && test -s "$R/needles.json" && test -s "$R/probes.csv"

@@ -2,8 +2,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "train/hf.h"
 #include "train/surgery.h"
 
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -12,7 +14,7 @@
 namespace hz::train {
 
 namespace {
-const char* const kSources[] = {"bible", "files", "passkey", "kv", "niah", "niah_short"};
+const char* const kSources[] = {"bible", "files", "jsonl", "tokens", "passkey", "kv", "niah", "niah_short"};
 const char* const kOptimizers[] = {"adamw", "muon"};
 static_assert(sizeof(kSources) / sizeof(*kSources) == static_cast<size_t>(DataSource::Count));
 static_assert(sizeof(kOptimizers) / sizeof(*kOptimizers) == static_cast<size_t>(OptimizerKind::Count));
@@ -31,7 +33,8 @@ const char* name(DataSource s) { return kSources[static_cast<int>(s)]; }
 const char* name(OptimizerKind k) { return kOptimizers[static_cast<int>(k)]; }
 DataSource parse_data_source(const std::string& s) { return parse_name<DataSource>(s, kSources, "data.source"); }
 OptimizerKind parse_optimizer(const std::string& s) { return parse_name<OptimizerKind>(s, kOptimizers, "optim.name"); }
-bool is_synthetic(DataSource s) { return s != DataSource::Bible && s != DataSource::Files; }
+bool is_file_source(DataSource s) { return s == DataSource::Files || s == DataSource::Jsonl || s == DataSource::Tokens; }
+bool is_synthetic(DataSource s) { return s != DataSource::Bible && !is_file_source(s); }
 bool is_synthetic_source(const std::string& s) { return is_synthetic(parse_data_source(s)); }
 
 namespace {
@@ -46,10 +49,18 @@ void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
   v.enumeration(p + ".pos", s.pos.kind, "position encoding: none | rope | prope | alibi", attn::parse_pos,
                 static_cast<const char* (*)(attn::PosKind)>(attn::name));
   v(p + ".rope_base", s.pos.rope_base, "RoPE base (w_m = base^(-2m/d))");
-  v.enumeration(p + ".rope_scaling", s.pos.scaling, "RoPE scaling: none | pi | ntk | dynamic_ntk | yarn",
+  v.enumeration(p + ".rope_scaling", s.pos.scaling, "RoPE scaling: none | pi | ntk | dynamic_ntk | yarn | llama3",
                 attn::parse_scaling, static_cast<const char* (*)(attn::RopeScaling)>(attn::name));
-  v(p + ".rope_factor", s.pos.factor, "extension factor s for pi / ntk / yarn");
-  v(p + ".rope_original_context", s.pos.original_context, "C_train for yarn / dynamic_ntk (0 = data.seq_len)");
+  v(p + ".rope_factor", s.pos.factor, "extension factor s for pi / ntk / yarn / llama3; dynamic_ntk: s = factor T/C - (factor - 1)");
+  v(p + ".rope_original_context", s.pos.original_context, "C_train for yarn / llama3 / dynamic_ntk (0 = data.seq_len)");
+  v(p + ".yarn_alpha", s.pos.yarn_alpha, "YaRN: pairs under alpha rotations over C_train are interpolated (beta_slow)");
+  v(p + ".yarn_beta", s.pos.yarn_beta, "YaRN: pairs over beta rotations keep their frequency (beta_fast)");
+  v.enumeration(p + ".yarn_ramp", s.pos.yarn_ramp, "YaRN ramp: rotations (SPEC.md) | index (transformers)",
+                attn::parse_yarn_ramp, static_cast<const char* (*)(attn::YarnRamp)>(attn::name));
+  v(p + ".yarn_truncate", s.pos.yarn_truncate, "YaRN index ramp: round its ends outward (transformers' truncate)");
+  v(p + ".yarn_mscale", s.pos.yarn_mscale, "YaRN cos/sin multiplier (0 = 0.1 ln s + 1)");
+  v(p + ".llama3_low_freq_factor", s.pos.llama3_low_freq_factor, "llama3: pairs under this many rotations over C_train are divided by s");
+  v(p + ".llama3_high_freq_factor", s.pos.llama3_high_freq_factor, "llama3: pairs over this many rotations keep their frequency");
   v(p + ".prope_fraction", s.pos.prope_fraction, "p-RoPE: fraction of pairs that rotate");
   v(p + ".prope_base_eff", s.pos.prope_base_eff, "p-RoPE: frequencies log-spaced in [1/base_eff, 1]");
   v.enumeration(p + ".mask", s.mask.kind, "mask: causal | window | scope", attn::parse_mask,
@@ -78,8 +89,15 @@ void visit_fields(Recipe& r, V& v) {
   v("run.out_dir", r.run.out_dir, "directory holding run directories");
   v("run.seed", r.run.seed, "seed of initialisation, data split and shuffling");
   v("run.threads", r.run.threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)");
+  v("run.device", r.run.device, "cpu | cuda (under mpirun each rank uses the GPU of its local rank; NCCL all-reduces)");
+  v("run.precision", r.run.precision,
+    "fp32 | bf16: bf16 keeps f32 master weights and optimizer state, computes activations and GEMMs in bf16 "
+    "(f32 accumulation), norms/softmax/loss/gradients in f32");
+  v("run.tf32", r.run.tf32, "CUDA only: f32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative)");
+  v("run.peak_tflops", r.run.peak_tflops,
+    "peak TFLOP/s for the logged MFU (0 = the GPU's known dense peak for the precision; no MFU on CPU)");
   nn::ModelConfig& m = r.model.cfg;
-  v("model.vocab_size", m.vocab_size, "vocabulary size (byte tokenizer: 259)");
+  v("model.vocab_size", m.vocab_size, "vocabulary size: at least the tokenizer's (byte: 259; horizon tokenize --info TOKENIZER)");
   v("model.d_model", m.d_model, "residual width C");
   v("model.n_layers", m.n_layers, "number of blocks");
   v("model.n_heads", m.n_heads, "query heads H");
@@ -88,21 +106,25 @@ void visit_fields(Recipe& r, V& v) {
   v("model.mlp_hidden", m.mlp_hidden, "MLP hidden width (0 = 4C, or 8C/3 rounded to 8 for swiglu)");
   v.enumeration("model.mlp", m.mlp, "MLP: swiglu | relu2 | gelu", nn::parse_mlp, nn::mlp_name);
   v("model.tie_embeddings", m.tie_embeddings, "output head shares the embedding matrix");
+  v("model.qkv_bias", m.qkv_bias, "additive biases on the q, k and v projections (Qwen2)");
   v("model.norm_eps", m.norm_eps, "RMSNorm epsilon");
   v("model.init_std", m.init_std, "init std (residual projections get std / sqrt(2 n_layers))");
   v.kinds("model.layer_kinds", m.kinds, "named layer kinds: name -> attention fields (below)");
   v("model.pattern", m.pattern, "layer kinds repeated over the layers, e.g. [global_nope, swa_rope, swa_rope, swa_rope]");
   v("model.overrides", m.overrides, "explicit per-layer kinds: {layer index: kind name}");
   v.enumeration("data.source", r.data.source,
-                "corpus: bible (King James Bible, package bible-kjv) | files | passkey | kv | niah | niah_short "
-                "(RULER needles on the Bible, data/needles.h)",
+                "corpus: bible (King James Bible, package bible-kjv) | files (text) | jsonl | tokens (llm.c / nanoGPT .bin) | "
+                "passkey | kv | niah | niah_short (RULER needles on the Bible, data/needles.h)",
                 parse_data_source, static_cast<const char* (*)(DataSource)>(name));
-  v("data.files", r.data.files, "globs of text files for source=files");
-  v("data.tokenizer", r.data.tokenizer, "tokenizer: byte");
+  v("data.files", r.data.files, "globs of the corpus files for source=files / jsonl / tokens");
+  v("data.val_files", r.data.val_files, "globs of validation files of the same kind ([] = hold out data.val_fraction of the documents)");
+  v("data.text_field", r.data.text_field, "jsonl: the string field of each line's object holding the document");
+  v("data.token_format", r.data.token_format, "tokens: auto | llmc (256-int32 header) | nanogpt (raw uint16); documents cut at EOS/BOS");
+  v("data.tokenizer", r.data.tokenizer, "tokenizer: byte | PATH/tokenizer.json (Hugging Face BPE) | PATH.model (SentencePiece)");
   v("data.val_fraction", r.data.val_fraction, "share of documents held out for validation");
   v("data.seq_len", r.data.seq_len, "training context length T");
   v("data.batch_size", r.data.batch_size, "sequences per step per rank (before accumulation)");
-  v("data.cache_dir", r.data.cache_dir, "prepared shards ('' = <out_dir>/_data/<source>-<tokenizer>-s<seed>)");
+  v("data.cache_dir", r.data.cache_dir, "prepared shards ('' = <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>)");
   v.enumeration("optim.name", r.optim.name, "adamw | muon (Muon on hidden matrices, AdamW on the rest)", parse_optimizer,
                 static_cast<const char* (*)(OptimizerKind)>(name));
   v("optim.lr", r.optim.lr, "AdamW learning rate");
@@ -131,7 +153,7 @@ void visit_fields(Recipe& r, V& v) {
   v("eval.batches", r.eval.batches, "validation batches per length");
   v("eval.batch_size", r.eval.batch_size, "validation batch size (0 = data.batch_size)");
   v("eval.lengths", r.eval.lengths, "evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)");
-  v("eval.rope_scaling", r.eval.rope_scaling, "inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn");
+  v("eval.rope_scaling", r.eval.rope_scaling, "inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn | llama3");
   v("eval.swan_a", r.eval.swan_a, "SWAN row scaling a on global NoPE layers (0 = off)");
   v("eval.drope_c", r.eval.drope_c, "DroPE temperature c: beta = 1 + c ln s (0 = off)");
   v("eval.lampe", r.eval.lampe, "LaMPE on RoPE layers");
@@ -408,6 +430,44 @@ std::string apply_override(YAML::Node& root, const std::string& ov) {
   return path;
 }
 
+// checkpoint.init_from naming a Hugging Face directory supplies every model field the recipe leaves
+// out, and data.tokenizer when the recipe gives none: precedence command line > file >
+// config.json > defaults. A recipe whose model section is complete (a run's config.yaml) never
+// reads the directory.
+void fill_model_from_hf(YAML::Node& root, const std::string& file) {
+  const YAML::Node& c = root;
+  auto is_map = [](const YAML::Node& n) { return n.IsDefined() && n.IsMap(); };  // (a missing key is invalid)
+  const YAML::Node ck = c["checkpoint"];
+  if (!is_map(ck) || !ck["init_from"] || !ck["init_from"].IsScalar()) return;
+  const std::string from = ck["init_from"].Scalar();
+  const YAML::Node model = c["model"];
+  if (model.IsDefined() && !model.IsNull() && !model.IsMap()) return;  // the parser reports it
+  Recipe defaults;
+  Writer all;
+  all.root = YAML::Node(YAML::NodeType::Map);
+  visit_fields(defaults, all);
+  std::vector<std::string> missing;
+  for (auto it = all.root["model"].begin(); it != all.root["model"].end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    if (!is_map(model) || !model[key]) missing.push_back(key);
+  }
+  if (missing.empty() || from.empty() || !hf::is_hf_dir(from)) return;
+  Recipe imported;
+  try {
+    imported.model.cfg = hf::import_config_dir(from);
+  } catch (const hf::HfError& e) {
+    throw RecipeError(file + ": checkpoint.init_from: " + e.what());
+  }
+  Writer w;
+  w.root = YAML::Node(YAML::NodeType::Map);
+  visit_fields(imported, w);
+  if (!is_map(model)) root["model"] = YAML::Node(YAML::NodeType::Map);
+  YAML::Node m = root["model"];
+  for (const auto& key : missing) m[key] = w.root["model"][key];
+  const YAML::Node data = c["data"];
+  if (!(is_map(data) && data["tokenizer"])) root["data"]["tokenizer"] = hf::tokenizer_spec(from);
+}
+
 }  // namespace
 
 Recipe parse_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
@@ -421,6 +481,7 @@ Recipe parse_recipe(const std::string& text, const std::string& file, const std:
   if (rd.root.IsNull()) rd.root = YAML::Node(YAML::NodeType::Map);
   if (!rd.root.IsMap()) throw RecipeError(file + ": a recipe must be a map of sections (run, model, data, ...)");
   for (const auto& ov : overrides) rd.overridden.insert(apply_override(rd.root, ov));
+  fill_model_from_hf(rd.root, file);
   Recipe r;
   r.source_file = file;
   visit_fields(r, rd);
@@ -504,10 +565,28 @@ eval::EvalOptions Recipe::eval_options() const {
 void Recipe::validate() const {
   auto bad = [&](const std::string& what) { throw RecipeError(source_file + ": " + what); };
   if (run.name.empty() || run.name.find('/') != std::string::npos) bad("run.name must be a non-empty name without '/'");
+  if (run.device != "cpu" && run.device != "cuda") bad("run.device '" + run.device + "' is not one of: cpu cuda");
+  if (run.precision != "fp32" && run.precision != "bf16")
+    bad("run.precision '" + run.precision + "' is not one of: fp32 bf16");
+  if (run.tf32 && run.device != "cuda") bad("run.tf32 applies to run.device=cuda only");
+  if (run.peak_tflops < 0) bad("run.peak_tflops must be >= 0");
   if (data.seq_len < 2) bad("data.seq_len must be >= 2");
   if (data.batch_size < 1) bad("data.batch_size must be >= 1");
   if (data.val_fraction < 0 || data.val_fraction >= 1) bad("data.val_fraction must be in [0, 1)");
-  if (data.source == DataSource::Files && data.files.empty()) bad("data.source is 'files' but data.files lists no glob");
+  const bool file_source = is_file_source(data.source);
+  const std::string src = name(data.source);
+  if (file_source && data.files.empty()) bad("data.source is '" + src + "' but data.files lists no glob");
+  if (!data.val_files.empty() && !file_source)
+    bad("data.val_files is only read for data.source files / jsonl / tokens, not '" + src + "'");
+  if (data.source == DataSource::Files)
+    for (const auto& g : data.files) {
+      const auto ends = [&](const char* e) { return g.size() >= std::strlen(e) && g.compare(g.size() - std::strlen(e), std::string::npos, e) == 0; };
+      if (ends(".jsonl")) bad("data.files '" + g + "' looks like JSON Lines: set data.source: jsonl (data.source: files reads plain text)");
+      if (ends(".bin")) bad("data.files '" + g + "' looks like a token file: set data.source: tokens (data.source: files reads plain text)");
+    }
+  if (data.source == DataSource::Jsonl && data.text_field.empty()) bad("data.text_field must name the JSON field holding the text");
+  if (data.token_format != "auto" && data.token_format != "llmc" && data.token_format != "nanogpt")
+    bad("data.token_format '" + data.token_format + "' is not one of: auto llmc nanogpt");
   if (optim.lr <= 0 || optim.muon_lr <= 0) bad("optim.lr and optim.muon_lr must be positive");
   if (schedule.warmup_steps < 0 || schedule.warmup_steps > train.steps)
     bad("schedule.warmup_steps (" + std::to_string(schedule.warmup_steps) + ") must be in [0, train.steps = " +

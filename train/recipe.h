@@ -24,16 +24,18 @@ struct RecipeError : hz::ValueError {
 };
 
 // The recipe's named choices, one name table each (recipe.cpp).
-enum class DataSource : uint8_t { Bible, Files, Passkey, KV, Niah, NiahShort, Count };
+enum class DataSource : uint8_t { Bible, Files, Jsonl, Tokens, Passkey, KV, Niah, NiahShort, Count };
 enum class OptimizerKind : uint8_t { AdamW, Muon, Count };
-static_assert(static_cast<int>(DataSource::Count) == 6 && static_cast<int>(OptimizerKind::Count) == 2,
+static_assert(static_cast<int>(DataSource::Count) == 8 && static_cast<int>(OptimizerKind::Count) == 2,
               "update the name tables in recipe.cpp");
-const char* name(DataSource s);          // bible files passkey kv niah niah_short
+const char* name(DataSource s);          // bible files jsonl tokens passkey kv niah niah_short
 const char* name(OptimizerKind k);       // adamw muon
 DataSource parse_data_source(const std::string& s);  // ValueError listing the names
 OptimizerKind parse_optimizer(const std::string& s);
 // Synthetic sources generate their examples (data/synthetic.h) and have no text to hold out.
 bool is_synthetic(DataSource s);
+// Sources read from data.files (text, JSON Lines, token files).
+bool is_file_source(DataSource s);
 bool is_synthetic_source(const std::string& s);
 
 struct RunSection {
@@ -41,6 +43,10 @@ struct RunSection {
   std::string out_dir = "runs";
   int64_t seed = 1234;
   int64_t threads = 0;  // OpenMP threads; 0 = OMP_NUM_THREADS / all cores
+  std::string device = "cpu";      // cpu | cuda (under mpirun: the GPU of the local rank)
+  std::string precision = "fp32";  // fp32 | bf16 (f32 master weights and optimizer state, bf16 activations/GEMMs)
+  bool tf32 = false;               // CUDA: f32 GEMMs on TF32 tensor cores (fp32 runs only)
+  double peak_tflops = 0;          // MFU denominator; 0 = known GPU peak (H100/H200: 989 bf16, 495 tf32, 67 fp32), none on CPU
 };
 
 struct ModelSection {
@@ -49,12 +55,15 @@ struct ModelSection {
 
 struct DataSection {
   DataSource source = DataSource::Bible;
-  std::vector<std::string> files;     // globs for source=files
-  std::string tokenizer = "byte";
+  std::vector<std::string> files;     // globs for source=files / jsonl / tokens
+  std::vector<std::string> val_files; // globs of validation documents ([] = split data.files by val_fraction)
+  std::string text_field = "text";    // jsonl: the string field holding a document's text
+  std::string token_format = "auto";  // tokens: auto | llmc | nanogpt
+  std::string tokenizer = "byte";     // byte | PATH/tokenizer.json | PATH.model
   double val_fraction = 0.05;
   int64_t seq_len = 256;
   int64_t batch_size = 8;
-  std::string cache_dir = "";         // prepared shards ("" = <out_dir>/_data/<source>-<tokenizer>-<seed>)
+  std::string cache_dir = "";         // prepared shards ("" = <out_dir>/_data/<source>-<tokenizer tag>-...)
 };
 
 struct OptimSection {

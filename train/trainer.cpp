@@ -9,11 +9,14 @@
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "attention/accounting.h"
+#include "core/cuda/runtime.h"
 #include "data/corpus.h"
 #include "distributed/grad_sync.h"
 #include "data/loader.h"
@@ -27,6 +30,7 @@
 #include "optim/partition.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/hf.h"
 #include "train/run_dir.h"
 #include "train/surgery.h"
 
@@ -47,7 +51,7 @@ namespace {
 uint64_t parameter_checksum(nn::Transformer& m) {
   uint64_t h = 1469598103934665603ull;
   for (auto& [name, v] : m.named_parameters()) {
-    const Tensor t = v->value().contiguous();
+    const Tensor t = v->value().to(Device::cpu()).contiguous();
     const unsigned char* p = static_cast<const unsigned char*>(t.raw_data());
     for (size_t i = 0; i < t.numel() * dtype_size(t.dtype()); ++i) {
       h ^= p[i];
@@ -80,10 +84,20 @@ struct TrainData {
   }
 };
 
-std::string cache_dir(const Recipe& r) {
+// <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>: the tokenizer
+// tag holds a hash of the tokenizer file, the corpus hash one of the fields that choose the
+// documents (file globs, text field, token format), so changing either prepares new shards.
+std::string cache_dir(const Recipe& r, const data::Tokenizer& tok) {
   if (!r.data.cache_dir.empty()) return r.data.cache_dir;
-  return r.run.out_dir + "/_data/" + name(r.data.source) + "-" + r.data.tokenizer + "-s" + std::to_string(r.run.seed) +
-         "-v" + fmt::format("{:g}", r.data.val_fraction);
+  std::string corpus;
+  if (r.data.source != DataSource::Bible) {
+    std::string key = std::string(name(r.data.source)) + "\n" + r.data.text_field + "\n" + r.data.token_format;
+    for (const auto& f : r.data.files) key += "\nf:" + f;
+    for (const auto& f : r.data.val_files) key += "\nv:" + f;
+    corpus = fmt::format("-{:08x}", static_cast<uint32_t>(data::fnv1a64(key.data(), key.size())));
+  }
+  return r.run.out_dir + "/_data/" + name(r.data.source) + "-" + data::tokenizer_tag(tok) + corpus + "-s" +
+         std::to_string(r.run.seed) + "-v" + fmt::format("{:g}", r.data.val_fraction);
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transformer& m, double adam_lr) {
@@ -105,6 +119,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transforme
   split_decay(part.rest);
   optim::MuonOptions mo;
   mo.momentum = r.optim.muon_momentum;
+  if (r.run.precision == "bf16") mo.ns_dtype = DType::BF16;  // Newton-Schulz GEMMs in bf16, as the reference
   std::vector<std::unique_ptr<optim::Optimizer>> parts;
   parts.push_back(std::make_unique<optim::Muon>(
       std::vector<optim::ParamGroup>{{"hidden", part.hidden_matrices, r.optim.muon_lr, r.optim.weight_decay}}, mo));
@@ -123,7 +138,40 @@ optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total
   return s;
 }
 
-std::map<std::string, Tensor> load_init_weights(const std::string& from) {
+// checkpoint.init_from: a Horizon run directory or step_<N>.h5 (weights by name), or a Hugging Face
+// directory (weights mapped by train/hf.h onto the model `c` describes).
+// A recipe may override fields of a Hugging Face config.json: say which, so a changed model is never
+// silent (the recipe's model section, before SWAN / DroPE surgery).
+void log_model_overrides(const std::string& from, const nn::ModelConfig& theirs, const nn::ModelConfig& ours, RunDir& run) {
+  Recipe a, b;
+  a.model.cfg = theirs;
+  b.model.cfg = ours;
+  const YAML::Node ya = YAML::Load(to_yaml(a))["model"], yb = YAML::Load(to_yaml(b))["model"];
+  auto flow = [](const YAML::Node& n) {
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    return std::string(e.c_str());
+  };
+  for (auto it = ya.begin(); it != ya.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    const std::string mine = flow(yb[key]), cfg = flow(it->second);
+    if (mine != cfg) run.log("  model.{} = {} (the recipe) differs from {}/config.json: {}", key, mine, from, cfg);
+  }
+}
+
+std::map<std::string, Tensor> load_init_weights(const std::string& from, const nn::ModelConfig& c,
+                                                const nn::ModelConfig& recipe_model, RunDir& run) {
+  HZ_CHECK(fs::exists(from), ValueError, "checkpoint.init_from '", from, "' does not exist; give a Horizon run directory, a ",
+           "step_<N>.h5 checkpoint, or a Hugging Face model directory (config.json + *.safetensors)");
+  if (hf::is_hf_dir(from)) {
+    hf::ImportReport rep;
+    const nn::ModelConfig theirs = hf::import_config_dir(from, &rep);
+    auto sd = hf::import_weights(from, c, DType::F32, &rep);
+    run.log("init_from {}: Hugging Face {}, {} tensors{}", from, rep.architecture, rep.tensors.size(),
+        rep.skipped.empty() ? std::string() : fmt::format(" ({} skipped)", rep.skipped.size()));
+    log_model_overrides(from, theirs, recipe_model, run);
+    return sd;
+  }
   std::string path = from;
   if (fs::is_directory(from)) {
     path = find_latest_checkpoint(fs::exists(from + "/checkpoints") ? from + "/checkpoints" : from);
@@ -134,19 +182,82 @@ std::map<std::string, Tensor> load_init_weights(const std::string& from) {
 
 }  // namespace
 
+namespace {
+std::unique_ptr<data::Tokenizer> recipe_tokenizer(const Recipe& r) {
+  HZ_CHECK(!r.data.tokenizer.empty(), ValueError, "data.tokenizer is empty: the model came from a Hugging Face directory "
+           "without tokenizer.json or tokenizer.model; set data.tokenizer to the tokenizer it was trained with");
+  return data::make_tokenizer(r.data.tokenizer);
+}
+}  // namespace
+
+// Model FLOPs of one token, forward + backward (3x forward; no recomputation counted): 6 per
+// GEMM weight (the tied head counts the embedding once; an untied embedding is a gather) plus
+// the attention score and value products over the exact visible pairs of each layer.
+double flops_per_token(const nn::Transformer& m, int64_t T) {
+  double n_mm = 0;
+  for (const auto& [name, v] : m.named_parameters())
+    if (v->dim() == 2) n_mm += static_cast<double>(v->numel());
+  if (!m.cfg.tie_embeddings) n_mm -= static_cast<double>(m.cfg.vocab_size * m.cfg.d_model);
+  double attn = 0;
+  for (const auto& layer : m.layers) {
+    const attn::AttnConfig cfg = layer->attn->kernel_config({T, T});
+    attn += 3.0 * attn::attention_cost(cfg, m.cfg.n_heads, T, T, m.cfg.hdim()).flops_fwd / static_cast<double>(T);
+  }
+  return 6.0 * n_mm + attn;
+}
+
+// Dense peak of the device for the run's precision (TFLOP/s), 0 when unknown.
+double peak_tflops(const Recipe& r, Device dev) {
+  if (r.run.peak_tflops > 0) return r.run.peak_tflops;
+  if (!dev.is_cuda()) return 0;
+  const std::string name = cuda::device_name(dev.index);
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos)
+    return r.run.precision == "bf16" ? 989.0 : r.run.tf32 ? 494.7 : 66.9;
+  return 0;
+}
+
+Device train_device(const Recipe& r, const dist::Communicator& comm) {
+  if (r.run.device == "cpu") return Device::cpu();
+  HZ_CHECK(cuda::compiled(), DeviceError, "run.device=cuda, but this Horizon build has no CUDA support; rebuild "
+           "with -DHZ_CUDA=ON on a machine with the CUDA toolkit, or set run.device=cpu");
+  const int n = cuda::device_count();
+  HZ_CHECK(n > 0, DeviceError, "run.device=cuda, but no CUDA device is visible (check nvidia-smi and "
+           "CUDA_VISIBLE_DEVICES), or set run.device=cpu");
+  return Device::cuda(comm.local_rank() % n);
+}
+
 std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) {
-  const std::string dir = cache_dir(r);
+  const auto tok = recipe_tokenizer(r);
+  const std::string dir = cache_dir(r, *tok);
   const std::string train_path = dir + "/train.shard", val_path = dir + "/val.shard";
   if (fs::exists(train_path) && fs::exists(val_path) && fs::exists(dir + "/meta.json")) return {train_path, val_path};
-  std::vector<data::Document> docs;
-  if (r.data.source == DataSource::Bible) docs = data::load_bible_kjv();
-  else if (r.data.source == DataSource::Files) docs = data::load_text_files(r.data.files);
-  else throw ValueError(std::string("prepare_data: source '") + name(r.data.source) + "' is synthetic and needs no shards");
-  const auto tok = data::make_tokenizer(r.data.tokenizer);
-  const data::PrepareResult p = data::prepare_corpus(docs, *tok, dir, r.data.val_fraction, static_cast<uint64_t>(r.run.seed));
+  HZ_CHECK(!is_synthetic(r.data.source), ValueError, "prepare_data: source '", name(r.data.source),
+           "' is synthetic and needs no shards");
+  data::CorpusSpec spec;
+  spec.source = name(r.data.source);
+  spec.files = r.data.files;
+  spec.val_files = r.data.val_files;
+  spec.text_field = r.data.text_field;
+  spec.token_format = r.data.token_format;
+  spec.val_fraction = r.data.val_fraction;
+  spec.seed = static_cast<uint64_t>(r.run.seed);
+  data::ProgressFn progress;
   if (verbose)
-    fmt::print("prepared {}: {} train docs / {} tokens, {} val docs / {} tokens -> {}\n", name(r.data.source), p.train_docs,
-               p.train_tokens, p.val_docs, p.val_tokens, dir);
+    progress = [](const data::PrepareProgress& p) {  // large inputs only: the first report comes after a second
+      if (p.seconds < 1.0) return;
+      if (p.stage == "tokenizing")
+        fmt::print(stderr, "  tokenizing: {}/{} documents, {:.1f}/{:.1f} MB, {:.1f} MB/s, {:.0f} s\n", p.docs_done,
+                   p.docs_total, p.bytes_done / 1e6, p.bytes_total / 1e6, p.bytes_done / 1e6 / p.seconds, p.seconds);
+      else
+        fmt::print(stderr, "  {} ({:.0f} s)\n", p.stage, p.seconds);
+    };
+  const data::PrepareResult p = data::prepare_source(spec, *tok, dir, progress);
+  if (verbose) {
+    const std::string bpt = p.bytes_per_token() > 0 ? fmt::format("{:.3f} bytes/token", p.bytes_per_token())
+                                                     : std::string("pre-tokenized");
+    fmt::print("prepared {} with tokenizer {}: {} train docs / {} tokens, {} val docs / {} tokens, {}, {:.1f} s -> {}\n",
+               name(r.data.source), tok->name(), p.train_docs, p.train_tokens, p.val_docs, p.val_tokens, bpt, p.seconds, dir);
+  }
   return {p.train_path, p.val_path};
 }
 
@@ -158,7 +269,7 @@ class Trainer {
  public:
   Trainer(const Recipe& r, const TrainOptions& opt)
       : r_(r), opt_(opt), local_(dist::make_local()), comm_(opt.comm ? *opt.comm : *local_), rank_(comm_.rank()),
-        world_(comm_.size()) {
+        world_(comm_.size()), dev_(train_device(r, comm_)) {  // refuse a missing GPU before anything else
 #ifdef _OPENMP
     if (r.run.threads > 0) omp_set_num_threads(static_cast<int>(r.run.threads));
 #endif
@@ -214,9 +325,10 @@ class Trainer {
   }
 
   void build_data() {
-    const auto tok = std::shared_ptr<const data::Tokenizer>(data::make_tokenizer(r_.data.tokenizer));
+    const auto tok = std::shared_ptr<const data::Tokenizer>(recipe_tokenizer(r_));
     HZ_CHECK(tok->vocab_size() <= r_.model.cfg.vocab_size, ValueError, "model.vocab_size (", r_.model.cfg.vocab_size,
-             ") is smaller than the tokenizer's vocabulary (", tok->vocab_size(), ")");
+             ") is smaller than the vocabulary of tokenizer ", tok->name(), " (", tok->vocab_size(),
+             " ids): set model.vocab_size to at least ", tok->vocab_size());
     if (is_synthetic(r_.data.source)) {
       data_.synth = std::make_unique<data::SyntheticLoader>(name(r_.data.source), tok, r_.data.seq_len,
                                                             r_.data.batch_size, r_.run.seed);
@@ -239,12 +351,26 @@ class Trainer {
       res_.tokens_seen = ck_.tokens_seen;
       log("resumed from {} at step {}", resume_path_, start_);
     } else if (!r_.checkpoint.init_from.empty()) {
-      const SurgeryReport rep = load_weights(*model_, load_init_weights(r_.checkpoint.init_from));
+      const SurgeryReport rep =
+          load_weights(*model_, load_init_weights(r_.checkpoint.init_from, model_->cfg, r_.model.cfg, *run_));
       log("init_from {}: {} parameters loaded, {} new (kept their initialisation), {} dropped", r_.checkpoint.init_from,
           rep.loaded.size(), rep.added.size(), rep.dropped.size());
       for (const auto& n : rep.added) log("  new:     {}", n);
       for (const auto& n : rep.dropped) log("  dropped: {}", n);
     }
+    if (dev_.is_cuda()) cuda::set_allow_tf32(r_.run.tf32);
+    place(*model_);
+    if (dev_.is_cuda())
+      log("device {}: {}, precision {}{}", dev_.str(), cuda::device_name(dev_.index), r_.run.precision,
+          r_.run.tf32 ? " (TF32 GEMMs)" : "");
+    else if (r_.run.precision == "bf16")
+      log("device cpu, precision bf16");
+  }
+
+  // parameters on the run's device, forward at its precision
+  void place(nn::Transformer& m) const {
+    m.to(dev_);
+    m.compute_dtype = r_.run.precision == "bf16" ? DType::BF16 : DType::F32;
   }
 
   void build_optimizer() {
@@ -268,6 +394,9 @@ class Trainer {
 
   void log_header() {
     tokens_per_step_ = r_.data.batch_size * r_.data.seq_len * r_.train.grad_accum * world_;
+    peak_ = peak_tflops(r_, dev_);
+    model_flops_ = flops_per_token(*model_, r_.data.seq_len);
+    if (dev_.is_cuda()) reset_peak_memory(dev_);
     log("run {}: {} parameters, {} layers [{}], {} steps", r_.run.name, model_->num_parameters(), r_.model.cfg.n_layers,
         fmt::format("{}", fmt::join(model_->cfg.layer_kind_names(), ", ")), r_.train.steps);
     log("global batch = {} sequences/rank x {} accumulation x {} rank(s) = {} sequences of {} tokens = {} tokens/step{}",
@@ -280,7 +409,10 @@ class Trainer {
 
   void drope(int64_t step) {
     const DropeOutcome d = apply_drope(r_.drope, static_cast<uint64_t>(r_.run.seed), adam_lr_, model_, optimizer_,
-                                       [&](nn::Transformer& m, double lr) { return make_optimizer(r_, m, lr); });
+                                       [&](nn::Transformer& m, double lr) {
+                                         place(m);  // a rebuilt model starts on the CPU
+                                         return make_optimizer(r_, m, lr);
+                                       });
     if (d.rebuilt) {
       make_sync();
       log("DroPE at step {}: position encodings dropped, QK-norm added ({} new parameters)", step, d.new_params);
@@ -329,11 +461,23 @@ class Trainer {
     const double dt = std::chrono::duration<double>(now - t_log_).count();
     const double tps = tokens_since_log_ / std::max(dt, 1e-9);
     const double eta = (r_.train.steps - done) * tokens_per_step_ / std::max(tps, 1e-9);
-    log("step {:>6}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s  ETA {:.0f}s", done, r_.train.steps,
-        s.loss, adam_lr_ * s.lr_mult, s.grad_norm, tps, eta);
+    // model FLOPs per device: every rank computes its share of the tokens
+    const double mfu = peak_ > 0 ? tps / world_ * model_flops_ / (peak_ * 1e12) : 0.0;
+    std::string extra, jextra;
+    if (dev_.is_cuda()) {
+      const DeviceMemoryStats ms = memory_stats(dev_);
+      extra = fmt::format("  mem {:.2f}/{:.2f} GiB", ms.peak / 1073741824.0, ms.reserved / 1073741824.0);
+      jextra = fmt::format(", \"gpu_mem_peak\": {}, \"gpu_mem_reserved\": {}", ms.peak, ms.reserved);
+    }
+    if (peak_ > 0) {
+      extra += fmt::format("  MFU {:.1f}%", 100 * mfu);
+      jextra += fmt::format(", \"mfu\": {:.4f}", mfu);
+    }
+    log("step {:>6}/{}  loss {:.4f}  lr {:.3e}  grad_norm {:.3f}  {:.0f} tok/s{}  ETA {:.0f}s", done, r_.train.steps,
+        s.loss, adam_lr_ * s.lr_mult, s.grad_norm, tps, extra, eta);
     run_->metrics(fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"lr\": {:.6e}, \"grad_norm\": {:.6f}, \"tokens\": {}, "
-                              "\"tok_per_s\": {:.1f}}}",
-                              done, s.loss, adam_lr_ * s.lr_mult, s.grad_norm, res_.tokens_seen, tps));
+                              "\"tok_per_s\": {:.1f}{}}}",
+                              done, s.loss, adam_lr_ * s.lr_mult, s.grad_norm, res_.tokens_seen, tps, jextra));
     t_log_ = now;
     tokens_since_log_ = 0;
   }
@@ -402,6 +546,7 @@ class Trainer {
   std::unique_ptr<dist::Communicator> local_;
   dist::Communicator& comm_;
   const int rank_, world_;
+  const Device dev_;
   TrainResult res_;
   std::string resume_path_;
   CheckpointData ck_;
@@ -411,7 +556,7 @@ class Trainer {
   std::unique_ptr<nn::Transformer> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<dist::GradSync> gsync_;
-  double adam_lr_ = 0, comm_before_ = 0;
+  double adam_lr_ = 0, comm_before_ = 0, peak_ = 0, model_flops_ = 0;
   int64_t sched_origin_ = 0, tokens_per_step_ = 0, tokens_since_log_ = 0;
   optim::ScheduleConfig sched_;
   std::chrono::steady_clock::time_point t_log_;
@@ -436,15 +581,33 @@ std::function<void(int64_t, int)> fault_injection_from_env() {
   };
 }
 
-LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {
-  LoadedRun lr;
+Recipe hf_recipe(const std::string& dir, const std::vector<std::string>& overrides) {
+  hf::ImportReport rep;
+  hf::import_config_dir(dir, &rep);
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  YAML::Node doc;
+  doc["run"]["name"] = p.filename().string();
+  doc["checkpoint"]["init_from"] = dir;
+  doc["data"]["seq_len"] = rep.max_position_embeddings;
+  YAML::Emitter e;
+  e << doc;
+  return parse_recipe(e.c_str(), dir + "/config.json", overrides);
+}
+
+namespace {
+// A Horizon run directory or checkpoint: its recipe (plus overrides) and weights.
+void load_horizon_run(const std::string& target, const std::vector<std::string>& overrides, LoadedRun& lr) {
   if (fs::is_directory(target)) {
     lr.run_dir = target;
     lr.checkpoint = find_latest_checkpoint(target + "/checkpoints");
     HZ_CHECK(!lr.checkpoint.empty(), ValueError, "no checkpoint in '", target, "/checkpoints'; train first");
   } else {
     lr.checkpoint = target;
-    lr.run_dir = fs::path(target).parent_path().parent_path().string();
+    // <run>/checkpoints/step_<N>.h5 belongs to <run>; any other checkpoint to its own directory
+    const fs::path parent = fs::path(target).parent_path();
+    lr.run_dir = (parent.filename() == "checkpoints" ? parent.parent_path() : parent).string();
+    if (lr.run_dir.empty()) lr.run_dir = ".";
   }
   const CheckpointData ck = load_checkpoint(lr.checkpoint);
   HZ_CHECK(ck.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
@@ -452,6 +615,24 @@ LoadedRun load_run(const std::string& target, const std::vector<std::string>& ov
   lr.step = ck.step;
   lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, ck.step), static_cast<uint64_t>(lr.recipe.run.seed));
   lr.model->load_state_dict(ck.model, /*strict=*/true);
+}
+}  // namespace
+
+LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {
+  LoadedRun lr;
+  if (hf::is_hf_dir(target)) {
+    lr.recipe = hf_recipe(target, overrides);
+    lr.checkpoint = target;
+    lr.run_dir = lr.recipe.run.out_dir + "/" + lr.recipe.run.name;
+    lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, 0), static_cast<uint64_t>(lr.recipe.run.seed));
+    lr.model->load_state_dict(hf::import_weights(target, lr.model->cfg), /*strict=*/true);
+  } else {
+    load_horizon_run(target, overrides, lr);
+  }
+  // evaluate where and how the run trained (override run.device / run.precision to change it)
+  auto local = dist::make_local();
+  lr.model->to(train_device(lr.recipe, *local));
+  lr.model->compute_dtype = lr.recipe.run.precision == "bf16" ? DType::BF16 : DType::F32;
   return lr;
 }
 

@@ -1,6 +1,8 @@
-// Horizon: CPU kernels. Called by core/ops.cpp after argument checks; inputs are CPU tensors of
-// a floating dtype (f32/f64) unless stated. Outputs are freshly allocated contiguous tensors.
+// Horizon: CPU kernels, the entries of the CPU backend table (core/cpu/backend.cpp). Called by
+// core/ops.cpp after argument checks; inputs are CPU tensors of a floating dtype (f32, f64, bf16
+// computing in f32) unless stated. Outputs are freshly allocated contiguous tensors.
 #pragma once
+#include "core/backend.h"
 #include "core/ops.h"
 
 namespace hz::cpu {
@@ -15,6 +17,13 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& gout);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& out_shape);
 Tensor scalar_op(const Tensor& x, double mul, double add, double pow);  // (x^pow)*mul + add
 void add_inplace(Tensor& dst, const Tensor& src, double alpha);
+void axpby(Tensor& x, const Tensor& y, double alpha, double beta);
+double sum_squares(const std::vector<Tensor>& xs);
+Tensor scatter_dim(const Tensor& src, const Tensor& index, int64_t dim, const Shape& out_shape);
+void random_fill(Tensor& dst, const RandomFill& r);
+Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p);
+void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
+void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
 Tensor reduce_dim(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);
 Tensor reduce_all(ReduceOp op, const Tensor& x);
 // Raw row-major GEMM: C (M, N) = alpha op(A) op(B) + beta C, op(X) = X^T when the flag is set.

@@ -6,29 +6,19 @@
 #include <cstdint>
 
 #include "core/bf16.h"
+#include "core/kernel_util.h"
 #include "core/tensor.h"
 
 namespace hz::cpu {
 
-// Dtype dispatch: calls f(T{}) with T the C++ type of dt. Written as functions taking generic
-// lambdas (not macros) so `#pragma omp` can appear inside the body.
+using hz::dispatch_dtype;
+using hz::dispatch_float;
+using hz::dispatch_floating;
+using hz::dispatch_index;
+// historical name of dispatch_floating in the CPU kernels
 template <class F>
-void dispatch_float(DType dt, F&& f) {
-  switch (dt) {
-    case DType::F32: f(float{}); break;
-    case DType::F64: f(double{}); break;
-    default:
-      throw DTypeError(std::string("this op supports f32 and f64, got ") + dtype_name(dt) +
-                       "; convert with .to(DType::F32)");
-  }
-}
-template <class F>
-void dispatch_index(DType dt, F&& f) {
-  switch (dt) {
-    case DType::I32: f(int32_t{}); break;
-    case DType::I64: f(int64_t{}); break;
-    default: throw DTypeError(std::string("indices must be i32 or i64, got ") + dtype_name(dt));
-  }
+void dispatch_all_float(DType dt, F&& f) {
+  dispatch_floating(dt, std::forward<F>(f));
 }
 
 // Rows handed to the row function: n elements, operand k starts at base_k + off[k] and
@@ -46,29 +36,12 @@ struct RowSpec {
 // thread, so results never depend on the thread count.
 template <int N, class RowFn>
 void strided_rows(const Shape& shape, const std::array<const Shape*, N>& strides, RowFn&& row) {
-  const int64_t nd = static_cast<int64_t>(shape.size());
   int64_t numel = 1;
   for (auto d : shape) numel *= d;
   if (numel == 0) return;
-  // coalesce (skip size-1 dims, merge when stride[i] == stride[i+1] * shape[i+1] for all)
-  std::vector<int64_t> cs;
-  std::vector<std::array<int64_t, N>> cst;
-  for (int64_t i = 0; i < nd; ++i) {
-    if (shape[i] == 1) continue;
-    std::array<int64_t, N> st;
-    for (int k = 0; k < N; ++k) st[k] = (*strides[k])[i];
-    if (!cs.empty()) {
-      bool merge = true;
-      for (int k = 0; k < N; ++k) merge &= cst.back()[k] == st[k] * shape[i];
-      if (merge) {
-        cs.back() *= shape[i];
-        cst.back() = st;
-        continue;
-      }
-    }
-    cs.push_back(shape[i]);
-    cst.push_back(st);
-  }
+  const MergedDims<N> md = merge_dims<N>(shape, strides);
+  std::vector<int64_t> cs = md.size;
+  std::vector<std::array<int64_t, N>> cst = md.stride;
   if (cs.empty()) {  // a single element
     cs.push_back(1);
     cst.push_back({});

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu/dnnl_matmul.h"
 #include "core/cpu/kernels.h"
 #include "core/cpu/loops.h"
 
@@ -18,21 +19,6 @@
 namespace hz::cpu {
 
 namespace {
-// Memory layout of one matrix view: row-major (trans=false) with leading dim ld, or the
-// transpose of a row-major matrix (trans=true). Returns false when neither holds.
-bool mat_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool& trans, int64_t& ld) {
-  if ((sc == 1 || cols <= 1) && (rows <= 1 || sr >= std::max<int64_t>(1, cols))) {
-    trans = false;
-    ld = rows <= 1 ? std::max<int64_t>(1, cols) : sr;
-    return true;
-  }
-  if (sr == 1 && (cols <= 1 || sc >= std::max<int64_t>(1, rows))) {
-    trans = true;
-    ld = cols <= 1 ? std::max<int64_t>(1, rows) : sc;
-    return true;
-  }
-  return false;
-}
 
 // Portable GEMM: C (M, N) = alpha * op(A) op(B); A/B given as row-major X with flags.
 template <class T>
@@ -86,6 +72,10 @@ template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const 
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double alpha,
               const Shape& batch_shape) {
+  if (a_in.dtype() == DType::BF16) {  // bf16 inputs, f32 accumulation, one rounding of the result
+    if (dnnl_available()) return dnnl_matmul_bf16(a_in, b_in, ta, tb, alpha, batch_shape);
+    return matmul(a_in.to(DType::F32), b_in.to(DType::F32), ta, tb, alpha, batch_shape).to(DType::BF16);
+  }
   const int64_t nb = static_cast<int64_t>(batch_shape.size());
   Tensor a = a_in, b = b_in;
   const int64_t ra = a.size(-2), ca = a.size(-1), rb = b.size(-2), cb = b.size(-1);

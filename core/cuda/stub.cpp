@@ -1,6 +1,6 @@
-// Horizon: CUDA entry points for a CPU-only build (HZ_CUDA=OFF). Each throws a DeviceError
-// that says how to get a CUDA build.
-#include "core/cuda/backend.h"
+// Horizon: the CUDA runtime in a CPU-only build (HZ_CUDA=OFF): no device, no backend table, and a
+// DeviceError that says how to get a CUDA build where a device is asked for.
+#include "core/cuda/runtime.h"
 
 namespace hz::cuda {
 namespace {
@@ -12,9 +12,11 @@ namespace {
 bool compiled() { return false; }
 int device_count() { return 0; }
 bool available() { return false; }
-void* alloc(size_t, int) { no_cuda(); }
-void free(void*, int) noexcept {}
-void memcpy(void*, const void*, size_t, CopyKind, int) { no_cuda(); }
-Tensor binary(BinaryOp, const Tensor&, const Tensor&) { no_cuda(); }
-Tensor matmul(const Tensor&, const Tensor&, bool, bool, double, const Shape&) { no_cuda(); }
+const Backend* backend_table() { return nullptr; }
+std::string device_name(int) { no_cuda(); }
+void* compute_stream(int) { no_cuda(); }
+void* comm_stream(int) { no_cuda(); }
+void synchronize(int) { no_cuda(); }
+void set_allow_tf32(bool) {}
+bool allow_tf32() { return false; }
 }  // namespace hz::cuda

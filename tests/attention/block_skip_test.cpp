@@ -62,12 +62,12 @@ TEST_P(BlockSkip, VisitedBlocksEqualIndependentCount) {
   ag::Variable q(g.normal({1, H, c.Tq, 8}), true), k(g.normal({1, H, c.Tk, 8}), true),
       v(g.normal({1, H, c.Tk, 8}), true);
   const Brute want = brute(c.windows, c.Tq, c.Tk, c.Bq, c.Bk);
-  attn_stats().reset();
+  reset_attn_stats();
   AttnOutput o = fused_attention(q, k, v, cfg);
-  EXPECT_EQ(attn_stats().fwd_blocks.load(), want.blocks);
-  EXPECT_EQ(attn_stats().fwd_boundary_blocks.load(), want.boundary);
+  EXPECT_EQ(attn_stats().fwd_blocks, want.blocks);
+  EXPECT_EQ(attn_stats().fwd_boundary_blocks, want.boundary);
   ag::sum_all(o.out).backward();
-  EXPECT_EQ(attn_stats().bwd_blocks.load(), want.blocks);
+  EXPECT_EQ(attn_stats().bwd_blocks, want.blocks);
   const LayerCost cost = attention_cost(cfg, H, c.Tq, c.Tk, 8);
   EXPECT_EQ(cost.visible_pairs, want.pairs);
   EXPECT_EQ(cost.blocks, want.blocks);

@@ -45,13 +45,7 @@ AttentionSpec spec_of(const Combo& c) {
 }
 
 AttnConfig config_of(const AttentionSpec& s, int64_t Tk) {
-  AttnConfig cfg;
-  cfg.window = s.windows(kH, Tk);
-  if (s.pos.kind == PosKind::Alibi) cfg.alibi_slope = alibi_slopes(kH);
-  cfg.logit = s.logit.kind;
-  cfg.tau = s.logit.tau;
-  cfg.swan_a = s.logit.swan_a;
-  cfg.beta = s.logit.beta;
+  AttnConfig cfg = make_attn_config(s, kH, Tk);
   cfg.block_q = 4;  // small tiles: many boundary and interior blocks at T = 11
   cfg.block_k = 3;
   return cfg;
@@ -203,4 +197,52 @@ TEST(FusedAttentionEdge, RefusesBadShapes) {
   AttnConfig cfg;
   cfg.window = {0};  // one window for two heads
   EXPECT_THROW(fused_attention(q2, k, v, cfg), ShapeError);
+}
+
+TEST(FusedAttentionEdge, LearnedLogNGradientSumsOverTheBatch) {
+  // B = 2: dLoss/dc_h gathers every batch element's rows (fused vs the composed twin)
+  Generator g(31);
+  AttnConfig cfg;
+  cfg.window = {0, 3, 0};
+  cfg.logit = LogitKind::LogN;
+  cfg.block_q = 4;
+  cfg.block_k = 3;
+  const Tensor q = g.normal({2, 3, 9, 4}, 0, 1, DType::F64), k = g.normal({2, 3, 9, 4}, 0, 1, DType::F64),
+               v = g.normal({2, 3, 9, 4}, 0, 1, DType::F64), c = g.uniform({3}, 0.5, 1.5, DType::F64);
+  ag::Variable cf(c.clone(), true), cr(c.clone(), true);
+  const Tensor gout = g.normal({2, 3, 9, 4}, 0, 1, DType::F64);
+  fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(v), cfg, cf).out.backward(gout);
+  reference_attention(ag::Variable(q), ag::Variable(k), ag::Variable(v), cfg, cr).backward(gout);
+  const auto a = cf.grad().to_vector(), b = cr.grad().to_vector();
+  for (size_t h = 0; h < 3; ++h) EXPECT_NEAR(a[h], b[h], 1e-11) << "head " << h;
+}
+
+TEST(FusedAttentionBf16, CpuComputesInF32AndRoundsOnce) {
+  // bf16 q/k/v (f32 LogN c, as in mixed precision): out and gradients are the f32 op's results on
+  // the same values rounded to bf16 once; lse and dc stay f32.
+  Generator g(32);
+  AttnConfig cfg;
+  cfg.window = scope_windows(4, 21);
+  cfg.alibi_slope = alibi_slopes(4);
+  cfg.logit = LogitKind::LogN;
+  cfg.block_q = 8;
+  cfg.block_k = 5;
+  const Tensor q = g.normal({1, 4, 21, 8}).to(DType::BF16), k = g.normal({1, 2, 21, 8}).to(DType::BF16),
+               v = g.normal({1, 2, 21, 8}).to(DType::BF16), c = g.uniform({4}, 0.5, 1.5);
+  const Tensor gout = g.normal({1, 4, 21, 8}).to(DType::BF16);
+  ag::Variable qb(q, true), kb(k, true), vb(v, true), cb(c.clone(), true);
+  ag::Variable qf(q.to(DType::F32), true), kf(k.to(DType::F32), true), vf(v.to(DType::F32), true), cf(c.clone(), true);
+  const AttnOutput ob = fused_attention(qb, kb, vb, cfg, cb), of = fused_attention(qf, kf, vf, cfg, cf);
+  EXPECT_EQ(ob.out.dtype(), DType::BF16);
+  EXPECT_EQ(ob.lse.dtype(), DType::F32);
+  EXPECT_EQ(ob.out.value().to_vector(), of.out.value().to(DType::BF16).to_vector());
+  EXPECT_EQ(ob.lse.to_vector(), of.lse.to_vector());
+  ob.out.backward(gout);
+  of.out.backward(gout.to(DType::F32));
+  EXPECT_EQ(qb.grad().dtype(), DType::BF16);
+  EXPECT_EQ(cb.grad().dtype(), DType::F32);
+  EXPECT_EQ(qb.grad().to_vector(), qf.grad().to(DType::BF16).to_vector());
+  EXPECT_EQ(kb.grad().to_vector(), kf.grad().to(DType::BF16).to_vector());
+  EXPECT_EQ(vb.grad().to_vector(), vf.grad().to(DType::BF16).to_vector());
+  EXPECT_EQ(cb.grad().to_vector(), cf.grad().to_vector());
 }

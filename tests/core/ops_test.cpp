@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "tests/core/test_util.h"
@@ -42,7 +43,7 @@ constexpr double kPi = 3.14159265358979323846;
 struct CaseName {
   template <class P>
   std::string operator()(const ::testing::TestParamInfo<P>& info) const {
-    std::string s = std::to_string(info.index) + "_" + info.param.tag();
+    std::string s = std::to_string(info.index) + "_" + info.param.tag() + hzt::device_tag(info.param.dev);
     for (char& ch : s)
       if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
     return s;
@@ -101,6 +102,7 @@ struct UnaryCase {
   Shape shape;
   DType dtype;
   Layout layout;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return std::string(hz::unary_op_name(op)) + "_" + shape_tag(shape) + "_" + dt_tag(dtype) + "_" +
            hzt::layout_name(layout);
@@ -118,7 +120,8 @@ std::vector<UnaryCase> unary_cases() {
                        {{4, 17, 3}, DType::F32, Layout::Sliced},  {{130, 65}, DType::F64, Layout::Padded},
                        {{300, 257}, DType::F32, Layout::Contig},  {{257, 130}, DType::F32, Layout::Transposed},
                        {{}, DType::F64, Layout::Contig},          {{1}, DType::F32, Layout::Contig},
-                       {{0, 5}, DType::F32, Layout::Contig}};
+                       {{0, 5}, DType::F32, Layout::Contig},      {{3, 65}, DType::BF16, Layout::Transposed},
+                       {{300, 257}, DType::BF16, Layout::Contig}};
   std::vector<UnaryCase> v;
   for (int o = 0; o < static_cast<int>(UnaryOp::Count); ++o)
     for (const SL& s : shapes) v.push_back({static_cast<UnaryOp>(o), s.s, s.d, s.l});
@@ -137,6 +140,7 @@ std::vector<double> unary_inputs(const UnaryCase& c, uint64_t seed) {
 class UnaryTest : public ::testing::TestWithParam<UnaryCase> {};
 TEST_P(UnaryTest, MatchesReference) {
   const UnaryCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const std::vector<double> x = unary_inputs(c, 11);
   Tensor xt = make_tensor(x, c.shape, c.dtype, c.layout);
   Tensor y = hz::ops::unary(c.op, xt);
@@ -148,11 +152,12 @@ TEST_P(UnaryTest, MatchesReference) {
   // the input is untouched
   EXPECT_TRUE(all_equal(xt, x));
 }
-INSTANTIATE_TEST_SUITE_P(Ops, UnaryTest, ::testing::ValuesIn(unary_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, UnaryTest, ::testing::ValuesIn(hzt::on_devices(unary_cases())), CaseName());
 
 class UnaryBackwardTest : public ::testing::TestWithParam<UnaryCase> {};
 TEST_P(UnaryBackwardTest, MatchesReference) {
   const UnaryCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const std::vector<double> x = unary_inputs(c, 12);
   const std::vector<double> g = rand_values(numel_of(c.shape), 13, -2.0, 2.0, c.dtype);
   // gout laid out differently from x when possible
@@ -164,14 +169,14 @@ TEST_P(UnaryBackwardTest, MatchesReference) {
   for (size_t i = 0; i < x.size(); ++i) want[i] = g[i] * ref_unary_deriv(c.op, x[i]);
   EXPECT_TRUE(all_close(gx, want, tol_for(c.dtype)));
 }
-INSTANTIATE_TEST_SUITE_P(Ops, UnaryBackwardTest, ::testing::ValuesIn(unary_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, UnaryBackwardTest, ::testing::ValuesIn(hzt::on_devices(unary_cases())), CaseName());
 
 TEST(UnaryErrors, ShapeAndDType) {
   Tensor x = Tensor::ones({2, 3});
   EXPECT_THROW(hz::ops::unary_backward(UnaryOp::Exp, x, Tensor::ones({3, 2})), hz::ShapeError);
   EXPECT_THROW(hz::ops::unary_backward(UnaryOp::Exp, x, Tensor::ones({2, 3}, DType::F64)), hz::DTypeError);
   EXPECT_THROW(hz::ops::unary(UnaryOp::Exp, Tensor::ones({2}, DType::I32)), hz::DTypeError);
-  EXPECT_THROW(hz::ops::unary(UnaryOp::Exp, Tensor::ones({2}, DType::BF16)), hz::DTypeError);
+  EXPECT_THROW(hz::ops::unary(UnaryOp::Exp, Tensor::ones({2}, DType::I64)), hz::DTypeError);
 }
 
 // =================================================================================================
@@ -194,6 +199,7 @@ struct BinaryCase {
   Shape sa, sb;
   DType dtype;
   Layout la, lb;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return std::string(hz::binary_op_name(op)) + "_" + shape_tag(sa) + "_by_" + shape_tag(sb) + "_" +
            dt_tag(dtype) + "_" + hzt::layout_name(la) + hzt::layout_name(lb);
@@ -213,7 +219,8 @@ std::vector<BinaryCase> binary_cases() {
   const Cfg cfgs[] = {{DType::F32, Layout::Contig, Layout::Contig},
                       {DType::F64, Layout::Transposed, Layout::Sliced},
                       {DType::F32, Layout::Sliced, Layout::Transposed},
-                      {DType::F64, Layout::Padded, Layout::Contig}};
+                      {DType::F64, Layout::Padded, Layout::Contig},
+                      {DType::BF16, Layout::Sliced, Layout::Contig}};
   std::vector<BinaryCase> v;
   for (int o = 0; o < static_cast<int>(BinaryOp::Count); ++o)
     for (const auto& s : shapes)
@@ -224,6 +231,7 @@ std::vector<BinaryCase> binary_cases() {
 class BinaryTest : public ::testing::TestWithParam<BinaryCase> {};
 TEST_P(BinaryTest, MatchesReference) {
   const BinaryCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const std::vector<double> a = rand_values(numel_of(c.sa), 21, -3.0, 3.0, c.dtype);
   // divisors kept away from zero
   std::vector<double> b = c.op == BinaryOp::Div ? rand_values(numel_of(c.sb), 22, 0.25, 3.0, c.dtype)
@@ -253,7 +261,7 @@ TEST_P(BinaryTest, MatchesReference) {
     EXPECT_TRUE(all_equal(hz::ops::div(ta, tb), out.to_vector()));
   }
 }
-INSTANTIATE_TEST_SUITE_P(Ops, BinaryTest, ::testing::ValuesIn(binary_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, BinaryTest, ::testing::ValuesIn(hzt::on_devices(binary_cases())), CaseName());
 
 TEST(BinaryErrors, Mismatches) {
   EXPECT_THROW(hz::ops::add(Tensor::ones({2}), Tensor::ones({2}, DType::F64)), hz::DTypeError);
@@ -272,6 +280,7 @@ struct ScalarCase {
   Shape shape;
   DType dtype;
   Layout layout;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     std::string k = kind == ScalarKind::Add ? "add" : kind == ScalarKind::Mul ? "mul" : "pow";
     std::string sv = std::to_string(s);
@@ -296,7 +305,8 @@ std::vector<ScalarCase> scalar_cases() {
   const SL shapes[] = {{{17}, DType::F32, Layout::Contig},
                        {{3, 65}, DType::F64, Layout::Transposed},
                        {{300, 257}, DType::F32, Layout::Sliced},
-                       {{5, 130}, DType::F64, Layout::Padded}};
+                       {{5, 130}, DType::F64, Layout::Padded},
+                       {{3, 65}, DType::BF16, Layout::Transposed}};
   std::vector<ScalarCase> v;
   for (const auto& k : ks)
     for (const SL& s : shapes) v.push_back({k.first, k.second, s.s, s.d, s.l});
@@ -306,6 +316,7 @@ std::vector<ScalarCase> scalar_cases() {
 class ScalarOpTest : public ::testing::TestWithParam<ScalarCase> {};
 TEST_P(ScalarOpTest, MatchesReference) {
   const ScalarCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const bool integral_pow = c.kind != ScalarKind::Pow || c.s == std::floor(c.s);
   // non-integer powers need positive bases; integer ones see negative bases too
   const std::vector<double> x = integral_pow ? rand_values(numel_of(c.shape), 31, -3.0, 3.0, c.dtype)
@@ -320,7 +331,7 @@ TEST_P(ScalarOpTest, MatchesReference) {
     want[i] = c.kind == ScalarKind::Add ? x[i] + c.s : c.kind == ScalarKind::Mul ? x[i] * c.s : std::pow(x[i], c.s);
   EXPECT_TRUE(all_close(y, want, tol_for(c.dtype)));
 }
-INSTANTIATE_TEST_SUITE_P(Ops, ScalarOpTest, ::testing::ValuesIn(scalar_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, ScalarOpTest, ::testing::ValuesIn(hzt::on_devices(scalar_cases())), CaseName());
 
 // =================================================================================================
 // add_ (in place, broadcast source)
@@ -330,6 +341,7 @@ struct AddInplaceCase {
   double alpha;
   DType dtype;
   Layout ld, ls;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return shape_tag(dst) + "_plus_" + shape_tag(src) + "_a" + std::to_string(static_cast<int>(alpha * 100)) +
            "_" + dt_tag(dtype) + "_" + hzt::layout_name(ld) + hzt::layout_name(ls);
@@ -340,6 +352,7 @@ void PrintTo(const AddInplaceCase& c, std::ostream* os) { *os << c.tag(); }
 class AddInplaceTest : public ::testing::TestWithParam<AddInplaceCase> {};
 TEST_P(AddInplaceTest, MatchesReference) {
   const AddInplaceCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const std::vector<double> d = rand_values(numel_of(c.dst), 41, -2.0, 2.0, c.dtype);
   const std::vector<double> s = rand_values(numel_of(c.src), 42, -2.0, 2.0, c.dtype);
   Tensor base;
@@ -363,14 +376,15 @@ TEST_P(AddInplaceTest, MatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(
     Ops, AddInplaceTest,
-    ::testing::Values(AddInplaceCase{{3, 4, 5}, {4, 5}, 1.0, DType::F32, Layout::Contig, Layout::Contig},
+    ::testing::ValuesIn(hzt::on_devices(std::vector<AddInplaceCase>{AddInplaceCase{{3, 4, 5}, {4, 5}, 1.0, DType::F32, Layout::Contig, Layout::Contig},
                       AddInplaceCase{{3, 4, 5}, {1}, -2.0, DType::F64, Layout::Sliced, Layout::Contig},
                       AddInplaceCase{{17, 65}, {17, 1}, 0.5, DType::F32, Layout::Transposed, Layout::Sliced},
                       AddInplaceCase{{300, 257}, {257}, 1.0, DType::F32, Layout::Padded, Layout::Sliced},
                       AddInplaceCase{{300, 257}, {300, 1}, -0.25, DType::F64, Layout::Transposed, Layout::Contig},
                       AddInplaceCase{{2, 3}, {2, 3}, 3.0, DType::F64, Layout::Sliced, Layout::Transposed},
                       AddInplaceCase{{7}, {}, 1.0, DType::F32, Layout::Contig, Layout::Contig},
-                      AddInplaceCase{{2, 3, 17}, {3, 17}, 1.0, DType::F64, Layout::Transposed, Layout::Padded}),
+                      AddInplaceCase{{2, 3, 17}, {3, 17}, 1.0, DType::F64, Layout::Transposed, Layout::Padded},
+                      AddInplaceCase{{17, 65}, {17, 1}, 0.5, DType::BF16, Layout::Transposed, Layout::Sliced}})),
     CaseName());
 
 TEST(AddInplaceErrors, SourceMustBroadcastToDestination) {
@@ -388,6 +402,7 @@ struct SumToShapeCase {
   Shape g, target;
   DType dtype;
   Layout layout;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return shape_tag(g) + "_to_" + shape_tag(target) + "_" + dt_tag(dtype) + "_" + hzt::layout_name(layout);
   }
@@ -397,6 +412,7 @@ void PrintTo(const SumToShapeCase& c, std::ostream* os) { *os << c.tag(); }
 class SumToShapeTest : public ::testing::TestWithParam<SumToShapeCase> {};
 TEST_P(SumToShapeTest, MatchesReference) {
   const SumToShapeCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const std::vector<double> g = rand_values(numel_of(c.g), 51, -1.0, 1.0, c.dtype);
   Tensor r = hz::ops::sum_to_shape(make_tensor(g, c.g, c.dtype, c.layout), c.target);
   EXPECT_EQ(r.shape(), c.target);
@@ -411,7 +427,7 @@ TEST_P(SumToShapeTest, MatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(
     Ops, SumToShapeTest,
-    ::testing::Values(SumToShapeCase{{3, 4, 5}, {4, 5}, DType::F32, Layout::Contig},
+    ::testing::ValuesIn(hzt::on_devices(std::vector<SumToShapeCase>{SumToShapeCase{{3, 4, 5}, {4, 5}, DType::F32, Layout::Contig},
                       SumToShapeCase{{3, 4, 5}, {1, 5}, DType::F64, Layout::Transposed},
                       SumToShapeCase{{3, 4, 5}, {3, 1, 5}, DType::F32, Layout::Sliced},
                       SumToShapeCase{{3, 4, 5}, {1, 1, 1}, DType::F64, Layout::Contig},
@@ -421,7 +437,7 @@ INSTANTIATE_TEST_SUITE_P(
                       SumToShapeCase{{300, 257}, {257}, DType::F32, Layout::Contig},
                       SumToShapeCase{{300, 257}, {300, 1}, DType::F64, Layout::Sliced},
                       SumToShapeCase{{2, 3, 4, 5}, {3, 1, 1}, DType::F64, Layout::Transposed},
-                      SumToShapeCase{{7, 1}, {1}, DType::F32, Layout::Contig}),
+                      SumToShapeCase{{7, 1}, {1}, DType::F32, Layout::Contig}})),
     CaseName());
 
 TEST(SumToShapeErrors, Incompatible) {
@@ -441,6 +457,7 @@ struct ReduceCase {
   bool keepdim;
   DType dtype;
   Layout layout;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return std::string(hz::reduce_op_name(op)) + "_" + shape_tag(shape) + "_d" +
            (dim < 0 ? "m" + std::to_string(-dim) : std::to_string(dim)) + (keepdim ? "_keep" : "") + "_" +
@@ -460,7 +477,8 @@ std::vector<ReduceCase> reduce_cases() {
         for (bool keep : {false, true}) {
           // alternate dtype / layout; pass the dim negatively every third case
           const int64_t dim = k % 3 == 2 ? d - static_cast<int64_t>(s.size()) : d;
-          v.push_back({op, s, dim, keep, k % 2 ? DType::F64 : DType::F32, layouts[k % 4]});
+          const DType dt = k % 5 == 4 ? DType::BF16 : k % 2 ? DType::F64 : DType::F32;
+          v.push_back({op, s, dim, keep, dt, layouts[k % 4]});
           ++k;
         }
   return v;
@@ -469,6 +487,7 @@ std::vector<ReduceCase> reduce_cases() {
 class ReduceTest : public ::testing::TestWithParam<ReduceCase> {};
 TEST_P(ReduceTest, MatchesReference) {
   const ReduceCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const int64_t nd = static_cast<int64_t>(c.shape.size());
   const int64_t dim = c.dim < 0 ? c.dim + nd : c.dim;
   // max: small integers so ties are frequent (argmax must be the first occurrence)
@@ -509,13 +528,14 @@ TEST_P(ReduceTest, MatchesReference) {
     EXPECT_TRUE(all_close(r, want, t.rtol, t.atol, &mag));
   }
 }
-INSTANTIATE_TEST_SUITE_P(Ops, ReduceTest, ::testing::ValuesIn(reduce_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, ReduceTest, ::testing::ValuesIn(hzt::on_devices(reduce_cases())), CaseName());
 
 struct ReduceAllCase {
   ReduceOp op;
   Shape shape;
   DType dtype;
   Layout layout;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return std::string(hz::reduce_op_name(op)) + "_all_" + shape_tag(shape) + "_" + dt_tag(dtype) + "_" +
            hzt::layout_name(layout);
@@ -532,7 +552,8 @@ std::vector<ReduceAllCase> reduce_all_cases() {
   const SL shapes[] = {{{1}, DType::F32, Layout::Contig},        {{17}, DType::F64, Layout::Sliced},
                        {{3, 65}, DType::F32, Layout::Transposed}, {{300, 257}, DType::F32, Layout::Contig},
                        {{300, 257}, DType::F64, Layout::Padded},  {{5000, 17}, DType::F32, Layout::Transposed},
-                       {{}, DType::F64, Layout::Contig},          {{2, 3, 4, 5}, DType::F64, Layout::Sliced}};
+                       {{}, DType::F64, Layout::Contig},          {{2, 3, 4, 5}, DType::F64, Layout::Sliced},
+                       {{300, 257}, DType::BF16, Layout::Sliced}};
   std::vector<ReduceAllCase> v;
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max})
     for (const SL& s : shapes) v.push_back({op, s.s, s.d, s.l});
@@ -542,6 +563,7 @@ std::vector<ReduceAllCase> reduce_all_cases() {
 class ReduceAllTest : public ::testing::TestWithParam<ReduceAllCase> {};
 TEST_P(ReduceAllTest, MatchesReference) {
   const ReduceAllCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   // offset so the sum does not cancel to ~0
   const std::vector<double> x = rand_values(numel_of(c.shape), 71, -0.5, 1.0, c.dtype);
   Tensor xt = make_tensor(x, c.shape, c.dtype, c.layout);
@@ -565,7 +587,7 @@ TEST_P(ReduceAllTest, MatchesReference) {
     EXPECT_TRUE(all_close(r, want, t.rtol, t.atol, &mag));
   }
 }
-INSTANTIATE_TEST_SUITE_P(Ops, ReduceAllTest, ::testing::ValuesIn(reduce_all_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, ReduceAllTest, ::testing::ValuesIn(hzt::on_devices(reduce_all_cases())), CaseName());
 
 TEST(ReduceErrors, EmptyAndDims) {
   EXPECT_THROW(hz::ops::max(Tensor::zeros({3, 0}), 1), hz::ShapeError);
@@ -599,6 +621,7 @@ struct MatmulCase {
     s.push_back(tb ? K : N);
     return s;
   }
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return shape_tag(shape_a()) + (ta ? "T" : "") + "_x_" + shape_tag(shape_b()) + (tb ? "T" : "") + "_al" +
            (alpha == 1.0 ? std::string("1") : alpha < 0 ? "m" : "x") + "_" + dt_tag(dtype) + "_" +
@@ -637,7 +660,9 @@ std::vector<MatmulCase> matmul_cases() {
   const Cfg cfgs[] = {{DType::F32, Layout::Contig, Layout::Contig, 1.0},
                       {DType::F64, Layout::Transposed, Layout::Sliced, -0.75},
                       {DType::F32, Layout::Sliced, Layout::Transposed, 2.5},
-                      {DType::F64, Layout::Padded, Layout::Padded, 1.0}};
+                      {DType::F64, Layout::Padded, Layout::Padded, 1.0},
+                      {DType::BF16, Layout::Contig, Layout::Transposed, 1.0},
+                      {DType::BF16, Layout::Sliced, Layout::Padded, -0.75}};
   std::vector<MatmulCase> v;
   for (const Dims& d : dims)
     for (int t = 0; t < 4; ++t)
@@ -648,6 +673,7 @@ std::vector<MatmulCase> matmul_cases() {
 class MatmulTest : public ::testing::TestWithParam<MatmulCase> {};
 TEST_P(MatmulTest, MatchesReference) {
   const MatmulCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const Shape sa = c.shape_a(), sb = c.shape_b();
   const std::vector<double> a = rand_values(numel_of(sa), 81, -1.0, 1.0, c.dtype);
   const std::vector<double> b = rand_values(numel_of(sb), 82, -1.0, 1.0, c.dtype);
@@ -678,7 +704,7 @@ TEST_P(MatmulTest, MatchesReference) {
     }
   }
 }
-INSTANTIATE_TEST_SUITE_P(Ops, MatmulTest, ::testing::ValuesIn(matmul_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, MatmulTest, ::testing::ValuesIn(hzt::on_devices(matmul_cases())), CaseName());
 
 TEST(MatmulErrors, Shapes) {
   EXPECT_THROW(hz::ops::matmul(Tensor::ones({3, 4}), Tensor::ones({5, 2})), hz::ShapeError);
@@ -699,6 +725,7 @@ struct SoftmaxCase {
   DType dtype;
   Layout layout;
   Special special;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return std::string(log ? "logsoftmax_" : "softmax_") + shape_tag(shape) + "_d" +
            (dim < 0 ? "m" + std::to_string(-dim) : std::to_string(dim)) + "_" + dt_tag(dtype) + "_" +
@@ -721,7 +748,7 @@ std::vector<SoftmaxCase> softmax_cases() {
   for (bool log : {false, true})
     for (Special sp : {Special::None, Special::NegInf, Special::Large})
       for (const SD& sd : sds) {
-        v.push_back({sd.s, sd.dim, log, k % 2 ? DType::F64 : DType::F32, layouts[k % 4], sp});
+        v.push_back({sd.s, sd.dim, log, k % 5 == 4 ? DType::BF16 : k % 2 ? DType::F64 : DType::F32, layouts[k % 4], sp});
         ++k;
       }
   return v;
@@ -749,6 +776,7 @@ std::vector<double> softmax_inputs(const SoftmaxCase& c, int64_t dim, uint64_t s
 class SoftmaxTest : public ::testing::TestWithParam<SoftmaxCase> {};
 TEST_P(SoftmaxTest, MatchesReference) {
   const SoftmaxCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const int64_t dim = c.dim < 0 ? c.dim + static_cast<int64_t>(c.shape.size()) : c.dim;
   const std::vector<double> x = softmax_inputs(c, dim, 91);
   Tensor xt = make_tensor(x, c.shape, c.dtype, c.layout);
@@ -785,10 +813,11 @@ TEST_P(SoftmaxTest, MatchesReference) {
         s += c.log ? std::exp(v) : v;
       }
       // (log_softmax: an error d in the row's lse scales the sum by exp(-d))
-      ASSERT_NEAR(s, 1.0, std::max(c.dtype == DType::F32 ? 1e-5 : 1e-12, c.log ? 2 * t.atol : 0.0));
+      const double sum_tol = c.dtype == DType::F32 ? 1e-5 : c.dtype == DType::BF16 ? tol_for(c.dtype).rtol : 1e-12;
+      ASSERT_NEAR(s, 1.0, std::max(sum_tol, c.log ? 2 * t.atol : 0.0));
     }
 }
-INSTANTIATE_TEST_SUITE_P(Ops, SoftmaxTest, ::testing::ValuesIn(softmax_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, SoftmaxTest, ::testing::ValuesIn(hzt::on_devices(softmax_cases())), CaseName());
 
 // Backward: the reference is the explicit Jacobian-vector product, dx_i = sum_j g_j dy_j/dx_i.
 struct SoftmaxBwdCase {
@@ -797,6 +826,7 @@ struct SoftmaxBwdCase {
   bool log;
   DType dtype;
   Layout layout;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return std::string(log ? "logsoftmax_bwd_" : "softmax_bwd_") + shape_tag(shape) + "_d" +
            (dim < 0 ? "m" + std::to_string(-dim) : std::to_string(dim)) + "_" + dt_tag(dtype) + "_" +
@@ -817,7 +847,7 @@ std::vector<SoftmaxBwdCase> softmax_bwd_cases() {
   int k = 0;
   for (bool log : {false, true})
     for (const SD& sd : sds) {
-      v.push_back({sd.s, sd.dim, log, k % 2 ? DType::F64 : DType::F32, layouts[k % 4]});
+      v.push_back({sd.s, sd.dim, log, k % 5 == 4 ? DType::BF16 : k % 2 ? DType::F64 : DType::F32, layouts[k % 4]});
       ++k;
     }
   return v;
@@ -826,6 +856,7 @@ std::vector<SoftmaxBwdCase> softmax_bwd_cases() {
 class SoftmaxBackwardTest : public ::testing::TestWithParam<SoftmaxBwdCase> {};
 TEST_P(SoftmaxBackwardTest, MatchesJacobianProduct) {
   const SoftmaxBwdCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const int64_t dim = c.dim < 0 ? c.dim + static_cast<int64_t>(c.shape.size()) : c.dim;
   const int64_t n = numel_of(c.shape);
   const std::vector<double> x = rand_values(n, 101, -3.0, 3.0);
@@ -868,7 +899,7 @@ TEST_P(SoftmaxBackwardTest, MatchesJacobianProduct) {
   const Tol t = tol_for(c.dtype);
   EXPECT_TRUE(all_close(dx, want, t.rtol, t.atol, &mag));
 }
-INSTANTIATE_TEST_SUITE_P(Ops, SoftmaxBackwardTest, ::testing::ValuesIn(softmax_bwd_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, SoftmaxBackwardTest, ::testing::ValuesIn(hzt::on_devices(softmax_bwd_cases())), CaseName());
 
 // =================================================================================================
 // embedding / embedding_backward
@@ -879,6 +910,7 @@ struct EmbeddingCase {
   DType wdtype, idtype;
   Layout wlayout;     // layout of the weight (forward) and of gout (backward)
   bool ids_transposed;  // ids passed as a transposed (non-contiguous) view
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return "V" + std::to_string(V) + "_C" + std::to_string(C) + "_ids" + shape_tag(ids_shape) + "_" +
            dt_tag(wdtype) + "_" + dt_tag(idtype) + "_" + hzt::layout_name(wlayout) + (ids_transposed ? "_idsT" : "");
@@ -896,6 +928,7 @@ std::vector<EmbeddingCase> embedding_cases() {
       {1, 1, {3}, DType::F64, DType::I64, Layout::Contig, false},
       {17, 1, {2, 3, 4}, DType::F32, DType::I32, Layout::Transposed, false},
       {4, 5, {}, DType::F64, DType::I32, Layout::Sliced, false},           // 0-d ids
+      {130, 65, {300}, DType::BF16, DType::I64, Layout::Transposed, false},  // bf16 table
   };
 }
 
@@ -912,6 +945,7 @@ Tensor ids_tensor(const std::vector<double>& ids, const EmbeddingCase& c) {
 class EmbeddingTest : public ::testing::TestWithParam<EmbeddingCase> {};
 TEST_P(EmbeddingTest, ForwardGathersRows) {
   const EmbeddingCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const std::vector<double> ids = embedding_ids(c);
   const std::vector<double> w = rand_values(c.V * c.C, 112, -1.0, 1.0, c.wdtype);
   Tensor out = hz::ops::embedding(make_tensor(w, {c.V, c.C}, c.wdtype, c.wlayout), ids_tensor(ids, c));
@@ -924,11 +958,12 @@ TEST_P(EmbeddingTest, ForwardGathersRows) {
     for (int64_t j = 0; j < c.C; ++j) want.push_back(w[static_cast<int64_t>(id) * c.C + j]);
   EXPECT_TRUE(all_equal(out, want));
 }
-INSTANTIATE_TEST_SUITE_P(Ops, EmbeddingTest, ::testing::ValuesIn(embedding_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, EmbeddingTest, ::testing::ValuesIn(hzt::on_devices(embedding_cases())), CaseName());
 
 class EmbeddingBackwardTest : public ::testing::TestWithParam<EmbeddingCase> {};
 TEST_P(EmbeddingBackwardTest, RepeatedIdsAccumulate) {
   const EmbeddingCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const std::vector<double> ids = embedding_ids(c);
   Shape gs = c.ids_shape;
   gs.push_back(c.C);
@@ -948,7 +983,7 @@ TEST_P(EmbeddingBackwardTest, RepeatedIdsAccumulate) {
   Tensor again = hz::ops::embedding_backward(make_tensor(g, gs, c.wdtype, c.wlayout), ids_tensor(ids, c), c.V);
   EXPECT_TRUE(all_equal(again, gw.to_vector()));
 }
-INSTANTIATE_TEST_SUITE_P(Ops, EmbeddingBackwardTest, ::testing::ValuesIn(embedding_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, EmbeddingBackwardTest, ::testing::ValuesIn(hzt::on_devices(embedding_cases())), CaseName());
 
 TEST(EmbeddingErrors, OutOfRangeIdsThrow) {
   Tensor w = Tensor::ones({5, 3});
@@ -978,6 +1013,7 @@ struct CECase {
   int64_t ignore_index;
   Layout layout;  // of the logits
   double gscale;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return "N" + std::to_string(N) + "_V" + std::to_string(V) + "_" + dt_tag(dtype) + "_" + dt_tag(tdtype) +
            (weighted ? "_w" : "") +
@@ -1000,7 +1036,8 @@ std::vector<CECase> ce_cases() {
     for (bool w : {false, true})
       for (Ignore ig : {Ignore::None, Ignore::Some, Ignore::All}) {
         const int64_t ii = (k % 3 == 1 && nv.V > 2) ? 2 : -100;  // sometimes a valid class id
-        v.push_back({nv.N, nv.V, k % 2 ? DType::F64 : DType::F32, k % 3 ? DType::I64 : DType::I32, w, ig, ii,
+        const DType dt = k % 7 == 5 ? DType::BF16 : k % 2 ? DType::F64 : DType::F32;
+        v.push_back({nv.N, nv.V, dt, k % 3 ? DType::I64 : DType::I32, w, ig, ii,
                      layouts[k % 4], k % 2 ? 1.0 : 0.37});
         ++k;
       }
@@ -1010,6 +1047,7 @@ std::vector<CECase> ce_cases() {
 class CrossEntropyTest : public ::testing::TestWithParam<CECase> {};
 TEST_P(CrossEntropyTest, LossRowsAndBackward) {
   const CECase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const std::vector<double> logits = rand_values(c.N * c.V, 121, -3.0, 3.0, c.dtype);
   std::vector<double> targets = hzt::rand_ints(c.N, 122, 0, c.V - 1);
   std::vector<bool> ignored(c.N, false);
@@ -1049,28 +1087,33 @@ TEST_P(CrossEntropyTest, LossRowsAndBackward) {
   Tensor tt = make_tensor(targets, {c.N}, c.tdtype);
   Tensor wt = c.weighted ? make_tensor(w, {c.N}, c.dtype, Layout::Sliced) : Tensor();
   const Tol t = tol_for(c.dtype);
+  // loss, lse and per-row NLL come in the compute dtype (f32 for bf16 logits), from exact inputs
+  const DType adt = hz::acc_dtype(c.dtype);
+  const Tol ta = tol_for(adt);
 
   hz::CrossEntropyResult res = hz::ops::cross_entropy(lt, tt, wt, c.ignore_index);
   EXPECT_EQ(res.loss.dim(), 0);
-  EXPECT_EQ(res.loss.dtype(), c.dtype);
-  EXPECT_TRUE(all_close(res.loss, {loss}, t));
+  EXPECT_EQ(res.loss.dtype(), adt);
+  EXPECT_TRUE(all_close(res.loss, {loss}, ta));
   EXPECT_NEAR(res.weight_sum, den, 1e-12 * std::max(1.0, den));
   EXPECT_EQ(res.lse.shape(), (Shape{c.N}));
-  EXPECT_TRUE(all_close(res.lse, lse, t));
+  EXPECT_EQ(res.lse.dtype(), adt);
+  EXPECT_TRUE(all_close(res.lse, lse, ta));
   if (c.ignore == Ignore::All) {
     EXPECT_EQ(res.loss.item(), 0.0);
   }
 
   Tensor rows = hz::ops::cross_entropy_rows(lt, tt, c.ignore_index);
   EXPECT_EQ(rows.shape(), (Shape{c.N}));
-  EXPECT_TRUE(all_close(rows, nll, t));
+  EXPECT_EQ(rows.dtype(), adt);
+  EXPECT_TRUE(all_close(rows, nll, ta));
 
   Tensor gl = hz::ops::cross_entropy_backward(lt, tt, wt, res.lse, res.weight_sum, c.ignore_index, c.gscale);
   EXPECT_EQ(gl.shape(), (Shape{c.N, c.V}));
   EXPECT_EQ(gl.dtype(), c.dtype);
   EXPECT_TRUE(all_close(gl, grad, t.rtol, t.atol, &gmag));
 }
-INSTANTIATE_TEST_SUITE_P(Ops, CrossEntropyTest, ::testing::ValuesIn(ce_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, CrossEntropyTest, ::testing::ValuesIn(hzt::on_devices(ce_cases())), CaseName());
 
 TEST(CrossEntropyErrors, TargetsOutOfRange) {
   Tensor logits = Tensor::zeros({3, 4});
@@ -1101,6 +1144,7 @@ struct RmsCase {
   bool weighted;
   Layout layout;
   double eps;
+  hz::Device dev = hz::Device::cpu();
   std::string tag() const {
     return shape_tag(shape) + "_" + dt_tag(dtype) + (weighted ? "_w" : "_now") + "_" + hzt::layout_name(layout) +
            "_eps" + std::to_string(static_cast<int>(-std::log10(eps)));
@@ -1116,7 +1160,7 @@ std::vector<RmsCase> rms_cases() {
   int k = 0;
   for (const Shape& s : shapes)
     for (bool w : {false, true})
-      for (DType d : {DType::F32, DType::F64}) {
+      for (DType d : {DType::F32, DType::F64, DType::BF16}) {
         v.push_back({s, d, w, layouts[k % 4], epss[k % 3]});
         ++k;
       }
@@ -1126,6 +1170,7 @@ std::vector<RmsCase> rms_cases() {
 class RmsNormTest : public ::testing::TestWithParam<RmsCase> {};
 TEST_P(RmsNormTest, ForwardAndBackward) {
   const RmsCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
   const int64_t C = c.shape.back(), R = numel_of(c.shape) / C;
   const std::vector<double> x = rand_values(R * C, 131, -2.0, 2.0, c.dtype);
   const std::vector<double> w = c.weighted ? rand_values(C, 132, 0.5, 1.5, c.dtype) : std::vector<double>(C, 1.0);
@@ -1187,7 +1232,7 @@ TEST_P(RmsNormTest, ForwardAndBackward) {
   EXPECT_FALSE(only_x.gw.defined());
   EXPECT_TRUE(all_close(only_x.gx, gx, t.rtol, t.atol, &gxmag));
 }
-INSTANTIATE_TEST_SUITE_P(Ops, RmsNormTest, ::testing::ValuesIn(rms_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Ops, RmsNormTest, ::testing::ValuesIn(hzt::on_devices(rms_cases())), CaseName());
 
 TEST(RmsNormErrors, WeightShape) {
   EXPECT_THROW(hz::ops::rms_norm(Tensor::ones({3, 4}), Tensor::ones({3}), 1e-5), hz::ShapeError);
@@ -1214,4 +1259,38 @@ TEST(CrossEntropyEdge, BackwardRefusesOutOfRangeTarget) {
   const hz::Tensor bad = hz::Tensor::from_vector({0, 7}, {2}, hz::DType::I64);
   const hz::Tensor lse = hz::Tensor::zeros({2});
   EXPECT_THROW(hz::ops::cross_entropy_backward(logits, bad, hz::Tensor(), lse, 2.0, -100, 1.0), hz::ValueError);
+}
+
+TEST(BinaryEdge, MaximumMinimumPropagateNaNFromEitherSide) {
+  const double nan = std::nan("");
+  const Tensor a = Tensor::from_vector({nan, 1.0, 2.0, nan, -0.5}, {5}), b = Tensor::from_vector({1.0, nan, 1.0, nan, 0.5}, {5});
+  const std::vector<double> mx = hz::ops::binary(BinaryOp::Maximum, a, b).to_vector();
+  const std::vector<double> mn = hz::ops::binary(BinaryOp::Minimum, a, b).to_vector();
+  for (int i : {0, 1, 3}) {
+    EXPECT_TRUE(std::isnan(mx[i])) << i;
+    EXPECT_TRUE(std::isnan(mn[i])) << i;
+  }
+  EXPECT_EQ(mx[2], 2.0);
+  EXPECT_EQ(mn[2], 1.0);
+  EXPECT_EQ(mx[4], 0.5);
+  EXPECT_EQ(mn[4], -0.5);
+}
+
+TEST(BackendTable, AMissingEntryNamesTheOpAndTheDevice) {
+  try {
+    hz::detail::missing_entry("rotary", hz::Device::cpu());
+    FAIL();
+  } catch (const hz::NotImplementedError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'rotary'"), std::string::npos) << m;
+    EXPECT_NE(m.find("cpu"), std::string::npos) << m;
+  }
+  // every entry of the CPU table is filled
+  const hz::Backend& b = hz::cpu_backend();
+  const void* const* slots = reinterpret_cast<const void* const*>(&b);
+  for (size_t i = 1; i < sizeof(hz::Backend) / sizeof(void*); ++i)
+    if (i != 3 && i != 4) {  // (upload/download: host memory)
+      EXPECT_NE(slots[i], nullptr) << "entry " << i;
+    }
+  EXPECT_THROW(HZ_BACKEND(hz::Device::cpu(), upload), hz::NotImplementedError);
 }

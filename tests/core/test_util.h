@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/cuda/runtime.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -167,8 +168,57 @@ constexpr double kSentinel = -999.0;  // fills the storage gaps of Sliced/Padded
 
 // Tensor of dtype `dt` and logical shape `shape` holding `values` (row-major), laid out as `lay`.
 // `base`, when given, receives the underlying contiguous buffer tensor.
+// ---- the device under test ---------------------------------------------------------------------
+// Parameterised op tests carry a device field (CPU, and CUDA in CUDA builds: the CPU's cases run
+// on CUDA too). HZT_ON_DEVICE(c.dev) at the top of a test body makes make_tensor() build its
+// tensors there (same values, same strided layout) and skips the test without a usable GPU.
+inline hz::Device& current_device() {
+  static hz::Device d = hz::Device::cpu();
+  return d;
+}
+struct DeviceScope {
+  explicit DeviceScope(hz::Device d) : prev(current_device()) { current_device() = d; }
+  ~DeviceScope() { current_device() = prev; }
+  hz::Device prev;
+};
+#define HZT_ON_DEVICE(dev)                                                         \
+  ::hzt::DeviceScope hzt_device_scope_(dev);                                      \
+  if ((dev).is_cuda() && !::hz::cuda::available())                                \
+  GTEST_SKIP() << "no usable CUDA device (" << (::hz::cuda::compiled() ? "no GPU/driver visible" \
+                                                                      : "HZ_CUDA=OFF build") << ")"
+// The cases of `v` on the CPU, then (in CUDA builds) the same cases on cuda:0.
+template <class C>
+std::vector<C> on_devices(std::vector<C> v) {
+  if (!hz::cuda::compiled()) return v;
+  const size_t n = v.size();
+  for (size_t i = 0; i < n; ++i) {
+    C c = v[i];
+    c.dev = hz::Device::cuda(0);
+    v.push_back(c);
+  }
+  return v;
+}
+inline std::string device_tag(hz::Device d) { return d.is_cuda() ? "_cuda" : ""; }
+
+inline Tensor make_tensor_host(const std::vector<double>& values, const Shape& shape, DType dt,
+                               Layout lay, Tensor* base);
+// `values` (row-major) as a tensor of dtype dt in layout `lay` on current_device(); `base`
+// receives the whole underlying buffer (for checks that padding stays untouched).
 inline Tensor make_tensor(const std::vector<double>& values, const Shape& shape, DType dt,
                           Layout lay = Layout::Contig, Tensor* base = nullptr) {
+  Tensor b;
+  Tensor t = make_tensor_host(values, shape, dt, lay, &b);
+  const hz::Device dev = current_device();
+  if (!dev.is_cpu()) {
+    b = b.to(dev);
+    t = b.as_strided(t.shape(), t.strides(), t.offset());
+  }
+  if (base) *base = b;
+  return t;
+}
+
+inline Tensor make_tensor_host(const std::vector<double>& values, const Shape& shape, DType dt,
+                               Layout lay, Tensor* base) {
   const int64_t nd = static_cast<int64_t>(shape.size());
   if (lay == Layout::Transposed && nd < 2) lay = Layout::Sliced;
   if (nd == 0) lay = Layout::Contig;
@@ -221,8 +271,10 @@ inline RandTensor rand_tensor(const Shape& shape, DType dt, uint64_t seed, doubl
 struct Tol {
   double rtol, atol;
 };
+// f64 and f32: their rounding of a short computation. bf16 (computed in f32, rounded once on
+// store): half a bf16 ulp of the result, 2^-8 relative, plus the f32 compute error.
 inline Tol tol_for(DType dt) {
-  return dt == DType::F64 ? Tol{1e-12, 1e-13} : Tol{1e-5, 1e-6};
+  return dt == DType::F64 ? Tol{1e-12, 1e-13} : dt == DType::BF16 ? Tol{4e-3, 1e-6} : Tol{1e-5, 1e-6};
 }
 
 // Elementwise |got - want| <= atol + rtol * scale_i, with scale_i = mag[i] when mag is given

@@ -61,7 +61,9 @@ TEST(MakeTokenizer, KnownAndUnknownNames) {
   const std::string msg = hzdt::error_message<hz::ValueError>([] { hz::data::make_tokenizer("bpe50k"); });
   EXPECT_NE(msg.find("bpe50k"), std::string::npos) << msg;
   EXPECT_NE(msg.find("byte"), std::string::npos) << msg;  // lists the known ones
-  EXPECT_EQ(hz::data::tokenizer_names(), std::vector<std::string>{"byte"});
+  EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(".model"), std::string::npos) << msg;
+  EXPECT_EQ(hz::data::tokenizer_names().front(), "byte");
 }
 
 }  // namespace

@@ -110,3 +110,23 @@ TEST(Recipe, DocumentedFieldsMatchTheCode) {
   EXPECT_NE(ss.str().find(recipe_schema()), std::string::npos)
       << "recipes/README.md is out of date: rerun build/horizon train --schema into it";
 }
+
+TEST(Recipe, CorpusSourcesAndTheirFields) {
+  EXPECT_TRUE(has(error_of("data:\n  source: parquet\n"), "bible files jsonl tokens passkey kv"));
+  EXPECT_TRUE(has(error_of("data:\n  source: jsonl\n"), "data.files lists no glob"));
+  EXPECT_TRUE(has(error_of("data:\n  source: files\n  files: [corpus/*.jsonl]\n"), "set data.source: jsonl"));
+  EXPECT_TRUE(has(error_of("data:\n  source: files\n  files: [fineweb_train_000001.bin]\n"), "set data.source: tokens"));
+  EXPECT_TRUE(has(error_of("data:\n  val_files: [v.txt]\n"), "data.val_files is only read for"));
+  EXPECT_TRUE(has(error_of("data:\n  source: tokens\n  files: [a.bin]\n  token_format: npy\n"), "auto llmc nanogpt"));
+  EXPECT_TRUE(has(error_of("data:\n  source: jsonl\n  files: [a.jsonl]\n  text_field: ''\n"), "data.text_field"));
+  const Recipe r = parse_recipe(
+      "data:\n  source: jsonl\n  files: [a.jsonl]\n  val_files: [b.jsonl]\n  text_field: body\n"
+      "  tokenizer: t/tokenizer.json\n",
+      "test.yaml");
+  EXPECT_EQ(r.data.val_files, std::vector<std::string>{"b.jsonl"});
+  EXPECT_EQ(r.data.text_field, "body");
+  EXPECT_EQ(r.data.token_format, "auto");
+  const Recipe back = parse_recipe(to_yaml(r), "resolved.yaml");
+  EXPECT_EQ(back.data.tokenizer, "t/tokenizer.json");
+  EXPECT_EQ(back.data.val_files, r.data.val_files);
+}

@@ -1,0 +1,36 @@
+// Horizon: the fused attention's CUDA kernels, as the host launches them (internal to
+// attention/cuda/). attn_cuda.cu picks the kernel family and owns the block counters;
+// attn_reference.cu holds the reference kernels, attn_mma.cu the tensor-core ones.
+//
+// Shapes (contiguous): q/out/gout/dq (B, H, Tq, D), k/v/dk/dv (B, Hkv, Tk, D), lse (B, H, Tq) in the
+// accumulation dtype A (f32, or f64 for f64 inputs), logn_c (H) in A or undefined, dc_rows
+// (B, H, Tq) in A. counters: 3 unsigned 64-bit integers on the device (forward blocks, forward
+// boundary blocks, backward blocks), added to atomically (integers: the order does not matter).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "attention/tiling.h"
+#include "core/tensor.h"
+
+namespace hz::attn::cuda_impl {
+
+using Counter = unsigned long long;
+
+// ---- reference kernels (attn_reference.cu): any floating dtype, any D <= kRefMaxD -------------
+constexpr int kRefMaxD = 256;
+void ref_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
+                 Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s);
+void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, Tensor& dq, Tensor& dk, Tensor& dv,
+                  Tensor* dc_rows, Counter* counters, cudaStream_t s);
+
+// ---- tensor-core kernels (attn_mma.cu): bf16, D 64 or 128 ----------------------------------------
+bool mma_supported(DType dt, int64_t D, int device);  // bf16, D 64/128, an sm_80+ GPU and binary
+AttnTiles mma_tiles(int64_t D);
+void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
+                 Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s);
+void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, Tensor& dq, Tensor& dk, Tensor& dv,
+                  Tensor* dc_rows, Counter* counters, cudaStream_t s);
+
+}  // namespace hz::attn::cuda_impl

@@ -1,0 +1,656 @@
+// Horizon: the fused attention's tensor-core kernels (bf16 inputs, fp32 accumulation, mma.sync
+// m16n8k16), written once over an execution context X so the same code runs as CUDA kernels
+// (attn_mma.cu, X = DeviceCta: inline PTX) and on the host through a warp emulator
+// (tests/attention/mma_emulator.h, X = EmuThread: ucontext fibers with collective ldmatrix, mma,
+// shuffles and delayed cp.async), which is how these kernels are tested on machines without a GPU.
+//
+// Legend as in tiling.h. A CTA has kWarps = 4 warps; fragment layouts are PTX's for
+// mma.m16n8k16.row.col.f32.bf16.bf16.f32 with lane = 4 g + tig (g = lane / 4 the fragment row,
+// tig = lane % 4 the column pair):
+//   A (16 x 16, row-major)  a0 = A[g][2tig..+1], a1 = A[g+8][2tig..], a2 = A[g][2tig+8..], a3 = A[g+8][2tig+8..]
+//   B (16 x 8, k x n)       b0 = B[2tig..+1][g], b1 = B[2tig+8..+9][g]
+//   C (16 x 8, f32)         c0,c1 = C[g][2tig..+1], c2,c3 = C[g+8][2tig..+1]
+// and ldmatrix.x4 (lanes 8m..8m+7 give the row addresses of 8x8 matrix m; without .trans lane t
+// receives row t/4, columns 2(t%4)..+1 of each matrix, with .trans column t/4, rows 2(t%4)..+1).
+// A C fragment of S (16 x 16 across two n-tiles) is an A fragment of the next product (P V) after
+// packing to bf16: a0 = S[nt][c0,c1], a1 = S[nt][c2,c3], a2 = S[nt+1][c0,c1], a3 = S[nt+1][c2,c3].
+//
+// Shared-memory tiles are row-major with a pitch of D + 8 bf16 (16 bytes of padding: the 8 rows an
+// ldmatrix reads fall in distinct bank groups). Global -> shared copies are cp.async of 16 bytes
+// (zero-filled outside the tensor), double-buffered along the loop.
+//
+// Kernels (one CTA per tile, every index from tiling.h):
+//   forward   CTA (b, h, query block of kBq = 16 kMT kWarps rows); loops over key_blocks() in
+//             kBk = 64 key tiles: S = Q K^T, logits (tiling.h coefficients, scale-invariant a_t /
+//             m_t from a per-block table of the t-range), mask on Boundary or ragged blocks only,
+//             online softmax in the log2 domain, O += P V. Writes out (bf16) and lse (f32).
+//   dQ        CTA as the forward (kMT = 1): S and dP = dO V^T recomputed, P = exp(L - lse),
+//             dS = P (dP - D_i), dQ += (dS * dL/d(q.k)) K; LogN's per-row dc.
+//   dK/dV     CTA (b, kv head, key block of 64 keys), one warp per 16 keys; loops over the G
+//             query heads of the group in order and their query_blocks() (kBqB rows): S^T = K Q^T,
+//             dP^T = V dO^T, dV += P^T dO, dK += dS^T Q. Counts the backward blocks.
+// No float atomics: every output element is owned by one thread, accumulated in a fixed order.
+#pragma once
+#include <math.h>
+
+#include <cstdint>
+
+#include "attention/tiling.h"
+
+#if defined(__CUDACC__)
+#define HZ_KBODY __device__ __forceinline__
+#define HZ_UNROLL _Pragma("unroll")  // fragment arrays must stay in registers: constant indices only
+#else
+#define HZ_KBODY inline
+#define HZ_UNROLL
+#endif
+
+namespace hz::attn::mma {
+
+using Counter = unsigned long long;
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// Pointers of one call (bf16 tensors as their 16-bit patterns; contiguous, shapes as in fused.h).
+struct Args {
+  const uint16_t* q = nullptr;     // (B, H, Tq, D)
+  const uint16_t* k = nullptr;     // (B, Hkv, Tk, D)
+  const uint16_t* v = nullptr;     // (B, Hkv, Tk, D)
+  const float* c = nullptr;        // LogN's c (H) or null
+  uint16_t* out = nullptr;         // (B, H, Tq, D)
+  float* lse = nullptr;            // (B, H, Tq), natural log
+  const uint16_t* gout = nullptr;  // dO (B, H, Tq, D)
+  const float* Dvec = nullptr;     // D_i = dO_i . O_i (B, H, Tq)
+  uint16_t* dq = nullptr;          // (B, H, Tq, D)
+  uint16_t* dk = nullptr;          // (B, Hkv, Tk, D)
+  uint16_t* dv = nullptr;          // (B, Hkv, Tk, D)
+  float* dc_rows = nullptr;        // LogN's dLoss/dc per row (B, H, Tq) or null
+  Counter* counters = nullptr;     // forward blocks, forward boundary blocks, backward blocks
+};
+
+// The tile configuration per head dim (the kernel lab's choice; dev/cuda/attention/NOTES.md):
+//   kFwdMT  m-tiles of 16 query rows per warp in the forward (query block = 64 kFwdMT rows);
+//   kDkvBq  query rows per step of the dK/dV kernel.
+// Key tiles are 64 everywhere; the dQ kernel has one m-tile per warp (64-row query blocks).
+template <int D>
+struct Config;
+template <>
+struct Config<64> {
+  static constexpr int kFwdMT = 2, kDkvBq = 64;
+};
+template <>
+struct Config<128> {
+  static constexpr int kFwdMT = 1, kDkvBq = 64;
+};
+
+template <int D>
+struct Tile {
+  static constexpr int kPitch = D + 8;               // bf16 per shared-memory row
+  static constexpr int kRowBytes = kPitch * 2;
+  static constexpr int kChunks = D / 8;              // 16-byte chunks per row
+};
+
+HZ_KBODY int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+HZ_KBODY int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+HZ_KBODY float fmaxf_(float a, float b) { return a > b ? a : b; }
+HZ_KBODY float ninf() { return -INFINITY; }
+
+// Copies rows [r0, r0 + nrows) of a (rows, D) bf16 matrix into a shared tile (pitch D + 8); rows
+// outside [0, rows) are zero-filled. Every thread of the CTA takes part.
+template <int D, class X>
+HZ_KBODY void load_tile(X& x, uint16_t* s, const uint16_t* g, int64_t r0, int nrows, int64_t rows) {
+  using T = Tile<D>;
+  for (int c = x.tid(); c < nrows * T::kChunks; c += kThreads) {
+    const int r = c / T::kChunks, col = (c % T::kChunks) * 8;
+    const int64_t gr = r0 + r;
+    const bool ok = gr >= 0 && gr < rows;
+    x.cp_async16(s + r * T::kPitch + col, g + (ok ? gr : 0) * D + col, ok);
+  }
+}
+
+// ldmatrix.x4 addresses (bf16 offsets into a tile) for the operand layouts above.
+// A operand, 16 rows from row0, 16 columns from col0 (also B operands loaded with .trans whose
+// rows are the k index: the matrices come out as (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15),
+// (k 8-15, n 8-15) = b0, b1 of n-tile 0 and b0, b1 of n-tile 1).
+template <int D>
+HZ_KBODY int frag_a_offset(int lane, int row0, int col0) {
+  return (row0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * Tile<D>::kPitch + col0 + 8 * (lane >> 4);
+}
+// B operand stored n-major (B[k][n] = tile[n][k], e.g. K for Q K^T): rows n0..n0+15, k from k0;
+// the matrices come out as b0, b1 of n-tile 0 and b0, b1 of n-tile 1.
+template <int D>
+HZ_KBODY int frag_bn_offset(int lane, int n0, int k0) {
+  return (n0 + (lane & 7) + 8 * (lane >> 4)) * Tile<D>::kPitch + k0 + 8 * ((lane >> 3) & 1);
+}
+
+template <class X>
+HZ_KBODY void pack_a(X& x, uint32_t (&a)[4], const float (&s0)[4], const float (&s1)[4]) {
+  a[0] = x.pack_bf16(s0[0], s0[1]);
+  a[1] = x.pack_bf16(s0[2], s0[3]);
+  a[2] = x.pack_bf16(s1[0], s1[1]);
+  a[3] = x.pack_bf16(s1[2], s1[3]);
+}
+
+// C (16 x N) += A (16 x D, rows a_row0.. of sA) * B^T (N x D, rows b_row0.. of sB): both tiles hold
+// rows of length D (Q K^T, dO V^T, K Q^T, V dO^T).
+template <int D, int N, class X>
+HZ_KBODY void gemm_nt(X& x, float (&c)[N / 8][4], const uint16_t* sA, int a_row0, const uint16_t* sB, int b_row0) {
+  const int lane = x.tid() & 31;
+  HZ_UNROLL
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[4];
+    x.ldsm_x4(a, sA + frag_a_offset<D>(lane, a_row0, ks * 16));
+    HZ_UNROLL
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t b[4];
+      x.ldsm_x4(b, sB + frag_bn_offset<D>(lane, b_row0 + np * 16, ks * 16));
+      x.mma(c[2 * np], a, b[0], b[1]);
+      x.mma(c[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+// C (16 x D) += A (16 x K, from C-fragment registers s, packed to bf16) * B (K x D, rows b_row0..
+// of sB holding rows of length D): P V, dS K, P^T dO, dS^T Q.
+template <int D, int K, class X>
+HZ_KBODY void gemm_rn(X& x, float (&c)[D / 8][4], const float (&s)[K / 8][4], const uint16_t* sB, int b_row0) {
+  const int lane = x.tid() & 31;
+  HZ_UNROLL
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t a[4];
+    pack_a(x, a, s[2 * kk], s[2 * kk + 1]);
+    HZ_UNROLL
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      x.ldsm_x4_t(b, sB + frag_a_offset<D>(lane, b_row0 + kk * 16, dp * 16));
+      x.mma(c[2 * dp], a, b[0], b[1]);
+      x.mma(c[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// The two products of a backward step for one warp's 16 rows (from row0 of sA1 and sA2): s = A1 B1^T
+// (scores) and dp = A2 B2^T (dO . v), both started from zero.
+template <int D, int N, class X>
+HZ_KBODY void scores_and_dp(X& x, float (&s)[N / 8][4], float (&dp)[N / 8][4], const uint16_t* sA1, const uint16_t* sB1,
+                            const uint16_t* sA2, const uint16_t* sB2, int row0) {
+  HZ_UNROLL
+  for (int nt = 0; nt < N / 8; ++nt)
+    HZ_UNROLL
+    for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+  gemm_nt<D, N>(x, s, sA1, row0, sB1, 0);
+  gemm_nt<D, N>(x, dp, sA2, row0, sB2, 0);
+}
+
+// Scale-invariant coefficients for distances t0 .. t0 + n - 1 (clamped at 0: negative distances
+// are masked anyway), scaled for the log2 domain: tab[2e] = a_t * scale * log2 e, tab[2e+1] = m_t log2 e.
+template <class X>
+HZ_KBODY void fill_si_table(X& x, float* tab, const AttnKernelParams& P, int64_t t0, int n) {
+  for (int e = x.tid(); e < n; e += kThreads) {
+    const int64_t t = t0 + e;
+    float a, m;
+    scale_invariant_coef<float>(static_cast<float>(t < 0 ? 0 : t), static_cast<float>(P.tau), a, m);
+    tab[2 * e] = a * static_cast<float>(P.scale) * kLog2e;
+    tab[2 * e + 1] = m * kLog2e;
+  }
+}
+
+// The head of one step of a double-buffered loop: once every warp is done with the other stage
+// (barrier), the next tile's copies go there (`prefetch`, when there is a next tile), the step's
+// scale-invariant table is filled (distances t0 .. t0 + ntab - 1), and after this stage's copies
+// have landed a second barrier makes them and the table visible to every warp.
+template <class X, class F>
+HZ_KBODY void pipeline_step(X& x, bool has_next, F&& prefetch, const AttnKernelParams& P, float* tab, int64_t t0,
+                            int ntab) {
+  x.sync();
+  if (has_next) prefetch();
+  x.cp_commit();
+  if (P.logit == LogitKind::ScaleInvariant) fill_si_table(x, tab, P, t0, ntab);
+  x.template cp_wait<1>();
+  x.sync();
+}
+
+// Key block kb of a query-major loop (forward, dQ): pipeline_step with the next block's K and V as
+// the prefetch; returns this block's K and V tiles, its first key and whether it needs masking
+// (Boundary, or ragged at the end of the keys: the zero-filled rows beyond Tk must not count).
+struct KvStep {
+  const uint16_t *k, *v;
+  int64_t j0;
+  bool masked;
+};
+template <int D, int kBq, int kBk, class X>
+HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const BlockSpan& span, int64_t kb, int64_t i0, uint16_t* sK,
+                        uint16_t* sV, const uint16_t* kg, const uint16_t* vg, float* sT) {
+  constexpr int kStage = kBk * Tile<D>::kPitch;
+  const int st = static_cast<int>((kb - span.first) & 1);
+  const int64_t j0 = kb * kBk;
+  pipeline_step(
+      x, kb < span.last,
+      [&] {
+        load_tile<D>(x, sK + (st ^ 1) * kStage, kg, j0 + kBk, kBk, P.Tk);
+        load_tile<D>(x, sV + (st ^ 1) * kStage, vg, j0 + kBk, kBk, P.Tk);
+      },
+      P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1);
+  return {sK + st * kStage, sV + st * kStage, j0, block_class(span, kb) == BlockClass::Boundary || j0 + kBk > P.Tk};
+}
+
+// Row scale r_i (row factor times LogN's c_h) for row i (0 outside [0, Tq)).
+HZ_KBODY float row_r(const AttnKernelParams& P, const float* c, int64_t h, int64_t i) {
+  if (i < 0 || i >= P.Tq) return 0.0f;
+  const float f = row_factor<float>(P, h, i);
+  return P.logit == LogitKind::LogN ? f * c[h] : f;
+}
+
+// ---- forward ----------------------------------------------------------------------------------------
+template <int D, int kMT>
+struct FwdShape {
+  static constexpr int kBq = 16 * kMT * kWarps, kBk = 64;
+  static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
+  static constexpr int kSmem = (kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4;
+};
+
+template <int D, int kMT, class X>
+HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
+  using S = FwdShape<D, kMT>;
+  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
+  const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+  const QueryTile tile = query_tile(P, cta, kBq);
+  const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
+  const uint16_t* qg = a.q + (b * P.H + h) * P.Tq * D;
+  const uint16_t* kg = a.k + (b * P.Hkv + hk) * P.Tk * D;
+  const uint16_t* vg = a.v + (b * P.Hkv + hk) * P.Tk * D;
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sK = sQ + kBq * kPitch;   // 2 stages
+  uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
+  float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
+
+  const BlockSpan span = key_blocks(P, h, i0, i1, kBk);
+  if (tid == 0) {
+    x.add_counter(&a.counters[0], static_cast<Counter>(span_blocks(span)));
+    x.add_counter(&a.counters[1], static_cast<Counter>(span_blocks(span) - span_full_blocks(span)));
+  }
+  if (span_blocks(span) == 0) {  // no row of this block sees a key
+    for (int64_t e = tid; e < (i1 - i0 + 1) * D; e += kThreads) a.out[((b * P.H + h) * P.Tq + i0) * D + e] = 0;
+    for (int64_t i = i0 + tid; i <= i1; i += kThreads) a.lse[(b * P.H + h) * P.Tq + i] = ninf();
+    return;
+  }
+  load_tile<D>(x, sQ, qg, i0, kBq, P.Tq);
+  load_tile<D>(x, sK, kg, span.first * kBk, kBk, P.Tk);
+  load_tile<D>(x, sV, vg, span.first * kBk, kBk, P.Tk);
+  x.cp_commit();
+
+  // this thread's rows: r = warp * 16 kMT + mt * 16 + g + 8 hh
+  float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2];
+  int64_t lo[kMT][2], hi[kMT][2];
+  HZ_UNROLL
+  for (int mt = 0; mt < kMT; ++mt)
+    HZ_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t i = i0 + warp * 16 * kMT + mt * 16 + g + 8 * hh;
+      const IndexRange kr = i < P.Tq ? key_range(P, h, i) : IndexRange{1, 0};
+      lo[mt][hh] = kr.lo;
+      hi[mt][hh] = kr.hi;
+      rr[mt][hh] = row_r(P, a.c, h, i);
+      rs[mt][hh] = rr[mt][hh] * static_cast<float>(P.scale) * kLog2e;
+      m[mt][hh] = ninf();
+      l[mt][hh] = 0.0f;
+    }
+  float o[kMT][kDT][4];
+  HZ_UNROLL
+  for (int mt = 0; mt < kMT; ++mt)
+    HZ_UNROLL
+    for (int dt = 0; dt < kDT; ++dt)
+      HZ_UNROLL
+      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.0f;
+  const bool si = P.logit == LogitKind::ScaleInvariant;
+  const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
+
+  for (int64_t kb = span.first; kb <= span.last; ++kb) {
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT);
+    const uint16_t* sKs = step.k;
+    const uint16_t* sVs = step.v;
+    const int64_t j0 = step.j0;
+    const bool masked = step.masked;
+
+    float s[kMT][kNT][4];
+    HZ_UNROLL
+    for (int mt = 0; mt < kMT; ++mt) {
+      HZ_UNROLL
+      for (int nt = 0; nt < kNT; ++nt)
+        HZ_UNROLL
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+      gemm_nt<D, kBk>(x, s[mt], sQ, warp * 16 * kMT + mt * 16, sKs, 0);
+    }
+    HZ_UNROLL
+    for (int mt = 0; mt < kMT; ++mt)
+      HZ_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        // 32-bit coordinates inside the block: column c is key j0 + c; distance t = tb - c; the
+        // table entry of (row, c) is te0 - c (t0 is the smallest distance of the block pair)
+        const int rloc = warp * 16 * kMT + mt * 16 + g + 8 * hh;
+        const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
+        const int te0 = rloc + kBk - 1;
+        const int lo_c = static_cast<int>(imax(-1, imin(kBk, lo[mt][hh] - j0)));
+        const int hi_c = static_cast<int>(imax(-1, imin(kBk, hi[mt][hh] - j0)));
+        float mx = m[mt][hh];
+        HZ_UNROLL
+        for (int nt = 0; nt < kNT; ++nt)
+          HZ_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const int col = nt * 8 + 2 * tig + e;
+            float& val = s[mt][nt][2 * hh + e];
+            float L;
+            if (si) {
+              L = rr[mt][hh] * sT[2 * (te0 - col)] * val + sT[2 * (te0 - col) + 1];
+            } else {
+              L = rs[mt][hh] * val;
+            }
+            if (P.alibi) L -= slope2 * (tb - static_cast<float>(col));
+            if (masked && (col < lo_c || col > hi_c)) L = ninf();
+            val = L;
+            mx = fmaxf_(mx, L);
+          }
+        mx = fmaxf_(mx, x.shfl_xor(mx, 1));
+        mx = fmaxf_(mx, x.shfl_xor(mx, 2));
+        const float base = mx == ninf() ? 0.0f : mx;  // a row masked so far keeps p = 0
+        const float corr = x.exp2(m[mt][hh] - base);
+        m[mt][hh] = mx;
+        float sum = 0.0f;
+        HZ_UNROLL
+        for (int nt = 0; nt < kNT; ++nt)
+          HZ_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            float& val = s[mt][nt][2 * hh + e];
+            val = x.exp2(val - base);
+            sum += val;
+          }
+        l[mt][hh] = l[mt][hh] * corr + sum;
+        HZ_UNROLL
+        for (int dt = 0; dt < kDT; ++dt) {
+          o[mt][dt][2 * hh] *= corr;
+          o[mt][dt][2 * hh + 1] *= corr;
+        }
+      }
+    HZ_UNROLL
+    for (int mt = 0; mt < kMT; ++mt) gemm_rn<D, kBk>(x, o[mt], s[mt], sVs, 0);
+  }
+
+  HZ_UNROLL
+  for (int mt = 0; mt < kMT; ++mt)
+    HZ_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      float sum = l[mt][hh];
+      sum += x.shfl_xor(sum, 1);
+      sum += x.shfl_xor(sum, 2);
+      const int64_t i = i0 + warp * 16 * kMT + mt * 16 + g + 8 * hh;
+      if (i >= P.Tq) continue;
+      const int64_t row = (b * P.H + h) * P.Tq + i;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      uint32_t* orow = reinterpret_cast<uint32_t*>(a.out + row * D);
+      HZ_UNROLL
+      for (int dt = 0; dt < kDT; ++dt)
+        orow[dt * 4 + tig] = x.pack_bf16(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
+      if (tig == 0) a.lse[row] = sum > 0.0f ? (m[mt][hh] + x.log2(sum)) * kLn2 : ninf();
+    }
+}
+
+// ---- backward: dQ ------------------------------------------------------------------------------------
+template <int D>
+struct DqShape {
+  static constexpr int kBq = 16 * kWarps, kBk = 64;
+  static constexpr int kTab = kBq + kBk - 1;
+  static constexpr int kSmem = (2 * kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4;
+};
+
+template <int D, class X>
+HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
+  using S = DqShape<D>;
+  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
+  const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+  const QueryTile tile = query_tile(P, cta, kBq);
+  const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
+  const int64_t hrow = (b * P.H + h) * P.Tq;
+  const uint16_t* kg = a.k + (b * P.Hkv + hk) * P.Tk * D;
+  const uint16_t* vg = a.v + (b * P.Hkv + hk) * P.Tk * D;
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sG = sQ + kBq * kPitch;      // dO
+  uint16_t* sK = sG + kBq * kPitch;      // 2 stages
+  uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
+  float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
+
+  const BlockSpan span = key_blocks(P, h, i0, i1, kBk);
+  load_tile<D>(x, sQ, a.q + hrow * D, i0, kBq, P.Tq);
+  load_tile<D>(x, sG, a.gout + hrow * D, i0, kBq, P.Tq);
+  if (span_blocks(span) > 0) {
+    load_tile<D>(x, sK, kg, span.first * kBk, kBk, P.Tk);
+    load_tile<D>(x, sV, vg, span.first * kBk, kBk, P.Tk);
+  }
+  x.cp_commit();
+
+  float rr[2], rs[2], lse2[2], Di[2], f[2], dcp[2];
+  int64_t lo[2], hi[2];
+  HZ_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t i = i0 + warp * 16 + g + 8 * hh;
+    const bool in = i < P.Tq;
+    const IndexRange kr = in ? key_range(P, h, i) : IndexRange{1, 0};
+    lo[hh] = kr.lo;
+    hi[hh] = kr.hi;
+    rr[hh] = row_r(P, a.c, h, i);
+    rs[hh] = rr[hh] * static_cast<float>(P.scale) * kLog2e;
+    f[hh] = in ? row_factor<float>(P, h, i) : 0.0f;
+    const float ls = in ? a.lse[hrow + i] : ninf();
+    lse2[hh] = ls == ninf() ? INFINITY : ls * kLog2e;  // rows without keys: every p = 0
+    Di[hh] = in ? a.Dvec[hrow + i] : 0.0f;
+    dcp[hh] = 0.0f;
+  }
+  float acc[kDT][4];
+  HZ_UNROLL
+  for (int dt = 0; dt < kDT; ++dt)
+    HZ_UNROLL
+    for (int e = 0; e < 4; ++e) acc[dt][e] = 0.0f;
+  const bool si = P.logit == LogitKind::ScaleInvariant, logn = P.logit == LogitKind::LogN;
+  const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
+  const float scale = static_cast<float>(P.scale);
+
+  for (int64_t kb = span.first; kb <= span.last; ++kb) {
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT);
+    const uint16_t* sKs = step.k;
+    const uint16_t* sVs = step.v;
+    const int64_t j0 = step.j0;
+    const bool masked = step.masked;
+
+    float s[kNT][4], dp[kNT][4];
+    scores_and_dp<D, kBk>(x, s, dp, sQ, sKs, sG, sVs, warp * 16);  // q . k and dO . v
+    HZ_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      const int rloc = warp * 16 + g + 8 * hh;  // block coordinates as in the forward
+      const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
+      const int te0 = rloc + kBk - 1;
+      const int lo_c = static_cast<int>(imax(-1, imin(kBk, lo[hh] - j0)));
+      const int hi_c = static_cast<int>(imax(-1, imin(kBk, hi[hh] - j0)));
+      HZ_UNROLL
+      for (int nt = 0; nt < kNT; ++nt)
+        HZ_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const int col = nt * 8 + 2 * tig + e;
+          float& val = s[nt][2 * hh + e];
+          float mul2, add2 = 0.0f;
+          if (si) {
+            mul2 = rr[hh] * sT[2 * (te0 - col)];
+            add2 = sT[2 * (te0 - col) + 1];
+          } else {
+            mul2 = rs[hh];
+          }
+          if (P.alibi) add2 -= slope2 * (tb - static_cast<float>(col));
+          const bool vis = !masked || (col >= lo_c && col <= hi_c);
+          const float p = vis ? x.exp2(mul2 * val + add2 - lse2[hh]) : 0.0f;
+          const float ds = p * (dp[nt][2 * hh + e] - Di[hh]);  // dLoss/dL
+          if (logn) dcp[hh] += ds * f[hh] * scale * val;         // L = c ln(n) scale q.k
+          val = ds * mul2 * kLn2;                                // dLoss/d(q . k)
+        }
+    }
+    gemm_rn<D, kBk>(x, acc, s, sKs, 0);  // dQ += dS' K
+  }
+  x.template cp_wait<0>();  // nothing may stay in flight (a CTA whose rows see no key loaded Q, dO only)
+
+  HZ_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    float dc = dcp[hh];
+    dc += x.shfl_xor(dc, 1);
+    dc += x.shfl_xor(dc, 2);
+    const int64_t i = i0 + warp * 16 + g + 8 * hh;
+    if (i >= P.Tq) continue;
+    uint32_t* drow = reinterpret_cast<uint32_t*>(a.dq + (hrow + i) * D);
+    HZ_UNROLL
+    for (int dt = 0; dt < kDT; ++dt) drow[dt * 4 + tig] = x.pack_bf16(acc[dt][2 * hh], acc[dt][2 * hh + 1]);
+    if (a.dc_rows != nullptr && tig == 0) a.dc_rows[hrow + i] = dc;
+  }
+}
+
+// ---- backward: dK, dV ------------------------------------------------------------------------------
+template <int D, int kBqB>
+struct DkvShape {
+  static constexpr int kBk = 16 * kWarps, kBq = kBqB;
+  static constexpr int kTab = kBq + kBk - 1;
+  // K, V (once), Q and dO (2 stages each), per-row lse2 / D / r / r*scale*log2e (2 stages), table
+  static constexpr int kSmem = (2 * kBk + 4 * kBq) * Tile<D>::kRowBytes + 2 * 4 * kBq * 4 + 2 * kTab * 4;
+};
+
+template <int D, int kBqB, class X>
+HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
+  using S = DkvShape<D, kBqB>;
+  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
+  const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+  const KeyTile tile = key_tile(P, cta, kBk);
+  const int64_t b = tile.b, hk = tile.hk, j0 = tile.j0, j1 = tile.j1;
+  const int64_t krow = (b * P.Hkv + hk) * P.Tk;
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sV = sK + kBk * kPitch;
+  uint16_t* sQ = sV + kBk * kPitch;    // 2 stages
+  uint16_t* sG = sQ + 2 * kBq * kPitch;  // 2 stages
+  float* sRow = reinterpret_cast<float*>(sG + 2 * kBq * kPitch);  // [2][4][kBq]
+  float* sT = sRow + 2 * 4 * kBq;
+
+  // the (head, query block) pairs of the group, in order: heads h = hk G + gh, query_blocks()
+  int64_t n_pairs = 0;
+  for (int64_t gh = 0; gh < P.G; ++gh) n_pairs += span_blocks(query_blocks(P, hk * P.G + gh, j0, j1, kBq));
+  if (tid == 0) x.add_counter(&a.counters[2], static_cast<Counter>(n_pairs));
+  // cursor over the pairs
+  struct Cursor {
+    int64_t gh, qb;
+    BlockSpan span;
+  };
+  auto first_pair = [&](int64_t gh) {
+    Cursor c{gh, 0, {0, -1, 0, -1}};
+    for (; c.gh < P.G; ++c.gh) {
+      c.span = query_blocks(P, hk * P.G + c.gh, j0, j1, kBq);
+      if (span_blocks(c.span) > 0) {
+        c.qb = c.span.first;
+        return c;
+      }
+    }
+    return c;
+  };
+  auto next_pair = [&](Cursor c) {
+    if (c.qb < c.span.last) {
+      ++c.qb;
+      return c;
+    }
+    return first_pair(c.gh + 1);
+  };
+  // loads Q, dO tiles of a pair into a stage, and its per-row data (plain stores)
+  auto load_pair = [&](const Cursor& c, int stage) {
+    const int64_t h = hk * P.G + c.gh, hrow = (b * P.H + h) * P.Tq, q0 = c.qb * kBq;
+    load_tile<D>(x, sQ + stage * kBq * kPitch, a.q + hrow * D, q0, kBq, P.Tq);
+    load_tile<D>(x, sG + stage * kBq * kPitch, a.gout + hrow * D, q0, kBq, P.Tq);
+    float* rowd = sRow + stage * 4 * kBq;
+    for (int r = tid; r < kBq; r += kThreads) {
+      const int64_t i = q0 + r;
+      const bool in = i < P.Tq;
+      const float rr = row_r(P, a.c, h, i);
+      rowd[r] = in ? a.lse[hrow + i] * kLog2e : 0.0f;  // rows that see these keys have a finite lse
+      rowd[kBq + r] = in ? a.Dvec[hrow + i] : 0.0f;
+      rowd[2 * kBq + r] = rr;
+      rowd[3 * kBq + r] = rr * static_cast<float>(P.scale) * kLog2e;
+    }
+  };
+
+  load_tile<D>(x, sK, a.k + krow * D, j0, kBk, P.Tk);
+  load_tile<D>(x, sV, a.v + krow * D, j0, kBk, P.Tk);
+  Cursor cur = first_pair(0);
+  if (n_pairs > 0) load_pair(cur, 0);
+  x.cp_commit();
+
+  float dk[kDT][4], dv[kDT][4];
+  HZ_UNROLL
+  for (int dt = 0; dt < kDT; ++dt)
+    HZ_UNROLL
+    for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
+  const bool si = P.logit == LogitKind::ScaleInvariant;
+
+  for (int64_t n = 0; n < n_pairs; ++n) {
+    const int st = static_cast<int>(n & 1);
+    const int64_t h = hk * P.G + cur.gh, q0 = cur.qb * kBq;
+    const int64_t t0 = P.q_offset + q0 - (j0 + kBk - 1);  // smallest distance of the pair
+    const Cursor nxt = next_pair(cur);
+    pipeline_step(x, n + 1 < n_pairs, [&] { load_pair(nxt, st ^ 1); }, P, sT, t0, S::kTab);
+    const uint16_t* sQs = sQ + st * kBq * kPitch;
+    const uint16_t* sGs = sG + st * kBq * kPitch;
+    const float* rowd = sRow + st * 4 * kBq;
+    const bool masked = block_class(cur.span, cur.qb) == BlockClass::Boundary || q0 + kBq > P.Tq || j0 + kBk > P.Tk;
+    const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
+
+    float s[kNT][4], dp[kNT][4];  // rows: this warp's 16 keys; columns: the kBq queries
+    scores_and_dp<D, kBq>(x, s, dp, sK, sQs, sV, sGs, warp * 16);  // k . q and v . dO
+    HZ_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      // rows are keys here: key j = j0 + kloc, column r is query q0 + r, distance t = tb + r
+      const int kloc = warp * 16 + g + 8 * hh;
+      const int64_t j = j0 + kloc;
+      const IndexRange qr = j < P.Tk ? query_range(P, h, j) : IndexRange{1, 0};
+      const float tb = static_cast<float>(P.q_offset + q0 - j);
+      const int te0 = kBk - 1 - kloc;  // table entry of column r: te0 + r
+      const int lo_c = static_cast<int>(imax(-1, imin(kBq, qr.lo - q0)));
+      const int hi_c = static_cast<int>(imax(-1, imin(kBq, qr.hi - q0)));
+      HZ_UNROLL
+      for (int nt = 0; nt < kNT; ++nt)
+        HZ_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const int r = nt * 8 + 2 * tig + e;
+          float& val = s[nt][2 * hh + e];
+          float mul2, add2 = 0.0f;
+          if (si) {
+            mul2 = rowd[2 * kBq + r] * sT[2 * (te0 + r)];
+            add2 = sT[2 * (te0 + r) + 1];
+          } else {
+            mul2 = rowd[3 * kBq + r];
+          }
+          if (P.alibi) add2 -= slope2 * (tb + static_cast<float>(r));
+          const bool vis = !masked || (r >= lo_c && r <= hi_c);
+          const float p = vis ? x.exp2(mul2 * val + add2 - rowd[r]) : 0.0f;
+          const float ds = p * (dp[nt][2 * hh + e] - rowd[kBq + r]);
+          val = p;                               // P^T for dV
+          dp[nt][2 * hh + e] = ds * mul2 * kLn2;  // dS'^T for dK
+        }
+    }
+    gemm_rn<D, kBq>(x, dv, s, sGs, 0);   // dV += P^T dO
+    gemm_rn<D, kBq>(x, dk, dp, sQs, 0);  // dK += dS'^T Q
+    cur = nxt;
+  }
+  x.template cp_wait<0>();
+
+  HZ_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t j = j0 + warp * 16 + g + 8 * hh;
+    if (j >= P.Tk) continue;
+    uint32_t* krw = reinterpret_cast<uint32_t*>(a.dk + (krow + j) * D);
+    uint32_t* vrw = reinterpret_cast<uint32_t*>(a.dv + (krow + j) * D);
+    HZ_UNROLL
+    for (int dt = 0; dt < kDT; ++dt) {
+      krw[dt * 4 + tig] = x.pack_bf16(dk[dt][2 * hh], dk[dt][2 * hh + 1]);
+      vrw[dt * 4 + tig] = x.pack_bf16(dv[dt][2 * hh], dv[dt][2 * hh + 1]);
+    }
+  }
+}
+
+}  // namespace hz::attn::mma

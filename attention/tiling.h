@@ -1,0 +1,264 @@
+// Horizon: the index and coefficient arithmetic of the fused attention op, written once as plain
+// __host__ __device__ functions over a POD parameter struct. The CPU kernel (fused_cpu.cpp), the
+// CUDA kernels (attention/cuda/) and the cost accounting (accounting.cpp) all call these, so both
+// devices mask, skip and classify exactly the same blocks (tests/attention/tiling_test.cpp checks
+// every function against brute force over (i, j)).
+//
+// Legend: B batch, H query heads, Hkv key/value heads (G = H / Hkv query heads per kv head; query
+// head h reads kv head h / G), Tq queries, Tk keys, D head dim; i a query row (0-based, i < Tq),
+// j a key (0 <= j < Tk), Bq x Bk the tiles (query rows x keys) of a block.
+//
+// Alignment: query row i sits at absolute position p_i = q_offset + i, key j at position j. The op
+// resolves q_offset = Tk - Tq by default (the queries are the LAST Tq positions: decoding, chunked
+// prefill, LaMPE regions). Distance t = p_i - j.
+//
+// Mask: key j is visible to row i of head h iff
+//     key_begin <= j < key_end,   t >= min_distance (>= 0, so causal),   t < window[h] if window[h] > 0.
+// Row i's visible keys form the interval key_range(i) = [lo_i, hi_i] (empty when lo_i > hi_i) with
+//     lo_i = max(key_begin, p_i - window + 1),   hi_i = min(key_end - 1, p_i - min_distance).
+// Both ends grow by at most one per row, so (1) the rows with a visible key form an interval
+// (nonempty_rows), (2) the visible keys of a run of consecutive rows form one interval, and a query
+// block touches exactly the key blocks from the first nonempty row's lo to the last's hi
+// (key_blocks), and (3) the transpose holds too: the rows that see key j are an interval
+// (query_range), used by the key-major backward. A block is Full when every (i, j) in it is
+// visible (no masking needed), Boundary when some are, Skip when none are: a kernel never reads a
+// Skip block.
+//
+// Logits: L_ij = r_i * a_t * s_ij + m_t - slope_h * t,  s_ij = scale * q_i . k_j, with
+//   identity        r = 1,                                    a = 1, m = 0;
+//   scale_invariant a_t = sqrt(2 ln(1 + t/tau) + 1), m_t = -2 ln(1 + t/tau) (computed with log1p);
+//   logn            r = c_h ln(n_i), n_i the number of visible keys of row i (c_h per head, learned
+//                   or fixed; row_factor() returns ln(n_i), the kernels multiply by c_h);
+//   swan_row        r = ln(swan_a + p_i) / ln(swan_a);
+//   temperature     r = beta;
+//   ALiBi (position encoding alibi) adds -slope_h * t to any of them.
+#pragma once
+#include <math.h>
+
+#include <cstdint>
+
+#include "attention/spec.h"
+#include "core/hd.h"
+#include "core/math.h"
+
+namespace hz::attn {
+
+constexpr int kMaxAttnHeads = 128;  // per-head windows and slopes travel inside the parameters
+
+// Everything a kernel needs, resolved once per call by make_kernel_params() (fused.h). Plain old
+// data: passed by value to CUDA kernels.
+struct AttnKernelParams {
+  int64_t B = 0, H = 0, Hkv = 0, G = 0, Tq = 0, Tk = 0, D = 0;
+  int64_t q_offset = 0;               // absolute position of query row 0
+  int64_t key_begin = 0, key_end = 0; // resolved: 0 <= key_begin, key_end <= Tk
+  int64_t min_distance = 0;           // >= 0
+  int64_t block_q = 64, block_k = 64; // tiles of the CPU kernel and the CUDA reference kernels
+  LogitKind logit = LogitKind::Identity;
+  bool alibi = false;
+  double scale = 1.0;                 // 1/sqrt(D) unless given
+  double tau = 10.0, swan_a = 362.0, beta = 1.0;
+  int64_t window[kMaxAttnHeads] = {};  // per query head, 0 = unbounded
+  double slope[kMaxAttnHeads] = {};    // ALiBi slope per query head (used when alibi)
+};
+
+// The tiles (query rows x keys) of a call's forward and backward kernels.
+struct AttnTiles {
+  int64_t fwd_q, fwd_k, bwd_q, bwd_k;
+  bool tensor_core = false;
+};
+
+struct IndexRange {  // [lo, hi], empty when lo > hi
+  int64_t lo, hi;
+};
+HZ_HD bool range_empty(IndexRange r) { return r.lo > r.hi; }
+
+// ---- masks -------------------------------------------------------------------------------------
+// Visible keys of query row i of head h.
+HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t h, int64_t i) {
+  const int64_t pos = p.q_offset + i, w = p.window[h];
+  int64_t lo = p.key_begin, hi = pos - p.min_distance;
+  if (w > 0 && pos - w + 1 > lo) lo = pos - w + 1;
+  if (p.key_end - 1 < hi) hi = p.key_end - 1;
+  return {lo, hi};
+}
+HZ_HD int64_t visible_count(const AttnKernelParams& p, int64_t h, int64_t i) {
+  const IndexRange r = key_range(p, h, i);
+  return r.hi >= r.lo ? r.hi - r.lo + 1 : 0;
+}
+// Query rows of head h that see key j (the transpose of key_range), clamped to [0, Tq).
+HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t h, int64_t j) {
+  if (j < p.key_begin || j >= p.key_end) return {0, -1};
+  const int64_t w = p.window[h];
+  int64_t lo = j + p.min_distance - p.q_offset, hi = p.Tq - 1;
+  if (lo < 0) lo = 0;
+  if (w > 0 && j + w - 1 - p.q_offset < hi) hi = j + w - 1 - p.q_offset;
+  return {lo, hi};
+}
+// Query rows of head h with at least one visible key (an interval, see the header comment).
+HZ_HD IndexRange nonempty_rows(const AttnKernelParams& p, int64_t h) {
+  const int64_t w = p.window[h];
+  if (p.key_begin >= p.key_end || (w > 0 && p.min_distance > w - 1)) return {0, -1};
+  int64_t lo = p.key_begin + p.min_distance - p.q_offset, hi = p.Tq - 1;
+  if (lo < 0) lo = 0;
+  if (w > 0 && p.key_end + w - 2 - p.q_offset < hi) hi = p.key_end + w - 2 - p.q_offset;
+  return {lo, hi};
+}
+// Keys of head h seen by at least one query row.
+HZ_HD IndexRange nonempty_keys(const AttnKernelParams& p, int64_t h) {
+  const int64_t w = p.window[h];
+  if (p.Tq <= 0 || (w > 0 && p.min_distance > w - 1)) return {0, -1};
+  int64_t lo = p.key_begin, hi = p.key_end - 1;
+  if (w > 0 && p.q_offset - w + 1 > lo) lo = p.q_offset - w + 1;
+  if (p.Tq - 1 + p.q_offset - p.min_distance < hi) hi = p.Tq - 1 + p.q_offset - p.min_distance;
+  return {lo, hi};
+}
+
+// ---- blocks ------------------------------------------------------------------------------------
+enum class BlockClass : uint8_t { Skip, Boundary, Full };
+
+// The blocks one tile meets along the other axis: [first, last] are visited (each holds a visible
+// entry), those in [full_first, full_last] are Full, the rest of [first, last] Boundary.
+struct BlockSpan {
+  int64_t first, last, full_first, full_last;
+};
+HZ_HD BlockClass block_class(const BlockSpan& s, int64_t b) {
+  if (b < s.first || b > s.last) return BlockClass::Skip;
+  return b >= s.full_first && b <= s.full_last ? BlockClass::Full : BlockClass::Boundary;
+}
+HZ_HD int64_t span_blocks(const BlockSpan& s) { return s.last >= s.first ? s.last - s.first + 1 : 0; }
+HZ_HD int64_t span_full_blocks(const BlockSpan& s) {
+  const int64_t a = s.full_first > s.first ? s.full_first : s.first;
+  const int64_t b = s.full_last < s.last ? s.full_last : s.last;
+  return b >= a ? b - a + 1 : 0;
+}
+
+namespace detail {
+// Blocks of size n over [0, extent) met by the union [u_lo, u_hi] of monotone intervals, and fully
+// inside their common part [c_lo, c_hi] (only when `all_nonempty`).
+HZ_HD BlockSpan span_of(int64_t u_lo, int64_t u_hi, bool all_nonempty, int64_t c_lo, int64_t c_hi, int64_t n,
+                        int64_t extent) {
+  BlockSpan s{u_lo / n, u_hi / n, 0, -1};
+  if (all_nonempty && c_lo <= c_hi) {
+    s.full_first = (c_lo + n - 1) / n;
+    s.full_last = c_hi == extent - 1 ? c_hi / n : (c_hi + 1) / n - 1;
+  }
+  return s;
+}
+}  // namespace detail
+
+namespace detail {
+// The two directions of the same interval structure: rows -> their visible keys (forward, dQ) and
+// keys -> the rows that see them (the key-major dK/dV pass).
+struct RowsToKeys {
+  HZ_HD static IndexRange nonempty(const AttnKernelParams& p, int64_t h) { return nonempty_rows(p, h); }
+  HZ_HD static IndexRange range(const AttnKernelParams& p, int64_t h, int64_t i) { return key_range(p, h, i); }
+  HZ_HD static int64_t extent(const AttnKernelParams& p) { return p.Tk; }
+};
+struct KeysToRows {
+  HZ_HD static IndexRange nonempty(const AttnKernelParams& p, int64_t h) { return nonempty_keys(p, h); }
+  HZ_HD static IndexRange range(const AttnKernelParams& p, int64_t h, int64_t j) { return query_range(p, h, j); }
+  HZ_HD static int64_t extent(const AttnKernelParams& p) { return p.Tq; }
+};
+// Blocks of size n along the other axis met by [a0, a1] of this axis: from the first nonempty
+// index's range start to the last one's range end; Full inside the common part of every range
+// when all of [a0, a1] is nonempty.
+template <class Axis>
+HZ_HD BlockSpan blocks_across(const AttnKernelParams& p, int64_t h, int64_t a0, int64_t a1, int64_t n) {
+  const IndexRange ne = Axis::nonempty(p, h);
+  const int64_t a = a0 > ne.lo ? a0 : ne.lo, b = a1 < ne.hi ? a1 : ne.hi;
+  if (a > b) return {0, -1, 0, -1};
+  return span_of(Axis::range(p, h, a).lo, Axis::range(p, h, b).hi, a == a0 && b == a1, Axis::range(p, h, a1).lo,
+                 Axis::range(p, h, a0).hi, n, Axis::extent(p));
+}
+}  // namespace detail
+
+// Key blocks (size Bk) met by query rows [i0, i1] of head h.
+HZ_HD BlockSpan key_blocks(const AttnKernelParams& p, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
+  return detail::blocks_across<detail::RowsToKeys>(p, h, i0, i1, Bk);
+}
+// Query blocks (size Bq) met by keys [j0, j1] of head h (the key-major backward's loop).
+HZ_HD BlockSpan query_blocks(const AttnKernelParams& p, int64_t h, int64_t j0, int64_t j1, int64_t Bq) {
+  return detail::blocks_across<detail::KeysToRows>(p, h, j0, j1, Bq);
+}
+HZ_HD int64_t num_blocks(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
+
+// The work of thread block `cta` in the kernels' grids: B * H query tiles of Bq rows (query block
+// fastest: the forward and dQ), or B * Hkv key tiles of Bk keys (dK/dV).
+struct QueryTile {
+  int64_t b, h, hk, i0, i1;  // batch, query head, its kv head, rows [i0, i1]
+};
+HZ_HD QueryTile query_tile(const AttnKernelParams& p, int64_t cta, int64_t Bq) {
+  const int64_t n = num_blocks(p.Tq, Bq), bh = cta / n;
+  QueryTile t;
+  t.h = bh % p.H;
+  t.b = bh / p.H;
+  t.hk = t.h / p.G;
+  t.i0 = (cta % n) * Bq;
+  t.i1 = (t.i0 + Bq < p.Tq ? t.i0 + Bq : p.Tq) - 1;
+  return t;
+}
+struct KeyTile {
+  int64_t b, hk, j0, j1;  // batch, kv head, keys [j0, j1]
+};
+HZ_HD KeyTile key_tile(const AttnKernelParams& p, int64_t cta, int64_t Bk) {
+  const int64_t n = num_blocks(p.Tk, Bk), bh = cta / n;
+  KeyTile t;
+  t.hk = bh % p.Hkv;
+  t.b = bh / p.Hkv;
+  t.j0 = (cta % n) * Bk;
+  t.j1 = (t.j0 + Bk < p.Tk ? t.j0 + Bk : p.Tk) - 1;
+  return t;
+}
+
+// ---- logit coefficients ---------------------------------------------------------------------------
+// Scale-invariant a_t and m_t (SPEC.md seed 003), in F arithmetic.
+template <class F>
+HZ_HD void scale_invariant_coef(F t, F tau, F& a, F& m) {
+  const F l = math::log1p_(t / tau);
+  a = math::sqrt_(F(2) * l + F(1));
+  m = F(-2) * l;
+}
+
+// SWAN's row scale g(n) = ln(a + n) / ln(a) for a query at position n.
+template <class F>
+HZ_HD F swan_scale(F a, F n) {
+  return math::log_(a + n) / math::log_(a);
+}
+
+// Row factor r_i without LogN's c_h (see the header comment).
+template <class F>
+HZ_HD F row_factor(const AttnKernelParams& p, int64_t h, int64_t i) {
+  switch (p.logit) {
+    case LogitKind::LogN: {
+      const int64_t n = visible_count(p, h, i);
+      return n > 0 ? math::log_(static_cast<F>(n)) : F(0);
+    }
+    case LogitKind::SwanRow: return swan_scale<F>(static_cast<F>(p.swan_a), static_cast<F>(p.q_offset + i));
+    case LogitKind::Temperature: return static_cast<F>(p.beta);
+    default: return F(1);
+  }
+}
+
+// L = mul * s + add for a visible entry at distance t of a row with scale r (row factor times c_h).
+template <class F>
+struct LogitCoef {
+  F mul, add;
+};
+template <class F>
+HZ_HD LogitCoef<F> logit_coef(const AttnKernelParams& p, int64_t h, F r, int64_t t) {
+  LogitCoef<F> c{r, F(0)};
+  if (p.logit == LogitKind::ScaleInvariant) {
+    F a, m;
+    scale_invariant_coef(static_cast<F>(t), static_cast<F>(p.tau), a, m);
+    c.mul = r * a;
+    c.add = m;
+  }
+  if (p.alibi) c.add -= static_cast<F>(p.slope[h]) * static_cast<F>(t);
+  return c;
+}
+// Whether logits depend on the distance t (otherwise L = r * s).
+HZ_HD bool logits_depend_on_t(const AttnKernelParams& p) {
+  return p.logit == LogitKind::ScaleInvariant || p.alibi;
+}
+
+}  // namespace hz::attn

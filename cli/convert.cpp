@@ -1,0 +1,115 @@
+// Horizon: Hugging Face checkpoints in and out.
+//   horizon convert hf HF_DIR OUT.h5 [key=value ...]
+//       config.json + *.safetensors -> a Horizon checkpoint (step 0) whose recipe carries the
+//       imported model; prints how every config.json field was used.
+//   horizon convert to-hf CKPT|RUN_DIR|HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--max-shard-size 5GB]
+//       -> config.json + model.safetensors (sharded above the size) + tokenizer, for transformers.
+#include "cli/convert.h"
+
+#include <fmt/core.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/hf.h"
+#include "train/recipe.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace hz::cli {
+
+namespace {
+
+void usage() {
+  fmt::print(
+      "usage: horizon convert hf HF_DIR OUT.h5 [key=value ...]\n"
+      "       horizon convert to-hf CKPT|RUN_DIR|HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--max-shard-size 5GB]\n\n"
+      "  hf     imports a Hugging Face LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM /\n"
+      "         SmolLM3ForCausalLM directory (config.json + model.safetensors or shards) into a Horizon\n"
+      "         checkpoint at step 0 (usable by horizon eval / score and checkpoint.init_from); the\n"
+      "         overrides edit its recipe (e.g. data.seq_len=2048). Prints how every config field was used.\n"
+      "         A recipe may also name the directory itself: checkpoint.init_from: HF_DIR.\n"
+      "  to-hf  exports a Horizon model to a directory transformers loads, with the architecture that\n"
+      "         expresses it (Llama, Mistral, Qwen2, SmolLM3); refuses, naming the reason, what none\n"
+      "         expresses (SCOPE, ALiBi, p-RoPE, logit transforms, QK-norm, ...). --dtype: storage of the\n"
+      "         weights (default f32); --max-shard-size: shard above it (default 5GB). OUT_DIR must be new.\n");
+}
+
+int convert_hf(const std::vector<std::string>& a) {
+  if (a.size() < 4) {
+    usage();
+    return 2;
+  }
+  const std::string dir = a[2], out = a[3];
+  const std::vector<std::string> overrides(a.begin() + 4, a.end());
+  HZ_CHECK(train::hf::is_hf_dir(dir), ValueError, "'", dir, "' is not a Hugging Face model directory (no config.json)");
+  const train::hf::Imported im = train::hf::import_dir(dir);
+  const train::Recipe r = train::hf_recipe(dir, overrides);
+  train::CheckpointData c;
+  c.step = 0;
+  const nn::ModelConfig mc = train::model_config_at(r, 0);
+  const auto shapes = train::hf::parameter_shapes(mc);
+  for (const auto& [k, t] : im.weights) {
+    auto it = shapes.find(k);
+    HZ_CHECK(it != shapes.end() && it->second == t.shape(), ValueError, "the overrides changed the model so that '", k,
+             "' no longer fits; convert without model.* overrides");
+  }
+  HZ_CHECK(shapes.size() == im.weights.size(), ValueError,
+           "the overrides changed the model's parameters; convert without model.* overrides");
+  c.model = im.weights;
+  c.meta["recipe"] = train::to_yaml(r);
+  c.meta["horizon_version"] = HZ_VERSION;
+  c.meta["hf_source"] = dir;
+  c.meta["hf_import_report"] = im.report.str();
+  train::save_checkpoint(out, c);
+  fmt::print("{}", im.report.str());
+  fmt::print("data.seq_len = {}, data.tokenizer = '{}'\nwrote {} ({} tensors, step 0)\n", r.data.seq_len,
+             r.data.tokenizer, out, c.model.size());
+  return 0;
+}
+
+int convert_to_hf(const std::vector<std::string>& a) {
+  if (a.size() < 4) {
+    usage();
+    return 2;
+  }
+  const std::string src = a[2], out = a[3];
+  train::hf::ExportOptions opt;
+  for (size_t i = 4; i < a.size(); ++i) {
+    if (a[i] == "--dtype" && i + 1 < a.size()) {
+      opt.store = io::parse_store_as(a[++i]);
+      HZ_CHECK(opt.store != io::StoreAs::Native, ValueError, "--dtype must be f32, bf16 or f16");
+    } else if (a[i] == "--max-shard-size" && i + 1 < a.size()) {
+      opt.max_shard_bytes = io::parse_byte_size(a[++i]);
+    } else {
+      fmt::print(stderr, "horizon convert to-hf: unknown option '{}'\n", a[i]);
+      usage();
+      return 2;
+    }
+  }
+  train::LoadedRun run = train::load_run(src, {});
+  const train::hf::ExportReport rep =
+      train::hf::export_dir(run.model->cfg, run.model->state_dict(), run.recipe.data.tokenizer, out, opt);
+  fmt::print("exported {} (step {}) as {}\n", run.checkpoint, run.step, rep.architecture);
+  for (const auto& n : rep.notes) fmt::print("  note: {}\n", n);
+  for (const auto& f : rep.files) fmt::print("  wrote {}\n", f);
+  return 0;
+}
+
+}  // namespace
+
+int convert_main(const std::vector<std::string>& a) {
+  for (const auto& s : a)
+    if (s == "--help" || s == "-h") {
+      usage();
+      return 0;
+    }
+  if (a.size() >= 2 && a[1] == "hf") return convert_hf(a);
+  if (a.size() >= 2 && a[1] == "to-hf") return convert_to_hf(a);
+  usage();
+  return 2;
+}
+
+}  // namespace hz::cli

@@ -1,0 +1,95 @@
+// Horizon: the backend table. Every kernel sits behind one table per device type: core/ops.cpp
+// checks arguments and calls the entry of the tensors' device; Tensor's allocation, copies and
+// fill go through the same table. An entry a device lacks is a null pointer, and calling it
+// throws NotImplementedError naming the op and the device by itself (no per-op stubs).
+//
+// Contracts shared by every backend (the CPU's is core/cpu/backend.cpp, CUDA's
+// core/cuda/backend.cu):
+//   * inputs arrive checked (shapes, dtypes, devices) and may be any strided view unless an entry
+//     says "contiguous"; outputs are fresh contiguous tensors on the inputs' device;
+//   * floating dtypes are f32, f64 and bf16 (bf16 computes in f32, see core/math.h) unless an
+//     entry says otherwise; the math of elementwise ops is core/math.h on every device;
+//   * results are deterministic: each output element is accumulated in a fixed order (no float
+//     atomics), so a backend gives bitwise-identical results run to run.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/math.h"
+#include "core/ops.h"
+
+namespace hz {
+
+struct Backend {
+  const char* name;
+  // ---- memory ---------------------------------------------------------------------------------
+  void* (*alloc)(size_t bytes, int device);
+  void (*release)(void* p, size_t bytes, int device);  // never throws
+  void (*upload)(void* dst, const void* host_src, size_t bytes, int device);
+  void (*download)(void* host_dst, const void* src, size_t bytes, int device);
+  void (*synchronize)(int device);
+  DeviceMemoryStats (*memory_stats)(int device);
+  void (*reset_peak)(int device);
+  // ---- tensor basics --------------------------------------------------------------------------
+  void (*copy)(const Tensor& src, Tensor& dst);  // same device and shape, any dtypes and strides
+  void (*fill)(Tensor& dst, double v);
+  void (*random_fill)(Tensor& dst, const RandomFill& r);  // dst contiguous, floating
+  // ---- elementwise ----------------------------------------------------------------------------
+  Tensor (*unary)(UnaryOp op, const Tensor& x);
+  Tensor (*unary_backward)(UnaryOp op, const Tensor& x, const Tensor& gout);
+  Tensor (*binary)(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& out_shape);
+  Tensor (*scalar_op)(const Tensor& x, double mul, double add, double pow);  // (x^pow)*mul + add
+  void (*add_inplace)(Tensor& dst, const Tensor& src, double alpha);      // src broadcasts
+  void (*axpby)(Tensor& x, const Tensor& y, double alpha, double beta);   // x = alpha x + beta y (y may be undefined)
+  // ---- reductions -----------------------------------------------------------------------------
+  Tensor (*reduce_dim)(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);
+  Tensor (*reduce_all)(ReduceOp op, const Tensor& x);
+  // sum of x*x over every tensor of the list, accumulated in double (f32 pairs on CUDA), in a
+  // fixed order; one host transfer in all.
+  double (*sum_squares)(const std::vector<Tensor>& xs);
+  // out (out_shape, zeros) with out[..., index[...], ...] = src along dim; index (I64) has
+  // src's shape (the max backward).
+  Tensor (*scatter_dim)(const Tensor& src, const Tensor& index, int64_t dim, const Shape& out_shape);
+  // ---- products -------------------------------------------------------------------------------
+  Tensor (*matmul)(const Tensor& a, const Tensor& b, bool ta, bool tb, double alpha,
+                   const Shape& batch_shape);
+  // ---- softmax family, nn ---------------------------------------------------------------------
+  Tensor (*softmax)(const Tensor& x, int64_t dim, bool log);
+  Tensor (*softmax_backward)(const Tensor& y, const Tensor& g, int64_t dim, bool log);
+  Tensor (*embedding)(const Tensor& weight, const Tensor& ids);
+  Tensor (*embedding_backward)(const Tensor& gout, const Tensor& ids, int64_t vocab);
+  CrossEntropyResult (*cross_entropy)(const Tensor& logits, const Tensor& targets,
+                                      const Tensor& weights, int64_t ignore_index);
+  Tensor (*cross_entropy_backward)(const Tensor& logits, const Tensor& targets, const Tensor& weights,
+                                   const Tensor& lse, double weight_sum, int64_t ignore_index,
+                                   double gscale);
+  Tensor (*cross_entropy_rows)(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
+  ops::RmsNormResult (*rms_norm)(const Tensor& x, const Tensor& w, double eps);
+  ops::RmsNormGrads (*rms_norm_backward)(const Tensor& x, const Tensor& w, const Tensor& rstd,
+                                         const Tensor& gout, bool need_gx, bool need_gw);
+  Tensor (*rotary)(const Tensor& x, const Tensor& positions, const RotaryParams& p);  // x (B, H, T, D)
+  // ---- optimizer updates (in place; p, m, v contiguous, same shape) --------------------------
+  void (*adamw_update)(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
+  // buf = mu buf + (1 - mu) g;  out = nesterov ? (1 - mu) g + mu buf : buf
+  void (*momentum_update)(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
+};
+
+// The table of a device type. CUDA in a build without it throws DeviceError saying how to get one.
+const Backend& backend(Device d);
+const Backend& cpu_backend();
+
+namespace detail {
+[[noreturn]] void missing_entry(const char* entry, Device d);
+template <class F>
+F backend_entry(Device d, F Backend::*member, const char* entry) {
+  F f = backend(d).*member;
+  if (f == nullptr) missing_entry(entry, d);
+  return f;
+}
+}  // namespace detail
+
+// The entry `name` of the backend of device `dev`, e.g. HZ_BACKEND(x.device(), unary)(op, x).
+#define HZ_BACKEND(dev, name) ::hz::detail::backend_entry((dev), &::hz::Backend::name, #name)
+
+}  // namespace hz

@@ -1,0 +1,144 @@
+// Horizon CPU kernels outside the op families: random fills, the rotary rotation, the max
+// backward's scatter, sums of squares (gradient clipping) and the optimizers' per-element updates.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu/kernels.h"
+#include "core/cpu/loops.h"
+#include "core/math.h"
+#include "core/philox.h"
+
+namespace hz::cpu {
+
+using math::load;
+using math::store;
+
+void random_fill(Tensor& dst, const RandomFill& r) {
+  const int64_t n = dst.numel();
+  const bool f32 = dst.dtype() != DType::F64;
+  dispatch_all_float(dst.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
+    T* out = static_cast<T*>(dst.raw_data());
+#pragma omp parallel for schedule(static) if (n > 4096)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t a = philox::word(r.seed, r.stream, r.offset + 2 * static_cast<uint64_t>(i));
+      const uint32_t b = philox::word(r.seed, r.stream, r.offset + 2 * static_cast<uint64_t>(i) + 1);
+      const double v = r.kind == RandomKind::Normal ? philox::normal(a, b, r.a, r.b)
+                                                    : philox::uniform(a, b, r.a, r.b, f32);
+      out[i] = math::convert<T, double>(v);
+    }
+  });
+}
+
+Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams& p) {
+  const int64_t B = x_in.size(0), H = x_in.size(1), T = x_in.size(2), D = x_in.size(3), half = D / 2;
+  const Tensor x = x_in.contiguous();
+  const Tensor positions = positions_in.to(DType::I64).contiguous();
+  const int64_t* pp = positions.data<int64_t>();
+  // cos/sin table (T, D/2) in double, then applied in the tensor's compute type
+  std::vector<double> cs(T * half), sn(T * half);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t m = 0; m < half; ++m) {
+      const double a = static_cast<double>(pp[t]) * p.inv_freq[m];
+      cs[t * half + m] = std::cos(a) * p.mscale;
+      sn[t * half + m] = (p.inverse ? -std::sin(a) : std::sin(a)) * p.mscale;
+    }
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  dispatch_all_float(x.dtype(), [&](auto tag) { using S = decltype(tag); using A = math::acc_t<S>;
+    const S* xp = static_cast<const S*>(x.raw_data());
+    S* op = static_cast<S*>(out.raw_data());
+#pragma omp parallel for schedule(static) if (B * H * T * D > 32768)
+    for (int64_t r = 0; r < B * H * T; ++r) {
+      const int64_t t = r % T;
+      const S* xr = xp + r * D;
+      S* o = op + r * D;
+      const double* c = cs.data() + t * half;
+      const double* s = sn.data() + t * half;
+      for (int64_t m = 0; m < half; ++m) {
+        const A x1 = load(xr[m]), x2 = load(xr[m + half]);
+        const A cm = static_cast<A>(c[m]), sm = static_cast<A>(s[m]);
+        o[m] = store<S>(x1 * cm - x2 * sm);
+        o[m + half] = store<S>(x1 * sm + x2 * cm);
+      }
+    }
+  });
+  return out;
+}
+
+Tensor scatter_dim(const Tensor& src_in, const Tensor& index_in, int64_t dim, const Shape& out_shape) {
+  Tensor out = Tensor::zeros(out_shape, src_in.dtype());
+  const Tensor src = src_in.contiguous(), ix = index_in.contiguous();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < dim; ++i) outer *= out_shape[i];
+  for (size_t i = dim + 1; i < out_shape.size(); ++i) inner *= out_shape[i];
+  const int64_t n = out_shape[dim];
+  const int64_t* ip = ix.data<int64_t>();
+  const size_t es = dtype_size(src.dtype());
+  const char* sp = static_cast<const char*>(src.raw_data());
+  char* op = static_cast<char*>(out.raw_data());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t k = ip[o * inner + i];
+      HZ_CHECK(k >= 0 && k < n, ValueError, "scatter_dim: index ", k, " outside [0, ", n, ")");
+      std::memcpy(op + ((o * n + k) * inner + i) * es, sp + (o * inner + i) * es, es);
+    }
+  return out;
+}
+
+// Fixed chunks summed in parallel, then combined in order: deterministic and independent of the
+// thread count.
+double sum_squares(const std::vector<Tensor>& xs) {
+  double total = 0.0;
+  for (const Tensor& x_in : xs) {
+    const Tensor x = x_in.contiguous();
+    const int64_t n = x.numel();
+    dispatch_all_float(x.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
+      const T* xp = static_cast<const T*>(x.raw_data());
+      constexpr int64_t kChunk = 16384;
+      const int64_t nchunks = (n + kChunk - 1) / kChunk;
+      std::vector<double> part(std::max<int64_t>(nchunks, 1), 0.0);
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t c = 0; c < nchunks; ++c) {
+        const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+        double acc = 0.0;
+        for (int64_t i = lo; i < hi; ++i) {
+          const double v = load(xp[i]);
+          acc += v * v;
+        }
+        part[c] = acc;
+      }
+      for (double v : part) total += v;
+    });
+  }
+  return total;
+}
+
+void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c) {
+  const int64_t n = p.numel();
+  dispatch_float(p.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
+    T* pp = p.data<T>();
+    const T* gp = g.data<T>();
+    T* mp = m.data<T>();
+    T* vp = v.data<T>();
+#pragma omp parallel for schedule(static) if (n > 8192)
+    for (int64_t i = 0; i < n; ++i) math::adamw_element(pp[i], gp[i], mp[i], vp[i], c);
+  });
+}
+
+void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov) {
+  const int64_t n = buf.numel();
+  dispatch_float(buf.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
+    const T* gp = g.data<T>();
+    T* b = buf.data<T>();
+    T* u = out.data<T>();
+#pragma omp parallel for schedule(static) if (n > 8192)
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = static_cast<double>(gp[i]);
+      b[i] = static_cast<T>(mu * static_cast<double>(b[i]) + (1.0 - mu) * gi);
+      u[i] = nesterov ? static_cast<T>((1.0 - mu) * gi + mu * static_cast<double>(b[i])) : b[i];
+    }
+  });
+}
+
+}  // namespace hz::cpu

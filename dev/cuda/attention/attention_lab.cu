@@ -1,0 +1,318 @@
+// Horizon kernel lab: the fused attention's CUDA kernels, in the llm.c dev/cuda habit. Built only
+// on demand (cmake -DHZ_KERNEL_LAB=ON; scripts/gpu_check.sh lab), never by CI.
+//
+//   build-gpu/attention_lab [VARIANT ...] [--D 64] [--T 1024,4096,16384] [--mask causal] [--logit identity]
+//                           [--reps 20] [--no-validate]
+//
+// Variants (NOTES.md has the reasoning, predictions and measured results):
+//   0  reference kernels (attn_reference.cu): one warp per query / key row, fp32 accumulation;
+//   1  tensor-core kernels as promoted into the library (attn_mma.cu with mma::Config<D>);
+//   2  forward with the other m-tile count per warp (D 64: 16 rows/warp; D 128: 32 rows/warp);
+//   3  dK/dV with 32-row query steps (fewer registers, more steps).
+// Each variant is first validated against variant 0 on ragged problems for every mask x logit
+// transform (max |x - ref| / max |ref| within the bf16 tolerance, every output and gradient), then
+// timed with CUDA events (median of --reps after warm-up; fresh inputs per length) and reported in
+// TFLOP/s on visible pairs (4 D per pair forward, 10 D backward) next to the roofline floors.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attention/accounting.h"
+#include "attention/cuda/attn_cuda.h"
+#include "attention/cuda/mma_device.cuh"
+#include "attention/fused.h"
+#include "core/cuda/common.cuh"
+#include "core/rng.h"
+
+using namespace hz;
+using namespace hz::attn;
+namespace ci = hz::attn::cuda_impl;
+
+namespace {
+
+// ---- problems --------------------------------------------------------------------------------------
+struct Problem {
+  int64_t B, H, T, D;
+  std::string mask, logit;
+};
+AttnKernelParams params_of(const Problem& p) {
+  AttnConfig cfg;
+  if (p.mask == "causal") cfg.window.assign(p.H, 0);
+  else if (p.mask == "swa") cfg.window.assign(p.H, std::min<int64_t>(512, p.T));
+  else if (p.mask == "scope") cfg.window = scope_windows(p.H, p.T);
+  else throw ValueError("mask: causal, swa or scope");
+  cfg.logit = parse_logit(p.logit);
+  cfg.tau = 10.0;
+  return make_kernel_params(cfg, p.B, p.H, p.H, p.T, p.T, p.D);
+}
+
+struct Buffers {
+  Tensor q, k, v, out, lse, gout, dq, dk, dv, c, dc_rows;
+};
+Buffers make_buffers(const Problem& p, uint64_t seed) {
+  const Device dev = Device::cuda(0);
+  Generator g(seed);
+  Buffers b;
+  b.q = g.normal({p.B, p.H, p.T, p.D}, 0, 1, DType::BF16, dev);
+  b.k = g.normal({p.B, p.H, p.T, p.D}, 0, 1, DType::BF16, dev);
+  b.v = g.normal({p.B, p.H, p.T, p.D}, 0, 1, DType::BF16, dev);
+  b.gout = g.normal({p.B, p.H, p.T, p.D}, 0, 1, DType::BF16, dev);
+  b.out = Tensor::full({p.B, p.H, p.T, p.D}, NAN, DType::BF16, dev);  // poisoned: every element must be written
+  b.lse = Tensor::full({p.B, p.H, p.T}, NAN, DType::F32, dev);
+  b.dq = Tensor::full(b.q.shape(), NAN, DType::BF16, dev);
+  b.dk = Tensor::full(b.q.shape(), NAN, DType::BF16, dev);
+  b.dv = Tensor::full(b.q.shape(), NAN, DType::BF16, dev);
+  b.c = g.uniform({p.H}, 0.5, 1.5, DType::F32, dev);
+  return b;
+}
+
+// ---- variants ------------------------------------------------------------------------------------
+using mma::Args;
+using mma::kThreads;
+
+template <class K>
+void launch(K kernel, int64_t grid, int smem, const AttnKernelParams& P, const Args& a) {
+  HZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<static_cast<unsigned>(grid), kThreads, smem, hz::cuda::stream(0)>>>(P, a);
+  HZ_CUDA_LAUNCHED("lab kernel");
+}
+
+Args args_of(Buffers& b, const AttnKernelParams& P, Tensor& Dvec, ci::Counter* counters) {
+  Args a;
+  a.q = static_cast<const uint16_t*>(b.q.raw_data());
+  a.k = static_cast<const uint16_t*>(b.k.raw_data());
+  a.v = static_cast<const uint16_t*>(b.v.raw_data());
+  a.c = P.logit == LogitKind::LogN ? b.c.data<float>() : nullptr;
+  a.out = static_cast<uint16_t*>(b.out.raw_data());
+  a.lse = b.lse.data<float>();
+  a.gout = static_cast<const uint16_t*>(b.gout.raw_data());
+  a.Dvec = Dvec.data<float>();
+  a.dq = static_cast<uint16_t*>(b.dq.raw_data());
+  a.dk = static_cast<uint16_t*>(b.dk.raw_data());
+  a.dv = static_cast<uint16_t*>(b.dv.raw_data());
+  a.dc_rows = P.logit == LogitKind::LogN ? b.dc_rows.data<float>() : nullptr;
+  a.counters = counters;
+  return a;
+}
+
+// A variant: forward and backward launchers over the buffers.
+struct Variant {
+  int id;
+  std::string name;
+  std::function<void(const AttnKernelParams&, Buffers&, ci::Counter*)> fwd, bwd;
+};
+
+template <int D, int kMT, int kBq>
+Variant mma_variant(int id, const std::string& name) {
+  Variant v{id, name, {}, {}};
+  v.fwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+    Tensor Dvec = Tensor::empty({1}, DType::F32, Device::cuda(0));
+    const Args a = args_of(b, P, Dvec, cnt);
+    using S = mma::FwdShape<D, kMT>;
+    launch(mma::fwd_kernel<D, kMT>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, P, a);
+  };
+  v.bwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+    Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, Device::cuda(0));
+    b.dc_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, Device::cuda(0));
+    const Args a = args_of(b, P, Dvec, cnt);
+    const int64_t rows = P.B * P.H * P.Tq;
+    mma::dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, hz::cuda::stream(0)>>>(
+        rows, D, static_cast<const __nv_bfloat16*>(b.out.raw_data()),
+        static_cast<const __nv_bfloat16*>(b.gout.raw_data()), Dvec.data<float>());
+    HZ_CUDA_LAUNCHED("lab dot");
+    launch(mma::dq_kernel<D>, P.B * P.H * num_blocks(P.Tq, mma::DqShape<D>::kBq), mma::DqShape<D>::kSmem, P, a);
+    using K = mma::DkvShape<D, kBq>;
+    launch(mma::dkv_kernel<D, kBq>, P.B * P.Hkv * num_blocks(P.Tk, K::kBk), K::kSmem, P, a);
+  };
+  return v;
+}
+
+template <int D>
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  Variant ref{0, "reference (warp per row, fp32)", {}, {}};
+  ref.fwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+    AttnKernelParams p = P;
+    p.block_q = p.block_k = 64;
+    ci::ref_forward(p, b.q, b.k, b.v, p.logit == LogitKind::LogN ? b.c : Tensor(), b.out, b.lse, cnt,
+                    hz::cuda::stream(0));
+  };
+  ref.bwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+    AttnKernelParams p = P;
+    p.block_q = p.block_k = 64;
+    ci::ref_backward(p, b.q, b.k, b.v, b.out, b.lse, b.gout, p.logit == LogitKind::LogN ? b.c : Tensor(), b.dq, b.dk,
+                     b.dv, p.logit == LogitKind::LogN ? &b.dc_rows : nullptr, cnt, hz::cuda::stream(0));
+  };
+  v.push_back(ref);
+  Variant lib{1, "tensor-core, promoted (mma::Config)", {}, {}};
+  lib.fwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+    ci::mma_forward(P, b.q, b.k, b.v, P.logit == LogitKind::LogN ? b.c : Tensor(), b.out, b.lse, cnt, hz::cuda::stream(0));
+  };
+  lib.bwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+    ci::mma_backward(P, b.q, b.k, b.v, b.out, b.lse, b.gout, P.logit == LogitKind::LogN ? b.c : Tensor(), b.dq, b.dk,
+                     b.dv, P.logit == LogitKind::LogN ? &b.dc_rows : nullptr, cnt, hz::cuda::stream(0));
+  };
+  v.push_back(lib);
+  constexpr int kOtherMT = mma::Config<D>::kFwdMT == 1 ? 2 : 1;
+  v.push_back(mma_variant<D, kOtherMT, mma::Config<D>::kDkvBq>(
+      2, "tensor-core, forward " + std::to_string(16 * kOtherMT) + " rows/warp"));
+  v.push_back(mma_variant<D, mma::Config<D>::kFwdMT, 32>(3, "tensor-core, dK/dV 32-row query steps"));
+  return v;
+}
+
+// ---- validation ------------------------------------------------------------------------------------
+double rel_err(const Tensor& x, const Tensor& ref) {
+  const std::vector<double> a = x.to_vector(), b = ref.to_vector();
+  double e = 0, m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(b[i]) && a[i] == b[i]) continue;
+    const double d = std::fabs(a[i] - b[i]);
+    if (!(d <= e)) e = d;  // NaN sticks
+    if (std::isfinite(b[i])) m = std::max(m, std::fabs(b[i]));
+  }
+  return e / std::max(m, 1e-30);
+}
+
+bool validate(const Variant& var, const Variant& ref, int64_t D) {
+  constexpr double kTol = 2e-2;  // bf16 operands (P and dS rounded to bf16): ~2^-8 relative per product
+  bool ok = true;
+  ci::Counter* cnt = nullptr;
+  Tensor counters = Tensor::zeros({3}, DType::I64, Device::cuda(0));
+  cnt = reinterpret_cast<ci::Counter*>(counters.data<int64_t>());
+  for (const char* mask : {"causal", "swa", "scope"})
+    for (const char* logit : {"identity", "scale_invariant", "logn", "swan_row"}) {
+      const Problem p{2, 4, 333, D, mask, logit};  // ragged: 333 is no multiple of any tile
+      AttnKernelParams P = params_of(p);
+      for (int64_t h = 0; h < P.H; ++h) P.window[h] = P.window[h] == 0 ? 0 : std::min<int64_t>(P.window[h], 100);
+      Buffers x = make_buffers(p, 7), r = make_buffers(p, 7);
+      var.fwd(P, x, cnt);
+      var.bwd(P, x, cnt);
+      ref.fwd(P, r, cnt);
+      ref.bwd(P, r, cnt);
+      const double e[] = {rel_err(x.out, r.out), rel_err(x.lse, r.lse), rel_err(x.dq, r.dq), rel_err(x.dk, r.dk),
+                          rel_err(x.dv, r.dv)};
+      const bool good = *std::max_element(std::begin(e), std::end(e)) <= kTol;
+      std::printf("  validate %-7s %-16s out %.1e lse %.1e dq %.1e dk %.1e dv %.1e  %s\n", mask, logit, e[0], e[1],
+                  e[2], e[3], e[4], good ? "ok" : "FAIL");
+      ok &= good;
+    }
+  return ok;
+}
+
+// ---- timing -----------------------------------------------------------------------------------------
+float median_ms(const std::function<void()>& f, int reps) {
+  cudaStream_t s = hz::cuda::stream(0);
+  for (int i = 0; i < 2; ++i) f();  // warm-up
+  std::vector<float> t;
+  cudaEvent_t a, b;
+  HZ_CUDA_CHECK(cudaEventCreate(&a));
+  HZ_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    HZ_CUDA_CHECK(cudaEventRecord(a, s));
+    f();
+    HZ_CUDA_CHECK(cudaEventRecord(b, s));
+    HZ_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    HZ_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  HZ_CUDA_CHECK(cudaEventDestroy(a));
+  HZ_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(std::stoll(item));
+  return v;
+}
+
+template <int D>
+int run(const std::vector<int>& chosen, const std::vector<int64_t>& Ts, const std::string& mask,
+        const std::string& logit, int reps, bool check) {
+  const std::vector<Variant> vs = variants<D>();
+  cudaDeviceProp prop{};
+  HZ_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs; D %d, mask %s, logits %s; bf16 inputs, fp32 accumulation\n", prop.name,
+              prop.multiProcessorCount, D, mask.c_str(), logit.c_str());
+  int failures = 0;
+  for (const Variant& v : vs) {
+    if (!chosen.empty() && std::find(chosen.begin(), chosen.end(), v.id) == chosen.end()) continue;
+    std::printf("variant %d: %s\n", v.id, v.name.c_str());
+    if (check && v.id != 0 && !validate(v, vs[0], D)) {
+      ++failures;
+      continue;  // never time a wrong kernel
+    }
+    Tensor counters = Tensor::zeros({3}, DType::I64, Device::cuda(0));
+    ci::Counter* cnt = reinterpret_cast<ci::Counter*>(counters.data<int64_t>());
+    for (int64_t T : Ts) {
+      const Problem p{std::max<int64_t>(1, 16384 / T), 2048 / D, T, D, mask, logit};
+      const AttnKernelParams P = params_of(p);
+      AttnConfig cfg;
+      cfg.window.assign(P.window, P.window + P.H);
+      const LayerCost cost = attention_cost(cfg, p.H, T, T, D);
+      const double pairs = static_cast<double>(cost.visible_pairs) * p.B;
+      const double flop_f = 4.0 * D * pairs, flop_b = 10.0 * D * pairs;
+      // bytes: q, k, v read and out written (forward); + out, dO, lse read, dq, dk, dv written (backward)
+      const double bytes_f = 4.0 * p.B * p.H * T * D * 2, bytes_b = 8.0 * p.B * p.H * T * D * 2;
+      Buffers b = make_buffers(p, 11 + T);
+      const float tf = median_ms([&] { v.fwd(P, b, cnt); }, reps);
+      const float tb = median_ms([&] { v.bwd(P, b, cnt); }, reps);
+      std::printf("  T %6lld B %3lld H %2lld  fwd %8.3f ms %6.1f TFLOP/s  bwd %8.3f ms %6.1f TFLOP/s  "
+                  "(floors at 989 TFLOP/s, 3.35 TB/s: fwd %.3f / %.3f ms)\n",
+                  static_cast<long long>(T), static_cast<long long>(p.B), static_cast<long long>(p.H), tf,
+                  flop_f / tf / 1e9, tb, flop_b / tb / 1e9, flop_f / 989e12 * 1e3, bytes_f / 3.35e12 * 1e3);
+      (void)bytes_b;
+    }
+  }
+  return failures;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<int> chosen;
+    std::vector<int64_t> Ts{1024, 4096, 16384};
+    int64_t D = 64;
+    std::string mask = "causal", logit = "identity";
+    int reps = 20;
+    bool check = true;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto next = [&]() -> std::string {
+        if (i + 1 >= argc) throw ValueError(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--D") D = std::stoll(next());
+      else if (a == "--T") Ts = parse_list(next());
+      else if (a == "--mask") mask = next();
+      else if (a == "--logit") logit = next();
+      else if (a == "--reps") reps = std::stoi(next());
+      else if (a == "--no-validate") check = false;
+      else chosen.push_back(std::stoi(a));
+    }
+    if (!hz::cuda::available()) {
+      std::fprintf(stderr, "attention_lab: no usable CUDA device\n");
+      return 2;
+    }
+    if (D != 64 && D != 128) throw ValueError("--D 64 or 128");
+    const int failures = D == 64 ? run<64>(chosen, Ts, mask, logit, reps, check)
+                                 : run<128>(chosen, Ts, mask, logit, reps, check);
+    if (failures) std::printf("%d variant(s) FAILED validation\n", failures);
+    return failures ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_lab: %s\n", e.what());
+    return 1;
+  }
+}

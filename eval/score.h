@@ -1,0 +1,18 @@
+// Horizon: per-token negative log-likelihood of one token sequence (`horizon score`): the simplest
+// number to compare with other frameworks. One forward pass over all n tokens at positions
+// 0..n-1 (no windowing, no BOS added here); the output head runs on chunks of rows so the (n, V)
+// logits never exist at once.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "nn/transformer.h"
+
+namespace hz::eval {
+
+// nll[i] = -ln p(ids[i+1] | ids[0..i]) in nats, i = 0..n-2. train_T: the training context the
+// attention call reports (temperature / dynamic scalings; 0 = the model's max_seq_len).
+std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_t>& ids, int64_t train_T = 0,
+                              int64_t chunk_rows = 512);
+
+}  // namespace hz::eval

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# GPU attention benchmark, side by side in one run: Horizon's fused op (`horizon bench attention
+# --device cuda`, bf16, tensor-core kernels unless HZ_ATTN_IMPL says otherwise) and PyTorch on the
+# same GPU (SDPA's flash backend for causal, FlexAttention with BlockMasks for causal, SWA, SCOPE's
+# per-head windows and scale-invariant logits as a score_mod; scripts/bench_attention_gpu.py).
+# Lengths interleaved (Horizon T, PyTorch T, next T ...), shapes as FlashAttention's benchmark
+# (hidden 2048: H = 2048 / D; B = 16384 / T). Prints one table (scripts/bench_table_gpu.py) and
+# leaves the JSON lines in $HZ_BENCH_OUT (default a temporary folder).
+#   scripts/bench_attention_gpu.sh [T list, default 1024,2048,4096,8192,16384,32768] [D list, default 64,128] [reps, default 10]
+# Environment: HZ_BUILD_DIR (default build), HZ_PYTHON (default python3; needs torch with CUDA).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TS=${1:-1024,2048,4096,8192,16384,32768}
+DS=${2:-64,128}
+REPS=${3:-10}
+BUILD=${HZ_BUILD_DIR:-build}
+PY=${HZ_PYTHON:-python3}
+out=${HZ_BENCH_OUT:-$(mktemp -d)}
+mkdir -p "$out"
+have_torch=1
+"$PY" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || {
+  have_torch=0
+  echo "[bench_attention_gpu] $PY has no CUDA PyTorch: Horizon's side only" >&2
+}
+for D in ${DS//,/ }; do
+  for T in ${TS//,/ }; do
+    "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
+      --logits identity,scale_invariant --json "$out/hz_${D}_${T}.json" >&2 ||
+      echo "[bench_attention_gpu] Horizon failed at D=$D T=$T" >&2
+    if [ $have_torch = 1 ]; then
+      "$PY" scripts/bench_attention_gpu.py --D "$D" --T "$T" --reps "$REPS" > "$out/torch_${D}_${T}.json" \
+        2> "$out/torch_${D}_${T}.err" || echo "[bench_attention_gpu] PyTorch failed at D=$D T=$T (see $out/torch_${D}_${T}.err)" >&2
+    fi
+  done
+done
+cat "$out"/*.json | "$PY" scripts/bench_table_gpu.py

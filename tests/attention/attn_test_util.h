@@ -1,0 +1,337 @@
+// Shared by the CUDA attention tests and the host emulation of the tensor-core kernels: problems
+// (mask x position x logit x shapes), inputs, the op on a device, a naive double-precision
+// attention written from SPEC.md (its own mask, independent of tiling.h) that optionally rounds
+// where a bf16 tensor-core pipeline rounds, and the precision-floor comparison
+//   max |x - ref| <= k * max |x_lowprec - ref| + atol_rel * max |ref|   (STYLE.md item 7).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attention/fused.h"
+#include "attention/rope.h"
+#include "autograd/functions.h"
+#include "core/bf16.h"
+#include "core/rng.h"
+
+namespace hzt::attn_util {
+
+using namespace hz;
+using namespace hz::attn;
+
+inline double round_bf16(double x) { return bf16_bits_to_f32(f64_to_bf16_bits(x)); }
+inline std::vector<double> round_all(std::vector<double> v, DType dt) {
+  if (dt == DType::F64) return v;
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, dt).to_vector();
+}
+
+// ---- the problem -----------------------------------------------------------------------------
+struct Problem {
+  int64_t B = 1, H = 4, Hkv = 2, Tq = 100, Tk = 100, D = 64;
+  MaskKind mask = MaskKind::Causal;
+  PosKind pos = PosKind::None;
+  LogitKind logit = LogitKind::Identity;
+  int64_t key_end = -1, min_distance = 0, q_offset = -1;
+  std::string tag() const {
+    std::string s = std::string(name(mask)) + "_" + name(pos) + "_" + name(logit) + "_B" + std::to_string(B) + "H" +
+                    std::to_string(H) + "kv" + std::to_string(Hkv) + "_Tq" + std::to_string(Tq) + "Tk" +
+                    std::to_string(Tk) + "_D" + std::to_string(D);
+    if (key_end >= 0) s += "_kend" + std::to_string(key_end);
+    if (min_distance > 0) s += "_md" + std::to_string(min_distance);
+    return s;
+  }
+};
+
+inline AttentionSpec spec_of(const Problem& p) {
+  AttentionSpec s;
+  s.pos.kind = p.pos;
+  s.pos.rope_base = 500.0;
+  s.pos.prope_base_eff = 50.0;
+  s.mask.kind = p.mask;
+  s.mask.window = 24;
+  s.logit.kind = p.logit;
+  s.logit.tau = 3.0;
+  s.logit.swan_a = 5.0;
+  s.logit.beta = 1.3;
+  return s;
+}
+inline AttnConfig config_of(const Problem& p) {
+  AttnConfig cfg = make_attn_config(spec_of(p), p.H, p.Tk);
+  cfg.key_end = p.key_end;
+  cfg.min_distance = p.min_distance;
+  cfg.q_offset = p.q_offset;
+  cfg.block_q = 16;  // reference kernels and CPU: small tiles, many boundary blocks
+  cfg.block_k = 8;
+  return cfg;
+}
+
+// Input values (f64, already rounded to dt): q, k, v, gout, c.
+struct Inputs {
+  std::vector<double> q, k, v, g, c;
+};
+inline Inputs make_inputs(const Problem& p, DType dt, uint64_t seed) {
+  Generator gen(seed);
+  Inputs in;
+  in.q = round_all(gen.normal({p.B * p.H * p.Tq * p.D}, 0, 1, DType::F64).to_vector(), dt);
+  in.k = round_all(gen.normal({p.B * p.Hkv * p.Tk * p.D}, 0, 1, DType::F64).to_vector(), dt);
+  in.v = round_all(gen.normal({p.B * p.Hkv * p.Tk * p.D}, 0, 1, DType::F64).to_vector(), dt);
+  in.g = round_all(gen.normal({p.B * p.H * p.Tq * p.D}, 0, 1, DType::F64).to_vector(), dt);
+  in.c = gen.uniform({p.H}, 0.5, 1.5, DType::F64).to_vector();  // LogN's c stays f32/f64 (a parameter)
+  return in;
+}
+
+struct Result {
+  std::vector<double> out, lse, dq, dk, dv, dc;
+};
+
+// The op on a device and dtype: rotary encoding (when the problem has one) and fused attention,
+// forward and backward with upstream gradient g; gradients w.r.t. the un-rotated q, k.
+inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, AttnImpl impl = AttnImpl::Auto,
+              bool rotate = true) {
+  const AttnConfig base = config_of(p);
+  AttnConfig cfg = base;
+  cfg.impl = impl;
+  const DType cdt = dt == DType::F64 ? DType::F64 : DType::F32;
+  ag::Variable q(Tensor::from_vector(in.q, {p.B, p.H, p.Tq, p.D}, dt).to(dev), true);
+  ag::Variable k(Tensor::from_vector(in.k, {p.B, p.Hkv, p.Tk, p.D}, dt).to(dev), true);
+  ag::Variable v(Tensor::from_vector(in.v, {p.B, p.Hkv, p.Tk, p.D}, dt).to(dev), true);
+  ag::Variable c(Tensor::from_vector(in.c, {p.H}, cdt).to(dev), true);
+  ag::Variable qr = q, kr = k;
+  if (rotate && (p.pos == PosKind::Rope || p.pos == PosKind::PRope)) {
+    const RopeFreqs f = rope_frequencies(spec_of(p).pos, p.D, p.Tk);
+    const int64_t off = cfg.q_offset < 0 ? p.Tk - p.Tq : cfg.q_offset;
+    qr = apply_rope(q, Tensor::arange(off, off + p.Tq), f);
+    kr = apply_rope(k, Tensor::arange(0, p.Tk), f);
+  }
+  const AttnOutput o = fused_attention(qr, kr, v, cfg, p.logit == LogitKind::LogN ? c : ag::Variable());
+  o.out.backward(Tensor::from_vector(in.g, {p.B, p.H, p.Tq, p.D}, dt).to(dev));
+  Result r;
+  r.out = o.out.value().to_vector();
+  r.lse = o.lse.to_vector();
+  r.dq = q.grad().to_vector();
+  r.dk = k.grad().to_vector();
+  r.dv = v.grad().to_vector();
+  if (p.logit == LogitKind::LogN) r.dc = c.grad().to_vector();
+  return r;
+}
+
+// The rotated q and k in f64 (inputs of the bf16 cases, which rotate on the host).
+inline Inputs rotated(const Problem& p, Inputs in) {
+  if (p.pos != PosKind::Rope && p.pos != PosKind::PRope) return in;
+  const RopeFreqs f = rope_frequencies(spec_of(p).pos, p.D, p.Tk);
+  const int64_t off = p.q_offset < 0 ? p.Tk - p.Tq : p.q_offset;
+  in.q = rope_rotate(Tensor::from_vector(in.q, {p.B, p.H, p.Tq, p.D}, DType::F64), Tensor::arange(off, off + p.Tq), f,
+                     false)
+             .to_vector();
+  in.k = rope_rotate(Tensor::from_vector(in.k, {p.B, p.Hkv, p.Tk, p.D}, DType::F64), Tensor::arange(0, p.Tk), f, false)
+             .to_vector();
+  return in;
+}
+
+// The inputs of the bf16 cases: q and k rotated on the host in f64 and rounded to bf16, i.e. the
+// kernels' exact inputs (no rotation on the device).
+inline Inputs bf16_inputs(const Problem& p, uint64_t seed) {
+  Inputs in = rotated(p, make_inputs(p, DType::BF16, seed));
+  in.q = round_all(in.q, DType::BF16);
+  in.k = round_all(in.k, DType::BF16);
+  return in;
+}
+
+// ---- naive attention from SPEC.md, optionally rounding like a bf16 tensor-core pipeline --------
+inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
+  const AttnConfig cfg = config_of(p);
+  const int64_t G = p.H / p.Hkv, off = p.q_offset < 0 ? p.Tk - p.Tq : p.q_offset;
+  const int64_t kend = p.key_end < 0 ? p.Tk : std::min(p.key_end, p.Tk);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(p.D));
+  auto rnd = [&](double x) { return bf16_pipeline ? round_bf16(x) : x; };
+  Result r;
+  r.out.assign(p.B * p.H * p.Tq * p.D, 0.0);
+  r.lse.assign(p.B * p.H * p.Tq, 0.0);
+  r.dq.assign(r.out.size(), 0.0);
+  r.dk.assign(p.B * p.Hkv * p.Tk * p.D, 0.0);
+  r.dv.assign(r.dk.size(), 0.0);
+  r.dc.assign(p.H, 0.0);
+  std::vector<double> L(p.Tk), P(p.Tk), a(p.Tk), S(p.Tk);
+  std::vector<char> vis(p.Tk);
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h) {
+      const int64_t hk = h / G, w = cfg.window[h];
+      const double slope = cfg.alibi_slope.empty() ? 0.0 : cfg.alibi_slope[h];
+      for (int64_t i = 0; i < p.Tq; ++i) {
+        const int64_t pos = off + i, row = (b * p.H + h) * p.Tq + i;
+        const double* qi = &in.q[row * p.D];
+        const double* gi = &in.g[row * p.D];
+        int64_t n = 0;
+        for (int64_t j = 0; j < p.Tk; ++j) {
+          const int64_t t = pos - j;
+          vis[j] = j >= std::max<int64_t>(0, cfg.key_begin) && j < kend && t >= p.min_distance && (w == 0 || t < w);
+          n += vis[j];
+        }
+        double rf = 1.0, lnn = n > 0 ? std::log(static_cast<double>(n)) : 0.0;
+        if (p.logit == LogitKind::LogN) rf = in.c[h] * lnn;
+        if (p.logit == LogitKind::SwanRow) rf = std::log(cfg.swan_a + pos) / std::log(cfg.swan_a);
+        if (p.logit == LogitKind::Temperature) rf = cfg.beta;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < p.Tk; ++j) {
+          if (!vis[j]) continue;
+          const double* kj = &in.k[((b * p.Hkv + hk) * p.Tk + j) * p.D];
+          double s = 0;
+          for (int64_t d = 0; d < p.D; ++d) s += qi[d] * kj[d];
+          S[j] = s * scale;
+          const double t = static_cast<double>(pos - j);
+          a[j] = 1.0;
+          double m = 0.0;
+          if (p.logit == LogitKind::ScaleInvariant) {
+            a[j] = std::sqrt(2.0 * std::log(t / cfg.tau + 1.0) + 1.0);
+            m = -2.0 * std::log(t / cfg.tau + 1.0);
+          }
+          L[j] = rf * a[j] * S[j] + m - slope * t;
+          mx = std::max(mx, L[j]);
+        }
+        if (n == 0) {
+          r.lse[row] = -INFINITY;
+          continue;  // out and dq rows stay 0
+        }
+        double l = 0;
+        for (int64_t j = 0; j < p.Tk; ++j) l += vis[j] ? std::exp(L[j] - mx) : 0.0;
+        r.lse[row] = mx + std::log(l);
+        std::vector<double> o(p.D, 0.0);
+        for (int64_t j = 0; j < p.Tk; ++j) {
+          P[j] = vis[j] ? std::exp(L[j] - r.lse[row]) : 0.0;
+          if (!vis[j]) continue;
+          const double pj = rnd(std::exp(L[j] - mx)) / l;  // the pipeline rounds the unnormalised weights
+          const double* vj = &in.v[((b * p.Hkv + hk) * p.Tk + j) * p.D];
+          for (int64_t d = 0; d < p.D; ++d) o[d] += pj * vj[d];
+        }
+        double Di = 0;
+        for (int64_t d = 0; d < p.D; ++d) {
+          r.out[row * p.D + d] = rnd(o[d]);
+          Di += gi[d] * r.out[row * p.D + d];
+        }
+        for (int64_t j = 0; j < p.Tk; ++j) {
+          if (!vis[j]) continue;
+          const int64_t krow = (b * p.Hkv + hk) * p.Tk + j;
+          const double* kj = &in.k[krow * p.D];
+          const double* vj = &in.v[krow * p.D];
+          double dp = 0;
+          for (int64_t d = 0; d < p.D; ++d) dp += gi[d] * vj[d];
+          const double ds = P[j] * (dp - Di);
+          r.dc[h] += ds * lnn * a[j] * S[j];
+          const double gq = rnd(ds * rf * a[j] * scale), pj = rnd(P[j]);
+          for (int64_t d = 0; d < p.D; ++d) {
+            r.dq[row * p.D + d] += gq * kj[d];
+            r.dk[krow * p.D + d] += gq * qi[d];
+            r.dv[krow * p.D + d] += pj * gi[d];
+          }
+        }
+      }
+    }
+  if (bf16_pipeline)
+    for (auto* v : {&r.dq, &r.dk, &r.dv})
+      for (double& x : *v) x = round_bf16(x);
+  if (p.logit != LogitKind::LogN) r.dc.clear();
+  return r;
+}
+
+// ---- comparison -----------------------------------------------------------------------------------
+inline double max_err(const std::vector<double>& x, const std::vector<double>& ref) {
+  double e = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isinf(ref[i]) || std::isinf(x[i])) {
+      if (x[i] != ref[i]) return INFINITY;
+      continue;
+    }
+    const double d = std::fabs(x[i] - ref[i]);
+    if (!(d <= e)) e = d;  // NaN makes e NaN and fails below
+  }
+  return e;
+}
+inline double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v)
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  return m;
+}
+// max |x - ref| <= k * max |low - ref| + atol_rel * max |ref|
+inline void expect_within_floor(const char* what, const std::vector<double>& x, const std::vector<double>& low,
+                         const std::vector<double>& ref, double k, double atol_rel) {
+  ASSERT_EQ(x.size(), ref.size()) << what;
+  ASSERT_EQ(low.size(), ref.size()) << what;
+  const double err = max_err(x, ref), floor = max_err(low, ref), lim = k * floor + atol_rel * max_abs(ref);
+  EXPECT_LE(err, lim) << what << ": max error " << err << ", precision floor " << floor << " (limit " << lim << ")";
+}
+
+inline void expect_results(const Result& x, const Result& low, const Result& ref, double k, double atol_rel) {
+  expect_within_floor("out", x.out, low.out, ref.out, k, atol_rel);
+  expect_within_floor("lse", x.lse, low.lse, ref.lse, k, atol_rel);
+  expect_within_floor("dq", x.dq, low.dq, ref.dq, k, atol_rel);
+  expect_within_floor("dk", x.dk, low.dk, ref.dk, k, atol_rel);
+  expect_within_floor("dv", x.dv, low.dv, ref.dv, k, atol_rel);
+  if (!ref.dc.empty()) expect_within_floor("dc", x.dc, low.dc, ref.dc, k, atol_rel);
+}
+
+// Equal up to rounding of a double computation: every output and gradient within rel * max |ref|.
+inline void expect_same(const Result& x, const Result& ref, double rel = 1e-10) {
+  const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
+      {"out", {&x.out, &ref.out}}, {"lse", {&x.lse, &ref.lse}}, {"dq", {&x.dq, &ref.dq}},
+      {"dk", {&x.dk, &ref.dk}},    {"dv", {&x.dv, &ref.dv}},    {"dc", {&x.dc, &ref.dc}}};
+  for (const auto& [what, v] : parts) {
+    ASSERT_EQ(v.first->size(), v.second->size()) << what;
+    EXPECT_LE(max_err(*v.first, *v.second), rel * std::max(1.0, max_abs(*v.second))) << what;
+  }
+}
+
+inline std::vector<Problem> combos(int64_t D, int64_t T) {
+  std::vector<Problem> v;
+  for (MaskKind m : {MaskKind::Causal, MaskKind::Window, MaskKind::Scope})
+    for (PosKind p : {PosKind::None, PosKind::Rope, PosKind::PRope, PosKind::Alibi})
+      for (LogitKind l : {LogitKind::Identity, LogitKind::ScaleInvariant, LogitKind::LogN, LogitKind::SwanRow,
+                          LogitKind::Temperature}) {
+        Problem pr;
+        pr.mask = m;
+        pr.pos = p;
+        pr.logit = l;
+        pr.D = D;
+        pr.Tq = pr.Tk = T;
+        v.push_back(pr);
+      }
+  return v;
+}
+// Shapes beyond the combos: GQA 4:1, batch 2, Tq != Tk (queries last; and an explicit offset),
+// rows with no visible key (keys cut at key_end, a minimum distance), D 128 and small D.
+inline std::vector<Problem> shapes(int64_t D) {
+  std::vector<Problem> v;
+  Problem p;
+  p.D = D;
+  p.B = 2, p.H = 8, p.Hkv = 2, p.Tq = p.Tk = 77, p.mask = MaskKind::Scope, p.logit = LogitKind::LogN;
+  v.push_back(p);
+  p = Problem{};
+  p.D = D;
+  p.Tq = 33, p.Tk = 130, p.mask = MaskKind::Window, p.pos = PosKind::Alibi, p.logit = LogitKind::ScaleInvariant;
+  v.push_back(p);
+  p = Problem{};
+  p.D = D;
+  p.Tq = 1, p.Tk = 200, p.mask = MaskKind::Scope, p.logit = LogitKind::SwanRow;  // decoding one token
+  v.push_back(p);
+  p = Problem{};
+  p.D = D;
+  p.Tq = 90, p.Tk = 70, p.q_offset = 10, p.mask = MaskKind::Causal, p.logit = LogitKind::Temperature;
+  v.push_back(p);
+  p = Problem{};
+  p.D = D;
+  p.Tq = p.Tk = 150, p.key_end = 40, p.min_distance = 50, p.mask = MaskKind::Causal;  // rows 0..49 see nothing
+  v.push_back(p);
+  p = Problem{};
+  p.D = D;
+  p.H = p.Hkv = 2, p.Tq = p.Tk = 257, p.mask = MaskKind::Window, p.logit = LogitKind::LogN;
+  v.push_back(p);
+  return v;
+}
+
+struct CaseName {
+  std::string operator()(const ::testing::TestParamInfo<Problem>& info) const { return info.param.tag(); }
+};
+
+}  // namespace hzt::attn_util

@@ -1,0 +1,219 @@
+// The fused attention op on CUDA against the CPU op: every mask x position encoding x logit
+// transform, GQA, Tq != Tk, lengths that are no multiple of any tile, rows with no visible key,
+// f32 / f64 (reference kernels) and bf16 (reference and tensor-core kernels), forward, lse and
+// every gradient (q, k, v and LogN's c); block counters, determinism and LaMPE on CUDA.
+//
+// Tolerances come from the precision floor (STYLE.md item 7): with ref the CPU op in f64,
+//   max |x - ref| <= k * max |x_lowprec - ref| + atol,
+// where x_lowprec is the same computation at the kernel's precision: the CPU op in f32 for the
+// f32 kernels, and for bf16 a naive double-precision attention written here from SPEC.md (its own
+// mask, independent of tiling.h) that rounds where a bf16 tensor-core pipeline rounds (the
+// probabilities and dS before their products, every output).
+// The cases skip themselves without a usable GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "attention/fused.h"
+#include "attention/lampe.h"
+#include "attention/rope.h"
+#include "autograd/functions.h"
+#include "core/cuda/runtime.h"
+#include "core/rng.h"
+#include "tests/attention/attn_test_util.h"
+
+using namespace hz;
+using namespace hz::attn;
+using namespace hzt::attn_util;
+
+namespace {
+
+#define HZT_NEED_GPU()                                                                                   \
+  if (!cuda::available())                                                                                \
+  GTEST_SKIP() << "no usable CUDA device (" << (cuda::compiled() ? "no GPU/driver visible" : "HZ_CUDA=OFF build") \
+               << "); scripts/gpu_check.sh runs these on a GPU machine"
+
+// ---- f32 (reference kernels) and f64 --------------------------------------------------------------
+class FusedCudaF32 : public ::testing::TestWithParam<Problem> {};
+TEST_P(FusedCudaF32, MatchesCpuWithinTheF32Floor) {
+  HZT_NEED_GPU();
+  const Problem p = GetParam();
+  const Inputs in = make_inputs(p, DType::F32, 41);
+  const Result ref = run_op(p, in, DType::F64, Device::cpu());
+  const Result low = run_op(p, in, DType::F32, Device::cpu());
+  const Result x = run_op(p, in, DType::F32, Device::cuda(0));
+  expect_results(x, low, ref, 4.0, 1e-6);
+}
+std::vector<Problem> f32_cases() {
+  std::vector<Problem> v = combos(16, 37);
+  for (const Problem& p : shapes(16)) v.push_back(p);
+  Problem big = shapes(128)[0];
+  v.push_back(big);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaF32, ::testing::ValuesIn(f32_cases()), CaseName());
+
+TEST(FusedCudaF64, MatchesCpuToRounding) {
+  HZT_NEED_GPU();
+  for (Problem p : shapes(24)) {
+    const Inputs in = make_inputs(p, DType::F64, 43);
+    const Result ref = run_op(p, in, DType::F64, Device::cpu());
+    const Result x = run_op(p, in, DType::F64, Device::cuda(0));
+    SCOPED_TRACE(p.tag());
+    expect_same(x, ref, 1e-11);
+  }
+}
+
+// ---- bf16: reference kernels and tensor-core kernels ----------------------------------------------
+struct Bf16Case {
+  Problem p;
+  AttnImpl impl;
+};
+class FusedCudaBf16 : public ::testing::TestWithParam<Bf16Case> {};
+TEST_P(FusedCudaBf16, MatchesCpuWithinTheBf16Floor) {
+  HZT_NEED_GPU();
+  const Bf16Case c = GetParam();
+  const Problem& p = c.p;
+  if (c.impl == AttnImpl::TensorCore && !attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, p.D).tensor_core)
+    GTEST_SKIP() << "the tensor-core kernels do not take head_dim " << p.D;
+  const Inputs in = bf16_inputs(p, 47);
+  const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+  const Result low = naive(p, in, true);
+  expect_same(naive(p, in, false), ref);  // the naive twin is itself right (else its floor would mean nothing)
+  const Result x = run_op(p, in, DType::BF16, Device::cuda(0), c.impl, false);
+  expect_results(x, low, ref, 3.0, 1e-3);
+}
+std::vector<Bf16Case> bf16_cases() {
+  std::vector<Bf16Case> v;
+  for (AttnImpl impl : {AttnImpl::Reference, AttnImpl::TensorCore}) {
+    for (const Problem& p : combos(64, 100)) v.push_back({p, impl});
+    for (const Problem& p : shapes(64)) v.push_back({p, impl});
+    for (const Problem& p : shapes(128)) v.push_back({p, impl});
+  }
+  for (const Problem& p : shapes(32)) v.push_back({p, AttnImpl::Reference});
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaBf16, ::testing::ValuesIn(bf16_cases()),
+                         [](const ::testing::TestParamInfo<Bf16Case>& info) {
+                           return std::string(info.param.impl == AttnImpl::TensorCore ? "tc_" : "ref_") +
+                                  info.param.p.tag();
+                         });
+
+// ---- counters, determinism, the implementation switch, LaMPE ----------------------------------------
+TEST(FusedCuda, VisitedBlocksEqualTheCpuOpsAtTheSameTiles) {
+  HZT_NEED_GPU();
+  for (AttnImpl impl : {AttnImpl::Reference, AttnImpl::TensorCore}) {
+    for (Problem p : shapes(64)) {
+      AttnConfig cfg = config_of(p);
+      cfg.impl = impl;
+      const AttnTiles tiles = attn_tiles(cfg, Device::cuda(0), DType::BF16, p.D);
+      if (impl == AttnImpl::TensorCore && !tiles.tensor_core) continue;
+      SCOPED_TRACE(p.tag() + (impl == AttnImpl::TensorCore ? " tensor-core" : " reference"));
+      Generator g(5);
+      auto run = [&](Device dev, int64_t bq, int64_t bk, bool backward) {
+        AttnConfig c = cfg;
+        c.block_q = bq;
+        c.block_k = bk;
+        ag::Variable q(g.normal({p.B, p.H, p.Tq, p.D}, 0, 1, DType::BF16, dev), true),
+            k(g.normal({p.B, p.Hkv, p.Tk, p.D}, 0, 1, DType::BF16, dev), true),
+            v(g.normal({p.B, p.Hkv, p.Tk, p.D}, 0, 1, DType::BF16, dev), true);
+        ag::Variable lc(Tensor::ones({p.H}, DType::F32, dev));
+        reset_attn_stats();
+        const AttnOutput o = fused_attention(q, k, v, c, p.logit == LogitKind::LogN ? lc : ag::Variable());
+        if (backward) ag::sum_all(o.out).backward();
+        return attn_stats();
+      };
+      const AttnStats gf = run(Device::cuda(0), cfg.block_q, cfg.block_k, true);
+      const AttnStats cf = run(Device::cpu(), tiles.fwd_q, tiles.fwd_k, false);
+      const AttnStats cb = run(Device::cpu(), tiles.bwd_q, tiles.bwd_k, true);
+      EXPECT_EQ(gf.fwd_blocks, cf.fwd_blocks);
+      EXPECT_EQ(gf.fwd_boundary_blocks, cf.fwd_boundary_blocks);
+      EXPECT_EQ(gf.bwd_blocks, cb.bwd_blocks);
+      EXPECT_GT(gf.fwd_blocks, 0);
+    }
+  }
+}
+
+TEST(FusedCuda, BackwardIsBitwiseDeterministic) {
+  HZT_NEED_GPU();
+  for (AttnImpl impl : {AttnImpl::Reference, AttnImpl::TensorCore}) {
+    Problem p = shapes(64)[0];  // GQA 4:1, SCOPE, LogN, batch 2
+    if (impl == AttnImpl::TensorCore && !attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, p.D).tensor_core)
+      continue;
+    const Inputs in = make_inputs(p, DType::BF16, 53);
+    const Result a = run_op(p, in, DType::BF16, Device::cuda(0), impl);
+    const Result b = run_op(p, in, DType::BF16, Device::cuda(0), impl);
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(a.dq, b.dq);
+    EXPECT_EQ(a.dk, b.dk);
+    EXPECT_EQ(a.dv, b.dv);
+    EXPECT_EQ(a.dc, b.dc);
+  }
+}
+
+TEST(FusedCuda, ImplementationSwitch) {
+  HZT_NEED_GPU();
+  Problem p;
+  p.D = 24;  // no tensor-core kernel for this head dim
+  const Inputs in = make_inputs(p, DType::BF16, 59);
+  EXPECT_THROW(run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore), NotImplementedError);
+  EXPECT_NO_THROW(run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::Auto));
+  EXPECT_FALSE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core);  // f32: reference
+  AttnConfig ref;
+  ref.impl = AttnImpl::Reference;
+  EXPECT_FALSE(attn_tiles(ref, Device::cuda(0), DType::BF16, 64).tensor_core);
+}
+
+TEST(FusedCuda, LampeMergesRegionsOnTheGpu) {
+  HZT_NEED_GPU();
+  Generator g(61);
+  PositionSpec ps;
+  ps.rope_base = 100;
+  const RopeFreqs f = rope_frequencies(ps, 64, 90);
+  LampeConfig lc;
+  lc.L = 40;
+  lc.a = 0;
+  lc.b = 10;
+  lc.s_local = 16;
+  lc.s_sink = 4;
+  const Tensor q = g.normal({1, 4, 90, 64}, 0, 1, DType::F64), k = g.normal({1, 2, 90, 64}, 0, 1, DType::F64),
+               v = g.normal({1, 2, 90, 64}, 0, 1, DType::F64);
+  const AttnOutput ref = lampe_attention(ag::Variable(q), ag::Variable(k), ag::Variable(v), f, lc);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Device dev = Device::cuda(0);
+    const AttnOutput x = lampe_attention(ag::Variable(q.to(dt).to(dev)), ag::Variable(k.to(dt).to(dev)),
+                                         ag::Variable(v.to(dt).to(dev)), f, lc);
+    EXPECT_TRUE(x.out.value().device().is_cuda());
+    const AttnOutput low = lampe_attention(ag::Variable(q.to(dt)), ag::Variable(k.to(dt)), ag::Variable(v.to(dt)), f, lc);
+    const double tol = dt == DType::F32 ? 1e-5 : 3e-2;
+    EXPECT_LE(max_err(x.out.value().to_vector(), ref.out.value().to_vector()),
+              4 * max_err(low.out.value().to_vector(), ref.out.value().to_vector()) + tol);
+    EXPECT_LE(max_err(x.lse.to_vector(), ref.lse.to_vector()), 4 * max_err(low.lse.to_vector(), ref.lse.to_vector()) + tol);
+  }
+}
+
+}  // namespace
+
+// ---- the harness itself, on the host (no GPU needed) ---------------------------------------------
+namespace {
+TEST(FusedCudaHarness, NaiveTwinAndFloorsAreSound) {
+  // the naive twin equals the CPU op; the bf16 floor is neither zero nor loose; the CPU op on bf16
+  // inputs (which rounds only its outputs) passes the bf16 criterion the GPU cases use
+  std::vector<Problem> ps = combos(64, 40);
+  for (const Problem& p : shapes(64)) ps.push_back(p);
+  for (size_t n = 0; n < ps.size(); n += 7) {
+    const Problem& p = ps[n];
+    SCOPED_TRACE(p.tag());
+    const Inputs in = bf16_inputs(p, 47);
+    const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+    const Result low = naive(p, in, true);
+    expect_same(naive(p, in, false), ref);
+    const double f = max_err(low.out, ref.out) / max_abs(ref.out);
+    EXPECT_GT(f, 1e-5);
+    EXPECT_LT(f, 2e-2);
+    const Result cpu_bf16 = run_op(p, in, DType::BF16, Device::cpu(), AttnImpl::Auto, false);
+    expect_results(cpu_bf16, low, ref, 3.0, 1e-3);
+  }
+}
+}  // namespace

@@ -1,0 +1,316 @@
+// A host emulator of one CUDA thread block, enough to run the tensor-core attention kernels of
+// attention/cuda/mma_body.h on a machine without a GPU.
+//
+// Every thread of the block is a fiber (ucontext), scheduled round-robin with a random lag per warp
+// (warps drift apart between barriers, as on hardware); a thread runs until it reaches a
+// collective operation and waits there until every participant has arrived:
+//   sync()                 the block (__syncthreads);
+//   ldsm_x4 / ldsm_x4_t    the warp: ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 — lanes
+//                          8m..8m+7 give the rows of 8x8 matrix m, lane t receives (row t/4,
+//                          columns 2(t%4), 2(t%4)+1) of each matrix, or with .trans (rows 2(t%4),
+//                          2(t%4)+1, column t/4); addresses are checked to be 16-byte aligned rows
+//                          inside shared memory;
+//   mma                    the warp: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 with PTX's
+//                          fragment layouts (mma_body.h's header), products summed in double;
+//   shfl_xor               the warp.
+// All 32 lanes of a warp must call the same collective (else: "divergent collective"); a round in
+// which no thread can move is a deadlock (e.g. a barrier some threads skip). Both are reported.
+// A cp.async clobbers its 16 destination bytes with NaN patterns when issued and writes the data at
+// the cp_wait that retires its group, and shared memory starts as NaN patterns: a read before the
+// wait + barrier (read-after-write) and an overwrite of a tile another warp still reads
+// (write-after-read) both turn into NaN in the results. exp2/log2 are the C library's; pack_bf16 rounds to nearest even, like
+// __floats2bfloat162_rn.
+#pragma once
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/bf16.h"
+
+namespace hzt::emu {
+
+using Counter = unsigned long long;
+
+class Cta;
+
+class Thread {
+ public:
+  Thread(Cta* cta, int tid) : cta_(cta), tid_(tid) {}
+  int tid() const { return tid_; }
+  void sync();
+  void ldsm_x4(uint32_t (&r)[4], const uint16_t* p) { ldsm(r, p, false); }
+  void ldsm_x4_t(uint32_t (&r)[4], const uint16_t* p) { ldsm(r, p, true); }
+  void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+  float shfl_xor(float v, int m);
+  void cp_async16(uint16_t* s, const uint16_t* g, bool full) {
+    Copy c;
+    c.dst = s;
+    c.full = full;
+    if (full) std::memcpy(c.bytes, g, 16);
+    pending_.push_back(c);
+    check_shared(s, "cp.async destination");
+    std::memset(s, 0xff, 16);  // clobbered now (a reader not yet done sees NaN), written at the wait
+  }
+  void cp_commit() {
+    groups_.push_back(pending_);
+    pending_.clear();
+  }
+  template <int N>
+  void cp_wait() {
+    while (groups_.size() > static_cast<size_t>(N)) {
+      for (const Copy& c : groups_.front()) {
+        if (c.full) std::memcpy(c.dst, c.bytes, 16);
+        else std::memset(c.dst, 0, 16);
+      }
+      groups_.erase(groups_.begin());
+    }
+  }
+  float exp2(float x) { return std::exp2(x); }
+  float log2(float x) { return std::log2(x); }
+  uint32_t pack_bf16(float lo, float hi) {
+    return static_cast<uint32_t>(hz::f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(hz::f32_to_bf16_bits(hi)) << 16);
+  }
+  void add_counter(Counter* c, Counter v) { *c += v; }
+
+ private:
+  struct Copy {
+    uint16_t* dst;
+    bool full;
+    unsigned char bytes[16];
+  };
+  void ldsm(uint32_t (&r)[4], const uint16_t* p, bool trans);
+  void check_shared(const void* p, const char* what);
+  Cta* cta_;
+  int tid_;
+  std::vector<Copy> pending_;
+  std::vector<std::vector<Copy>> groups_;
+};
+
+// One thread block: `threads` fibers over `smem_bytes` of shared memory.
+class Cta {
+ public:
+  // seed: the random lag between warps (each pass resumes each warp with probability 1/2, so warps
+  // drift apart between barriers and a missing barrier shows as a race)
+  Cta(int threads, size_t smem_bytes, uint64_t seed = 1)
+      : n_(threads), smem_(smem_bytes / 2 + 8), warps_((threads + 31) / 32), rng_(seed * 0x9e3779b97f4a7c15ull + 1) {
+    for (auto& x : smem_) x = 0xffff;  // bf16 / f32 NaN patterns
+  }
+  unsigned char* smem() { return reinterpret_cast<unsigned char*>(smem_.data()); }
+  size_t smem_bytes() const { return smem_.size() * 2; }
+
+  // Runs body(thread) on every thread; throws std::runtime_error on a divergent collective or a
+  // deadlock.
+  void run(const std::function<void(Thread&)>& body) {
+    body_ = &body;
+    fibers_.assign(n_, Fiber{});
+    for (int t = 0; t < n_; ++t) {
+      Fiber& f = fibers_[t];
+      f.stack.resize(kStack);
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = f.stack.data();
+      f.ctx.uc_stack.ss_size = f.stack.size();
+      f.ctx.uc_link = &sched_;
+      makecontext(&f.ctx, reinterpret_cast<void (*)()>(&Cta::trampoline), 0);
+    }
+    int finished = 0;
+    bool all = false;  // a pass that resumes every warp (after a pass without progress)
+    while (finished < n_) {
+      const uint64_t before = progress_;
+      std::vector<char> skip(warps_.size(), 0);
+      if (!all)
+        for (auto& x : skip) x = (rng_ = rng_ * 6364136223846793005ull + 1442695040888963407ull) >> 63;
+      for (int t = 0; t < n_; ++t) {
+        if (fibers_[t].done || skip[t / 32]) continue;
+        current_ = t;
+        active() = this;
+        swapcontext(&sched_, &fibers_[t].ctx);
+        if (fibers_[t].done) {
+          ++finished;
+          ++progress_;
+        }
+        if (!error_.empty()) throw std::runtime_error(error_);
+      }
+      if (progress_ == before && all)
+        throw std::runtime_error("deadlock: no thread can move (a barrier or collective that some threads skip)");
+      all = progress_ == before;
+    }
+  }
+
+ private:
+  friend class Thread;
+  static constexpr size_t kStack = 256 * 1024;
+  struct Fiber {
+    ucontext_t ctx{};
+    std::vector<char> stack;
+    bool done = false;
+  };
+  // A collective of a group (warp or block): inputs per member, outputs per member.
+  struct Coll {
+    int arrived = 0;
+    uint64_t gen = 0;
+    int op = -1;
+    uint32_t in_u[32][6] = {};
+    float in_f[32][4] = {};
+    const void* in_p[32] = {};
+    uint32_t out_u[32][4] = {};
+    float out_f[32][4] = {};
+  };
+  static Cta*& active() {
+    static thread_local Cta* a = nullptr;
+    return a;
+  }
+  static void trampoline() {
+    Cta* c = active();
+    const int t = c->current_;
+    Thread th(c, t);
+    (*c->body_)(th);
+    c->fibers_[t].done = true;
+  }
+  void yield() { swapcontext(&fibers_[current_].ctx, &sched_); }
+  void fail(const std::string& e) {
+    if (error_.empty()) error_ = e;
+    yield();  // the scheduler throws; this fiber is abandoned
+  }
+  // Deposit, wait until the group is complete, then read: compute runs once, in the last arrival.
+  template <class Dep, class Comp, class Read>
+  void collective(Coll& c, int members, int op, int slot, Dep dep, Comp comp, Read read) {
+    if (c.arrived == 0) c.op = op;
+    else if (c.op != op) fail("divergent collective: op " + std::to_string(op) + " meets op " + std::to_string(c.op));
+    dep(slot);
+    const uint64_t gen = c.gen;
+    if (++c.arrived == members) {
+      comp();
+      c.arrived = 0;
+      ++c.gen;
+      ++progress_;
+    }
+    while (c.gen == gen) yield();
+    read(slot);
+  }
+
+  int n_;
+  std::vector<uint16_t> smem_;
+  std::vector<Coll> warps_;
+  Coll block_;
+  std::vector<Fiber> fibers_;
+  ucontext_t sched_{};
+  int current_ = 0;
+  uint64_t progress_ = 0;
+  std::string error_;
+  const std::function<void(Thread&)>* body_ = nullptr;
+  uint64_t rng_;
+};
+
+inline void Thread::check_shared(const void* p, const char* what) {
+  const auto* b = reinterpret_cast<const unsigned char*>(p);
+  if (b < cta_->smem() || b + 16 > cta_->smem() + cta_->smem_bytes() ||
+      (reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(cta_->smem())) % 16 != 0)
+    cta_->fail(std::string(what) + ": address outside shared memory or not 16-byte aligned");
+}
+
+inline void Thread::sync() {
+  Cta::Coll& c = cta_->block_;
+  cta_->collective(c, cta_->n_, 1, 0, [](int) {}, [] {}, [](int) {});
+}
+
+inline float bf(uint32_t bits16) { return hz::bf16_bits_to_f32(static_cast<uint16_t>(bits16 & 0xffffu)); }
+
+inline void Thread::ldsm(uint32_t (&r)[4], const uint16_t* p, bool trans) {
+  check_shared(p, "ldmatrix row");
+  Cta::Coll& c = cta_->warps_[tid_ / 32];
+  const int lane = tid_ % 32;
+  cta_->collective(
+      c, 32, trans ? 3 : 2, lane, [&](int s) { c.in_p[s] = p; },
+      [&] {
+        for (int t = 0; t < 32; ++t)
+          for (int m = 0; m < 4; ++m) {
+            auto row = [&](int rr) { return static_cast<const uint16_t*>(c.in_p[8 * m + rr]); };
+            uint16_t lo, hi;
+            if (!trans) {
+              lo = row(t / 4)[2 * (t % 4)];
+              hi = row(t / 4)[2 * (t % 4) + 1];
+            } else {
+              lo = row(2 * (t % 4))[t / 4];
+              hi = row(2 * (t % 4) + 1)[t / 4];
+            }
+            c.out_u[t][m] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+          }
+      },
+      [&](int s) {
+        for (int m = 0; m < 4; ++m) r[m] = c.out_u[s][m];
+      });
+}
+
+inline void Thread::mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  Cta::Coll& c = cta_->warps_[tid_ / 32];
+  const int lane = tid_ % 32;
+  cta_->collective(
+      c, 32, 4, lane,
+      [&](int s) {
+        for (int i = 0; i < 4; ++i) c.in_u[s][i] = a[i];
+        c.in_u[s][4] = b0;
+        c.in_u[s][5] = b1;
+        for (int i = 0; i < 4; ++i) c.in_f[s][i] = d[i];
+      },
+      [&] {
+        double A[16][16], B[16][8], C[16][8];
+        for (int t = 0; t < 32; ++t) {
+          const int g = t / 4, q = t % 4;
+          const uint32_t* u = c.in_u[t];
+          A[g][2 * q] = bf(u[0]);
+          A[g][2 * q + 1] = bf(u[0] >> 16);
+          A[g + 8][2 * q] = bf(u[1]);
+          A[g + 8][2 * q + 1] = bf(u[1] >> 16);
+          A[g][2 * q + 8] = bf(u[2]);
+          A[g][2 * q + 9] = bf(u[2] >> 16);
+          A[g + 8][2 * q + 8] = bf(u[3]);
+          A[g + 8][2 * q + 9] = bf(u[3] >> 16);
+          B[2 * q][g] = bf(u[4]);
+          B[2 * q + 1][g] = bf(u[4] >> 16);
+          B[2 * q + 8][g] = bf(u[5]);
+          B[2 * q + 9][g] = bf(u[5] >> 16);
+          C[g][2 * q] = c.in_f[t][0];
+          C[g][2 * q + 1] = c.in_f[t][1];
+          C[g + 8][2 * q] = c.in_f[t][2];
+          C[g + 8][2 * q + 1] = c.in_f[t][3];
+        }
+        double Dm[16][8];
+        for (int i = 0; i < 16; ++i)
+          for (int j = 0; j < 8; ++j) {
+            double s = C[i][j];
+            for (int k = 0; k < 16; ++k) s += A[i][k] * B[k][j];
+            Dm[i][j] = s;
+          }
+        for (int t = 0; t < 32; ++t) {
+          const int g = t / 4, q = t % 4;
+          c.out_f[t][0] = static_cast<float>(Dm[g][2 * q]);
+          c.out_f[t][1] = static_cast<float>(Dm[g][2 * q + 1]);
+          c.out_f[t][2] = static_cast<float>(Dm[g + 8][2 * q]);
+          c.out_f[t][3] = static_cast<float>(Dm[g + 8][2 * q + 1]);
+        }
+      },
+      [&](int s) {
+        for (int i = 0; i < 4; ++i) d[i] = c.out_f[s][i];
+      });
+}
+
+inline float Thread::shfl_xor(float v, int m) {
+  Cta::Coll& c = cta_->warps_[tid_ / 32];
+  const int lane = tid_ % 32;
+  float r = 0;
+  cta_->collective(
+      c, 32, 5 + 16 * m, lane, [&](int s) { c.in_f[s][0] = v; },
+      [&] {
+        for (int t = 0; t < 32; ++t) c.out_f[t][0] = c.in_f[t ^ m][0];
+      },
+      [&](int s) { r = c.out_f[s][0]; });
+  return r;
+}
+
+}  // namespace hzt::emu

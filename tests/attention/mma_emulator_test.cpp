@@ -1,0 +1,268 @@
+// The tensor-core attention kernels (attention/cuda/mma_body.h: forward, dQ, dK/dV) run on the host
+// through the thread-block emulator (mma_emulator.h) and are compared with the CPU op at the bf16
+// precision floor (attn_test_util.h), with the same block counts. This is the same code the CUDA
+// kernels compile, in the configuration they use (mma::Config), so index, masking, softmax, pipeline
+// and barrier mistakes show up here without a GPU; what the emulator cannot show (real timing,
+// races between asynchronous copies and other warps, the hardware's own reading of the PTX) is left
+// to scripts/gpu_check.sh.
+#include <gtest/gtest.h>
+
+#include "attention/cuda/mma_body.h"
+#include "tests/attention/attn_test_util.h"
+#include "tests/attention/mma_emulator.h"
+
+using namespace hz;
+using namespace hz::attn;
+using namespace hzt::attn_util;
+
+namespace {
+
+std::vector<uint16_t> to_bits(const std::vector<double>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = f64_to_bf16_bits(v[i]);
+  return b;
+}
+std::vector<double> from_bits(const std::vector<uint16_t>& b) {
+  std::vector<double> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_bits_to_f32(b[i]);
+  return v;
+}
+
+template <class F>
+void each_cta(int64_t grid, int smem, F body) {
+  for (int64_t cta = 0; cta < grid; ++cta) {
+    hzt::emu::Cta c(mma::kThreads, static_cast<size_t>(smem), static_cast<uint64_t>(cta) + 1);
+    c.run([&](hzt::emu::Thread& t) { body(t, cta, c.smem()); });
+  }
+}
+
+struct Emulated {
+  Result r;
+  AttnStats stats;
+};
+
+// The forward, the dO . O pre-pass (on the host, in f32) and both backward kernels, emulated.
+template <int D>
+Emulated run_emulated(const Problem& p, const Inputs& in) {
+  const AttnKernelParams P = make_kernel_params(config_of(p), p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
+  const std::vector<uint16_t> q = to_bits(in.q), k = to_bits(in.k), v = to_bits(in.v), g = to_bits(in.g);
+  std::vector<float> c(in.c.begin(), in.c.end());
+  const int64_t nq = p.B * p.H * p.Tq, nk = p.B * p.Hkv * p.Tk;
+  std::vector<uint16_t> out(nq * D, 0x7fc1), dq(nq * D, 0x7fc1), dk(nk * D, 0x7fc1), dv(nk * D, 0x7fc1);  // NaN poison
+  std::vector<float> lse(nq, NAN), Dvec(nq), dc_rows(nq, NAN);
+  mma::Counter counters[3] = {0, 0, 0};
+  mma::Args a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.c = p.logit == LogitKind::LogN ? c.data() : nullptr;
+  a.out = out.data();
+  a.lse = lse.data();
+  a.gout = g.data();
+  a.Dvec = Dvec.data();
+  a.dq = dq.data();
+  a.dk = dk.data();
+  a.dv = dv.data();
+  a.dc_rows = p.logit == LogitKind::LogN ? dc_rows.data() : nullptr;
+  a.counters = counters;
+  using C = mma::Config<D>;
+  using F = mma::FwdShape<D, C::kFwdMT>;
+  each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem,
+           [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) { mma::fwd_cta<D, C::kFwdMT>(t, P, a, cta, s); });
+  for (int64_t row = 0; row < nq; ++row) {
+    float acc = 0;
+    for (int d = 0; d < D; ++d) acc += bf16_bits_to_f32(out[row * D + d]) * bf16_bits_to_f32(g[row * D + d]);
+    Dvec[row] = acc;
+  }
+  each_cta(p.B * p.H * num_blocks(p.Tq, mma::DqShape<D>::kBq), mma::DqShape<D>::kSmem,
+           [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) { mma::dq_cta<D>(t, P, a, cta, s); });
+  using K = mma::DkvShape<D, C::kDkvBq>;
+  each_cta(p.B * p.Hkv * num_blocks(p.Tk, K::kBk), K::kSmem,
+           [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) { mma::dkv_cta<D, C::kDkvBq>(t, P, a, cta, s); });
+  Emulated e;
+  e.r.out = from_bits(out);
+  e.r.lse.assign(lse.begin(), lse.end());
+  e.r.dq = from_bits(dq);
+  e.r.dk = from_bits(dk);
+  e.r.dv = from_bits(dv);
+  if (p.logit == LogitKind::LogN) {
+    e.r.dc.assign(p.H, 0.0);
+    for (int64_t row = 0; row < nq; ++row) e.r.dc[(row / p.Tq) % p.H] += dc_rows[row];
+  }
+  e.stats = {static_cast<int64_t>(counters[0]), static_cast<int64_t>(counters[1]), static_cast<int64_t>(counters[2])};
+  return e;
+}
+
+// The CPU op's block counts at the tensor-core tiles.
+AttnStats cpu_counts(const Problem& p, const AttnTiles& tiles) {
+  AttnStats s;
+  for (bool fwd : {true, false}) {
+    AttnConfig cfg = config_of(p);
+    cfg.block_q = fwd ? tiles.fwd_q : tiles.bwd_q;
+    cfg.block_k = fwd ? tiles.fwd_k : tiles.bwd_k;
+    Generator g(3);
+    ag::Variable q(g.normal({p.B, p.H, p.Tq, 8}), true), k(g.normal({p.B, p.Hkv, p.Tk, 8}), true),
+        v(g.normal({p.B, p.Hkv, p.Tk, 8}), true), c(Tensor::ones({p.H}));
+    reset_attn_stats();
+    const AttnOutput o = fused_attention(q, k, v, cfg, p.logit == LogitKind::LogN ? c : ag::Variable());
+    ag::sum_all(o.out).backward();
+    const AttnStats x = attn_stats();
+    if (fwd) {
+      s.fwd_blocks = x.fwd_blocks;
+      s.fwd_boundary_blocks = x.fwd_boundary_blocks;
+    } else {
+      s.bwd_blocks = x.bwd_blocks;
+    }
+  }
+  return s;
+}
+
+template <int D>
+void check(const Problem& p) {
+  SCOPED_TRACE(p.tag());
+  const Inputs in = bf16_inputs(p, 71);
+  const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+  const Result low = naive(p, in, true);
+  const Emulated e = run_emulated<D>(p, in);
+  expect_results(e.r, low, ref, 3.0, 1e-3);
+  using C = mma::Config<D>;
+  const AttnTiles tiles{mma::FwdShape<D, C::kFwdMT>::kBq, 64, C::kDkvBq, 64, true};
+  const AttnStats want = cpu_counts(p, tiles);
+  EXPECT_EQ(e.stats.fwd_blocks, want.fwd_blocks);
+  EXPECT_EQ(e.stats.fwd_boundary_blocks, want.fwd_boundary_blocks);
+  EXPECT_EQ(e.stats.bwd_blocks, want.bwd_blocks);
+}
+
+// A cover of the combinations (every mask, position encoding and logit transform at least twice,
+// each with GQA and ragged lengths) rather than the full cross product: emulation costs about a
+// second per problem.
+std::vector<Problem> emu_problems(int64_t D) {
+  std::vector<Problem> v;
+  const MaskKind masks[] = {MaskKind::Causal, MaskKind::Window, MaskKind::Scope};
+  const PosKind pos[] = {PosKind::None, PosKind::Rope, PosKind::PRope, PosKind::Alibi};
+  const LogitKind logits[] = {LogitKind::Identity, LogitKind::ScaleInvariant, LogitKind::LogN, LogitKind::SwanRow,
+                              LogitKind::Temperature};
+  for (int n = 0; n < 6; ++n) {
+    Problem p;
+    p.D = D;
+    p.H = 2;
+    p.Hkv = 1;
+    p.Tq = p.Tk = 70 + 37 * (n % 2);
+    p.mask = masks[n % 3];
+    p.pos = pos[n % 4];
+    p.logit = logits[n % 5];
+    v.push_back(p);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST(MmaEmulator, RejectsDivergentCollectivesAndDeadlocks) {
+  // the emulator must be able to fail: half a warp at an mma, half at a shuffle; a barrier skipped
+  {
+    hzt::emu::Cta c(32, 64);
+    EXPECT_THROW(c.run([](hzt::emu::Thread& t) {
+      float d[4] = {0, 0, 0, 0};
+      const uint32_t a[4] = {0, 0, 0, 0};
+      if (t.tid() < 16) t.mma(d, a, 0, 0);
+      else t.shfl_xor(1.0f, 1);
+    }),
+                 std::runtime_error);
+  }
+  {
+    hzt::emu::Cta c(64, 64);
+    EXPECT_THROW(c.run([](hzt::emu::Thread& t) {
+      if (t.tid() < 32) t.sync();
+    }),
+                 std::runtime_error);
+  }
+  {
+    hzt::emu::Cta c(32, 64);
+    uint32_t r[4];
+    EXPECT_THROW(c.run([&](hzt::emu::Thread& t) { t.ldsm_x4(r, reinterpret_cast<const uint16_t*>(c.smem()) + 1); }),
+                 std::runtime_error);
+  }
+}
+
+TEST(MmaEmulator, MmaAndLdmatrixFollowThePtxLayouts) {
+  // one 16x16 A tile times a 16x8 B tile through ldmatrix + mma, against a plain product
+  hzt::emu::Cta c(32, 16 * 16 * 2 + 16 * 8 * 2);
+  uint16_t* sA = reinterpret_cast<uint16_t*>(c.smem());  // A (16, 16) row-major
+  uint16_t* sB = sA + 256;                               // B^T (8, 16): row n holds B[:, n]
+  double A[16][16], B[16][8];
+  for (int i = 0; i < 16; ++i)
+    for (int k = 0; k < 16; ++k) {
+      A[i][k] = bf16_bits_to_f32(f64_to_bf16_bits((i * 16 + k) % 13 - 6.0));
+      sA[i * 16 + k] = f64_to_bf16_bits(A[i][k]);
+    }
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 8; ++n) {
+      B[k][n] = bf16_bits_to_f32(f64_to_bf16_bits((k * 8 + n) % 7 - 3.0));
+      sB[n * 16 + k] = f64_to_bf16_bits(B[k][n]);
+    }
+  float D[32][4];
+  c.run([&](hzt::emu::Thread& t) {
+    const int lane = t.tid(), g = lane / 4, q = lane % 4;
+    uint32_t a[4], b[4];
+    t.ldsm_x4(a, sA + (lane % 16) * 16 + 8 * (lane / 16));  // matrices (rows 0-7|8-15) x (k 0-7|8-15)
+    // B as two 8x8 matrices of B^T rows (n), k 0-7 and 8-15 (x4 with the last two repeated)
+    t.ldsm_x4(b, sB + (lane % 8) * 16 + 8 * ((lane / 8) % 2));
+    float d[4] = {0, 0, 0, 0};
+    t.mma(d, a, b[0], b[1]);
+    for (int e = 0; e < 4; ++e) D[lane][e] = d[e];
+    (void)g;
+    (void)q;
+  });
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, q = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+      const int i = g + 8 * (e / 2), n = 2 * q + e % 2;
+      double want = 0;
+      for (int k = 0; k < 16; ++k) want += A[i][k] * B[k][n];
+      EXPECT_EQ(D[lane][e], static_cast<float>(want)) << "lane " << lane << " element " << e;
+    }
+  }
+}
+
+TEST(MmaEmulator, TensorCoreKernelsD64MatchTheCpuOp) {
+  for (const Problem& p : emu_problems(64)) check<64>(p);
+}
+
+TEST(MmaEmulator, TensorCoreKernelsD128MatchTheCpuOp) {
+  std::vector<Problem> ps = emu_problems(128);
+  ps.resize(3);
+  for (const Problem& p : ps) check<128>(p);
+}
+
+TEST(MmaEmulator, EdgeShapes) {
+  // Tq != Tk (queries last, and an explicit offset), rows without keys, GQA 4:1 with batch 2
+  std::vector<Problem> ps;
+  Problem p;
+  p.B = 2, p.H = 4, p.Hkv = 1, p.Tq = p.Tk = 65, p.mask = MaskKind::Scope, p.logit = LogitKind::LogN;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 2, p.Tq = 20, p.Tk = 150, p.mask = MaskKind::Window, p.pos = PosKind::Alibi,
+  p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 90, p.Tk = 70, p.q_offset = 10, p.logit = LogitKind::Temperature;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 140, p.key_end = 40, p.min_distance = 70;  // rows 0..69 see nothing
+  ps.push_back(p);
+  // every key block Full, the last one ragged: the kernels must still mask the keys beyond Tk
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 1, p.Tk = 70;  // decoding one token
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 20, p.Tk = 70, p.q_offset = 100, p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);
+  // four key blocks per query block: the double buffer is reused (a missing barrier races)
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 230, p.logit = LogitKind::ScaleInvariant, p.pos = PosKind::Alibi;
+  ps.push_back(p);
+  for (const Problem& x : ps) check<64>(x);
+  p.D = 128;
+  check<128>(p);
+}

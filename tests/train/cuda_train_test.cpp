@@ -1,0 +1,155 @@
+// Training on a GPU against the CPU: one full step (forward, backward, clipping, optimizer) of
+// whole models in fp32 matches the CPU; bf16 follows the CPU's fp32 loss curve within the bf16
+// floor; fp32 CUDA runs repeat bit for bit; checkpoints move between devices; the pool allocator
+// serves the steady state. Every test skips itself without a usable GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/functions.h"
+#include "core/cuda/runtime.h"
+#include "optim/clip.h"
+#include "optim/optimizer.h"
+#include "optim/partition.h"
+#include "train/checkpoint.h"
+#include "train/recipe.h"
+#include "train/trainer.h"
+
+using namespace hz;
+using namespace hz::train;
+
+namespace {
+
+class CudaTrain : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::available())
+      GTEST_SKIP() << "no CUDA device (" << (cuda::compiled() ? "no GPU/driver visible" : "HZ_CUDA=OFF build") << ")";
+  }
+};
+
+std::string tmp_root() {
+  static const std::string root = [] {
+    char tmpl[] = "/tmp/hz_cuda_train_XXXXXX";
+    return std::string(mkdtemp(tmpl));
+  }();
+  return root;
+}
+
+// The model kinds the issue lists, at test size.
+const char* kModels[] = {
+    "model:\n  layer_kinds:\n    rope: {pos: rope}\n  pattern: [rope]\n",
+    "model:\n  layer_kinds:\n    g: {pos: none}\n    l: {pos: rope, mask: window, window: 16}\n  pattern: [g, l]\n",
+    "model:\n  layer_kinds:\n    s: {pos: none, mask: scope}\n  pattern: [s]\n",
+    "model:\n  layer_kinds:\n    si: {pos: prope, logit: scale_invariant, qk_norm: per_head}\n  pattern: [si]\n",
+};
+
+Recipe tiny(const std::string& yaml, const std::string& name, std::vector<std::string> extra = {}) {
+  std::vector<std::string> ov{"run.name=" + name, "run.out_dir=" + tmp_root(), "data.cache_dir=" + tmp_root() + "/data",
+                              "model.d_model=64", "model.n_layers=2", "model.n_heads=4", "data.seq_len=64",
+                              "data.batch_size=8", "train.steps=50", "train.log_every=10", "schedule.warmup_steps=5",
+                              "optim.lr=1e-2", "eval.every=0", "eval.batches=2", "eval.lengths=[64]",
+                              "checkpoint.every=25"};
+  ov.insert(ov.end(), extra.begin(), extra.end());
+  return parse_recipe(yaml, name + ".yaml", ov);
+}
+
+double max_rel(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  double m = 0, scale = 0;
+  for (double v : y) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]) / (std::fabs(y[i]) + 1e-3 * scale + 1e-30));
+  return m;
+}
+
+TrainOptions quiet() {
+  TrainOptions o;
+  o.quiet = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_F(CudaTrain, OneFp32StepMatchesTheCpu) {
+  for (const char* yaml : kModels)
+    for (const char* opt : {"adamw", "muon"}) {
+      SCOPED_TRACE(std::string(yaml) + opt);
+      const Recipe r = tiny(yaml, "step", {std::string("optim.name=") + opt});
+      nn::Transformer cpu(r.model_config(), 5), gpu(r.model_config(), 5);
+      gpu.to(Device::cuda());
+      Generator g(3);
+      Tensor u = g.uniform({8, 65}, 0, 255, DType::F64);
+      std::vector<double> v = u.to_vector();
+      for (auto& x : v) x = std::floor(x);
+      const Tensor ids = Tensor::from_vector(v, {8, 65}, DType::I64);
+      const Tensor x = ids.narrow(1, 0, 64).contiguous(), y = ids.narrow(1, 1, 64).contiguous();
+      auto step = [&](nn::Transformer& m) {
+        auto named = m.named_parameters();
+        std::unique_ptr<optim::Optimizer> o;
+        if (std::string(opt) == "adamw") {
+          o = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{"all", named, 1e-2, 0.1}});
+        } else {
+          const optim::Partition p = optim::partition_for_muon(named);
+          o = std::make_unique<optim::Muon>(std::vector<optim::ParamGroup>{{"hidden", p.hidden_matrices, 0.02, 0.1}});
+        }
+        ag::Variable loss = m.loss(x, y);
+        const double l = loss.item();
+        loss.backward();
+        optim::clip_grad_norm(named, 1.0);
+        o->step();
+        return l;
+      };
+      const double lc = step(cpu), lg = step(gpu);
+      EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
+      const auto pc = cpu.named_parameters(), pg = gpu.named_parameters();
+      for (size_t i = 0; i < pc.size(); ++i) {
+        EXPECT_TRUE(pg[i].second->value().device().is_cuda());
+        EXPECT_LT(max_rel(pg[i].second->value(), pc[i].second->value()), 1e-5) << pc[i].first;
+      }
+    }
+}
+
+TEST_F(CudaTrain, Bf16FollowsTheCpuFp32CurveAndFp32Repeats) {
+  for (const char* yaml : kModels) {
+    SCOPED_TRACE(yaml);
+    const TrainResult cpu = hz::train::train(tiny(yaml, "curve_cpu"), quiet());
+    const TrainResult b16 = hz::train::train(tiny(yaml, "curve_gpu_bf16", {"run.device=cuda", "run.precision=bf16"}), quiet());
+    const TrainResult f32a = hz::train::train(tiny(yaml, "curve_gpu_a", {"run.device=cuda"}), quiet());
+    const TrainResult f32b = hz::train::train(tiny(yaml, "curve_gpu_b", {"run.device=cuda"}), quiet());
+    EXPECT_EQ(f32a.losses, f32b.losses) << "fp32 CUDA runs must repeat bitwise";
+    double worst32 = 0, worst16 = 0;
+    for (size_t i = 0; i < cpu.losses.size(); ++i) {
+      worst32 = std::max(worst32, std::fabs(f32a.losses[i] - cpu.losses[i]) / cpu.losses[i]);
+      worst16 = std::max(worst16, std::fabs(b16.losses[i] - cpu.losses[i]) / cpu.losses[i]);
+    }
+    EXPECT_LT(worst32, 1e-3);        // f32 roundings differ per kernel; the trajectories stay together
+    EXPECT_LT(worst16, 8.0 / 256);   // 8 bf16 units, as the CPU bf16 test
+  }
+}
+
+TEST_F(CudaTrain, CheckpointsMoveBetweenDevices) {
+  const char* yaml = kModels[0];
+  const TrainResult full = hz::train::train(tiny(yaml, "move_full"), quiet());
+  TrainOptions stop = quiet();
+  stop.stop_after = 25;
+  hz::train::train(tiny(yaml, "move_split"), stop);  // CPU to step 25
+  const TrainResult rest = hz::train::train(tiny(yaml, "move_split", {"run.device=cuda", "checkpoint.resume=latest"}), quiet());
+  ASSERT_EQ(rest.losses.size(), 25u);
+  for (size_t i = 0; i < 25; ++i) EXPECT_NEAR(rest.losses[i], full.losses[25 + i], 1e-3 * full.losses[25 + i]);
+  // and back: the GPU run's final checkpoint evaluates on the CPU
+  LoadedRun lr = load_run(rest.run_dir, {"run.device=cpu"});
+  EXPECT_TRUE(lr.model->device().is_cpu());
+}
+
+TEST_F(CudaTrain, SteadyStateStepsMakeNoDeviceAllocations) {
+  const Recipe r = tiny(kModels[0], "alloc", {"run.device=cuda", "run.precision=bf16", "train.steps=12"});
+  int64_t allocs_at_5 = -1, allocs_at_12 = -1;
+  TrainOptions o = quiet();
+  o.on_step = [&](int64_t done, nn::Transformer&) {
+    if (done == 5) allocs_at_5 = memory_stats(Device::cuda()).device_allocs;
+    if (done == 12) allocs_at_12 = memory_stats(Device::cuda()).device_allocs;
+  };
+  hz::train::train(r, o);
+  EXPECT_GE(allocs_at_5, 1);
+  EXPECT_EQ(allocs_at_12, allocs_at_5) << "the pool grew after warm-up";
+}

@@ -1,0 +1,299 @@
+// Hugging Face directories: weights in and out, tokenizer files (see train/hf.h).
+#include "train/hf.h"
+
+#include <fmt/core.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "data/tokenizer.h"
+
+namespace hz::train::hf {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::vector<std::pair<std::string, std::string>> parameter_names(const nn::ModelConfig& c) {
+  std::vector<std::pair<std::string, std::string>> out{{"model.embed_tokens.weight", "embed.weight"}};
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".", h = "layers." + std::to_string(l) + ".";
+    out.emplace_back(p + "input_layernorm.weight", h + "norm1.weight");
+    for (const auto& [hf, hz] : {std::pair<const char*, const char*>{"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}}) {
+      out.emplace_back(p + "self_attn." + hf + ".weight", h + "attn." + hz + ".weight");
+      if (c.qkv_bias) out.emplace_back(p + "self_attn." + hf + ".bias", h + "attn." + hz + ".bias");
+    }
+    out.emplace_back(p + "self_attn.o_proj.weight", h + "attn.wo.weight");
+    out.emplace_back(p + "post_attention_layernorm.weight", h + "norm2.weight");
+    out.emplace_back(p + "mlp.gate_proj.weight", h + "mlp.w1.weight");
+    out.emplace_back(p + "mlp.up_proj.weight", h + "mlp.w3.weight");
+    out.emplace_back(p + "mlp.down_proj.weight", h + "mlp.w2.weight");
+  }
+  out.emplace_back("model.norm.weight", "norm.weight");
+  if (!c.tie_embeddings) out.emplace_back("lm_head.weight", "head.weight");
+  return out;
+}
+
+std::map<std::string, Shape> parameter_shapes(const nn::ModelConfig& c) {
+  const int64_t V = c.vocab_size, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.hdim(), F = c.hidden();
+  std::map<std::string, Shape> s{{"embed.weight", {V, C}}, {"norm.weight", {C}}};
+  if (!c.tie_embeddings) s["head.weight"] = {V, C};
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string h = "layers." + std::to_string(l) + ".";
+    s[h + "norm1.weight"] = {C};
+    s[h + "norm2.weight"] = {C};
+    s[h + "attn.wq.weight"] = {H * D, C};
+    s[h + "attn.wk.weight"] = {Hkv * D, C};
+    s[h + "attn.wv.weight"] = {Hkv * D, C};
+    s[h + "attn.wo.weight"] = {C, H * D};
+    if (c.qkv_bias) {
+      s[h + "attn.wq.bias"] = {H * D};
+      s[h + "attn.wk.bias"] = {Hkv * D};
+      s[h + "attn.wv.bias"] = {Hkv * D};
+    }
+    s[h + "mlp.w1.weight"] = {F, C};
+    s[h + "mlp.w3.weight"] = {F, C};
+    s[h + "mlp.w2.weight"] = {C, F};
+  }
+  return s;
+}
+
+std::string tokenizer_file(const std::string& dir) {
+  for (const char* f : {"tokenizer.json", "tokenizer.model"}) {
+    std::error_code ec;
+    if (fs::is_regular_file(fs::path(dir) / f, ec)) return (fs::path(dir) / f).string();
+  }
+  return "";
+}
+
+std::map<std::string, Tensor> import_weights(const std::string& dir, const nn::ModelConfig& c, DType dtype,
+                                             ImportReport* report) {
+  const io::SafetensorsSet set = io::SafetensorsSet::open_dir(dir);
+  const auto shapes = parameter_shapes(c);
+  std::map<std::string, Tensor> out;
+  std::set<std::string> used;
+  std::vector<std::string> skipped;
+  for (const auto& [hf, hz] : parameter_names(c)) {
+    if (!set.has(hf))
+      throw HfError(dir + ": tensor '" + hf + "' (Horizon's " + hz + ") is missing; the weights do not match config.json");
+    const Shape& want = shapes.at(hz);
+    const io::TensorEntry& e = set.entry(hf);
+    if (e.shape != want)
+      throw HfError(set.file_of(hf) + ": tensor '" + hf + "' has shape " + shape_str(e.shape) + " but the model (" +
+                    dir + "/config.json, or the recipe's model section) implies " + shape_str(want));
+    Tensor t = set.load(hf);
+    out[hz] = t.dtype() == dtype ? t : t.to(dtype);
+    used.insert(hf);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& name : set.names()) {
+    if (used.count(name)) continue;
+    const std::string inv = ".rotary_emb.inv_freq";
+    if (name.size() > inv.size() && name.compare(name.size() - inv.size(), inv.size(), inv) == 0) {
+      skipped.push_back(name + " (derived from config.json)");
+      continue;
+    }
+    const std::string obias = ".self_attn.o_proj.bias";
+    if (name.size() > obias.size() && name.compare(name.size() - obias.size(), obias.size(), obias) == 0) {
+      // attention_bias = true (Llama, SmolLM3) also biases o_proj; Horizon has no such bias, so it
+      // must be zero (as Horizon's own exports write it)
+      const std::vector<double> v = set.load(name).to_vector();
+      for (double x : v)
+        if (x != 0.0)
+          throw HfError(set.file_of(name) + ": " + name + " is not zero: Horizon's attention output projection has no "
+                        "bias (only q/k/v biases, model.qkv_bias), so this checkpoint cannot be imported exactly");
+      skipped.push_back(name + " (zero o_proj bias)");
+      continue;
+    }
+    if (name == "lm_head.weight" && c.tie_embeddings) {
+      const Tensor head = set.load(name).to(dtype), emb = out.at("embed.weight");
+      if (head.shape() != emb.shape() ||
+          std::memcmp(head.raw_data(), emb.raw_data(), emb.numel() * dtype_size(dtype)) != 0)
+        throw HfError(dir + ": lm_head.weight differs from model.embed_tokens.weight although tie_word_embeddings is "
+                            "true; set tie_word_embeddings to false in config.json if the head is separate");
+      skipped.push_back(name + " (equal to the tied embedding)");
+      continue;
+    }
+    unexpected.push_back(name);
+  }
+  if (!unexpected.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unexpected.size() && i < 5; ++i) list += (i ? ", '" : "'") + unexpected[i] + "'";
+    throw HfError(dir + ": " + std::to_string(unexpected.size()) + " tensor(s) have no place in the model config.json " +
+                  "describes: " + list + (unexpected.size() > 5 ? ", ..." : "") +
+                  " (a different architecture, adapters, or a config.json that does not belong to these weights)");
+  }
+  if (report) {
+    for (const auto& [hz, t] : out) report->tensors.push_back(hz);
+    report->skipped = skipped;
+  }
+  return out;
+}
+
+Imported import_dir(const std::string& dir, DType dtype) {
+  Imported im;
+  im.cfg = import_config_dir(dir, &im.report);
+  im.weights = import_weights(dir, im.cfg, dtype, &im.report);
+  return im;
+}
+
+// ---- byte tokenizer as a Hugging Face tokenizer ----------------------------------------------------
+namespace {
+
+// GPT-2's byte -> unicode code point map (printable bytes map to themselves).
+std::vector<uint32_t> byte_to_unicode() {
+  std::vector<uint32_t> cp(256, 0);
+  std::vector<bool> direct(256, false);
+  for (int b = '!'; b <= '~'; ++b) direct[b] = true;
+  for (int b = 0xA1; b <= 0xAC; ++b) direct[b] = true;
+  for (int b = 0xAE; b <= 0xFF; ++b) direct[b] = true;
+  uint32_t n = 0;
+  for (int b = 0; b < 256; ++b) cp[b] = direct[b] ? static_cast<uint32_t>(b) : 256 + n++;
+  return cp;
+}
+
+std::string utf8(uint32_t c) {
+  std::string s;
+  if (c < 0x80) {
+    s += static_cast<char>(c);
+  } else if (c < 0x800) {
+    s += static_cast<char>(0xC0 | (c >> 6));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    s += static_cast<char>(0xE0 | (c >> 12));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return s;
+}
+
+const char* const kByteSpecials[] = {"<|horizon_bos|>", "<|horizon_eos|>", "<|horizon_pad|>"};
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p);
+  out << text;
+  if (!out) throw HfError(p.string() + ": write failed; check free disk space and permissions");
+}
+
+}  // namespace
+
+std::string byte_tokenizer_json() {
+  json vocab = json::object();
+  const auto cp = byte_to_unicode();
+  for (int b = 0; b < 256; ++b) vocab[utf8(cp[b])] = b;
+  json added = json::array();
+  for (int i = 0; i < 3; ++i)
+    added.push_back({{"id", data::ByteTokenizer::kBos + i},
+                     {"content", kByteSpecials[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  json t = {{"version", "1.0"},
+            {"truncation", nullptr},
+            {"padding", nullptr},
+            {"added_tokens", added},
+            {"normalizer", nullptr},
+            {"pre_tokenizer", byte_level},
+            {"post_processor", nullptr},
+            {"decoder", byte_level},
+            {"model",
+             {{"type", "BPE"},
+              {"dropout", nullptr},
+              {"unk_token", nullptr},
+              {"continuing_subword_prefix", nullptr},
+              {"end_of_word_suffix", nullptr},
+              {"fuse_unk", false},
+              {"byte_fallback", false},
+              {"ignore_merges", false},
+              {"vocab", vocab},
+              {"merges", json::array()}}}};
+  return t.dump(1) + "\n";
+}
+
+std::string tokenizer_spec(const std::string& dir) {
+  const std::string f = tokenizer_file(dir);
+  if (f.empty() || fs::path(f).filename() != "tokenizer.json") return f;
+  std::ifstream in(f);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str() == byte_tokenizer_json() ? "byte" : f;
+}
+
+ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Tensor>& weights, const std::string& tokenizer,
+                        const std::string& out_dir, const ExportOptions& opt) {
+  SpecialTokens st;
+  if (!tokenizer.empty()) {
+    const auto tok = data::make_tokenizer(tokenizer);
+    HZ_CHECK(tok->vocab_size() <= c.vocab_size, HfError, "export: the tokenizer '", tokenizer, "' has ", tok->vocab_size(),
+             " tokens but the model's vocabulary is ", c.vocab_size);
+    st = {tok->bos(), tok->eos(), tok->pad()};
+  }
+  ExportReport rep;
+  const std::string config = export_config(c, st, opt.store, &rep);  // refuses first, before touching the disk
+  rep.dir = out_dir;
+  const fs::path d(out_dir);
+  std::error_code ec;
+  if (fs::exists(d, ec) && !(fs::is_directory(d, ec) && fs::is_empty(d, ec)))
+    throw HfError(out_dir + ": exists and is not an empty directory; export into a new directory");
+
+  std::map<std::string, Tensor> hf;
+  const auto shapes = parameter_shapes(c);
+  for (const auto& [hfname, hz] : parameter_names(c)) {
+    auto it = weights.find(hz);
+    if (it == weights.end()) throw HfError("export: the model has no parameter '" + hz + "'");
+    if (it->second.shape() != shapes.at(hz))
+      throw HfError("export: parameter '" + hz + "' has shape " + shape_str(it->second.shape()) + ", config implies " +
+                    shape_str(shapes.at(hz)));
+    hf[hfname] = it->second;
+  }
+  for (const auto& [hz, t] : weights)
+    if (!shapes.count(hz)) throw HfError("export: parameter '" + hz + "' has no counterpart in " + rep.architecture);
+  const DType dt = weights.at("embed.weight").dtype();
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    if (rep.architecture == "Qwen2ForCausalLM" && !c.qkv_bias) {
+      hf[p + "q_proj.bias"] = Tensor::zeros({c.n_heads * c.hdim()}, dt);
+      hf[p + "k_proj.bias"] = Tensor::zeros({c.kv_heads() * c.hdim()}, dt);
+      hf[p + "v_proj.bias"] = Tensor::zeros({c.kv_heads() * c.hdim()}, dt);
+    }
+    if (rep.architecture == "SmolLM3ForCausalLM" && c.qkv_bias) hf[p + "o_proj.bias"] = Tensor::zeros({c.d_model}, dt);
+  }
+  rep.files = io::save_safetensors_dir(out_dir, hf, {{"format", "pt"}}, opt.store, opt.max_shard_bytes);
+  write_text(d / "config.json", config);
+  rep.files.push_back((d / "config.json").string());
+  if (tokenizer.empty()) {
+    rep.notes.push_back("no tokenizer written (the model has none)");
+  } else if (tokenizer == "byte") {
+    write_text(d / "tokenizer.json", byte_tokenizer_json());
+    const json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                     {"bos_token", kByteSpecials[0]},
+                     {"eos_token", kByteSpecials[1]},
+                     {"pad_token", kByteSpecials[2]},
+                     {"add_bos_token", false},
+                     {"add_eos_token", false},
+                     {"clean_up_tokenization_spaces", false},
+                     {"model_max_length", c.max_seq_len}};
+    write_text(d / "tokenizer_config.json", tc.dump(2) + "\n");
+    rep.files.push_back((d / "tokenizer.json").string());
+    rep.files.push_back((d / "tokenizer_config.json").string());
+    rep.notes.push_back("Horizon's byte tokenizer written as tokenizer.json (byte-level BPE without merges; ids 0-255 = "
+                        "bytes, 256/257/258 = <|horizon_bos|>/<|horizon_eos|>/<|horizon_pad|>)");
+  } else {
+    const fs::path src(tokenizer);
+    const std::string name = src.extension() == ".model" ? "tokenizer.model" : "tokenizer.json";
+    fs::copy_file(src, d / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw HfError(out_dir + ": cannot copy the tokenizer " + tokenizer + ": " + ec.message());
+    for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json"})
+      if (fs::exists(src.parent_path() / extra, ec)) fs::copy_file(src.parent_path() / extra, d / extra, ec);
+    rep.files.push_back((d / name).string());
+  }
+  return rep;
+}
+
+}  // namespace hz::train::hf

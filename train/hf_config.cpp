@@ -1,0 +1,795 @@
+// Hugging Face config.json <-> Horizon model config (see train/hf.h for the mapping).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "train/hf.h"
+
+namespace hz::train::hf {
+
+using json = nlohmann::json;
+
+namespace {
+
+struct Arch {
+  const char* name;
+  const char* model_type;
+  bool tie_default;          // the config class's tie_word_embeddings default
+  int64_t max_pos_default;   // its max_position_embeddings default
+};
+constexpr Arch kLlama{"LlamaForCausalLM", "llama", false, 2048};
+constexpr Arch kMistral{"MistralForCausalLM", "mistral", false, 131072};
+constexpr Arch kQwen2{"Qwen2ForCausalLM", "qwen2", false, 32768};
+constexpr Arch kSmolLM3{"SmolLM3ForCausalLM", "smollm3", true, 32768};
+const Arch* const kArchs[] = {&kLlama, &kMistral, &kQwen2, &kSmolLM3};
+
+// Fields a transformers config may carry that leave the forward pass unchanged, with the reason.
+const std::map<std::string, std::string>& harmless_fields() {
+  static const std::map<std::string, std::string> m = [] {
+    std::map<std::string, std::string> h{
+        {"_name_or_path", "provenance"},
+        {"transformers_version", "provenance"},
+        {"use_cache", "key/value cache during generation"},
+        {"dtype", "storage dtype; weights are converted on import"},
+        {"torch_dtype", "storage dtype; weights are converted on import"},
+        {"bos_token_id", "a tokenizer special (the tokenizer file defines it)"},
+        {"eos_token_id", "a tokenizer special (the tokenizer file defines it)"},
+        {"pad_token_id", "a tokenizer special (the tokenizer file defines it)"},
+        {"sep_token_id", "a tokenizer special"},
+        {"decoder_start_token_id", "encoder-decoder generation only"},
+        {"pretraining_tp", "transformers 4 split the same matmuls into slices; same math"},
+        {"tokenizer_class", "names the tokenizer class"},
+        {"return_dict", "output container"},
+        {"output_hidden_states", "output container"},
+        {"output_attentions", "output container"},
+        {"torchscript", "export option"},
+        {"use_bfloat16", "legacy storage flag"},
+        {"tf_legacy_loss", "TensorFlow loss option"},
+        {"pruned_heads", "must be empty (checked)"},
+        {"chunk_size_feed_forward", "memory option, same math"},
+        {"is_encoder_decoder", "must be false (checked)"},
+        {"is_decoder", "decoder flag"},
+        {"add_cross_attention", "must be false (checked)"},
+        {"cross_attention_hidden_size", "cross attention is off"},
+        {"tie_encoder_decoder", "encoder-decoder only"},
+        {"finetuning_task", "metadata"},
+        {"id2label", "classification heads only"},
+        {"label2id", "classification heads only"},
+        {"num_labels", "classification heads only"},
+        {"problem_type", "classification heads only"},
+        {"prefix", "generation prompt prefix"},
+        {"task_specific_params", "generation presets"},
+        {"_attn_implementation_autoset", "kernel choice, same math"},
+        {"attn_implementation", "kernel choice, same math"},
+        {"is_llama_config", "a marker of nanotron's conversion (SmolLM2)"},
+    };
+    for (const char* g : {"max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+                          "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+                          "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+                          "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+                          "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+                          "suppress_tokens", "begin_suppress_tokens"})
+      h[g] = "generation default (sampling), not the model";
+    return h;
+  }();
+  return m;
+}
+
+std::string show(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// config.json fields, each consumed at most once; the rest are checked at the end.
+class Fields {
+ public:
+  Fields(const json& j, std::string where, ImportReport& r) : j_(j), where_(std::move(where)), r_(r) {}
+  [[noreturn]] void fail(const std::string& k, const std::string& what) const {
+    throw HfError(where_ + ": " + k + " " + what);
+  }
+  bool has(const std::string& k) const { return j_.contains(k); }
+  // The value (nullptr when absent or null); marks the field read.
+  const json* find(const std::string& k) {
+    used_.insert(k);
+    auto it = j_.find(k);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+  int64_t integer(const std::string& k, std::optional<int64_t> def = std::nullopt) {
+    const json* v = find(k);
+    if (!v) {
+      if (!def) fail(k, "is missing; a Llama-family config.json needs it");
+      return *def;
+    }
+    if (!v->is_number_integer()) fail(k, "must be an integer, got " + v->dump());
+    return v->get<int64_t>();
+  }
+  double number(const std::string& k, std::optional<double> def = std::nullopt) {
+    const json* v = find(k);
+    if (!v) {
+      if (!def) fail(k, "is missing");
+      return *def;
+    }
+    if (!v->is_number()) fail(k, "must be a number, got " + v->dump());
+    return v->get<double>();
+  }
+  bool boolean(const std::string& k, bool def) {
+    const json* v = find(k);
+    if (!v) return def;
+    if (!v->is_boolean()) fail(k, "must be true or false, got " + v->dump());
+    return v->get<bool>();
+  }
+  std::string string(const std::string& k, const std::string& def) {
+    const json* v = find(k);
+    if (!v) return def;
+    if (!v->is_string()) fail(k, "must be a string, got " + v->dump());
+    return v->get<std::string>();
+  }
+  void mapped(const std::string& k, const std::string& value, const std::string& effect) {
+    r_.mapped.push_back({k, value, effect});
+  }
+  void checked(const std::string& k, const std::string& value, const std::string& why) {
+    r_.checked.push_back({k, value, why});
+  }
+  void ignored(const std::string& k, const std::string& value, const std::string& why) {
+    r_.ignored.push_back({k, value, why});
+  }
+  // Every field not read: harmless ones are noted, the rest refused by name.
+  void finish(const std::string& arch) {
+    std::vector<std::string> unknown;
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      const std::string& k = it.key();
+      if (used_.count(k)) continue;
+      if (k == "quantization_config")
+        throw HfError(where_ + ": quantization_config: a quantized checkpoint (" + show(it.value()).substr(0, 80) +
+                      "); Horizon imports full-precision weights only (dequantize with transformers first)");
+      if (k == "auto_map")
+        throw HfError(where_ + ": auto_map: the checkpoint needs custom modeling code (trust_remote_code), so "
+                               "its math is not the standard " + arch + "; Horizon does not import it");
+      auto h = harmless_fields().find(k);
+      if (h == harmless_fields().end()) {
+        unknown.push_back(k);
+        continue;
+      }
+      const json& v = it.value();
+      if ((k == "pruned_heads" && !v.is_null() && !v.empty()) || (k == "is_encoder_decoder" && v == true) ||
+          (k == "add_cross_attention" && v == true))
+        throw HfError(where_ + ": " + k + " = " + v.dump() + " changes the model; Horizon imports plain decoders only");
+      ignored(k, show(v), h->second);
+    }
+    if (!unknown.empty()) {
+      std::string list;
+      for (const auto& k : unknown) list += (list.empty() ? "'" : ", '") + k + "' = " + show(j_.at(k)).substr(0, 60);
+      throw HfError(where_ + ": field" + (unknown.size() > 1 ? "s " : " ") + list + " not understood by Horizon's " + arch +
+                    " importer: " + (unknown.size() > 1 ? "they" : "it") +
+                    " may change what the model computes, so the import is refused. If you know a field is "
+                    "inert, remove it from config.json");
+    }
+  }
+
+ private:
+  const json& j_;
+  std::string where_;
+  ImportReport& r_;
+  std::set<std::string> used_;
+};
+
+std::string num(double v) { return fmt::format("{:g}", v); }
+
+// rope_parameters / rope_scaling / rope_theta / partial_rotary_factor -> the RoPE layers' spec.
+attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
+  const json* rs = c.find("rope_scaling");
+  const json* rp = c.find("rope_parameters");
+  const json* params = rs ? rs : rp;  // transformers: a legacy rope_scaling replaces rope_parameters
+  const std::string src = rs ? "rope_scaling" : "rope_parameters";
+  if (params && !params->is_object()) c.fail(src, "must be an object, got " + params->dump());
+  if (rs && rp && *rp != *rs) {
+    json a = *rp, b = *rs;
+    a.erase("rope_theta");
+    b.erase("rope_theta");
+    if (a != b) c.ignored("rope_parameters", rp->dump(), "rope_scaling takes precedence (as in transformers)");
+  }
+  const json empty = json::object();
+  const json& p = params ? *params : empty;
+  for (const char* lt : {"full_attention", "sliding_attention"})
+    if (p.contains(lt) && p[lt].is_object())
+      c.fail(src, "holds RoPE parameters per layer type; Horizon imports one RoPE setting per model");
+  static const std::set<std::string> known{"rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
+                                           "beta_fast", "beta_slow", "truncate", "attention_factor", "mscale",
+                                           "mscale_all_dim", "low_freq_factor", "high_freq_factor",
+                                           "partial_rotary_factor"};
+  for (auto it = p.begin(); it != p.end(); ++it)
+    if (!known.count(it.key()))
+      c.fail(src + "." + it.key(), "= " + it.value().dump() + " is not a RoPE parameter Horizon knows; refused (it may change the frequencies)");
+  std::set<std::string> used{"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+  auto get = [&](const std::string& k) -> const json* {
+    used.insert(k);
+    return p.contains(k) && !p[k].is_null() ? &p[k] : nullptr;
+  };
+  auto number = [&](const std::string& k, std::optional<double> def) {
+    const json* v = get(k);
+    if (!v) {
+      if (!def) c.fail(src + "." + k, "is missing");
+      return *def;
+    }
+    if (!v->is_number()) c.fail(src + "." + k, "must be a number, got " + v->dump());
+    return v->get<double>();
+  };
+
+  attn::PositionSpec pos;
+  pos.kind = attn::PosKind::Rope;
+  const json* theta_in = get("rope_theta");
+  const double top_theta = c.number("rope_theta", 10000.0);
+  pos.rope_base = theta_in ? number("rope_theta", 0) : top_theta;
+  c.mapped(theta_in ? src + ".rope_theta" : "rope_theta", num(pos.rope_base), "layer kinds' rope_base");
+  const json* prf = get("partial_rotary_factor");
+  const double partial = prf ? number("partial_rotary_factor", 1.0) : c.number("partial_rotary_factor", 1.0);
+  if (partial != 1.0)
+    c.fail("partial_rotary_factor", "= " + num(partial) +
+                                        ": transformers then rotates only the first dims of each head at standard "
+                                        "frequencies, which no Horizon position encoding computes (p-RoPE keeps "
+                                        "log-spaced frequencies); refused");
+  std::string type = "default";
+  if (const json* t = get("rope_type")) type = show(*t);
+  else if (const json* t2 = get("type")) type = show(*t2);
+  if (type == "default") {
+    c.mapped(src + ".rope_type", type, "pos: rope (no scaling)");
+  } else if (type == "linear") {
+    pos.scaling = attn::RopeScaling::PI;
+    pos.factor = number("factor", std::nullopt);
+    c.mapped(src + ".rope_type", type, "rope_scaling: pi");
+    c.mapped(src + ".factor", num(pos.factor), "rope_factor (positions divided by it)");
+  } else if (type == "dynamic") {
+    pos.scaling = attn::RopeScaling::DynamicNTK;
+    pos.factor = number("factor", std::nullopt);
+    pos.original_context = max_pos;
+    c.mapped(src + ".rope_type", type, "rope_scaling: dynamic_ntk (s = factor T/C - (factor - 1) past C)");
+    c.mapped(src + ".factor", num(pos.factor), "rope_factor");
+    c.mapped("max_position_embeddings", std::to_string(max_pos), "rope_original_context C of dynamic_ntk");
+  } else if (type == "yarn") {
+    const json* omp = get("original_max_position_embeddings");
+    int64_t orig = omp ? static_cast<int64_t>(number("original_max_position_embeddings", 0))
+                       : c.integer("original_max_position_embeddings", max_pos);
+    double factor = get("factor") ? number("factor", 0) : static_cast<double>(max_pos) / orig;
+    const double bf = get("beta_fast") ? number("beta_fast", 32) : 32.0;
+    const double bs = get("beta_slow") ? number("beta_slow", 1) : 1.0;
+    bool truncate = true;
+    if (const json* t = get("truncate")) {
+      if (!t->is_boolean()) c.fail(src + ".truncate", "must be true or false");
+      truncate = t->get<bool>();
+    }
+    auto get_mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
+    double af = 0;
+    if (get("attention_factor")) af = number("attention_factor", 0);
+    const double ms = get("mscale") ? number("mscale", 0) : 0, msa = get("mscale_all_dim") ? number("mscale_all_dim", 0) : 0;
+    if (af == 0 && ms != 0 && msa != 0) af = get_mscale(factor, ms) / get_mscale(factor, msa);
+    if (factor <= 1.0) {
+      if (af != 0 && af != 1.0)
+        c.fail(src, "yarn with factor " + num(factor) + " <= 1 but an attention factor " + num(af) +
+                        ": Horizon's YaRN is the identity there; refused");
+      c.mapped(src + ".rope_type", type, "pos: rope (factor <= 1: no scaling)");
+    } else {
+      pos.scaling = attn::RopeScaling::YaRN;
+      pos.factor = factor;
+      pos.original_context = orig;
+      pos.yarn_beta = bf == 0 ? 32.0 : bf;  // transformers: `beta_fast or 32`
+      pos.yarn_alpha = bs == 0 ? 1.0 : bs;
+      pos.yarn_ramp = attn::YarnRamp::Index;
+      pos.yarn_truncate = truncate;
+      pos.yarn_mscale = af;
+      c.mapped(src + ".rope_type", type, "rope_scaling: yarn, yarn_ramp: index (transformers' ramp over pair indices)");
+      c.mapped(src + ".factor", num(factor), "rope_factor");
+      c.mapped(src + ".original_max_position_embeddings", std::to_string(orig), "rope_original_context");
+      c.mapped(src + ".beta_fast", num(pos.yarn_beta), "yarn_beta");
+      c.mapped(src + ".beta_slow", num(pos.yarn_alpha), "yarn_alpha");
+      c.mapped(src + ".truncate", truncate ? "true" : "false", "yarn_truncate");
+      c.mapped(src + ".attention_factor", af > 0 ? num(af) : "auto",
+               af > 0 ? "yarn_mscale" : "yarn_mscale 0 (0.1 ln s + 1)");
+    }
+  } else if (type == "llama3") {
+    pos.scaling = attn::RopeScaling::Llama3;
+    pos.factor = number("factor", std::nullopt);
+    pos.llama3_low_freq_factor = number("low_freq_factor", std::nullopt);
+    pos.llama3_high_freq_factor = number("high_freq_factor", std::nullopt);
+    const json* omp = get("original_max_position_embeddings");
+    pos.original_context = omp ? static_cast<int64_t>(number("original_max_position_embeddings", 0))
+                               : c.integer("original_max_position_embeddings", max_pos);
+    c.mapped(src + ".rope_type", type, "rope_scaling: llama3");
+    c.mapped(src + ".factor", num(pos.factor), "rope_factor");
+    c.mapped(src + ".low_freq_factor", num(pos.llama3_low_freq_factor), "llama3_low_freq_factor");
+    c.mapped(src + ".high_freq_factor", num(pos.llama3_high_freq_factor), "llama3_high_freq_factor");
+    c.mapped(src + ".original_max_position_embeddings", std::to_string(pos.original_context), "rope_original_context");
+    if (pos.factor <= 1.0) pos.scaling = attn::RopeScaling::None;
+  } else {
+    c.fail(src + ".rope_type", "'" + type + "' is not supported; Horizon imports default, linear, dynamic, yarn and llama3 RoPE");
+  }
+  for (auto it = p.begin(); it != p.end(); ++it)
+    if (!used.count(it.key()))
+      c.ignored(src + "." + it.key(), show(it.value()), "not used by rope_type " + type + " (transformers ignores it too)");
+  return pos;
+}
+
+// A list of layer flags / names of length n.
+std::vector<std::string> layer_types(Fields& c, int64_t n) {
+  const json* lt = c.find("layer_types");
+  if (!lt) return {};
+  if (!lt->is_array() || static_cast<int64_t>(lt->size()) != n)
+    c.fail("layer_types", "must list one type per layer (" + std::to_string(n) + "), got " + lt->dump().substr(0, 80));
+  std::vector<std::string> out;
+  for (const auto& x : *lt) {
+    if (!x.is_string() || (x != "full_attention" && x != "sliding_attention"))
+      c.fail("layer_types", "entries must be full_attention or sliding_attention, got " + x.dump());
+    out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+// sliding_window: absent -> the class default, null -> none.
+int64_t sliding_window(Fields& c, int64_t class_default) {
+  if (!c.has("sliding_window")) return class_default;
+  const json* v = c.find("sliding_window");
+  if (!v) return 0;
+  if (!v->is_number_integer() || v->get<int64_t>() <= 0) c.fail("sliding_window", "must be a positive integer or null, got " + v->dump());
+  return v->get<int64_t>();
+}
+
+}  // namespace
+
+bool is_hf_dir(const std::string& path) {
+  std::ifstream f(path + "/config.json");
+  return static_cast<bool>(f);
+}
+
+std::string ImportReport::str() const {
+  std::ostringstream os;
+  os << "source: " << source << "\narchitecture: " << architecture << "\n";
+  auto block = [&](const char* title, const std::vector<FieldNote>& v) {
+    if (v.empty()) return;
+    os << title << "\n";
+    for (const auto& f : v) os << fmt::format("  {:<40} {:<20} -> {}\n", f.field, f.value.substr(0, 20), f.effect);
+  };
+  block("mapped (config.json -> Horizon):", mapped);
+  block("checked (must hold for Horizon to compute the same):", checked);
+  block("read, no effect on the forward pass:", ignored);
+  if (!tensors.empty()) os << "tensors loaded: " << tensors.size() << "\n";
+  for (const auto& s : skipped) os << "  skipped: " << s << "\n";
+  os << "tokenizer: " << (tokenizer.empty() ? std::string("none in the directory") : tokenizer) << "\n";
+  return os.str();
+}
+
+nn::ModelConfig import_config(const std::string& text, const std::string& where, ImportReport* report) {
+  ImportReport r;
+  r.source = where;
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw HfError(where + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw HfError(where + ": config.json must be a JSON object");
+  Fields c(j, where, r);
+
+  // ---- architecture ---------------------------------------------------------------------------
+  std::string arch;
+  if (const json* a = c.find("architectures")) {
+    if (!a->is_array() || a->size() != 1 || !(*a)[0].is_string())
+      c.fail("architectures", "must list exactly one architecture, got " + a->dump());
+    arch = (*a)[0].get<std::string>();
+  }
+  const std::string mt = c.string("model_type", "");
+  const Arch* A = nullptr;
+  for (const Arch* x : kArchs)
+    if (arch == x->name || (arch.empty() && mt == x->model_type)) A = x;
+  if (!A)
+    throw HfError(where + ": architecture '" + (arch.empty() ? "model_type " + mt : arch) +
+                  "' is not supported; Horizon imports LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
+                  "SmolLM3ForCausalLM");
+  if (!mt.empty() && mt != A->model_type)
+    c.fail("model_type", "is '" + mt + "' but architectures names " + A->name);
+  r.architecture = A->name;
+  c.checked("architectures", A->name, "decoder with SwiGLU MLP, RMSNorm, pre-norm blocks");
+  const bool llama = A == &kLlama, mistral = A == &kMistral, qwen2 = A == &kQwen2, smol = A == &kSmolLM3;
+
+  // ---- dimensions -------------------------------------------------------------------------------
+  nn::ModelConfig m;
+  auto positive = [&](const char* k, int64_t v) {
+    if (v <= 0) c.fail(k, "must be positive, got " + std::to_string(v));
+    return v;
+  };
+  m.vocab_size = positive("vocab_size", c.integer("vocab_size"));
+  c.mapped("vocab_size", std::to_string(m.vocab_size), "model.vocab_size");
+  m.d_model = positive("hidden_size", c.integer("hidden_size"));
+  c.mapped("hidden_size", std::to_string(m.d_model), "model.d_model");
+  m.n_layers = positive("num_hidden_layers", c.integer("num_hidden_layers"));
+  c.mapped("num_hidden_layers", std::to_string(m.n_layers), "model.n_layers");
+  m.n_heads = positive("num_attention_heads", c.integer("num_attention_heads"));
+  c.mapped("num_attention_heads", std::to_string(m.n_heads), "model.n_heads");
+  m.n_kv_heads = positive("num_key_value_heads", c.integer("num_key_value_heads", m.n_heads));
+  c.mapped("num_key_value_heads", std::to_string(m.n_kv_heads), "model.n_kv_heads");
+  if (m.d_model % m.n_heads != 0 && !(c.has("head_dim") && !j["head_dim"].is_null()))
+    c.fail("hidden_size", "(" + std::to_string(m.d_model) + ") is not divisible by num_attention_heads and no head_dim is given");
+  const int64_t hd = positive("head_dim", c.integer("head_dim", m.d_model / m.n_heads));
+  m.head_dim = hd;
+  c.mapped("head_dim", std::to_string(hd), "model.head_dim");
+  m.mlp = nn::MlpKind::SwiGLU;
+  m.mlp_hidden = positive("intermediate_size", c.integer("intermediate_size"));
+  c.mapped("intermediate_size", std::to_string(m.mlp_hidden), "model.mlp_hidden (mlp: swiglu)");
+  const std::string act = c.string("hidden_act", "silu");
+  if (act != "silu" && act != "swish")
+    c.fail("hidden_act", "= '" + act + "': the MLP would be gated by " + act +
+                             "; Horizon's SwiGLU gates with silu, and no Horizon MLP computes " + act + "(gate) * up; refused");
+  c.checked("hidden_act", act, "SwiGLU gate activation silu");
+  m.norm_eps = c.number("rms_norm_eps", 1e-6);
+  c.mapped("rms_norm_eps", num(m.norm_eps), "model.norm_eps");
+  m.tie_embeddings = c.boolean("tie_word_embeddings", A->tie_default);
+  c.mapped("tie_word_embeddings", m.tie_embeddings ? "true" : "false", "model.tie_embeddings");
+  m.init_std = c.number("initializer_range", 0.02);
+  c.mapped("initializer_range", num(m.init_std), "model.init_std (initialises only parameters Horizon adds)");
+  const int64_t max_pos = positive("max_position_embeddings", c.integer("max_position_embeddings", A->max_pos_default));
+  m.max_seq_len = max_pos;
+  r.max_position_embeddings = max_pos;
+  c.mapped("max_position_embeddings", std::to_string(max_pos), "data.seq_len of a converted checkpoint");
+  const double dropout = c.number("attention_dropout", 0.0);
+  c.ignored("attention_dropout", num(dropout), dropout > 0 ? "training only; Horizon trains without dropout" : "training only");
+
+  if (c.has("rope_interleaved")) {  // nanotron's conversions (SmolLM2) record the pair layout
+    if (c.boolean("rope_interleaved", false))
+      c.fail("rope_interleaved", "= true: interleaved RoPE pairs (2m, 2m+1), while transformers' " + std::string(A->name) +
+                                     " (and Horizon) rotate the halves (m, m + D/2); refused");
+    c.checked("rope_interleaved", "false", "rotate-half pairs (m, m + D/2), as transformers and Horizon");
+  }
+
+  // ---- biases ----------------------------------------------------------------------------------
+  if (llama || smol) {
+    if (c.boolean("attention_bias", false)) {
+      m.qkv_bias = true;
+      c.mapped("attention_bias", "true", "model.qkv_bias: true; o_proj biases must be zero (checked on the weights: "
+                                         "Horizon's output projection has none)");
+    } else {
+      c.checked("attention_bias", "false", "bias-free q/k/v/o projections");
+    }
+    if (c.boolean("mlp_bias", false)) c.fail("mlp_bias", "= true: Horizon's MLP projections are bias-free; refused");
+    c.checked("mlp_bias", "false", "bias-free MLP");
+  }
+  if (qwen2) {
+    m.qkv_bias = true;
+    c.checked("(Qwen2ForCausalLM)", "q/k/v bias", "model.qkv_bias: true (Qwen2's q/k/v projections always carry biases)");
+    if (c.boolean("use_mrope", false))
+      c.fail("use_mrope", "= true: multimodal RoPE (Qwen2-VL) is not a Qwen2ForCausalLM Horizon imports; refused");
+  }
+
+  // ---- position encoding and windows, per layer ------------------------------------------------
+  const attn::PositionSpec rope = import_rope(c, max_pos);
+  const int64_t n = m.n_layers;
+  std::vector<bool> use_rope(n, true);
+  std::vector<int64_t> window(n, 0);
+  if (mistral) {
+    const int64_t w = sliding_window(c, 4096);
+    std::fill(window.begin(), window.end(), w);
+    c.mapped("sliding_window", w ? std::to_string(w) : "null", w ? "mask: window on every layer" : "mask: causal");
+    if (c.has("layer_types")) c.ignored("layer_types", "(list)", "MistralForCausalLM uses sliding_window on every layer and ignores it");
+    c.find("layer_types");
+  }
+  if (qwen2 || smol) {
+    if (smol) {
+      std::vector<int64_t> nrl;
+      if (const json* v = c.find("no_rope_layers")) {
+        if (!v->is_array() || static_cast<int64_t>(v->size()) != n)
+          c.fail("no_rope_layers", "must list one 0/1 flag per layer (" + std::to_string(n) + ")");
+        for (const auto& x : *v) {
+          if (!x.is_number_integer() || (x != 0 && x != 1)) c.fail("no_rope_layers", "entries must be 0 or 1, got " + x.dump());
+          nrl.push_back(x.get<int64_t>());
+        }
+        c.ignored("no_rope_layer_interval", c.has("no_rope_layer_interval") ? show(j["no_rope_layer_interval"]) : "-",
+                  "no_rope_layers is given explicitly");
+        c.find("no_rope_layer_interval");
+      } else {
+        const int64_t every = c.integer("no_rope_layer_interval", 4);
+        if (every <= 0) c.fail("no_rope_layer_interval", "must be positive");
+        for (int64_t i = 0; i < n; ++i) nrl.push_back((i + 1) % every != 0);
+        c.mapped("no_rope_layer_interval", std::to_string(every), "every " + std::to_string(every) + "th layer NoPE");
+      }
+      std::string flags;
+      for (int64_t i = 0; i < n; ++i) {
+        use_rope[i] = nrl[i] != 0;
+        flags += use_rope[i] ? '1' : '0';
+      }
+      c.mapped("no_rope_layers", flags, "layer i NoPE where 0 (pos: none)");
+    }
+    const bool use_sw = c.boolean("use_sliding_window", false);
+    const int64_t w = sliding_window(c, qwen2 ? 4096 : 0);
+    const int64_t mwl = qwen2 ? c.integer("max_window_layers", 28) : 0;
+    std::vector<std::string> lt = layer_types(c, n);
+    const bool explicit_types = !lt.empty();
+    if (lt.empty())
+      for (int64_t i = 0; i < n; ++i)
+        lt.push_back(use_sw && w > 0 && (qwen2 ? i >= mwl : !use_rope[i]) ? "sliding_attention" : "full_attention");
+    std::string marks;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool sliding = lt[i] == "sliding_attention";
+      if (sliding && !(use_sw && w > 0))
+        c.fail("layer_types", "marks layer " + std::to_string(i) + " sliding_attention but use_sliding_window is " +
+                                  (use_sw ? "true" : "false") + " and sliding_window " + (w ? std::to_string(w) : "null") +
+                                  ": transformers' attention backends disagree on what that computes; refused");
+      window[i] = sliding ? w : 0;
+      marks += sliding ? 'W' : 'F';
+    }
+    c.mapped("use_sliding_window", use_sw ? "true" : "false", "windows enabled");
+    c.mapped("sliding_window", w ? std::to_string(w) : "null", "the window W of sliding layers");
+    if (qwen2) c.mapped("max_window_layers", std::to_string(mwl), explicit_types ? "(layer_types given: not used)" : "layers >= it slide");
+    if (smol && c.has("max_window_layers"))  // SmolLM3-3B's config.json carries it; transformers' SmolLM3 ignores it
+      c.ignored("max_window_layers", show(j["max_window_layers"]), "not a SmolLM3 field (transformers ignores it)");
+    c.find("max_window_layers");
+    c.mapped("layer_types", marks, "per layer: W = mask window, F = causal");
+  }
+
+  // ---- layer kinds -------------------------------------------------------------------------------
+  std::vector<std::string> names(n);
+  m.kinds.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    std::string name = std::string(use_rope[i] ? "rope" : "nope") + (window[i] ? "_swa" : "");
+    names[i] = name;
+    bool known = false;
+    for (const auto& k : m.kinds) known |= k.name == name;
+    if (known) continue;
+    attn::AttentionSpec s;
+    if (use_rope[i]) s.pos = rope;
+    else s.pos.kind = attn::PosKind::None;
+    if (window[i]) {
+      s.mask.kind = attn::MaskKind::Window;
+      s.mask.window = window[i];
+    }
+    m.kinds.push_back({name, s});
+  }
+  std::sort(m.kinds.begin(), m.kinds.end(), [](const nn::LayerKind& a, const nn::LayerKind& b) { return a.name > b.name; });
+  int64_t period = n;
+  for (int64_t p = 1; p < n; ++p) {
+    bool ok = true;
+    for (int64_t i = p; i < n && ok; ++i) ok = names[i] == names[i % p];
+    if (ok) {
+      period = p;
+      break;
+    }
+  }
+  m.overrides.clear();
+  if (period < n || n == 1) {
+    m.pattern.assign(names.begin(), names.begin() + period);
+  } else {  // no repetition: the most common kind, the others as overrides
+    std::map<std::string, int64_t> count;
+    for (const auto& s : names) ++count[s];
+    std::string common = names[0];
+    for (const auto& [s, k] : count)
+      if (k > count[common]) common = s;
+    m.pattern = {common};
+    for (int64_t i = 0; i < n; ++i)
+      if (names[i] != common) m.overrides[i] = names[i];
+  }
+
+  c.finish(A->name);
+  try {
+    m.validate();
+  } catch (const ValueError& e) {
+    throw HfError(where + ": the imported model is not valid: " + e.what());
+  }
+  if (report) *report = r;
+  return m;
+}
+
+nn::ModelConfig import_config_dir(const std::string& dir, ImportReport* report) {
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) throw HfError(path + ": cannot read (is '" + dir + "' a Hugging Face model directory?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nn::ModelConfig c = import_config(ss.str(), path, report);
+  if (report) report->tokenizer = tokenizer_file(dir);
+  return c;
+}
+
+// ---- export ---------------------------------------------------------------------------------------
+std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store, ExportReport* report) {
+  ExportReport rep;
+  std::vector<std::string> why;
+  const std::vector<attn::AttentionSpec> specs = c.layer_specs();
+  const std::vector<std::string> kind_names = c.layer_kind_names();
+  const int64_t n = c.n_layers;
+  if (c.mlp != nn::MlpKind::SwiGLU)
+    why.push_back(std::string("MLP ") + nn::mlp_name(c.mlp) +
+                  ": the Llama family's MLP is SwiGLU (down(silu(gate x) * up x)); no standard architecture there "
+                  "computes " + nn::mlp_name(c.mlp));
+  const attn::PositionSpec* rope = nullptr;
+  int64_t W = 0;
+  std::vector<bool> use_rope(n);
+  std::vector<int64_t> window(n);
+  bool pos_mismatch = false, window_mismatch = false;
+  for (int64_t l = 0; l < n; ++l) {
+    const attn::AttentionSpec& s = specs[l];
+    const std::string at = "layer " + std::to_string(l) + " (kind '" + kind_names[l] + "'): ";
+    switch (s.pos.kind) {
+      case attn::PosKind::Rope: use_rope[l] = true; break;
+      case attn::PosKind::None: use_rope[l] = false; break;
+      case attn::PosKind::PRope:
+        why.push_back(at + "p-RoPE: transformers' partial rotary rotates the first dims at standard frequencies, "
+                           "not p-RoPE's log-spaced ones");
+        break;
+      case attn::PosKind::Alibi: why.push_back(at + "ALiBi: no Llama-family architecture adds position biases"); break;
+      default: break;
+    }
+    if (s.pos.kind == attn::PosKind::Rope) {
+      if (!rope) rope = &s.pos;
+      else if (s.pos.rope_base != rope->rope_base || s.pos.scaling != rope->scaling || s.pos.factor != rope->factor ||
+               s.pos.original_context != rope->original_context || s.pos.yarn_alpha != rope->yarn_alpha ||
+               s.pos.yarn_beta != rope->yarn_beta || s.pos.yarn_ramp != rope->yarn_ramp ||
+               s.pos.yarn_truncate != rope->yarn_truncate || s.pos.yarn_mscale != rope->yarn_mscale ||
+               s.pos.llama3_low_freq_factor != rope->llama3_low_freq_factor ||
+               s.pos.llama3_high_freq_factor != rope->llama3_high_freq_factor)
+        pos_mismatch = true;
+    }
+    switch (s.mask.kind) {
+      case attn::MaskKind::Causal: window[l] = 0; break;
+      case attn::MaskKind::Window:
+        window[l] = s.mask.window;
+        if (W && W != s.mask.window) window_mismatch = true;
+        W = W ? W : s.mask.window;
+        break;
+      case attn::MaskKind::Scope:
+        why.push_back(at + "SCOPE per-head scopes: no standard architecture gives each head its own window");
+        break;
+      default: break;
+    }
+    const bool identity = s.logit.kind == attn::LogitKind::Identity ||
+                          (s.logit.kind == attn::LogitKind::Temperature && s.logit.beta == 1.0 && s.logit.temp_c == 0.0);
+    if (!identity)
+      why.push_back(at + attn::name(s.logit.kind) + " logits: the Llama family computes plain softmax(q.k / sqrt(d))");
+    if (s.qk_norm == attn::QKNorm::Full)
+      why.push_back(at + "whole-projection QK-norm (DroPE's): no Llama-family architecture normalises the whole q/k "
+                         "projection (recalibrate without drope.qk_norm to export)");
+    if (s.qk_norm == attn::QKNorm::PerHead)
+      why.push_back(at + "per-head QK-norm: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which has it");
+  }
+  if (pos_mismatch)
+    why.push_back("the RoPE layers use different RoPE settings (base or scaling); these architectures have one "
+                  "rope_theta / scaling per model");
+  if (window_mismatch) why.push_back("the windowed layers use different windows; these architectures have one sliding_window");
+  json rp = json::object();  // rope_parameters (transformers 5)
+  const double theta_default = 10000.0;
+  double theta = rope ? rope->rope_base : theta_default;
+  int64_t max_pos = c.max_seq_len;
+  if (rope) {
+    const attn::PositionSpec& p = *rope;
+    const int64_t D = c.hdim();
+    const int64_t orig = p.original_context > 0 ? p.original_context : c.max_seq_len;
+    switch (p.scaling) {
+      case attn::RopeScaling::None: rp["rope_type"] = "default"; break;
+      case attn::RopeScaling::PI:
+        rp = {{"rope_type", "linear"}, {"factor", p.factor}};
+        if (p.factor <= 1.0) rp = {{"rope_type", "default"}};
+        break;
+      case attn::RopeScaling::NTK:
+        rp["rope_type"] = "default";
+        if (p.factor > 1.0) {
+          theta = p.rope_base * std::pow(p.factor, static_cast<double>(D) / (D - 2));
+          rep.notes.push_back(fmt::format("static NTK x{:g} folded into rope_theta = {:.17g} (base {:g} * s^(d/(d-2)))",
+                                          p.factor, theta, p.rope_base));
+        }
+        break;
+      case attn::RopeScaling::DynamicNTK:
+        rp = {{"rope_type", "dynamic"}, {"factor", p.factor}};
+        max_pos = orig;
+        rep.notes.push_back("dynamic NTK: max_position_embeddings = " + std::to_string(orig) +
+                            " is the context C it scales beyond");
+        break;
+      case attn::RopeScaling::YaRN:
+        if (p.yarn_ramp != attn::YarnRamp::Index) {
+          why.push_back("YaRN with the rotations ramp (SPEC.md's, linear in rotations r_m): transformers implements "
+                        "only the index ramp (linear in the pair index); use yarn_ramp: index, or export without scaling");
+        } else if (p.factor > 1.0) {
+          rp = {{"rope_type", "yarn"},
+                {"factor", p.factor},
+                {"original_max_position_embeddings", orig},
+                {"beta_fast", p.yarn_beta},
+                {"beta_slow", p.yarn_alpha},
+                {"truncate", p.yarn_truncate}};
+          if (p.yarn_mscale > 0) rp["attention_factor"] = p.yarn_mscale;
+          max_pos = std::max<int64_t>(c.max_seq_len, static_cast<int64_t>(std::llround(orig * p.factor)));
+        } else {
+          rp["rope_type"] = "default";
+        }
+        break;
+      case attn::RopeScaling::Llama3:
+        rp = {{"rope_type", "llama3"},
+              {"factor", p.factor},
+              {"low_freq_factor", p.llama3_low_freq_factor},
+              {"high_freq_factor", p.llama3_high_freq_factor},
+              {"original_max_position_embeddings", orig}};
+        if (p.factor <= 1.0) rp = {{"rope_type", "default"}};
+        max_pos = std::max<int64_t>(c.max_seq_len, static_cast<int64_t>(std::llround(orig * p.factor)));
+        break;
+      default: break;
+    }
+  } else {
+    rp["rope_type"] = "default";
+  }
+  rp["rope_theta"] = theta;
+  if (!why.empty()) {
+    std::string msg = "no standard Hugging Face architecture expresses this model:";
+    for (const auto& w : why) msg += "\n  - " + w;
+    throw HfError(msg);
+  }
+
+  bool any_nope = false, any_window = false, all_window = true;
+  for (int64_t l = 0; l < n; ++l) {
+    any_nope |= !use_rope[l];
+    any_window |= window[l] > 0;
+    all_window &= window[l] > 0;
+  }
+  const Arch* A = any_nope ? &kSmolLM3
+                  : c.qkv_bias ? &kQwen2
+                  : !any_window ? &kLlama
+                  : all_window ? &kMistral
+                               : &kSmolLM3;
+  rep.architecture = A->name;
+  json j = json::object();
+  j["architectures"] = {A->name};
+  j["model_type"] = A->model_type;
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.d_model;
+  j["intermediate_size"] = c.hidden();
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.kv_heads();
+  j["head_dim"] = c.hdim();
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = max_pos;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  j["initializer_range"] = c.init_std;
+  j["attention_dropout"] = 0.0;
+  j["use_cache"] = true;
+  j["bos_token_id"] = tok.bos >= 0 ? json(tok.bos) : json(nullptr);
+  j["eos_token_id"] = tok.eos >= 0 ? json(tok.eos) : json(nullptr);
+  j["pad_token_id"] = tok.pad >= 0 ? json(tok.pad) : json(nullptr);
+  j["dtype"] = store == io::StoreAs::BF16 ? "bfloat16" : store == io::StoreAs::F16 ? "float16" : "float32";
+  // both layouts: transformers 5 reads rope_parameters, transformers 4 rope_theta / rope_scaling
+  j["rope_parameters"] = rp;
+  j["rope_theta"] = theta;
+  if (rp["rope_type"] == "default") {
+    j["rope_scaling"] = nullptr;
+  } else {
+    json legacy = rp;
+    legacy.erase("rope_theta");
+    legacy["type"] = rp["rope_type"];
+    j["rope_scaling"] = legacy;
+  }
+  std::vector<std::string> lt;
+  for (int64_t l = 0; l < n; ++l) lt.push_back(window[l] ? "sliding_attention" : "full_attention");
+  if (A == &kLlama || A == &kSmolLM3) {
+    j["attention_bias"] = c.qkv_bias;
+    j["mlp_bias"] = false;
+  }
+  if (A == &kMistral) j["sliding_window"] = W;
+  if (A == &kQwen2) {
+    j["use_sliding_window"] = any_window;
+    j["sliding_window"] = any_window ? json(W) : json(nullptr);
+    j["max_window_layers"] = 0;
+    j["layer_types"] = lt;
+    if (!c.qkv_bias) rep.notes.push_back("Qwen2 always has q/k/v biases: written as zeros");
+  }
+  if (A == &kSmolLM3) {
+    std::vector<int> nrl;
+    for (int64_t l = 0; l < n; ++l) nrl.push_back(use_rope[l] ? 1 : 0);
+    j["no_rope_layers"] = nrl;
+    j["no_rope_layer_interval"] = 4;
+    j["use_sliding_window"] = any_window;
+    j["sliding_window"] = any_window ? json(W) : json(nullptr);
+    j["layer_types"] = lt;
+    if (c.qkv_bias) rep.notes.push_back("SmolLM3's attention_bias also biases o_proj: written as zeros");
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) rep.config.push_back({it.key(), show(it.value()), ""});
+  if (report) *report = rep;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace hz::train::hf
