@@ -572,3 +572,22 @@ TEST(TensorMeta, StrAndNames) {
 }
 
 }  // namespace
+
+// Host blocks of 32 MiB and more are kept by the allocator after release and handed out again
+// (no page faults every step); reuse must never leak old contents into zeros().
+TEST(HostMemory, LargeBlocksAreReusedAndZerosStillZero) {
+  const int64_t n = (40 << 20) / 4;  // 40 MiB of f32
+  const void* first = nullptr;
+  {
+    Tensor a = Tensor::full({n}, 7.0, DType::F32);
+    first = a.raw_data();
+  }
+  const hz::DeviceMemoryStats cached = hz::memory_stats(hz::Device::cpu());
+  EXPECT_GE(cached.reserved, cached.allocated + n * 4) << "the released block is held";
+  const Tensor b = Tensor::zeros({n}, DType::F32);
+  EXPECT_EQ(b.raw_data(), first) << "a block of the same size is reused";
+  EXPECT_EQ(hz::memory_stats(hz::Device::cpu()).device_allocs, cached.device_allocs);
+  EXPECT_EQ(hz::ops::sum_all(hz::ops::unary(hz::UnaryOp::Abs, b)).item(), 0.0);
+  const Tensor c = Tensor::zeros({n + 1000}, DType::F32);  // a fresh large block
+  EXPECT_EQ(hz::ops::sum_all(hz::ops::unary(hz::UnaryOp::Abs, c)).item(), 0.0);
+}
