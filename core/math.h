@@ -86,6 +86,29 @@ HZ_HD float tanh_(float x) { return ::tanhf(x); }
 HZ_HD double tanh_(double x) { return ::tanh(x); }
 HZ_HD float erf_(float x) { return ::erff(x); }
 HZ_HD double erf_(double x) { return ::erf(x); }
+// The standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2, GELU's gate. f32: branch-free so the
+// CPU compiler vectorizes it (erff is a scalar libm call that took ~7% of a bf16 GPT-2 step):
+// Phi(x) = erfc(-x / sqrt 2) / 2 with erfc(z), z >= 0, from the Chebyshev fit
+// erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2) (fractional error < 1.2e-7 for every z;
+// Numerical Recipes' erfcc), and the reflection erfc(-z) = 2 - erfc(z). Relative accuracy holds in
+// both tails, unlike 1 + erff(x), which cancels for negative x. f64 uses the library erf.
+HZ_HD float normal_cdf(float x) {
+  const float z = fabsf(x) * 0.70710678118654752440f;
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  const float half_erfc = 0.5f * t * exp_(p - z * z);  // Phi(-|x|)
+  return x < 0.0f ? half_erfc : 1.0f - half_erfc;
+}
+HZ_HD double normal_cdf(double x) { return 0.5 * (1.0 + ::erf(x * 0.70710678118654752440)); }
 HZ_HD float fabs_(float x) { return ::fabsf(x); }
 HZ_HD double fabs_(double x) { return ::fabs(x); }
 HZ_HD float pow_(float x, float p) { return ::powf(x, p); }
@@ -109,7 +132,7 @@ HZ_HD T unary_f(T x) {
   else if constexpr (OP == UnaryOp::Relu) return x > T(0) ? x : T(0);
   else if constexpr (OP == UnaryOp::Relu2) return x > T(0) ? x * x : T(0);
   else if constexpr (OP == UnaryOp::Silu) return x * sigmoid(x);
-  else if constexpr (OP == UnaryOp::Gelu) return T(0.5) * x * (T(1) + erf_(x * T(0.70710678118654752440)));
+  else if constexpr (OP == UnaryOp::Gelu) return x * normal_cdf(x);
   else return x;
 }
 
@@ -128,7 +151,7 @@ HZ_HD T unary_df(T x) {
   else if constexpr (OP == UnaryOp::Relu2) return x > T(0) ? T(2) * x : T(0);
   else if constexpr (OP == UnaryOp::Silu) { const T s = sigmoid(x); return s * (T(1) + x * (T(1) - s)); }
   else if constexpr (OP == UnaryOp::Gelu) {
-    const T cdf = T(0.5) * (T(1) + erf_(x * T(0.70710678118654752440)));
+    const T cdf = normal_cdf(x);
     const T pdf = exp_(T(-0.5) * x * x) * T(0.39894228040143267794);
     return cdf + x * pdf;
   } else return T(0);

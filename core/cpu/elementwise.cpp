@@ -1,4 +1,5 @@
 // Horizon CPU kernels: copies/conversions, fill, unary and binary elementwise ops.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -63,9 +64,28 @@ void fill(Tensor& dst, double v) {
   });
 }
 
-// ---- unary ------------------------------------------------------------------------------------
 using math::load;
 using math::store;
+
+// ---- unary ------------------------------------------------------------------------------------
+// bf16 is a struct, so a loop that loads it element by element does not vectorize. Contiguous bf16
+// rows go through f32 blocks instead: widen (a shift), compute in f32, round back once; each of
+// the three loops vectorizes and the results are those of the element-by-element loop.
+template <int N, class F>
+void bf16_block_rows(const bf16* const (&in)[N], bf16* out, int64_t n, F f) {
+  constexpr int64_t kBlock = 256;
+  float x[N][kBlock], y[kBlock];
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - i0);
+    for (int k = 0; k < N; ++k) {
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(in[k] + i0);
+      for (int64_t j = 0; j < m; ++j) x[k][j] = bf16_bits_to_f32(src[j]);
+    }
+    for (int64_t j = 0; j < m; ++j) y[j] = f(x[0][j], x[N - 1][j]);
+    uint16_t* dst = reinterpret_cast<uint16_t*>(out + i0);
+    for (int64_t j = 0; j < m; ++j) dst[j] = f32_to_bf16_bits(y[j]);
+  }
+}
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
@@ -78,6 +98,11 @@ Tensor unary(UnaryOp op, const Tensor& x) {
         const T* a = xp + r.off[0];
         T* o = op_ + r.off[1];
         const int64_t s = r.inner[0];
+        if constexpr (std::is_same_v<T, bf16>)
+          if (s == 1) {
+            bf16_block_rows<1>({a}, o, r.n, [&](float v, float) { return math::unary_f<OP>(v); });
+            return;
+          }
         if (s == 1)
           for (int64_t i = 0; i < r.n; ++i) o[i] = store<T>(math::unary_f<OP>(load(a[i])));
         else
@@ -100,6 +125,11 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& g) {
         const T* a = xp + r.off[0];
         const T* b = gp + r.off[1];
         T* o = op_ + r.off[2];
+        if constexpr (std::is_same_v<T, bf16>)
+          if (r.inner[0] == 1 && r.inner[1] == 1) {
+            bf16_block_rows<2>({a, b}, o, r.n, [&](float v, float gv) { return gv * math::unary_df<OP>(v); });
+            return;
+          }
         if (r.inner[0] == 1 && r.inner[1] == 1)
           for (int64_t i = 0; i < r.n; ++i) o[i] = store<T>(load(b[i]) * math::unary_df<OP>(load(a[i])));
         else
