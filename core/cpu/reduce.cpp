@@ -158,17 +158,37 @@ Tensor softmax_backward(const Tensor& y_in, const Tensor& g_in, int64_t dim, boo
 namespace {
 template <class T, class I, class A>
 void ce_rows(const T* lp, const I* tp, int64_t N, int64_t V, int64_t ignore, A* lse_out, double* nll) {
-#pragma omp parallel for schedule(static) if (N * V > 16384)
+#pragma omp parallel if (N * V > 16384)
+  {
+    // bf16 rows are widened to f32 first: a loop over the bf16 struct does not vectorize
+    std::vector<A> wide(std::is_same_v<T, A> ? 0 : V);
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < N; ++r) {
-    const T* row = lp + r * V;
+    const A* row;
+    if constexpr (std::is_same_v<T, A>) {
+      row = lp + r * V;
+    } else {
+      const uint16_t* bits = reinterpret_cast<const uint16_t*>(lp + r * V);
+      for (int64_t v = 0; v < V; ++v) wide[v] = bf16_bits_to_f32(bits[v]);
+      row = wide.data();
+    }
     A m = -std::numeric_limits<A>::infinity();
-    for (int64_t v = 0; v < V; ++v) m = std::max(m, load(row[v]));
-    double s = 0;
-    for (int64_t v = 0; v < V; ++v) s += fast_exp(load(row[v]) - m);  // f32: vectorized; f64: std::exp
+    for (int64_t v = 0; v < V; ++v) m = std::max(m, row[v]);
+    // kLanes independent sums (v % kLanes) so the loop vectorizes; combined in a fixed order
+    constexpr int kLanes = 16;
+    double acc[kLanes] = {};
+    int64_t v0 = 0;
+    for (; v0 + kLanes <= V; v0 += kLanes)
+      for (int j = 0; j < kLanes; ++j) acc[j] += fast_exp(row[v0 + j] - m);  // f32: vectorized; f64: std::exp
+    for (int j = 0; v0 < V; ++v0, ++j) acc[j] += fast_exp(row[v0] - m);
+    for (int w = kLanes / 2; w > 0; w /= 2)
+      for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+    const double s = acc[0];
     const double lse = static_cast<double>(m) + std::log(s);
     lse_out[r] = static_cast<A>(lse);
     const int64_t t = static_cast<int64_t>(tp[r]);
-    nll[r] = t == ignore ? 0.0 : lse - static_cast<double>(load(row[t]));
+    nll[r] = t == ignore ? 0.0 : lse - static_cast<double>(row[t]);
+  }
   }
 }
 template <class I>
