@@ -23,6 +23,15 @@ def smooth(v, k):
     return out
 
 
+def label_axes(ax, xlabel, ylabel, title, legend_size=8):
+    """The finish every line plot shares: labels, title, light grid, legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
 def save(fig, out, name):
     fig.tight_layout()
     fig.savefig(os.path.join(out, name), dpi=110)
@@ -46,11 +55,7 @@ def main():
             ax.set_xscale("log", base=2)
             for t in train_T:
                 ax.axvline(t, color="gray", ls="--", lw=1)
-            ax.set_xlabel("evaluation length (tokens; dashed: training length)")
-            ax.set_ylabel("nats / token")
-            ax.set_title(title)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            label_axes(ax, "evaluation length (tokens; dashed: training length)", "nats / token", title)
         save(fig, out, "loss_vs_length.png")
 
     with_nll = [r for r in runs if r.get("nll_by_position")]
@@ -60,11 +65,7 @@ def main():
             ax.plot(smooth(r["nll_by_position"], 32), label=r["name"])
         for t in train_T:
             ax.axvline(t, color="gray", ls="--", lw=1)
-        ax.set_xlabel("token position")
-        ax.set_ylabel("mean NLL (moving average of 32)")
-        ax.set_title("NLL by position at the longest evaluated length")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        label_axes(ax, "token position", "mean NLL (moving average of 32)", "NLL by position at the longest evaluated length")
         save(fig, out, "nll_by_position.png")
 
     with_curve = [r for r in runs if r.get("train_curve")]
@@ -72,11 +73,7 @@ def main():
         fig, ax = plt.subplots(figsize=(9, 4.5))
         for r in with_curve:
             ax.plot([p[0] for p in r["train_curve"]], [p[1] for p in r["train_curve"]], label=r["name"])
-        ax.set_xlabel("step")
-        ax.set_ylabel("training loss")
-        ax.set_title("training loss")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        label_axes(ax, "step", "training loss", "training loss")
         save(fig, out, "training_loss.png")
 
     for r in runs:
@@ -115,12 +112,8 @@ def main():
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for r in with_probe:
             ax.plot([p["layer"] for p in r["probes"]], [p["r2"] for p in r["probes"]], marker="o", label=r["name"])
-        ax.set_xlabel("layer (0 = embeddings)")
-        ax.set_ylabel("R^2 on held-out positions")
-        ax.set_title("linear probe of absolute position")
+        label_axes(ax, "layer (0 = embeddings)", "R^2 on held-out positions", "linear probe of absolute position")
         ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
         save(fig, out, "probe_r2.png")
 
     with_flops = [r for r in runs if r.get("attention_flops")]
@@ -130,11 +123,7 @@ def main():
             ax.plot([f[0] for f in r["attention_flops"]], [f[1] / 1e9 for f in r["attention_flops"]], marker="o", label=r["name"])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("sequence length")
-        ax.set_ylabel("attention GFLOP (forward, all layers)")
-        ax.set_title("attention FLOPs per method (exact visible pairs)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        label_axes(ax, "sequence length", "attention GFLOP (forward, all layers)", "attention FLOPs per method (exact visible pairs)")
         save(fig, out, "attention_flops.png")
 
     oa = data.get("order_awareness")
@@ -142,12 +131,8 @@ def main():
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name, r in oa["r"].items():
             ax.plot(range(1, len(r) + 1), r, marker="o", label=name)
-        ax.set_xlabel("layers")
-        ax.set_ylabel("r = distinct values / T")
-        ax.set_title(f"order awareness (T = {oa['T']}, H = {oa['heads']})")
+        label_axes(ax, "layers", "r = distinct values / T", f"order awareness (T = {oa['T']}, H = {oa['heads']})", legend_size=None)
         ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend()
         save(fig, out, "order_awareness.png")
 
 
