@@ -5,6 +5,7 @@
 
 #include "attention/tiling.h"
 #include "core/error.h"
+#include "core/names.h"
 
 namespace hz::attn {
 
@@ -22,15 +23,6 @@ static_assert(sizeof(kMask) / sizeof(*kMask) == static_cast<size_t>(MaskKind::Co
 static_assert(sizeof(kLogit) / sizeof(*kLogit) == static_cast<size_t>(LogitKind::Count));
 static_assert(sizeof(kQK) / sizeof(*kQK) == static_cast<size_t>(QKNorm::Count));
 
-template <class E, size_t N>
-E parse(const std::string& s, const char* const (&names)[N], const char* what) {
-  for (size_t i = 0; i < N; ++i)
-    if (s == names[i]) return static_cast<E>(i);
-  std::ostringstream os;
-  os << "unknown " << what << " '" << s << "'; expected one of:";
-  for (size_t i = 0; i < N; ++i) os << " " << names[i];
-  throw ValueError(os.str());
-}
 }  // namespace
 
 const char* name(PosKind k) { return kPos[static_cast<int>(k)]; }
@@ -39,12 +31,12 @@ const char* name(YarnRamp k) { return kYarnRamp[static_cast<int>(k)]; }
 const char* name(MaskKind k) { return kMask[static_cast<int>(k)]; }
 const char* name(LogitKind k) { return kLogit[static_cast<int>(k)]; }
 const char* name(QKNorm k) { return kQK[static_cast<int>(k)]; }
-PosKind parse_pos(const std::string& s) { return parse<PosKind>(s, kPos, "position encoding"); }
-RopeScaling parse_scaling(const std::string& s) { return parse<RopeScaling>(s, kScaling, "RoPE scaling"); }
-YarnRamp parse_yarn_ramp(const std::string& s) { return parse<YarnRamp>(s, kYarnRamp, "YaRN ramp"); }
-MaskKind parse_mask(const std::string& s) { return parse<MaskKind>(s, kMask, "mask"); }
-LogitKind parse_logit(const std::string& s) { return parse<LogitKind>(s, kLogit, "logit transform"); }
-QKNorm parse_qknorm(const std::string& s) { return parse<QKNorm>(s, kQK, "qk_norm"); }
+PosKind parse_pos(const std::string& s) { return parse_name<PosKind>(s, kPos, "position encoding"); }
+RopeScaling parse_scaling(const std::string& s) { return parse_name<RopeScaling>(s, kScaling, "RoPE scaling"); }
+YarnRamp parse_yarn_ramp(const std::string& s) { return parse_name<YarnRamp>(s, kYarnRamp, "YaRN ramp"); }
+MaskKind parse_mask(const std::string& s) { return parse_name<MaskKind>(s, kMask, "mask"); }
+LogitKind parse_logit(const std::string& s) { return parse_name<LogitKind>(s, kLogit, "logit transform"); }
+QKNorm parse_qknorm(const std::string& s) { return parse_name<QKNorm>(s, kQK, "qk_norm"); }
 
 std::vector<int64_t> scope_windows(int64_t H, int64_t T, double gamma, int64_t min_scope,
                                    int64_t max_scope) {

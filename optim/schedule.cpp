@@ -1,9 +1,9 @@
 #include "optim/schedule.h"
 
 #include <cmath>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/names.h"
 
 namespace hz::optim {
 
@@ -18,14 +18,7 @@ int64_t cooldown_steps(const ScheduleConfig& c) {
 
 const char* name(ScheduleKind k) { return kSchedule[static_cast<int>(k)]; }
 
-ScheduleKind parse_schedule(const std::string& s) {
-  for (int i = 0; i < static_cast<int>(ScheduleKind::Count); ++i)
-    if (s == kSchedule[i]) return static_cast<ScheduleKind>(i);
-  std::ostringstream os;
-  os << "unknown lr schedule '" << s << "'; expected one of:";
-  for (const char* n : kSchedule) os << " " << n;
-  throw ValueError(os.str());
-}
+ScheduleKind parse_schedule(const std::string& s) { return parse_name<ScheduleKind>(s, kSchedule, "lr schedule"); }
 
 void validate(const ScheduleConfig& c) {
   HZ_CHECK(c.kind < ScheduleKind::Count, ValueError,

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/names.h"
 #include "train/hf.h"
 #include "train/surgery.h"
 
@@ -19,14 +20,6 @@ const char* const kOptimizers[] = {"adamw", "muon"};
 static_assert(sizeof(kSources) / sizeof(*kSources) == static_cast<size_t>(DataSource::Count));
 static_assert(sizeof(kOptimizers) / sizeof(*kOptimizers) == static_cast<size_t>(OptimizerKind::Count));
 
-template <class E, size_t N>
-E parse_name(const std::string& s, const char* const (&names)[N], const char* what) {
-  for (size_t i = 0; i < N; ++i)
-    if (s == names[i]) return static_cast<E>(i);
-  std::string known;
-  for (size_t i = 0; i < N; ++i) known += std::string(" ") + names[i];
-  throw ValueError(std::string(what) + " '" + s + "' is not one of:" + known);
-}
 }  // namespace
 
 const char* name(DataSource s) { return kSources[static_cast<int>(s)]; }

@@ -55,7 +55,7 @@ TEST(Recipe, ImpossibleConfigsAreRefusedBeforeTraining) {
   EXPECT_TRUE(has(error_of("model: {d_model: 100, n_heads: 3}\n"), "not divisible by n_heads"));
   EXPECT_TRUE(has(error_of("model: {pattern: [nothing]}\n"), "'nothing' is not defined"));
   EXPECT_TRUE(has(error_of("train: {steps: 10}\nschedule: {warmup_steps: 20}\n"), "warmup_steps"));
-  EXPECT_TRUE(has(error_of("data: {source: web}\n"), "data.source 'web' is not one of: bible files"));
+  EXPECT_TRUE(has(error_of("data: {source: web}\n"), "unknown data.source 'web'; expected one of: bible files"));
   EXPECT_TRUE(has(error_of("drope: {at_step: 500}\ntrain: {steps: 100}\nschedule: {warmup_steps: 0}\n"), "drope.at_step"));
 }
 
