@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/cpu/fast_math.h"
 #include "core/math.h"
 #include "core/cpu/kernels.h"
 #include "core/cpu/loops.h"
@@ -35,6 +36,20 @@ using math::convert;
     default: throw DTypeError("bad dtype");                              \
   }
 
+// The f32 <-> bf16 casts of mixed precision on contiguous rows; false for every other pair.
+template <class S, class D>
+bool cast_row_vectorized(const S* s, D* d, int64_t n) {
+  if constexpr (std::is_same_v<S, bf16> && std::is_same_v<D, float>) {
+    widen_bf16(s, d, n);
+    return true;
+  } else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, bf16>) {
+    narrow_to_bf16(s, d, n);
+    return true;
+  } else {
+    return false;
+  }
+}
+
 void copy_strided(const Tensor& src, Tensor& dst) {
   HZ_CHECK(src.shape() == dst.shape(), ShapeError, "copy: shape ", shape_str(src.shape()),
            " into ", shape_str(dst.shape()));
@@ -48,6 +63,7 @@ void copy_strided(const Tensor& src, Tensor& dst) {
     strided_rows<2>(dst.shape(), {&src.strides(), &dst.strides()}, [&](const RowSpec<2>& r) {
       const S* sp = s + r.off[0];
       D* dp = d + r.off[1];
+      if (r.inner[0] == 1 && r.inner[1] == 1 && cast_row_vectorized(sp, dp, r.n)) return;
       for (int64_t i = 0; i < r.n; ++i) dp[i * r.inner[1]] = convert<D, S>(sp[i * r.inner[0]]);
     });
   }));
@@ -77,13 +93,9 @@ void bf16_block_rows(const bf16* const (&in)[N], bf16* out, int64_t n, F f) {
   float x[N][kBlock], y[kBlock];
   for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
     const int64_t m = std::min(kBlock, n - i0);
-    for (int k = 0; k < N; ++k) {
-      const uint16_t* src = reinterpret_cast<const uint16_t*>(in[k] + i0);
-      for (int64_t j = 0; j < m; ++j) x[k][j] = bf16_bits_to_f32(src[j]);
-    }
+    for (int k = 0; k < N; ++k) widen_bf16(in[k] + i0, x[k], m);
     for (int64_t j = 0; j < m; ++j) y[j] = f(x[0][j], x[N - 1][j]);
-    uint16_t* dst = reinterpret_cast<uint16_t*>(out + i0);
-    for (int64_t j = 0; j < m; ++j) dst[j] = f32_to_bf16_bits(y[j]);
+    narrow_to_bf16(y, out + i0, m);
   }
 }
 

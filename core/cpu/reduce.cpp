@@ -168,8 +168,7 @@ void ce_rows(const T* lp, const I* tp, int64_t N, int64_t V, int64_t ignore, A* 
     if constexpr (std::is_same_v<T, A>) {
       row = lp + r * V;
     } else {
-      const uint16_t* bits = reinterpret_cast<const uint16_t*>(lp + r * V);
-      for (int64_t v = 0; v < V; ++v) wide[v] = bf16_bits_to_f32(bits[v]);
+      widen_bf16(lp + r * V, wide.data(), V);
       row = wide.data();
     }
     A m = -std::numeric_limits<A>::infinity();
