@@ -173,16 +173,7 @@ void ce_rows(const T* lp, const I* tp, int64_t N, int64_t V, int64_t ignore, A* 
     }
     A m = -std::numeric_limits<A>::infinity();
     for (int64_t v = 0; v < V; ++v) m = std::max(m, row[v]);
-    // kLanes independent sums (v % kLanes) so the loop vectorizes; combined in a fixed order
-    constexpr int kLanes = 16;
-    double acc[kLanes] = {};
-    int64_t v0 = 0;
-    for (; v0 + kLanes <= V; v0 += kLanes)
-      for (int j = 0; j < kLanes; ++j) acc[j] += fast_exp(row[v0 + j] - m);  // f32: vectorized; f64: std::exp
-    for (int j = 0; v0 < V; ++v0, ++j) acc[j] += fast_exp(row[v0] - m);
-    for (int w = kLanes / 2; w > 0; w /= 2)
-      for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-    const double s = acc[0];
+    const double s = lane_sum(V, [&](int64_t v) -> double { return fast_exp(row[v] - m); });  // f32: vectorized
     const double lse = static_cast<double>(m) + std::log(s);
     lse_out[r] = static_cast<A>(lse);
     const int64_t t = static_cast<int64_t>(tp[r]);

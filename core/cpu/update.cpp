@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu/fast_math.h"
 #include "core/cpu/kernels.h"
 #include "core/cpu/loops.h"
 #include "core/math.h"
@@ -101,23 +102,10 @@ double sum_squares(const std::vector<Tensor>& xs) {
 #pragma omp parallel for schedule(static) if (n > 65536)
       for (int64_t c = 0; c < nchunks; ++c) {
         const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
-        // kLanes independent sums (element i goes to lane i % kLanes) so the loop vectorizes
-        // instead of waiting on one add chain; combined pairwise in a fixed order
-        constexpr int kLanes = 16;
-        double acc[kLanes] = {};
-        int64_t i = lo;
-        for (; i + kLanes <= hi; i += kLanes)
-          for (int j = 0; j < kLanes; ++j) {
-            const double v = load(xp[i + j]);
-            acc[j] += v * v;
-          }
-        for (int j = 0; i < hi; ++i, ++j) {
-          const double v = load(xp[i]);
-          acc[j] += v * v;
-        }
-        for (int w = kLanes / 2; w > 0; w /= 2)
-          for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-        part[c] = acc[0];
+        part[c] = lane_sum(hi - lo, [&](int64_t i) {
+          const double v = load(xp[lo + i]);
+          return v * v;
+        });
       }
       for (double v : part) total += v;
     });
