@@ -7,8 +7,12 @@
 # (hidden 2048: H = 2048 / D; B = 16384 / T). Prints one table (scripts/bench_table_gpu.py) and
 # leaves the JSON lines in $HZ_BENCH_OUT (default a temporary folder).
 #   scripts/bench_attention_gpu.sh [T list, default 1024,2048,4096,8192,16384,32768] [D list, default 64,128] [reps, default 10]
-# Environment: HZ_BUILD_DIR (default build), HZ_PYTHON (default python3; needs torch with CUDA).
-set -euo pipefail
+# Each result is a file of its own in $HZ_BENCH_OUT the moment it arrives (a run cut short keeps
+# them; scripts/bench_table_gpu.py tabulates whatever is there). A failing length does not stop
+# the others.
+# Environment: HZ_BUILD_DIR (default build), HZ_PYTHON (default python3; needs torch with CUDA),
+# HZ_BENCH_DEADLINE (epoch seconds: no length starts within 20 s of it).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 TS=${1:-1024,2048,4096,8192,16384,32768}
 DS=${2:-64,128}
@@ -22,8 +26,14 @@ have_torch=1
   have_torch=0
   echo "[bench_attention_gpu] $PY has no CUDA PyTorch: Horizon's side only" >&2
 }
-for D in ${DS//,/ }; do
-  for T in ${TS//,/ }; do
+deadline=${HZ_BENCH_DEADLINE:-0}
+for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before the next
+  for D in ${DS//,/ }; do
+    if [ "$deadline" != 0 ] && [ $(( deadline - $(date +%s) )) -lt 20 ]; then
+      echo "[bench_attention_gpu] deadline: D=$D T=$T not run" >&2
+      continue
+    fi
+    echo "[bench_attention_gpu] D=$D T=$T" >&2
     "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
       --logits identity,scale_invariant --json "$out/hz_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon failed at D=$D T=$T" >&2

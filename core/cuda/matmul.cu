@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/common.cuh"
@@ -42,9 +43,9 @@ bool batch_stride(const Tensor& t, int64_t nb, int64_t& stride) {
   return true;
 }
 
-int alignment(const void* p) {
+uint32_t alignment(const void* p) {
   const auto v = reinterpret_cast<uintptr_t>(p);
-  int a = 1;
+  uint32_t a = 1;
   while (a < 256 && v % (2 * a) == 0) a *= 2;
   return a;
 }
@@ -112,8 +113,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
   const int64_t r1 = lb_t ? rb : cb, c1 = lb_t ? cb : rb, r2 = la_t ? ra : ca, c2 = la_t ? ca : ra;
   const DType dt = a.dtype();
   const bool tf32 = dt == DType::F32 && allow_tf32();
+  // operand alignments in bytes (cuBLASLt's A = our B, its B = our A, C = D = out): the heuristic must
+  // be told, or it assumes 256 and may pick a vectorised kernel that faults on a view at an offset
+  const uint32_t al1 = alignment(b.raw_data()), al2 = alignment(a.raw_data()), alc = alignment(out.raw_data());
   const PlanKey key{static_cast<int>(dt), dev, tf32, r1, c1, ldb, sb, r2, c2, lda, sa, N, M, batch, 0,
-                    alignment(b.raw_data()), alignment(a.raw_data()), alignment(out.raw_data()), op1_t, op2_t};
+                    static_cast<int>(al1), static_cast<int>(al2), static_cast<int>(alc), op1_t, op2_t};
   cublasLtHandle_t h = lt_handle(dev);
   void* ws = lt_workspace(dev, kWorkspace);
   Plan plan;
@@ -144,6 +148,13 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
       HZ_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
       size_t wsb = kWorkspace;
       HZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
+      const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al1},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al2},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alc},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alc}};
+      for (const auto& [attr, bytes] : aligns)
+        HZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
       cublasLtMatmulHeuristicResult_t res{};
       int found = 0;
       HZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref, 1, &res, &found));

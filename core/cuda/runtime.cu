@@ -131,6 +131,13 @@ std::string device_name(int device) {
          std::to_string(p.totalGlobalMem >> 30) + " GiB)";
 }
 
+int compute_capability(int device) {
+  int major = 0, minor = 0;
+  HZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  HZ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return 10 * major + minor;
+}
+
 namespace {
 std::atomic<bool> g_tf32{false};
 }

@@ -18,6 +18,7 @@ int device_count();          // 0 when no driver/GPU (never throws)
 bool available();            // compiled() && device_count() > 0
 const Backend* backend_table();  // nullptr without CUDA
 std::string device_name(int device);  // "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)"
+int compute_capability(int device);    // 10 * major + minor: 90 on an H100/H200
 // cudaStream_t of the device's compute / communication stream (as void*, so that callers need
 // no CUDA header); created on first use.
 void* compute_stream(int device);

@@ -165,6 +165,19 @@ TEST(FusedCuda, ImplementationSwitch) {
   EXPECT_FALSE(attn_tiles(ref, Device::cuda(0), DType::BF16, 64).tensor_core);
 }
 
+// On sm_80 and newer the bf16 tensor-core kernels must be what Auto picks for D 64 and 128: if they
+// were unavailable (a build without their code for this GPU, a failed attribute query) every
+// FusedCudaBf16 "tc_" case would skip and the GPU check would pass without testing them.
+TEST(FusedCuda, TensorCoreKernelsAreAvailableOnSm80AndNewer) {
+  HZT_NEED_GPU();
+  const int cc = cuda::compute_capability(0);
+  if (cc < 80) GTEST_SKIP() << "sm_" << cc << ": the tensor-core kernels need sm_80 or newer";
+  for (int64_t D : {64, 128}) {
+    EXPECT_TRUE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, D).tensor_core)
+        << "no tensor-core attention for bf16, head_dim " << D << " on " << cuda::device_name(0);
+  }
+}
+
 TEST(FusedCuda, LampeMergesRegionsOnTheGpu) {
   HZT_NEED_GPU();
   Generator g(61);

@@ -70,6 +70,7 @@ Buffers make_buffers(const Problem& p, uint64_t seed) {
   b.dk = Tensor::full(b.q.shape(), NAN, DType::BF16, dev);
   b.dv = Tensor::full(b.q.shape(), NAN, DType::BF16, dev);
   b.c = g.uniform({p.H}, 0.5, 1.5, DType::F32, dev);
+  b.dc_rows = Tensor::full({p.B, p.H, p.T}, NAN, DType::F32, dev);  // LogN: dc per row (the caller sums the rows)
   return b;
 }
 
@@ -120,7 +121,6 @@ Variant mma_variant(int id, const std::string& name) {
   };
   v.bwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
     Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, Device::cuda(0));
-    b.dc_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, Device::cuda(0));
     const Args a = args_of(b, P, Dvec, cnt);
     const int64_t rows = P.B * P.H * P.Tq;
     mma::dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, hz::cuda::stream(0)>>>(
@@ -196,11 +196,12 @@ bool validate(const Variant& var, const Variant& ref, int64_t D) {
       var.bwd(P, x, cnt);
       ref.fwd(P, r, cnt);
       ref.bwd(P, r, cnt);
+      const bool logn = P.logit == LogitKind::LogN;
       const double e[] = {rel_err(x.out, r.out), rel_err(x.lse, r.lse), rel_err(x.dq, r.dq), rel_err(x.dk, r.dk),
-                          rel_err(x.dv, r.dv)};
+                          rel_err(x.dv, r.dv), logn ? rel_err(x.dc_rows, r.dc_rows) : 0.0};
       const bool good = *std::max_element(std::begin(e), std::end(e)) <= kTol;
-      std::printf("  validate %-7s %-16s out %.1e lse %.1e dq %.1e dk %.1e dv %.1e  %s\n", mask, logit, e[0], e[1],
-                  e[2], e[3], e[4], good ? "ok" : "FAIL");
+      std::printf("  validate %-7s %-16s out %.1e lse %.1e dq %.1e dk %.1e dv %.1e dc %.1e  %s\n", mask, logit, e[0],
+                  e[1], e[2], e[3], e[4], e[5], good ? "ok" : "FAIL");
       ok &= good;
     }
   return ok;
@@ -237,6 +238,33 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return v;
 }
 
+// Times one variant at every length (fresh inputs per length), TFLOP/s on visible pairs.
+template <int D>
+void time_variant(const Variant& v, const std::vector<int64_t>& Ts, const std::string& mask, const std::string& logit,
+                  int reps) {
+  Tensor counters = Tensor::zeros({3}, DType::I64, Device::cuda(0));
+  ci::Counter* cnt = reinterpret_cast<ci::Counter*>(counters.data<int64_t>());
+  for (int64_t T : Ts) {
+    const Problem p{std::max<int64_t>(1, 16384 / T), 2048 / D, T, D, mask, logit};
+    const AttnKernelParams P = params_of(p);
+    AttnConfig cfg;
+    cfg.window.assign(P.window, P.window + P.H);
+    const LayerCost cost = attention_cost(cfg, p.H, T, T, D);
+    const double pairs = static_cast<double>(cost.visible_pairs) * p.B;
+    const double flop_f = 4.0 * D * pairs, flop_b = 10.0 * D * pairs;
+    // bytes: q, k, v read and out written (forward)
+    const double bytes_f = 4.0 * p.B * p.H * T * D * 2;
+    Buffers b = make_buffers(p, 11 + T);
+    const float tf = median_ms([&] { v.fwd(P, b, cnt); }, reps);
+    const float tb = median_ms([&] { v.bwd(P, b, cnt); }, reps);
+    std::printf("  T %6lld B %3lld H %2lld  fwd %8.3f ms %6.1f TFLOP/s  bwd %8.3f ms %6.1f TFLOP/s  "
+                "(floors at 989 TFLOP/s, 3.35 TB/s: fwd %.3f / %.3f ms)\n",
+                static_cast<long long>(T), static_cast<long long>(p.B), static_cast<long long>(p.H), tf,
+                flop_f / tf / 1e9, tb, flop_b / tb / 1e9, flop_f / 989e12 * 1e3, bytes_f / 3.35e12 * 1e3);
+    std::fflush(stdout);
+  }
+}
+
 template <int D>
 int run(const std::vector<int>& chosen, const std::vector<int64_t>& Ts, const std::string& mask,
         const std::string& logit, int reps, bool check) {
@@ -249,31 +277,22 @@ int run(const std::vector<int>& chosen, const std::vector<int64_t>& Ts, const st
   for (const Variant& v : vs) {
     if (!chosen.empty() && std::find(chosen.begin(), chosen.end(), v.id) == chosen.end()) continue;
     std::printf("variant %d: %s\n", v.id, v.name.c_str());
-    if (check && v.id != 0 && !validate(v, vs[0], D)) {
+    std::fflush(stdout);
+    // One variant's failure (a wrong result, a thrown launch error) does not end the lab. A fault
+    // that poisons the CUDA context would end the process: scripts/gpu_check.sh therefore runs
+    // every variant in a process of its own.
+    try {
+      if (check && v.id != 0 && !validate(v, vs[0], D)) {
+        std::printf("variant %d: FAILED validation (not timed)\n", v.id);
+        ++failures;
+        continue;  // never time a wrong kernel
+      }
+      time_variant<D>(v, Ts, mask, logit, reps);
+    } catch (const std::exception& e) {
+      std::printf("variant %d: FAILED: %s\n", v.id, e.what());
       ++failures;
-      continue;  // never time a wrong kernel
     }
-    Tensor counters = Tensor::zeros({3}, DType::I64, Device::cuda(0));
-    ci::Counter* cnt = reinterpret_cast<ci::Counter*>(counters.data<int64_t>());
-    for (int64_t T : Ts) {
-      const Problem p{std::max<int64_t>(1, 16384 / T), 2048 / D, T, D, mask, logit};
-      const AttnKernelParams P = params_of(p);
-      AttnConfig cfg;
-      cfg.window.assign(P.window, P.window + P.H);
-      const LayerCost cost = attention_cost(cfg, p.H, T, T, D);
-      const double pairs = static_cast<double>(cost.visible_pairs) * p.B;
-      const double flop_f = 4.0 * D * pairs, flop_b = 10.0 * D * pairs;
-      // bytes: q, k, v read and out written (forward); + out, dO, lse read, dq, dk, dv written (backward)
-      const double bytes_f = 4.0 * p.B * p.H * T * D * 2, bytes_b = 8.0 * p.B * p.H * T * D * 2;
-      Buffers b = make_buffers(p, 11 + T);
-      const float tf = median_ms([&] { v.fwd(P, b, cnt); }, reps);
-      const float tb = median_ms([&] { v.bwd(P, b, cnt); }, reps);
-      std::printf("  T %6lld B %3lld H %2lld  fwd %8.3f ms %6.1f TFLOP/s  bwd %8.3f ms %6.1f TFLOP/s  "
-                  "(floors at 989 TFLOP/s, 3.35 TB/s: fwd %.3f / %.3f ms)\n",
-                  static_cast<long long>(T), static_cast<long long>(p.B), static_cast<long long>(p.H), tf,
-                  flop_f / tf / 1e9, tb, flop_b / tb / 1e9, flop_f / 989e12 * 1e3, bytes_f / 3.35e12 * 1e3);
-      (void)bytes_b;
-    }
+    std::fflush(stdout);
   }
   return failures;
 }
@@ -309,7 +328,7 @@ int main(int argc, char** argv) {
     if (D != 64 && D != 128) throw ValueError("--D 64 or 128");
     const int failures = D == 64 ? run<64>(chosen, Ts, mask, logit, reps, check)
                                  : run<128>(chosen, Ts, mask, logit, reps, check);
-    if (failures) std::printf("%d variant(s) FAILED validation\n", failures);
+    if (failures) std::printf("%d variant(s) FAILED\n", failures);
     return failures ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_lab: %s\n", e.what());
