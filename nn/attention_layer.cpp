@@ -1,5 +1,7 @@
 #include "nn/attention_layer.h"
 
+#include "nn/kv_cache.h"
+
 namespace hz::nn {
 
 AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec& s, double init_std,
@@ -66,28 +68,42 @@ attn::RopeFreqs AttentionLayer::rope_freqs(const AttnCall& call) const {
   return attn::rope_frequencies(ps, dims.head_dim, call.T);
 }
 
-ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const {
+bool AttentionLayer::uses_lampe(const attn::AttnConfig& cfg) const {
+  if (!rotary() || !lampe) return false;
+  for (int64_t w : cfg.window)
+    if (w != 0) return false;
+  return true;
+}
+
+ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
+                                     LayerKV* cache) const {
   const int64_t B = x.size(0), T = x.size(1), H = dims.n_heads, D = dims.head_dim;
   auto [q, k, v] = project_qkv(x);
   // bf16 activations go through attention as they are: the fused op takes bf16 (f32 arithmetic
   // on the CPU, tensor cores with fp32 accumulation on a GPU; lse and LogN's c stay f32)
   const DType act = q.dtype();
-  attn::AttnConfig cfg = kernel_config(call);
-  bool causal = true;
-  for (int64_t w : cfg.window) causal &= w == 0;
+  const attn::AttnConfig cfg = kernel_config(call);
   const bool rot = rotary();
   attn::RopeFreqs f;
   if (rot) f = rope_freqs(call);
-  if (rot && lampe && causal) {  // LaMPE rotates per region itself
-    const attn::AttnOutput o = attn::lampe_attention(q, k, v, f, *lampe, cfg);
-    return wo->forward(ag::cast(ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D}), act));
+  ag::Variable o;
+  if (uses_lampe(cfg)) {  // LaMPE rotates per region itself, for the input length l = call.T
+    attn::LampeConfig lc = *lampe;
+    if (lc.length == 0) lc.length = call.T;
+    if (cache) {
+      const auto [K, V] = cache->append_all(k.value(), v.value());
+      o = attn::lampe_attention(q, ag::Variable(K), ag::Variable(V), f, lc, cfg).out;
+    } else {
+      o = attn::lampe_attention(q, k, v, f, lc, cfg).out;
+    }
+  } else {
+    if (rot) {
+      q = attn::apply_rope(q, positions, f);
+      k = attn::apply_rope(k, positions, f);
+    }
+    o = cache ? cache->attend(q, k.value(), v.value(), cfg, logn_c) : attn::fused_attention(q, k, v, cfg, logn_c).out;
   }
-  if (rot) {
-    q = attn::apply_rope(q, positions, f);
-    k = attn::apply_rope(k, positions, f);
-  }
-  const attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, logn_c);
-  ag::Variable y = ag::reshape(ag::transpose(o.out, 1, 2), {B, T, H * D});
+  ag::Variable y = ag::reshape(ag::transpose(o, 1, 2), {B, T, H * D});
   return wo->forward(ag::cast(y, act));
 }
 

@@ -14,6 +14,8 @@
 
 namespace hz::nn {
 
+class LayerKV;  // nn/kv_cache.h
+
 struct AttentionDims {
   int64_t d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   bool qkv_bias = false;  // additive biases on the q, k and v projections (wo stays bias-free)
@@ -31,8 +33,10 @@ class AttentionLayer : public Module {
  public:
   AttentionLayer(const AttentionDims& dims, const attn::AttentionSpec& spec, double init_std,
                  double resid_std, DType dt);
-  // x (B, T, C), positions (T) i64.
-  ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const;
+  // x (B, T, C), positions (T) i64. With a cache (decoding, B = 1), the new keys and values go
+  // into it and the queries attend to everything it keeps (nn/kv_cache.h).
+  ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
+                       LayerKV* cache = nullptr) const;
   attn::AttnConfig kernel_config(const AttnCall& call) const;  // windows, slopes, transform
   // The projections with QK-norm, before any rotation: q (B, H, T, D), k and v (B, Hkv, T, D).
   // forward() and incremental decoding (nn/kv_cache.h) both start from here.
@@ -41,6 +45,8 @@ class AttentionLayer : public Module {
   };
   QKV project_qkv(const ag::Variable& x) const;
   bool rotary() const;  // RoPE or p-RoPE
+  // Whether a call with this kernel config runs as LaMPE: a LaMPE setting on a causal RoPE layer.
+  bool uses_lampe(const attn::AttnConfig& cfg) const;
   // This layer's rotary frequencies for a call (RoPE scalings resolved against call.T/train_T).
   attn::RopeFreqs rope_freqs(const AttnCall& call) const;
 

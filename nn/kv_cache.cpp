@@ -1,69 +1,152 @@
 #include "nn/kv_cache.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include "autograd/functions.h"
-#include "core/cpu/loops.h"
 
 namespace hz::nn {
+
+namespace {
+
+// The config of query heads [h0, h1): their windows and ALiBi slopes, the rest unchanged.
+attn::AttnConfig heads_config(const attn::AttnConfig& cfg, int64_t h0, int64_t h1) {
+  attn::AttnConfig c = cfg;
+  c.window.assign(cfg.window.begin() + h0, cfg.window.begin() + h1);
+  if (!cfg.alibi_slope.empty()) c.alibi_slope.assign(cfg.alibi_slope.begin() + h0, cfg.alibi_slope.begin() + h1);
+  return c;
+}
+
+}  // namespace
+
+LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t context, bool keep_all, DType dt,
+                 Device dev)
+    : context_(context) {
+  const int64_t H = static_cast<int64_t>(cfg.window.size());
+  HZ_CHECK(context >= 1, ValueError, "kv cache: the context must hold at least one token, got ", context);
+  HZ_CHECK(Hkv > 0 && H % Hkv == 0, ShapeError, "kv cache: ", H, " query heads do not group over ", Hkv,
+           " key/value heads");
+  G_ = H / Hkv;
+  cap_.assign(Hkv, 0);
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t w = cfg.window[h];
+    cap_[h / G_] = std::max(cap_[h / G_], keep_all || w <= 0 ? context : std::min(w, context));
+  }
+  for (int64_t g = 0; g < Hkv;) {
+    Band b;
+    b.kv0 = g;
+    b.cap = cap_[g];
+    while (g < Hkv && cap_[g] == b.cap) ++g;
+    b.kv1 = g;
+    b.rows = b.cap < context ? std::min(context, b.cap + (b.cap + 7) / 8) : context;
+    b.k = Tensor::zeros({1, b.kv1 - b.kv0, b.rows, D}, dt, dev);
+    b.v = Tensor::zeros({1, b.kv1 - b.kv0, b.rows, D}, dt, dev);
+    bands_.push_back(std::move(b));
+  }
+}
+
+int64_t LayerKV::bytes() const {
+  int64_t n = 0;
+  for (const Band& b : bands_) n += (b.k.numel() + b.v.numel()) * static_cast<int64_t>(dtype_size(b.k.dtype()));
+  return n;
+}
+
+// Appends k, v (1, heads, n, D) of positions first .. first + n - 1 after the buffer's keys; when
+// they do not fit, the last cap - 1 keys move to the front first (all a later query sees besides
+// itself). The caller made sure that n then fits.
+void LayerKV::store(Band& b, const Tensor& k, const Tensor& v, int64_t first) {
+  const int64_t n = k.size(2);
+  HZ_CHECK(b.base + b.len == first, ValueError, "kv cache: keys of position ", first, " after position ",
+           b.base + b.len - 1);
+  if (b.len + n > b.rows) {
+    const int64_t keep = std::min(b.len, b.cap - 1);
+    if (keep > 0) {  // source and destination may overlap: copy through a temporary
+      const Tensor ks = b.k.narrow(2, b.len - keep, keep).clone(), vs = b.v.narrow(2, b.len - keep, keep).clone();
+      b.k.narrow(2, 0, keep).copy_(ks);
+      b.v.narrow(2, 0, keep).copy_(vs);
+    }
+    b.base += b.len - keep;
+    b.len = keep;
+  }
+  b.k.narrow(2, b.len, n).copy_(k);
+  b.v.narrow(2, b.len, n).copy_(v);
+  b.len += n;
+}
+
+ag::Variable LayerKV::attend(const ag::Variable& q, const Tensor& k, const Tensor& v, const attn::AttnConfig& cfg,
+                             const ag::Variable& logn_c) {
+  const int64_t n = k.size(2), p0 = length_;
+  HZ_CHECK(k.dim() == 4 && k.size(0) == 1 && k.size(1) == static_cast<int64_t>(cap_.size()), ShapeError,
+           "kv cache: keys must be (1, ", cap_.size(), ", n, D), got ", shape_str(k.shape()));
+  HZ_CHECK(p0 + n <= context_, ValueError, "kv cache: ", p0 + n, " tokens do not fit the context of ", context_);
+  const bool whole = bands_.size() == 1;
+  std::vector<ag::Variable> outs;
+  for (Band& b : bands_) {
+    const int64_t h0 = b.kv0 * G_, h1 = b.kv1 * G_, nh = b.kv1 - b.kv0;
+    const ag::Variable qb = whole ? q : ag::narrow(q, 1, h0, h1 - h0);
+    const Tensor kb = whole ? k : k.narrow(1, b.kv0, nh), vb = whole ? v : v.narrow(1, b.kv0, nh);
+    attn::AttnConfig c = whole ? cfg : heads_config(cfg, h0, h1);
+    const ag::Variable cb = logn_c.defined() && !whole ? ag::narrow(logn_c, 0, h0, h1 - h0) : logn_c;
+    const int64_t kept = b.len + n > b.rows ? std::min(b.len, b.cap - 1) : b.len;  // after a shift
+    if (kept + n <= b.rows) {
+      // in place: the queries sit at buffer index (position - base), keys beyond len are masked
+      store(b, kb, vb, p0);
+      c.q_offset = p0 - b.base;
+      c.key_begin = 0;
+      c.key_end = b.len;
+      outs.push_back(attn::fused_attention(qb, ag::Variable(b.k), ag::Variable(b.v), c, cb).out);
+    } else {
+      // more new keys than the buffer holds (a long prompt on a window layer): attend over the
+      // kept keys and the new ones, then keep the last cap of them
+      const Tensor K = kept > 0 ? ag::cat({ag::Variable(b.k.narrow(2, b.len - kept, kept)), ag::Variable(kb)}, 2).value()
+                                : kb.contiguous();
+      const Tensor V = kept > 0 ? ag::cat({ag::Variable(b.v.narrow(2, b.len - kept, kept)), ag::Variable(vb)}, 2).value()
+                                : vb.contiguous();
+      c.q_offset = kept;
+      outs.push_back(attn::fused_attention(qb, ag::Variable(K), ag::Variable(V), c, cb).out);
+      const int64_t total = kept + n, tail = std::min(b.cap, total);
+      b.k.narrow(2, 0, tail).copy_(K.narrow(2, total - tail, tail));
+      b.v.narrow(2, 0, tail).copy_(V.narrow(2, total - tail, tail));
+      b.base = p0 + n - tail;
+      b.len = tail;
+    }
+  }
+  length_ += n;
+  return whole ? outs[0] : ag::cat(outs, 1);
+}
+
+void LayerKV::reset() {
+  for (Band& b : bands_) b.base = b.len = 0;  // rows past len are never visible: no need to clear them
+  length_ = 0;
+}
+
+std::pair<Tensor, Tensor> LayerKV::append_all(const Tensor& k, const Tensor& v) {
+  const int64_t n = k.size(2);
+  HZ_CHECK(bands_.size() == 1 && bands_[0].rows == context_, ValueError,
+           "kv cache: this layer keeps a window of keys, not all of them");
+  HZ_CHECK(length_ + n <= context_, ValueError, "kv cache: ", length_ + n, " tokens do not fit the context of ",
+           context_);
+  Band& b = bands_[0];
+  store(b, k, v, length_);
+  length_ += n;
+  return {b.k.narrow(2, 0, b.len), b.v.narrow(2, 0, b.len)};
+}
 
 KVCache::KVCache(const Transformer& m, int64_t context, int64_t train_T)
     : m_(m), context_(context), train_T_(train_T > 0 ? train_T : m.cfg.max_seq_len) {
   HZ_CHECK(context >= 1, ValueError, "kv cache: the context must hold at least one token, got ", context);
-  const int64_t H = m.cfg.n_heads, Hkv = m.cfg.kv_heads(), G = H / Hkv, D = m.cfg.hdim();
-  const AttnCall c = call();
-  for (size_t l = 0; l < m.layers.size(); ++l) {
-    const AttentionLayer& A = *m.layers[l]->attn;
-    Layer L;
-    L.cfg = A.kernel_config(c);
-    L.rotary = A.rotary();
-    if (L.rotary) L.freqs = A.rope_freqs(c);
-    bool causal = true;
-    for (int64_t w : L.cfg.window) causal &= w == 0;
-    L.lampe = L.rotary && A.lampe.has_value() && causal;  // the same rule as AttentionLayer::forward
-    if (L.lampe) {
-      HZ_CHECK(L.cfg.logit != attn::LogitKind::LogN, NotImplementedError, "layer ", l,
-               ": LaMPE on a LogN layer is not supported by decoding (LogN would count each region's keys "
-               "separately); evaluate it with horizon eval or turn eval.lampe off");
-      L.lampe_cfg = *A.lampe;
-      L.lampe_cfg.length = context;
-      const int64_t half = D / 2;
-      L.cos.resize((context + 1) * half);
-      L.sin.resize((context + 1) * half);
-      const double ms2 = L.freqs.mscale * L.freqs.mscale;
-      for (int64_t r = 0; r <= context; ++r)
-        for (int64_t i = 0; i < half; ++i) {
-          L.cos[r * half + i] = std::cos(static_cast<double>(r) * L.freqs.inv_freq[i]) * ms2;
-          L.sin[r * half + i] = std::sin(static_cast<double>(r) * L.freqs.inv_freq[i]) * ms2;
-        }
-    }
-    if (L.cfg.logit == attn::LogitKind::LogN) L.logn_c = A.logn_c.value().to_vector();
-    if (L.cfg.logit == attn::LogitKind::ScaleInvariant) attn::scale_invariant_tables(L.cfg.tau, context + 1, L.si_a, L.si_m);
-    L.cap.assign(Hkv, 0);
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t w = L.cfg.window[h];
-      L.cap[h / G] = std::max(L.cap[h / G], w > 0 ? std::min(w, context) : context);
-    }
-    LayerCacheInfo info;
-    info.capacity = L.cap;
-    info.unrotated_keys = L.lampe;
-    for (int64_t hk = 0; hk < Hkv; ++hk) {
-      L.k.push_back(Tensor::zeros({L.cap[hk], D}, m.cfg.dtype));
-      L.v.push_back(Tensor::zeros({L.cap[hk], D}, m.cfg.dtype));
-      info.bytes += 2 * L.cap[hk] * D * static_cast<int64_t>(dtype_size(m.cfg.dtype));
-    }
-    layers_.push_back(std::move(L));
-    info_.push_back(info);
-  }
-}
-
-AttnCall KVCache::call() const {
+  const Device dev = m.embed->weight.value().device();
+  const DType act = m.compute_dtype == DType::BF16 ? DType::BF16 : m.cfg.dtype;  // what the layers compute in
   AttnCall c;
   c.T = context_;
   c.train_T = train_T_;
-  return c;
+  for (const auto& block : m.layers) {
+    const AttentionLayer& A = *block->attn;
+    const attn::AttnConfig cfg = A.kernel_config(c);
+    const bool lampe = A.uses_lampe(cfg);
+    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), context_, lampe || cfg.logit == attn::LogitKind::SwanRow,
+                     act, dev);
+    info_.push_back({kv_.back().capacity(), lampe, kv_.back().bytes()});
+  }
 }
 
 int64_t KVCache::bytes() const {
@@ -72,169 +155,33 @@ int64_t KVCache::bytes() const {
   return b;
 }
 
-// k, v (1, Hkv, n, D) for positions first_pos .. first_pos + n - 1: keep what the rings can hold.
-void KVCache::store(Layer& L, const Tensor& k_in, const Tensor& v_in, int64_t first_pos) {
-  const Tensor k = k_in.contiguous(), v = v_in.contiguous();
-  const int64_t Hkv = k.size(1), n = k.size(2), D = k.size(3);
-  const int64_t esz = static_cast<int64_t>(dtype_size(k.dtype()));
-  const char* kp = static_cast<const char*>(k.raw_data());
-  const char* vp = static_cast<const char*>(v.raw_data());
-  for (int64_t hk = 0; hk < Hkv; ++hk) {
-    const int64_t cap = L.cap[hk];
-    char* kd = static_cast<char*>(L.k[hk].raw_data());
-    char* vd = static_cast<char*>(L.v[hk].raw_data());
-    for (int64_t i = std::max<int64_t>(0, n - cap); i < n; ++i) {
-      const int64_t slot = (first_pos + i) % cap;
-      std::copy(kp + ((hk * n + i) * D) * esz, kp + ((hk * n + i + 1) * D) * esz, kd + slot * D * esz);
-      std::copy(vp + ((hk * n + i) * D) * esz, vp + ((hk * n + i + 1) * D) * esz, vd + slot * D * esz);
-    }
-  }
-}
-
-namespace {
-
-template <class T>
-void attend_impl(const attn::AttnConfig& cfg, const std::vector<int64_t>& cap, const std::vector<Tensor>& ks,
-                 const std::vector<Tensor>& vs, const std::vector<double>& logn_c, const std::vector<double>& si_a,
-                 const std::vector<double>& si_m, bool lampe, const std::vector<int64_t>& rel,
-                 const std::vector<double>& cs, const std::vector<double>& sn, const T* q, T* out, int64_t H,
-                 int64_t Hkv, int64_t D, int64_t p) {
-  const int64_t G = H / Hkv, half = D / 2;
-  const double scale = cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
-  const bool si = cfg.logit == attn::LogitKind::ScaleInvariant;
-#pragma omp parallel for schedule(static) if (H * (p + 1) * D > (1 << 20))
-  for (int64_t h = 0; h < H; ++h) {
-    const int64_t hk = h / G, w = cfg.window[h], C = cap[hk];
-    const int64_t lo = w > 0 ? std::max<int64_t>(0, p - w + 1) : 0, n = p - lo + 1;
-    double r = 1.0;
-    switch (cfg.logit) {
-      case attn::LogitKind::LogN: r = logn_c[h] * std::log(static_cast<double>(n)); break;
-      case attn::LogitKind::SwanRow: r = attn::swan_row_scale(cfg.swan_a, p); break;
-      case attn::LogitKind::Temperature: r = cfg.beta; break;
-      default: break;
-    }
-    const double slope = cfg.alibi_slope.empty() ? 0.0 : cfg.alibi_slope[h];
-    const T* qh = q + h * D;
-    const T* kh = ks[hk].data<T>();
-    const T* vh = vs[hk].data<T>();
-    std::vector<double> s(n);
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = lo; j <= p; ++j) {
-      const T* kj = kh + (j % C) * D;
-      double dot = 0.0;
-      if (lampe) {
-        const double* c = cs.data() + rel[j] * half;
-        const double* sn_ = sn.data() + rel[j] * half;
-        for (int64_t i = 0; i < half; ++i) {
-          const double q1 = qh[i], q2 = qh[i + half], k1 = kj[i], k2 = kj[i + half];
-          dot += (q1 * k1 + q2 * k2) * c[i] + (q1 * k2 - q2 * k1) * sn_[i];
-        }
-      } else {
-        for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(qh[d]) * static_cast<double>(kj[d]);
-      }
-      const int64_t t = p - j;
-      const double a = si ? si_a[t] : 1.0, b = (si ? si_m[t] : 0.0) - slope * static_cast<double>(t);
-      const double l = r * a * (scale * dot) + b;
-      s[j - lo] = l;
-      mx = std::max(mx, l);
-    }
-    double sum = 0.0;
-    for (auto& x : s) sum += (x = std::exp(x - mx));
-    std::vector<double> acc(D, 0.0);
-    for (int64_t j = lo; j <= p; ++j) {
-      const T* vj = vh + (j % C) * D;
-      const double pj = s[j - lo] / sum;
-      for (int64_t d = 0; d < D; ++d) acc[d] += pj * static_cast<double>(vj[d]);
-    }
-    for (int64_t d = 0; d < D; ++d) out[h * D + d] = static_cast<T>(acc[d]);
-  }
-}
-
-}  // namespace
-
-Tensor KVCache::attend_row(const Layer& L, const Tensor& q_in, int64_t p) const {
-  const Tensor q = q_in.contiguous();
-  const int64_t H = q.size(1), D = q.size(3), Hkv = static_cast<int64_t>(L.k.size());
-  Tensor out = Tensor::empty({1, H, 1, D}, q.dtype());
-  std::vector<int64_t> rel;
-  if (L.lampe) {
-    rel.resize(p + 1);
-    for (int64_t j = 0; j <= p; ++j) rel[j] = attn::lampe_relative_position(L.lampe_cfg, context_, p, j);
-  }
-  cpu::dispatch_float(q.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    attend_impl<T>(L.cfg, L.cap, L.k, L.v, L.logn_c, L.si_a, L.si_m, L.lampe, rel, L.cos, L.sin, q.data<T>(),
-                   out.data<T>(), H, Hkv, D, p);
-  });
-  return out;
-}
-
-Tensor KVCache::logits_last(const ag::Variable& x) const {
-  const int64_t T = x.size(1);
-  ag::Variable h = m_.norm->forward(ag::narrow(x, 1, T - 1, 1));
-  ag::Variable lg = m_.head ? m_.head->forward(h) : ag::matmul(h, m_.embed->weight, false, true);
-  return lg.value().reshape({m_.cfg.vocab_size});
+Tensor KVCache::run(const std::vector<int32_t>& ids) {
+  ag::NoGradGuard ng;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  AttnCall call;
+  call.T = context_;
+  call.train_T = train_T_;
+  const std::vector<double> idv(ids.begin(), ids.end());
+  const ag::Variable h = m_.hidden(Tensor::from_vector(idv, {1, n}, DType::I64), Tensor::arange(length_, length_ + n),
+                                   call, this);
+  length_ += n;
+  return m_.project(ag::narrow(h, 1, n - 1, 1)).value().reshape({m_.cfg.vocab_size});
 }
 
 Tensor KVCache::prefill(const std::vector<int32_t>& ids) {
   const int64_t P = static_cast<int64_t>(ids.size());
   HZ_CHECK(P >= 1 && P <= context_, ValueError, "kv cache: a prompt of ", P, " tokens does not fit a context of ",
            context_, " tokens");
-  ag::NoGradGuard ng;
-  const int64_t H = m_.cfg.n_heads, D = m_.cfg.hdim();
-  const Tensor positions = Tensor::arange(0, P);
-  std::vector<double> idv(ids.begin(), ids.end());
-  ag::Variable x = m_.embed->forward(Tensor::from_vector(idv, {1, P}, DType::I64));
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Block& b = *m_.layers[l];
-    const AttentionLayer& A = *b.attn;
-    Layer& L = layers_[l];
-    auto [q, k, v] = A.project_qkv(b.norm1->forward(x));
-    attn::AttnOutput o;
-    if (L.lampe) {
-      o = attn::lampe_attention(q, k, v, L.freqs, L.lampe_cfg, L.cfg);
-    } else {
-      if (L.rotary) {
-        q = attn::apply_rope(q, positions, L.freqs);
-        k = attn::apply_rope(k, positions, L.freqs);
-      }
-      o = attn::fused_attention(q, k, v, L.cfg, A.logn_c);
-    }
-    store(L, k.value(), v.value(), 0);
-    ag::Variable y = A.wo->forward(ag::reshape(ag::transpose(o.out, 1, 2), {1, P, H * D}));
-    ag::Variable hh = ag::add(x, y);
-    x = ag::add(hh, b.mlp->forward(b.norm2->forward(hh)));
-  }
-  length_ = P;
-  return logits_last(x);
+  for (LayerKV& kv : kv_) kv.reset();  // a new sequence
+  length_ = 0;
+  return run(ids);
 }
 
 Tensor KVCache::step(int32_t id) {
   HZ_CHECK(length_ >= 1, ValueError, "kv cache: call prefill() with the prompt before step()");
   HZ_CHECK(length_ < context_, ValueError, "kv cache: the context of ", context_,
            " tokens is full; create the cache with a larger context");
-  ag::NoGradGuard ng;
-  const int64_t p = length_, H = m_.cfg.n_heads, D = m_.cfg.hdim();
-  const Tensor pos = Tensor::full({1}, static_cast<double>(p), DType::I64);
-  ag::Variable x = m_.embed->forward(Tensor::full({1, 1}, static_cast<double>(id), DType::I64));
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Block& b = *m_.layers[l];
-    const AttentionLayer& A = *b.attn;
-    Layer& L = layers_[l];
-    auto [q, k, v] = A.project_qkv(b.norm1->forward(x));
-    Tensor qt = q.value(), kt = k.value();
-    if (L.rotary && !L.lampe) {
-      qt = attn::rope_rotate(qt, pos, L.freqs, false);
-      kt = attn::rope_rotate(kt, pos, L.freqs, false);
-    }
-    store(L, kt, v.value(), p);
-    const Tensor o = attend_row(L, qt, p);  // (1, H, 1, D): (1, 1, H*D) in memory order
-    ag::Variable y = A.wo->forward(ag::Variable(o.reshape({1, 1, H * D})));
-    ag::Variable hh = ag::add(x, y);
-    x = ag::add(hh, b.mlp->forward(b.norm2->forward(hh)));
-  }
-  ++length_;
-  return logits_last(x);
+  return run({id});
 }
 
 }  // namespace hz::nn

@@ -1,24 +1,32 @@
-// Horizon: incremental decoding with a per-layer key/value cache.
+// Horizon: incremental decoding with a per-layer key/value cache, through the model's own layers
+// and the fused attention op (no attention code of its own).
 //
-// One generation is one context of `context` tokens (prompt + new tokens). Everything in a
-// layer that depends on the sequence length is resolved once for that context, exactly as a
-// full forward over `context` tokens resolves it: SCOPE scopes follow T = context (or stay
-// frozen), dynamic NTK and the DroPE temperature use s = context / train_T, and LaMPE maps
-// relative positions for the input length l = context. So the logits of every decoding step
-// equal those of Transformer::forward over the same tokens with AttnCall{T = context} (tested
-// for every layer kind; the argmax tokens are identical).
+// One generation is one context of `context` tokens (prompt + new tokens). Everything in a layer
+// that depends on the sequence length is resolved once for that context, exactly as a full
+// forward over `context` tokens resolves it: SCOPE scopes follow T = context (or stay frozen),
+// dynamic NTK and the DroPE temperature use s = context / train_T, and LaMPE maps relative
+// positions for the input length l = context. prefill() and step() run Transformer::hidden with
+// the cache, so each Block, its AttentionLayer (projections, QK-norm, RoPE at the tokens'
+// positions) and the MLP are the model's; the attention layer hands its new keys and values to
+// its LayerKV, which attends with attn::fused_attention over what is kept. So the logits of every
+// decoding step equal those of Transformer::forward over the same tokens with AttnCall{T =
+// context} (tested for every layer kind), on the CPU and on CUDA alike: the buffers live on the
+// model's device, in the dtype the layer computes in.
 //
-// What each layer keeps (legend: H query heads, Hkv key/value heads, D head dim, p the
-// position of the newest token, w_h the window of query head h, 0 = unbounded):
-//   - a ring buffer per key/value head of capacity C = max over its query heads of
-//     (w_h ? min(w_h, context) : context): a sliding-window layer keeps W keys, a SCOPE head
-//     group keeps its largest scope, a global head keeps everything. Key j lives in slot j % C.
-//   - keys rotated at their own position (RoPE / p-RoPE), or unrotated on LaMPE layers, where
-//     a key's rotation depends on the query (its mapped relative position r = q_pos - k_pos of
-//     its region); the score is then sum_m (q1 k1 + q2 k2) cos(r w_m) + (q1 k2 - q2 k1) sin(r w_m)
-//     over the rotated pairs (m, m + D/2), times YaRN's mscale^2.
-// One new row attends to keys [max(0, p - w_h + 1), p] with the layer's logit transform:
-// L_j = r_h a_t s_j + b_t - slope_h t (t = p - j; fused.h has the table of r, a, b).
+// What a layer keeps (legend: H query heads, Hkv key/value heads, G = H / Hkv, D head dim, w_h the
+// window of query head h, 0 = unbounded). Key/value head g needs the last
+//   cap_g = max over its query heads h of (w_h ? min(w_h, context) : context)
+// keys. Consecutive kv heads of equal cap form a band, stored as one (1, heads, S, D) buffer
+// holding the keys of positions [base, base + len) in order, S = cap + slack with
+// slack = ceil(cap / 8) when cap < context (else S = context, nothing ever moves). A sliding-window
+// layer therefore holds W keys (+ W/8), a SCOPE kv head its largest scope, a global head the whole
+// context. When the buffer is full, its last cap - 1 keys move to the front (base advances): one
+// copy of cap - 1 rows every slack + 1 tokens. The new queries attend to the buffer with the op's
+// alignment: q_offset = their position - base, key_end = len, so the window rule, the distances
+// t of scale-invariant / ALiBi and LogN's visible count are those of the full sequence. A layer
+// whose logits depend on the absolute query position (SWAN row scaling) keeps every key (base
+// stays 0); so does a LaMPE layer, whose keys stay unrotated (their rotation depends on the
+// query's mapped relative position) and which attends through attn::lampe_attention.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -27,51 +35,74 @@
 
 namespace hz::nn {
 
+// One layer's keys and values. AttentionLayer::forward(x, positions, call, kv) calls attend() with
+// the rotated (or, on LaMPE layers, unrotated) new keys and values.
+class LayerKV {
+ public:
+  // cfg: the layer's kernel config for T = context; keep_all: every key stays (SWAN rows, LaMPE).
+  // The buffers are allocated now, zeroed, in `dtype` on `dev` (keys of another dtype are cast).
+  LayerKV(const attn::AttnConfig& cfg, int64_t n_kv_heads, int64_t head_dim, int64_t context, bool keep_all,
+          DType dtype, Device dev);
+
+  // q (1, H, n, D), k and v (1, Hkv, n, D) of positions length() .. length() + n - 1: stores the
+  // keys and values, then returns the attention of the n queries over every key they can see
+  // (1, H, n, D) with the op's logit transform (logn_c: the layer's LogN c, or undefined).
+  ag::Variable attend(const ag::Variable& q, const Tensor& k, const Tensor& v, const attn::AttnConfig& cfg,
+                      const ag::Variable& logn_c);
+  // LaMPE layers: stores k and v (unrotated), then returns every key and value of the sequence so
+  // far (1, Hkv, length(), D), the new ones last.
+  std::pair<Tensor, Tensor> append_all(const Tensor& k, const Tensor& v);
+
+  void reset();  // forgets every key: the next token is position 0
+  int64_t length() const { return length_; }
+  const std::vector<int64_t>& capacity() const { return cap_; }  // per kv head
+  int64_t bytes() const;  // allocated keys + values
+
+ private:
+  struct Band {
+    int64_t kv0 = 0, kv1 = 0;  // kv heads [kv0, kv1)
+    int64_t cap = 0, rows = 0;  // keys needed, rows allocated (S)
+    int64_t base = 0, len = 0;  // the buffer holds positions [base, base + len)
+    Tensor k, v;                // (1, kv1 - kv0, rows, D)
+  };
+  void store(Band& b, const Tensor& k, const Tensor& v, int64_t first);  // k, v of the band's heads
+  std::vector<Band> bands_;
+  std::vector<int64_t> cap_;
+  int64_t context_ = 0, length_ = 0, G_ = 1;
+};
+
 // Memory and shape of one layer's cache.
 struct LayerCacheInfo {
-  std::vector<int64_t> capacity;  // per key/value head
+  std::vector<int64_t> capacity;  // per key/value head: the keys it must keep
   bool unrotated_keys = false;    // LaMPE layer
-  int64_t bytes = 0;
+  int64_t bytes = 0;              // allocated (capacity + slack rows, keys and values)
 };
 
 class KVCache {
  public:
   // `context`: tokens this generation may hold in total (prompt + new). `train_T`: the training
-  // context (0 = m.cfg.max_seq_len). The model's layer specs (and LaMPE settings) are read
-  // now; keep them unchanged while the cache lives. Batch size 1.
+  // context (0 = m.cfg.max_seq_len). The model's layer specs (and LaMPE settings) are read now;
+  // keep them unchanged while the cache lives. Batch size 1.
   KVCache(const Transformer& m, int64_t context, int64_t train_T = 0);
 
-  // Encodes the prompt (1 <= ids.size() <= context) with the fused kernels and fills the cache;
-  // returns the logits (V) of the last prompt position. Starts a new sequence.
+  // Encodes the prompt (1 <= ids.size() <= context) and fills the cache; returns the logits (V) of
+  // the last prompt position, on the model's device. Starts a new sequence.
   Tensor prefill(const std::vector<int32_t>& ids);
   // Appends one token at position length() and returns its logits (V).
   Tensor step(int32_t id);
 
   int64_t length() const { return length_; }
   int64_t context() const { return context_; }
-  int64_t bytes() const;  // keys + values held by all layers (allocated capacity)
+  int64_t bytes() const;  // keys + values held by all layers (allocated rows)
   const std::vector<LayerCacheInfo>& layers() const { return info_; }
+  LayerKV& layer(size_t l) { return kv_[l]; }
 
  private:
-  struct Layer {
-    attn::AttnConfig cfg;            // windows, slopes, transform for T = context
-    attn::RopeFreqs freqs;
-    bool rotary = false, lampe = false;
-    attn::LampeConfig lampe_cfg;
-    std::vector<double> logn_c;      // per query head (LogN)
-    std::vector<double> si_a, si_m;  // scale-invariant a_t, m_t for t = 0..context
-    std::vector<int64_t> cap;        // per kv head
-    std::vector<Tensor> k, v;        // per kv head: (cap, D)
-    std::vector<double> cos, sin;    // LaMPE: cos / sin(r w_m) * mscale^2, r = 0..context, (context + 1, D/2)
-  };
+  Tensor run(const std::vector<int32_t>& ids);  // the new tokens through the model -> last logits
   const Transformer& m_;
   int64_t context_, train_T_, length_ = 0;
-  std::vector<Layer> layers_;
+  std::vector<LayerKV> kv_;
   std::vector<LayerCacheInfo> info_;
-  AttnCall call() const;
-  void store(Layer& L, const Tensor& k, const Tensor& v, int64_t first_pos);
-  Tensor attend_row(const Layer& L, const Tensor& q, int64_t p) const;  // q (1, H, 1, D)
-  Tensor logits_last(const ag::Variable& x) const;                     // x (1, T, C) -> (V)
 };
 
 }  // namespace hz::nn

@@ -1,5 +1,7 @@
 #include "nn/transformer.h"
 
+#include "nn/kv_cache.h"
+
 #include <cmath>
 
 namespace hz::nn {
@@ -61,8 +63,9 @@ Block::Block(const ModelConfig& cfg, const attn::AttentionSpec& spec) {
   mlp = register_module("mlp", std::make_shared<MLP>(cfg.mlp, cfg.d_model, cfg.hidden(), cfg.init_std, resid, cfg.dtype));
 }
 
-ag::Variable Block::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const {
-  ag::Variable h = ag::add(x, attn->forward(norm1->forward(x), positions, call));
+ag::Variable Block::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
+                           LayerKV* cache) const {
+  ag::Variable h = ag::add(x, attn->forward(norm1->forward(x), positions, call, cache));
   return ag::add(h, mlp->forward(norm2->forward(h)));
 }
 
@@ -89,7 +92,8 @@ ag::Variable Transformer::project(const ag::Variable& x) const {
   return ag::matmul(x, autocast_active() ? ag::cast(embed->weight, compute_dtype) : embed->weight, false, true);
 }
 
-ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_in, AttnCall call) const {
+ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_in, AttnCall call,
+                                 KVCache* cache) const {
   HZ_CHECK(ids_in.dim() == 2, ShapeError, "model: ids must be (B, T), got ", shape_str(ids_in.shape()));
   const Device dev = embed->weight.value().device();
   const Tensor ids = ids_in.to(dev);
@@ -99,7 +103,7 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   if (call.T == 0) call.T = T;
   if (call.train_T == 0) call.train_T = cfg.max_seq_len;
   ag::Variable x = embed->forward(ids);
-  for (const auto& b : layers) x = b->forward(x, positions, call);
+  for (size_t l = 0; l < layers.size(); ++l) x = layers[l]->forward(x, positions, call, cache ? &cache->layer(l) : nullptr);
   return norm->forward(x);
 }
 

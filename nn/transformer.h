@@ -14,6 +14,8 @@
 
 namespace hz::nn {
 
+class KVCache;  // nn/kv_cache.h
+
 struct LayerKind {
   std::string name;
   attn::AttentionSpec attn;
@@ -50,7 +52,9 @@ struct ModelConfig {
 class Block : public Module {
  public:
   Block(const ModelConfig& cfg, const attn::AttentionSpec& spec);
-  ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call) const;
+  // cache: this layer's keys and values when decoding (nn/kv_cache.h), else null
+  ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
+                       LayerKV* cache = nullptr) const;
   std::shared_ptr<RMSNorm> norm1, norm2;
   std::shared_ptr<AttentionLayer> attn;
   std::shared_ptr<MLP> mlp;
@@ -64,7 +68,9 @@ class Transformer : public Module {
   ag::Variable forward(const Tensor& ids, const Tensor& positions = Tensor(), AttnCall call = {}) const;
   // forward() in two halves: the final-normed hidden states (B, T, C), and the output head on them
   // (scoring long texts projects chunks of rows to bound the (T, V) logits).
-  ag::Variable hidden(const Tensor& ids, const Tensor& positions = Tensor(), AttnCall call = {}) const;
+  // With a cache (decoding), ids are the new tokens at `positions` after those it holds.
+  ag::Variable hidden(const Tensor& ids, const Tensor& positions = Tensor(), AttnCall call = {},
+                      KVCache* cache = nullptr) const;
   ag::Variable project(const ag::Variable& h) const;
   // Mean next-token cross-entropy: targets (B, T) integer, weights (B, T) float or undefined.
   ag::Variable loss(const Tensor& ids, const Tensor& targets, const Tensor& weights = Tensor(),

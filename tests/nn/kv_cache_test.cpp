@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "core/cuda/runtime.h"
 #include "nn/kv_cache.h"
 
 using namespace hz;
@@ -179,7 +180,8 @@ TEST(KVCache, PromptLongerThanWindowAndMemory) {
   s.mask.kind = attn::MaskKind::Window;
   s.mask.window = 4;
   check_case({"long_prompt", {s, s}}, /*prompt_len=*/13, /*n_new=*/6);
-  // memory: a window layer holds W keys per kv head, a causal one the whole context
+  // memory: a window layer needs W keys per kv head (and holds W + ceil(W / 8) rows, the slack that
+  // lets it shift its keys once every ceil(W / 8) + 1 tokens), a causal one the whole context
   ModelConfig c = base_config();
   c.kinds = {{"w", s}, {"g", rope()}};
   c.pattern = {"w", "g"};
@@ -189,7 +191,65 @@ TEST(KVCache, PromptLongerThanWindowAndMemory) {
   EXPECT_EQ(cache.layers()[0].capacity, std::vector<int64_t>(4, 4));
   EXPECT_EQ(cache.layers()[1].capacity, std::vector<int64_t>(4, 40));
   const int64_t D = 8;
-  EXPECT_EQ(cache.bytes(), 2 * (4 * 4 + 4 * 40) * D * 8);
+  EXPECT_EQ(cache.bytes(), 2 * (4 * (4 + 1) + 4 * 40) * D * 8);
   EXPECT_THROW(cache.step(1), ValueError);  // no prefill yet
   EXPECT_THROW(cache.prefill(std::vector<int32_t>(41, 1)), ValueError);  // longer than the context
+}
+
+// A layer whose logits depend on the query's absolute position (SWAN row scaling) keeps every key
+// even under a window, so the position the op sees is the absolute one.
+TEST(KVCache, SwanRowUnderAWindowKeepsEveryKey) {
+  attn::AttentionSpec s = nope();
+  s.logit.kind = attn::LogitKind::SwanRow;
+  s.logit.swan_a = 20;
+  s.mask.kind = attn::MaskKind::Window;
+  s.mask.window = 3;
+  check_case({"swan_window", {s, rope()}});
+  ModelConfig c = base_config();
+  c.kinds = {{"s", s}};
+  c.pattern = {"s"};
+  Transformer m(c, 1);
+  KVCache cache(m, 30);
+  EXPECT_EQ(cache.layers()[0].capacity, std::vector<int64_t>(4, 30));
+}
+
+// A CUDA model decodes on the GPU, cache included: the same steps as the CPU's cache, whose
+// logits the tests above hold to the full forward.
+TEST(KVCacheCuda, DecodesOnTheGpuAsOnTheCpu) {
+  if (!cuda::available())
+    GTEST_SKIP() << "no usable CUDA device (" << (cuda::compiled() ? "no GPU/driver visible" : "HZ_CUDA=OFF build")
+                 << "); scripts/gpu_check.sh runs this on a GPU machine";
+  attn::AttentionSpec w = rope();
+  w.mask.kind = attn::MaskKind::Window;
+  w.mask.window = 5;
+  attn::AttentionSpec sc = nope();
+  sc.mask.kind = attn::MaskKind::Scope;
+  sc.logit.kind = attn::LogitKind::ScaleInvariant;
+  ModelConfig c = base_config();
+  c.dtype = DType::F32;
+  c.n_kv_heads = 2;
+  c.n_layers = 3;
+  c.kinds = {{"w", w}, {"s", sc}, {"g", rope()}};
+  c.pattern = {"w", "s", "g"};
+  Transformer cpu(c, 5), gpu(c, 5);
+  gpu.to(Device::cuda(0));
+  const int64_t context = 40;
+  KVCache a(cpu, context), b(gpu, context);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 11; ++i) prompt.push_back((i * 5 + 2) % 29);
+  Tensor la = a.prefill(prompt), lb = b.prefill(prompt);
+  for (int s = 0; s < 25; ++s) {
+    ASSERT_TRUE(lb.device().is_cuda()) << "the logits of a CUDA model stay on the GPU";
+    const std::vector<double> x = la.to_vector(), y = lb.to_vector();
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff = std::max(diff, std::abs(x[i] - y[i]));
+      scale = std::max(scale, std::abs(x[i]));
+    }
+    EXPECT_LT(diff, 1e-4 * std::max(1.0, scale)) << "step " << s;
+    const int32_t tok = static_cast<int32_t>(argmax(x, 0, c.vocab_size));
+    la = a.step(tok);
+    lb = b.step(tok);
+  }
+  EXPECT_EQ(a.bytes(), b.bytes());
 }
