@@ -9,7 +9,7 @@
 #include <string>
 
 #include "attention/fused_kernels.h"
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "core/ops.h"
 
 namespace hz::attn {

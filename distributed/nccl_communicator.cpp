@@ -11,7 +11,7 @@
 
 #include <cstdlib>
 
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "distributed/communicator.h"
 
 namespace hz::dist {

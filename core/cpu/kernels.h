@@ -3,12 +3,10 @@
 // computing in f32) unless stated. Outputs are freshly allocated contiguous tensors.
 #pragma once
 #include "core/backend.h"
+#include "core/device.h"
 #include "core/ops.h"
 
 namespace hz::cpu {
-
-// Number of OpenMP threads the kernels use (omp_get_max_threads, 1 without OpenMP).
-int num_threads();
 
 void copy_strided(const Tensor& src, Tensor& dst);  // same shape, any dtypes, any strides
 void fill(Tensor& dst, double v);

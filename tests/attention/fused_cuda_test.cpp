@@ -6,7 +6,7 @@
 // Tolerances come from the precision floor (STYLE.md item 7): with ref the CPU op in f64,
 //   max |x - ref| <= k * max |x_lowprec - ref| + atol,
 // where x_lowprec is the same computation at the kernel's precision: the CPU op in f32 for the
-// f32 kernels, and for bf16 a naive double-precision attention written here from SPEC.md (its own
+// f32 kernels, and for bf16 a naive double-precision attention written here from docs/methods.md (its own
 // mask, independent of tiling.h) that rounds where a bf16 tensor-core pipeline rounds (the
 // probabilities and dS before their products, every output).
 // The cases skip themselves without a usable GPU.
@@ -19,7 +19,7 @@
 #include "attention/lampe.h"
 #include "attention/rope.h"
 #include "autograd/functions.h"
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "core/rng.h"
 #include "tests/attention/attn_test_util.h"
 

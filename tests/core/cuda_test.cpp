@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "core/rng.h"
 #include "core/ops.h"
 #include "core/tensor.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/bf16.h"
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "core/tensor.h"

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "nn/kv_cache.h"
 
 using namespace hz;

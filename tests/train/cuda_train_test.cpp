@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "autograd/functions.h"
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/partition.h"

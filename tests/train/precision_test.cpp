@@ -7,7 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
