@@ -15,8 +15,8 @@
 #include "cli/commands.h"
 #include "cli/convert.h"
 #include "cli/tokenize.h"
-#include "core/cpu/kernels.h"
-#include "core/cuda/runtime.h"
+#include "core/device.h"
+#include "core/version.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "distributed/communicator.h"
@@ -129,7 +129,7 @@ int cmd_info(const std::vector<std::string>& a) {
     fmt::print("usage: horizon info [RECIPE.yaml|RUN_DIR] [key=value ...]\n");
     return 0;
   }
-  fmt::print("horizon {}\n", HZ_VERSION);
+  fmt::print("horizon {}\n", hz::version());
   fmt::print("  cpu threads (OpenMP): {}\n", hz::cpu::num_threads());
 #ifdef HZ_HAVE_OPENBLAS_CLI
   fmt::print("  cpu gemm: OpenBLAS\n");

@@ -22,15 +22,6 @@ uint64_t get_le(const uint8_t* p, int bytes) {
 
 }  // namespace
 
-uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 void write_shard(const std::string& path, const std::vector<std::vector<int32_t>>& docs) {
   int32_t max_id = 0;
   uint64_t n_tokens = 0;

@@ -16,6 +16,7 @@
 // The file size is therefore exactly 40 + 8 (n_docs + 1) + bytes_per_token * n_tokens.
 // Writers write "<path>.tmp" and rename it, so a shard is complete or absent.
 #pragma once
+#include "core/hash.h"
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,12 +24,12 @@
 
 namespace hz::data {
 
+using hz::fnv1a64;  // core/hash.h
+
 constexpr char kShardMagic[8] = {'H', 'Z', 'S', 'H', 'A', 'R', 'D', '1'};
 constexpr uint32_t kShardVersion = 1;
 constexpr int64_t kShardHeaderBytes = 40;
 
-// FNV-1a 64-bit hash of bytes, continuing from `h` (start: the offset basis).
-uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
 
 // Writes the documents as one shard (ids must be >= 0). Throws hz::ValueError for a negative id
 // and hz::Error when the file cannot be written.

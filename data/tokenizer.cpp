@@ -145,7 +145,7 @@ std::string tokenizer_tag(const Tokenizer& tok) {
 std::string file_fingerprint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   HZ_CHECK(in.good(), ValueError, "cannot read '", path, "'");
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnvOffset;
   char buf[1 << 16];
   while (in) {
     in.read(buf, sizeof(buf));

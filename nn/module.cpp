@@ -1,15 +1,10 @@
 #include "nn/module.h"
 
+#include "core/hash.h"
+
 namespace hz::nn {
 
-uint64_t name_stream(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t name_stream(const std::string& name) { return fnv1a64(name.data(), name.size(), kFnvOffsetInit); }
 
 template <class F>
 void Module::visit(const std::string& prefix, F&& f) {

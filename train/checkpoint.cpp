@@ -13,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "core/hash.h"
 #include "train/hdf5.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -26,16 +27,8 @@ namespace {
 
 // ---- FNV-1a 64 --------------------------------------------------------------------------------
 struct Fnv1a64 {
-  uint64_t h = 0xcbf29ce484222325ull;
-  void bytes(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    uint64_t x = h;
-    for (size_t i = 0; i < n; ++i) {
-      x ^= b[i];
-      x *= 0x100000001b3ull;
-    }
-    h = x;
-  }
+  uint64_t h = kFnvOffset;
+  void bytes(const void* p, size_t n) { h = fnv1a64(p, n, h); }
   void u64(uint64_t v) {
     unsigned char le[8];
     for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(v >> (8 * i));

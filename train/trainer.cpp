@@ -16,7 +16,9 @@
 #endif
 
 #include "attention/accounting.h"
-#include "core/cuda/runtime.h"
+#include "core/device.h"
+#include "core/hash.h"
+#include "core/version.h"
 #include "data/corpus.h"
 #include "distributed/grad_sync.h"
 #include "data/loader.h"
@@ -49,14 +51,10 @@ nn::ModelConfig model_config_at(const Recipe& r, int64_t step) {
 namespace {
 
 uint64_t parameter_checksum(nn::Transformer& m) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnvOffsetInit;
   for (auto& [name, v] : m.named_parameters()) {
     const Tensor t = v->value().to(Device::cpu()).contiguous();
-    const unsigned char* p = static_cast<const unsigned char*>(t.raw_data());
-    for (size_t i = 0; i < t.numel() * dtype_size(t.dtype()); ++i) {
-      h ^= p[i];
-      h *= 1099511628211ull;
-    }
+    h = fnv1a64(t.raw_data(), t.numel() * dtype_size(t.dtype()), h);
   }
   return h;
 }
@@ -520,7 +518,7 @@ class Trainer {
     c.counters["world_size"] = world_;
     c.counters["rng/seed"] = r_.run.seed;
     c.meta["recipe"] = to_yaml(r_);
-    c.meta["horizon_version"] = "0.1.0";
+    c.meta["horizon_version"] = version();
     run_->save(step_done, c, r_.checkpoint.keep_last);
   }
 

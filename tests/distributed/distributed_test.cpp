@@ -2,6 +2,8 @@
 // 1-rank batch-2B trajectory, parameters stay identical across ranks, resume is exact, and the
 // bucket layout / overlap switch do not change a single bit.
 #include <gtest/gtest.h>
+
+#include "core/hash.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -39,13 +41,11 @@ Recipe tiny(const std::string& name, int64_t batch, std::vector<std::string> ext
 }
 
 uint64_t checksum(nn::Transformer& m) {
-  uint64_t h = 1469598103934665603ull;
-  for (auto& [n, v] : m.named_parameters())
-    for (double x : v->value().to_vector()) {
-      uint64_t b;
-      std::memcpy(&b, &x, 8);
-      h = (h ^ b) * 1099511628211ull;
-    }
+  uint64_t h = kFnvOffset;
+  for (auto& [n, v] : m.named_parameters()) {
+    const std::vector<double> x = v->value().to_vector();
+    h = fnv1a64(x.data(), x.size() * sizeof(double), h);
+  }
   return h;
 }
 
