@@ -1,4 +1,4 @@
-// Horizon: LaMPE (training-free, inference-time, RoPE models; SPEC.md seed 001).
+// Horizon: LaMPE (training-free, inference-time, RoPE models; the LaMPE paper).
 //
 // For input length l the mapping length is m = L / (1 + exp(-(a l + b))). Relative to query i
 // (absolute position p = q_offset + i), keys fall in three regions, each attended separately by

@@ -1,6 +1,6 @@
 // Horizon: the slow twin of fused_attention, composed of primitive autograd ops. It
 // materialises the (B, H, Tq, Tk) scores, so it is for tests only. The mask and the transform
-// coefficients are built here by direct loops over (i, j) from SPEC.md's definitions, written
+// coefficients are built here by direct loops over (i, j) from docs/methods.md's definitions, written
 // independently of the kernel's range arithmetic.
 #pragma once
 #include "attention/fused.h"

@@ -2,16 +2,16 @@
 //
 // Pairs are (m, m + D/2) for m < D/2 (the "half split" layout, transformers' rotate_half); pair m
 // rotates by p * w_m, w_m = base^(-2m/D), p the position id of the token. Position ids are explicit
-// so PI, LaMPE and decoding can remap them. Frequency tables implement every scaling of SPEC.md;
+// so PI, LaMPE and decoding can remap them. Frequency tables implement every scaling of docs/methods.md;
 // YaRN's temperature is folded into cos/sin as mscale (so logits scale by mscale^2) and is applied
 // nowhere else. With s the factor and C = C_train (original_context):
 //   pi          w'_m = w_m / s
 //   ntk         base' = base * s^(D/(D-2))
 //   dynamic_ntk base' = base * s_T^(D/(D-2)), s_T = factor * T/C - (factor - 1) when T > C, else 1
-//               (transformers' "dynamic"; factor 1 gives SPEC.md's s_T = T/C)
+//               (transformers' "dynamic"; factor 1 gives docs/methods.md's s_T = T/C)
 //   yarn        w'_m = (1 - k_m) w_m / s + k_m w_m, cos/sin times mscale (0.1 ln s + 1 unless
 //               yarn_mscale is given), with the share k_m of the original frequency kept:
-//                 ramp "rotations" (SPEC.md, the paper): k_m = clamp((r_m - alpha)/(beta - alpha), 0, 1),
+//                 ramp "rotations" (docs/methods.md, the paper): k_m = clamp((r_m - alpha)/(beta - alpha), 0, 1),
 //                   r_m = C w_m / (2 pi) rotations over the training context;
 //                 ramp "index" (transformers and the YaRN reference code): k_m = 1 - clamp((m - lo) /
 //                   (hi - lo), 0, 1) with lo, hi the pair indices where r_m equals beta and alpha,

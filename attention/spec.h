@@ -1,4 +1,4 @@
-// Horizon: the per-layer attention specification. Four orthogonal choices (SPEC.md):
+// Horizon: the per-layer attention specification. Four orthogonal choices (docs/methods.md):
 //   1. position encoding applied to q/k (none, rope, prope, alibi) + RoPE frequency scaling;
 //   2. mask, as one window per query head (0 = unbounded: causal; W: sliding window; SCOPE
 //      scopes S_h = ceil(gamma^h));
@@ -47,7 +47,7 @@ struct PositionSpec {
   double factor = 1.0;             // s for PI / NTK / YaRN / Llama3 (s <= 1: identity); dynamic NTK: see rope.h
   int64_t original_context = 0;    // C_train for YaRN / Llama3 / dynamic NTK (0: the stage's T)
   double yarn_alpha = 1.0, yarn_beta = 32.0;  // YaRN ramp ends in rotations over C_train (beta_slow, beta_fast)
-  YarnRamp yarn_ramp = YarnRamp::Rotations;   // rotations: SPEC.md; index: transformers' / reference code
+  YarnRamp yarn_ramp = YarnRamp::Rotations;   // rotations: docs/methods.md; index: transformers' / reference code
   bool yarn_truncate = true;       // index ramp: round its ends outward (floor / ceil), transformers' default
   double yarn_mscale = 0.0;        // YaRN cos/sin multiplier (0: 0.1 ln s + 1)
   double llama3_low_freq_factor = 1.0, llama3_high_freq_factor = 4.0;  // Llama 3 ramp ends (rotations)

@@ -211,7 +211,7 @@ HZ_HD KeyTile key_tile(const AttnKernelParams& p, int64_t cta, int64_t Bk) {
 }
 
 // ---- logit coefficients ---------------------------------------------------------------------------
-// Scale-invariant a_t and m_t (SPEC.md seed 003), in F arithmetic.
+// Scale-invariant a_t and m_t (the scale-invariant attention paper), in F arithmetic.
 template <class F>
 HZ_HD void scale_invariant_coef(F t, F tau, F& a, F& m) {
   const F l = math::log1p_(t / tau);

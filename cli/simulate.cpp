@@ -19,7 +19,7 @@ int simulate_main(const std::vector<std::string>& a) {
         "usage: horizon simulate order-awareness [--T 512] [--heads 10] [--layers 10] [--trials 4] [--seed 0]\n"
         "                                        [--schemes nope,scope,nope1,uniform] [-o oa.csv]\n"
         "  Ratio r of distinct path counts in the last row of L stacked Top-1 transition matrices (exact\n"
-        "  128-bit integers), per layer count, averaged over trials (seed 000, appendix A.3).\n");
+        "  128-bit integers), per layer count, averaged over trials (the SCOPE paper, appendix A.3).\n");
     return std::find(a.begin(), a.end(), "--help") != a.end() ? 0 : 2;
   }
   std::map<std::string, std::string> kv{{"T", "512"},     {"heads", "10"}, {"layers", "10"},

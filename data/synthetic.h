@@ -1,4 +1,4 @@
-// Horizon data: synthetic long-context retrieval tasks (SPEC.md "needle-in-a-haystack").
+// Horizon data: synthetic long-context retrieval tasks (docs/methods.md, needles).
 //
 // An example is exactly `length` tokens of filler text (a fixed public-domain-style set of
 // sentences, repeated; to fit, only the first sentence is cut, from the left) with needle

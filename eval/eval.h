@@ -1,8 +1,8 @@
 // Horizon: extrapolation evaluation. Held-out loss and perplexity at a list of context lengths,
-// the loss of the last 256 positions at each length (seed 000), and the mean NLL by token
-// position at the longest length (seed 004, Fig. 1). Inference-time options (eval/inference.h)
+// the loss of the last 256 positions at each length (the SCOPE paper), and the mean NLL by token
+// position at the longest length (the SWAN paper, Fig. 1). Inference-time options (eval/inference.h)
 // are applied per length and restored afterwards. Two of them can be fitted: the DroPE
-// temperature c (seed 002) per length, and SWAN's row-scaling a (seed 004) per length and per
+// temperature c (the DroPE paper) per length, and SWAN's row-scaling a (the SWAN paper) per length and per
 // 128-token window.
 #pragma once
 #include <string>
@@ -55,7 +55,7 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
                  int64_t train_T);
 
-// Passkey retrieval (SPEC.md needle-in-a-haystack): for each length and depth, examples from
+// Passkey retrieval (docs/methods.md, needles): for each length and depth, examples from
 // data::make_passkey scored teacher-forced: an example counts when the argmax at every answer
 // position is the answer digit. Lengths too short to hold the needle and the question are left
 // out. (eval/needles.h scores generated answers in RULER's formats.)

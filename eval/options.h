@@ -36,7 +36,7 @@ struct EvalOptions {
   InferenceOptions inference;
   std::vector<double> fit_drope_c; // candidate DroPE c: the best per length (lengths > train_T)
   std::vector<double> fit_swan_a;  // candidate SWAN a: the best per 128-token window and per length
-  int64_t swan_window = 128;       // window of the per-window fit of a (seed 004)
+  int64_t swan_window = 128;       // window of the per-window fit of a (the SWAN paper)
   int64_t passkey_examples = 0;    // teacher-forced passkey grid (0 = off)
   std::vector<double> passkey_depths{0.0, 0.25, 0.5, 0.75, 1.0};
   NeedleOptions needles;           // generated answers over (task, length, depth)

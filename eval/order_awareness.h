@@ -1,4 +1,4 @@
-// Horizon: SCOPE's order-awareness simulation (seed 000, appendix A.3).
+// Horizon: SCOPE's order-awareness simulation (the SCOPE paper, appendix A.3).
 //
 // Each head is a Top-1 selector that picks one uniformly random visible position, so a layer is
 // the T x T matrix M = I + sum_h P_h, where row i of P_h is one-hot at a uniform j in

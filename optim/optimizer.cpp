@@ -188,7 +188,7 @@ Tensor newton_schulz(const Tensor& G, int steps) {
   Tensor X = G.clone();
   const double norm = std::sqrt(ops::sum_squares({X}));
   ops::axpby_(X, Tensor(), 1.0 / (norm + 1e-7), 0.0);
-  // Tall (rows > cols): the SPEC iterates on Y = X^T. With A = Y Y^T = X^T X and
+  // Tall (rows > cols): docs/methods.md iterates on Y = X^T. With A = Y Y^T = X^T X and
   // (B Y)^T = X B^T, the iteration runs on X itself through matmul's transpose flags.
   const bool tall = X.size(0) > X.size(1);
   for (int it = 0; it < steps; ++it) {

@@ -1,4 +1,4 @@
-// Horizon: optimizers (SPEC.md "Optimizers"): AdamW, Muon, and a composite that steps several.
+// Horizon: optimizers (docs/methods.md, "Optimizers"): AdamW, Muon, and a composite that steps several.
 //
 // Parameters come in named groups, each with its own lr and weight decay; step(lr_mult) uses
 // lr = group.lr * lr_mult (the schedule's multiplier) and each parameter's .grad(). A parameter
@@ -139,7 +139,7 @@ class Muon : public Optimizer {
 };
 
 // Approximate orthogonalisation of a 2-D f32/f64 matrix G (rows, cols) by the quintic
-// Newton-Schulz iteration (SPEC.md): X = G / (||G||_F + 1e-7); if rows > cols work on X^T;
+// Newton-Schulz iteration (docs/methods.md): X = G / (||G||_F + 1e-7); if rows > cols work on X^T;
 // `steps` times: A = X X^T, B = b A + c A A, X = a X + B X, (a, b, c) = (3.4445, -4.7750, 2.0315);
 // transpose back. The tall case is computed without copies as A = X^T X, X = a X + X B^T (the
 // same numbers). Singular values of the result are not exactly 1: for Gaussian inputs they lie in

@@ -1,4 +1,4 @@
-// Horizon: which parameters Muon updates (SPEC.md "Optimizers"). Muon is for the hidden 2-D
+// Horizon: which parameters Muon updates (docs/methods.md, "Optimizers"). Muon is for the hidden 2-D
 // weight matrices; the token embedding ("embed." prefix), the output head ("head." prefix),
 // norm gains, biases and scalars go to AdamW.
 #pragma once

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Golden values for the whole model from an independent implementation (PyTorch, float64).
 
-Builds small decoders in PyTorch with the semantics of SPEC.md / Horizon's nn/ (pre-norm RMSNorm
+Builds small decoders in PyTorch with the semantics of docs/methods.md / Horizon's nn/ (pre-norm RMSNorm
 blocks, bias-free q/k/v/o with GQA, RoPE half-split, causal / sliding-window masks, scale-invariant
 logits, SwiGLU / ReLU^2 MLPs, tied or separate head), fills them with seeded random weights, and
 writes tests/golden/<name>.json: the config, every weight under Horizon's parameter names, a batch,

@@ -48,7 +48,7 @@ void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
   v(p + ".rope_original_context", s.pos.original_context, "C_train for yarn / llama3 / dynamic_ntk (0 = data.seq_len)");
   v(p + ".yarn_alpha", s.pos.yarn_alpha, "YaRN: pairs under alpha rotations over C_train are interpolated (beta_slow)");
   v(p + ".yarn_beta", s.pos.yarn_beta, "YaRN: pairs over beta rotations keep their frequency (beta_fast)");
-  v.enumeration(p + ".yarn_ramp", s.pos.yarn_ramp, "YaRN ramp: rotations (SPEC.md) | index (transformers)",
+  v.enumeration(p + ".yarn_ramp", s.pos.yarn_ramp, "YaRN ramp: rotations (docs/methods.md) | index (transformers)",
                 attn::parse_yarn_ramp, static_cast<const char* (*)(attn::YarnRamp)>(attn::name));
   v(p + ".yarn_truncate", s.pos.yarn_truncate, "YaRN index ramp: round its ends outward (transformers' truncate)");
   v(p + ".yarn_mscale", s.pos.yarn_mscale, "YaRN cos/sin multiplier (0 = 0.1 ln s + 1)");

@@ -1,6 +1,6 @@
 // Shared by the CUDA attention tests and the host emulation of the tensor-core kernels: problems
 // (mask x position x logit x shapes), inputs, the op on a device, a naive double-precision
-// attention written from SPEC.md (its own mask, independent of tiling.h) that optionally rounds
+// attention written from docs/methods.md (its own mask, independent of tiling.h) that optionally rounds
 // where a bf16 tensor-core pipeline rounds, and the precision-floor comparison
 //   max |x - ref| <= k * max |x_lowprec - ref| + atol_rel * max |ref|   (STYLE.md item 7).
 #pragma once
@@ -139,7 +139,7 @@ inline Inputs bf16_inputs(const Problem& p, uint64_t seed) {
   return in;
 }
 
-// ---- naive attention from SPEC.md, optionally rounding like a bf16 tensor-core pipeline --------
+// ---- naive attention from docs/methods.md, optionally rounding like a bf16 tensor-core pipeline --------
 inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
   const AttnConfig cfg = config_of(p);
   const int64_t G = p.H / p.Hkv, off = p.q_offset < 0 ? p.Tk - p.Tq : p.q_offset;

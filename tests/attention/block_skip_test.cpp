@@ -20,7 +20,7 @@ struct Brute {
   int64_t blocks = 0, boundary = 0, pairs = 0;
 };
 
-// Independent count: visibility straight from SPEC (j <= i, i - j < w) with queries last.
+// Independent count: visibility straight from the definition in docs/methods.md (j <= i, i - j < w) with queries last.
 Brute brute(const std::vector<int64_t>& windows, int64_t Tq, int64_t Tk, int64_t Bq, int64_t Bk) {
   Brute r;
   const int64_t off = Tk - Tq;

@@ -94,7 +94,7 @@ TEST(Lampe, IdentityWhenTheInputFitsTheMappedRange) {
 }
 
 TEST(Lampe, MappingIsMonotoneAndBounded) {
-  // farther keys never get smaller relative positions (seed 001, appendix C)
+  // farther keys never get smaller relative positions (the LaMPE paper, appendix C)
   for (const LampeConfig& c : {small_cfg(), LampeConfig{3072, 1e-4, 0.0, 512, 200}}) {
     for (int64_t l : {20, 100, 4096, 16384}) {
       const double m = lampe_mapping_length(c, l);

@@ -1,4 +1,4 @@
-// SPEC.md test vectors and properties: scale-invariant tables, RoPE scalings (PI, NTK, YaRN,
+// docs/methods.md test vectors and properties: scale-invariant tables, RoPE scalings (PI, NTK, YaRN,
 // p-RoPE), SCOPE scopes, ALiBi slopes, temperatures; AttentionSpec validation messages.
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // attention/tiling.h against brute force over (i, j): key ranges, their transpose, the nonempty
 // rows and keys, and the block classes seen row-major (forward, CPU and CUDA) and key-major (the
 // CUDA dK/dV pass) for thousands of random masks, alignments and ragged tiles. The mask here is
-// written from SPEC.md's definition, independently of tiling.h.
+// written from docs/methods.md's definition, independently of tiling.h.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -147,7 +147,7 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
 }
 
 TEST(Tiling, LogitCoefficientsFollowTheirDefinitions) {
-  // scale-invariant test vectors (SPEC.md, tau = 10), in double and in float
+  // scale-invariant test vectors (docs/methods.md, tau = 10), in double and in float
   const double t[] = {0, 1, 10, 100, 1000};
   const double a_want[] = {1, 1.0912, 1.5448, 2.4074, 3.1985}, m_want[] = {0, -0.1906, -1.3863, -4.7958, -9.2302};
   for (int k = 0; k < 5; ++k) {

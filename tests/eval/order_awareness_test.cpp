@@ -1,5 +1,5 @@
 // eval/order_awareness: the windows of each scheme, exactness against explicit matrix products,
-// the overflow guard, and SCOPE's stated finding (seed 000, appendix A.3): at T = 512 with
+// the overflow guard, and SCOPE's stated finding (the SCOPE paper, appendix A.3): at T = 512 with
 // H = 10 heads SCOPE reaches r ~ 1 within 10 layers, NoPE does not.
 #include <gtest/gtest.h>
 

@@ -64,7 +64,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, NewtonSchulzBand,
                          ::testing::Values(NsBandCase{20, 50, DType::F64}, NsBandCase{50, 20, DType::F64},
                                            NsBandCase{20, 50, DType::F32}, NsBandCase{50, 20, DType::F32}));
 
-// The library's transpose-flag formulation equals the literal SPEC iteration (explicit transposes).
+// The library's transpose-flag formulation equals the literal iteration of docs/methods.md (explicit transposes).
 TEST(NewtonSchulz, MatchesLiteralReference) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 3}, {3, 7}, {5, 5}, {1, 4}, {4, 1}, {20, 50}, {50, 20}};
   for (const auto& [r, c] : shapes)

@@ -42,7 +42,7 @@ inline Mat from_tensor(const Tensor& t) {
   return m;
 }
 
-// SPEC.md's quintic Newton-Schulz, literally: normalise, transpose if tall, iterate, transpose back.
+// docs/methods.md's quintic Newton-Schulz, literally: normalise, transpose if tall, iterate, transpose back.
 inline Mat ref_newton_schulz(const Mat& g, int steps = 5) {
   const double a = 3.4445, b = -4.7750, c = 2.0315;
   double fro = 0.0;
