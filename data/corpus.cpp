@@ -2,160 +2,144 @@
 
 #include <glob.h>
 #include <sys/stat.h>
-#include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cstdio>
-#include <cstdlib>
+#include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string_view>
 
 #include "core/error.h"
 
+// The bytes of assets/kjv/kjv.txt.gz, embedded by data/kjv_blob.cpp (.incbin).
+extern "C" {
+__attribute__((visibility("hidden"))) extern const unsigned char hz_kjv_gz_begin[];
+__attribute__((visibility("hidden"))) extern const unsigned char hz_kjv_gz_end[];
+}
+
 namespace hz::data {
 
 namespace {
 
-struct Book {
-  const char* name;    // English name, the Document name
-  const char* query;   // abbreviation passed to `bible` (checked against the program, all 66)
-  const char* prefix;  // the reference prefix `bible -f` prints before "<chapter>:<verse>"
+// The 66 books in canonical order, each the name of its Document and of its "## " header in
+// assets/kjv/kjv.txt.gz (the same names as scripts/make_kjv_asset.py's BOOKS).
+constexpr const char* kBookNames[] = {
+    "Genesis",         "Exodus",          "Leviticus",       "Numbers",         "Deuteronomy",
+    "Joshua",          "Judges",          "Ruth",            "1 Samuel",        "2 Samuel",
+    "1 Kings",         "2 Kings",         "1 Chronicles",    "2 Chronicles",    "Ezra",
+    "Nehemiah",        "Esther",          "Job",             "Psalms",          "Proverbs",
+    "Ecclesiastes",    "Song of Solomon", "Isaiah",          "Jeremiah",        "Lamentations",
+    "Ezekiel",         "Daniel",          "Hosea",           "Joel",            "Amos",
+    "Obadiah",         "Jonah",           "Micah",           "Nahum",           "Habakkuk",
+    "Zephaniah",       "Haggai",          "Zechariah",       "Malachi",         "Matthew",
+    "Mark",            "Luke",            "John",            "Acts",            "Romans",
+    "1 Corinthians",   "2 Corinthians",   "Galatians",       "Ephesians",       "Philippians",
+    "Colossians",      "1 Thessalonians", "2 Thessalonians", "1 Timothy",       "2 Timothy",
+    "Titus",           "Philemon",        "Hebrews",         "James",           "1 Peter",
+    "2 Peter",         "1 John",          "2 John",          "3 John",          "Jude",
+    "Revelation",
 };
+constexpr size_t kBookCount = sizeof(kBookNames) / sizeof(kBookNames[0]);
+static_assert(kBookCount == 66, "the Bible has 66 books");
 
-// Verified with bible-kjv 4.x (Debian 12): `bible -f "<query>1:1-<query>999:999"` prints exactly
-// the verses of the book, each line starting with "<prefix><chapter>:<verse> ".
-constexpr Book kBooks[] = {
-    {"Genesis", "Gen", "Ge"},          {"Exodus", "Exod", "Exo"},
-    {"Leviticus", "Lev", "Lev"},       {"Numbers", "Num", "Num"},
-    {"Deuteronomy", "Deut", "Deu"},    {"Joshua", "Josh", "Josh"},
-    {"Judges", "Judg", "Jdgs"},        {"Ruth", "Ruth", "Ruth"},
-    {"1 Samuel", "1Sam", "1Sm"},       {"2 Samuel", "2Sam", "2Sm"},
-    {"1 Kings", "1Kgs", "1Ki"},        {"2 Kings", "2Kgs", "2Ki"},
-    {"1 Chronicles", "1Chr", "1Chr"},  {"2 Chronicles", "2Chr", "2Chr"},
-    {"Ezra", "Ezra", "Ezra"},          {"Nehemiah", "Neh", "Neh"},
-    {"Esther", "Esth", "Est"},         {"Job", "Job", "Job"},
-    {"Psalms", "Ps", "Psa"},           {"Proverbs", "Prov", "Prv"},
-    {"Ecclesiastes", "Eccl", "Eccl"},  {"Song of Solomon", "Song", "SSol"},
-    {"Isaiah", "Isa", "Isa"},          {"Jeremiah", "Jer", "Jer"},
-    {"Lamentations", "Lam", "Lam"},    {"Ezekiel", "Ezek", "Eze"},
-    {"Daniel", "Dan", "Dan"},          {"Hosea", "Hos", "Hos"},
-    {"Joel", "Joel", "Joel"},          {"Amos", "Amos", "Amos"},
-    {"Obadiah", "Obad", "Obad"},       {"Jonah", "Jonah", "Jonah"},
-    {"Micah", "Mic", "Mic"},           {"Nahum", "Nah", "Nahum"},
-    {"Habakkuk", "Hab", "Hab"},        {"Zephaniah", "Zeph", "Zep"},
-    {"Haggai", "Hag", "Hag"},          {"Zechariah", "Zech", "Zec"},
-    {"Malachi", "Mal", "Mal"},         {"Matthew", "Matt", "Mat"},
-    {"Mark", "Mark", "Mark"},          {"Luke", "Luke", "Luke"},
-    {"John", "John", "John"},          {"Acts", "Acts", "Acts"},
-    {"Romans", "Rom", "Rom"},          {"1 Corinthians", "1Cor", "1Cor"},
-    {"2 Corinthians", "2Cor", "2Cor"}, {"Galatians", "Gal", "Gal"},
-    {"Ephesians", "Eph", "Eph"},       {"Philippians", "Phil", "Phi"},
-    {"Colossians", "Col", "Col"},      {"1 Thessalonians", "1Thess", "1Th"},
-    {"2 Thessalonians", "2Thess", "2Th"}, {"1 Timothy", "1Tim", "1Tim"},
-    {"2 Timothy", "2Tim", "2Tim"},     {"Titus", "Titus", "Titus"},
-    {"Philemon", "Phlm", "Phmn"},      {"Hebrews", "Heb", "Heb"},
-    {"James", "Jas", "Jas"},           {"1 Peter", "1Pet", "1Pet"},
-    {"2 Peter", "2Pet", "2Pet"},       {"1 John", "1John", "1Jn"},
-    {"2 John", "2John", "2Jn"},        {"3 John", "3John", "3Jn"},
-    {"Jude", "Jude", "Jude"},          {"Revelation", "Rev", "Rev"},
-};
-static_assert(sizeof(kBooks) / sizeof(kBooks[0]) == 66, "the Bible has 66 books");
+constexpr std::string_view kHeader = "## ";  // starts a book's header line (no verse starts so)
+constexpr const char* kRegenerate =
+    "; rebuild Horizon from an intact assets/kjv/kjv.txt.gz (regenerate it with "
+    "python3 scripts/make_kjv_asset.py, see assets/kjv/README.md)";
 
-// Full path of an executable `prog` on $PATH, or "" when there is none.
-std::string find_on_path(const std::string& prog) {
-  const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  std::stringstream ss(p);
-  std::string dir;
-  while (std::getline(ss, dir, ':')) {
-    if (dir.empty()) dir = ".";
-    const std::string cand = dir + "/" + prog;
-    struct stat st {};
-    if (::stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(cand.c_str(), X_OK) == 0)
-      return cand;
-  }
-  return {};
-}
-
-// Runs `cmd` through /bin/sh and returns its stdout; throws hz::Error on a non-zero exit.
-std::string run_command(const std::string& cmd) {
-  FILE* f = ::popen(cmd.c_str(), "r");
-  HZ_CHECK(f != nullptr, Error, "could not run '", cmd, "' (popen failed)");
+// The bytes of one gzip member, decompressed with zlib; throws hz::Error when they are not one.
+std::string gunzip(const unsigned char* data, size_t size, const std::string& what) {
+  HZ_CHECK(size >= 18 && size <= UINT32_MAX, Error, what, " is not a gzip file (", size, " bytes)", kRegenerate);
+  z_stream zs{};
+  HZ_CHECK(inflateInit2(&zs, 16 + MAX_WBITS) == Z_OK, Error, "zlib could not start inflating ", what);  // 16+: gzip
+  struct End {
+    z_stream* z;
+    ~End() { inflateEnd(z); }
+  } end{&zs};
+  zs.next_in = const_cast<Bytef*>(data);
+  zs.avail_in = static_cast<uInt>(size);
   std::string out;
+  // the gzip trailer's last 4 bytes hold the uncompressed size (mod 2^32): a capacity hint
+  const uint32_t isize = uint32_t(data[size - 4]) | uint32_t(data[size - 3]) << 8 |
+                         uint32_t(data[size - 2]) << 16 | uint32_t(data[size - 1]) << 24;
+  out.reserve(std::min<uint32_t>(isize, 1u << 28));
   char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  const int status = ::pclose(f);
-  HZ_CHECK(status == 0, Error, "'", cmd, "' failed (status ", status, "); output begins: ",
-           out.substr(0, 200));
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    zs.next_out = reinterpret_cast<Bytef*>(buf);
+    zs.avail_out = sizeof(buf);
+    rc = inflate(&zs, Z_NO_FLUSH);  // with fresh output space, Z_BUF_ERROR means the input ran out
+    HZ_CHECK(rc == Z_OK || rc == Z_STREAM_END, Error, "cannot decompress ", what, ": ",
+             rc == Z_BUF_ERROR ? std::string("the gzip stream is truncated")
+                               : "zlib says " + (zs.msg ? std::string(zs.msg) : "error " + std::to_string(rc)),
+             kRegenerate);
+    out.append(buf, sizeof(buf) - zs.avail_out);
+  }
+  HZ_CHECK(zs.avail_in == 0, Error, what, " has ", zs.avail_in, " bytes after its gzip stream", kRegenerate);
   return out;
-}
-
-// "<prefix><digits>:<digits> <text>" -> text, or false when the line has another shape.
-bool strip_reference(const std::string& line, const std::string& prefix, std::string& text) {
-  if (line.compare(0, prefix.size(), prefix) != 0) return false;
-  size_t i = prefix.size();
-  const auto digits = [&]() {
-    const size_t s = i;
-    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
-    return i > s;
-  };
-  if (!digits() || i >= line.size() || line[i] != ':') return false;
-  ++i;
-  if (!digits() || i >= line.size() || line[i] != ' ') return false;
-  text.assign(line, i + 1, std::string::npos);
-  return true;
 }
 
 }  // namespace
 
+std::vector<Document> parse_kjv_text(std::string_view text) {
+  // One pass over the lines: a "## <name>" line starts the next book, which must be the next
+  // name of kBookNames; every other line is a verse of the current book. The checks make any
+  // edit that would change the corpus silently (a missing, extra, renamed, reordered or empty
+  // book, a blank or CRLF line, a missing final newline) an error instead.
+  std::vector<Document> docs;
+  docs.reserve(kBookCount);
+  size_t pos = 0;
+  int64_t line_no = 0;
+  const auto where = [&] { return "King James Bible text, line " + std::to_string(line_no); };
+  HZ_CHECK(!text.empty(), Error, "the King James Bible text is empty", kRegenerate);
+  HZ_CHECK(text.back() == '\n', Error, "the King James Bible text does not end with a newline", kRegenerate);
+  while (pos < text.size()) {
+    const size_t nl = text.find('\n', pos);  // never npos: the text ends with '\n'
+    const std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    HZ_CHECK(!line.empty(), Error, where(), " is blank (no book has blank lines)", kRegenerate);
+    HZ_CHECK(line.back() != '\r', Error, where(), " ends with a carriage return (the file uses \\n line ends)",
+             kRegenerate);
+    if (line.compare(0, kHeader.size(), kHeader) == 0) {
+      const std::string_view name = line.substr(kHeader.size());
+      HZ_CHECK(docs.empty() || !docs.back().text.empty(), Error, where(), ": book ", docs.back().name,
+               " has no verses", kRegenerate);
+      HZ_CHECK(docs.size() < kBookCount, Error, where(), ": a 67th book '", name, "' (the Bible has 66)",
+               kRegenerate);
+      const char* expected = kBookNames[docs.size()];
+      HZ_CHECK(name == expected, Error, where(), ": expected the header of book ", docs.size() + 1, " '## ",
+               expected, "', found '", line.substr(0, 80), "'", kRegenerate);
+      docs.push_back({expected, {}});
+      continue;
+    }
+    HZ_CHECK(!docs.empty(), Error, where(), ": a verse before the first '## Genesis' header", kRegenerate);
+    std::string& t = docs.back().text;
+    if (!t.empty()) t.push_back('\n');
+    t.append(line);
+  }
+  HZ_CHECK(!docs.empty() && !docs.back().text.empty(), Error, "book ",
+           docs.empty() ? std::string(kBookNames[0]) : docs.back().name, " has no verses", kRegenerate);
+  HZ_CHECK(docs.size() == kBookCount, Error, "the King James Bible text ends after ", docs.size(),
+           " books (", docs.back().name, "), expected 66 through Revelation", kRegenerate);
+  return docs;
+}
+
 const std::vector<std::string>& bible_book_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const Book& b : kBooks) v.emplace_back(b.name);
-    return v;
-  }();
+  static const std::vector<std::string> names(std::begin(kBookNames), std::end(kBookNames));
   return names;
 }
 
 std::vector<Document> load_bible_kjv() {
-  const std::string prog = find_on_path("bible");
-  HZ_CHECK(!prog.empty(), ValueError,
-           "the King James Bible corpus needs the `bible` program, which is not on PATH: "
-           "install package bible-kjv (scripts/setup.sh does)");
-  std::vector<Document> docs;
-  docs.reserve(66);
-  for (const Book& b : kBooks) {
-    const std::string ref = std::string(b.query) + "1:1-" + b.query + "999:999";
-    const std::string cmd = "'" + prog + "' -f \"" + ref + "\" </dev/null 2>&1";
-    const std::string out = run_command(cmd);
-    Document doc;
-    doc.name = b.name;
-    std::stringstream ss(out);
-    std::string line, text;
-    int64_t verses = 0;
-    while (std::getline(ss, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.empty()) continue;
-      HZ_CHECK(strip_reference(line, b.prefix, text), Error, "unexpected output from '", cmd,
-               "' for ", b.name, " (expected lines like '", b.prefix, "1:1 <text>'): '",
-               line.substr(0, 120), "'; is the bible-kjv package intact?");
-      if (verses == 0) {
-        HZ_CHECK(line.compare(0, std::string(b.prefix).size() + 4, std::string(b.prefix) + "1:1 ") == 0,
-                 Error, "'", cmd, "' did not start at ", b.prefix, "1:1 but at '", line.substr(0, 40), "'");
-      } else {
-        doc.text.push_back('\n');
-      }
-      doc.text += text;
-      ++verses;
-    }
-    HZ_CHECK(verses > 0, Error, "'", cmd, "' printed no verses for ", b.name,
-             "; is the bible-kjv package intact?");
-    docs.push_back(std::move(doc));
-  }
+  // Decompressed and parsed once per process (tens of ms), on the first call: needles and data
+  // preparation ask again. A function-local static is initialized exactly once even when threads
+  // race to it (C++11); if the initialization throws, the next call tries again.
+  static const std::vector<Document> docs = parse_kjv_text(
+      gunzip(hz_kjv_gz_begin, static_cast<size_t>(hz_kjv_gz_end - hz_kjv_gz_begin),
+             "the embedded King James Bible (assets/kjv/kjv.txt.gz)"));
   return docs;
 }
 

@@ -1,10 +1,12 @@
 // Horizon data: raw text corpora.
 //
 // A corpus is a list of Documents (a name and its text). The default corpus is the King James
-// Bible (public domain) read from Debian's package bible-kjv through its `bible` program, one
-// document per book, so a train/validation split by document never cuts a book in half.
+// Bible (public domain), embedded in the binary (assets/kjv/kjv.txt.gz, made from Debian's
+// bible-kjv by scripts/make_kjv_asset.py), one document per book, so a train/validation split by
+// document never cuts a book in half.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hz::data {
@@ -16,10 +18,18 @@ struct Document {
 
 // The 66 books of the King James Bible in canonical order (Genesis .. Revelation), each named by
 // its book ("Genesis", "1 Samuel", "Song of Solomon", ...) with its verses joined by '\n' (verse
-// references stripped, no trailing newline). Runs `bible -f "<Abbr>1:1-<Abbr>999:999"` once per
-// book; nothing is cached on disk. Throws hz::ValueError when `bible` is not on PATH and hz::Error
-// when its output is not the expected "<Ref><chapter>:<verse> <text>" lines.
+// references stripped, no trailing newline): byte for byte what Debian's `bible -f` printed.
+// Decompresses and parses the text embedded in the binary on the first call (later calls return a
+// copy of that; thread-safe); needs no file or program at run time. Throws hz::Error when the
+// embedded text is corrupt (a build from a damaged assets/kjv/kjv.txt.gz).
 std::vector<Document> load_bible_kjv();
+
+// The documents of a King James Bible text in the format of assets/kjv/kjv.txt (uncompressed;
+// see assets/kjv/README.md): for each of the 66 books, in the order of bible_book_names(), a line
+// "## <name>" then its verses, one per line, every line ending with '\n'. Strict: a missing,
+// extra, renamed or reordered book, a book without verses, a blank line, a '\r' line end or a
+// missing final newline throws hz::Error naming the line. load_bible_kjv() uses it.
+std::vector<Document> parse_kjv_text(std::string_view text);
 
 // The English names of the 66 books, in the order load_bible_kjv() returns them.
 const std::vector<std::string>& bible_book_names();

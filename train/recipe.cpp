@@ -106,7 +106,7 @@ void visit_fields(Recipe& r, V& v) {
   v("model.pattern", m.pattern, "layer kinds repeated over the layers, e.g. [global_nope, swa_rope, swa_rope, swa_rope]");
   v("model.overrides", m.overrides, "explicit per-layer kinds: {layer index: kind name}");
   v.enumeration("data.source", r.data.source,
-                "corpus: bible (King James Bible, package bible-kjv) | files (text) | jsonl | tokens (llm.c / nanoGPT .bin) | "
+                "corpus: bible (King James Bible, embedded in the binary) | files (text) | jsonl | tokens (llm.c / nanoGPT .bin) | "
                 "passkey | kv | niah | niah_short (RULER needles on the Bible, data/needles.h)",
                 parse_data_source, static_cast<const char* (*)(DataSource)>(name));
   v("data.files", r.data.files, "globs of the corpus files for source=files / jsonl / tokens");

