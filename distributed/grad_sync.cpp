@@ -92,7 +92,7 @@ void GradSync::finish() {
     for (ag::Variable* p : b.params) {
       const int64_t n = p->numel();
       Tensor view = b.flat.narrow(0, off, n).view(p->shape());
-      if (!p->grad().defined()) p->grad() = Tensor::empty(p->shape(), b.flat.dtype());
+      if (!p->grad().defined()) p->grad() = Tensor::empty(p->shape(), b.flat.dtype(), b.flat.device());
       p->grad().copy_(view);
       off += n;
     }
