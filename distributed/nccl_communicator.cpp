@@ -90,9 +90,9 @@ class Nccl : public Communicator {
       local_rank_ = env.local_rank;
     }
     // 2. the GPU of the local rank
-    int ndev = 0;
-    HZ_CUDA_OK(cudaGetDeviceCount(&ndev));
-    HZ_CHECK(ndev > 0, DeviceError, "NCCL communicator: no CUDA device visible");
+    const int ndev = cuda::device_count();
+    HZ_CHECK(ndev > 0, DeviceError, "the NCCL communicator (run.device=cuda with several ranks) needs a GPU, but no "
+             "CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)");
     device_ = local_rank_ % ndev;
     const bool shared_gpu = local_rank_ >= ndev;  // local rank local_rank_ - ndev has it too
     if (shared_gpu)

@@ -16,8 +16,9 @@
 #   scripts/nccl_check.sh [BUILD_DIR]          (default: build-gpu if it exists, else build)
 #   HZ_NCCL_ROOT=<prefix with include/nccl.h, lib/libnccl.so.2>   (default: the nvidia-nccl pip wheel)
 #   HZ_NCCL_JOBS=N (build parallelism)   OUT=<dir> (report: $OUT/nccl_report.md, else nccl_report/)
+#   HZ_NCCL_CHECK_GPUS=N overrides the GPU count from `horizon info` (to test this script without a GPU)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 SRC=$PWD
 BUILD=${1:-}
 if [ -z "$BUILD" ]; then
@@ -61,7 +62,7 @@ else
     build_detail="see nccl_configure.log / nccl_build.log; $(grep -hE 'NCCL=|error' "$REPORT_DIR"/nccl_configure.log \
       "$REPORT_DIR"/nccl_build.log 2>/dev/null | head -3 | tr '\n' ' ')"
   else
-    ldd_line=$(ldd "$BUILD/horizon" 2>/dev/null | grep nccl | xargs)
+    ldd_line=$(ldd "$BUILD/horizon" 2>/dev/null | grep nccl | awk '{print $1, $2, $3}')
     build_detail="${nccl_line:-NCCL_LIBRARY ?}; ldd horizon: ${ldd_line:-no libnccl}"
   fi
 fi
@@ -70,7 +71,9 @@ row "build (hz_test_nccl, horizon)" "$([ $build_rc -eq 0 ] && echo pass || echo 
 TEST=$BUILD/hz_test_nccl
 HZ=$BUILD/horizon
 
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# GPUs CUDA sees (CUDA_VISIBLE_DEVICES applies); HZ_NCCL_CHECK_GPUS overrides (testing the script)
+ngpu=${HZ_NCCL_CHECK_GPUS:-$("$HZ" info 2>/dev/null | grep -Eo '[0-9]+ device\(s\) visible' | grep -Eo '^[0-9]+')}
+ngpu=${ngpu:-0}
 nccl_version="?"
 
 # gtest counts of a log: "passed P, failed F, skipped S"
@@ -127,7 +130,7 @@ t0=$(date +%s)
 if [ ! -x "$TEST" ]; then
   row "two ranks (NcclTwoRanks)" "not run" "-" 0 "no $TEST"
 elif [ "${ngpu:-0}" -lt 1 ]; then
-  row "two ranks (NcclTwoRanks)" "skipped" "-" 0 "no GPU (nvidia-smi -L lists none)"
+  row "two ranks (NcclTwoRanks)" "skipped" "-" 0 "no GPU (horizon info: 0 devices visible)"
 else
   pair two_ranks plain "$TEST" --gtest_brief=1 --gtest_filter='NcclTwoRanks.*'
   if [ $pair_rc0 -ne 0 ] && duplicate_gpu two_ranks; then
@@ -138,15 +141,16 @@ else
     pair two_ranks hostid "$TEST" --gtest_brief=1 --gtest_filter='NcclTwoRanks.*'
   fi
   res=$([ $pair_rc0 -eq 0 ] && [ $pair_rc1 -eq 0 ] && echo pass || echo FAIL)
-  grep -q '\[  SKIPPED \]' "$REPORT_DIR/two_ranks.rank0.log" && res="$res (skipped cases!)"
+  grep -q '\[  SKIPPED \]' "$REPORT_DIR/two_ranks.rank0.log" && res="FAIL (cases skipped)"
   row "two ranks (NcclTwoRanks, $mode)" "$res" "$pair_rc0 / $pair_rc1" "$(( $(date +%s) - t0 ))" \
     "rank 0: $(counts "$REPORT_DIR/two_ranks.rank0.log"); rank 1: $(counts "$REPORT_DIR/two_ranks.rank1.log")"
 fi
 
 # ---- 3. two ranks: horizon train ----------------------------------------------------------------
 t0=$(date +%s)
-train_args=(train "$SRC/recipes/quickstart.yaml" train.steps=20 train.log_every=10 run.device=cuda
-            run.out_dir="$TMP/runs" data.cache_dir="$TMP/data" eval.every=0 checkpoint.every=0)
+train_args=(train "$SRC/recipes/quickstart.yaml" train.steps=20 schedule.warmup_steps=5 train.log_every=10 run.device=cuda
+            run.out_dir="$TMP/runs" data.cache_dir="$TMP/data" eval.every=0 "eval.lengths=[256]" eval.batches=2
+            checkpoint.every=0)
 data_note="bible"
 if ! command -v bible > /dev/null 2>&1; then  # no bible-kjv here: the repository's own text
   train_args+=(data.source=files "data.files=[$SRC/README.md,$SRC/docs/*.md,$SRC/core/*.cpp,$SRC/core/*.h,$SRC/train/*.cpp,$SRC/nn/*.cpp]")
@@ -175,7 +179,7 @@ fi
 {
   echo "## NCCL without MPI ($(date -u +%FT%TZ))"
   echo ""
-  echo "libnccl ${nccl_version:-?}, ${ngpu:-0} GPU(s), build $BUILD, NCCL_DEBUG=$NCCL_DEBUG"
+  echo "libnccl ${nccl_version:-?}, ${ngpu} GPU(s) visible, build $BUILD, NCCL_DEBUG=$NCCL_DEBUG"
   [ -n "$mode_note" ] && echo "" && echo "Note: $mode_note"
   echo ""
   echo "| part | result | exit codes | seconds | detail |"
