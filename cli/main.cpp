@@ -73,7 +73,8 @@ int cmd_train(const std::vector<std::string>& a) {
   }
   // Under mpirun every rank runs this; a failing rank takes the whole job down (no hangs). CUDA
   // ranks all-reduce with NCCL (bootstrapped over MPI, or without mpirun from HZ_WORLD_SIZE /
-  // HZ_RANK / HZ_NCCL_ID_FILE), CPU ranks with MPI.
+  // HZ_RANK / HZ_NCCL_ID_FILE: there a failing rank ends only itself; the launcher ends the
+  // rest), CPU ranks with MPI.
   const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
   const bool ranks = hz::dist::launched_by_mpirun() || hz::dist::launched_by_env();
   std::unique_ptr<hz::dist::Communicator> comm =
