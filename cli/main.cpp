@@ -72,10 +72,13 @@ int cmd_train(const std::vector<std::string>& a) {
     return a.size() < 2 ? 2 : 0;
   }
   // Under mpirun every rank runs this; a failing rank takes the whole job down (no hangs). CUDA
-  // ranks all-reduce with NCCL (bootstrapped over MPI), CPU ranks with MPI.
+  // ranks all-reduce with NCCL (bootstrapped over MPI, or without mpirun from HZ_WORLD_SIZE /
+  // HZ_RANK / HZ_NCCL_ID_FILE: there a failing rank ends only itself; the launcher ends the
+  // rest), CPU ranks with MPI.
   const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+  const bool ranks = hz::dist::launched_by_mpirun() || hz::dist::launched_by_env();
   std::unique_ptr<hz::dist::Communicator> comm =
-      hz::dist::launched_by_mpirun() && r.run.device == "cuda" ? hz::dist::make_nccl() : hz::dist::from_environment();
+      ranks && r.run.device == "cuda" ? hz::dist::make_nccl() : hz::dist::from_environment();
   try {
     hz::train::TrainOptions opt;
     opt.comm = comm.get();
@@ -139,7 +142,7 @@ int cmd_info(const std::vector<std::string>& a) {
   fmt::print("  cuda: {}{}\n", hz::cuda::compiled() ? "compiled" : "not compiled",
              hz::cuda::compiled() ? fmt::format(", {} device(s) visible", hz::cuda::device_count()) : std::string());
   fmt::print("  mpi: {}, nccl: {}\n", hz::dist::mpi_compiled() ? "compiled" : "not compiled",
-             hz::dist::nccl_compiled() ? "compiled" : "not compiled");
+             hz::dist::nccl_compiled() ? "compiled (libnccl " + hz::dist::nccl_version() + ")" : "not compiled");
   if (a.size() < 2) return 0;
   const std::vector<std::string> ov(a.begin() + 2, a.end());
   hz::train::Recipe r;

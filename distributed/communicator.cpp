@@ -1,6 +1,15 @@
 #include "distributed/communicator.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
 
 #include "core/ops.h"
 
@@ -28,6 +37,97 @@ double Communicator::all_reduce_scalar(double v, ReduceOp op) {
 bool launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
          std::getenv("PMIX_RANK") != nullptr;
+}
+
+bool launched_by_env() { return std::getenv("HZ_WORLD_SIZE") != nullptr; }
+
+namespace {
+
+// An integer environment variable; `fallback` when unset. Throws on anything but a whole number.
+long env_int(const char* name, long fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  HZ_CHECK(*v != '\0' && end != v && *end == '\0' && errno == 0 && x >= -(1L << 30) && x <= (1L << 30), ValueError,
+           name, "='", v, "' is not an integer");
+  return x;
+}
+
+}  // namespace
+
+EnvWorld env_world() {
+  EnvWorld w;
+  const long size = env_int("HZ_WORLD_SIZE", 1);
+  HZ_CHECK(size >= 1, ValueError, "HZ_WORLD_SIZE=", size, ": the number of ranks must be at least 1");
+  HZ_CHECK(size == 1 || std::getenv("HZ_RANK") != nullptr, ValueError, "HZ_WORLD_SIZE=", size,
+           " but HZ_RANK is not set: give every process its rank (0 .. ", size - 1, ")");
+  const long rank = env_int("HZ_RANK", 0);
+  HZ_CHECK(rank >= 0 && rank < size, ValueError, "HZ_RANK=", rank, " is outside 0 .. ", size - 1, " (HZ_WORLD_SIZE=",
+           size, std::getenv("HZ_WORLD_SIZE") ? "" : ", unset", ")");
+  const long local = env_int("HZ_LOCAL_RANK", rank);
+  HZ_CHECK(local >= 0 && local < size, ValueError, "HZ_LOCAL_RANK=", local, " is outside 0 .. ", size - 1,
+           " (HZ_WORLD_SIZE=", size, ")");
+  w.size = static_cast<int>(size);
+  w.rank = static_cast<int>(rank);
+  w.local_rank = static_cast<int>(local);
+  if (const char* f = std::getenv("HZ_NCCL_ID_FILE")) w.id_file = f;
+  HZ_CHECK(size == 1 || !w.id_file.empty(), ValueError, "HZ_WORLD_SIZE=", size,
+           " needs HZ_NCCL_ID_FILE: a path every rank can see, where rank 0 writes the NCCL unique id");
+  if (const char* t = std::getenv("HZ_NCCL_ID_TIMEOUT")) {
+    char* end = nullptr;
+    w.id_timeout_s = std::strtod(t, &end);
+    HZ_CHECK(*t != '\0' && *end == '\0' && w.id_timeout_s > 0, ValueError, "HZ_NCCL_ID_TIMEOUT='", t,
+             "' is not a positive number of seconds");
+  }
+  return w;
+}
+
+void publish_id_file(const std::string& path, const void* data, size_t bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  HZ_CHECK(f != nullptr, Error, "cannot write the NCCL id file '", tmp, "' (HZ_NCCL_ID_FILE=", path,
+           "): ", std::strerror(errno));
+  const bool ok = std::fwrite(data, 1, bytes, f) == bytes && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  const int err = errno;
+  std::fclose(f);
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw Error("cannot write the NCCL id file '" + tmp + "': " + std::strerror(err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    throw Error("cannot rename '" + tmp + "' to the NCCL id file '" + path + "': " + std::strerror(e));
+  }
+}
+
+void read_id_file(const std::string& path, void* data, size_t bytes, double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto pause = std::chrono::milliseconds(10);
+  for (;;) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+      HZ_CHECK(static_cast<size_t>(st.st_size) <= bytes, Error, "'", path, "' (HZ_NCCL_ID_FILE) has ", st.st_size,
+               " bytes; an NCCL unique id has ", bytes, ": not an id file written by Horizon's rank 0?");
+      if (static_cast<size_t>(st.st_size) == bytes) {  // smaller: still arriving (network filesystems)
+        FILE* f = std::fopen(path.c_str(), "rb");
+        if (f != nullptr) {
+          const size_t got = std::fread(data, 1, bytes, f);
+          std::fclose(f);
+          if (got == bytes) return;
+        }
+      }
+    }
+    const double waited = std::chrono::duration<double>(clock::now() - t0).count();
+    HZ_CHECK(waited < timeout_s, Error, "no NCCL id file '", path, "' (HZ_NCCL_ID_FILE) after ", timeout_s,
+             " s: rank 0 writes it when it starts; is rank 0 running, with the same HZ_NCCL_ID_FILE on a filesystem "
+             "this rank sees? (HZ_NCCL_ID_TIMEOUT sets the wait)");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
 }
 
 namespace {
@@ -209,6 +309,11 @@ std::unique_ptr<Communicator> from_environment() {
   if (launched_by_mpirun()) {
     HZ_CHECK(mpi_compiled(), Error, "launched by mpirun but this Horizon build has no MPI support; rebuild with -DHZ_MPI=ON");
     return make_mpi();
+  }
+  if (launched_by_env()) {
+    const EnvWorld w = env_world();
+    HZ_CHECK(w.size == 1, Error, "HZ_WORLD_SIZE=", w.size, " launches ranks through NCCL, which needs CUDA tensors "
+             "(run.device=cuda); CPU ranks run under mpirun");
   }
   return make_local();
 }

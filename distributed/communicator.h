@@ -3,8 +3,15 @@
 // A Communicator knows its rank, the world size and the local rank (rank on this host), and
 // offers in-place all-reduce (sum / average), broadcast, barrier and a non-blocking all-reduce.
 // Implementations: Local (world size 1, no MPI needed: plain `horizon train`), MPI (CPU tensors;
-// launched by mpirun) and NCCL (CUDA tensors; its unique id travels over MPI; one GPU per local
-// rank). Every rank must issue the same collectives in the same order.
+// launched by mpirun) and NCCL (CUDA tensors; one GPU per local rank). NCCL bootstraps over MPI
+// when launched by mpirun in a build with MPI, else from the environment, torchrun-style:
+//   HZ_WORLD_SIZE   number of ranks (unset: 1)
+//   HZ_RANK         this rank, 0 <= HZ_RANK < HZ_WORLD_SIZE (unset: 0; required when the size > 1)
+//   HZ_LOCAL_RANK   rank on this host, picks the GPU (local rank % visible devices; unset: HZ_RANK)
+//   HZ_NCCL_ID_FILE a path every rank sees (shared filesystem): rank 0 writes the ncclUniqueId there
+//                   (temp name + atomic rename, removed once every rank has joined), the others
+//                   wait for it (HZ_NCCL_ID_TIMEOUT seconds, default 120). Not needed for size 1.
+// Every rank must issue the same collectives in the same order.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,11 +38,14 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual int local_rank() const = 0;
-  virtual void all_reduce(Tensor& t, ReduceOp op) = 0;  // t contiguous, f32/f64/i64
+  // t contiguous; f32/f64/i32/i64 (NCCL adds bf16); Average only for floating types
+  virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
   virtual std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) = 0;  // t stays alive until wait()
   virtual void broadcast(Tensor& t, int root) = 0;
   virtual void barrier() = 0;
   // Ends every rank of the job now (MPI_Abort); used when one rank fails so that none hangs.
+  // Without MPI (NCCL from the environment) it aborts the NCCL communicator and exits this process
+  // only: the other ranks block in their next collective until their launcher ends them.
   [[noreturn]] virtual void abort(int code) noexcept = 0;
 
   std::vector<int64_t> all_gather(int64_t v);  // every rank's value, by rank
@@ -46,12 +56,32 @@ std::unique_ptr<Communicator> make_local();
 // MPI_COMM_WORLD; initialises MPI (thread level FUNNELED) on first use. Throws when Horizon was
 // built without MPI.
 std::unique_ptr<Communicator> make_mpi();
-// NCCL over the MPI world (one GPU per local rank). Throws without CUDA + NCCL + MPI support.
+// NCCL (one GPU per local rank): over the MPI world when launched by mpirun in a build with MPI,
+// else bootstrapped from HZ_RANK / HZ_WORLD_SIZE / HZ_LOCAL_RANK / HZ_NCCL_ID_FILE (see above; all
+// unset: a world of one). CPU tensors go through MPI, or without MPI through a device buffer.
+// Throws without CUDA + NCCL support.
 std::unique_ptr<Communicator> make_nccl();
 bool launched_by_mpirun();  // OMPI_COMM_WORLD_SIZE / PMI_SIZE in the environment
-// MPI when launched by mpirun (and built with MPI), else local.
+bool launched_by_env();     // HZ_WORLD_SIZE in the environment (NCCL without mpirun)
+// MPI when launched by mpirun (and built with MPI), else local. Refuses HZ_WORLD_SIZE > 1 without
+// mpirun: environment launches are NCCL's (run.device=cuda; make_nccl()).
 std::unique_ptr<Communicator> from_environment();
 bool mpi_compiled();
 bool nccl_compiled();
+std::string nccl_version();  // of the loaded libnccl, "2.28.9"; empty without NCCL support
+
+// The environment bootstrap's pieces (used by make_nccl(); exposed for tests).
+struct EnvWorld {
+  int rank = 0, size = 1, local_rank = 0;
+  std::string id_file;  // HZ_NCCL_ID_FILE; empty when unset
+  double id_timeout_s = 120;  // HZ_NCCL_ID_TIMEOUT
+};
+// Reads and validates the variables; throws ValueError naming the variable and its value.
+EnvWorld env_world();
+// Rank 0: writes `bytes` to `path` through a temporary name and an atomic rename.
+void publish_id_file(const std::string& path, const void* data, size_t bytes);
+// Other ranks: waits until `path` holds `bytes` bytes (polling), then reads them; throws an Error
+// naming the file after `timeout_s`.
+void read_id_file(const std::string& path, void* data, size_t bytes, double timeout_s);
 
 }  // namespace hz::dist

@@ -1,15 +1,24 @@
-// Horizon: the NCCL communicator for CUDA tensors. The unique id is created on rank 0 and
-// broadcast over MPI; each rank drives the GPU of its local rank. Collectives run on the device's
-// communication stream after an event recorded on its compute stream (so they see the gradients
-// the compute stream produced and overlap the rest of the backward); a request's wait() makes the
-// compute stream wait for the collective's completion event (no host stall). CPU tensors (loss
-// scalars, loader cursors) go through the MPI communicator underneath.
-// Compiled with HZ_CUDA + HZ_MPI when NCCL is found.
+// Horizon: the NCCL communicator for CUDA tensors; each rank drives the GPU of its local rank.
+// Collectives run on the device's communication stream after an event recorded on its compute
+// stream (so they see the gradients the compute stream produced and overlap the rest of the
+// backward); a request's wait() makes the compute stream wait for the collective's completion
+// event (no host stall).
+//
+// Bootstrap: launched by mpirun in a build with MPI, rank 0 makes the unique id and broadcasts it
+// over MPI, and CPU tensors (loss scalars, loader cursors) go through the MPI communicator
+// underneath. Otherwise the world comes from HZ_RANK / HZ_WORLD_SIZE / HZ_LOCAL_RANK and the id
+// travels through the file HZ_NCCL_ID_FILE (communicator.h); CPU tensors then take NCCL too,
+// staged through a device buffer (synchronous), and barrier() is a one-element all-reduce.
+// Compiled with HZ_CUDA when NCCL is found (MPI optional).
 #include <cuda_runtime.h>
-#include <mpi.h>
 #include <nccl.h>
 
+#include <cstdio>
 #include <cstdlib>
+
+#ifdef HZ_HAVE_MPI
+#include <mpi.h>
+#endif
 
 #include "core/device.h"
 #include "distributed/communicator.h"
@@ -36,7 +45,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::BF16: return ncclBfloat16;
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
-    default: throw DTypeError("NCCL: unsupported dtype");
+    default: throw DTypeError(std::string("NCCL collectives support f32/f64/bf16/i32/i64, got ") + dtype_name(t));
   }
 }
 
@@ -54,70 +63,155 @@ class NcclRequest : public Request {
   cudaStream_t compute_;
 };
 
+class DoneRequest : public Request {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
 class Nccl : public Communicator {
  public:
-  Nccl() : mpi_(make_mpi()) {
-    int ndev = 0;
-    HZ_CUDA_OK(cudaGetDeviceCount(&ndev));
-    HZ_CHECK(ndev > 0, DeviceError, "NCCL communicator: no CUDA device visible");
-    device_ = mpi_->local_rank() % ndev;
+  Nccl() {
+    // 1. who we are: the MPI world under mpirun (with MPI compiled in), else the environment
+    const bool by_mpi = launched_by_mpirun() && mpi_compiled();
+    HZ_CHECK(by_mpi || !launched_by_mpirun() || launched_by_env(), Error,
+             "launched by mpirun but this Horizon build has no MPI support: rebuild with -DHZ_MPI=ON, or launch "
+             "the ranks with HZ_RANK / HZ_WORLD_SIZE / HZ_NCCL_ID_FILE instead (README: several ranks)");
+    EnvWorld env;
+    if (by_mpi) {
+      mpi_ = make_mpi();
+      rank_ = mpi_->rank();
+      size_ = mpi_->size();
+      local_rank_ = mpi_->local_rank();
+    } else {
+      env = env_world();
+      rank_ = env.rank;
+      size_ = env.size;
+      local_rank_ = env.local_rank;
+    }
+    // 2. the GPU of the local rank
+    const int ndev = cuda::device_count();
+    HZ_CHECK(ndev > 0, DeviceError, "the NCCL communicator (run.device=cuda with several ranks) needs a GPU, but no "
+             "CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+    device_ = local_rank_ % ndev;
+    const bool shared_gpu = local_rank_ >= ndev;  // local rank local_rank_ - ndev has it too
+    if (shared_gpu)
+      std::fprintf(stderr,
+                   "horizon: rank %d (local rank %d) shares CUDA device %d with local rank %d: %d device(s) visible "
+                   "for more local ranks; NCCL may refuse two ranks on one GPU\n",
+                   rank_, local_rank_, device_, local_rank_ - ndev, ndev);
     HZ_CUDA_OK(cudaSetDevice(device_));
     compute_ = static_cast<cudaStream_t>(cuda::compute_stream(device_));
     stream_ = static_cast<cudaStream_t>(cuda::comm_stream(device_));
+    // 3. the unique id, from rank 0
     ncclUniqueId id;
-    if (mpi_->rank() == 0) HZ_NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    HZ_NCCL_CHECK(ncclCommInitRank(&comm_, mpi_->size(), id, mpi_->rank()));
+    if (rank_ == 0) HZ_NCCL_CHECK(ncclGetUniqueId(&id));
+    if (by_mpi) {
+#ifdef HZ_HAVE_MPI
+      MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+#endif
+    } else if (size_ > 1) {
+      if (rank_ == 0) publish_id_file(env.id_file, &id, sizeof(id));
+      else read_id_file(env.id_file, &id, sizeof(id), env.id_timeout_s);
+    }
+    // 4. the communicator (collective: returns once every rank has joined)
+    const ncclResult_t r = ncclCommInitRank(&comm_, size_, id, rank_);
+    if (r == ncclInvalidUsage)
+      throw DeviceError(std::string("ncclCommInitRank failed: ") + ncclGetErrorString(r) + " (rank " +
+                        std::to_string(rank_) + " of " + std::to_string(size_) + ", local rank " +
+                        std::to_string(local_rank_) + " on CUDA device " + std::to_string(device_) + " of " +
+                        std::to_string(ndev) +
+                        " visible). The usual cause is two ranks on one GPU, which NCCL refuses (\"Duplicate GPU "
+                        "detected\", NCCL_DEBUG=WARN shows it): run one rank per GPU (local ranks 0 .. " +
+                        std::to_string(ndev - 1) +
+                        " here). To try several ranks on one GPU anyway, give each a distinct NCCL_HOSTID (they then "
+                        "talk over sockets, e.g. NCCL_HOSTID=hz$HZ_RANK NCCL_SOCKET_IFNAME=lo).");
+    HZ_CHECK(r == ncclSuccess, DeviceError, "ncclCommInitRank failed: ", ncclGetErrorString(r), " (rank ", rank_,
+             " of ", size_, ", CUDA device ", device_, "; NCCL_DEBUG=WARN says more)");
+    // every rank has read the id: rank 0 removes the file, so a later job cannot pick up a stale one
+    if (!by_mpi && size_ > 1 && rank_ == 0) std::remove(env.id_file.c_str());
   }
   ~Nccl() override { ncclCommDestroy(comm_); }
   std::string name() const override { return "nccl"; }
-  int rank() const override { return mpi_->rank(); }
-  int size() const override { return mpi_->size(); }
-  int local_rank() const override { return mpi_->local_rank(); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
   void all_reduce(Tensor& t, ReduceOp op) override {
-    if (t.device().is_cpu()) return mpi_->all_reduce(t, op);
+    if (t.device().is_cpu()) {
+      if (mpi_) return mpi_->all_reduce(t, op);
+      return staged(t, [&](Tensor& d) { all_reduce_async(d, op)->wait(); });
+    }
     all_reduce_async(t, op)->wait();
   }
   std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) override {
-    if (t.device().is_cpu()) return mpi_->all_reduce_async(t, op);
+    if (t.device().is_cpu()) {
+      if (mpi_) return mpi_->all_reduce_async(t, op);
+      all_reduce(t, op);  // staged through the device: complete on return
+      return std::make_unique<DoneRequest>();
+    }
     check(t);
-    // the compute stream must have produced t before the communication stream reads it
-    cudaEvent_t ready, done;
-    HZ_CUDA_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    HZ_CUDA_OK(cudaEventRecord(ready, compute_));
-    HZ_CUDA_OK(cudaStreamWaitEvent(stream_, ready, 0));
-    cudaEventDestroy(ready);
+    HZ_CHECK(op != ReduceOp::Average || is_floating(t.dtype()), DTypeError, "average of an integer tensor");
+    after_compute();
     HZ_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                                 op == ReduceOp::Average ? ncclAvg : ncclSum, comm_, stream_));
+    cudaEvent_t done;
     HZ_CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     HZ_CUDA_OK(cudaEventRecord(done, stream_));
     return std::make_unique<NcclRequest>(done, t, compute_);
   }
   void broadcast(Tensor& t, int root) override {
-    if (t.device().is_cpu()) return mpi_->broadcast(t, root);
+    if (t.device().is_cpu()) {
+      if (mpi_) return mpi_->broadcast(t, root);
+      return staged(t, [&](Tensor& d) { broadcast(d, root); });
+    }
     check(t);
+    HZ_CHECK(root >= 0 && root < size_, ValueError, "broadcast root ", root, " is outside 0 .. ", size_ - 1);
+    after_compute();
+    HZ_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
+                                comm_, stream_));
+    HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+  void barrier() override {
+    if (mpi_) return mpi_->barrier();
+    // a one-element all-reduce completes only once every rank has reached it
+    Tensor one = Tensor::zeros({1}, DType::F32, Device::cuda(device_));
+    all_reduce_async(one, ReduceOp::Sum);
+    HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+  [[noreturn]] void abort(int code) noexcept override {
+    ncclCommAbort(comm_);
+    if (mpi_) mpi_->abort(code);  // ends every rank (MPI_Abort)
+    std::_Exit(code);             // without MPI: this rank only
+  }
+
+ private:
+  static bool is_floating(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
+  void check(const Tensor& t) const {
+    HZ_CHECK(t.device().is_cuda(), DeviceError, "the NCCL communicator works on CUDA tensors; use MPI for CPU tensors");
+    HZ_CHECK(t.device().index == device_, DeviceError, "NCCL communicator of CUDA device ", device_, " given a tensor on ",
+             t.device().str());
+    HZ_CHECK(t.is_contiguous(), ValueError, "collectives need contiguous tensors");
+  }
+  // the compute stream must have produced the buffer before the communication stream reads it
+  void after_compute() {
     cudaEvent_t ready;
     HZ_CUDA_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     HZ_CUDA_OK(cudaEventRecord(ready, compute_));
     HZ_CUDA_OK(cudaStreamWaitEvent(stream_, ready, 0));
     cudaEventDestroy(ready);
-    HZ_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
-                                comm_, stream_));
-    HZ_CUDA_OK(cudaStreamSynchronize(stream_));
   }
-  void barrier() override { mpi_->barrier(); }
-  [[noreturn]] void abort(int code) noexcept override {
-    ncclCommAbort(comm_);
-    mpi_->abort(code);
-    std::_Exit(code);  // not reached: MPI_Abort ends the process
-  }
-
- private:
-  void check(const Tensor& t) const {
-    HZ_CHECK(t.device().is_cuda(), DeviceError, "the NCCL communicator works on CUDA tensors; use MPI for CPU tensors");
+  // A CPU tensor through NCCL: copy to the device (compute stream), run `op` on the copy, copy back
+  // (the download waits for the compute stream, which waits for the collective).
+  template <class F>
+  void staged(Tensor& t, F op) {
     HZ_CHECK(t.is_contiguous(), ValueError, "collectives need contiguous tensors");
+    nccl_type(t.dtype());  // refuse an unsupported dtype before any copy
+    Tensor d = t.to(Device::cuda(device_));
+    op(d);
+    t.copy_(d);
   }
-  std::unique_ptr<Communicator> mpi_;
+  std::unique_ptr<Communicator> mpi_;  // under mpirun (MPI builds): the MPI world and CPU collectives
+  int rank_ = 0, size_ = 1, local_rank_ = 0;
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr, compute_ = nullptr;  // Horizon's streams of the device (not owned)
@@ -126,6 +220,13 @@ class Nccl : public Communicator {
 }  // namespace
 
 bool nccl_compiled() { return true; }
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before)
+  if (v >= 20900) return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  return std::to_string(v / 1000) + "." + std::to_string(v / 100 % 10) + "." + std::to_string(v % 100);
+}
 std::unique_ptr<Communicator> make_nccl() { return std::make_unique<Nccl>(); }
 
 }  // namespace hz::dist

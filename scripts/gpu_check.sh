@@ -244,9 +244,9 @@ fi
 # ---- NCCL ------------------------------------------------------------------------------------------------
 if has nccl && starts "NCCL" 60; then
   if [ -x scripts/nccl_check.sh ]; then
-    bounded 240 "$LOGS/nccl.log" scripts/nccl_check.sh "$BUILD"
+    OUT="$LOGS/nccl" bounded 240 "$LOGS/nccl.log" scripts/nccl_check.sh "$BUILD"
     rc=$?
-    tee -a "$REPORT" < "$LOGS/nccl.log" > /dev/null
+    cat "$LOGS/nccl/nccl_report.md" >> "$REPORT" 2>/dev/null || tail -30 "$LOGS/nccl.log" >> "$REPORT"
     say "- nccl_check: exit $rc"
   else
     say "- scripts/nccl_check.sh missing"

@@ -1,0 +1,368 @@
+// The NCCL communicator without MPI (hz_test_nccl; built when NCCL is found).
+//  - EnvBootstrap: the HZ_* variables and the id file exchange (no GPU needed);
+//  - NcclOneRank: a world of one from the environment: CUDA and CPU tensors, broadcast, barrier,
+//    all_gather, GradSync with a parameter that has no gradient (skips without a GPU);
+//  - NcclTwoRanks: skips unless HZ_WORLD_SIZE=2; scripts/nccl_check.sh starts the binary twice
+//    (HZ_RANK=0/1, one HZ_NCCL_ID_FILE) with --gtest_filter='NcclTwoRanks.*'.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "autograd/functions.h"
+#include "core/cuda/runtime.h"
+#include "distributed/communicator.h"
+#include "distributed/grad_sync.h"
+
+using namespace hz;
+
+namespace {
+
+// Saves the bootstrap variables and restores them when it goes out of scope.
+class EnvGuard {
+ public:
+  EnvGuard() {
+    for (const char* n : kNames)
+      if (const char* v = std::getenv(n)) saved_[n] = v;
+  }
+  ~EnvGuard() {
+    for (const char* n : kNames) {
+      auto it = saved_.find(n);
+      if (it == saved_.end()) unsetenv(n);
+      else setenv(n, it->second.c_str(), 1);
+    }
+  }
+  static void clear() {
+    for (const char* n : kNames) unsetenv(n);
+  }
+
+ private:
+  static constexpr const char* kNames[] = {"HZ_RANK", "HZ_WORLD_SIZE", "HZ_LOCAL_RANK", "HZ_NCCL_ID_FILE",
+                                           "HZ_NCCL_ID_TIMEOUT"};
+  std::map<std::string, std::string> saved_;
+};
+
+std::string temp_path(const std::string& stem) {
+  return (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(getpid()))).string();
+}
+
+template <class E, class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
+}
+
+bool two_rank_launch() {
+  const char* s = std::getenv("HZ_WORLD_SIZE");
+  return s != nullptr && std::string(s) != "1";
+}
+
+// ---- the environment bootstrap (no GPU) -------------------------------------------------------
+
+TEST(EnvBootstrap, DefaultsToAWorldOfOne) {
+  EnvGuard g;
+  EnvGuard::clear();
+  EXPECT_FALSE(dist::launched_by_env());
+  const dist::EnvWorld w = dist::env_world();
+  EXPECT_EQ(w.rank, 0);
+  EXPECT_EQ(w.size, 1);
+  EXPECT_EQ(w.local_rank, 0);
+  EXPECT_TRUE(w.id_file.empty());
+  EXPECT_EQ(w.id_timeout_s, 120);
+}
+
+TEST(EnvBootstrap, ReadsTheVariables) {
+  EnvGuard g;
+  EnvGuard::clear();
+  setenv("HZ_WORLD_SIZE", "4", 1);
+  setenv("HZ_RANK", "3", 1);
+  setenv("HZ_NCCL_ID_FILE", "/shared/id", 1);
+  EXPECT_TRUE(dist::launched_by_env());
+  dist::EnvWorld w = dist::env_world();
+  EXPECT_EQ(w.rank, 3);
+  EXPECT_EQ(w.size, 4);
+  EXPECT_EQ(w.local_rank, 3);  // defaults to the rank
+  EXPECT_EQ(w.id_file, "/shared/id");
+  setenv("HZ_LOCAL_RANK", "1", 1);
+  setenv("HZ_NCCL_ID_TIMEOUT", "2.5", 1);
+  w = dist::env_world();
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_DOUBLE_EQ(w.id_timeout_s, 2.5);
+}
+
+TEST(EnvBootstrap, RefusesBadValuesByName) {
+  EnvGuard g;
+  const auto err = [](std::map<std::string, std::string> vars) {
+    EnvGuard::clear();
+    for (auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
+    return error_of<ValueError>([] { dist::env_world(); });
+  };
+  EXPECT_NE(err({{"HZ_WORLD_SIZE", "two"}}).find("HZ_WORLD_SIZE='two' is not an integer"), std::string::npos);
+  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2x"}, {"HZ_RANK", "0"}}).find("not an integer"), std::string::npos);
+  EXPECT_NE(err({{"HZ_WORLD_SIZE", ""}}).find("not an integer"), std::string::npos);
+  EXPECT_NE(err({{"HZ_WORLD_SIZE", "0"}}).find("at least 1"), std::string::npos);
+  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_NCCL_ID_FILE", "/x"}}).find("HZ_RANK is not set"), std::string::npos);
+  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_RANK", "2"}, {"HZ_NCCL_ID_FILE", "/x"}}).find("HZ_RANK=2 is outside 0 .. 1"),
+            std::string::npos);
+  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_RANK", "-1"}, {"HZ_NCCL_ID_FILE", "/x"}}).find("HZ_RANK=-1"),
+            std::string::npos);
+  EXPECT_NE(err({{"HZ_RANK", "1"}}).find("HZ_RANK=1 is outside 0 .. 0"), std::string::npos);
+  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_RANK", "1"}, {"HZ_LOCAL_RANK", "x"}, {"HZ_NCCL_ID_FILE", "/x"}})
+                .find("HZ_LOCAL_RANK='x'"),
+            std::string::npos);
+  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_RANK", "1"}}).find("needs HZ_NCCL_ID_FILE"), std::string::npos);
+  EXPECT_NE(err({{"HZ_NCCL_ID_TIMEOUT", "-3"}}).find("HZ_NCCL_ID_TIMEOUT"), std::string::npos);
+}
+
+TEST(EnvBootstrap, MakeNcclAndFromEnvironmentCheckTheVariablesFirst) {
+  EnvGuard g;
+  EnvGuard::clear();
+  setenv("HZ_WORLD_SIZE", "2", 1);
+  setenv("HZ_RANK", "0", 1);
+  // before any GPU is touched: the same message with or without a device
+  EXPECT_NE(error_of<ValueError>([] { dist::make_nccl(); }).find("needs HZ_NCCL_ID_FILE"), std::string::npos);
+  setenv("HZ_NCCL_ID_FILE", "/tmp/unused", 1);
+  EXPECT_NE(error_of<Error>([] { dist::from_environment(); }).find("run.device=cuda"), std::string::npos);
+  setenv("HZ_WORLD_SIZE", "1", 1);
+  EXPECT_EQ(dist::from_environment()->name(), "local");
+}
+
+TEST(EnvBootstrap, IdFileRoundTripAndTimeout) {
+  const std::string path = temp_path("hz_nccl_id_test");
+  std::filesystem::remove(path);
+  std::vector<unsigned char> id(128), got(128, 0);
+  for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<unsigned char>(i * 7 + 3);
+  // the reader starts first and polls until rank 0's file appears
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    dist::publish_id_file(path, id.data(), id.size());
+  });
+  dist::read_id_file(path, got.data(), got.size(), 10.0);
+  writer.join();
+  EXPECT_EQ(got, id);
+  for (auto& e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
+    EXPECT_EQ(e.path().string().find(path + ".tmp"), std::string::npos) << "temporary left behind: " << e.path();
+  // a second publish replaces it atomically
+  id[0] = 99;
+  dist::publish_id_file(path, id.data(), id.size());
+  dist::read_id_file(path, got.data(), got.size(), 1.0);
+  EXPECT_EQ(got[0], 99);
+  // not an id file
+  { std::ofstream(path, std::ios::binary) << std::string(300, 'x'); }
+  EXPECT_NE(error_of<Error>([&] { dist::read_id_file(path, got.data(), got.size(), 1.0); }).find("300 bytes"),
+            std::string::npos);
+  std::filesystem::remove(path);
+  // never written: a clear error naming the file
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = error_of<Error>([&] { dist::read_id_file(path, got.data(), got.size(), 0.3); });
+  EXPECT_NE(msg.find("no NCCL id file '" + path + "'"), std::string::npos) << msg;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  // an unwritable place
+  EXPECT_NE(error_of<Error>([&] { dist::publish_id_file("/nonexistent_dir_hz/id", id.data(), id.size()); })
+                .find("cannot write the NCCL id file"),
+            std::string::npos);
+}
+
+TEST(EnvBootstrap, ReportsTheNcclVersion) {
+  ASSERT_TRUE(dist::nccl_compiled());
+  const std::string v = dist::nccl_version();
+  std::printf("NCCL version (libnccl loaded): %s\n", v.c_str());
+  EXPECT_EQ(v.rfind("2.", 0), 0u) << v;
+}
+
+// ---- one rank ---------------------------------------------------------------------------------
+
+std::vector<double> values(const Tensor& t) { return t.to_vector(); }
+
+class NcclOneRank : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::available()) GTEST_SKIP() << "no CUDA device (NCCL needs a GPU)";
+    if (two_rank_launch()) GTEST_SKIP() << "HZ_WORLD_SIZE is set: a two-rank launch runs NcclTwoRanks.*";
+  }
+  static dist::Communicator& comm() {
+    static std::unique_ptr<dist::Communicator> c = [] {
+      EnvGuard g;
+      EnvGuard::clear();
+      return dist::make_nccl();
+    }();
+    return *c;
+  }
+  static Device dev() { return Device::cuda(0); }
+};
+
+TEST_F(NcclOneRank, Identity) {
+  EXPECT_EQ(comm().name(), "nccl");
+  EXPECT_EQ(comm().rank(), 0);
+  EXPECT_EQ(comm().size(), 1);
+  EXPECT_EQ(comm().local_rank(), 0);
+}
+
+TEST_F(NcclOneRank, AllReduceCudaF32AndBf16) {
+  std::vector<double> v;
+  for (int i = 0; i < 1000; ++i) v.push_back((i % 37) * 0.5 - 4);  // exact in bf16
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Average}) {
+      Tensor t = Tensor::from_vector(v, {10, 100}, dt, dev());
+      comm().all_reduce(t, op);
+      EXPECT_EQ(values(t), v) << dtype_name(dt);
+      Tensor a = Tensor::from_vector(v, {1000}, dt, dev());
+      auto req = comm().all_reduce_async(a, op);
+      req->wait();
+      EXPECT_EQ(values(a), v) << dtype_name(dt);
+    }
+  }
+}
+
+TEST_F(NcclOneRank, CpuTensorsGoThroughTheDevice) {
+  Tensor i64 = Tensor::from_vector({0, 1, -5, 1099511627776.0 + 3, -4398046511104.0}, {5}, DType::I64);
+  const std::vector<double> want = values(i64);
+  comm().all_reduce(i64, dist::ReduceOp::Sum);
+  EXPECT_TRUE(i64.device().is_cpu());
+  EXPECT_EQ(values(i64), want);
+  Tensor i32 = Tensor::from_vector({7, -8, 9}, {3}, DType::I32);
+  comm().all_reduce(i32, dist::ReduceOp::Sum);
+  EXPECT_EQ(values(i32), (std::vector<double>{7, -8, 9}));
+  for (auto op : {dist::ReduceOp::Sum, dist::ReduceOp::Average}) {
+    Tensor f64 = Tensor::from_vector({0.1, 1e300, -2.5}, {3}, DType::F64);
+    comm().all_reduce(f64, op);
+    EXPECT_EQ(values(f64), (std::vector<double>{0.1, 1e300, -2.5}));
+    Tensor f32 = Tensor::from_vector({0.25, 3}, {2}, DType::F32);
+    auto req = comm().all_reduce_async(f32, op);
+    EXPECT_TRUE(req->test());  // staged: complete on return
+    req->wait();
+    EXPECT_EQ(values(f32), (std::vector<double>{0.25, 3}));
+  }
+  EXPECT_DOUBLE_EQ(comm().all_reduce_scalar(2.75, dist::ReduceOp::Average), 2.75);
+  Tensor ints = Tensor::from_vector({1, 2}, {2}, DType::I64);
+  EXPECT_THROW(comm().all_reduce(ints, dist::ReduceOp::Average), DTypeError);
+}
+
+TEST_F(NcclOneRank, BroadcastBarrierAllGather) {
+  Tensor c = Tensor::from_vector({1, 2, 3}, {3}, DType::F32, dev());
+  comm().broadcast(c, 0);
+  EXPECT_EQ(values(c), (std::vector<double>{1, 2, 3}));
+  Tensor h = Tensor::from_vector({4, 5}, {2}, DType::I64);
+  comm().broadcast(h, 0);
+  EXPECT_EQ(values(h), (std::vector<double>{4, 5}));
+  EXPECT_THROW(comm().broadcast(c, 1), ValueError);
+  comm().barrier();
+  EXPECT_EQ(comm().all_gather(42), std::vector<int64_t>{42});
+  EXPECT_EQ(comm().all_gather(-(int64_t{1} << 50)), std::vector<int64_t>{-(int64_t{1} << 50)});
+}
+
+// A parameter without a gradient on this rank gets a zero gradient on the parameters' device; the
+// others keep theirs (average over one rank).
+void grad_sync_missing_grad(dist::Communicator& comm, Device dev, bool overlap, int rank_without_grad,
+                            double scale_expected) {
+  std::vector<ag::Variable> ps;
+  for (int i = 0; i < 4; ++i) ps.emplace_back(Tensor::full({50 + i}, 1.0, DType::F32, dev), true);
+  dist::GradSync::NamedParams named;
+  for (int i = 0; i < 4; ++i) named.emplace_back("p" + std::to_string(i), &ps[i]);
+  dist::GradSync gs(comm, named, /*bucket_bytes=*/256, overlap);
+  gs.begin();
+  const double r = comm.rank() + 1.0;
+  ag::Variable acc = ag::sum_all(ag::mul_scalar(ps[0], r));
+  for (int i = 1; i < 4; ++i) {
+    if (i == 2 && comm.rank() == rank_without_grad) continue;  // p2 unused on this rank
+    acc = ag::add(acc, ag::sum_all(ag::mul_scalar(ps[i], r * (i + 1))));
+  }
+  acc.backward();
+  EXPECT_FALSE(ps[2].grad().defined() && comm.rank() == rank_without_grad);
+  gs.finish();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(ps[i].grad().defined()) << "p" << i;
+    EXPECT_EQ(ps[i].grad().device(), dev) << "p" << i << " on " << ps[i].grad().device().str();
+    const double want = i == 2 ? scale_expected : (comm.size() == 1 ? r : 1.5) * (i + 1);
+    for (double g : values(ps[i].grad())) ASSERT_DOUBLE_EQ(g, want) << "p" << i << " overlap " << overlap;
+  }
+}
+
+TEST_F(NcclOneRank, GradSyncMissingGradIsZeroOnTheDevice) {
+  for (bool overlap : {false, true}) grad_sync_missing_grad(comm(), dev(), overlap, 0, 0.0);
+}
+
+// ---- two ranks (scripts/nccl_check.sh) --------------------------------------------------------
+
+class NcclTwoRanks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* s = std::getenv("HZ_WORLD_SIZE");
+    if (s == nullptr || std::string(s) != "2")
+      GTEST_SKIP() << "needs HZ_WORLD_SIZE=2 with HZ_RANK=0/1 and HZ_NCCL_ID_FILE (scripts/nccl_check.sh)";
+    if (!cuda::available()) GTEST_SKIP() << "no CUDA device (NCCL needs a GPU)";
+  }
+  static dist::Communicator& comm() {
+    static std::unique_ptr<dist::Communicator> c = dist::make_nccl();
+    return *c;
+  }
+  static Device dev() { return Device::cuda(comm().local_rank() % cuda::device_count()); }
+};
+
+TEST_F(NcclTwoRanks, Identity) {
+  EXPECT_EQ(comm().size(), 2);
+  EXPECT_EQ(comm().rank(), std::atoi(std::getenv("HZ_RANK")));
+  std::printf("rank %d of %d on %s, libnccl %s\n", comm().rank(), comm().size(), dev().str().c_str(),
+              dist::nccl_version().c_str());
+}
+
+TEST_F(NcclTwoRanks, AllReduce) {
+  const int r = comm().rank();
+  std::vector<double> v, sum, avg;
+  for (int i = 0; i < 3000; ++i) {
+    v.push_back((r + 1) * (i % 11));
+    sum.push_back(3.0 * (i % 11));
+    avg.push_back(1.5 * (i % 11));
+  }
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor t = Tensor::from_vector(v, {3000}, dt, dev());
+    comm().all_reduce(t, dist::ReduceOp::Sum);
+    EXPECT_EQ(values(t), sum) << dtype_name(dt);
+    Tensor a = Tensor::from_vector(v, {3000}, dt, dev());
+    comm().all_reduce_async(a, dist::ReduceOp::Average)->wait();
+    EXPECT_EQ(values(a), avg) << dtype_name(dt);
+  }
+  // CPU tensors (staged through the device)
+  Tensor i64 = Tensor::from_vector({double(r + 1), double((int64_t{1} << 40) * (r + 1))}, {2}, DType::I64);
+  comm().all_reduce(i64, dist::ReduceOp::Sum);
+  EXPECT_EQ(values(i64), (std::vector<double>{3, double((int64_t{1} << 40) * 3)}));
+  EXPECT_DOUBLE_EQ(comm().all_reduce_scalar(r == 0 ? 1.0 : 2.0, dist::ReduceOp::Average), 1.5);
+}
+
+TEST_F(NcclTwoRanks, BroadcastFromRankOne) {
+  const int r = comm().rank();
+  Tensor t = Tensor::full({257}, r * 10.0 + 1, DType::F32, dev());
+  comm().broadcast(t, 1);
+  for (double x : values(t)) ASSERT_EQ(x, 11.0);
+  Tensor h = Tensor::full({3}, r * 100.0 + 5, DType::I64);
+  comm().broadcast(h, 1);
+  EXPECT_EQ(values(h), (std::vector<double>{105, 105, 105}));
+}
+
+TEST_F(NcclTwoRanks, AllGatherAndBarrier) {
+  const int r = comm().rank();
+  EXPECT_EQ(comm().all_gather(r * 7 + 1), (std::vector<int64_t>{1, 8}));
+  comm().barrier();
+  EXPECT_EQ(comm().all_gather(int64_t{1} << (40 + r)), (std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 41}));
+}
+
+TEST_F(NcclTwoRanks, GradSyncAverages) {
+  // rank r's gradient is (r + 1) x; p2 is used by rank 1 only (gradient 2 * 3 there): average 3
+  for (bool overlap : {false, true}) grad_sync_missing_grad(comm(), dev(), overlap, 0, 3.0);
+}
+
+}  // namespace
