@@ -188,7 +188,7 @@ int bench_train(const std::vector<std::string>& a) {
   if (dev.is_cuda()) cuda::set_allow_tf32(r.run.tf32);
   nn::Transformer m(r.model_config(), 1);
   m.to(dev);
-  m.compute_dtype = r.run.precision == "bf16" ? DType::BF16 : DType::F32;
+  m.compute_dtype = nn::compute_dtype_of(r.run.precision);
   auto named = m.named_parameters();
   std::vector<std::pair<std::string, ag::Variable*>> decay, rest;
   for (auto& p : named) (p.second->dim() >= 2 ? decay : rest).push_back(p);
@@ -240,7 +240,7 @@ int bench_train(const std::vector<std::string>& a) {
   fmt::print("{{\"impl\": \"horizon\", \"device\": \"{}\", \"precision\": \"{}\", \"params\": {}, \"step_ms\": {:.2f}, "
              "\"tok_per_s\": {:.1f}, \"threads\": {}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
              "\"update_ms\": {:.2f}, \"flops_per_token\": {:.4g}, \"mfu\": {:.4f}, \"peak_mem_bytes\": {}}}\n",
-             dev.str(), r.run.precision, m.num_parameters(), med * 1e3, tps, cpu::num_threads(), median(fwd) * 1e3,
+             dev.str(), nn::name(r.run.precision), m.num_parameters(), med * 1e3, tps, cpu::num_threads(), median(fwd) * 1e3,
              median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0, mem);
   return 0;
 }

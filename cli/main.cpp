@@ -78,7 +78,7 @@ int cmd_train(const std::vector<std::string>& a) {
   const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
   const bool ranks = hz::dist::launched_by_mpirun() || hz::dist::launched_by_env();
   std::unique_ptr<hz::dist::Communicator> comm =
-      ranks && r.run.device == "cuda" ? hz::dist::make_nccl() : hz::dist::from_environment();
+      ranks && r.run.device == hz::DeviceType::CUDA ? hz::dist::make_nccl() : hz::dist::from_environment();
   try {
     hz::train::TrainOptions opt;
     opt.comm = comm.get();

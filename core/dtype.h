@@ -15,7 +15,9 @@ const char* dtype_name(DType t);
 inline bool is_floating(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
 inline bool is_integer(DType t) { return t == DType::I32 || t == DType::I64; }
 
-enum class DeviceType : uint8_t { CPU, CUDA };
+enum class DeviceType : uint8_t { CPU, CUDA, Count };
+const char* name(DeviceType t);                       // cpu | cuda
+DeviceType parse_device_type(const std::string& s);  // throws ValueError listing the names
 
 struct Device {
   DeviceType type = DeviceType::CPU;

@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include "core/names.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,13 @@ static_assert(sizeof(kDTypeSize) / sizeof(kDTypeSize[0]) == static_cast<size_t>(
 static_assert(sizeof(kDTypeName) / sizeof(kDTypeName[0]) == static_cast<size_t>(DType::Count));
 size_t dtype_size(DType t) { return kDTypeSize[static_cast<int>(t)]; }
 const char* dtype_name(DType t) { return kDTypeName[static_cast<int>(t)]; }
+namespace {
+const char* const kDeviceTypeNames[] = {"cpu", "cuda"};
+static_assert(sizeof(kDeviceTypeNames) / sizeof(*kDeviceTypeNames) == static_cast<size_t>(DeviceType::Count));
+}  // namespace
+const char* name(DeviceType t) { return kDeviceTypeNames[static_cast<int>(t)]; }
+DeviceType parse_device_type(const std::string& s) { return parse_name<DeviceType>(s, kDeviceTypeNames, "device"); }
+
 std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
 // ---- shapes -----------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "data/needles.h"
 
+#include "core/names.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -165,10 +167,13 @@ NeedleTask parse_needle_task(const std::string& s) {
   for (const auto& n : needle_task_names()) known += " " + n;
   throw ValueError("unknown needle task '" + s + "'; known tasks:" + known);
 }
+namespace {
+const char* const kFormatNames[] = {"ruler", "short"};
+static_assert(sizeof(kFormatNames) / sizeof(*kFormatNames) == static_cast<size_t>(NeedleFormat::Count));
+}  // namespace
+const char* name(NeedleFormat f) { return kFormatNames[static_cast<int>(f)]; }
 NeedleFormat parse_needle_format(const std::string& s) {
-  if (s == "ruler") return NeedleFormat::Ruler;
-  if (s == "short") return NeedleFormat::Short;
-  throw ValueError("unknown needle format '" + s + "'; expected ruler or short");
+  return parse_name<NeedleFormat>(s, kFormatNames, "needle format");
 }
 
 const std::vector<std::string>& bible_verses() {

@@ -35,7 +35,8 @@ enum class NeedleFormat : uint8_t { Ruler, Short, Count };
 const std::vector<std::string>& needle_task_names();  // in NeedleTask order
 NeedleTask parse_needle_task(const std::string& s);    // throws ValueError listing the names
 const char* name(NeedleTask t);
-NeedleFormat parse_needle_format(const std::string& s);  // ruler | short
+const char* name(NeedleFormat f);                        // ruler | short
+NeedleFormat parse_needle_format(const std::string& s);  // throws ValueError listing the names
 
 struct NeedleExample {
   NeedleTask task = NeedleTask::SingleNumber;

@@ -8,8 +8,8 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
   int n_rope = 0, n_swan = 0, n_temp = 0, n_lampe = 0;  // layers each option reached
   for (auto& b : m.layers) {
     attn::AttentionSpec& sp = b->attn->spec;
-    if (!e.rope_scaling.empty() && sp.pos.kind == attn::PosKind::Rope) {
-      sp.pos.scaling = attn::parse_scaling(e.rope_scaling);
+    if (e.rope_scaling && sp.pos.kind == attn::PosKind::Rope) {
+      sp.pos.scaling = *e.rope_scaling;
       // dynamic NTK derives s from the length itself (factor 1: s = L / train_T)
       sp.pos.factor = sp.pos.scaling == attn::RopeScaling::DynamicNTK ? 1.0 : std::max(1.0, s);
       sp.pos.original_context = train_T;
@@ -45,7 +45,7 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
     }
     throw ValueError(what);
   };
-  refuse(!e.rope_scaling.empty(), n_rope, "eval.rope_scaling: the model has no RoPE layer to scale; leave it empty");
+  refuse(e.rope_scaling.has_value(), n_rope, "eval.rope_scaling: the model has no RoPE layer to scale; leave it empty");
   refuse(e.swan_a > 0, n_swan, "eval.swan_a / fit_swan_a: the model has no global NoPE layer (pos none, mask causal) "
          "for SWAN row scaling; use it on SWAN or NoPE models");
   refuse(e.drope_c != 0, n_temp, "eval.drope_c / fit_drope_c: no layer has identity logits to put a temperature on");

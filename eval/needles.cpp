@@ -17,7 +17,7 @@ NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o) {
   if (o.needles.tasks.empty()) return rep;
   HZ_CHECK(o.needles.samples >= 1, ValueError, "needles: samples per cell must be >= 1");
   const auto tok = data::make_tokenizer(o.tokenizer);
-  const data::NeedleFormat fmt_ = data::parse_needle_format(o.needles.format);
+  const data::NeedleFormat fmt_ = o.needles.format;
   const auto& verses = data::bible_verses();
   for (const std::string& tname : o.needles.tasks) {
     const data::NeedleTask task = data::parse_needle_task(tname);

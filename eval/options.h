@@ -2,14 +2,19 @@
 // from a recipe (Recipe::eval_options()); eval/ never sees a recipe.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "attention/spec.h"
+#include "data/needles.h"
 
 namespace hz::eval {
 
 // Inference-time changes to a trained model, applied per evaluation length (eval/inference.h).
 struct InferenceOptions {
-  std::string rope_scaling;        // "" (as trained) | none | pi | ntk | dynamic_ntk | yarn; s = length / train_T
+  // RoPE frequency scaling of the RoPE layers (unset: as trained); factor s = length / train_T
+  std::optional<attn::RopeScaling> rope_scaling;
   double swan_a = 0;               // > 0: SWAN row scaling g(n) = ln(a + n) / ln(a) on global NoPE layers
   double drope_c = 0;              // != 0: temperature beta = 1 + c ln s on identity-logit layers
   bool lampe = false;              // LaMPE on RoPE layers
@@ -23,7 +28,7 @@ struct NeedleOptions {
   std::vector<std::string> tasks;  // [] = off; names from data::needle_task_names()
   int64_t samples = 0;             // examples per (task, length, depth) cell
   std::vector<double> depths{0.0, 0.25, 0.5, 0.75, 1.0};
-  std::string format = "ruler";    // ruler (RULER's wording) | short (the same facts in fewer tokens)
+  data::NeedleFormat format = data::NeedleFormat::Ruler;  // RULER's wording | the same facts in fewer tokens
 };
 
 struct EvalOptions {

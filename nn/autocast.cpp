@@ -1,8 +1,17 @@
 #include "nn/autocast.h"
 
 #include "core/error.h"
+#include "core/names.h"
 
 namespace hz::nn {
+
+namespace {
+const char* const kPrecisionNames[] = {"fp32", "bf16"};
+static_assert(sizeof(kPrecisionNames) / sizeof(*kPrecisionNames) == static_cast<size_t>(Precision::Count));
+}  // namespace
+const char* name(Precision p) { return kPrecisionNames[static_cast<int>(p)]; }
+Precision parse_precision(const std::string& s) { return parse_name<Precision>(s, kPrecisionNames, "precision"); }
+DType compute_dtype_of(Precision p) { return p == Precision::BF16 ? DType::BF16 : DType::F32; }
 
 namespace {
 thread_local DType t_compute = DType::F32;

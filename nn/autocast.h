@@ -8,9 +8,18 @@
 // so training, evaluation and generation all run at the model's precision.
 // Thread-local; scopes nest.
 #pragma once
+#include <string>
+
 #include "core/dtype.h"
 
 namespace hz::nn {
+
+// A run's precision (recipe run.precision): fp32, or bf16 (f32 master weights and optimizer state,
+// bf16 activations and GEMMs with f32 accumulation).
+enum class Precision : uint8_t { FP32, BF16, Count };
+const char* name(Precision p);                      // fp32 | bf16
+Precision parse_precision(const std::string& s);  // throws ValueError listing the names
+DType compute_dtype_of(Precision p);              // F32 | BF16
 
 // The current compute dtype; F32 (or F64) means "as stored" (no casts).
 DType compute_dtype();

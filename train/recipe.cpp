@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -82,10 +83,12 @@ void visit_fields(Recipe& r, V& v) {
   v("run.out_dir", r.run.out_dir, "directory holding run directories");
   v("run.seed", r.run.seed, "seed of initialisation, data split and shuffling");
   v("run.threads", r.run.threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)");
-  v("run.device", r.run.device, "cpu | cuda (under mpirun each rank uses the GPU of its local rank; NCCL all-reduces)");
-  v("run.precision", r.run.precision,
+  v.enumeration("run.device", r.run.device, "cpu | cuda (several ranks: each uses the GPU of its local rank; NCCL all-reduces)",
+                parse_device_type, static_cast<const char* (*)(DeviceType)>(hz::name));
+  v.enumeration("run.precision", r.run.precision,
     "fp32 | bf16: bf16 keeps f32 master weights and optimizer state, computes activations and GEMMs in bf16 "
-    "(f32 accumulation), norms/softmax/loss/gradients in f32");
+    "(f32 accumulation), norms/softmax/loss/gradients in f32",
+    nn::parse_precision, static_cast<const char* (*)(nn::Precision)>(nn::name));
   v("run.tf32", r.run.tf32, "CUDA only: f32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative)");
   v("run.peak_tflops", r.run.peak_tflops,
     "peak TFLOP/s for the logged MFU (0 = the GPU's known dense peak for the precision; no MFU on CPU)");
@@ -143,27 +146,30 @@ void visit_fields(Recipe& r, V& v) {
   v("checkpoint.resume", r.checkpoint.resume, "'' | latest | path: continue a run exactly");
   v("checkpoint.init_from", r.checkpoint.init_from, "start from another run's weights (checkpoint or run dir)");
   v("eval.every", r.eval.every, "validation interval in steps (0 = only at the end)");
-  v("eval.batches", r.eval.batches, "validation batches per length");
-  v("eval.batch_size", r.eval.batch_size, "validation batch size (0 = data.batch_size)");
-  v("eval.lengths", r.eval.lengths, "evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)");
-  v("eval.rope_scaling", r.eval.rope_scaling, "inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn | llama3");
-  v("eval.swan_a", r.eval.swan_a, "SWAN row scaling a on global NoPE layers (0 = off)");
-  v("eval.drope_c", r.eval.drope_c, "DroPE temperature c: beta = 1 + c ln s (0 = off)");
-  v("eval.lampe", r.eval.lampe, "LaMPE on RoPE layers");
-  v("eval.lampe_L", r.eval.lampe_L, "LaMPE mapping scale L (0 = 3/4 of seq_len)");
-  v("eval.lampe_a", r.eval.lampe_a, "LaMPE sigmoid slope a");
-  v("eval.lampe_b", r.eval.lampe_b, "LaMPE sigmoid offset b");
-  v("eval.lampe_local", r.eval.lampe_local, "LaMPE local region");
-  v("eval.lampe_sink", r.eval.lampe_sink, "LaMPE sink region");
-  v("eval.fit_drope_c", r.eval.fit_drope_c, "candidate DroPE c values; eval reports the best per length");
-  v("eval.passkey_examples", r.eval.passkey_examples, "passkey retrieval examples per (length, depth) (0 = off)");
-  v("eval.passkey_depths", r.eval.passkey_depths, "needle depths for the passkey grid (fractions of the filler)");
-  v("eval.fit_swan_a", r.eval.fit_swan_a, "candidate SWAN a values; eval reports the best per length and per 128-token window");
-  v("eval.needle_tasks", r.eval.needle_tasks, "RULER needle tasks answered by greedy decoding ([] = off): niah_single_number niah_single_word niah_multikey niah_multivalue niah_multiquery passkey");
-  v("eval.needle_samples", r.eval.needle_samples, "needle examples per (task, length, depth)");
-  v("eval.needle_depths", r.eval.needle_depths, "needle depths (fractions of the haystack)");
-  v("eval.needle_format", r.eval.needle_format, "needle wording: ruler (RULER's templates) | short (fewer tokens)");
-  v("eval.probe_sequences", r.eval.probe_sequences, "linear position probe on this many validation sequences (0 = off)");
+  v("eval.batches", r.eval.opts.batches, "validation batches per length");
+  v("eval.batch_size", r.eval.opts.batch_size, "validation batch size (0 = data.batch_size)");
+  v("eval.lengths", r.eval.opts.lengths, "evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)");
+  v.enumeration("eval.rope_scaling", r.eval.opts.inference.rope_scaling,
+                "inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn | llama3", attn::parse_scaling,
+                static_cast<const char* (*)(attn::RopeScaling)>(attn::name));
+  v("eval.swan_a", r.eval.opts.inference.swan_a, "SWAN row scaling a on global NoPE layers (0 = off)");
+  v("eval.drope_c", r.eval.opts.inference.drope_c, "DroPE temperature c: beta = 1 + c ln s (0 = off)");
+  v("eval.lampe", r.eval.opts.inference.lampe, "LaMPE on RoPE layers");
+  v("eval.lampe_L", r.eval.opts.inference.lampe_L, "LaMPE mapping scale L (0 = 3/4 of seq_len)");
+  v("eval.lampe_a", r.eval.opts.inference.lampe_a, "LaMPE sigmoid slope a");
+  v("eval.lampe_b", r.eval.opts.inference.lampe_b, "LaMPE sigmoid offset b");
+  v("eval.lampe_local", r.eval.opts.inference.lampe_local, "LaMPE local region");
+  v("eval.lampe_sink", r.eval.opts.inference.lampe_sink, "LaMPE sink region");
+  v("eval.fit_drope_c", r.eval.opts.fit_drope_c, "candidate DroPE c values; eval reports the best per length");
+  v("eval.passkey_examples", r.eval.opts.passkey_examples, "passkey retrieval examples per (length, depth) (0 = off)");
+  v("eval.passkey_depths", r.eval.opts.passkey_depths, "needle depths for the passkey grid (fractions of the filler)");
+  v("eval.fit_swan_a", r.eval.opts.fit_swan_a, "candidate SWAN a values; eval reports the best per length and per 128-token window");
+  v("eval.needle_tasks", r.eval.opts.needles.tasks, "RULER needle tasks answered by greedy decoding ([] = off): niah_single_number niah_single_word niah_multikey niah_multivalue niah_multiquery passkey");
+  v("eval.needle_samples", r.eval.opts.needles.samples, "needle examples per (task, length, depth)");
+  v("eval.needle_depths", r.eval.opts.needles.depths, "needle depths (fractions of the haystack)");
+  v.enumeration("eval.needle_format", r.eval.opts.needles.format, "needle wording: ruler (RULER's templates) | short (fewer tokens)",
+                data::parse_needle_format, static_cast<const char* (*)(data::NeedleFormat)>(data::name));
+  v("eval.probe_sequences", r.eval.opts.probe_sequences, "linear position probe on this many validation sequences (0 = off)");
   v("drope.at_step", r.drope.at_step, "drop position encodings at this step (-1 = never)");
   v("drope.qk_norm", r.drope.qk_norm, "add full QK-norm at the drop (gains start at 1)");
   v("drope.reset_optimizer", r.drope.reset_optimizer, "fresh optimizer and schedule at the drop");
@@ -281,6 +287,24 @@ struct Reader {
       fail(n, path, e.what());
     }
   }
+  // an optional choice: '' (or null) leaves it unset
+  template <class E>
+  void enumeration(const std::string& path, std::optional<E>& v, const char*, E (*parse)(const std::string&),
+                   const char* (*)(E)) {
+    known.insert(path);
+    YAML::Node n = find(path);
+    if (!n.IsDefined()) return;
+    const std::string s = n.IsNull() ? std::string() : convert<std::string>(n, path, "a name or ''");
+    if (s.empty()) {
+      v.reset();
+      return;
+    }
+    try {
+      v = parse(s);
+    } catch (const ValueError& e) {
+      fail(n, path, e.what());
+    }
+  }
   void kinds(const std::string& path, std::vector<nn::LayerKind>& kinds, const char*) {
     known.insert(path);
     YAML::Node n = find(path);
@@ -360,6 +384,12 @@ struct Writer {
     YAML::Node n = at(path);
     n = std::string(name(v));
   }
+  template <class E>
+  void enumeration(const std::string& path, std::optional<E>& v, const char*, E (*)(const std::string&),
+                   const char* (*name)(E)) {
+    YAML::Node n = at(path);
+    n = v ? std::string(name(*v)) : std::string();
+  }
   void kinds(const std::string& path, std::vector<nn::LayerKind>& kinds, const char*) {
     for (auto& k : kinds) visit_kind(path + "." + k.name, k.attn, *this);
   }
@@ -391,6 +421,11 @@ struct Doc {
   template <class E>
   void enumeration(const std::string& p, E& v, const char* d, E (*)(const std::string&), const char* (*name)(E)) {
     line(p, "name", name(v), d);
+  }
+  template <class E>
+  void enumeration(const std::string& p, std::optional<E>& v, const char* d, E (*)(const std::string&),
+                   const char* (*name)(E)) {
+    line(p, "name", v ? name(*v) : "", d);
   }
   void kinds(const std::string& p, std::vector<nn::LayerKind>&, const char* d) {
     os << "  " << p << " (map, default {default: rope causal identity})\n      " << d << "\n";
@@ -522,46 +557,31 @@ nn::ModelConfig Recipe::model_config() const {
 }
 
 std::vector<int64_t> Recipe::eval_lengths() const {
-  if (!eval.lengths.empty()) return eval.lengths;
+  if (!eval.opts.lengths.empty()) return eval.opts.lengths;
   return {data.seq_len, 2 * data.seq_len, 4 * data.seq_len, 8 * data.seq_len};
 }
 
-eval::EvalOptions Recipe::eval_options() const {
+eval::EvalOptions recipe_eval_defaults() {
   eval::EvalOptions o;
+  o.batch_size = 0;  // data.batch_size
+  o.needles.samples = 5;
+  return o;
+}
+
+eval::EvalOptions Recipe::eval_options() const {
+  eval::EvalOptions o = eval.opts;
   o.train_T = data.seq_len;
   o.seed = static_cast<uint64_t>(run.seed);
   o.tokenizer = data.tokenizer;
   o.lengths = eval_lengths();
-  o.batches = eval.batches;
-  o.batch_size = eval.batch_size > 0 ? eval.batch_size : data.batch_size;
-  o.inference.rope_scaling = eval.rope_scaling;
-  o.inference.swan_a = eval.swan_a;
-  o.inference.drope_c = eval.drope_c;
-  o.inference.lampe = eval.lampe;
-  o.inference.lampe_L = eval.lampe_L;
-  o.inference.lampe_a = eval.lampe_a;
-  o.inference.lampe_b = eval.lampe_b;
-  o.inference.lampe_local = eval.lampe_local;
-  o.inference.lampe_sink = eval.lampe_sink;
-  o.fit_drope_c = eval.fit_drope_c;
-  o.fit_swan_a = eval.fit_swan_a;
-  o.passkey_examples = eval.passkey_examples;
-  o.passkey_depths = eval.passkey_depths;
-  o.needles.tasks = eval.needle_tasks;
-  o.needles.samples = eval.needle_samples;
-  o.needles.depths = eval.needle_depths;
-  o.needles.format = eval.needle_format;
-  o.probe_sequences = eval.probe_sequences;
+  o.batch_size = eval.opts.batch_size > 0 ? eval.opts.batch_size : data.batch_size;
   return o;
 }
 
 void Recipe::validate() const {
   auto bad = [&](const std::string& what) { throw RecipeError(source_file + ": " + what); };
   if (run.name.empty() || run.name.find('/') != std::string::npos) bad("run.name must be a non-empty name without '/'");
-  if (run.device != "cpu" && run.device != "cuda") bad("run.device '" + run.device + "' is not one of: cpu cuda");
-  if (run.precision != "fp32" && run.precision != "bf16")
-    bad("run.precision '" + run.precision + "' is not one of: fp32 bf16");
-  if (run.tf32 && run.device != "cuda") bad("run.tf32 applies to run.device=cuda only");
+  if (run.tf32 && run.device != DeviceType::CUDA) bad("run.tf32 applies to run.device=cuda only");
   if (run.peak_tflops < 0) bad("run.peak_tflops must be >= 0");
   if (data.seq_len < 2) bad("data.seq_len must be >= 2");
   if (data.batch_size < 1) bad("data.batch_size must be >= 1");
@@ -591,24 +611,15 @@ void Recipe::validate() const {
   if (drope.at_step >= train.steps) bad("drope.at_step (" + std::to_string(drope.at_step) + ") must be < train.steps (" + std::to_string(train.steps) + ")");
   for (int64_t l : eval_lengths())
     if (l < 2) bad("eval.lengths must be >= 2");
-  if (eval.passkey_examples < 0) bad("eval.passkey_examples must be >= 0");
-  for (double d : eval.passkey_depths)
+  if (eval.opts.passkey_examples < 0) bad("eval.passkey_examples must be >= 0");
+  for (double d : eval.opts.passkey_depths)
     if (d < 0 || d > 1) bad("eval.passkey_depths must lie in [0, 1]");
-  for (double d : eval.needle_depths)
+  for (double d : eval.opts.needles.depths)
     if (d < 0 || d > 1) bad("eval.needle_depths must lie in [0, 1]");
-  for (double a : eval.fit_swan_a)
+  for (double a : eval.opts.fit_swan_a)
     if (a <= 1) bad("eval.fit_swan_a values must be > 1 (g(n) = ln(a + n) / ln(a))");
-  if (eval.needle_samples < 1) bad("eval.needle_samples must be >= 1");
-  if (eval.needle_format != "ruler" && eval.needle_format != "short")
-    bad("eval.needle_format '" + eval.needle_format + "' is not one of: ruler short");
-  if (eval.probe_sequences < 0) bad("eval.probe_sequences must be >= 0");
-  if (!eval.rope_scaling.empty()) {
-    try {
-      attn::parse_scaling(eval.rope_scaling);
-    } catch (const ValueError& e) {
-      bad(std::string("eval.rope_scaling: ") + e.what());
-    }
-  }
+  if (eval.opts.needles.samples < 1) bad("eval.needle_samples must be >= 1");
+  if (eval.opts.probe_sequences < 0) bad("eval.probe_sequences must be >= 0");
   if (swan.enabled)
     for (const auto& p : swan.pattern)
       if (p != "global_nope" && p != "swa_rope") bad("swan.pattern may only name global_nope and swa_rope, got '" + p + "'");

@@ -14,6 +14,7 @@
 #include "attention/lampe.h"
 #include "attention/spec.h"
 #include "eval/options.h"
+#include "nn/autocast.h"
 #include "nn/transformer.h"
 #include "optim/schedule.h"
 
@@ -43,8 +44,8 @@ struct RunSection {
   std::string out_dir = "runs";
   int64_t seed = 1234;
   int64_t threads = 0;  // OpenMP threads; 0 = OMP_NUM_THREADS / all cores
-  std::string device = "cpu";      // cpu | cuda (under mpirun: the GPU of the local rank)
-  std::string precision = "fp32";  // fp32 | bf16 (f32 master weights and optimizer state, bf16 activations/GEMMs)
+  DeviceType device = DeviceType::CPU;          // cpu | cuda (several ranks: the GPU of the local rank)
+  nn::Precision precision = nn::Precision::FP32;  // fp32 | bf16 (f32 master weights and optimizer state, bf16 activations/GEMMs)
   bool tf32 = false;               // CUDA: f32 GEMMs on TF32 tensor cores (fp32 runs only)
   double peak_tflops = 0;          // MFU denominator; 0 = known GPU peak (H100/H200: 989 bf16, 495 tf32, 67 fp32), none on CPU
 };
@@ -98,28 +99,14 @@ struct CheckpointSection {
   std::string init_from = "";         // weights (not optimizer) of another run: checkpoint or run dir
 };
 
+// What `horizon eval` (and the end-of-run evaluation) does: eval::EvalOptions itself, with the
+// recipe's defaults; Recipe::eval_options() fills in what comes from the rest of the recipe
+// (train_T = data.seq_len, seed, tokenizer, lengths [] = 1x 2x 4x 8x, batch_size 0 = data.batch_size).
+eval::EvalOptions recipe_eval_defaults();
+
 struct EvalSection {
   int64_t every = 100;                // periodic validation during training (0: only at the end)
-  int64_t batches = 4;                // validation batches per length
-  int64_t batch_size = 0;             // 0 = data.batch_size
-  std::vector<int64_t> lengths;       // extrapolation lengths ([] = 1x, 2x, 4x, 8x of data.seq_len)
-  // inference-time options (horizon eval)
-  std::string rope_scaling = "";      // "" (as trained) | none | pi | ntk | dynamic_ntk | yarn; factor = length / seq_len
-  double swan_a = 0;                  // > 0: SWAN row scaling on global NoPE layers
-  double drope_c = 0;                 // != 0: temperature beta = 1 + c ln s on every layer
-  bool lampe = false;                 // LaMPE on RoPE layers
-  double lampe_L = 0;                 // 0 = 3/4 of seq_len
-  double lampe_a = 0, lampe_b = 10;   // mapping m = L / (1 + exp(-(a l + b)))
-  int64_t lampe_local = 512, lampe_sink = 200;
-  std::vector<double> fit_drope_c;    // candidate c values: pick the best per length (reported)
-  int64_t passkey_examples = 0;       // > 0: passkey retrieval accuracy per (length, depth)
-  std::vector<double> passkey_depths{0.0, 0.25, 0.5, 0.75, 1.0};
-  std::vector<double> fit_swan_a;     // candidate SWAN a values: best per length and per 128-token window
-  std::vector<std::string> needle_tasks;  // RULER needle tasks scored by greedy decoding ([] = off)
-  int64_t needle_samples = 5;         // examples per (task, length, depth)
-  std::vector<double> needle_depths{0.0, 0.25, 0.5, 0.75, 1.0};
-  std::string needle_format = "ruler";  // ruler | short
-  int64_t probe_sequences = 0;        // > 0: linear position probe per layer (R^2 on held-out positions)
+  eval::EvalOptions opts = recipe_eval_defaults();
 };
 
 struct DropeSection {

@@ -117,7 +117,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transforme
   split_decay(part.rest);
   optim::MuonOptions mo;
   mo.momentum = r.optim.muon_momentum;
-  if (r.run.precision == "bf16") mo.ns_dtype = DType::BF16;  // Newton-Schulz GEMMs in bf16, as the reference
+  if (r.run.precision == nn::Precision::BF16) mo.ns_dtype = DType::BF16;  // Newton-Schulz GEMMs in bf16, as the reference
   std::vector<std::unique_ptr<optim::Optimizer>> parts;
   parts.push_back(std::make_unique<optim::Muon>(
       std::vector<optim::ParamGroup>{{"hidden", part.hidden_matrices, r.optim.muon_lr, r.optim.weight_decay}}, mo));
@@ -210,12 +210,12 @@ double peak_tflops(const Recipe& r, Device dev) {
   if (!dev.is_cuda()) return 0;
   const std::string name = cuda::device_name(dev.index);
   if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos)
-    return r.run.precision == "bf16" ? 989.0 : r.run.tf32 ? 494.7 : 66.9;
+    return r.run.precision == nn::Precision::BF16 ? 989.0 : r.run.tf32 ? 494.7 : 66.9;
   return 0;
 }
 
 Device train_device(const Recipe& r, const dist::Communicator& comm) {
-  if (r.run.device == "cpu") return Device::cpu();
+  if (r.run.device == DeviceType::CPU) return Device::cpu();
   HZ_CHECK(cuda::compiled(), DeviceError, "run.device=cuda, but this Horizon build has no CUDA support; rebuild "
            "with -DHZ_CUDA=ON on a machine with the CUDA toolkit, or set run.device=cpu");
   const int n = cuda::device_count();
@@ -359,16 +359,16 @@ class Trainer {
     if (dev_.is_cuda()) cuda::set_allow_tf32(r_.run.tf32);
     place(*model_);
     if (dev_.is_cuda())
-      log("device {}: {}, precision {}{}", dev_.str(), cuda::device_name(dev_.index), r_.run.precision,
+      log("device {}: {}, precision {}{}", dev_.str(), cuda::device_name(dev_.index), nn::name(r_.run.precision),
           r_.run.tf32 ? " (TF32 GEMMs)" : "");
-    else if (r_.run.precision == "bf16")
+    else if (r_.run.precision == nn::Precision::BF16)
       log("device cpu, precision bf16");
   }
 
   // parameters on the run's device, forward at its precision
   void place(nn::Transformer& m) const {
     m.to(dev_);
-    m.compute_dtype = r_.run.precision == "bf16" ? DType::BF16 : DType::F32;
+    m.compute_dtype = nn::compute_dtype_of(r_.run.precision);
   }
 
   void build_optimizer() {
@@ -483,12 +483,12 @@ class Trainer {
   // held-out loss at every eval length (rank 0); returns the loss at the training length
   double evaluate(int64_t step_done) {
     if (!data_.val || rank_ != 0) return std::nan("");
-    const int64_t eb = r_.eval.batch_size > 0 ? r_.eval.batch_size : r_.data.batch_size;
+    const int64_t eb = r_.eval.opts.batch_size > 0 ? r_.eval.opts.batch_size : r_.data.batch_size;
     std::string line = fmt::format("{{\"step\": {}, \"eval\": {{", step_done);
     double at_train = std::nan("");
     bool first = true;
     for (int64_t L : r_.eval_lengths()) {
-      const double l = eval::mean_loss(*model_, *data_.val, L, eb, r_.eval.batches, r_.data.seq_len);
+      const double l = eval::mean_loss(*model_, *data_.val, L, eb, r_.eval.opts.batches, r_.data.seq_len);
       if (std::isnan(l)) {
         log("  eval step {:>6}  length {:>6}  skipped: the validation split holds no batch of {} x {}", step_done, L, eb, L);
         continue;
@@ -630,7 +630,7 @@ LoadedRun load_run(const std::string& target, const std::vector<std::string>& ov
   // evaluate where and how the run trained (override run.device / run.precision to change it)
   auto local = dist::make_local();
   lr.model->to(train_device(lr.recipe, *local));
-  lr.model->compute_dtype = lr.recipe.run.precision == "bf16" ? DType::BF16 : DType::F32;
+  lr.model->compute_dtype = nn::compute_dtype_of(lr.recipe.run.precision);
   return lr;
 }
 

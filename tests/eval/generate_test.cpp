@@ -89,7 +89,7 @@ TEST(Generate, InferenceOptionsMatchTheFullForward) {
   // argmax of the full forward over the same tokens under the same options at T = context
   nn::Transformer m(small(DType::F64), 4);
   InferenceOptions io;
-  io.rope_scaling = "yarn";
+  io.rope_scaling = attn::RopeScaling::YaRN;
   io.drope_c = 0.3;
   io.lampe = true;
   io.lampe_local = 6;
@@ -128,7 +128,7 @@ TEST(Generate, NeedleGridShape) {
   o.needles.tasks = {"passkey", "niah_multikey"};
   o.needles.samples = 2;
   o.needles.depths = {0.0, 1.0};
-  o.needles.format = "short";
+  o.needles.format = data::NeedleFormat::Short;
   const NeedleReport r = evaluate_needles(m, o);
   // passkey fits both lengths; multi-key (4 needles) does not fit 120 byte tokens
   ASSERT_EQ(r.cells.size(), 2u * 2u + 1u * 2u);

@@ -65,7 +65,7 @@ TEST(Recipe, OverridePrecedenceAndErrors) {
   EXPECT_EQ(parse_recipe("", "t.yaml").train.steps, Recipe{}.train.steps);       // default
   const Recipe r = parse_recipe(y, "t.yaml", {"train.steps=70", "eval.lengths=[64, 128]", "model.layer_kinds.default.window=8"});
   EXPECT_EQ(r.train.steps, 70);                                                   // command line > file
-  EXPECT_EQ(r.eval.lengths, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(r.eval.opts.lengths, (std::vector<int64_t>{64, 128}));
   EXPECT_EQ(r.model.cfg.kinds[0].attn.mask.window, 8);
   EXPECT_TRUE(has(error_of(y, {"train.stpes=3"}), "unknown key 'train.stpes'"));
   EXPECT_TRUE(has(error_of(y, {"train.steps=abc"}), "command-line override"));
@@ -83,7 +83,7 @@ TEST(Recipe, ResolvedRecipeRoundTrips) {
   EXPECT_EQ(b.model.cfg.kinds.size(), 2u);
   EXPECT_EQ(b.model.cfg.kinds[1].attn.mask.window, 16);
   EXPECT_EQ(b.model.cfg.overrides.at(1), "g");
-  EXPECT_EQ(b.eval.fit_drope_c, (std::vector<double>{0.1, 0.2}));
+  EXPECT_EQ(b.eval.opts.fit_drope_c, (std::vector<double>{0.1, 0.2}));
   EXPECT_TRUE(has(recipe_schema(), "model.layer_kinds.<kind>.scope_gamma"));
 }
 
