@@ -22,6 +22,7 @@
 #include "distributed/communicator.h"
 #include "eval/eval.h"
 #include "train/checkpoint.h"
+#include "train/data.h"
 #include "train/evaluate_run.h"
 #include "train/recipe.h"
 #include "train/trainer.h"

@@ -1,6 +1,7 @@
 #include "train/evaluate_run.h"
 
 #include "data/shard.h"
+#include "train/data.h"
 #include "eval/eval.h"
 #include "eval/needles.h"
 #include "eval/probe.h"

@@ -17,19 +17,14 @@
 
 #include "attention/accounting.h"
 #include "core/cuda/runtime.h"
-#include "data/corpus.h"
 #include "distributed/grad_sync.h"
-#include "data/loader.h"
-#include "data/prepare.h"
-#include "data/shard.h"
-#include "data/synthetic.h"
-#include "data/tokenizer.h"
 #include "eval/eval.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/partition.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/data.h"
 #include "train/hf.h"
 #include "train/run_dir.h"
 #include "train/surgery.h"
@@ -69,35 +64,6 @@ void sync_parameters(dist::Communicator& comm, nn::Transformer& m) {
   for (int r = 1; r < comm.size(); ++r)
     HZ_CHECK(sums[r] == sums[0], ValueError, "rank ", r, " holds different parameters than rank 0 after the broadcast "
              "(checksum mismatch); the ranks built different models — check that every rank got the same recipe");
-}
-
-// Training data behind one interface: shards (bible / files) or synthetic retrieval.
-struct TrainData {
-  std::unique_ptr<data::Loader> shard_loader;
-  std::unique_ptr<data::SyntheticLoader> synth;
-  std::shared_ptr<const data::Shard> val;
-  data::Batch next() { return shard_loader ? shard_loader->next() : synth->next(); }
-  data::LoaderCursor cursor() const { return shard_loader ? shard_loader->cursor() : synth->cursor(); }
-  void restore(const data::LoaderCursor& c) {
-    if (shard_loader) shard_loader->restore(c);
-    else synth->restore(c);
-  }
-};
-
-// <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>: the tokenizer
-// tag holds a hash of the tokenizer file, the corpus hash one of the fields that choose the
-// documents (file globs, text field, token format), so changing either prepares new shards.
-std::string cache_dir(const Recipe& r, const data::Tokenizer& tok) {
-  if (!r.data.cache_dir.empty()) return r.data.cache_dir;
-  std::string corpus;
-  if (r.data.source != DataSource::Bible) {
-    std::string key = std::string(name(r.data.source)) + "\n" + r.data.text_field + "\n" + r.data.token_format;
-    for (const auto& f : r.data.files) key += "\nf:" + f;
-    for (const auto& f : r.data.val_files) key += "\nv:" + f;
-    corpus = fmt::format("-{:08x}", static_cast<uint32_t>(data::fnv1a64(key.data(), key.size())));
-  }
-  return r.run.out_dir + "/_data/" + name(r.data.source) + "-" + data::tokenizer_tag(tok) + corpus + "-s" +
-         std::to_string(r.run.seed) + "-v" + fmt::format("{:g}", r.data.val_fraction);
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transformer& m, double adam_lr) {
@@ -182,14 +148,6 @@ std::map<std::string, Tensor> load_init_weights(const std::string& from, const n
 
 }  // namespace
 
-namespace {
-std::unique_ptr<data::Tokenizer> recipe_tokenizer(const Recipe& r) {
-  HZ_CHECK(!r.data.tokenizer.empty(), ValueError, "data.tokenizer is empty: the model came from a Hugging Face directory "
-           "without tokenizer.json or tokenizer.model; set data.tokenizer to the tokenizer it was trained with");
-  return data::make_tokenizer(r.data.tokenizer);
-}
-}  // namespace
-
 // Model FLOPs of one token, forward + backward (3x forward; no recomputation counted): 6 per
 // GEMM weight (the tied head counts the embedding once; an untied embedding is a gather) plus
 // the attention score and value products over the exact visible pairs of each layer.
@@ -224,41 +182,6 @@ Device train_device(const Recipe& r, const dist::Communicator& comm) {
   HZ_CHECK(n > 0, DeviceError, "run.device=cuda, but no CUDA device is visible (check nvidia-smi and "
            "CUDA_VISIBLE_DEVICES), or set run.device=cpu");
   return Device::cuda(comm.local_rank() % n);
-}
-
-std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) {
-  const auto tok = recipe_tokenizer(r);
-  const std::string dir = cache_dir(r, *tok);
-  const std::string train_path = dir + "/train.shard", val_path = dir + "/val.shard";
-  if (fs::exists(train_path) && fs::exists(val_path) && fs::exists(dir + "/meta.json")) return {train_path, val_path};
-  HZ_CHECK(!is_synthetic(r.data.source), ValueError, "prepare_data: source '", name(r.data.source),
-           "' is synthetic and needs no shards");
-  data::CorpusSpec spec;
-  spec.source = name(r.data.source);
-  spec.files = r.data.files;
-  spec.val_files = r.data.val_files;
-  spec.text_field = r.data.text_field;
-  spec.token_format = r.data.token_format;
-  spec.val_fraction = r.data.val_fraction;
-  spec.seed = static_cast<uint64_t>(r.run.seed);
-  data::ProgressFn progress;
-  if (verbose)
-    progress = [](const data::PrepareProgress& p) {  // large inputs only: the first report comes after a second
-      if (p.seconds < 1.0) return;
-      if (p.stage == "tokenizing")
-        fmt::print(stderr, "  tokenizing: {}/{} documents, {:.1f}/{:.1f} MB, {:.1f} MB/s, {:.0f} s\n", p.docs_done,
-                   p.docs_total, p.bytes_done / 1e6, p.bytes_total / 1e6, p.bytes_done / 1e6 / p.seconds, p.seconds);
-      else
-        fmt::print(stderr, "  {} ({:.0f} s)\n", p.stage, p.seconds);
-    };
-  const data::PrepareResult p = data::prepare_source(spec, *tok, dir, progress);
-  if (verbose) {
-    const std::string bpt = p.bytes_per_token() > 0 ? fmt::format("{:.3f} bytes/token", p.bytes_per_token())
-                                                     : std::string("pre-tokenized");
-    fmt::print("prepared {} with tokenizer {}: {} train docs / {} tokens, {} val docs / {} tokens, {}, {:.1f} s -> {}\n",
-               name(r.data.source), tok->name(), p.train_docs, p.train_tokens, p.val_docs, p.val_tokens, bpt, p.seconds, dir);
-  }
-  return {p.train_path, p.val_path};
 }
 
 namespace {
@@ -324,23 +247,7 @@ class Trainer {
              "covers its own shard of the data, so a different world size would not continue the same trajectory");
   }
 
-  void build_data() {
-    const auto tok = std::shared_ptr<const data::Tokenizer>(recipe_tokenizer(r_));
-    HZ_CHECK(tok->vocab_size() <= r_.model.cfg.vocab_size, ValueError, "model.vocab_size (", r_.model.cfg.vocab_size,
-             ") is smaller than the vocabulary of tokenizer ", tok->name(), " (", tok->vocab_size(),
-             " ids): set model.vocab_size to at least ", tok->vocab_size());
-    if (is_synthetic(r_.data.source)) {
-      data_.synth = std::make_unique<data::SyntheticLoader>(name(r_.data.source), tok, r_.data.seq_len,
-                                                            r_.data.batch_size, r_.run.seed);
-      return;
-    }
-    if (rank_ == 0) prepare_data(r_, !opt_.quiet);  // one rank tokenizes; the others wait, then read the shards
-    comm_.barrier();
-    const auto [tp, vp] = prepare_data(r_, false);
-    data_.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r_.data.seq_len, r_.data.batch_size,
-                                                        r_.run.seed, rank_, world_, tok->eos(), true);
-    data_.val = data::Shard::open(vp);
-  }
+  void build_data() { data_ = open_train_data(r_, comm_, !opt_.quiet); }  // train/data.h
 
   void build_model() {
     model_ = std::make_unique<nn::Transformer>(model_config_at(r_, start_), static_cast<uint64_t>(r_.run.seed));

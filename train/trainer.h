@@ -3,8 +3,9 @@
 //   shards, deterministic loader) -> model (fresh, init_from, or resumed) -> steps of
 //   [grad_accum x (forward, loss / accum, backward)] -> clip -> optimizer step (AdamW, or Muon on
 //   hidden matrices + AdamW on the rest) with the schedule -> log / evaluate / checkpoint.
-// The run directory's files live in train/run_dir.h; DroPE (drope.at_step) and the SWAN stack in
-// train/surgery.h; fault injection is a hook (TrainOptions::before_step).
+// The run's data lives in train/data.h, the run directory's files in train/run_dir.h; DroPE
+// (drope.at_step) and the SWAN stack in train/surgery.h; fault injection is a hook
+// (TrainOptions::before_step).
 // Same recipe + seed + thread count -> bitwise-identical losses; a resumed run continues the
 // uninterrupted trajectory bit for bit.
 #pragma once
@@ -75,8 +76,5 @@ double flops_per_token(const nn::Transformer& m, int64_t T);
 // Dense peak TFLOP/s for the MFU: run.peak_tflops, else the known peak of an H100/H200 for the
 // run's precision (989 bf16, 494.7 tf32, 66.9 fp32), else 0 (no MFU).
 double peak_tflops(const Recipe& r, Device dev);
-
-// Token shards for the recipe's data section (prepared on first use); returns {train, val} paths.
-std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose);
 
 }  // namespace hz::train
