@@ -11,6 +11,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "study/hf_models.h"
+#include "study/load_run.h"
 #include "train/checkpoint.h"
 #include "train/hf.h"
 #include "train/recipe.h"
@@ -46,7 +48,7 @@ int convert_hf(const std::vector<std::string>& a) {
   const std::vector<std::string> overrides(a.begin() + 4, a.end());
   HZ_CHECK(train::hf::is_hf_dir(dir), ValueError, "'", dir, "' is not a Hugging Face model directory (no config.json)");
   const train::hf::Imported im = train::hf::import_dir(dir);
-  const train::Recipe r = train::hf_recipe(dir, overrides);
+  const train::Recipe r = study::hf_recipe(dir, overrides);
   train::CheckpointData c;
   c.step = 0;
   const nn::ModelConfig mc = train::model_config_at(r, 0);
@@ -89,7 +91,7 @@ int convert_to_hf(const std::vector<std::string>& a) {
       return 2;
     }
   }
-  train::LoadedRun run = train::load_run(src, {});
+  study::LoadedRun run = study::load_run(src, {});
   const train::hf::ExportReport rep =
       train::hf::export_dir(run.model->cfg, run.model->state_dict(), run.recipe.data.tokenizer, out, opt);
   fmt::print("exported {} (step {}) as {}\n", run.checkpoint, run.step, rep.architecture);

@@ -21,9 +21,9 @@
 #include "data/shard.h"
 #include "distributed/communicator.h"
 #include "eval/eval.h"
+#include "study/evaluate_run.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
-#include "train/evaluate_run.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
@@ -103,9 +103,9 @@ int cmd_eval(const std::vector<std::string>& a) {
                "  Writes eval.csv, eval.json, nll_by_position.csv (+ needles, probes, fits) to the run dir.\n");
     return a.size() < 2 ? 2 : 0;
   }
-  hz::train::LoadedRun run = hz::train::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+  hz::study::LoadedRun run = hz::study::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
   fmt::print("evaluating {} (step {}), trained at length {}\n", run.checkpoint, run.step, run.recipe.data.seq_len);
-  fmt::print("{}", hz::train::evaluate_run(run, true));
+  fmt::print("{}", hz::study::evaluate_run(run, true));
   fmt::print("wrote the results to {}\n", run.run_dir);
   return 0;
 }

@@ -52,20 +52,6 @@ TrainResult train(const Recipe& r, const TrainOptions& opt = {});
 // The model a checkpoint taken after `step` steps holds (DroPE applied when step > drope.at_step).
 nn::ModelConfig model_config_at(const Recipe& r, int64_t step);
 
-// Loads a run directory, a checkpoint or a Hugging Face directory for evaluation: the recipe (the
-// run's config.yaml, or for a Hugging Face directory a recipe whose model comes from its
-// config.json, data.seq_len = max_position_embeddings; plus overrides) and the model with its weights.
-struct LoadedRun {
-  Recipe recipe;
-  std::unique_ptr<nn::Transformer> model;
-  std::string run_dir, checkpoint;
-  int64_t step = 0;
-};
-LoadedRun load_run(const std::string& run_dir_or_checkpoint, const std::vector<std::string>& overrides);
-// The recipe of a Hugging Face directory: run.name = its name, the model from its config.json,
-// data.seq_len = max_position_embeddings, data.tokenizer = its tokenizer; then the overrides.
-Recipe hf_recipe(const std::string& dir, const std::vector<std::string>& overrides);
-
 // The device a rank trains on: the CPU, or (run.device=cuda) the GPU of its local rank. Throws a
 // DeviceError saying what to do when CUDA is asked for but not there.
 Device train_device(const Recipe& r, const dist::Communicator& comm);

@@ -15,6 +15,7 @@
 #include "data/tokenizer.h"
 #include "eval/score.h"
 #include "io/safetensors.h"
+#include "study/hf_models.h"
 #include "tests/data/data_test_util.h"
 #include "train/hf.h"
 #include "train/recipe.h"
@@ -88,7 +89,7 @@ TEST(HfImport, LogProbsMatchTransformersPerArchitecture) {
 // fixture's text to the ids the `tokenizers` library gave (those transformers scored).
 TEST(HfImport, TakesTheDirectorysTokenizer) {
   const std::string dir = kHF + "llama_bpe";
-  const Recipe r = hf_recipe(dir, {});
+  const Recipe r = hz::study::hf_recipe(dir, {});
   EXPECT_EQ(fs::path(r.data.tokenizer).filename(), "tokenizer.json");
   const auto tok = hz::data::make_tokenizer(r.data.tokenizer);
   EXPECT_EQ(tok->vocab_size(), r.model.cfg.vocab_size);

@@ -1,4 +1,4 @@
-#include "train/report.h"
+#include "study/report.h"
 
 #include <fmt/core.h>
 
@@ -20,7 +20,7 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace hz::train {
+namespace hz::study {
 
 namespace {
 
@@ -77,8 +77,8 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     HZ_CHECK(fs::exists(dir + "/config.yaml"), ValueError, "report: '", dir, "' is not a run directory (no config.yaml)");
     HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
              "' has not been evaluated; run horizon eval ", dir, " first");
-    const Recipe r = load_recipe(dir + "/config.yaml");
-    const nn::ModelConfig mc = model_config_at(r, r.train.steps);  // after DroPE when the run dropped
+    const train::Recipe r = train::load_recipe(dir + "/config.yaml");
+    const nn::ModelConfig mc = train::model_config_at(r, r.train.steps);  // after DroPE when the run dropped
     json run;
     run["name"] = fs::path(dir).filename().string();
     if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
@@ -129,8 +129,8 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   }
   // attention FLOPs per method at every evaluated length (forward, all layers, one sequence)
   for (auto& run : data["runs"]) {
-    const Recipe r = load_recipe(run["dir"].get<std::string>() + "/config.yaml");
-    const nn::Transformer m(model_config_at(r, r.train.steps), 0);
+    const train::Recipe r = train::load_recipe(run["dir"].get<std::string>() + "/config.yaml");
+    const nn::Transformer m(train::model_config_at(r, r.train.steps), 0);
     json fl = json::array();
     for (int64_t T : all_lengths) {
       double flops = 0;
@@ -278,4 +278,4 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   return res;
 }
 
-}  // namespace hz::train
+}  // namespace hz::study
