@@ -22,6 +22,7 @@
 #include "distributed/communicator.h"
 #include "eval/eval.h"
 #include "study/evaluate_run.h"
+#include "study/hf_models.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/recipe.h"
@@ -181,6 +182,7 @@ int main(int argc, char** argv) {
     }
     const std::vector<std::string> args(argv + 1, argv + argc);
     const std::string& cmd = args[0];
+    hz::study::register_hf_models();  // checkpoint.init_from may name a Hugging Face directory
     if (cmd == "train") return cmd_train(args);
     if (cmd == "eval") return cmd_eval(args);
     if (cmd == "data") return cmd_data(args);

@@ -3,9 +3,9 @@
 #include <filesystem>
 
 #include "distributed/communicator.h"
+#include "hf/hf.h"
 #include "study/hf_models.h"
 #include "train/checkpoint.h"
-#include "train/hf.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -38,13 +38,13 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
 
 LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {
   LoadedRun lr;
-  if (train::hf::is_hf_dir(target)) {
+  if (hf::is_hf_dir(target)) {
     lr.recipe = hf_recipe(target, overrides);
     lr.checkpoint = target;
     lr.run_dir = lr.recipe.run.out_dir + "/" + lr.recipe.run.name;
     lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, 0),
                                                  static_cast<uint64_t>(lr.recipe.run.seed));
-    lr.model->load_state_dict(train::hf::import_weights(target, lr.model->cfg), /*strict=*/true);
+    lr.model->load_state_dict(hf::import_weights(target, lr.model->cfg), /*strict=*/true);
   } else {
     load_horizon_run(target, overrides, lr);
   }

@@ -25,7 +25,7 @@
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
-#include "train/hf.h"
+#include "train/model_source.h"
 #include "train/run_dir.h"
 #include "train/surgery.h"
 
@@ -104,11 +104,13 @@ optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total
   return s;
 }
 
-// checkpoint.init_from: a Horizon run directory or step_<N>.h5 (weights by name), or a Hugging Face
-// directory (weights mapped by train/hf.h onto the model `c` describes).
-// A recipe may override fields of a Hugging Face config.json: say which, so a changed model is never
-// silent (the recipe's model section, before SWAN / DroPE surgery).
-void log_model_overrides(const std::string& from, const nn::ModelConfig& theirs, const nn::ModelConfig& ours, RunDir& run) {
+// checkpoint.init_from: a Horizon run directory or step_<N>.h5 (weights by name), or a directory a
+// registered model source recognises (train/model_source.h; e.g. Hugging Face, weights mapped onto
+// the model `c` describes).
+// A recipe may override fields of the directory's config (a Hugging Face config.json): say which, so
+// a changed model is never silent (the recipe's model section, before SWAN / DroPE surgery).
+void log_model_overrides(const std::string& config_file, const nn::ModelConfig& theirs, const nn::ModelConfig& ours,
+                         RunDir& run) {
   Recipe a, b;
   a.model.cfg = theirs;
   b.model.cfg = ours;
@@ -121,7 +123,7 @@ void log_model_overrides(const std::string& from, const nn::ModelConfig& theirs,
   for (auto it = ya.begin(); it != ya.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     const std::string mine = flow(yb[key]), cfg = flow(it->second);
-    if (mine != cfg) run.log("  model.{} = {} (the recipe) differs from {}/config.json: {}", key, mine, from, cfg);
+    if (mine != cfg) run.log("  model.{} = {} (the recipe) differs from {}: {}", key, mine, config_file, cfg);
   }
 }
 
@@ -129,14 +131,11 @@ std::map<std::string, Tensor> load_init_weights(const std::string& from, const n
                                                 const nn::ModelConfig& recipe_model, RunDir& run) {
   HZ_CHECK(fs::exists(from), ValueError, "checkpoint.init_from '", from, "' does not exist; give a Horizon run directory, a ",
            "step_<N>.h5 checkpoint, or a Hugging Face model directory (config.json + *.safetensors)");
-  if (hf::is_hf_dir(from)) {
-    hf::ImportReport rep;
-    const nn::ModelConfig theirs = hf::import_config_dir(from, &rep);
-    auto sd = hf::import_weights(from, c, DType::F32, &rep);
-    run.log("init_from {}: Hugging Face {}, {} tensors{}", from, rep.architecture, rep.tensors.size(),
-        rep.skipped.empty() ? std::string() : fmt::format(" ({} skipped)", rep.skipped.size()));
-    log_model_overrides(from, theirs, recipe_model, run);
-    return sd;
+  if (const ModelSource* source = find_model_source(from)) {
+    ForeignWeights fw = source->weights(from, c);
+    run.log("init_from {}: {}", from, fw.summary);
+    log_model_overrides(fw.config_file, fw.config, recipe_model, run);
+    return std::move(fw.weights);
   }
   std::string path = from;
   if (fs::is_directory(from)) {

@@ -1,4 +1,4 @@
-// Hugging Face config.json <-> Horizon model config (see train/hf.h for the mapping).
+// Hugging Face config.json <-> Horizon model config (see hf/config.h for the mapping).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -9,9 +9,10 @@
 #include <set>
 #include <sstream>
 
-#include "train/hf.h"
+#include "hf/config.h"
+#include "hf/hf.h"  // tokenizer_file
 
-namespace hz::train::hf {
+namespace hz::hf {
 
 using json = nlohmann::json;
 
@@ -336,11 +337,6 @@ int64_t sliding_window(Fields& c, int64_t class_default) {
 }
 
 }  // namespace
-
-bool is_hf_dir(const std::string& path) {
-  std::ifstream f(path + "/config.json");
-  return static_cast<bool>(f);
-}
 
 std::string ImportReport::str() const {
   std::ostringstream os;
@@ -792,4 +788,4 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
   return j.dump(2) + "\n";
 }
 
-}  // namespace hz::train::hf
+}  // namespace hz::hf

@@ -1,5 +1,5 @@
-// Hugging Face directories: weights in and out, tokenizer files (see train/hf.h).
-#include "train/hf.h"
+// Hugging Face directories: weights in and out, tokenizer files (see hf/hf.h).
+#include "hf/hf.h"
 
 #include <fmt/core.h>
 
@@ -12,10 +12,15 @@
 
 #include "data/tokenizer.h"
 
-namespace hz::train::hf {
+namespace hz::hf {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+bool is_hf_dir(const std::string& path) {
+  std::ifstream f(path + "/config.json");
+  return static_cast<bool>(f);
+}
 
 std::vector<std::pair<std::string, std::string>> parameter_names(const nn::ModelConfig& c) {
   std::vector<std::pair<std::string, std::string>> out{{"model.embed_tokens.weight", "embed.weight"}};
@@ -296,4 +301,4 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
   return rep;
 }
 
-}  // namespace hz::train::hf
+}  // namespace hz::hf

@@ -15,15 +15,15 @@
 #include "data/tokenizer.h"
 #include "eval/score.h"
 #include "io/safetensors.h"
+#include "hf/hf.h"
 #include "study/hf_models.h"
 #include "tests/data/data_test_util.h"
-#include "train/hf.h"
 #include "train/recipe.h"
-#include "train/trainer.h"
 
 namespace fs = std::filesystem;
 using hz::Tensor;
 using namespace hz::train;
+namespace hf = hz::hf;
 using json = nlohmann::json;
 
 namespace {
@@ -383,6 +383,7 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
 }
 
 TEST(HfImport, RecipeTakesTheModelFromInitFrom) {
+  hz::study::register_hf_models();  // train/ reads Hugging Face directories through the source study/ registers
   const std::string yaml = "checkpoint: {init_from: " + kHF + "qwen2}\ndata: {seq_len: 16}\n";
   const Recipe r = parse_recipe(yaml, "r.yaml");
   EXPECT_TRUE(r.model.cfg.qkv_bias);
