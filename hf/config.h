@@ -26,6 +26,10 @@
 // scopes, ALiBi, p-RoPE, logit transforms (scale-invariant, LogN, SWAN row scaling, temperature),
 // QK-norm, MLPs other than SwiGLU, different RoPE settings or window sizes across layers, and YaRN's
 // rotations ramp (transformers implements only the index ramp).
+//
+// hf/config.cpp reads and writes what the architectures share; each architecture's own fields,
+// import and export, are in its file (hf/llama.cpp, hf/mistral.cpp, hf/qwen2.cpp, hf/smollm3.cpp;
+// the interface is hf/architecture.h).
 #pragma once
 #include <cstdint>
 #include <string>
