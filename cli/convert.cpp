@@ -11,8 +11,10 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "hf/hf.h"
+#include "study/hf_models.h"
+#include "study/load_run.h"
 #include "train/checkpoint.h"
-#include "train/hf.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
@@ -44,13 +46,13 @@ int convert_hf(const std::vector<std::string>& a) {
   }
   const std::string dir = a[2], out = a[3];
   const std::vector<std::string> overrides(a.begin() + 4, a.end());
-  HZ_CHECK(train::hf::is_hf_dir(dir), ValueError, "'", dir, "' is not a Hugging Face model directory (no config.json)");
-  const train::hf::Imported im = train::hf::import_dir(dir);
-  const train::Recipe r = train::hf_recipe(dir, overrides);
+  HZ_CHECK(hf::is_hf_dir(dir), ValueError, "'", dir, "' is not a Hugging Face model directory (no config.json)");
+  const hf::Imported im = hf::import_dir(dir);
+  const train::Recipe r = study::hf_recipe(dir, overrides);
   train::CheckpointData c;
   c.step = 0;
   const nn::ModelConfig mc = train::model_config_at(r, 0);
-  const auto shapes = train::hf::parameter_shapes(mc);
+  const auto shapes = hf::parameter_shapes(mc);
   for (const auto& [k, t] : im.weights) {
     auto it = shapes.find(k);
     HZ_CHECK(it != shapes.end() && it->second == t.shape(), ValueError, "the overrides changed the model so that '", k,
@@ -76,7 +78,7 @@ int convert_to_hf(const std::vector<std::string>& a) {
     return 2;
   }
   const std::string src = a[2], out = a[3];
-  train::hf::ExportOptions opt;
+  hf::ExportOptions opt;
   for (size_t i = 4; i < a.size(); ++i) {
     if (a[i] == "--dtype" && i + 1 < a.size()) {
       opt.store = io::parse_store_as(a[++i]);
@@ -89,9 +91,9 @@ int convert_to_hf(const std::vector<std::string>& a) {
       return 2;
     }
   }
-  train::LoadedRun run = train::load_run(src, {});
-  const train::hf::ExportReport rep =
-      train::hf::export_dir(run.model->cfg, run.model->state_dict(), run.recipe.data.tokenizer, out, opt);
+  study::LoadedRun run = study::load_run(src, {});
+  const hf::ExportReport rep =
+      hf::export_dir(run.model->cfg, run.model->state_dict(), run.recipe.data.tokenizer, out, opt);
   fmt::print("exported {} (step {}) as {}\n", run.checkpoint, run.step, rep.architecture);
   for (const auto& n : rep.notes) fmt::print("  note: {}\n", n);
   for (const auto& f : rep.files) fmt::print("  wrote {}\n", f);

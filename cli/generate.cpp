@@ -16,6 +16,7 @@
 #include "eval/generate.h"
 #include "eval/inference.h"
 #include "nn/kv_cache.h"
+#include "study/load_run.h"
 #include "train/trainer.h"
 
 namespace hz::cli {
@@ -86,7 +87,7 @@ int generate_main(const std::vector<std::string>& a) {
     ss << in.rdbuf();
     text = ss.str();
   }
-  train::LoadedRun run = train::load_run(f.positional[0], std::vector<std::string>(f.positional.begin() + 1, f.positional.end()));
+  study::LoadedRun run = study::load_run(f.positional[0], std::vector<std::string>(f.positional.begin() + 1, f.positional.end()));
   const auto tok = data::make_tokenizer(run.recipe.data.tokenizer);
   const std::vector<int32_t> prompt = tok->encode(text);
   eval::GenerateOptions o;
@@ -128,7 +129,7 @@ int bench_generate_main(const std::vector<std::string>& a) {
   const Flags f = parse_flags(rest, {"lengths", "new", "reps"}, {});
   HZ_CHECK(!f.positional.empty(), ValueError, "bench generate: give a recipe or a run directory");
   std::unique_ptr<nn::Transformer> owned;
-  train::LoadedRun run;
+  study::LoadedRun run;
   const std::string target = f.positional[0];
   const std::vector<std::string> ov(f.positional.begin() + 1, f.positional.end());
   train::Recipe recipe;
@@ -136,7 +137,7 @@ int bench_generate_main(const std::vector<std::string>& a) {
     recipe = train::load_recipe(target, ov);
     owned = std::make_unique<nn::Transformer>(recipe.model_config(), static_cast<uint64_t>(recipe.run.seed));
   } else {
-    run = train::load_run(target, ov);
+    run = study::load_run(target, ov);
     recipe = run.recipe;
     owned = std::move(run.model);
   }

@@ -21,8 +21,10 @@
 #include "data/shard.h"
 #include "distributed/communicator.h"
 #include "eval/eval.h"
+#include "study/evaluate_run.h"
+#include "study/hf_models.h"
 #include "train/checkpoint.h"
-#include "train/evaluate_run.h"
+#include "train/data.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
@@ -105,9 +107,9 @@ int cmd_eval(const std::vector<std::string>& a) {
                "  Writes eval.csv, eval.json, nll_by_position.csv (+ needles, probes, fits) to the run dir.\n");
     return a.size() < 2 ? 2 : 0;
   }
-  hz::train::LoadedRun run = hz::train::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+  hz::study::LoadedRun run = hz::study::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
   fmt::print("evaluating {} (step {}), trained at length {}\n", run.checkpoint, run.step, run.recipe.data.seq_len);
-  fmt::print("{}", hz::train::evaluate_run(run, true));
+  fmt::print("{}", hz::study::evaluate_run(run, true));
   fmt::print("wrote the results to {}\n", run.run_dir);
   return 0;
 }
@@ -183,6 +185,7 @@ int main(int argc, char** argv) {
     }
     const std::vector<std::string> args(argv + 1, argv + argc);
     const std::string& cmd = args[0];
+    hz::study::register_hf_models();  // checkpoint.init_from may name a Hugging Face directory
     if (cmd == "train") return cmd_train(args);
     if (cmd == "eval") return cmd_eval(args);
     if (cmd == "data") return cmd_data(args);

@@ -1,11 +1,11 @@
-// Horizon: `horizon report RUN... -o DIR` (train/report.h).
+// Horizon: `horizon report RUN... -o DIR` (study/report.h).
 #include <fmt/core.h>
 
 #include <algorithm>
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "train/report.h"
+#include "study/report.h"
 
 namespace hz::cli {
 
@@ -18,7 +18,7 @@ int report_main(const std::vector<std::string>& a) {
         "  and PNG plots drawn by scripts/report_plots.py with Debian's python3-matplotlib.\n");
     return a.size() < 2 ? 2 : 0;
   }
-  train::ReportOptions o;
+  study::ReportOptions o;
   std::vector<std::string> runs;
   for (size_t i = 1; i < a.size(); ++i) {
     const std::string& s = a[i];
@@ -37,7 +37,7 @@ int report_main(const std::vector<std::string>& a) {
     else if (s.rfind("-", 0) == 0) throw ValueError("report: unknown option " + s + "; see --help");
     else runs.push_back(s);
   }
-  const train::ReportResult r = train::make_report(runs, o);
+  const study::ReportResult r = study::make_report(runs, o);
   fmt::print("{}\nwrote {} ({} plots) and {}\n", r.main_table, r.markdown_path, r.pngs.size(), r.json_path);
   return 0;
 }

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "eval/score.h"
+#include "study/load_run.h"
 #include "train/trainer.h"
 
 namespace hz::cli {
@@ -50,7 +51,7 @@ int score_main(const std::vector<std::string>& a) {
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
-  train::LoadedRun run = train::load_run(pos[0], overrides);
+  study::LoadedRun run = study::load_run(pos[0], overrides);
   std::vector<int64_t> ids;
   std::unique_ptr<data::Tokenizer> tok;
   const std::string& spec = run.recipe.data.tokenizer;

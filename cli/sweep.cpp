@@ -1,11 +1,12 @@
 // Horizon: `horizon sweep GRID.yaml` — train and evaluate a recipe over a grid of overrides
-// (train/sweep.h), resumably, and print the collected table.
+// (study/sweep.h), resumably, and print the collected table.
 #include <fmt/core.h>
 
 #include <algorithm>
 
 #include "cli/commands.h"
-#include "train/sweep.h"
+#include "study/sweep.h"
+#include "train/trainer.h"
 
 namespace hz::cli {
 
@@ -20,14 +21,14 @@ int sweep_main(const std::vector<std::string>& a) {
         "  resumes from its latest checkpoint. Writes <out_dir>/<name>/sweep.csv and sweep.md.\n");
     return a.size() < 2 ? 2 : 0;
   }
-  train::SweepOptions o;
+  study::SweepOptions o;
   o.quiet = std::find(a.begin(), a.end(), "--quiet") != a.end();
   o.before_step = train::fault_injection_from_env();  // failure tests (HZ_FAULT_STEP)
   std::vector<std::string> extra;
   for (size_t i = 2; i < a.size(); ++i)
     if (a[i] != "--quiet") extra.push_back(a[i]);
-  const train::SweepSpec s = train::load_sweep(a[1], extra);
-  const train::SweepResult r = train::run_sweep(s, o);
+  const study::SweepSpec s = study::load_sweep(a[1], extra);
+  const study::SweepResult r = study::run_sweep(s, o);
   fmt::print("\n{}\nwrote {}/{}/sweep.md and sweep.csv\n", r.table, s.out_dir, s.name);
   return 0;
 }

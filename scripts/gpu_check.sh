@@ -176,7 +176,7 @@ suite() {
   cat "$all"[0-9]*.log | grep -A1 ': Skipped$' | grep -vE ': Skipped$|^--$' | sed 's/^ *//' |
     sort | uniq -c | sort -rn | sed "s/^/    $name: /" >> "$LOGS/${tag}_skips.txt"
 }
-SUITES=(core autograd attention nn optim data io train eval distributed nccl)
+SUITES=(core autograd attention nn optim data io train hf study eval distributed nccl)
 GPU_FILTER='*Cuda*:*cuda*:*Gpu*:*GPU*:*Nccl*:MixedPrecision.*'
 
 # ---- tests ----------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "core/hash.h"
-#include "train/hdf5.h"
+#include "io/hdf5.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "checkpoint checksums hash raw little-endian bytes; port checkpoint.cpp first");
@@ -22,6 +22,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 namespace hz::train {
 
 namespace fs = std::filesystem;
+namespace h5 = io::h5;
 
 namespace {
 

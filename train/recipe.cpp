@@ -3,7 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/names.h"
-#include "train/hf.h"
+#include "train/model_source.h"
 #include "train/surgery.h"
 
 #include <cstring>
@@ -458,11 +458,12 @@ std::string apply_override(YAML::Node& root, const std::string& ov) {
   return path;
 }
 
-// checkpoint.init_from naming a Hugging Face directory supplies every model field the recipe leaves
-// out, and data.tokenizer when the recipe gives none: precedence command line > file >
-// config.json > defaults. A recipe whose model section is complete (a run's config.yaml) never
-// reads the directory.
-void fill_model_from_hf(YAML::Node& root, const std::string& file) {
+// checkpoint.init_from naming a directory a registered model source recognises (train/model_source.h,
+// e.g. a Hugging Face directory) supplies every model field the recipe leaves out, and
+// data.tokenizer when the recipe gives none: precedence command line > file > the directory's
+// config (config.json) > defaults. A recipe whose model section is complete (a run's config.yaml)
+// never reads the directory.
+void fill_model_from_source(YAML::Node& root, const std::string& file) {
   const YAML::Node& c = root;
   auto is_map = [](const YAML::Node& n) { return n.IsDefined() && n.IsMap(); };  // (a missing key is invalid)
   const YAML::Node ck = c["checkpoint"];
@@ -479,11 +480,13 @@ void fill_model_from_hf(YAML::Node& root, const std::string& file) {
     const std::string key = it->first.as<std::string>();
     if (!is_map(model) || !model[key]) missing.push_back(key);
   }
-  if (missing.empty() || from.empty() || !hf::is_hf_dir(from)) return;
+  if (missing.empty() || from.empty()) return;
+  const ModelSource* source = find_model_source(from);
+  if (!source) return;
   Recipe imported;
   try {
-    imported.model.cfg = hf::import_config_dir(from);
-  } catch (const hf::HfError& e) {
+    imported.model.cfg = source->config(from);
+  } catch (const ValueError& e) {
     throw RecipeError(file + ": checkpoint.init_from: " + e.what());
   }
   Writer w;
@@ -493,7 +496,7 @@ void fill_model_from_hf(YAML::Node& root, const std::string& file) {
   YAML::Node m = root["model"];
   for (const auto& key : missing) m[key] = w.root["model"][key];
   const YAML::Node data = c["data"];
-  if (!(is_map(data) && data["tokenizer"])) root["data"]["tokenizer"] = hf::tokenizer_spec(from);
+  if (!(is_map(data) && data["tokenizer"])) root["data"]["tokenizer"] = source->tokenizer(from);
 }
 
 }  // namespace
@@ -509,7 +512,7 @@ Recipe parse_recipe(const std::string& text, const std::string& file, const std:
   if (rd.root.IsNull()) rd.root = YAML::Node(YAML::NodeType::Map);
   if (!rd.root.IsMap()) throw RecipeError(file + ": a recipe must be a map of sections (run, model, data, ...)");
   for (const auto& ov : overrides) rd.overridden.insert(apply_override(rd.root, ov));
-  fill_model_from_hf(rd.root, file);
+  fill_model_from_source(rd.root, file);
   Recipe r;
   r.source_file = file;
   visit_fields(r, rd);

@@ -17,6 +17,7 @@
 #include "nn/autocast.h"
 #include "nn/transformer.h"
 #include "optim/schedule.h"
+#include "train/surgery_options.h"  // DropeSection, SwanSection
 
 namespace hz::train {
 
@@ -107,21 +108,6 @@ eval::EvalOptions recipe_eval_defaults();
 struct EvalSection {
   int64_t every = 100;                // periodic validation during training (0: only at the end)
   eval::EvalOptions opts = recipe_eval_defaults();
-};
-
-struct DropeSection {
-  int64_t at_step = -1;               // >= 0: drop every layer's position encoding at this step
-  bool qk_norm = false;               // add QK-norm (full) when dropping; gains start at 1
-  bool reset_optimizer = false;       // fresh optimizer state and schedule at the drop
-  double lr = 1e-3;                   // lr after a reset
-  int64_t warmup_steps = 70;          // warmup after a reset
-};
-
-struct SwanSection {
-  bool enabled = false;               // convert the model to a SWAN stack (with init_from: RoPE -> SWAN)
-  std::vector<std::string> pattern{"global_nope", "swa_rope", "swa_rope", "swa_rope"};
-  int64_t window = 512;
-  double rope_base = 0;               // 0: keep the RoPE layers' base
 };
 
 struct Recipe {

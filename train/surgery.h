@@ -8,7 +8,7 @@
 
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
-#include "train/recipe.h"
+#include "train/surgery_options.h"
 
 namespace hz::train {
 

@@ -19,20 +19,15 @@
 #include "core/device.h"
 #include "core/hash.h"
 #include "core/version.h"
-#include "data/corpus.h"
 #include "distributed/grad_sync.h"
-#include "data/loader.h"
-#include "data/prepare.h"
-#include "data/shard.h"
-#include "data/synthetic.h"
-#include "data/tokenizer.h"
 #include "eval/eval.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/partition.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
-#include "train/hf.h"
+#include "train/data.h"
+#include "train/model_source.h"
 #include "train/run_dir.h"
 #include "train/surgery.h"
 
@@ -67,35 +62,6 @@ void sync_parameters(dist::Communicator& comm, nn::Transformer& m) {
   for (int r = 1; r < comm.size(); ++r)
     HZ_CHECK(sums[r] == sums[0], ValueError, "rank ", r, " holds different parameters than rank 0 after the broadcast "
              "(checksum mismatch); the ranks built different models — check that every rank got the same recipe");
-}
-
-// Training data behind one interface: shards (bible / files) or synthetic retrieval.
-struct TrainData {
-  std::unique_ptr<data::Loader> shard_loader;
-  std::unique_ptr<data::SyntheticLoader> synth;
-  std::shared_ptr<const data::Shard> val;
-  data::Batch next() { return shard_loader ? shard_loader->next() : synth->next(); }
-  data::LoaderCursor cursor() const { return shard_loader ? shard_loader->cursor() : synth->cursor(); }
-  void restore(const data::LoaderCursor& c) {
-    if (shard_loader) shard_loader->restore(c);
-    else synth->restore(c);
-  }
-};
-
-// <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>: the tokenizer
-// tag holds a hash of the tokenizer file, the corpus hash one of the fields that choose the
-// documents (file globs, text field, token format), so changing either prepares new shards.
-std::string cache_dir(const Recipe& r, const data::Tokenizer& tok) {
-  if (!r.data.cache_dir.empty()) return r.data.cache_dir;
-  std::string corpus;
-  if (r.data.source != DataSource::Bible) {
-    std::string key = std::string(name(r.data.source)) + "\n" + r.data.text_field + "\n" + r.data.token_format;
-    for (const auto& f : r.data.files) key += "\nf:" + f;
-    for (const auto& f : r.data.val_files) key += "\nv:" + f;
-    corpus = fmt::format("-{:08x}", static_cast<uint32_t>(data::fnv1a64(key.data(), key.size())));
-  }
-  return r.run.out_dir + "/_data/" + name(r.data.source) + "-" + data::tokenizer_tag(tok) + corpus + "-s" +
-         std::to_string(r.run.seed) + "-v" + fmt::format("{:g}", r.data.val_fraction);
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transformer& m, double adam_lr) {
@@ -136,11 +102,13 @@ optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total
   return s;
 }
 
-// checkpoint.init_from: a Horizon run directory or step_<N>.h5 (weights by name), or a Hugging Face
-// directory (weights mapped by train/hf.h onto the model `c` describes).
-// A recipe may override fields of a Hugging Face config.json: say which, so a changed model is never
-// silent (the recipe's model section, before SWAN / DroPE surgery).
-void log_model_overrides(const std::string& from, const nn::ModelConfig& theirs, const nn::ModelConfig& ours, RunDir& run) {
+// checkpoint.init_from: a Horizon run directory or step_<N>.h5 (weights by name), or a directory a
+// registered model source recognises (train/model_source.h; e.g. Hugging Face, weights mapped onto
+// the model `c` describes).
+// A recipe may override fields of the directory's config (a Hugging Face config.json): say which, so
+// a changed model is never silent (the recipe's model section, before SWAN / DroPE surgery).
+void log_model_overrides(const std::string& config_file, const nn::ModelConfig& theirs, const nn::ModelConfig& ours,
+                         RunDir& run) {
   Recipe a, b;
   a.model.cfg = theirs;
   b.model.cfg = ours;
@@ -153,7 +121,7 @@ void log_model_overrides(const std::string& from, const nn::ModelConfig& theirs,
   for (auto it = ya.begin(); it != ya.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     const std::string mine = flow(yb[key]), cfg = flow(it->second);
-    if (mine != cfg) run.log("  model.{} = {} (the recipe) differs from {}/config.json: {}", key, mine, from, cfg);
+    if (mine != cfg) run.log("  model.{} = {} (the recipe) differs from {}: {}", key, mine, config_file, cfg);
   }
 }
 
@@ -161,14 +129,11 @@ std::map<std::string, Tensor> load_init_weights(const std::string& from, const n
                                                 const nn::ModelConfig& recipe_model, RunDir& run) {
   HZ_CHECK(fs::exists(from), ValueError, "checkpoint.init_from '", from, "' does not exist; give a Horizon run directory, a ",
            "step_<N>.h5 checkpoint, or a Hugging Face model directory (config.json + *.safetensors)");
-  if (hf::is_hf_dir(from)) {
-    hf::ImportReport rep;
-    const nn::ModelConfig theirs = hf::import_config_dir(from, &rep);
-    auto sd = hf::import_weights(from, c, DType::F32, &rep);
-    run.log("init_from {}: Hugging Face {}, {} tensors{}", from, rep.architecture, rep.tensors.size(),
-        rep.skipped.empty() ? std::string() : fmt::format(" ({} skipped)", rep.skipped.size()));
-    log_model_overrides(from, theirs, recipe_model, run);
-    return sd;
+  if (const ModelSource* source = find_model_source(from)) {
+    ForeignWeights fw = source->weights(from, c);
+    run.log("init_from {}: {}", from, fw.summary);
+    log_model_overrides(fw.config_file, fw.config, recipe_model, run);
+    return std::move(fw.weights);
   }
   std::string path = from;
   if (fs::is_directory(from)) {
@@ -178,14 +143,6 @@ std::map<std::string, Tensor> load_init_weights(const std::string& from, const n
   return load_checkpoint(path).model;
 }
 
-}  // namespace
-
-namespace {
-std::unique_ptr<data::Tokenizer> recipe_tokenizer(const Recipe& r) {
-  HZ_CHECK(!r.data.tokenizer.empty(), ValueError, "data.tokenizer is empty: the model came from a Hugging Face directory "
-           "without tokenizer.json or tokenizer.model; set data.tokenizer to the tokenizer it was trained with");
-  return data::make_tokenizer(r.data.tokenizer);
-}
 }  // namespace
 
 // Model FLOPs of one token, forward + backward (3x forward; no recomputation counted): 6 per
@@ -222,41 +179,6 @@ Device train_device(const Recipe& r, const dist::Communicator& comm) {
   HZ_CHECK(n > 0, DeviceError, "run.device=cuda, but no CUDA device is visible (check nvidia-smi and "
            "CUDA_VISIBLE_DEVICES), or set run.device=cpu");
   return Device::cuda(comm.local_rank() % n);
-}
-
-std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) {
-  const auto tok = recipe_tokenizer(r);
-  const std::string dir = cache_dir(r, *tok);
-  const std::string train_path = dir + "/train.shard", val_path = dir + "/val.shard";
-  if (fs::exists(train_path) && fs::exists(val_path) && fs::exists(dir + "/meta.json")) return {train_path, val_path};
-  HZ_CHECK(!is_synthetic(r.data.source), ValueError, "prepare_data: source '", name(r.data.source),
-           "' is synthetic and needs no shards");
-  data::CorpusSpec spec;
-  spec.source = name(r.data.source);
-  spec.files = r.data.files;
-  spec.val_files = r.data.val_files;
-  spec.text_field = r.data.text_field;
-  spec.token_format = r.data.token_format;
-  spec.val_fraction = r.data.val_fraction;
-  spec.seed = static_cast<uint64_t>(r.run.seed);
-  data::ProgressFn progress;
-  if (verbose)
-    progress = [](const data::PrepareProgress& p) {  // large inputs only: the first report comes after a second
-      if (p.seconds < 1.0) return;
-      if (p.stage == "tokenizing")
-        fmt::print(stderr, "  tokenizing: {}/{} documents, {:.1f}/{:.1f} MB, {:.1f} MB/s, {:.0f} s\n", p.docs_done,
-                   p.docs_total, p.bytes_done / 1e6, p.bytes_total / 1e6, p.bytes_done / 1e6 / p.seconds, p.seconds);
-      else
-        fmt::print(stderr, "  {} ({:.0f} s)\n", p.stage, p.seconds);
-    };
-  const data::PrepareResult p = data::prepare_source(spec, *tok, dir, progress);
-  if (verbose) {
-    const std::string bpt = p.bytes_per_token() > 0 ? fmt::format("{:.3f} bytes/token", p.bytes_per_token())
-                                                     : std::string("pre-tokenized");
-    fmt::print("prepared {} with tokenizer {}: {} train docs / {} tokens, {} val docs / {} tokens, {}, {:.1f} s -> {}\n",
-               name(r.data.source), tok->name(), p.train_docs, p.train_tokens, p.val_docs, p.val_tokens, bpt, p.seconds, dir);
-  }
-  return {p.train_path, p.val_path};
 }
 
 namespace {
@@ -322,23 +244,7 @@ class Trainer {
              "covers its own shard of the data, so a different world size would not continue the same trajectory");
   }
 
-  void build_data() {
-    const auto tok = std::shared_ptr<const data::Tokenizer>(recipe_tokenizer(r_));
-    HZ_CHECK(tok->vocab_size() <= r_.model.cfg.vocab_size, ValueError, "model.vocab_size (", r_.model.cfg.vocab_size,
-             ") is smaller than the vocabulary of tokenizer ", tok->name(), " (", tok->vocab_size(),
-             " ids): set model.vocab_size to at least ", tok->vocab_size());
-    if (is_synthetic(r_.data.source)) {
-      data_.synth = std::make_unique<data::SyntheticLoader>(name(r_.data.source), tok, r_.data.seq_len,
-                                                            r_.data.batch_size, r_.run.seed);
-      return;
-    }
-    if (rank_ == 0) prepare_data(r_, !opt_.quiet);  // one rank tokenizes; the others wait, then read the shards
-    comm_.barrier();
-    const auto [tp, vp] = prepare_data(r_, false);
-    data_.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r_.data.seq_len, r_.data.batch_size,
-                                                        r_.run.seed, rank_, world_, tok->eos(), true);
-    data_.val = data::Shard::open(vp);
-  }
+  void build_data() { data_ = open_train_data(r_, comm_, !opt_.quiet); }  // train/data.h
 
   void build_model() {
     model_ = std::make_unique<nn::Transformer>(model_config_at(r_, start_), static_cast<uint64_t>(r_.run.seed));
@@ -577,61 +483,6 @@ std::function<void(int64_t, int)> fault_injection_from_env() {
     if (kill) std::raise(SIGKILL);
     throw Error(fmt::format("injected fault at step {} (HZ_FAULT_RANK={}, HZ_FAULT_STEP={})", step, rank, step));
   };
-}
-
-Recipe hf_recipe(const std::string& dir, const std::vector<std::string>& overrides) {
-  hf::ImportReport rep;
-  hf::import_config_dir(dir, &rep);
-  fs::path p = fs::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  YAML::Node doc;
-  doc["run"]["name"] = p.filename().string();
-  doc["checkpoint"]["init_from"] = dir;
-  doc["data"]["seq_len"] = rep.max_position_embeddings;
-  YAML::Emitter e;
-  e << doc;
-  return parse_recipe(e.c_str(), dir + "/config.json", overrides);
-}
-
-namespace {
-// A Horizon run directory or checkpoint: its recipe (plus overrides) and weights.
-void load_horizon_run(const std::string& target, const std::vector<std::string>& overrides, LoadedRun& lr) {
-  if (fs::is_directory(target)) {
-    lr.run_dir = target;
-    lr.checkpoint = find_latest_checkpoint(target + "/checkpoints");
-    HZ_CHECK(!lr.checkpoint.empty(), ValueError, "no checkpoint in '", target, "/checkpoints'; train first");
-  } else {
-    lr.checkpoint = target;
-    // <run>/checkpoints/step_<N>.h5 belongs to <run>; any other checkpoint to its own directory
-    const fs::path parent = fs::path(target).parent_path();
-    lr.run_dir = (parent.filename() == "checkpoints" ? parent.parent_path() : parent).string();
-    if (lr.run_dir.empty()) lr.run_dir = ".";
-  }
-  const CheckpointData ck = load_checkpoint(lr.checkpoint);
-  HZ_CHECK(ck.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
-  lr.recipe = parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
-  lr.step = ck.step;
-  lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, ck.step), static_cast<uint64_t>(lr.recipe.run.seed));
-  lr.model->load_state_dict(ck.model, /*strict=*/true);
-}
-}  // namespace
-
-LoadedRun load_run(const std::string& target, const std::vector<std::string>& overrides) {
-  LoadedRun lr;
-  if (hf::is_hf_dir(target)) {
-    lr.recipe = hf_recipe(target, overrides);
-    lr.checkpoint = target;
-    lr.run_dir = lr.recipe.run.out_dir + "/" + lr.recipe.run.name;
-    lr.model = std::make_unique<nn::Transformer>(model_config_at(lr.recipe, 0), static_cast<uint64_t>(lr.recipe.run.seed));
-    lr.model->load_state_dict(hf::import_weights(target, lr.model->cfg), /*strict=*/true);
-  } else {
-    load_horizon_run(target, overrides, lr);
-  }
-  // evaluate where and how the run trained (override run.device / run.precision to change it)
-  auto local = dist::make_local();
-  lr.model->to(train_device(lr.recipe, *local));
-  lr.model->compute_dtype = nn::compute_dtype_of(lr.recipe.run.precision);
-  return lr;
 }
 
 }  // namespace hz::train

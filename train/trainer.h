@@ -3,8 +3,9 @@
 //   shards, deterministic loader) -> model (fresh, init_from, or resumed) -> steps of
 //   [grad_accum x (forward, loss / accum, backward)] -> clip -> optimizer step (AdamW, or Muon on
 //   hidden matrices + AdamW on the rest) with the schedule -> log / evaluate / checkpoint.
-// The run directory's files live in train/run_dir.h; DroPE (drope.at_step) and the SWAN stack in
-// train/surgery.h; fault injection is a hook (TrainOptions::before_step).
+// The run's data lives in train/data.h, the run directory's files in train/run_dir.h; DroPE
+// (drope.at_step) and the SWAN stack in train/surgery.h; fault injection is a hook
+// (TrainOptions::before_step).
 // Same recipe + seed + thread count -> bitwise-identical losses; a resumed run continues the
 // uninterrupted trajectory bit for bit.
 #pragma once
@@ -51,20 +52,6 @@ TrainResult train(const Recipe& r, const TrainOptions& opt = {});
 // The model a checkpoint taken after `step` steps holds (DroPE applied when step > drope.at_step).
 nn::ModelConfig model_config_at(const Recipe& r, int64_t step);
 
-// Loads a run directory, a checkpoint or a Hugging Face directory for evaluation: the recipe (the
-// run's config.yaml, or for a Hugging Face directory a recipe whose model comes from its
-// config.json, data.seq_len = max_position_embeddings; plus overrides) and the model with its weights.
-struct LoadedRun {
-  Recipe recipe;
-  std::unique_ptr<nn::Transformer> model;
-  std::string run_dir, checkpoint;
-  int64_t step = 0;
-};
-LoadedRun load_run(const std::string& run_dir_or_checkpoint, const std::vector<std::string>& overrides);
-// The recipe of a Hugging Face directory: run.name = its name, the model from its config.json,
-// data.seq_len = max_position_embeddings, data.tokenizer = its tokenizer; then the overrides.
-Recipe hf_recipe(const std::string& dir, const std::vector<std::string>& overrides);
-
 // The device a rank trains on: the CPU, or (run.device=cuda) the GPU of its local rank. Throws a
 // DeviceError saying what to do when CUDA is asked for but not there.
 Device train_device(const Recipe& r, const dist::Communicator& comm);
@@ -75,8 +62,5 @@ double flops_per_token(const nn::Transformer& m, int64_t T);
 // Dense peak TFLOP/s for the MFU: run.peak_tflops, else the known peak of an H100/H200 for the
 // run's precision (989 bf16, 494.7 tf32, 66.9 fp32), else 0 (no MFU).
 double peak_tflops(const Recipe& r, Device dev);
-
-// Token shards for the recipe's data section (prepared on first use); returns {train, val} paths.
-std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose);
 
 }  // namespace hz::train

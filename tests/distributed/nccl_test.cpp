@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "autograd/functions.h"
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "distributed/communicator.h"
 #include "distributed/grad_sync.h"
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "train/hdf5.h"
+#include "io/hdf5.h"
 
 namespace {
 
@@ -33,6 +33,7 @@ using hz::DType;
 using hz::Shape;
 using hz::Tensor;
 using namespace hz::train;
+namespace h5 = hz::io::h5;
 
 // A fresh directory under /tmp, removed with everything in it.
 struct TempDir {

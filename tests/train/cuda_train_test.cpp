@@ -11,6 +11,7 @@
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/partition.h"
+#include "study/load_run.h"
 #include "train/checkpoint.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -137,7 +138,7 @@ TEST_F(CudaTrain, CheckpointsMoveBetweenDevices) {
   ASSERT_EQ(rest.losses.size(), 25u);
   for (size_t i = 0; i < 25; ++i) EXPECT_NEAR(rest.losses[i], full.losses[25 + i], 1e-3 * full.losses[25 + i]);
   // and back: the GPU run's final checkpoint evaluates on the CPU
-  LoadedRun lr = load_run(rest.run_dir, {"run.device=cpu"});
+  hz::study::LoadedRun lr = hz::study::load_run(rest.run_dir, {"run.device=cpu"});
   EXPECT_TRUE(lr.model->device().is_cpu());
 }
 

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "study/sweep.h"
 #include "train/recipe.h"
-#include "train/sweep.h"
 
 using namespace hz;
 using namespace hz::train;
@@ -93,7 +93,7 @@ TEST(Recipe, EveryShippedRecipeIsValid) {
     if (e.path().extension() != ".yaml") continue;
     const std::string p = e.path().string();
     if (p.size() > 11 && p.substr(p.size() - 11) == ".sweep.yaml") {  // sweep grids: every point must be valid
-      EXPECT_NO_THROW(load_sweep(p)) << p;
+      EXPECT_NO_THROW(hz::study::load_sweep(p)) << p;
       continue;
     }
     EXPECT_NO_THROW(load_recipe(p)) << p;

@@ -10,6 +10,7 @@
 
 #include "data/shard.h"
 #include "eval/eval.h"
+#include "study/load_run.h"
 #include "train/checkpoint.h"
 #include "train/surgery.h"
 #include "train/trainer.h"
@@ -141,7 +142,7 @@ TEST(Trainer, DropeInRunWithQkNormAndFreshOptimizer) {
   const CheckpointData ck = load_checkpoint(find_latest_checkpoint(r.run_dir + "/checkpoints"));
   EXPECT_TRUE(ck.model.count("layers.1.attn.k_norm.weight"));
   // the run reloads post-DroPE for evaluation
-  const LoadedRun lr = load_run(r.run_dir, {});
+  const hz::study::LoadedRun lr = hz::study::load_run(r.run_dir, {});
   EXPECT_EQ(lr.model->layers[0]->attn->spec.pos.kind, attn::PosKind::None);
 }
 

@@ -1,24 +1,25 @@
-#include "train/evaluate_run.h"
+#include "study/evaluate_run.h"
 
 #include "data/shard.h"
 #include "eval/eval.h"
 #include "eval/needles.h"
 #include "eval/probe.h"
+#include "train/data.h"
 
-namespace hz::train {
+namespace hz::study {
 
 std::string evaluate_run(LoadedRun& run, bool verbose) {
   const eval::EvalOptions eo = run.recipe.eval_options();
   const int64_t T = run.recipe.data.seq_len;
   eval::EvalReport rep;
   std::shared_ptr<const data::Shard> val;
-  if (is_synthetic(run.recipe.data.source)) {
+  if (train::is_synthetic(run.recipe.data.source)) {
     HZ_CHECK(eo.passkey_examples > 0 || !eo.needles.tasks.empty(), ValueError, "the run trained on synthetic '",
-             name(run.recipe.data.source), "' data, which has no held-out text: set eval.passkey_examples=N or "
+             train::name(run.recipe.data.source), "' data, which has no held-out text: set eval.passkey_examples=N or "
              "eval.needle_tasks=[...] to measure retrieval");
     rep.passkey = eval::evaluate_passkey(*run.model, eo);
   } else {
-    val = data::Shard::open(prepare_data(run.recipe, verbose).second);
+    val = data::Shard::open(train::prepare_data(run.recipe, verbose).second);
     rep = eval::evaluate(*run.model, *val, eo);
   }
   std::string out = eval::report_table(rep, T);
@@ -34,4 +35,4 @@ std::string evaluate_run(LoadedRun& run, bool verbose) {
   return out;
 }
 
-}  // namespace hz::train
+}  // namespace hz::study

@@ -1,4 +1,4 @@
-#include "train/sweep.h"
+#include "study/sweep.h"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -12,17 +12,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/evaluate_run.h"
+#include "study/evaluate_run.h"
+#include "study/load_run.h"
 #include "train/checkpoint.h"
+#include "train/trainer.h"
 
 namespace fs = std::filesystem;
 
-namespace hz::train {
+namespace hz::study {
 
 namespace {
 
 [[noreturn]] void fail(const std::string& file, const YAML::Node& n, const std::string& what) {
-  throw RecipeError(file + ":" + std::to_string(n.Mark().line + 1) + ": " + what);
+  throw train::RecipeError(file + ":" + std::to_string(n.Mark().line + 1) + ": " + what);
 }
 
 std::vector<std::string> string_list(const std::string& file, const YAML::Node& n, const std::string& key) {
@@ -70,17 +72,17 @@ SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& ex
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
-    throw RecipeError("cannot open grid file '" + path + "'");
+    throw train::RecipeError("cannot open grid file '" + path + "'");
   } catch (const YAML::ParserException& e) {
-    throw RecipeError(path + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
+    throw train::RecipeError(path + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
   }
-  if (!root.IsMap()) throw RecipeError(path + ": a grid file is a map with recipe, name, grid, ...");
+  if (!root.IsMap()) throw train::RecipeError(path + ": a grid file is a map with recipe, name, grid, ...");
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (k != "recipe" && k != "name" && k != "out_dir" && k != "overrides" && k != "grid" && k != "eval")
       fail(path, it->first, "unknown key '" + k + "'; known keys: recipe, name, out_dir, overrides, grid, eval");
   }
-  if (!root["recipe"] || !root["recipe"].IsScalar()) throw RecipeError(path + ": 'recipe: PATH' is missing");
+  if (!root["recipe"] || !root["recipe"].IsScalar()) throw train::RecipeError(path + ": 'recipe: PATH' is missing");
   s.recipe = root["recipe"].Scalar();
   if (!fs::exists(s.recipe) && fs::exists(fs::path(path).parent_path() / s.recipe))
     s.recipe = (fs::path(path).parent_path() / s.recipe).string();
@@ -91,7 +93,7 @@ SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& ex
   s.overrides.insert(s.overrides.end(), extra.begin(), extra.end());
   s.eval_overrides = string_list(path, root["eval"], "eval");
   const YAML::Node g = root["grid"];
-  if (!g || !g.IsMap() || g.size() == 0) throw RecipeError(path + ": 'grid:' must map at least one key path to a list of values");
+  if (!g || !g.IsMap() || g.size() == 0) throw train::RecipeError(path + ": 'grid:' must map at least one key path to a list of values");
   for (auto it = g.begin(); it != g.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (!it->second.IsSequence() || it->second.size() == 0) fail(path, it->second, "grid." + key + ": expected a non-empty list of values");
@@ -102,9 +104,9 @@ SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& ex
   // every point must be a valid recipe before anything runs
   for (const SweepPoint& p : expand(s)) {
     try {
-      load_recipe(s.recipe, p.overrides);
+      train::load_recipe(s.recipe, p.overrides);
     } catch (const ValueError& e) {
-      throw RecipeError(path + ": point " + std::to_string(p.index) + " (" + fmt::format("{}", fmt::join(p.values, ", ")) +
+      throw train::RecipeError(path + ": point " + std::to_string(p.index) + " (" + fmt::format("{}", fmt::join(p.values, ", ")) +
                         "): " + e.what());
     }
   }
@@ -159,14 +161,14 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
       fs::remove(record);  // the grid changed for this point: run it again
     }
     std::vector<std::string> ov = p.overrides;
-    if (!find_latest_checkpoint(p.dir + "/checkpoints").empty()) ov.push_back("checkpoint.resume=latest");
-    const Recipe r = load_recipe(s.recipe, ov);
+    if (!train::find_latest_checkpoint(p.dir + "/checkpoints").empty()) ov.push_back("checkpoint.resume=latest");
+    const train::Recipe r = train::load_recipe(s.recipe, ov);
     if (!o.quiet) fmt::print("[sweep] point {} of {}: {}\n", p.index, expand(s).size(), fmt::join(p.values, ", "));
-    TrainOptions to;
+    train::TrainOptions to;
     to.quiet = o.quiet;
     to.before_step = o.before_step;
     if (p.index == o.interrupt_point) to.stop_after = o.interrupt_after;
-    const TrainResult tr = train(r, to);
+    const train::TrainResult tr = train::train(r, to);
     row.resumed_from = tr.start_step;
     if (tr.end_step < r.train.steps) {  // interrupted (tests): stop the sweep here
       res.interrupted = true;
@@ -251,4 +253,4 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
   return res;
 }
 
-}  // namespace hz::train
+}  // namespace hz::study

@@ -16,12 +16,12 @@
 // sweep.md, one row per point (grid values, final training loss, held-out loss and last-256
 // loss at every evaluation length).
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "train/trainer.h"
-
-namespace hz::train {
+namespace hz::study {
 
 struct SweepSpec {
   std::string file;                  // where it came from (messages)
@@ -70,4 +70,4 @@ struct SweepResult {
 
 SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o = {});
 
-}  // namespace hz::train
+}  // namespace hz::study

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace hz::train {
+namespace hz::study {
 
 struct ReportOptions {
   std::string out_dir;
@@ -31,4 +31,4 @@ struct ReportResult {
 
 ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o);
 
-}  // namespace hz::train
+}  // namespace hz::study

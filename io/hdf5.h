@@ -21,7 +21,7 @@
 
 #include "core/error.h"
 
-namespace hz::train::h5 {
+namespace hz::io::h5 {
 
 struct HDF5Error : hz::Error { using Error::Error; };
 
@@ -139,4 +139,4 @@ bool is_hdf5(const std::string& path);
 // The innermost message of the current HDF5 error stack ("" if none); clears the stack.
 std::string last_error_message();
 
-}  // namespace hz::train::h5
+}  // namespace hz::io::h5

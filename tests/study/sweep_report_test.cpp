@@ -1,6 +1,6 @@
-// Sweeps (train/sweep.h): a two-point sweep runs, is interrupted inside its second point, and
+// Sweeps (study/sweep.h): a two-point sweep runs, is interrupted inside its second point, and
 // resumes (the finished point skipped, the interrupted one continued from its checkpoint) to the
-// same numbers as an uninterrupted sweep. Reports (train/report.h): the markdown page, the JSON
+// same numbers as an uninterrupted sweep. Reports (study/report.h): the markdown page, the JSON
 // and every plot exist and are non-empty.
 #include <gtest/gtest.h>
 
@@ -13,10 +13,13 @@
 #include "eval/eval.h"
 #include "eval/needles.h"
 #include "eval/probe.h"
-#include "train/report.h"
-#include "train/sweep.h"
+#include "study/load_run.h"
+#include "study/report.h"
+#include "study/sweep.h"
+#include "train/recipe.h"
 
 using namespace hz;
+using namespace hz::study;
 using namespace hz::train;
 namespace fs = std::filesystem;
 

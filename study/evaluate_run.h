@@ -6,12 +6,12 @@
 #pragma once
 #include <string>
 
-#include "train/trainer.h"
+#include "study/load_run.h"
 
-namespace hz::train {
+namespace hz::study {
 
 // Returns the printable tables. Synthetic-data runs have no held-out text: they need
 // eval.passkey_examples or eval.needle_tasks.
 std::string evaluate_run(LoadedRun& run, bool verbose);
 
-}  // namespace hz::train
+}  // namespace hz::study

@@ -1,5 +1,5 @@
-// Hugging Face directories: weights in and out, tokenizer files (see train/hf.h).
-#include "train/hf.h"
+// Hugging Face directories: weights in and out, tokenizer files (see hf/hf.h).
+#include "hf/hf.h"
 
 #include <fmt/core.h>
 
@@ -11,11 +11,17 @@
 #include <sstream>
 
 #include "data/tokenizer.h"
+#include "hf/architecture.h"
 
-namespace hz::train::hf {
+namespace hz::hf {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+bool is_hf_dir(const std::string& path) {
+  std::ifstream f(path + "/config.json");
+  return static_cast<bool>(f);
+}
 
 std::vector<std::pair<std::string, std::string>> parameter_names(const nn::ModelConfig& c) {
   std::vector<std::pair<std::string, std::string>> out{{"model.embed_tokens.weight", "embed.weight"}};
@@ -254,16 +260,8 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
   }
   for (const auto& [hz, t] : weights)
     if (!shapes.count(hz)) throw HfError("export: parameter '" + hz + "' has no counterpart in " + rep.architecture);
-  const DType dt = weights.at("embed.weight").dtype();
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
-    if (rep.architecture == "Qwen2ForCausalLM" && !c.qkv_bias) {
-      hf[p + "q_proj.bias"] = Tensor::zeros({c.n_heads * c.hdim()}, dt);
-      hf[p + "k_proj.bias"] = Tensor::zeros({c.kv_heads() * c.hdim()}, dt);
-      hf[p + "v_proj.bias"] = Tensor::zeros({c.kv_heads() * c.hdim()}, dt);
-    }
-    if (rep.architecture == "SmolLM3ForCausalLM" && c.qkv_bias) hf[p + "o_proj.bias"] = Tensor::zeros({c.d_model}, dt);
-  }
+  // the biases the architecture has and the model does not, as zeros (hf/qwen2.cpp, hf/smollm3.cpp)
+  find_architecture(rep.architecture)->zero_tensors(c, weights.at("embed.weight").dtype(), hf);
   rep.files = io::save_safetensors_dir(out_dir, hf, {{"format", "pt"}}, opt.store, opt.max_shard_bytes);
   write_text(d / "config.json", config);
   rep.files.push_back((d / "config.json").string());
@@ -296,4 +294,4 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
   return rep;
 }
 
-}  // namespace hz::train::hf
+}  // namespace hz::hf

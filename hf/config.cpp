@@ -1,4 +1,4 @@
-// Hugging Face config.json <-> Horizon model config (see train/hf.h for the mapping).
+// Hugging Face config.json <-> Horizon model config (see hf/config.h for the mapping).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -9,25 +9,13 @@
 #include <set>
 #include <sstream>
 
-#include "train/hf.h"
+#include "hf/architecture.h"
+#include "hf/config.h"
+#include "hf/hf.h"  // tokenizer_file
 
-namespace hz::train::hf {
-
-using json = nlohmann::json;
+namespace hz::hf {
 
 namespace {
-
-struct Arch {
-  const char* name;
-  const char* model_type;
-  bool tie_default;          // the config class's tie_word_embeddings default
-  int64_t max_pos_default;   // its max_position_embeddings default
-};
-constexpr Arch kLlama{"LlamaForCausalLM", "llama", false, 2048};
-constexpr Arch kMistral{"MistralForCausalLM", "mistral", false, 131072};
-constexpr Arch kQwen2{"Qwen2ForCausalLM", "qwen2", false, 32768};
-constexpr Arch kSmolLM3{"SmolLM3ForCausalLM", "smollm3", true, 32768};
-const Arch* const kArchs[] = {&kLlama, &kMistral, &kQwen2, &kSmolLM3};
 
 // Fields a transformers config may carry that leave the forward pass unchanged, with the reason.
 const std::map<std::string, std::string>& harmless_fields() {
@@ -80,103 +68,6 @@ const std::map<std::string, std::string>& harmless_fields() {
   }();
   return m;
 }
-
-std::string show(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
-
-// config.json fields, each consumed at most once; the rest are checked at the end.
-class Fields {
- public:
-  Fields(const json& j, std::string where, ImportReport& r) : j_(j), where_(std::move(where)), r_(r) {}
-  [[noreturn]] void fail(const std::string& k, const std::string& what) const {
-    throw HfError(where_ + ": " + k + " " + what);
-  }
-  bool has(const std::string& k) const { return j_.contains(k); }
-  // The value (nullptr when absent or null); marks the field read.
-  const json* find(const std::string& k) {
-    used_.insert(k);
-    auto it = j_.find(k);
-    return it == j_.end() || it->is_null() ? nullptr : &*it;
-  }
-  int64_t integer(const std::string& k, std::optional<int64_t> def = std::nullopt) {
-    const json* v = find(k);
-    if (!v) {
-      if (!def) fail(k, "is missing; a Llama-family config.json needs it");
-      return *def;
-    }
-    if (!v->is_number_integer()) fail(k, "must be an integer, got " + v->dump());
-    return v->get<int64_t>();
-  }
-  double number(const std::string& k, std::optional<double> def = std::nullopt) {
-    const json* v = find(k);
-    if (!v) {
-      if (!def) fail(k, "is missing");
-      return *def;
-    }
-    if (!v->is_number()) fail(k, "must be a number, got " + v->dump());
-    return v->get<double>();
-  }
-  bool boolean(const std::string& k, bool def) {
-    const json* v = find(k);
-    if (!v) return def;
-    if (!v->is_boolean()) fail(k, "must be true or false, got " + v->dump());
-    return v->get<bool>();
-  }
-  std::string string(const std::string& k, const std::string& def) {
-    const json* v = find(k);
-    if (!v) return def;
-    if (!v->is_string()) fail(k, "must be a string, got " + v->dump());
-    return v->get<std::string>();
-  }
-  void mapped(const std::string& k, const std::string& value, const std::string& effect) {
-    r_.mapped.push_back({k, value, effect});
-  }
-  void checked(const std::string& k, const std::string& value, const std::string& why) {
-    r_.checked.push_back({k, value, why});
-  }
-  void ignored(const std::string& k, const std::string& value, const std::string& why) {
-    r_.ignored.push_back({k, value, why});
-  }
-  // Every field not read: harmless ones are noted, the rest refused by name.
-  void finish(const std::string& arch) {
-    std::vector<std::string> unknown;
-    for (auto it = j_.begin(); it != j_.end(); ++it) {
-      const std::string& k = it.key();
-      if (used_.count(k)) continue;
-      if (k == "quantization_config")
-        throw HfError(where_ + ": quantization_config: a quantized checkpoint (" + show(it.value()).substr(0, 80) +
-                      "); Horizon imports full-precision weights only (dequantize with transformers first)");
-      if (k == "auto_map")
-        throw HfError(where_ + ": auto_map: the checkpoint needs custom modeling code (trust_remote_code), so "
-                               "its math is not the standard " + arch + "; Horizon does not import it");
-      auto h = harmless_fields().find(k);
-      if (h == harmless_fields().end()) {
-        unknown.push_back(k);
-        continue;
-      }
-      const json& v = it.value();
-      if ((k == "pruned_heads" && !v.is_null() && !v.empty()) || (k == "is_encoder_decoder" && v == true) ||
-          (k == "add_cross_attention" && v == true))
-        throw HfError(where_ + ": " + k + " = " + v.dump() + " changes the model; Horizon imports plain decoders only");
-      ignored(k, show(v), h->second);
-    }
-    if (!unknown.empty()) {
-      std::string list;
-      for (const auto& k : unknown) list += (list.empty() ? "'" : ", '") + k + "' = " + show(j_.at(k)).substr(0, 60);
-      throw HfError(where_ + ": field" + (unknown.size() > 1 ? "s " : " ") + list + " not understood by Horizon's " + arch +
-                    " importer: " + (unknown.size() > 1 ? "they" : "it") +
-                    " may change what the model computes, so the import is refused. If you know a field is "
-                    "inert, remove it from config.json");
-    }
-  }
-
- private:
-  const json& j_;
-  std::string where_;
-  ImportReport& r_;
-  std::set<std::string> used_;
-};
-
-std::string num(double v) { return fmt::format("{:g}", v); }
 
 // rope_parameters / rope_scaling / rope_theta / partial_rotary_factor -> the RoPE layers' spec.
 attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
@@ -311,7 +202,44 @@ attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
   return pos;
 }
 
-// A list of layer flags / names of length n.
+}  // namespace
+
+std::string show(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+std::string num(double v) { return fmt::format("{:g}", v); }
+
+void Fields::finish(const std::string& arch) {
+  std::vector<std::string> unknown;
+  for (auto it = j_.begin(); it != j_.end(); ++it) {
+    const std::string& k = it.key();
+    if (used_.count(k)) continue;
+    if (k == "quantization_config")
+      throw HfError(where_ + ": quantization_config: a quantized checkpoint (" + show(it.value()).substr(0, 80) +
+                    "); Horizon imports full-precision weights only (dequantize with transformers first)");
+    if (k == "auto_map")
+      throw HfError(where_ + ": auto_map: the checkpoint needs custom modeling code (trust_remote_code), so "
+                             "its math is not the standard " + arch + "; Horizon does not import it");
+    auto h = harmless_fields().find(k);
+    if (h == harmless_fields().end()) {
+      unknown.push_back(k);
+      continue;
+    }
+    const json& v = it.value();
+    if ((k == "pruned_heads" && !v.is_null() && !v.empty()) || (k == "is_encoder_decoder" && v == true) ||
+        (k == "add_cross_attention" && v == true))
+      throw HfError(where_ + ": " + k + " = " + v.dump() + " changes the model; Horizon imports plain decoders only");
+    ignored(k, show(v), h->second);
+  }
+  if (!unknown.empty()) {
+    std::string list;
+    for (const auto& k : unknown) list += (list.empty() ? "'" : ", '") + k + "' = " + show(j_.at(k)).substr(0, 60);
+    throw HfError(where_ + ": field" + (unknown.size() > 1 ? "s " : " ") + list + " not understood by Horizon's " + arch +
+                  " importer: " + (unknown.size() > 1 ? "they" : "it") +
+                  " may change what the model computes, so the import is refused. If you know a field is "
+                  "inert, remove it from config.json");
+  }
+}
+
 std::vector<std::string> layer_types(Fields& c, int64_t n) {
   const json* lt = c.find("layer_types");
   if (!lt) return {};
@@ -326,7 +254,6 @@ std::vector<std::string> layer_types(Fields& c, int64_t n) {
   return out;
 }
 
-// sliding_window: absent -> the class default, null -> none.
 int64_t sliding_window(Fields& c, int64_t class_default) {
   if (!c.has("sliding_window")) return class_default;
   const json* v = c.find("sliding_window");
@@ -335,11 +262,42 @@ int64_t sliding_window(Fields& c, int64_t class_default) {
   return v->get<int64_t>();
 }
 
-}  // namespace
+void import_attention_mlp_bias(Fields& c, nn::ModelConfig& m) {
+  if (c.boolean("attention_bias", false)) {
+    m.qkv_bias = true;
+    c.mapped("attention_bias", "true", "model.qkv_bias: true; o_proj biases must be zero (checked on the weights: "
+                                       "Horizon's output projection has none)");
+  } else {
+    c.checked("attention_bias", "false", "bias-free q/k/v/o projections");
+  }
+  if (c.boolean("mlp_bias", false)) c.fail("mlp_bias", "= true: Horizon's MLP projections are bias-free; refused");
+  c.checked("mlp_bias", "false", "bias-free MLP");
+}
 
-bool is_hf_dir(const std::string& path) {
-  std::ifstream f(path + "/config.json");
-  return static_cast<bool>(f);
+std::string apply_layer_types(Fields& c, const std::vector<std::string>& lt, bool use_sw, int64_t w,
+                              std::vector<int64_t>& window) {
+  std::string marks;
+  for (size_t i = 0; i < lt.size(); ++i) {
+    const bool sliding = lt[i] == "sliding_attention";
+    if (sliding && !(use_sw && w > 0))
+      c.fail("layer_types", "marks layer " + std::to_string(i) + " sliding_attention but use_sliding_window is " +
+                                (use_sw ? "true" : "false") + " and sliding_window " + (w ? std::to_string(w) : "null") +
+                                ": transformers' attention backends disagree on what that computes; refused");
+    window[i] = sliding ? w : 0;
+    marks += sliding ? 'W' : 'F';
+  }
+  return marks;
+}
+
+const std::vector<const Architecture*>& architectures() {
+  static const std::vector<const Architecture*> all{&kLlama, &kMistral, &kQwen2, &kSmolLM3};
+  return all;
+}
+
+const Architecture* find_architecture(const std::string& name) {
+  for (const Architecture* a : architectures())
+    if (name == a->name) return a;
+  return nullptr;
 }
 
 std::string ImportReport::str() const {
@@ -379,8 +337,8 @@ nn::ModelConfig import_config(const std::string& text, const std::string& where,
     arch = (*a)[0].get<std::string>();
   }
   const std::string mt = c.string("model_type", "");
-  const Arch* A = nullptr;
-  for (const Arch* x : kArchs)
+  const Architecture* A = nullptr;
+  for (const Architecture* x : architectures())
     if (arch == x->name || (arch.empty() && mt == x->model_type)) A = x;
   if (!A)
     throw HfError(where + ": architecture '" + (arch.empty() ? "model_type " + mt : arch) +
@@ -390,7 +348,6 @@ nn::ModelConfig import_config(const std::string& text, const std::string& where,
     c.fail("model_type", "is '" + mt + "' but architectures names " + A->name);
   r.architecture = A->name;
   c.checked("architectures", A->name, "decoder with SwiGLU MLP, RMSNorm, pre-norm blocks");
-  const bool llama = A == &kLlama, mistral = A == &kMistral, qwen2 = A == &kQwen2, smol = A == &kSmolLM3;
 
   // ---- dimensions -------------------------------------------------------------------------------
   nn::ModelConfig m;
@@ -441,89 +398,16 @@ nn::ModelConfig import_config(const std::string& text, const std::string& where,
     c.checked("rope_interleaved", "false", "rotate-half pairs (m, m + D/2), as transformers and Horizon");
   }
 
-  // ---- biases ----------------------------------------------------------------------------------
-  if (llama || smol) {
-    if (c.boolean("attention_bias", false)) {
-      m.qkv_bias = true;
-      c.mapped("attention_bias", "true", "model.qkv_bias: true; o_proj biases must be zero (checked on the weights: "
-                                         "Horizon's output projection has none)");
-    } else {
-      c.checked("attention_bias", "false", "bias-free q/k/v/o projections");
-    }
-    if (c.boolean("mlp_bias", false)) c.fail("mlp_bias", "= true: Horizon's MLP projections are bias-free; refused");
-    c.checked("mlp_bias", "false", "bias-free MLP");
-  }
-  if (qwen2) {
-    m.qkv_bias = true;
-    c.checked("(Qwen2ForCausalLM)", "q/k/v bias", "model.qkv_bias: true (Qwen2's q/k/v projections always carry biases)");
-    if (c.boolean("use_mrope", false))
-      c.fail("use_mrope", "= true: multimodal RoPE (Qwen2-VL) is not a Qwen2ForCausalLM Horizon imports; refused");
-  }
+  // ---- biases (the architecture's fields) -------------------------------------------------------
+  A->import_biases(c, m);
 
-  // ---- position encoding and windows, per layer ------------------------------------------------
+  // ---- position encoding and windows, per layer (the architecture's fields) -----------------
   const attn::PositionSpec rope = import_rope(c, max_pos);
   const int64_t n = m.n_layers;
-  std::vector<bool> use_rope(n, true);
-  std::vector<int64_t> window(n, 0);
-  if (mistral) {
-    const int64_t w = sliding_window(c, 4096);
-    std::fill(window.begin(), window.end(), w);
-    c.mapped("sliding_window", w ? std::to_string(w) : "null", w ? "mask: window on every layer" : "mask: causal");
-    if (c.has("layer_types")) c.ignored("layer_types", "(list)", "MistralForCausalLM uses sliding_window on every layer and ignores it");
-    c.find("layer_types");
-  }
-  if (qwen2 || smol) {
-    if (smol) {
-      std::vector<int64_t> nrl;
-      if (const json* v = c.find("no_rope_layers")) {
-        if (!v->is_array() || static_cast<int64_t>(v->size()) != n)
-          c.fail("no_rope_layers", "must list one 0/1 flag per layer (" + std::to_string(n) + ")");
-        for (const auto& x : *v) {
-          if (!x.is_number_integer() || (x != 0 && x != 1)) c.fail("no_rope_layers", "entries must be 0 or 1, got " + x.dump());
-          nrl.push_back(x.get<int64_t>());
-        }
-        c.ignored("no_rope_layer_interval", c.has("no_rope_layer_interval") ? show(j["no_rope_layer_interval"]) : "-",
-                  "no_rope_layers is given explicitly");
-        c.find("no_rope_layer_interval");
-      } else {
-        const int64_t every = c.integer("no_rope_layer_interval", 4);
-        if (every <= 0) c.fail("no_rope_layer_interval", "must be positive");
-        for (int64_t i = 0; i < n; ++i) nrl.push_back((i + 1) % every != 0);
-        c.mapped("no_rope_layer_interval", std::to_string(every), "every " + std::to_string(every) + "th layer NoPE");
-      }
-      std::string flags;
-      for (int64_t i = 0; i < n; ++i) {
-        use_rope[i] = nrl[i] != 0;
-        flags += use_rope[i] ? '1' : '0';
-      }
-      c.mapped("no_rope_layers", flags, "layer i NoPE where 0 (pos: none)");
-    }
-    const bool use_sw = c.boolean("use_sliding_window", false);
-    const int64_t w = sliding_window(c, qwen2 ? 4096 : 0);
-    const int64_t mwl = qwen2 ? c.integer("max_window_layers", 28) : 0;
-    std::vector<std::string> lt = layer_types(c, n);
-    const bool explicit_types = !lt.empty();
-    if (lt.empty())
-      for (int64_t i = 0; i < n; ++i)
-        lt.push_back(use_sw && w > 0 && (qwen2 ? i >= mwl : !use_rope[i]) ? "sliding_attention" : "full_attention");
-    std::string marks;
-    for (int64_t i = 0; i < n; ++i) {
-      const bool sliding = lt[i] == "sliding_attention";
-      if (sliding && !(use_sw && w > 0))
-        c.fail("layer_types", "marks layer " + std::to_string(i) + " sliding_attention but use_sliding_window is " +
-                                  (use_sw ? "true" : "false") + " and sliding_window " + (w ? std::to_string(w) : "null") +
-                                  ": transformers' attention backends disagree on what that computes; refused");
-      window[i] = sliding ? w : 0;
-      marks += sliding ? 'W' : 'F';
-    }
-    c.mapped("use_sliding_window", use_sw ? "true" : "false", "windows enabled");
-    c.mapped("sliding_window", w ? std::to_string(w) : "null", "the window W of sliding layers");
-    if (qwen2) c.mapped("max_window_layers", std::to_string(mwl), explicit_types ? "(layer_types given: not used)" : "layers >= it slide");
-    if (smol && c.has("max_window_layers"))  // SmolLM3-3B's config.json carries it; transformers' SmolLM3 ignores it
-      c.ignored("max_window_layers", show(j["max_window_layers"]), "not a SmolLM3 field (transformers ignores it)");
-    c.find("max_window_layers");
-    c.mapped("layer_types", marks, "per layer: W = mask window, F = causal");
-  }
+  LayerLayout layout{std::vector<bool>(n, true), std::vector<int64_t>(n, 0)};
+  A->import_layers(c, layout);
+  const std::vector<bool>& use_rope = layout.use_rope;
+  const std::vector<int64_t>& window = layout.window;
 
   // ---- layer kinds -------------------------------------------------------------------------------
   std::vector<std::string> names(n);
@@ -601,8 +485,9 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
                   "computes " + nn::mlp_name(c.mlp));
   const attn::PositionSpec* rope = nullptr;
   int64_t W = 0;
-  std::vector<bool> use_rope(n);
-  std::vector<int64_t> window(n);
+  LayerLayout layers{std::vector<bool>(n), std::vector<int64_t>(n)};
+  std::vector<bool>& use_rope = layers.use_rope;
+  std::vector<int64_t>& window = layers.window;
   bool pos_mismatch = false, window_mismatch = false;
   for (int64_t l = 0; l < n; ++l) {
     const attn::AttentionSpec& s = specs[l];
@@ -683,7 +568,7 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
         break;
       case attn::RopeScaling::YaRN:
         if (p.yarn_ramp != attn::YarnRamp::Index) {
-          why.push_back("YaRN with the rotations ramp (SPEC.md's, linear in rotations r_m): transformers implements "
+          why.push_back("YaRN with the rotations ramp (the paper's, docs/methods.md: linear in rotations r_m): transformers implements "
                         "only the index ramp (linear in the pair index); use yarn_ramp: index, or export without scaling");
         } else if (p.factor > 1.0) {
           rp = {{"rope_type", "yarn"},
@@ -725,11 +610,13 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
     any_window |= window[l] > 0;
     all_window &= window[l] > 0;
   }
-  const Arch* A = any_nope ? &kSmolLM3
-                  : c.qkv_bias ? &kQwen2
-                  : !any_window ? &kLlama
-                  : all_window ? &kMistral
-                               : &kSmolLM3;
+  // the architecture that expresses the model: per-layer NoPE needs SmolLM3, q/k/v biases Qwen2,
+  // then Llama (no window), Mistral (a window on every layer) or SmolLM3 (windows on some layers)
+  const Architecture* A = any_nope ? &kSmolLM3
+                          : c.qkv_bias ? &kQwen2
+                          : !any_window ? &kLlama
+                          : all_window ? &kMistral
+                                       : &kSmolLM3;
   rep.architecture = A->name;
   json j = json::object();
   j["architectures"] = {A->name};
@@ -765,31 +652,10 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
   }
   std::vector<std::string> lt;
   for (int64_t l = 0; l < n; ++l) lt.push_back(window[l] ? "sliding_attention" : "full_attention");
-  if (A == &kLlama || A == &kSmolLM3) {
-    j["attention_bias"] = c.qkv_bias;
-    j["mlp_bias"] = false;
-  }
-  if (A == &kMistral) j["sliding_window"] = W;
-  if (A == &kQwen2) {
-    j["use_sliding_window"] = any_window;
-    j["sliding_window"] = any_window ? json(W) : json(nullptr);
-    j["max_window_layers"] = 0;
-    j["layer_types"] = lt;
-    if (!c.qkv_bias) rep.notes.push_back("Qwen2 always has q/k/v biases: written as zeros");
-  }
-  if (A == &kSmolLM3) {
-    std::vector<int> nrl;
-    for (int64_t l = 0; l < n; ++l) nrl.push_back(use_rope[l] ? 1 : 0);
-    j["no_rope_layers"] = nrl;
-    j["no_rope_layer_interval"] = 4;
-    j["use_sliding_window"] = any_window;
-    j["sliding_window"] = any_window ? json(W) : json(nullptr);
-    j["layer_types"] = lt;
-    if (c.qkv_bias) rep.notes.push_back("SmolLM3's attention_bias also biases o_proj: written as zeros");
-  }
+  A->export_fields(ExportLayout{c, layers, lt, W, any_window}, j, rep);
   for (auto it = j.begin(); it != j.end(); ++it) rep.config.push_back({it.key(), show(it.value()), ""});
   if (report) *report = rep;
   return j.dump(2) + "\n";
 }
 
-}  // namespace hz::train::hf
+}  // namespace hz::hf

@@ -1,4 +1,4 @@
-#include "train/report.h"
+#include "study/report.h"
 
 #include <fmt/core.h>
 
@@ -20,7 +20,7 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace hz::train {
+namespace hz::study {
 
 namespace {
 
@@ -77,8 +77,8 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     HZ_CHECK(fs::exists(dir + "/config.yaml"), ValueError, "report: '", dir, "' is not a run directory (no config.yaml)");
     HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
              "' has not been evaluated; run horizon eval ", dir, " first");
-    const Recipe r = load_recipe(dir + "/config.yaml");
-    const nn::ModelConfig mc = model_config_at(r, r.train.steps);  // after DroPE when the run dropped
+    const train::Recipe r = train::load_recipe(dir + "/config.yaml");
+    const nn::ModelConfig mc = train::model_config_at(r, r.train.steps);  // after DroPE when the run dropped
     json run;
     run["name"] = fs::path(dir).filename().string();
     if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
@@ -129,8 +129,8 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   }
   // attention FLOPs per method at every evaluated length (forward, all layers, one sequence)
   for (auto& run : data["runs"]) {
-    const Recipe r = load_recipe(run["dir"].get<std::string>() + "/config.yaml");
-    const nn::Transformer m(model_config_at(r, r.train.steps), 0);
+    const train::Recipe r = train::load_recipe(run["dir"].get<std::string>() + "/config.yaml");
+    const nn::Transformer m(train::model_config_at(r, r.train.steps), 0);
     json fl = json::array();
     for (int64_t T : all_lengths) {
       double flops = 0;
@@ -144,7 +144,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     }
     run["attention_flops"] = fl;
   }
-  // order awareness (seed 000): T = 2^H
+  // order awareness (the SCOPE paper's simulation): T = 2^H
   json oa = json::object();
   for (auto s : {eval::OaScheme::NoPE, eval::OaScheme::Scope, eval::OaScheme::NoPE1, eval::OaScheme::Uniform})
     oa[eval::name(s)] = eval::order_awareness(eval::oa_windows(s, o.oa_T, o.oa_heads), o.oa_T, o.oa_layers, o.oa_trials, 0);
@@ -177,7 +177,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   }
   res.main_table = main.str();
   md << "# Horizon report\n\n" << runs.size() << " run(s). Losses are held-out nats per token; `last256@L` is the mean loss of "
-     << "the last 256 positions at length L (seed 000); lengths beyond `train T` are extrapolation.\n\n";
+     << "the last 256 positions at length L (as in the SCOPE paper); lengths beyond `train T` are extrapolation.\n\n";
   md << "## Main table\n\n" << res.main_table << "\n";
   md << "![loss vs length](loss_vs_length.png)\n\n![NLL by position](nll_by_position.png)\n\n"
      << "![training loss](training_loss.png)\n\n";
@@ -247,7 +247,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     md << "\n";
   }
   md << "\n![attention FLOPs](attention_flops.png)\n\n";
-  md << "## Order awareness (seed 000 simulation, T = " << o.oa_T << ", H = " << o.oa_heads << ", " << o.oa_trials
+  md << "## Order awareness (the SCOPE paper's simulation, T = " << o.oa_T << ", H = " << o.oa_heads << ", " << o.oa_trials
      << " trials; exact integers)\n\n| scheme |";
   for (int64_t l = 1; l <= o.oa_layers; ++l) md << " " << l << " |";
   md << "\n|---|";
@@ -278,4 +278,4 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   return res;
 }
 
-}  // namespace hz::train
+}  // namespace hz::study

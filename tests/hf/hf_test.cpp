@@ -15,14 +15,15 @@
 #include "data/tokenizer.h"
 #include "eval/score.h"
 #include "io/safetensors.h"
+#include "hf/hf.h"
+#include "study/hf_models.h"
 #include "tests/data/data_test_util.h"
-#include "train/hf.h"
 #include "train/recipe.h"
-#include "train/trainer.h"
 
 namespace fs = std::filesystem;
 using hz::Tensor;
 using namespace hz::train;
+namespace hf = hz::hf;
 using json = nlohmann::json;
 
 namespace {
@@ -88,7 +89,7 @@ TEST(HfImport, LogProbsMatchTransformersPerArchitecture) {
 // fixture's text to the ids the `tokenizers` library gave (those transformers scored).
 TEST(HfImport, TakesTheDirectorysTokenizer) {
   const std::string dir = kHF + "llama_bpe";
-  const Recipe r = hf_recipe(dir, {});
+  const Recipe r = hz::study::hf_recipe(dir, {});
   EXPECT_EQ(fs::path(r.data.tokenizer).filename(), "tokenizer.json");
   const auto tok = hz::data::make_tokenizer(r.data.tokenizer);
   EXPECT_EQ(tok->vocab_size(), r.model.cfg.vocab_size);
@@ -382,6 +383,7 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
 }
 
 TEST(HfImport, RecipeTakesTheModelFromInitFrom) {
+  hz::study::register_hf_models();  // train/ reads Hugging Face directories through the source study/ registers
   const std::string yaml = "checkpoint: {init_from: " + kHF + "qwen2}\ndata: {seq_len: 16}\n";
   const Recipe r = parse_recipe(yaml, "r.yaml");
   EXPECT_TRUE(r.model.cfg.qkv_bias);

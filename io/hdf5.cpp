@@ -1,9 +1,9 @@
-#include "train/hdf5.h"
+#include "io/hdf5.h"
 
 #include <cstring>
 #include <utility>
 
-namespace hz::train::h5 {
+namespace hz::io::h5 {
 
 // ---- errors -----------------------------------------------------------------------------------
 void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
@@ -347,4 +347,4 @@ bool is_hdf5(const std::string& path) {
   return r > 0;
 }
 
-}  // namespace hz::train::h5
+}  // namespace hz::io::h5

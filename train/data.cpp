@@ -1,0 +1,95 @@
+#include "train/data.h"
+
+#include <filesystem>
+
+#include <fmt/core.h>
+
+#include "data/prepare.h"
+#include "data/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace hz::train {
+
+namespace {
+
+// <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>: the tokenizer
+// tag holds a hash of the tokenizer file, the corpus hash one of the fields that choose the
+// documents (file globs, text field, token format), so changing either prepares new shards.
+std::string cache_dir(const Recipe& r, const data::Tokenizer& tok) {
+  if (!r.data.cache_dir.empty()) return r.data.cache_dir;
+  std::string corpus;
+  if (r.data.source != DataSource::Bible) {
+    std::string key = std::string(name(r.data.source)) + "\n" + r.data.text_field + "\n" + r.data.token_format;
+    for (const auto& f : r.data.files) key += "\nf:" + f;
+    for (const auto& f : r.data.val_files) key += "\nv:" + f;
+    corpus = fmt::format("-{:08x}", static_cast<uint32_t>(data::fnv1a64(key.data(), key.size())));
+  }
+  return r.run.out_dir + "/_data/" + name(r.data.source) + "-" + data::tokenizer_tag(tok) + corpus + "-s" +
+         std::to_string(r.run.seed) + "-v" + fmt::format("{:g}", r.data.val_fraction);
+}
+
+std::unique_ptr<data::Tokenizer> recipe_tokenizer(const Recipe& r) {
+  HZ_CHECK(!r.data.tokenizer.empty(), ValueError, "data.tokenizer is empty: the model came from a Hugging Face directory "
+           "without tokenizer.json or tokenizer.model; set data.tokenizer to the tokenizer it was trained with");
+  return data::make_tokenizer(r.data.tokenizer);
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) {
+  const auto tok = recipe_tokenizer(r);
+  const std::string dir = cache_dir(r, *tok);
+  const std::string train_path = dir + "/train.shard", val_path = dir + "/val.shard";
+  if (fs::exists(train_path) && fs::exists(val_path) && fs::exists(dir + "/meta.json")) return {train_path, val_path};
+  HZ_CHECK(!is_synthetic(r.data.source), ValueError, "prepare_data: source '", name(r.data.source),
+           "' is synthetic and needs no shards");
+  data::CorpusSpec spec;
+  spec.source = name(r.data.source);
+  spec.files = r.data.files;
+  spec.val_files = r.data.val_files;
+  spec.text_field = r.data.text_field;
+  spec.token_format = r.data.token_format;
+  spec.val_fraction = r.data.val_fraction;
+  spec.seed = static_cast<uint64_t>(r.run.seed);
+  data::ProgressFn progress;
+  if (verbose)
+    progress = [](const data::PrepareProgress& p) {  // large inputs only: the first report comes after a second
+      if (p.seconds < 1.0) return;
+      if (p.stage == "tokenizing")
+        fmt::print(stderr, "  tokenizing: {}/{} documents, {:.1f}/{:.1f} MB, {:.1f} MB/s, {:.0f} s\n", p.docs_done,
+                   p.docs_total, p.bytes_done / 1e6, p.bytes_total / 1e6, p.bytes_done / 1e6 / p.seconds, p.seconds);
+      else
+        fmt::print(stderr, "  {} ({:.0f} s)\n", p.stage, p.seconds);
+    };
+  const data::PrepareResult p = data::prepare_source(spec, *tok, dir, progress);
+  if (verbose) {
+    const std::string bpt = p.bytes_per_token() > 0 ? fmt::format("{:.3f} bytes/token", p.bytes_per_token())
+                                                     : std::string("pre-tokenized");
+    fmt::print("prepared {} with tokenizer {}: {} train docs / {} tokens, {} val docs / {} tokens, {}, {:.1f} s -> {}\n",
+               name(r.data.source), tok->name(), p.train_docs, p.train_tokens, p.val_docs, p.val_tokens, bpt, p.seconds, dir);
+  }
+  return {p.train_path, p.val_path};
+}
+
+TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbose) {
+  TrainData d;
+  const auto tok = std::shared_ptr<const data::Tokenizer>(recipe_tokenizer(r));
+  HZ_CHECK(tok->vocab_size() <= r.model.cfg.vocab_size, ValueError, "model.vocab_size (", r.model.cfg.vocab_size,
+           ") is smaller than the vocabulary of tokenizer ", tok->name(), " (", tok->vocab_size(),
+           " ids): set model.vocab_size to at least ", tok->vocab_size());
+  if (is_synthetic(r.data.source)) {
+    d.synth = std::make_unique<data::SyntheticLoader>(name(r.data.source), tok, r.data.seq_len, r.data.batch_size,
+                                                      r.run.seed);
+    return d;
+  }
+  if (comm.rank() == 0) prepare_data(r, verbose);  // one rank tokenizes; the others wait, then read the shards
+  comm.barrier();
+  const auto [tp, vp] = prepare_data(r, false);
+  d.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size, r.run.seed,
+                                                  comm.rank(), comm.size(), tok->eos(), true);
+  d.val = data::Shard::open(vp);
+  return d;
+}
+
+}  // namespace hz::train

@@ -1,0 +1,40 @@
+// Horizon: a run's data. The token shards of the recipe's data section, prepared on first use into
+// a cache directory named after the source, the tokenizer, the corpus fields, the seed and the
+// split (so changing any of them prepares new shards), and the training stream of one rank over
+// them (or over a synthetic task) with the cursor a checkpoint saves.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "data/loader.h"
+#include "data/shard.h"
+#include "data/synthetic.h"
+#include "distributed/communicator.h"
+#include "train/recipe.h"
+
+namespace hz::train {
+
+// Token shards for the recipe's data section (prepared on first use); returns {train, val} paths.
+std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose);
+
+// Training data behind one interface: shards (bible / files) or synthetic retrieval.
+struct TrainData {
+  std::unique_ptr<data::Loader> shard_loader;
+  std::unique_ptr<data::SyntheticLoader> synth;
+  std::shared_ptr<const data::Shard> val;
+  data::Batch next() { return shard_loader ? shard_loader->next() : synth->next(); }
+  data::LoaderCursor cursor() const { return shard_loader ? shard_loader->cursor() : synth->cursor(); }
+  void restore(const data::LoaderCursor& c) {
+    if (shard_loader) shard_loader->restore(c);
+    else synth->restore(c);
+  }
+};
+
+// The training data of this rank (comm.rank() of comm.size()): the tokenizer's vocabulary is
+// checked against model.vocab_size; a synthetic source generates its examples; otherwise rank 0
+// prepares the shards (progress on the console when verbose), every rank waits for it, then reads
+// its share of the training split through a deterministic loader and holds the validation split.
+TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbose);
+
+}  // namespace hz::train
