@@ -52,7 +52,7 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
              m.cfg.vocab_size, "); the tokenizer does not match the model");
   using clock = std::chrono::steady_clock;
   Generation g;
-  const int64_t train_T = o.train_T > 0 ? o.train_T : m.cfg.max_seq_len;
+  const int64_t train_T = o.train_T > 0 ? o.train_T : m.cfg.train_context;
   g.context = static_cast<int64_t>(prompt.size()) + o.max_new_tokens;
   ScopedInference inf(m, o.inference, train_T, g.context);
   nn::KVCache cache(m, g.context, train_T);

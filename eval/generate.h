@@ -26,7 +26,7 @@ struct GenerateOptions {
   double top_p = 1.0;        // nucleus sampling mass in (0, 1]
   uint64_t seed = 0;
   int32_t stop_token = -1;   // >= 0: stop after generating it (e.g. the tokenizer's EOS)
-  int64_t train_T = 0;       // training context (0 = the model's max_seq_len)
+  int64_t train_T = 0;       // training context (0 = the model's train_context)
   InferenceOptions inference;
 };
 

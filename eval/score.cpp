@@ -18,7 +18,7 @@ std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_
   const Tensor x = Tensor::from_vector(flat, {1, n}, DType::I64);
   nn::AttnCall call;
   call.T = n;
-  call.train_T = train_T > 0 ? train_T : m.cfg.max_seq_len;
+  call.train_T = train_T > 0 ? train_T : m.cfg.train_context;
   const Tensor h = m.hidden(x, Tensor(), call).value().reshape({n, m.cfg.d_model});
   std::vector<double> nll;
   nll.reserve(n - 1);

@@ -132,7 +132,7 @@ std::pair<Tensor, Tensor> LayerKV::append_all(const Tensor& k, const Tensor& v) 
 }
 
 KVCache::KVCache(const Transformer& m, int64_t context, int64_t train_T)
-    : m_(m), context_(context), train_T_(train_T > 0 ? train_T : m.cfg.max_seq_len) {
+    : m_(m), context_(context), train_T_(train_T > 0 ? train_T : m.cfg.train_context) {
   HZ_CHECK(context >= 1, ValueError, "kv cache: the context must hold at least one token, got ", context);
   const Device dev = m.embed->weight.value().device();
   const DType act = m.compute_dtype == DType::BF16 ? DType::BF16 : m.cfg.dtype;  // what the layers compute in

@@ -81,7 +81,7 @@ struct LayerCacheInfo {
 class KVCache {
  public:
   // `context`: tokens this generation may hold in total (prompt + new). `train_T`: the training
-  // context (0 = m.cfg.max_seq_len). The model's layer specs (and LaMPE settings) are read now;
+  // context (0 = m.cfg.train_context). The model's layer specs (and LaMPE settings) are read now;
   // keep them unchanged while the cache lives. Batch size 1.
   KVCache(const Transformer& m, int64_t context, int64_t train_T = 0);
 

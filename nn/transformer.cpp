@@ -47,7 +47,7 @@ void ModelConfig::validate() const {
   const auto names = layer_kind_names();
   for (int64_t l = 0; l < n_layers; ++l) {
     try {
-      kind(names[l]).attn.validate(n_heads, kv_heads(), hdim(), max_seq_len);
+      kind(names[l]).attn.validate(n_heads, kv_heads(), hdim(), train_context);
     } catch (const ValueError& e) {
       throw ValueError("model: layer " + std::to_string(l) + " (kind '" + names[l] + "'): " + e.what());
     }
@@ -101,7 +101,7 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   const Tensor positions = positions_in.defined() ? positions_in.to(dev) : Tensor::arange(0, T, 1, DType::I64, dev);
   ComputeScope scope(compute_dtype);
   if (call.T == 0) call.T = T;
-  if (call.train_T == 0) call.train_T = cfg.max_seq_len;
+  if (call.train_T == 0) call.train_T = cfg.train_context;
   ag::Variable x = embed->forward(ids);
   for (size_t l = 0; l < layers.size(); ++l) x = layers[l]->forward(x, positions, call, cache ? &cache->layer(l) : nullptr);
   return norm->forward(x);

@@ -550,7 +550,7 @@ std::string describe_kind(const attn::AttentionSpec& s) { return s.describe(); }
 
 nn::ModelConfig Recipe::model_config() const {
   nn::ModelConfig c = model.cfg;
-  c.max_seq_len = data.seq_len;
+  c.train_context = data.seq_len;
   if (swan.enabled) c = swan_config(c, swan);
   // SCOPE layers remember the training length, so freeze_scopes keeps the training scopes when
   // a run is evaluated or fine-tuned at another length

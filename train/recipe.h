@@ -125,7 +125,7 @@ struct Recipe {
 
   // Impossible configurations refused before training (names the field and what to change).
   void validate() const;
-  // The model config the run starts with (SWAN conversion applied; max_seq_len = data.seq_len).
+  // The model config the run starts with (SWAN conversion applied; train_context = data.seq_len).
   nn::ModelConfig model_config() const;
   std::vector<int64_t> eval_lengths() const;
   // What `horizon eval` does with this recipe (eval/ takes no recipe).

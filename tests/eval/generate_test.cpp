@@ -22,7 +22,7 @@ nn::ModelConfig small(DType dt) {
   c.n_heads = 4;
   c.n_kv_heads = 2;
   c.mlp_hidden = 64;
-  c.max_seq_len = 16;
+  c.train_context = 16;
   c.init_std = 0.2;
   c.dtype = dt;
   return c;

@@ -362,7 +362,7 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
   auto arch = [](const std::function<void(C&)>& f) {
     C c;
     c.n_layers = 4;
-    c.max_seq_len = 256;
+    c.train_context = 256;
     hz::attn::AttentionSpec rope, swa, nope;
     swa.mask.kind = hz::attn::MaskKind::Window;
     swa.mask.window = 64;

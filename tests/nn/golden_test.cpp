@@ -38,7 +38,7 @@ TEST_P(Golden, LossGradientsAndLogitsMatchPyTorch) {
   cfg.mlp_hidden = c["mlp_hidden"].as<int64_t>();
   cfg.mlp = nn::parse_mlp(c["mlp"].as<std::string>());
   cfg.tie_embeddings = c["tie_embeddings"].as<bool>();
-  cfg.max_seq_len = g["seq_len"].as<int64_t>();
+  cfg.train_context = g["seq_len"].as<int64_t>();
   cfg.dtype = DType::F64;
   cfg.kinds.clear();
   for (auto it = c["kinds"].begin(); it != c["kinds"].end(); ++it)

@@ -24,7 +24,7 @@ ModelConfig base_config() {
   c.n_heads = 4;
   c.n_kv_heads = 4;
   c.mlp_hidden = 48;
-  c.max_seq_len = 16;  // the "training" length; contexts below go beyond it
+  c.train_context = 16;  // the "training" length; contexts below go beyond it
   c.init_std = 0.2;    // peaked attention, so a wrong key or logit shows
   c.dtype = DType::F64;
   return c;

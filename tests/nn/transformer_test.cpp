@@ -20,7 +20,7 @@ ModelConfig tiny(DType dt = DType::F32) {
   c.n_heads = 2;
   c.n_kv_heads = 1;
   c.mlp_hidden = 8;
-  c.max_seq_len = 6;
+  c.train_context = 6;
   c.dtype = dt;
   return c;
 }
@@ -128,7 +128,7 @@ TEST(ModelConfig, PatternsAndOverrides) {
     EXPECT_NE(std::string(e.what()).find("'mystery' is not defined"), std::string::npos);
   }
   c.pattern = {"swa_rope"};
-  c.kinds[1].attn.mask.window = 64;  // > max_seq_len
+  c.kinds[1].attn.mask.window = 64;  // > train_context
   try {
     c.validate();
     FAIL();

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The layering rules of docs/design.md, checked on the source tree (CTest: layering):
+#   1. a folder includes only itself and the folders below it (the table below);
+#   2. nothing above core/ includes a backend's headers (core/cpu/, core/cuda/), except op kernels
+#      that are backend code themselves (the fused attention's CPU and CUDA kernels, the kernel lab)
+#      and core's own tests;
+#   3. every top-level folder of code appears in README.md's layout table.
+set -u
+cd "$(dirname "$0")/.."
+declare -A allowed=(
+  [core]="core"
+  [autograd]="core autograd"
+  [data]="core data"
+  [io]="core io"
+  [attention]="core autograd attention"
+  [optim]="core autograd optim"
+  [distributed]="core autograd distributed"
+  [nn]="core autograd attention nn"
+  [eval]="core autograd attention nn data eval"
+  [hf]="core autograd attention nn data io hf"
+  [train]="core autograd attention nn data io optim distributed eval train"
+  [study]="core autograd attention nn data io optim distributed eval hf train study"
+)
+fail=0
+for dir in "${!allowed[@]}"; do
+  while IFS=: read -r file inc; do
+    top=${inc%%/*}
+    case " ${allowed[$dir]} " in
+      *" $top "*) ;;
+      *) echo "layering: $file includes \"$inc\": $dir/ may include only ${allowed[$dir]}"; fail=1 ;;
+    esac
+  done < <(grep -rHoE '^#include "[a-z_]+/[^"]+"' "$dir" --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh' |
+           sed -E 's/#include "([^"]+)"/\1/')
+done
+while IFS= read -r line; do
+  echo "layering: $line: a backend's internals above core/ (use core/device.h)"
+  fail=1
+done < <(grep -rnE '#include "core/(cpu|cuda)/' --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh' \
+           autograd data io attention optim distributed nn eval hf train study cli tests |
+         grep -vE '^(attention/fused_cpu\.cpp|attention/cuda/|tests/core/)')
+for d in */; do
+  d=${d%/}
+  case $d in build*|Testing) continue ;; esac
+  ls "$d"/*.cpp "$d"/*.h "$d"/*.cu "$d"/*/*.cu > /dev/null 2>&1 || continue
+  grep -qE "^\| \`$d/\`" README.md || { echo "layering: $d/ is missing from README.md's layout table"; fail=1; }
+done
+[ $fail -eq 0 ] && echo "layering: ok"
+exit $fail
