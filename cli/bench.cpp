@@ -294,7 +294,7 @@ int bench_optimizer(const std::vector<std::string>& a) {
 
 int bench_main(const std::vector<std::string>& args) {
   if (args.size() < 2 || args[1] == "--help") {
-    fmt::print("usage: horizon bench train RECIPE.yaml [--steps 20] [key=value ...]\n"
+    fmt::print("{}", "usage: horizon bench train RECIPE.yaml [--steps 20] [key=value ...]\n"
                "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
                "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]\n"
                "                               [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]\n"

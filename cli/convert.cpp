@@ -25,7 +25,7 @@ namespace hz::cli {
 namespace {
 
 void usage() {
-  fmt::print(
+  fmt::print("{}",
       "usage: horizon convert hf HF_DIR OUT.h5 [key=value ...]\n"
       "       horizon convert to-hf CKPT|RUN_DIR|HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--max-shard-size 5GB]\n\n"
       "  hf     imports a Hugging Face LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM /\n"

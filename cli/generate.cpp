@@ -66,13 +66,13 @@ Flags parse_flags(const std::vector<std::string>& a, const std::vector<std::stri
 
 int generate_main(const std::vector<std::string>& a) {
   if (a.size() < 2 || std::find(a.begin(), a.end(), "--help") != a.end()) {
-    fmt::print(
+    fmt::print("{}",
         "usage: horizon generate RUN_DIR|CHECKPOINT (--prompt TEXT | --file F) [--max-new-tokens N]\n"
         "                        [--temperature T] [--top-p P] [--seed S] [--stop-at-eos] [--json] [eval.key=value ...]\n"
         "  Prints only the continuation (temperature 0 = greedy; sampling is reproducible from --seed).\n"
         "  Inference options come from the run's recipe and overrides, as for horizon eval:\n"
         "  eval.rope_scaling=yarn eval.lampe=true eval.swan_a=362 eval.drope_c=0.4 ...\n"
-        "  --json prints {{prompt_tokens, tokens, text, context, prefill_ms, per_token_ms, kv_bytes}}.\n");
+        "  --json prints {prompt_tokens, tokens, text, context, prefill_ms, per_token_ms, kv_bytes}.\n");
     return a.size() < 2 ? 2 : 0;
   }
   const Flags f = parse_flags(a, {"prompt", "file", "max-new-tokens", "temperature", "top-p", "seed"},
@@ -118,7 +118,7 @@ int generate_main(const std::vector<std::string>& a) {
 
 int bench_generate_main(const std::vector<std::string>& a) {
   if (std::find(a.begin(), a.end(), "--help") != a.end() || a.size() < 3) {
-    fmt::print(
+    fmt::print("{}",
         "usage: horizon bench generate RECIPE.yaml|RUN_DIR [--lengths 256,512,1024,2048] [--new 16] [--reps 3]\n"
         "  Per context length: prefill time of the prompt, median time per generated token with the KV cache,\n"
         "  the same token recomputed by a full forward (no cache), and the cache's memory next to a cache\n"

@@ -33,7 +33,7 @@ namespace fs = std::filesystem;
 namespace {
 
 void usage() {
-  fmt::print(
+  fmt::print("{}",
       "horizon — long-context position-encoding research framework\n\n"
       "usage: horizon <command> [args]\n\n"
       "commands:\n"
@@ -68,7 +68,7 @@ int cmd_train(const std::vector<std::string>& a) {
     return 0;
   }
   if (a.size() < 2 || wants_help(a)) {
-    fmt::print("usage: horizon train RECIPE.yaml [key.path=value ...]\n"
+    fmt::print("{}", "usage: horizon train RECIPE.yaml [key.path=value ...]\n"
                "  Overrides take precedence over the file (e.g. train.steps=100 model.n_layers=2).\n"
                "  Resume with checkpoint.resume=latest; see horizon train --schema for every field.\n");
     return a.size() < 2 ? 2 : 0;
@@ -99,7 +99,7 @@ int cmd_train(const std::vector<std::string>& a) {
 
 int cmd_eval(const std::vector<std::string>& a) {
   if (a.size() < 2 || wants_help(a)) {
-    fmt::print("usage: horizon eval RUN_DIR|CHECKPOINT.h5 [key=value ...]\n"
+    fmt::print("{}", "usage: horizon eval RUN_DIR|CHECKPOINT.h5 [key=value ...]\n"
                "  Overrides apply to the run's recipe, e.g. eval.lengths=[256,512,1024]\n"
                "  eval.rope_scaling=yarn  eval.swan_a=362  eval.drope_c=0.4  eval.fit_drope_c=[0,0.2,0.4]\n"
                "  eval.lampe=true  eval.batches=8  eval.fit_swan_a=[64,362]  eval.probe_sequences=16\n"
@@ -116,7 +116,7 @@ int cmd_eval(const std::vector<std::string>& a) {
 
 int cmd_data(const std::vector<std::string>& a) {
   if (a.size() < 3 || a[1] != "prepare" || wants_help(a)) {
-    fmt::print("usage: horizon data prepare RECIPE.yaml [key=value ...]\n"
+    fmt::print("{}", "usage: horizon data prepare RECIPE.yaml [key=value ...]\n"
                "  Tokenizes the recipe's corpus (data.source) into train/val shards in data.cache_dir.\n");
     return wants_help(a) ? 0 : 2;
   }
@@ -131,7 +131,7 @@ int cmd_data(const std::vector<std::string>& a) {
 
 int cmd_info(const std::vector<std::string>& a) {
   if (wants_help(a)) {
-    fmt::print("usage: horizon info [RECIPE.yaml|RUN_DIR] [key=value ...]\n");
+    fmt::print("{}", "usage: horizon info [RECIPE.yaml|RUN_DIR] [key=value ...]\n");
     return 0;
   }
   fmt::print("horizon {}\n", hz::version());

@@ -11,7 +11,7 @@ namespace hz::cli {
 
 int report_main(const std::vector<std::string>& a) {
   if (a.size() < 2 || std::find(a.begin(), a.end(), "--help") != a.end()) {
-    fmt::print(
+    fmt::print("{}",
         "usage: horizon report RUN_DIR... -o DIR [--no-plots] [--python PY] [--script PATH]\n"
         "                      [--oa-T 512] [--oa-heads 10] [--oa-layers 10] [--oa-trials 2]\n"
         "  One markdown page DIR/README.md with the runs' tables (evaluate them first with horizon eval)\n"

@@ -37,7 +37,7 @@ int score_main(const std::vector<std::string>& a) {
     else pos.push_back(s);
   }
   if (help || pos.size() != 2) {
-    fmt::print("usage: horizon score MODEL FILE [--json] [--bos] [--ids] [--f64] [key=value ...]\n"
+    fmt::print("{}", "usage: horizon score MODEL FILE [--json] [--bos] [--ids] [--f64] [key=value ...]\n"
                "  MODEL: a Horizon checkpoint (.h5), run directory or Hugging Face directory.\n"
                "  Tokenizes FILE with the model's tokenizer (no BOS unless --bos; --ids: FILE holds token ids)\n"
                "  and prints the mean negative log-likelihood (nats) of tokens 2..n given their prefix, in one\n"
@@ -90,6 +90,8 @@ int score_main(const std::vector<std::string>& a) {
   double sum = 0;
   for (double x : nll) sum += x;
   const double mean = sum / static_cast<double>(nll.size());
+  HZ_CHECK(std::isfinite(mean), ValueError, pos[0], ": the mean NLL of ", pos[1], " is not finite (", mean,
+           "): the model has non-finite weights or outputs (a diverged run or a damaged checkpoint)");
   if (json_out) {
     nlohmann::ordered_json j;
     j["tokens"] = ids.size();

@@ -15,7 +15,7 @@ namespace hz::cli {
 
 int simulate_main(const std::vector<std::string>& a) {
   if (a.size() < 2 || a[1] != "order-awareness" || std::find(a.begin(), a.end(), "--help") != a.end()) {
-    fmt::print(
+    fmt::print("{}",
         "usage: horizon simulate order-awareness [--T 512] [--heads 10] [--layers 10] [--trials 4] [--seed 0]\n"
         "                                        [--schemes nope,scope,nope1,uniform] [-o oa.csv]\n"
         "  Ratio r of distinct path counts in the last row of L stacked Top-1 transition matrices (exact\n"

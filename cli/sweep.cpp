@@ -12,10 +12,10 @@ namespace hz::cli {
 
 int sweep_main(const std::vector<std::string>& a) {
   if (a.size() < 2 || std::find(a.begin(), a.end(), "--help") != a.end()) {
-    fmt::print(
+    fmt::print("{}",
         "usage: horizon sweep GRID.yaml [key.path=value ...] [--quiet]\n"
         "  Overrides on the command line apply to every point, after the file's (e.g. data.tokenizer=...).\n"
-        "  GRID.yaml: recipe, name, out_dir, overrides, grid {{key.path: [values]}}, eval [overrides].\n"
+        "  GRID.yaml: recipe, name, out_dir, overrides, grid {key.path: [values]}, eval [overrides].\n"
         "  Points run in order (last grid key fastest) into <out_dir>/<name>/p<NN>-<values>/; each is trained, then\n"
         "  evaluated. Run it again after an interruption: finished points are skipped, an interrupted one\n"
         "  resumes from its latest checkpoint. Writes <out_dir>/<name>/sweep.csv and sweep.md.\n");

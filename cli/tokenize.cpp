@@ -122,6 +122,7 @@ int bench_tokenizer_main(const std::vector<std::string>& args) {
   std::vector<int> threads{1, 2};
   int reps = 3;
   std::string field = "text";
+  bool help = false;
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto next = [&]() -> const std::string& {
@@ -139,16 +140,17 @@ int bench_tokenizer_main(const std::vector<std::string>& args) {
       field = next();
     } else if (a == "--help" || a == "-h") {
       pos.clear();
+      help = true;
       break;
     } else {
       pos.push_back(a);
     }
   }
   if (pos.size() < 2) {
-    fmt::print("usage: horizon bench tokenizer TOKENIZER FILE.jsonl|FILE... [--threads 1,2] [--reps 3] [--text-field text]\n"
+    fmt::print("{}", "usage: horizon bench tokenizer TOKENIZER FILE.jsonl|FILE... [--threads 1,2] [--reps 3] [--text-field text]\n"
                "  Encodes the documents (one per JSONL line, or one per text file) reps times per thread count,\n"
                "  in parallel over documents, and prints one JSON line per run: MB/s of text, tokens/s.\n");
-    return 2;
+    return help ? 0 : 2;
   }
   const auto tok = data::make_tokenizer(pos[0]);
   const std::vector<std::string> files(pos.begin() + 1, pos.end());

@@ -1,5 +1,7 @@
 #include "study/evaluate_run.h"
 
+#include <cmath>
+
 #include "data/shard.h"
 #include "eval/eval.h"
 #include "eval/needles.h"
@@ -21,6 +23,13 @@ std::string evaluate_run(LoadedRun& run, bool verbose) {
   } else {
     val = data::Shard::open(train::prepare_data(run.recipe, verbose).second);
     rep = eval::evaluate(*run.model, *val, eo);
+    // a loss that is not a number is no result (a NaN loses every comparison: the length's best
+    // stays at +inf): refuse instead of writing it
+    for (size_t i = 0; i < rep.lengths.size(); ++i)
+      HZ_CHECK(std::isfinite(rep.lengths[i].loss), ValueError, run.checkpoint, ": the validation loss at length ",
+               i < eo.lengths.size() ? eo.lengths[i] : rep.lengths[i].length,
+               " is not finite: the model has non-finite weights or outputs (a diverged run or a damaged checkpoint); "
+               "no results written");
   }
   std::string out = eval::report_table(rep, T);
   eval::write_report(rep, run.run_dir, T);

@@ -28,7 +28,9 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
   }
   const train::CheckpointData ck = train::load_checkpoint(lr.checkpoint);
   HZ_CHECK(ck.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
-  lr.recipe = train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
+  const train::Recipe trained = train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe");
+  lr.recipe = overrides.empty() ? trained : train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
+  train::check_architecture(trained, lr.recipe, lr.checkpoint);  // a checkpoint's architecture is its own
   lr.step = ck.step;
   lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, ck.step),
                                                static_cast<uint64_t>(lr.recipe.run.seed));

@@ -6,6 +6,7 @@
 #include "train/model_source.h"
 #include "train/surgery.h"
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -34,151 +35,198 @@ bool is_synthetic_source(const std::string& s) { return is_synthetic(parse_data_
 namespace {
 
 // ---- the one list of fields ---------------------------------------------------------------
+// Each field carries a Field: its documentation, its role and, for numbers (and each element of
+// a list of numbers), its range.
+//   architecture    what the weights were trained as: a checkpoint's own; evaluation and resume
+//                   refuse to change it (surgery recipes change it on purpose: DroPE, SWAN)
+//   inference-time  how a trained model is run (RoPE scalings, freeze_scopes, eval.*): free to change
+//   run             how the run trains, where it writes (free to change)
+enum class Role : uint8_t { Architecture, Inference, Run };
+const char* role_name(Role r) {
+  return r == Role::Architecture ? "architecture" : r == Role::Inference ? "inference-time" : "run";
+}
+
+struct Field {
+  const char* doc;
+  Role role;
+  double lo = -HUGE_VAL, hi = HUGE_VAL;
+  bool lo_open = false, hi_open = false;
+  Field at_least(double v) const { Field f = *this; f.lo = v; return f; }
+  Field above(double v) const { Field f = *this; f.lo = v; f.lo_open = true; return f; }
+  Field in(double a, double b, bool open_hi = false) const {
+    Field f = *this;
+    f.lo = a;
+    f.hi = b;
+    f.hi_open = open_hi;
+    return f;
+  }
+  bool bounded() const { return lo != -HUGE_VAL || hi != HUGE_VAL; }
+  bool contains(double x) const {
+    if (std::isnan(x)) return false;
+    return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+  }
+  static std::string num(double x) {
+    std::ostringstream s;
+    s << x;
+    return s.str();
+  }
+  // ">= 1", "> 0", "in [0, 1)"; "" when unbounded
+  std::string range() const {
+    if (!bounded()) return "";
+    if (hi == HUGE_VAL) return (lo_open ? "> " : ">= ") + num(lo);
+    if (lo == -HUGE_VAL) return (hi_open ? "< " : "<= ") + num(hi);
+    return std::string("in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
+  }
+};
+Field arch(const char* d) { return {d, Role::Architecture}; }
+Field infer(const char* d) { return {d, Role::Inference}; }
+Field run_opt(const char* d) { return {d, Role::Run}; }
+
 // V provides: operator()(path, T& value, doc) for int64_t, double, bool, std::string and vectors
 // of int64_t/double/std::string, a map<int64_t, std::string>, and
 // enumeration(path, E& value, doc, parse, name) for enums, and kinds(path, kinds, doc).
 
 template <class V>
 void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
-  v.enumeration(p + ".pos", s.pos.kind, "position encoding: none | rope | prope | alibi", attn::parse_pos,
+  v.enumeration(p + ".pos", s.pos.kind, arch("position encoding: none | rope | prope | alibi"), attn::parse_pos,
                 static_cast<const char* (*)(attn::PosKind)>(attn::name));
-  v(p + ".rope_base", s.pos.rope_base, "RoPE base (w_m = base^(-2m/d))");
-  v.enumeration(p + ".rope_scaling", s.pos.scaling, "RoPE scaling: none | pi | ntk | dynamic_ntk | yarn | llama3",
+  v(p + ".rope_base", s.pos.rope_base, arch("RoPE base (w_m = base^(-2m/d))").above(0));
+  v.enumeration(p + ".rope_scaling", s.pos.scaling, infer("RoPE scaling: none | pi | ntk | dynamic_ntk | yarn | llama3"),
                 attn::parse_scaling, static_cast<const char* (*)(attn::RopeScaling)>(attn::name));
-  v(p + ".rope_factor", s.pos.factor, "extension factor s for pi / ntk / yarn / llama3; dynamic_ntk: s = factor T/C - (factor - 1)");
-  v(p + ".rope_original_context", s.pos.original_context, "C_train for yarn / llama3 / dynamic_ntk (0 = data.seq_len)");
-  v(p + ".yarn_alpha", s.pos.yarn_alpha, "YaRN: pairs under alpha rotations over C_train are interpolated (beta_slow)");
-  v(p + ".yarn_beta", s.pos.yarn_beta, "YaRN: pairs over beta rotations keep their frequency (beta_fast)");
-  v.enumeration(p + ".yarn_ramp", s.pos.yarn_ramp, "YaRN ramp: rotations (docs/methods.md) | index (transformers)",
+  v(p + ".rope_factor", s.pos.factor, infer("extension factor s for pi / ntk / yarn / llama3; dynamic_ntk: s = factor T/C - (factor - 1)").above(0));
+  v(p + ".rope_original_context", s.pos.original_context, infer("C_train for yarn / llama3 / dynamic_ntk (0 = data.seq_len)").at_least(0));
+  v(p + ".yarn_alpha", s.pos.yarn_alpha, infer("YaRN: pairs under alpha rotations over C_train are interpolated (beta_slow)").at_least(0));
+  v(p + ".yarn_beta", s.pos.yarn_beta, infer("YaRN: pairs over beta rotations keep their frequency (beta_fast)").at_least(0));
+  v.enumeration(p + ".yarn_ramp", s.pos.yarn_ramp, infer("YaRN ramp: rotations (docs/methods.md) | index (transformers)"),
                 attn::parse_yarn_ramp, static_cast<const char* (*)(attn::YarnRamp)>(attn::name));
-  v(p + ".yarn_truncate", s.pos.yarn_truncate, "YaRN index ramp: round its ends outward (transformers' truncate)");
-  v(p + ".yarn_mscale", s.pos.yarn_mscale, "YaRN cos/sin multiplier (0 = 0.1 ln s + 1)");
-  v(p + ".llama3_low_freq_factor", s.pos.llama3_low_freq_factor, "llama3: pairs under this many rotations over C_train are divided by s");
-  v(p + ".llama3_high_freq_factor", s.pos.llama3_high_freq_factor, "llama3: pairs over this many rotations keep their frequency");
-  v(p + ".prope_fraction", s.pos.prope_fraction, "p-RoPE: fraction of pairs that rotate");
-  v(p + ".prope_base_eff", s.pos.prope_base_eff, "p-RoPE: frequencies log-spaced in [1/base_eff, 1]");
-  v.enumeration(p + ".mask", s.mask.kind, "mask: causal | window | scope", attn::parse_mask,
+  v(p + ".yarn_truncate", s.pos.yarn_truncate, infer("YaRN index ramp: round its ends outward (transformers' truncate)"));
+  v(p + ".yarn_mscale", s.pos.yarn_mscale, infer("YaRN cos/sin multiplier (0 = 0.1 ln s + 1)").at_least(0));
+  v(p + ".llama3_low_freq_factor", s.pos.llama3_low_freq_factor, infer("llama3: pairs under this many rotations over C_train are divided by s").above(0));
+  v(p + ".llama3_high_freq_factor", s.pos.llama3_high_freq_factor, infer("llama3: pairs over this many rotations keep their frequency").above(0));
+  v(p + ".prope_fraction", s.pos.prope_fraction, arch("p-RoPE: fraction of pairs that rotate").in(0, 1));
+  v(p + ".prope_base_eff", s.pos.prope_base_eff, arch("p-RoPE: frequencies log-spaced in [1/base_eff, 1]").above(0));
+  v.enumeration(p + ".mask", s.mask.kind, arch("mask: causal | window | scope"), attn::parse_mask,
                 static_cast<const char* (*)(attn::MaskKind)>(attn::name));
-  v(p + ".window", s.mask.window, "sliding window W (mask: window)");
-  v(p + ".scope_gamma", s.mask.scope_gamma, "SCOPE gamma (0 = auto, T^(1/H))");
-  v(p + ".scope_min", s.mask.scope_min, "SCOPE minimum scope");
-  v(p + ".scope_max", s.mask.scope_max, "SCOPE maximum scope (0 = T)");
-  v(p + ".scopes", s.mask.scopes, "SCOPE explicit scopes, one per query head (overrides gamma)");
-  v(p + ".freeze_scopes", s.mask.freeze_scopes, "SCOPE: keep the training scopes at longer T");
-  v.enumeration(p + ".logit", s.logit.kind, "logit transform: identity | scale_invariant | logn | swan_row | temperature",
+  v(p + ".window", s.mask.window, arch("sliding window W (mask: window)").at_least(0));
+  v(p + ".scope_gamma", s.mask.scope_gamma, arch("SCOPE gamma (0 = auto, T^(1/H))").at_least(0));
+  v(p + ".scope_min", s.mask.scope_min, arch("SCOPE minimum scope").at_least(1));
+  v(p + ".scope_max", s.mask.scope_max, arch("SCOPE maximum scope (0 = T)").at_least(0));
+  v(p + ".scopes", s.mask.scopes, arch("SCOPE explicit scopes, one per query head (overrides gamma)").at_least(1));
+  v(p + ".freeze_scopes", s.mask.freeze_scopes, infer("SCOPE: keep the training scopes at longer T"));
+  v.enumeration(p + ".logit", s.logit.kind, arch("logit transform: identity | scale_invariant | logn | swan_row | temperature"),
                 attn::parse_logit, static_cast<const char* (*)(attn::LogitKind)>(attn::name));
-  v(p + ".tau", s.logit.tau, "scale_invariant tau");
-  v(p + ".logn_c", s.logit.logn_c, "logn: initial (or fixed) c");
-  v(p + ".logn_learnable", s.logit.logn_learnable, "logn: c is a learned scalar per head");
-  v(p + ".swan_a", s.logit.swan_a, "swan_row: g(n) = ln(a + n) / ln(a)");
-  v(p + ".beta", s.logit.beta, "temperature: beta");
-  v(p + ".temp_c", s.logit.temp_c, "temperature: beta = 1 + c ln s when != 0");
-  v.enumeration(p + ".qk_norm", s.qk_norm, "QK-norm: none | full | per_head", attn::parse_qknorm,
+  v(p + ".tau", s.logit.tau, arch("scale_invariant tau").above(0));
+  v(p + ".logn_c", s.logit.logn_c, arch("logn: initial (or fixed) c"));
+  v(p + ".logn_learnable", s.logit.logn_learnable, arch("logn: c is a learned scalar per head"));
+  v(p + ".swan_a", s.logit.swan_a, arch("swan_row: g(n) = ln(a + n) / ln(a)").above(1));
+  v(p + ".beta", s.logit.beta, arch("temperature: beta").above(0));
+  v(p + ".temp_c", s.logit.temp_c, arch("temperature: beta = 1 + c ln s when != 0"));
+  v.enumeration(p + ".qk_norm", s.qk_norm, arch("QK-norm: none | full | per_head"), attn::parse_qknorm,
                 static_cast<const char* (*)(attn::QKNorm)>(attn::name));
 }
 
 template <class V>
 void visit_fields(Recipe& r, V& v) {
-  v("run.name", r.run.name, "run name: outputs go to <out_dir>/<name>/");
-  v("run.out_dir", r.run.out_dir, "directory holding run directories");
-  v("run.seed", r.run.seed, "seed of initialisation, data split and shuffling");
-  v("run.threads", r.run.threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)");
-  v.enumeration("run.device", r.run.device, "cpu | cuda (several ranks: each uses the GPU of its local rank; NCCL all-reduces)",
+  v("run.name", r.run.name, run_opt("run name: outputs go to <out_dir>/<name>/"));
+  v("run.out_dir", r.run.out_dir, run_opt("directory holding run directories"));
+  v("run.seed", r.run.seed, run_opt("seed of initialisation, data split and shuffling").at_least(0));
+  v("run.threads", r.run.threads, run_opt("OpenMP threads (0 = OMP_NUM_THREADS or all cores)").at_least(0));
+  v.enumeration("run.device", r.run.device, run_opt("cpu | cuda (several ranks: each uses the GPU of its local rank; NCCL all-reduces)"),
                 parse_device_type, static_cast<const char* (*)(DeviceType)>(hz::name));
   v.enumeration("run.precision", r.run.precision,
-    "fp32 | bf16: bf16 keeps f32 master weights and optimizer state, computes activations and GEMMs in bf16 "
-    "(f32 accumulation), norms/softmax/loss/gradients in f32",
+    run_opt("fp32 | bf16: bf16 keeps f32 master weights and optimizer state, computes activations and GEMMs in bf16 "
+    "(f32 accumulation), norms/softmax/loss/gradients in f32"),
     nn::parse_precision, static_cast<const char* (*)(nn::Precision)>(nn::name));
-  v("run.tf32", r.run.tf32, "CUDA only: f32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative)");
+  v("run.tf32", r.run.tf32, run_opt("CUDA only: f32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative)"));
   v("run.peak_tflops", r.run.peak_tflops,
-    "peak TFLOP/s for the logged MFU (0 = the GPU's known dense peak for the precision; no MFU on CPU)");
+    run_opt("peak TFLOP/s for the logged MFU (0 = the GPU's known dense peak for the precision; no MFU on CPU)").at_least(0));
   nn::ModelConfig& m = r.model.cfg;
-  v("model.vocab_size", m.vocab_size, "vocabulary size: at least the tokenizer's (byte: 259; horizon tokenize --info TOKENIZER)");
-  v("model.d_model", m.d_model, "residual width C");
-  v("model.n_layers", m.n_layers, "number of blocks");
-  v("model.n_heads", m.n_heads, "query heads H");
-  v("model.n_kv_heads", m.n_kv_heads, "key/value heads (0 = n_heads; must divide n_heads)");
-  v("model.head_dim", m.head_dim, "head dim D (0 = d_model / n_heads)");
-  v("model.mlp_hidden", m.mlp_hidden, "MLP hidden width (0 = 4C, or 8C/3 rounded to 8 for swiglu)");
-  v.enumeration("model.mlp", m.mlp, "MLP: swiglu | relu2 | gelu", nn::parse_mlp, nn::mlp_name);
-  v("model.tie_embeddings", m.tie_embeddings, "output head shares the embedding matrix");
-  v("model.qkv_bias", m.qkv_bias, "additive biases on the q, k and v projections (Qwen2)");
-  v("model.norm_eps", m.norm_eps, "RMSNorm epsilon");
-  v("model.init_std", m.init_std, "init std (residual projections get std / sqrt(2 n_layers))");
-  v.kinds("model.layer_kinds", m.kinds, "named layer kinds: name -> attention fields (below)");
-  v("model.pattern", m.pattern, "layer kinds repeated over the layers, e.g. [global_nope, swa_rope, swa_rope, swa_rope]");
-  v("model.overrides", m.overrides, "explicit per-layer kinds: {layer index: kind name}");
+  v("model.vocab_size", m.vocab_size, arch("vocabulary size: at least the tokenizer's (byte: 259; horizon tokenize --info TOKENIZER)").at_least(1));
+  v("model.d_model", m.d_model, arch("residual width C").at_least(1));
+  v("model.n_layers", m.n_layers, arch("number of blocks").at_least(1));
+  v("model.n_heads", m.n_heads, arch("query heads H").at_least(1));
+  v("model.n_kv_heads", m.n_kv_heads, arch("key/value heads (0 = n_heads; must divide n_heads)").at_least(0));
+  v("model.head_dim", m.head_dim, arch("head dim D (0 = d_model / n_heads)").at_least(0));
+  v("model.mlp_hidden", m.mlp_hidden, arch("MLP hidden width (0 = 4C, or 8C/3 rounded to 8 for swiglu)").at_least(0));
+  v.enumeration("model.mlp", m.mlp, arch("MLP: swiglu | relu2 | gelu"), nn::parse_mlp, nn::mlp_name);
+  v("model.tie_embeddings", m.tie_embeddings, arch("output head shares the embedding matrix"));
+  v("model.qkv_bias", m.qkv_bias, arch("additive biases on the q, k and v projections (Qwen2)"));
+  v("model.norm_eps", m.norm_eps, arch("RMSNorm epsilon").above(0));
+  v("model.init_std", m.init_std, run_opt("init std (residual projections get std / sqrt(2 n_layers))").at_least(0));
+  v.kinds("model.layer_kinds", m.kinds, arch("named layer kinds: name -> attention fields (below)"));
+  v("model.pattern", m.pattern, arch("layer kinds repeated over the layers, e.g. [global_nope, swa_rope, swa_rope, swa_rope]"));
+  v("model.overrides", m.overrides, arch("explicit per-layer kinds: {layer index: kind name}"));
   v.enumeration("data.source", r.data.source,
-                "corpus: bible (King James Bible, embedded in the binary) | files (text) | jsonl | tokens (llm.c / nanoGPT .bin) | "
-                "passkey | kv | niah | niah_short (RULER needles on the Bible, data/needles.h)",
+                run_opt("corpus: bible (King James Bible, embedded in the binary) | files (text) | jsonl | tokens (llm.c / nanoGPT .bin) | "
+                "passkey | kv | niah | niah_short (RULER needles on the Bible, data/needles.h)"),
                 parse_data_source, static_cast<const char* (*)(DataSource)>(name));
-  v("data.files", r.data.files, "globs of the corpus files for source=files / jsonl / tokens");
-  v("data.val_files", r.data.val_files, "globs of validation files of the same kind ([] = hold out data.val_fraction of the documents)");
-  v("data.text_field", r.data.text_field, "jsonl: the string field of each line's object holding the document");
-  v("data.token_format", r.data.token_format, "tokens: auto | llmc (256-int32 header) | nanogpt (raw uint16); documents cut at EOS/BOS");
-  v("data.tokenizer", r.data.tokenizer, "tokenizer: byte | PATH/tokenizer.json (Hugging Face BPE) | PATH.model (SentencePiece)");
-  v("data.val_fraction", r.data.val_fraction, "share of documents held out for validation");
-  v("data.seq_len", r.data.seq_len, "training context length T");
-  v("data.batch_size", r.data.batch_size, "sequences per step per rank (before accumulation)");
-  v("data.cache_dir", r.data.cache_dir, "prepared shards ('' = <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>)");
-  v.enumeration("optim.name", r.optim.name, "adamw | muon (Muon on hidden matrices, AdamW on the rest)", parse_optimizer,
+  v("data.files", r.data.files, run_opt("globs of the corpus files for source=files / jsonl / tokens"));
+  v("data.val_files", r.data.val_files, run_opt("globs of validation files of the same kind ([] = hold out data.val_fraction of the documents)"));
+  v("data.text_field", r.data.text_field, run_opt("jsonl: the string field of each line's object holding the document"));
+  v("data.token_format", r.data.token_format, run_opt("tokens: auto | llmc (256-int32 header) | nanogpt (raw uint16); documents cut at EOS/BOS"));
+  v("data.tokenizer", r.data.tokenizer, run_opt("tokenizer: byte | PATH/tokenizer.json (Hugging Face BPE) | PATH.model (SentencePiece)"));
+  v("data.val_fraction", r.data.val_fraction, run_opt("share of documents held out for validation").in(0, 1, /*hi_open=*/true));
+  v("data.seq_len", r.data.seq_len, run_opt("training context length T").at_least(2));
+  v("data.batch_size", r.data.batch_size, run_opt("sequences per step per rank (before accumulation)").at_least(1));
+  v("data.cache_dir", r.data.cache_dir, run_opt("prepared shards ('' = <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>)"));
+  v.enumeration("optim.name", r.optim.name, run_opt("adamw | muon (Muon on hidden matrices, AdamW on the rest)"), parse_optimizer,
                 static_cast<const char* (*)(OptimizerKind)>(name));
-  v("optim.lr", r.optim.lr, "AdamW learning rate");
-  v("optim.weight_decay", r.optim.weight_decay, "decoupled weight decay on 2-D weights");
-  v("optim.beta1", r.optim.beta1, "AdamW beta1");
-  v("optim.beta2", r.optim.beta2, "AdamW beta2");
-  v("optim.eps", r.optim.eps, "AdamW epsilon");
-  v("optim.muon_lr", r.optim.muon_lr, "Muon learning rate");
-  v("optim.muon_momentum", r.optim.muon_momentum, "Muon momentum mu");
-  v("optim.grad_clip", r.optim.grad_clip, "global gradient-norm clip (0 = off)");
-  v.enumeration("schedule.kind", r.schedule.kind, "constant | cosine | wsd", optim::parse_schedule,
+  v("optim.lr", r.optim.lr, run_opt("AdamW learning rate").above(0));
+  v("optim.weight_decay", r.optim.weight_decay, run_opt("decoupled weight decay on 2-D weights").at_least(0));
+  v("optim.beta1", r.optim.beta1, run_opt("AdamW beta1").in(0, 1, true));
+  v("optim.beta2", r.optim.beta2, run_opt("AdamW beta2").in(0, 1, true));
+  v("optim.eps", r.optim.eps, run_opt("AdamW epsilon").above(0));
+  v("optim.muon_lr", r.optim.muon_lr, run_opt("Muon learning rate").above(0));
+  v("optim.muon_momentum", r.optim.muon_momentum, run_opt("Muon momentum mu").in(0, 1, true));
+  v("optim.grad_clip", r.optim.grad_clip, run_opt("global gradient-norm clip (0 = off)").at_least(0));
+  v.enumeration("schedule.kind", r.schedule.kind, run_opt("constant | cosine | wsd"), optim::parse_schedule,
                 static_cast<const char* (*)(optim::ScheduleKind)>(optim::name));
-  v("schedule.warmup_steps", r.schedule.warmup_steps, "linear warmup steps");
-  v("schedule.min_ratio", r.schedule.min_ratio, "final lr / peak lr");
-  v("schedule.decay_fraction", r.schedule.decay_fraction, "wsd: share of steps in the linear cooldown");
-  v("train.steps", r.train.steps, "optimizer steps");
-  v("train.grad_accum", r.train.grad_accum, "micro-batches per step");
-  v("train.log_every", r.train.log_every, "console / metrics.jsonl interval");
-  v("train.bucket_mb", r.train.bucket_mb, "data parallel: gradient all-reduce bucket size in MiB");
-  v("train.overlap_comm", r.train.overlap_comm, "data parallel: all-reduce buckets during backward (false: after it)");
-  v("checkpoint.every", r.checkpoint.every, "checkpoint interval in steps (0 = only at the end)");
-  v("checkpoint.keep_last", r.checkpoint.keep_last, "checkpoints kept");
-  v("checkpoint.resume", r.checkpoint.resume, "'' | latest | path: continue a run exactly");
-  v("checkpoint.init_from", r.checkpoint.init_from, "start from another run's weights (checkpoint or run dir)");
-  v("eval.every", r.eval.every, "validation interval in steps (0 = only at the end)");
-  v("eval.batches", r.eval.opts.batches, "validation batches per length");
-  v("eval.batch_size", r.eval.opts.batch_size, "validation batch size (0 = data.batch_size)");
-  v("eval.lengths", r.eval.opts.lengths, "evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)");
+  v("schedule.warmup_steps", r.schedule.warmup_steps, run_opt("linear warmup steps").at_least(0));
+  v("schedule.min_ratio", r.schedule.min_ratio, run_opt("final lr / peak lr").in(0, 1));
+  v("schedule.decay_fraction", r.schedule.decay_fraction, run_opt("wsd: share of steps in the linear cooldown").in(0, 1));
+  v("train.steps", r.train.steps, run_opt("optimizer steps").at_least(1));
+  v("train.grad_accum", r.train.grad_accum, run_opt("micro-batches per step").at_least(1));
+  v("train.log_every", r.train.log_every, run_opt("console / metrics.jsonl interval").at_least(1));
+  v("train.bucket_mb", r.train.bucket_mb, run_opt("data parallel: gradient all-reduce bucket size in MiB").at_least(1));
+  v("train.overlap_comm", r.train.overlap_comm, run_opt("data parallel: all-reduce buckets during backward (false: after it)"));
+  v("checkpoint.every", r.checkpoint.every, run_opt("checkpoint interval in steps (0 = only at the end)").at_least(0));
+  v("checkpoint.keep_last", r.checkpoint.keep_last, run_opt("checkpoints kept").at_least(1));
+  v("checkpoint.resume", r.checkpoint.resume, run_opt("'' | latest | path: continue a run exactly"));
+  v("checkpoint.init_from", r.checkpoint.init_from, run_opt("start from another run's weights (checkpoint or run dir)"));
+  v("eval.every", r.eval.every, run_opt("validation interval in steps (0 = only at the end)").at_least(0));
+  v("eval.batches", r.eval.opts.batches, infer("validation batches per length").at_least(1));
+  v("eval.batch_size", r.eval.opts.batch_size, infer("validation batch size (0 = data.batch_size)").at_least(0));
+  v("eval.lengths", r.eval.opts.lengths, infer("evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)").at_least(2));
   v.enumeration("eval.rope_scaling", r.eval.opts.inference.rope_scaling,
-                "inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn | llama3", attn::parse_scaling,
+                infer("inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn | llama3"), attn::parse_scaling,
                 static_cast<const char* (*)(attn::RopeScaling)>(attn::name));
-  v("eval.swan_a", r.eval.opts.inference.swan_a, "SWAN row scaling a on global NoPE layers (0 = off)");
-  v("eval.drope_c", r.eval.opts.inference.drope_c, "DroPE temperature c: beta = 1 + c ln s (0 = off)");
-  v("eval.lampe", r.eval.opts.inference.lampe, "LaMPE on RoPE layers");
-  v("eval.lampe_L", r.eval.opts.inference.lampe_L, "LaMPE mapping scale L (0 = 3/4 of seq_len)");
-  v("eval.lampe_a", r.eval.opts.inference.lampe_a, "LaMPE sigmoid slope a");
-  v("eval.lampe_b", r.eval.opts.inference.lampe_b, "LaMPE sigmoid offset b");
-  v("eval.lampe_local", r.eval.opts.inference.lampe_local, "LaMPE local region");
-  v("eval.lampe_sink", r.eval.opts.inference.lampe_sink, "LaMPE sink region");
-  v("eval.fit_drope_c", r.eval.opts.fit_drope_c, "candidate DroPE c values; eval reports the best per length");
-  v("eval.passkey_examples", r.eval.opts.passkey_examples, "passkey retrieval examples per (length, depth) (0 = off)");
-  v("eval.passkey_depths", r.eval.opts.passkey_depths, "needle depths for the passkey grid (fractions of the filler)");
-  v("eval.fit_swan_a", r.eval.opts.fit_swan_a, "candidate SWAN a values; eval reports the best per length and per 128-token window");
-  v("eval.needle_tasks", r.eval.opts.needles.tasks, "RULER needle tasks answered by greedy decoding ([] = off): niah_single_number niah_single_word niah_multikey niah_multivalue niah_multiquery passkey");
-  v("eval.needle_samples", r.eval.opts.needles.samples, "needle examples per (task, length, depth)");
-  v("eval.needle_depths", r.eval.opts.needles.depths, "needle depths (fractions of the haystack)");
-  v.enumeration("eval.needle_format", r.eval.opts.needles.format, "needle wording: ruler (RULER's templates) | short (fewer tokens)",
+  v("eval.swan_a", r.eval.opts.inference.swan_a, infer("SWAN row scaling a on global NoPE layers (0 = off)").at_least(0));
+  v("eval.drope_c", r.eval.opts.inference.drope_c, infer("DroPE temperature c: beta = 1 + c ln s (0 = off)"));
+  v("eval.lampe", r.eval.opts.inference.lampe, infer("LaMPE on RoPE layers"));
+  v("eval.lampe_L", r.eval.opts.inference.lampe_L, infer("LaMPE mapping scale L (0 = 3/4 of seq_len)").at_least(0));
+  v("eval.lampe_a", r.eval.opts.inference.lampe_a, infer("LaMPE sigmoid slope a").at_least(0));
+  v("eval.lampe_b", r.eval.opts.inference.lampe_b, infer("LaMPE sigmoid offset b"));
+  v("eval.lampe_local", r.eval.opts.inference.lampe_local, infer("LaMPE local region").at_least(0));
+  v("eval.lampe_sink", r.eval.opts.inference.lampe_sink, infer("LaMPE sink region").at_least(0));
+  v("eval.fit_drope_c", r.eval.opts.fit_drope_c, infer("candidate DroPE c values; eval reports the best per length"));
+  v("eval.passkey_examples", r.eval.opts.passkey_examples, infer("passkey retrieval examples per (length, depth) (0 = off)").at_least(0));
+  v("eval.passkey_depths", r.eval.opts.passkey_depths, infer("needle depths for the passkey grid (fractions of the filler)").in(0, 1));
+  v("eval.fit_swan_a", r.eval.opts.fit_swan_a, infer("candidate SWAN a values; eval reports the best per length and per 128-token window").above(1));
+  v("eval.needle_tasks", r.eval.opts.needles.tasks, infer("RULER needle tasks answered by greedy decoding ([] = off): niah_single_number niah_single_word niah_multikey niah_multivalue niah_multiquery passkey"));
+  v("eval.needle_samples", r.eval.opts.needles.samples, infer("needle examples per (task, length, depth)").at_least(1));
+  v("eval.needle_depths", r.eval.opts.needles.depths, infer("needle depths (fractions of the haystack)").in(0, 1));
+  v.enumeration("eval.needle_format", r.eval.opts.needles.format, infer("needle wording: ruler (RULER's templates) | short (fewer tokens)"),
                 data::parse_needle_format, static_cast<const char* (*)(data::NeedleFormat)>(data::name));
-  v("eval.probe_sequences", r.eval.opts.probe_sequences, "linear position probe on this many validation sequences (0 = off)");
-  v("drope.at_step", r.drope.at_step, "drop position encodings at this step (-1 = never)");
-  v("drope.qk_norm", r.drope.qk_norm, "add full QK-norm at the drop (gains start at 1)");
-  v("drope.reset_optimizer", r.drope.reset_optimizer, "fresh optimizer and schedule at the drop");
-  v("drope.lr", r.drope.lr, "peak lr after a reset");
-  v("drope.warmup_steps", r.drope.warmup_steps, "warmup after a reset");
-  v("swan.enabled", r.swan.enabled, "build a SWAN stack (global NoPE + SWA-RoPE) instead of model.pattern");
-  v("swan.pattern", r.swan.pattern, "SWAN layer pattern over global_nope / swa_rope");
-  v("swan.window", r.swan.window, "SWA window of the swa_rope layers");
-  v("swan.rope_base", r.swan.rope_base, "RoPE base of the swa_rope layers (0 = as layer kind 'rope' or 10000)");
+  v("eval.probe_sequences", r.eval.opts.probe_sequences, infer("linear position probe on this many validation sequences (0 = off)").at_least(0));
+  v("drope.at_step", r.drope.at_step, arch("drop position encodings at this step (-1 = never)").at_least(-1));
+  v("drope.qk_norm", r.drope.qk_norm, arch("add full QK-norm at the drop (gains start at 1)"));
+  v("drope.reset_optimizer", r.drope.reset_optimizer, run_opt("fresh optimizer and schedule at the drop"));
+  v("drope.lr", r.drope.lr, run_opt("peak lr after a reset").above(0));
+  v("drope.warmup_steps", r.drope.warmup_steps, run_opt("warmup after a reset").at_least(0));
+  v("swan.enabled", r.swan.enabled, arch("build a SWAN stack (global NoPE + SWA-RoPE) instead of model.pattern"));
+  v("swan.pattern", r.swan.pattern, arch("SWAN layer pattern over global_nope / swa_rope"));
+  v("swan.window", r.swan.window, arch("SWA window of the swa_rope layers").at_least(1));
+  v("swan.rope_base", r.swan.rope_base, arch("RoPE base of the swa_rope layers (0 = as layer kind 'rope' or 10000)").at_least(0));
 }
 
 std::vector<std::string> split_path(const std::string& path) {
@@ -202,14 +250,20 @@ struct Reader {
   std::set<std::string> dynamic_prefixes;  // subtrees owned by a map-typed field
   std::set<std::string> overridden;        // paths set on the command line
 
+  // The node at a dotted path (Undefined when absent). A section on the way that is neither a map
+  // nor empty (`train: -5`, `optim: [1, 2]`) is refused, not skipped.
   YAML::Node find(const std::string& path) const {
     YAML::Node cur;
     cur.reset(root);
+    std::string at;
     for (const std::string& part : split_path(path)) {
-      if (!cur.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+      if (cur.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
+      if (!cur.IsMap())
+        fail(cur, at, std::string("expected a section (a map of fields), got a ") + (cur.IsSequence() ? "list" : "scalar '" + cur.Scalar() + "'"));
       YAML::Node next = cur[part];
       if (!next.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
       cur.reset(next);
+      at += (at.empty() ? "" : ".") + part;
     }
     return cur;
   }
@@ -233,39 +287,51 @@ struct Reader {
       fail(n, path, std::string("expected ") + tname + ", got '" + n.Scalar() + "'");
     }
   }
-  void operator()(const std::string& path, int64_t& v, const char*) {
+  template <class T>
+  T in_range(const YAML::Node& n, const std::string& path, T x, const Field& f) const {
+    if (!f.contains(static_cast<double>(x)))
+      fail(n, path, "must be " + f.range() + ", got " + n.Scalar() + " (horizon train --schema lists each field's range)");
+    return x;
+  }
+  void operator()(const std::string& path, int64_t& v, const Field& f) {
     known.insert(path);
     YAML::Node n = find(path);
-    if (n.IsDefined()) v = convert<int64_t>(n, path, "an integer");
+    if (n.IsDefined()) v = in_range(n, path, convert<int64_t>(n, path, "an integer"), f);
   }
-  void operator()(const std::string& path, double& v, const char*) {
+  void operator()(const std::string& path, double& v, const Field& f) {
     known.insert(path);
     YAML::Node n = find(path);
-    if (n.IsDefined()) v = convert<double>(n, path, "a number");
+    if (n.IsDefined()) v = in_range(n, path, convert<double>(n, path, "a number"), f);
   }
-  void operator()(const std::string& path, bool& v, const char*) {
+  void operator()(const std::string& path, bool& v, const Field&) {
     known.insert(path);
     YAML::Node n = find(path);
     if (n.IsDefined()) v = convert<bool>(n, path, "true or false");
   }
-  void operator()(const std::string& path, std::string& v, const char*) {
+  void operator()(const std::string& path, std::string& v, const Field&) {
     known.insert(path);
     YAML::Node n = find(path);
     if (n.IsDefined()) v = n.IsNull() ? std::string() : convert<std::string>(n, path, "a string");
   }
   template <class T>
-  void list(const std::string& path, std::vector<T>& v, const char* tname) {
+  void list(const std::string& path, std::vector<T>& v, const char* tname, const Field* f = nullptr) {
     known.insert(path);
     YAML::Node n = find(path);
     if (!n.IsDefined() || n.IsNull()) return;
     if (!n.IsSequence()) fail(n, path, std::string("expected a list of ") + tname);
     v.clear();
-    for (size_t i = 0; i < n.size(); ++i) v.push_back(convert<T>(n[i], path + "[" + std::to_string(i) + "]", tname));
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string at = path + "[" + std::to_string(i) + "]";
+      T x = convert<T>(n[i], at, tname);
+      if constexpr (std::is_arithmetic_v<T>)
+        if (f) x = in_range(n[i], at, x, *f);
+      v.push_back(x);
+    }
   }
-  void operator()(const std::string& path, std::vector<int64_t>& v, const char*) { list(path, v, "integers"); }
-  void operator()(const std::string& path, std::vector<double>& v, const char*) { list(path, v, "numbers"); }
-  void operator()(const std::string& path, std::vector<std::string>& v, const char*) { list(path, v, "strings"); }
-  void operator()(const std::string& path, std::map<int64_t, std::string>& v, const char*) {
+  void operator()(const std::string& path, std::vector<int64_t>& v, const Field& f) { list(path, v, "integers", &f); }
+  void operator()(const std::string& path, std::vector<double>& v, const Field& f) { list(path, v, "numbers", &f); }
+  void operator()(const std::string& path, std::vector<std::string>& v, const Field&) { list(path, v, "strings"); }
+  void operator()(const std::string& path, std::map<int64_t, std::string>& v, const Field&) {
     known.insert(path);
     dynamic_prefixes.insert(path);
     YAML::Node n = find(path);
@@ -276,7 +342,7 @@ struct Reader {
       v[convert<int64_t>(it->first, path, "a layer index")] = convert<std::string>(it->second, path, "a kind name");
   }
   template <class E>
-  void enumeration(const std::string& path, E& v, const char*, E (*parse)(const std::string&), const char* (*)(E)) {
+  void enumeration(const std::string& path, E& v, const Field&, E (*parse)(const std::string&), const char* (*)(E)) {
     known.insert(path);
     YAML::Node n = find(path);
     if (!n.IsDefined()) return;
@@ -289,7 +355,7 @@ struct Reader {
   }
   // an optional choice: '' (or null) leaves it unset
   template <class E>
-  void enumeration(const std::string& path, std::optional<E>& v, const char*, E (*parse)(const std::string&),
+  void enumeration(const std::string& path, std::optional<E>& v, const Field&, E (*parse)(const std::string&),
                    const char* (*)(E)) {
     known.insert(path);
     YAML::Node n = find(path);
@@ -305,7 +371,7 @@ struct Reader {
       fail(n, path, e.what());
     }
   }
-  void kinds(const std::string& path, std::vector<nn::LayerKind>& kinds, const char*) {
+  void kinds(const std::string& path, std::vector<nn::LayerKind>& kinds, const Field&) {
     known.insert(path);
     YAML::Node n = find(path);
     if (!n.IsDefined() || n.IsNull()) return;
@@ -359,13 +425,13 @@ struct Writer {
     return leaf;
   }
   template <class T>
-  void operator()(const std::string& path, T& v, const char*) {
+  void operator()(const std::string& path, T& v, const Field&) {
     YAML::Node n = at(path);
     n = v;
   }
-  void operator()(const std::string& path, std::vector<int64_t>& v, const char*) { seq(path, v); }
-  void operator()(const std::string& path, std::vector<double>& v, const char*) { seq(path, v); }
-  void operator()(const std::string& path, std::vector<std::string>& v, const char*) { seq(path, v); }
+  void operator()(const std::string& path, std::vector<int64_t>& v, const Field&) { seq(path, v); }
+  void operator()(const std::string& path, std::vector<double>& v, const Field&) { seq(path, v); }
+  void operator()(const std::string& path, std::vector<std::string>& v, const Field&) { seq(path, v); }
   template <class T>
   void seq(const std::string& path, const std::vector<T>& v) {
     YAML::Node n = at(path);
@@ -373,24 +439,24 @@ struct Writer {
     for (const auto& x : v) n.push_back(x);
     n.SetStyle(YAML::EmitterStyle::Flow);
   }
-  void operator()(const std::string& path, std::map<int64_t, std::string>& v, const char*) {
+  void operator()(const std::string& path, std::map<int64_t, std::string>& v, const Field&) {
     YAML::Node n = at(path);
     n = YAML::Node(YAML::NodeType::Map);
     for (const auto& [k, s] : v) n[std::to_string(k)] = s;
     n.SetStyle(YAML::EmitterStyle::Flow);
   }
   template <class E>
-  void enumeration(const std::string& path, E& v, const char*, E (*)(const std::string&), const char* (*name)(E)) {
+  void enumeration(const std::string& path, E& v, const Field&, E (*)(const std::string&), const char* (*name)(E)) {
     YAML::Node n = at(path);
     n = std::string(name(v));
   }
   template <class E>
-  void enumeration(const std::string& path, std::optional<E>& v, const char*, E (*)(const std::string&),
+  void enumeration(const std::string& path, std::optional<E>& v, const Field&, E (*)(const std::string&),
                    const char* (*name)(E)) {
     YAML::Node n = at(path);
     n = v ? std::string(name(*v)) : std::string();
   }
-  void kinds(const std::string& path, std::vector<nn::LayerKind>& kinds, const char*) {
+  void kinds(const std::string& path, std::vector<nn::LayerKind>& kinds, const Field&) {
     for (auto& k : kinds) visit_kind(path + "." + k.name, k.attn, *this);
   }
 };
@@ -404,33 +470,93 @@ struct Doc {
     s << v;
     return s.str();
   }
-  void line(const std::string& path, const std::string& type, const std::string& def, const char* doc) {
-    os << "  " << path << " (" << type << ", default " << (def.empty() ? "''" : def) << ")\n      " << doc << "\n";
+  void line(const std::string& path, const std::string& type, const std::string& def, const Field& f) {
+    const std::string range = f.range();
+    os << "  " << path << " (" << type << ", default " << (def.empty() ? "''" : def) << (range.empty() ? "" : ", " + range)
+       << "; " << role_name(f.role) << ")\n      " << f.doc << "\n";
   }
-  void operator()(const std::string& p, int64_t& v, const char* d) { line(p, "int", show(v), d); }
-  void operator()(const std::string& p, double& v, const char* d) { line(p, "number", show(v), d); }
-  void operator()(const std::string& p, bool& v, const char* d) { line(p, "bool", v ? "true" : "false", d); }
-  void operator()(const std::string& p, std::string& v, const char* d) { line(p, "string", v, d); }
+  void operator()(const std::string& p, int64_t& v, const Field& f) { line(p, "int", show(v), f); }
+  void operator()(const std::string& p, double& v, const Field& f) { line(p, "number", show(v), f); }
+  void operator()(const std::string& p, bool& v, const Field& f) { line(p, "bool", v ? "true" : "false", f); }
+  void operator()(const std::string& p, std::string& v, const Field& f) { line(p, "string", v, f); }
   template <class T>
-  void operator()(const std::string& p, std::vector<T>& v, const char* d) {
+  void operator()(const std::string& p, std::vector<T>& v, const Field& f) {
     std::string s = "[";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + show(v[i]);
-    line(p, "list", s + "]", d);
+    line(p, "list", s + "]", f);
   }
-  void operator()(const std::string& p, std::map<int64_t, std::string>&, const char* d) { line(p, "map", "{}", d); }
+  void operator()(const std::string& p, std::map<int64_t, std::string>&, const Field& f) { line(p, "map", "{}", f); }
   template <class E>
-  void enumeration(const std::string& p, E& v, const char* d, E (*)(const std::string&), const char* (*name)(E)) {
-    line(p, "name", name(v), d);
+  void enumeration(const std::string& p, E& v, const Field& f, E (*)(const std::string&), const char* (*name)(E)) {
+    line(p, "name", name(v), f);
   }
   template <class E>
-  void enumeration(const std::string& p, std::optional<E>& v, const char* d, E (*)(const std::string&),
+  void enumeration(const std::string& p, std::optional<E>& v, const Field& f, E (*)(const std::string&),
                    const char* (*name)(E)) {
-    line(p, "name", v ? name(*v) : "", d);
+    line(p, "name", v ? name(*v) : "", f);
   }
-  void kinds(const std::string& p, std::vector<nn::LayerKind>&, const char* d) {
-    os << "  " << p << " (map, default {default: rope causal identity})\n      " << d << "\n";
+  void kinds(const std::string& p, std::vector<nn::LayerKind>&, const Field& f) {
+    os << "  " << p << " (map, default {default: rope causal identity}; " << role_name(f.role) << ")\n      " << f.doc << "\n";
     attn::AttentionSpec s;
     visit_kind(p + ".<kind>", s, *this);
+  }
+};
+
+// yaml-cpp keeps both entries of a repeated key and lookups find the first: refuse them, naming
+// the lines of both (every map of the document, sections, layer kinds and flow maps alike).
+void check_duplicate_keys(const YAML::Node& n, const std::string& prefix, const std::string& file) {
+  if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i) check_duplicate_keys(n[i], prefix + "[" + std::to_string(i) + "]", file);
+    return;
+  }
+  if (!n.IsMap()) return;
+  std::map<std::string, YAML::Mark> seen;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string key = it->first.IsScalar() ? it->first.Scalar() : YAML::Dump(it->first);
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    const auto [first, fresh] = seen.emplace(key, it->first.Mark());
+    if (!fresh)
+      throw RecipeError(fmt_line(file, it->first.Mark()) + ": duplicate key '" + path + "' (first at " +
+                        fmt_line(file, first->second) + "); a key may appear once per section");
+    check_duplicate_keys(it->second, path, file);
+  }
+}
+
+// ---- field values by path (architecture comparison) -------------------------------------------
+struct Flatten {
+  std::map<std::string, std::pair<Role, std::string>> fields;
+  void put(const std::string& p, const Field& f, const std::string& v) { fields[p] = {f.role, v}; }
+  template <class T>
+  void operator()(const std::string& p, T& v, const Field& f) {
+    put(p, f, Doc::show(v));
+  }
+  void operator()(const std::string& p, bool& v, const Field& f) { put(p, f, v ? "true" : "false"); }
+  void operator()(const std::string& p, std::string& v, const Field& f) { put(p, f, "'" + v + "'"); }
+  template <class T>
+  void operator()(const std::string& p, std::vector<T>& v, const Field& f) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + Doc::show(v[i]);
+    put(p, f, s + "]");
+  }
+  void operator()(const std::string& p, std::map<int64_t, std::string>& v, const Field& f) {
+    std::string s = "{";
+    for (const auto& [k, n] : v) s += (s.size() > 1 ? ", " : "") + std::to_string(k) + ": " + n;
+    put(p, f, s + "}");
+  }
+  template <class E>
+  void enumeration(const std::string& p, E& v, const Field& f, E (*)(const std::string&), const char* (*name)(E)) {
+    put(p, f, name(v));
+  }
+  template <class E>
+  void enumeration(const std::string& p, std::optional<E>& v, const Field& f, E (*)(const std::string&),
+                   const char* (*name)(E)) {
+    put(p, f, v ? name(*v) : "''");
+  }
+  void kinds(const std::string& p, std::vector<nn::LayerKind>& kinds, const Field& f) {
+    std::string names;
+    for (auto& k : kinds) names += (names.empty() ? "" : ", ") + k.name;
+    put(p, f, "{" + names + "}");
+    for (auto& k : kinds) visit_kind(p + "." + k.name, k.attn, *this);
   }
 };
 
@@ -511,6 +637,7 @@ Recipe parse_recipe(const std::string& text, const std::string& file, const std:
   }
   if (rd.root.IsNull()) rd.root = YAML::Node(YAML::NodeType::Map);
   if (!rd.root.IsMap()) throw RecipeError(file + ": a recipe must be a map of sections (run, model, data, ...)");
+  check_duplicate_keys(rd.root, "", file);
   for (const auto& ov : overrides) rd.overridden.insert(apply_override(rd.root, ov));
   fill_model_from_source(rd.root, file);
   Recipe r;
@@ -547,6 +674,42 @@ std::string recipe_schema() {
 }
 
 std::string describe_kind(const attn::AttentionSpec& s) { return s.describe(); }
+
+std::vector<std::string> architecture_changes(const Recipe& trained, const Recipe& now) {
+  Recipe a = trained, b = now;
+  Flatten fa, fb;
+  visit_fields(a, fa);
+  visit_fields(b, fb);
+  std::vector<std::string> out;
+  const std::string absent = "(absent)";
+  auto value = [&](const Flatten& f, const std::string& p) {
+    const auto it = f.fields.find(p);
+    return it == f.fields.end() ? absent : it->second.second;
+  };
+  std::set<std::string> paths;
+  for (const auto& [p, rv] : fa.fields)
+    if (rv.first == Role::Architecture) paths.insert(p);
+  for (const auto& [p, rv] : fb.fields)
+    if (rv.first == Role::Architecture) paths.insert(p);
+  for (const auto& p : paths)
+    if (value(fa, p) != value(fb, p)) out.push_back(p + ": " + value(fa, p) + " -> " + value(fb, p));
+  return out;
+}
+
+void check_architecture(const Recipe& trained, const Recipe& now, const std::string& what) {
+  const std::vector<std::string> changes = architecture_changes(trained, now);
+  if (changes.empty()) return;
+  std::string list;
+  for (const auto& c : changes) list += "\n  " + c;
+  throw RecipeError(
+      what + ": the overrides change the architecture the checkpoint was trained with (fields marked "
+      "'architecture' in horizon train --schema):" + list +
+      "\nA checkpoint's architecture is its own. To change it on purpose, start a new run from it with "
+      "checkpoint.init_from and a surgery recipe: DroPE (drop position encodings: recipes/drope_recalibrate.yaml, "
+      "drope.* fields) or SWAN (recipes/swan_continue.yaml, swan.* fields). Inference-time options stay free: "
+      "eval.* (rope_scaling, lampe, drope_c, swan_a), layer kinds' rope_scaling / rope_factor / yarn_* / llama3_* "
+      "and freeze_scopes.");
+}
 
 nn::ModelConfig Recipe::model_config() const {
   nn::ModelConfig c = model.cfg;

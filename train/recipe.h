@@ -141,6 +141,15 @@ std::string to_yaml(const Recipe& r);
 // Every field with its type, default and documentation (for `horizon train --schema`).
 std::string recipe_schema();
 
+// Each field of the table has a role (horizon train --schema shows it): architecture (what the
+// weights were trained as), inference-time (how a trained model runs: RoPE scalings,
+// freeze_scopes, eval.*) or run. A checkpoint's architecture is its own: the architecture fields
+// that differ between the recipe it was trained with and `now`, as "path: old -> new".
+std::vector<std::string> architecture_changes(const Recipe& trained, const Recipe& now);
+// RecipeError naming `what` (the checkpoint), each changed field and the surgery recipes (DroPE,
+// SWAN) that change an architecture on purpose; nothing when the architecture is the same.
+void check_architecture(const Recipe& trained, const Recipe& now, const std::string& what);
+
 // AttentionSpec <-> the layer-kind fields of a recipe (also used by `horizon info`).
 std::string describe_kind(const attn::AttentionSpec& s);
 

@@ -1,15 +1,104 @@
 #include "train/run_dir.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <sstream>
 
 namespace fs = std::filesystem;
 
 namespace hz::train {
 
-RunDir::RunDir(const Recipe& r, bool lead, bool quiet, bool resuming)
+namespace {
+std::string host_name() {
+  char h[256] = {0};
+  if (gethostname(h, sizeof(h) - 1) != 0) return "unknown-host";
+  return h;
+}
+std::string read_fd(int fd) {
+  std::string s;
+  char buf[256];
+  if (lseek(fd, 0, SEEK_SET) < 0) return s;
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0 && s.size() < 4096;) s.append(buf, static_cast<size_t>(n));
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Keeps metrics.jsonl's records of steps <= step (the rest are trained again), atomically.
+void drop_metrics_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::ostringstream kept;
+  bool dropped = false;
+  for (std::string line; std::getline(in, line);) {
+    const size_t k = line.find("\"step\": ");
+    if (k != std::string::npos && std::strtoll(line.c_str() + k + 8, nullptr, 10) > step) {
+      dropped = true;
+      continue;
+    }
+    kept << line << "\n";
+  }
+  in.close();
+  if (!dropped) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept.str();
+    out.flush();
+    HZ_CHECK(out.good(), ValueError, "cannot write '", tmp, "'; check the run directory's space and permissions");
+  }
+  fs::rename(tmp, path);
+}
+}  // namespace
+
+RunLock::RunLock(const std::string& dir) : path_(dir + "/.lock") {
+  fs::create_directories(dir);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    HZ_CHECK(fd_ >= 0, ValueError, "cannot create the run lock '", path_, "': ", std::strerror(errno),
+             "; check run.out_dir and its permissions");
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      std::string holder = read_fd(fd_);
+      ::close(fd_);
+      fd_ = -1;
+      HZ_CHECK(err == EWOULDBLOCK, ValueError, "cannot lock '", path_, "': ", std::strerror(err));
+      throw ValueError("run directory '" + dir + "' is in use by another run (" +
+                       (holder.empty() ? std::string("holder unknown") : "host pid: " + holder) + "; lock file " + path_ +
+                       "): one run per directory; wait for it to finish or choose another run.name / run.out_dir");
+    }
+    // the holder before us may have removed the file between our open and our flock: lock the file
+    // that is at the path now
+    struct stat a {}, b {};
+    if (fstat(fd_, &a) == 0 && stat(path_.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) break;
+    ::close(fd_);
+    fd_ = -1;
+  }
+  HZ_CHECK(fd_ >= 0, ValueError, "cannot lock '", path_, "': it keeps being replaced");
+  stale_ = read_fd(fd_);  // a previous holder that did not remove it (killed) no longer holds it
+  const std::string me = host_name() + " " + std::to_string(getpid()) + "\n";
+  if (ftruncate(fd_, 0) != 0 || lseek(fd_, 0, SEEK_SET) < 0 ||
+      write(fd_, me.data(), me.size()) != static_cast<ssize_t>(me.size()))
+    throw ValueError("cannot write the run lock '" + path_ + "': " + std::strerror(errno));
+}
+
+RunLock::~RunLock() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // still holding the flock: nobody else can have taken it
+  ::close(fd_);
+}
+
+RunDir::RunDir(const Recipe& r, bool lead, bool quiet, int64_t resumed_step)
     : dir_(r.run.out_dir + "/" + r.run.name), lead_(lead), quiet_(quiet) {
   if (!lead_) return;
   fs::create_directories(checkpoint_dir());
+  const bool resuming = resumed_step > 0;
+  if (resuming) drop_metrics_after(dir_ + "/metrics.jsonl", resumed_step);
   const auto mode = resuming ? std::ios::app : std::ios::trunc;
   log_.open(dir_ + "/train.log", mode);
   metrics_.open(dir_ + "/metrics.jsonl", mode);

@@ -3,6 +3,7 @@
 //   train.log       every progress line (also printed to stdout unless quiet)
 //   metrics.jsonl   one JSON object per logged step and per evaluation
 //   checkpoints/    step_<N>.h5, the last `keep_last` kept (train/checkpoint.h)
+//   .lock           while a run trains in it: the holder's host and pid (RunLock below)
 // Only rank 0 writes; on the other ranks every method is a no-op.
 #pragma once
 #include <fmt/core.h>
@@ -15,10 +16,32 @@
 
 namespace hz::train {
 
+// One run per directory: <dir>/.lock, held with flock(2) for as long as the object lives and
+// holding "host pid". A second run on the directory is refused (ValueError naming the holder);
+// a lock file whose holder is gone (the kernel drops a flock with its process: killed, crashed)
+// is taken over, and stale() says whose it was. Released (file removed) by the destructor, so
+// also when a run ends with an error.
+class RunLock {
+ public:
+  explicit RunLock(const std::string& dir);
+  ~RunLock();
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+  const std::string& path() const { return path_; }
+  // "host pid" of the holder whose stale lock was taken over ("" when the directory was free)
+  const std::string& stale() const { return stale_; }
+
+ private:
+  std::string path_, stale_;
+  int fd_ = -1;
+};
+
 class RunDir {
  public:
-  // Creates the directories (lead only); `resuming` appends to train.log and metrics.jsonl.
-  RunDir(const Recipe& r, bool lead, bool quiet, bool resuming);
+  // Creates the directories (lead only). Resuming (resumed_step > 0) appends to train.log and
+  // metrics.jsonl, first dropping metrics records of steps after resumed_step (steps the resumed
+  // run trains again: one record per step).
+  RunDir(const Recipe& r, bool lead, bool quiet, int64_t resumed_step);
 
   const std::string& path() const { return dir_; }
   std::string checkpoint_dir() const { return dir_ + "/checkpoints"; }

@@ -196,10 +196,17 @@ class Trainer {
     res_.run_dir = r.run.out_dir + "/" + r.run.name;
     // every rank looks for the resume point only once rank 0 has finished writing (a previous
     // run's last checkpoint may still be in progress on rank 0)
+    if (rank_ == 0) lock_ = std::make_unique<RunLock>(res_.run_dir);  // one run per directory (rank 0 holds it)
     comm_.barrier();
     open_resume_point();
-    run_ = std::make_unique<RunDir>(r, rank_ == 0, opt.quiet, start_ > 0);
+    run_ = std::make_unique<RunDir>(r, rank_ == 0, opt.quiet, start_);
     comm_.barrier();
+    if (lock_ && !lock_->stale().empty())
+      log("took over the stale lock {} of a run that is gone (host pid: {})", lock_->path(), lock_->stale());
+    if (r_.checkpoint.resume == "latest")
+      log(resume_path_.empty() ? "resume=latest: no checkpoint in {}, starting from step 0"
+                               : "resume=latest: resuming from {}",
+          resume_path_.empty() ? res_.run_dir + "/checkpoints" : resume_path_);
     build_data();
     build_model();
     build_optimizer();
@@ -238,6 +245,10 @@ class Trainer {
     if (resume_path_.empty()) return;
     ck_ = load_checkpoint(resume_path_);
     start_ = ck_.step;
+    // a checkpoint's architecture is its own: the recipe resuming it may not change it
+    if (ck_.meta.count("recipe"))
+      check_architecture(parse_recipe(ck_.meta.at("recipe"), resume_path_ + ":recipe"), r_,
+                         "checkpoint.resume " + resume_path_);
     const int64_t saved_world = ck_.counters.count("world_size") ? ck_.counters.at("world_size") : 1;
     HZ_CHECK(saved_world == world_, ValueError, resume_path_, " was written by a run with ", saved_world,
              " rank(s); resume it with the same world size (mpirun -np ", saved_world, "): each rank's loader cursor "
@@ -455,6 +466,7 @@ class Trainer {
   std::string resume_path_;
   CheckpointData ck_;
   int64_t start_ = 0;
+  std::unique_ptr<RunLock> lock_;  // declared before run_: released after it
   std::unique_ptr<RunDir> run_;
   TrainData data_;
   std::unique_ptr<nn::Transformer> model_;

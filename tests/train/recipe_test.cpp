@@ -130,3 +130,83 @@ TEST(Recipe, CorpusSourcesAndTheirFields) {
   EXPECT_EQ(back.data.tokenizer, "t/tokenizer.json");
   EXPECT_EQ(back.data.val_files, r.data.val_files);
 }
+
+// issue 19: a section of the wrong type, duplicate keys and out-of-range numbers are refused
+// with file:line and the key, never ignored.
+TEST(Recipe, SectionOfTheWrongTypeIsRefused) {
+  std::string e = error_of("run: {name: x}\ntrain: -5\n");
+  EXPECT_TRUE(has(e, "test.yaml:2")) << e;
+  EXPECT_TRUE(has(e, "train: expected a section")) << e;
+  e = error_of("optim: [1, 2]\n");
+  EXPECT_TRUE(has(e, "test.yaml:1")) << e;
+  EXPECT_TRUE(has(e, "optim: expected a section (a map of fields), got a list")) << e;
+  e = error_of("model:\n  layer_kinds: 3\n");
+  EXPECT_TRUE(has(e, "model.layer_kinds")) << e;
+  EXPECT_EQ(error_of("train:\n"), "");  // an empty section is no section: defaults
+}
+
+TEST(Recipe, DuplicateKeysAreRefusedWithBothLines) {
+  std::string e = error_of("train:\n  steps: 50\n  log_every: 5\n  steps: 70\n");
+  EXPECT_TRUE(has(e, "test.yaml:4: duplicate key 'train.steps' (first at test.yaml:2)")) << e;
+  e = error_of("train: {steps: 50}\nrun: {name: a}\ntrain: {steps: 60}\n");
+  EXPECT_TRUE(has(e, "test.yaml:3: duplicate key 'train' (first at test.yaml:1)")) << e;
+  e = error_of("model:\n  layer_kinds:\n    a: {pos: rope, pos: none}\n  pattern: [a]\n");
+  EXPECT_TRUE(has(e, "duplicate key 'model.layer_kinds.a.pos'")) << e;
+}
+
+TEST(Recipe, NumbersOutsideTheirRangeAreRefused) {
+  struct Case { const char* yaml; const char* key; const char* range; };
+  for (const Case& c : {Case{"eval:\n  batches: -1\n", "eval.batches", ">= 1"},
+                        Case{"checkpoint:\n  every: -10\n", "checkpoint.every", ">= 0"},
+                        Case{"train:\n  log_every: -1\n", "train.log_every", ">= 1"},
+                        Case{"train:\n  log_every: 0\n", "train.log_every", ">= 1"},
+                        Case{"optim:\n  beta2: 1.5\n", "optim.beta2", "in [0, 1)"},
+                        Case{"model:\n  norm_eps: -1e308\n", "model.norm_eps", "> 0"},
+                        Case{"model:\n  norm_eps: .nan\n", "model.norm_eps", "> 0"}}) {
+    const std::string e = error_of(c.yaml);
+    EXPECT_TRUE(has(e, "test.yaml:2")) << c.yaml << " -> " << e;
+    EXPECT_TRUE(has(e, std::string(c.key) + ": must be " + c.range)) << c.yaml << " -> " << e;
+  }
+  std::string e = error_of("eval:\n  lengths: [64, 1]\n");
+  EXPECT_TRUE(has(e, "eval.lengths[1]: must be >= 2")) << e;
+  e = error_of("", {"eval.batches=-3"});
+  EXPECT_TRUE(has(e, "command-line override eval.batches")) << e;
+  // the schema shows each range and role
+  const std::string s = recipe_schema();
+  EXPECT_TRUE(has(s, "train.log_every (int, default 10, >= 1; run)")) << s;
+  EXPECT_TRUE(has(s, "model.n_heads (int, default")) << s;
+  EXPECT_TRUE(has(s, "data.val_fraction (number, default 0.05, in [0, 1); run)")) << s;
+  EXPECT_TRUE(has(s, "model.layer_kinds.<kind>.rope_scaling (name, default none; inference-time)")) << s;
+  EXPECT_TRUE(has(s, "model.layer_kinds.<kind>.pos (name, default rope; architecture)")) << s;
+  EXPECT_TRUE(has(s, "eval.rope_scaling (name, default ''; inference-time)")) << s;
+}
+
+TEST(Recipe, ArchitectureChangesAreNamedAndRefused) {
+  const std::string y = "model:\n  d_model: 64\n  n_heads: 4\n  layer_kinds:\n    r: {pos: rope}\n  pattern: [r]\n";
+  const Recipe trained = parse_recipe(y, "ck.h5:recipe");
+  auto refusal = [&](const std::vector<std::string>& ov) {
+    try {
+      check_architecture(trained, parse_recipe(y, "ck.h5:recipe", ov), "ck.h5");
+    } catch (const RecipeError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string e = refusal({"model.n_heads=8"});
+  EXPECT_TRUE(has(e, "ck.h5")) << e;
+  EXPECT_TRUE(has(e, "model.n_heads: 4 -> 8")) << e;
+  EXPECT_TRUE(has(e, "recipes/drope_recalibrate.yaml")) << e;
+  EXPECT_TRUE(has(e, "recipes/swan_continue.yaml")) << e;
+  e = refusal({"model.layer_kinds.r.pos=none"});
+  EXPECT_TRUE(has(e, "model.layer_kinds.r.pos: rope -> none")) << e;
+  e = refusal({"swan.window=16"});
+  EXPECT_TRUE(has(e, "swan.window: 512 -> 16")) << e;
+  EXPECT_TRUE(has(refusal({"drope.at_step=5"}), "drope.at_step: -1 -> 5"));
+  // inference-time options and run fields stay free
+  for (const std::vector<std::string>& ok :
+       {std::vector<std::string>{"model.layer_kinds.r.rope_scaling=yarn", "model.layer_kinds.r.rope_factor=4"},
+        {"model.layer_kinds.r.freeze_scopes=true"}, {"eval.rope_scaling=ntk", "eval.lampe=true"},
+        {"eval.drope_c=0.4", "eval.swan_a=362"}, {"run.device=cpu", "train.steps=500", "eval.lengths=[64]"}})
+    EXPECT_EQ(refusal(ok), "") << ok[0];
+  EXPECT_TRUE(architecture_changes(trained, trained).empty());
+}

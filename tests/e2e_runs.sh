@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# End-to-end checks of issue 19's run half: every command's usage / --help exits 0 or 2 (never 3),
+# the recipe reader refuses wrong section types, duplicate keys and out-of-range numbers with
+# file:line, one run per directory (two runs at once: exactly one trains; a killed run's stale
+# lock is taken over), resume=latest says what it found, metrics.jsonl keeps one record per step
+# across a resume, and a checkpoint's architecture cannot be overridden by eval or resume.
+set -euo pipefail
+HZ=$1; SRC=$2; OUT=$(mktemp -d)
+pids=()
+trap 'set +e; for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done; rm -rf "$OUT"; true' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect RC PATTERN... -- CMD...: runs CMD, checks its exit code and that its output has each pattern
+expect() {
+  local want=$1; shift; local pats=()
+  while [ "$1" != "--" ]; do pats+=("$1"); shift; done; shift
+  set +e; local msg; msg=$("$@" 2>&1); local rc=$?; set -e
+  [ "$rc" -eq "$want" ] || fail "exit $rc (want $want): $* -> $msg"
+  for p in "${pats[@]}"; do echo "$msg" | grep -F -- "$p" > /dev/null || fail "no '$p' in the output of $*: $msg"; done
+}
+TINY=(run.out_dir="$OUT" data.cache_dir="$OUT/data" model.n_layers=1 model.d_model=32 data.seq_len=32
+      data.batch_size=2 schedule.warmup_steps=1 eval.every=0 eval.lengths=[32] eval.batches=1 train.log_every=5)
+
+# 1. usage and --help: 0 or 2, never an internal error (usage text went through fmt with braces)
+for c in train eval data info generate sweep report simulate bench tokenize convert score "bench tokenizer" "bench generate"; do
+  set +e; "$HZ" $c --help > "$OUT/help.txt" 2>&1; rc=$?; set -e
+  [ "$rc" -eq 0 ] || fail "horizon $c --help exits $rc: $(cat "$OUT/help.txt")"
+  grep -q "usage" "$OUT/help.txt" || fail "horizon $c --help prints no usage"
+  set +e; "$HZ" $c > "$OUT/noargs.txt" 2>&1 < /dev/null; rc=$?; set -e
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 1 ] || [ "$rc" -eq 2 ] || fail "horizon $c (no arguments) exits $rc: $(cat "$OUT/noargs.txt")"
+done
+expect 2 "usage: horizon score" -- "$HZ" score
+
+# 2. the recipe reader
+printf 'run: {name: x}\ntrain: -5\n' > "$OUT/type.yaml"
+expect 1 "$OUT/type.yaml:2" "train: expected a section" -- "$HZ" train "$OUT/type.yaml"
+printf 'optim: [1, 2]\n' > "$OUT/list.yaml"
+expect 1 "$OUT/list.yaml:1" "optim: expected a section" -- "$HZ" train "$OUT/list.yaml"
+printf 'train:\n  steps: 5\n  steps: 7\n' > "$OUT/dup.yaml"
+expect 1 "$OUT/dup.yaml:3: duplicate key 'train.steps' (first at $OUT/dup.yaml:2)" -- "$HZ" train "$OUT/dup.yaml"
+printf 'eval:\n  batches: -1\n' > "$OUT/range.yaml"
+expect 1 "$OUT/range.yaml:2" "eval.batches: must be >= 1" -- "$HZ" train "$OUT/range.yaml"
+expect 1 "checkpoint.every: must be >= 0" -- "$HZ" train "$SRC/recipes/quickstart.yaml" checkpoint.every=-5
+expect 1 "train.log_every: must be >= 1" -- "$HZ" train "$SRC/recipes/quickstart.yaml" train.log_every=-1
+expect 0 "train.log_every (int, default 10, >= 1; run)" "model.n_heads (int, default 4, >= 1; architecture)" -- "$HZ" train --schema
+
+# 3. resume=latest without a checkpoint says so
+expect 0 "resume=latest: no checkpoint in $OUT/fresh/checkpoints, starting from step 0" -- \
+  "$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" run.name=fresh train.steps=2 checkpoint.resume=latest
+test ! -e "$OUT/fresh/.lock" || fail "the lock outlives its run"
+
+# 4. a run killed at step 15 (checkpoint at 10) leaves a stale lock; the resume takes it over,
+#    says where it resumes from, and metrics.jsonl keeps one record per step
+set +e
+HZ_FAULT_RANK=0 HZ_FAULT_STEP=15 HZ_FAULT_SIGNAL=1 "$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" run.name=res \
+  train.steps=20 checkpoint.every=10 eval.every=5 > "$OUT/killed.txt" 2>&1
+rc=$?; set -e
+[ "$rc" -eq 137 ] || fail "the killed run exited $rc"
+grep -q "\"step\": 15" "$OUT/res/metrics.jsonl" || fail "the killed run logged no step 15"
+test -e "$OUT/res/.lock" || fail "a killed run leaves its lock file"
+expect 0 "took over the stale lock $OUT/res/.lock" "resume=latest: resuming from $OUT/res/checkpoints/step_10.h5" -- \
+  "$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" run.name=res train.steps=20 checkpoint.every=10 eval.every=5 \
+  checkpoint.resume=latest
+dups=$(grep -o '"step": [0-9]*, "loss"' "$OUT/res/metrics.jsonl" | sort | uniq -d)
+[ -z "$dups" ] || fail "metrics.jsonl repeats training records: $dups"
+dups=$(grep -o '"step": [0-9]*, "eval"' "$OUT/res/metrics.jsonl" | sort | uniq -d)
+[ -z "$dups" ] || fail "metrics.jsonl repeats eval records: $dups"
+[ "$(grep -c '"loss"' "$OUT/res/metrics.jsonl")" -ge 4 ] || fail "metrics.jsonl lost records"
+
+# 5. a checkpoint's architecture is its own
+expect 1 "model.n_heads: 4 -> 8" "recipes/drope_recalibrate.yaml" "recipes/swan_continue.yaml" -- \
+  "$HZ" eval "$OUT/res/checkpoints/step_20.h5" model.n_heads=8
+expect 1 "checkpoint.resume" "model.layer_kinds.rope.pos: rope -> none" -- \
+  "$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" run.name=res train.steps=30 checkpoint.resume=latest \
+  model.layer_kinds.rope.pos=none
+expect 0 "evaluating" -- "$HZ" eval "$OUT/res" model.layer_kinds.rope.rope_scaling=yarn model.layer_kinds.rope.rope_factor=2 \
+  eval.lengths=[64]
+
+# 6. one run per directory: two at once, exactly one trains, the other exits 1 naming the lock
+long=(run.name=twice train.steps=100000 checkpoint.every=0)
+"$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" "${long[@]}" > "$OUT/a.txt" 2>&1 & pa=$!; pids+=($pa)
+"$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" "${long[@]}" > "$OUT/b.txt" 2>&1 & pb=$!; pids+=($pb)
+set +e; wait -n "$pa" "$pb"; rc=$?; set -e
+[ "$rc" -eq 1 ] || fail "the first run to end exited $rc: $(cat "$OUT/a.txt" "$OUT/b.txt")"
+if kill -0 "$pa" 2>/dev/null; then winner=$pa; loser=b; else winner=$pb; loser=a; fi
+kill -0 "$winner" || fail "neither run is training"
+grep -F "run directory '$OUT/twice' is in use by another run" "$OUT/$loser.txt" > /dev/null || fail "no lock message: $(cat "$OUT/$loser.txt")"
+grep -F "lock file $OUT/twice/.lock" "$OUT/$loser.txt" > /dev/null || fail "the message names no lock file"
+grep -F "host pid: $(hostname) $winner" "$OUT/$loser.txt" > /dev/null || fail "the message names no holder: $(cat "$OUT/$loser.txt")"
+kill "$winner"; wait "$winner" 2>/dev/null || true
+echo "e2e_runs: ok"

@@ -1,0 +1,63 @@
+// A model whose weights are not finite gives no numbers: horizon eval (evaluate_run) and
+// horizon score refuse it (exit 1) instead of reporting mean_nll: -nan with exit 0 (issue 19).
+#include <gtest/gtest.h>
+
+#include "tests/train/train_test_util.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "study/evaluate_run.h"
+#include "study/load_run.h"
+#include "train/checkpoint.h"
+#include "train/recipe.h"
+#include "train/trainer.h"
+
+using namespace hz;
+namespace fs = std::filesystem;
+
+TEST(NonFinite, EvalAndScoreRefuseNaNWeights) {
+  const std::string root = test::make_tmp_dir("hz_nonfinite_test");
+  const train::Recipe r = train::parse_recipe(
+      "run: {name: ok, out_dir: " + root + "}\nmodel:\n  d_model: 32\n  n_layers: 1\n  n_heads: 2\n"
+      "data: {seq_len: 32, batch_size: 2, cache_dir: " + root + "/data}\ntrain: {steps: 2, log_every: 1}\n"
+      "schedule: {warmup_steps: 0}\neval: {every: 0, batches: 1, lengths: [32]}\n",
+      "tiny.yaml");
+  train::TrainOptions opt;
+  opt.quiet = true;
+  train::train(r, opt);
+  const std::string good = train::find_latest_checkpoint(root + "/ok/checkpoints");
+  ASSERT_FALSE(good.empty());
+  train::CheckpointData ck = train::load_checkpoint(good);
+  Tensor& w = ck.model.begin()->second;
+  w.data<float>()[0] = std::nanf("");
+  const std::string bad = root + "/nan/checkpoints/step_2.h5";
+  train::save_checkpoint(bad, ck);
+
+  study::LoadedRun run = study::load_run(bad, {});
+  try {
+    study::evaluate_run(run, false);
+    FAIL() << "a NaN model was evaluated";
+  } catch (const ValueError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(bad), std::string::npos) << m;
+    EXPECT_NE(m.find("not finite"), std::string::npos) << m;
+    EXPECT_NE(m.find("non-finite weights"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(fs::exists(root + "/nan/eval.json"));
+
+  const std::string hz_bin = std::string(HZ_BINARY_DIR) + "/horizon";
+  if (!fs::exists(hz_bin)) GTEST_SKIP() << "build/horizon not built";
+  std::ofstream(root + "/text.txt") << "In the beginning God created the heaven and the earth.";
+  const std::string cmd = hz_bin + " score " + bad + " " + root + "/text.txt > " + root + "/score.out 2>&1";
+  const int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  EXPECT_EQ(WEXITSTATUS(rc), 1);
+  std::ifstream f(root + "/score.out");
+  const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("not finite"), std::string::npos) << out;
+  EXPECT_NE(out.find(bad), std::string::npos) << out;
+  fs::remove_all(root);
+}
