@@ -174,6 +174,10 @@ BpeModel::BpeModel(BpeConfig cfg, const std::string& where)
     HZ_CHECK(id >= 0, ValueError, where, ": model.vocab gives token '", tok, "' the negative id ", id);
     max_id = std::max(max_id, id);
   }
+  // the id -> token table is sized by the largest id: keep it proportional to the vocabulary
+  const int64_t bound = 2 * static_cast<int64_t>(vocab_.size()) + 1024;
+  HZ_CHECK(max_id < bound, ValueError, where, ": model.vocab holds ", vocab_.size(), " tokens but an id of ", max_id,
+           "; ids must stay below ", bound, " (2 x entries + 1024)");
   vocab_r_.resize(static_cast<size_t>(max_id + 1));
   has_id_.assign(static_cast<size_t>(max_id + 1), 0);
   for (const auto& [tok, id] : vocab_) {

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/json_guard.h"
 
 // The bytes of assets/kjv/kjv.txt.gz, embedded by data/kjv_blob.cpp (.incbin).
 extern "C" {
@@ -202,10 +203,11 @@ std::vector<Document> load_jsonl(const std::vector<std::string>& globs, const st
       pos = end + 1;
       if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank line
       const std::string where = p + ":" + std::to_string(line_no);
+      if (const std::string deep = json_depth_problem(line); !deep.empty()) throw ValueError(where + ": " + deep);
       json j;
       try {
         j = json::parse(line);
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {
         throw ValueError(where + ": not a JSON value (" + e.what() + "); a JSONL file holds one JSON object per line");
       }
       HZ_CHECK(j.is_object(), ValueError, where, ": expected a JSON object with a \"", text_field, "\" field, got a ",

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/json_guard.h"
 #include "data/regex.h"
 #include "data/unicode.h"
 
@@ -14,13 +15,18 @@ namespace hz::data::hf {
 namespace uc = unicode;
 
 json parse_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HZ_CHECK(in.good(), ValueError, "cannot open tokenizer file '", path, "'",
-           std::filesystem::path(path).is_relative() ? " (relative to " + std::filesystem::current_path().string() + ")" : "",
-           "; give data.tokenizer as byte, a path to a tokenizer.json or to a SentencePiece .model");
+  std::string text;
+  const std::string why = read_file_capped(path, kMaxTokenizerJsonBytes, text);
+  if (!why.empty()) {
+    HZ_CHECK(why.rfind("cannot open", 0) != 0, ValueError, "cannot open tokenizer file '", path, "'",
+             std::filesystem::path(path).is_relative() ? " (relative to " + std::filesystem::current_path().string() + ")" : "",
+             "; give data.tokenizer as byte, a path to a tokenizer.json or to a SentencePiece .model");
+    throw ValueError(path + ": " + why);
+  }
+  if (const std::string deep = json_depth_problem(text); !deep.empty()) throw ValueError(path + ": " + deep);
   try {
-    return json::parse(in);
-  } catch (const json::parse_error& e) {
+    return json::parse(text);
+  } catch (const json::exception& e) {
     throw ValueError(detail::concat_msg("'", path, "' is not valid JSON (", e.what(),
                                         "); is it a complete tokenizer.json?"));
   }

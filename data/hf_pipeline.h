@@ -51,6 +51,18 @@ struct JsonReader {
     if (!j.at(key).is_boolean()) fail(path + "." + key, "expected true or false");
     return j.at(key).get<bool>();
   }
+  // A token id: a JSON integer in [0, bound) (bound: what the vocabulary's size allows), parsed as
+  // 64-bit so an id of 2^32 + 5 is refused instead of wrapping to 5.
+  int32_t id(const json& v, const std::string& path, int64_t bound) const {
+    if (!v.is_number_integer()) fail(path, "expected an integer token id, got " + std::string(v.type_name()));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail(path, "token id " + v.dump() + " is out of range");
+    const int64_t x = v.get<int64_t>();
+    if (x < 0 || x >= bound)
+      fail(path, "token id " + std::to_string(x) + " is out of range: ids must be in [0, " + std::to_string(bound) +
+                     ") for this vocabulary");
+    return static_cast<int32_t>(x);
+  }
   int64_t integer(const json& j, const char* key, const std::string& path) const {
     const json& v = at(j, key, path);
     if (!v.is_number_integer()) fail(path + "." + key, "expected an integer");
@@ -76,7 +88,11 @@ struct JsonReader {
   }
 };
 
-// The JSON of a file; throws hz::ValueError for a missing file or invalid JSON.
+// Limits on a tokenizer.json (and tokenizer_config.json), checked before parsing: at most 256 MiB
+// (real ones: up to ~35 MB) and nested at most 64 deep (core/json_guard.h).
+constexpr uint64_t kMaxTokenizerJsonBytes = 256ull << 20;
+
+// The JSON of a file; throws hz::ValueError for a missing file, one over the limits or invalid JSON.
 json parse_json_file(const std::string& path);
 
 // normalizer: NFC / NFD / NFKC / NFKD, Lowercase, Replace, Prepend, Strip, StripAccents (Sequence

@@ -93,16 +93,21 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
   const std::string mtype = m.contains("type") ? rd.str(m, "type", "model") : (m.contains("merges") ? "BPE" : "?");
   if (mtype != "BPE")
     rd.unsupported("model", "model " + mtype, "BPE models; give a SentencePiece .model file for Unigram models");
+  if (m.contains("dropout") && !m["dropout"].is_null() && !m["dropout"].is_number())
+    rd.fail("model.dropout", "expected a number or null");
   if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
     rd.fail("model.dropout", "BPE dropout " + m["dropout"].dump() + " makes encoding random; set it to null");
   BpeConfig cfg;
   const json& vocab = rd.at(m, "vocab", "model");
   if (!vocab.is_object()) rd.fail("model.vocab", "expected an object {token: id}");
   cfg.vocab.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer()) rd.fail("model.vocab." + it.key(), "expected an integer id");
-    cfg.vocab.emplace(it.key(), it.value().get<int32_t>());
-  }
+  // Ids index the id -> token tables, so they are bounded by what the file holds: below
+  // 2 x (vocabulary entries + added tokens) + 1024 (real files: dense, below entries + added).
+  const size_t n_added = root.contains("added_tokens") && root["added_tokens"].is_array() ? root["added_tokens"].size() : 0;
+  const int64_t id_bound =
+      std::min<int64_t>(INT32_MAX, 2 * static_cast<int64_t>(vocab.size() + n_added) + 1024);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    cfg.vocab.emplace(it.key(), rd.id(it.value(), "model.vocab." + it.key(), id_bound));
   const json& merges = rd.at(m, "merges", "model");
   if (!merges.is_array()) rd.fail("model.merges", "expected a list");
   cfg.merges.reserve(merges.size());
@@ -209,8 +214,10 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
         } else if (item.contains("SpecialToken")) {
           const std::string name = rd.str(item["SpecialToken"], "id", ip + ".SpecialToken");
           if (!specials.contains(name)) rd.fail(p + ".special_tokens", "has no entry for '" + name + "'");
-          for (const json& id : rd.at(specials[name], "ids", p + ".special_tokens." + name))
-            (seen_a ? suf : pre).push_back(id.get<int32_t>());
+          const json& ids = rd.at(specials[name], "ids", p + ".special_tokens." + name);
+          if (!ids.is_array()) rd.fail(p + ".special_tokens." + name + ".ids", "expected a list of token ids");
+          for (const json& id : ids)
+            (seen_a ? suf : pre).push_back(rd.id(id, p + ".special_tokens." + name + ".ids", static_cast<int64_t>(tokens_.size())));
         } else {
           rd.fail(ip, "expected {\"SpecialToken\": ...} or {\"Sequence\": ...}");
         }
@@ -221,8 +228,8 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
       const json& sep = rd.at(j, "sep", p);
       if (!cls.is_array() || cls.size() != 2 || !sep.is_array() || sep.size() != 2)
         rd.fail(p, "cls and sep must be [token, id] pairs");
-      pre.push_back(cls[1].get<int32_t>());
-      suf.push_back(sep[1].get<int32_t>());
+      pre.push_back(rd.id(cls[1], p + ".cls[1]", static_cast<int64_t>(tokens_.size())));
+      suf.push_back(rd.id(sep[1], p + ".sep[1]", static_cast<int64_t>(tokens_.size())));
     } else {
       rd.unsupported(p, "post-processor " + t,
                      "ByteLevel, TemplateProcessing, RobertaProcessing, BertProcessing and Sequence");

@@ -11,13 +11,26 @@ namespace hz::data {
 
 namespace {
 
+constexpr uintmax_t kMaxModelBytes = 256ull << 20;
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
     HZ_CHECK(std::filesystem::is_regular_file(path), ValueError, "cannot open SentencePiece model '", path, "'",
              std::filesystem::path(path).is_relative() ? " (relative to " + std::filesystem::current_path().string() + ")" : "",
              "; give data.tokenizer as byte, a path to a tokenizer.json or to a SentencePiece .model");
-    const auto st = sp_.Load(path);
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    HZ_CHECK(!ec && bytes <= kMaxModelBytes, ValueError, path, ": the file holds ", ec ? 0 : bytes,
+             " bytes; a SentencePiece .model must hold at most ", kMaxModelBytes,
+             " (real ones: a few MB); refused as corrupt or not a .model");
+    sentencepiece::util::Status st;
+    try {
+      st = sp_.Load(path);
+    } catch (const std::exception& e) {  // libsentencepiece's own parsers throw (e.g. darts-clone's)
+      throw ValueError(detail::concat_msg("'", path, "' is not a SentencePiece model that libsentencepiece can load: ",
+                                          e.what()));
+    }
     HZ_CHECK(st.ok(), ValueError, "'", path, "' is not a SentencePiece model that libsentencepiece can load: ",
              st.ToString());
     const int n = sp_.GetPieceSize();

@@ -1,5 +1,7 @@
 // Horizon data: SentencePiece .model files (Llama 2, Mistral, T5 ...), run by libsentencepiece
 // (Debian libsentencepiece-dev), so ids are the library's own.
+// Limits: a .model file of at most 256 MiB is handed to the library; anything it refuses or
+// throws on is a ValueError naming the file (issue 19: never an exit 3).
 //
 // - encode(text): SentencePiece's Encode with the model's own normalization; no BOS/EOS.
 // - encode_with_specials(text): BOS first when the model has one (what Llama's tokenizer does).

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "core/error.h"
 
@@ -24,15 +25,28 @@ std::vector<uint8_t> read_all(const std::string& path) {
   std::vector<uint8_t> bytes;
   if (std::fseek(f, 0, SEEK_END) == 0) {
     const long n = std::ftell(f);
-    if (n > 0) bytes.reserve(static_cast<size_t>(n));
+    try {
+      if (n > 0) bytes.reserve(static_cast<size_t>(n));
+    } catch (const std::bad_alloc&) {
+      std::fclose(f);
+      throw Error(detail::concat_msg("token file '", path, "' holds ", n,
+                                     " bytes, more than this process can hold in memory; split it into smaller files"));
+    }
     std::fseek(f, 0, SEEK_SET);
   }
   uint8_t buf[1 << 16];
   size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
+  try {
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
+  } catch (const std::bad_alloc&) {  // the file is read whole: say which one did not fit
+    std::fclose(f);
+    throw Error(detail::concat_msg("token file '", path, "': not enough memory to read it (", bytes.size(),
+                                   " bytes read so far); split it into smaller files"));
+  }
+  const int read_errno = errno;
   const bool err = std::ferror(f) != 0;
   std::fclose(f);
-  HZ_CHECK(!err, Error, "error while reading token file '", path, "'");
+  HZ_CHECK(!err, Error, "error while reading token file '", path, "': ", std::strerror(read_errno));
   return bytes;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <cmath>
 #include <optional>
 #include <set>
 #include <string>
@@ -53,7 +54,9 @@ class Fields {
       return *def;
     }
     if (!v->is_number()) fail(k, "must be a number, got " + v->dump());
-    return v->get<double>();
+    const double x = v->get<double>();
+    if (!std::isfinite(x)) fail(k, "must be a finite number, got " + v->dump());
+    return x;
   }
   bool boolean(const std::string& k, bool def) {
     const json* v = find(k);

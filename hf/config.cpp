@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/json_guard.h"
 #include "hf/architecture.h"
 #include "hf/config.h"
 #include "hf/hf.h"  // tokenizer_file
@@ -16,6 +17,8 @@
 namespace hz::hf {
 
 namespace {
+
+constexpr uint64_t kMaxConfigBytes = 16ull << 20;  // config.json (real ones: a few KB)
 
 // Fields a transformers config may carry that leave the forward pass unchanged, with the reason.
 const std::map<std::string, std::string>& harmless_fields() {
@@ -106,14 +109,38 @@ attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
       return *def;
     }
     if (!v->is_number()) c.fail(src + "." + k, "must be a number, got " + v->dump());
-    return v->get<double>();
+    const double x = v->get<double>();
+    if (!std::isfinite(x)) c.fail(src + "." + k, "must be a finite number, got " + v->dump());
+    return x;
   };
+  // factors, thetas, lengths: > 0 (a zero or negative one divides by zero or flips the frequencies)
+  auto positive_number = [&](const std::string& k, std::optional<double> def) {
+    const double x = number(k, def);
+    if (!(x > 0)) c.fail(src + "." + k, "must be positive, got " + num(x));
+    return x;
+  };
+  // original_max_position_embeddings: a positive integer below 2^31 (written as a number)
+  auto context_length = [&](const std::string& k) {
+    const double x = number(k, 0);
+    if (!(x >= 1 && x < 2147483648.0) || x != std::floor(x))
+      c.fail(src + "." + k, "must be a positive integer below 2^31, got " + num(x));
+    return static_cast<int64_t>(x);
+  };
+  // rope_type (or legacy type) of a dict that is given: null drops the scaling silently in
+  // Horizon and makes transformers fail, so it is refused by name
+  for (const char* k : {"rope_type", "type"}) {
+    if (!p.contains(k)) continue;
+    if (p[k].is_null()) c.fail(src + "." + k, "is null; give the RoPE type (default, linear, dynamic, yarn or llama3)");
+    if (!p[k].is_string()) c.fail(src + "." + k, "must be a string, got " + p[k].dump());
+    break;  // transformers reads rope_type first, type only without it
+  }
 
   attn::PositionSpec pos;
   pos.kind = attn::PosKind::Rope;
   const json* theta_in = get("rope_theta");
   const double top_theta = c.number("rope_theta", 10000.0);
-  pos.rope_base = theta_in ? number("rope_theta", 0) : top_theta;
+  if (!(top_theta > 0)) c.fail("rope_theta", "must be positive, got " + num(top_theta));
+  pos.rope_base = theta_in ? positive_number("rope_theta", 0) : top_theta;
   c.mapped(theta_in ? src + ".rope_theta" : "rope_theta", num(pos.rope_base), "layer kinds' rope_base");
   const json* prf = get("partial_rotary_factor");
   const double partial = prf ? number("partial_rotary_factor", 1.0) : c.number("partial_rotary_factor", 1.0);
@@ -129,21 +156,22 @@ attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
     c.mapped(src + ".rope_type", type, "pos: rope (no scaling)");
   } else if (type == "linear") {
     pos.scaling = attn::RopeScaling::PI;
-    pos.factor = number("factor", std::nullopt);
+    pos.factor = positive_number("factor", std::nullopt);
     c.mapped(src + ".rope_type", type, "rope_scaling: pi");
     c.mapped(src + ".factor", num(pos.factor), "rope_factor (positions divided by it)");
   } else if (type == "dynamic") {
     pos.scaling = attn::RopeScaling::DynamicNTK;
-    pos.factor = number("factor", std::nullopt);
+    pos.factor = positive_number("factor", std::nullopt);
     pos.original_context = max_pos;
     c.mapped(src + ".rope_type", type, "rope_scaling: dynamic_ntk (s = factor T/C - (factor - 1) past C)");
     c.mapped(src + ".factor", num(pos.factor), "rope_factor");
     c.mapped("max_position_embeddings", std::to_string(max_pos), "rope_original_context C of dynamic_ntk");
   } else if (type == "yarn") {
     const json* omp = get("original_max_position_embeddings");
-    int64_t orig = omp ? static_cast<int64_t>(number("original_max_position_embeddings", 0))
+    int64_t orig = omp ? context_length("original_max_position_embeddings")
                        : c.integer("original_max_position_embeddings", max_pos);
-    double factor = get("factor") ? number("factor", 0) : static_cast<double>(max_pos) / orig;
+    if (orig <= 0) c.fail("original_max_position_embeddings", "must be positive, got " + std::to_string(orig));
+    double factor = get("factor") ? positive_number("factor", 0) : static_cast<double>(max_pos) / orig;
     const double bf = get("beta_fast") ? number("beta_fast", 32) : 32.0;
     const double bs = get("beta_slow") ? number("beta_slow", 1) : 1.0;
     bool truncate = true;
@@ -181,12 +209,17 @@ attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
     }
   } else if (type == "llama3") {
     pos.scaling = attn::RopeScaling::Llama3;
-    pos.factor = number("factor", std::nullopt);
-    pos.llama3_low_freq_factor = number("low_freq_factor", std::nullopt);
-    pos.llama3_high_freq_factor = number("high_freq_factor", std::nullopt);
+    pos.factor = positive_number("factor", std::nullopt);
+    pos.llama3_low_freq_factor = positive_number("low_freq_factor", std::nullopt);
+    pos.llama3_high_freq_factor = positive_number("high_freq_factor", std::nullopt);
+    if (!(pos.llama3_high_freq_factor > pos.llama3_low_freq_factor))
+      c.fail(src + ".high_freq_factor", "(" + num(pos.llama3_high_freq_factor) + ") must exceed low_freq_factor (" +
+                                            num(pos.llama3_low_freq_factor) + "): the smoothing divides by their difference");
     const json* omp = get("original_max_position_embeddings");
-    pos.original_context = omp ? static_cast<int64_t>(number("original_max_position_embeddings", 0))
+    pos.original_context = omp ? context_length("original_max_position_embeddings")
                                : c.integer("original_max_position_embeddings", max_pos);
+    if (pos.original_context <= 0)
+      c.fail("original_max_position_embeddings", "must be positive, got " + std::to_string(pos.original_context));
     c.mapped(src + ".rope_type", type, "rope_scaling: llama3");
     c.mapped(src + ".factor", num(pos.factor), "rope_factor");
     c.mapped(src + ".low_freq_factor", num(pos.llama3_low_freq_factor), "llama3_low_freq_factor");
@@ -317,13 +350,15 @@ std::string ImportReport::str() const {
   return os.str();
 }
 
-nn::ModelConfig import_config(const std::string& text, const std::string& where, ImportReport* report) {
+namespace {
+nn::ModelConfig import_config_impl(const std::string& text, const std::string& where, ImportReport* report) {
   ImportReport r;
   r.source = where;
+  if (const std::string deep = json_depth_problem(text); !deep.empty()) throw HfError(where + ": " + deep);
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw HfError(where + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw HfError(where + ": config.json must be a JSON object");
@@ -351,8 +386,19 @@ nn::ModelConfig import_config(const std::string& text, const std::string& where,
 
   // ---- dimensions -------------------------------------------------------------------------------
   nn::ModelConfig m;
+  // Sizes: positive and below a bound far above any real model (so a corrupt value is refused
+  // here, not as an allocation of petabytes later).
   auto positive = [&](const char* k, int64_t v) {
+    static const std::map<std::string, int64_t> upper{
+        {"vocab_size", (int64_t{1} << 31) - 1}, {"hidden_size", int64_t{1} << 20},
+        {"num_hidden_layers", 10000},           {"num_attention_heads", int64_t{1} << 16},
+        {"num_key_value_heads", int64_t{1} << 16}, {"head_dim", int64_t{1} << 16},
+        {"intermediate_size", int64_t{1} << 22}, {"max_position_embeddings", int64_t{1} << 26}};
     if (v <= 0) c.fail(k, "must be positive, got " + std::to_string(v));
+    const auto u = upper.find(k);
+    if (u != upper.end() && v > u->second)
+      c.fail(k, "= " + std::to_string(v) + " is larger than Horizon accepts (at most " + std::to_string(u->second) +
+                    "); the config.json is corrupt");
     return v;
   };
   m.vocab_size = positive("vocab_size", c.integer("vocab_size"));
@@ -379,16 +425,21 @@ nn::ModelConfig import_config(const std::string& text, const std::string& where,
                              "; Horizon's SwiGLU gates with silu, and no Horizon MLP computes " + act + "(gate) * up; refused");
   c.checked("hidden_act", act, "SwiGLU gate activation silu");
   m.norm_eps = c.number("rms_norm_eps", 1e-6);
+  if (!(m.norm_eps > 0 && m.norm_eps < 1))
+    c.fail("rms_norm_eps", "must be a positive number below 1, got " + num(m.norm_eps) +
+                               " (RMSNorm divides by sqrt(mean(x^2) + eps))");
   c.mapped("rms_norm_eps", num(m.norm_eps), "model.norm_eps");
   m.tie_embeddings = c.boolean("tie_word_embeddings", A->tie_default);
   c.mapped("tie_word_embeddings", m.tie_embeddings ? "true" : "false", "model.tie_embeddings");
   m.init_std = c.number("initializer_range", 0.02);
+  if (!(m.init_std >= 0)) c.fail("initializer_range", "must be >= 0, got " + num(m.init_std));
   c.mapped("initializer_range", num(m.init_std), "model.init_std (initialises only parameters Horizon adds)");
   const int64_t max_pos = positive("max_position_embeddings", c.integer("max_position_embeddings", A->max_pos_default));
   m.train_context = max_pos;
   r.max_position_embeddings = max_pos;
   c.mapped("max_position_embeddings", std::to_string(max_pos), "data.seq_len of a converted checkpoint");
   const double dropout = c.number("attention_dropout", 0.0);
+  if (!(dropout >= 0 && dropout <= 1)) c.fail("attention_dropout", "must be in [0, 1], got " + num(dropout));
   c.ignored("attention_dropout", num(dropout), dropout > 0 ? "training only; Horizon trains without dropout" : "training only");
 
   if (c.has("rope_interleaved")) {  // nanotron's conversions (SmolLM2) record the pair layout
@@ -460,14 +511,22 @@ nn::ModelConfig import_config(const std::string& text, const std::string& where,
   if (report) *report = r;
   return m;
 }
+}  // namespace
+
+nn::ModelConfig import_config(const std::string& text, const std::string& where, ImportReport* report) {
+  try {
+    return import_config_impl(text, where, report);
+  } catch (const nlohmann::json::exception& e) {  // a value of the wrong JSON type somewhere not checked by name
+    throw HfError(where + ": a value has the wrong type or range (" + e.what() + ")");
+  }
+}
 
 nn::ModelConfig import_config_dir(const std::string& dir, ImportReport* report) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw HfError(path + ": cannot read (is '" + dir + "' a Hugging Face model directory?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nn::ModelConfig c = import_config(ss.str(), path, report);
+  std::string text;
+  if (const std::string why = read_file_capped(path, kMaxConfigBytes, text); !why.empty())
+    throw HfError(path + ": " + why + (why.rfind("cannot open", 0) == 0 ? " (is '" + dir + "' a Hugging Face model directory?)" : ""));
+  nn::ModelConfig c = import_config(text, path, report);
   if (report) report->tokenizer = tokenizer_file(dir);
   return c;
 }

@@ -18,6 +18,12 @@
 // attention_bias false, partial_rotary_factor 1), or known to leave the forward pass unchanged
 // (use_cache, token ids, dtype, ...); anything else is refused by name, as are other
 // architectures, quantized checkpoints and custom code (auto_map).
+// Limits (checked before anything is allocated): config.json at most 16 MiB, JSON nested at most
+// 64 deep; numbers finite; rms_norm_eps in (0, 1), rope_theta and RoPE factors > 0 (llama3:
+// high_freq_factor > low_freq_factor), attention_dropout in [0, 1]; sizes positive and at most:
+// vocab_size 2^31-1, hidden_size 2^20, intermediate_size 2^22, head counts and head_dim 2^16,
+// num_hidden_layers 10000, max_position_embeddings 2^26; a RoPE dict whose rope_type/type is null
+// is refused by name. Every refusal is an HfError naming the file and the field.
 //
 // Export writes the architecture that expresses the model: Llama (all RoPE, causal), Mistral (all
 // RoPE, one window on every layer), Qwen2 (q/k/v biases), SmolLM3 (per-layer NoPE and/or per-layer

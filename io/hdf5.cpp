@@ -1,12 +1,34 @@
 #include "io/hdf5.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
 namespace hz::io::h5 {
 
+// ---- library lifetime ---------------------------------------------------------------------------
+// When closing a file fails (a full disk while flushing), libhdf5 1.10 keeps a half-destroyed file
+// ID; its own shutdown at exit then dereferences it and the process dies with SIGSEGV after the
+// clean error message. So the library's atexit hook is switched off before it initialises (this
+// static initialiser runs before main) and replaced by one that shuts it down only when no close
+// has failed; after a failed close the operating system reclaims what is left.
+namespace {
+std::atomic<bool> g_close_failed{false};
+const bool g_lifetime = [] {
+  H5dont_atexit();
+  std::atexit([] {
+    if (!g_close_failed.load()) H5close();
+  });
+  return true;
+}();
+}  // namespace
+
 // ---- errors -----------------------------------------------------------------------------------
-void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void silence_errors() {
+  (void)g_lifetime;
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 namespace {
 herr_t collect_error(unsigned, const H5E_error2_t* err, void* out) {
@@ -65,18 +87,29 @@ Dims space_dims(hid_t space, const std::string& what) {
   return Dims(d.begin(), d.end());
 }
 
-Id utf8_vlen_string_type(const std::string& what) {
+// The fixed-length UTF-8 type that holds `v` and its terminating NUL (what Horizon writes: a
+// reader allocates exactly the stored size, with no heap reference a flipped byte could redirect).
+Id utf8_fixed_string_type(const std::string& v, const std::string& what) {
   Id t(check_id(H5Tcopy(H5T_C_S1), what), H5Tclose);
-  check(H5Tset_size(t.get(), H5T_VARIABLE), what);
+  check(H5Tset_size(t.get(), v.size() + 1), what);
+  check(H5Tset_strpad(t.get(), H5T_STR_NULLTERM), what);
   check(H5Tset_cset(t.get(), H5T_CSET_UTF8), what);
   return t;
 }
 
+// Variable-length strings of old files are read with an allocator that refuses any length above
+// kMaxStringBytes, so a corrupt length is an error, not an allocation of gigabytes.
+void* capped_malloc(size_t n, void*) { return n > kMaxStringBytes ? nullptr : std::malloc(n); }
+void capped_free(void* p, void*) { std::free(p); }
+
 // Reads one string (VL or fixed length) through `read(mem_type, buf)`; the memory type takes the
 // file's character set (HDF5 refuses to convert between ASCII and UTF-8).
+// storage: the bytes the object occupies in the file (H5Aget_storage_size / H5Dget_storage_size),
+// which bounds a fixed-length string's size before anything is allocated.
 template <class ReadFn>
-std::string read_one_string(hid_t file_type, hid_t space, const std::string& what, ReadFn read) {
+std::string read_one_string(hid_t file_type, hid_t space, uint64_t storage, const std::string& what, ReadFn read) {
   if (H5Tget_class(file_type) != H5T_STRING) throw HDF5Error(what + ": not a string");
+  if (H5Sget_simple_extent_type(space) == H5S_NULL) throw HDF5Error(what + ": holds no value (null dataspace)");
   const hssize_t n = H5Sget_simple_extent_npoints(space);
   if (n != 1) throw HDF5Error(what + ": expected one string, found " + std::to_string(n));
   const H5T_cset_t cset = H5Tget_cset(file_type);
@@ -98,6 +131,10 @@ std::string read_one_string(hid_t file_type, hid_t space, const std::string& wha
   }
   const size_t size = H5Tget_size(file_type);
   if (size == 0) fail(what);
+  if (size > kMaxStringBytes || size > storage)
+    throw HDF5Error(what + ": a fixed-length string of " + std::to_string(size) + " bytes, but the object stores " +
+                    std::to_string(storage) + " bytes (at most " + std::to_string(kMaxStringBytes) +
+                    " allowed): the file is damaged");
   check(H5Tset_size(mem.get(), size), what);
   check(H5Tset_strpad(mem.get(), H5Tget_strpad(file_type)), what);
   std::vector<char> buf(size + 1, '\0');
@@ -108,11 +145,11 @@ std::string read_one_string(hid_t file_type, hid_t space, const std::string& wha
 
 // ---- Id ---------------------------------------------------------------------------------------
 Id::~Id() {
-  if (id_ >= 0 && closer_) closer_(id_);
+  if (id_ >= 0 && closer_ && closer_(id_) < 0) g_close_failed = true;
 }
 Id& Id::operator=(Id&& o) noexcept {
   if (this != &o) {
-    if (id_ >= 0 && closer_) closer_(id_);
+    if (id_ >= 0 && closer_ && closer_(id_) < 0) g_close_failed = true;
     id_ = o.id_;
     closer_ = o.closer_;
     o.id_ = H5I_INVALID_HID;
@@ -123,7 +160,10 @@ void Id::close(const std::string& what) {
   if (id_ < 0) return;
   const hid_t id = id_;
   id_ = H5I_INVALID_HID;
-  if (closer_ && closer_(id) < 0) fail(what);
+  if (closer_ && closer_(id) < 0) {
+    g_close_failed = true;
+    fail(what);
+  }
 }
 
 // ---- attributes -------------------------------------------------------------------------------
@@ -174,9 +214,9 @@ void Object::write_attr_u64(const std::string& attr, uint64_t v) {
 }
 void Object::write_attr_string(const std::string& attr, const std::string& v) {
   const std::string what = "writing string attribute '" + attr + "' of " + name_;
-  Id type = utf8_vlen_string_type(what);
-  const char* p = v.c_str();
-  write_scalar_attr(*this, attr, type.get(), type.get(), &p);
+  if (v.size() > kMaxStringBytes) throw HDF5Error(what + ": longer than " + std::to_string(kMaxStringBytes) + " bytes");
+  Id type = utf8_fixed_string_type(v, what);
+  write_scalar_attr(*this, attr, type.get(), type.get(), v.c_str());
 }
 int64_t Object::read_attr_i64(const std::string& attr) const {
   return read_scalar_attr<int64_t>(*this, attr, H5T_NATIVE_INT64);
@@ -189,7 +229,7 @@ std::string Object::read_attr_string(const std::string& attr) const {
   Id a = open_attr(*this, attr);
   Id type(check_id(H5Aget_type(a.get()), what), H5Tclose);
   Id space(check_id(H5Aget_space(a.get()), what), H5Sclose);
-  return read_one_string(type.get(), space.get(), what,
+  return read_one_string(type.get(), space.get(), H5Aget_storage_size(a.get()), what,
                          [&](hid_t mem, void* buf) { return H5Aread(a.get(), mem, buf); });
 }
 
@@ -201,9 +241,12 @@ Dims Dataset::dims() const {
 }
 int64_t Dataset::numel() const {
   int64_t n = 1;
-  for (auto d : dims()) n *= d;
+  for (auto d : dims())
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      throw HDF5Error(name_ + ": its dimensions overflow a 64-bit element count: the file is damaged");
   return n;
 }
+uint64_t Dataset::storage_size() const { return H5Dget_storage_size(id()); }
 H5T_class_t Dataset::type_class() const {
   Id t(check_id(H5Dget_type(id()), "reading the type of " + name_), H5Tclose);
   return H5Tget_class(t.get());
@@ -228,8 +271,10 @@ std::string Dataset::read_string() const {
   const std::string what = "reading string dataset " + name_;
   Id type(check_id(H5Dget_type(id()), what), H5Tclose);
   Id space(check_id(H5Dget_space(id()), what), H5Sclose);
-  return read_one_string(type.get(), space.get(), what, [&](hid_t mem, void* buf) {
-    return H5Dread(id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  Id dxpl(check_id(H5Pcreate(H5P_DATASET_XFER), what), H5Pclose);
+  check(H5Pset_vlen_mem_manager(dxpl.get(), capped_malloc, nullptr, capped_free, nullptr), what);
+  return read_one_string(type.get(), space.get(), storage_size(), what, [&](hid_t mem, void* buf) {
+    return H5Dread(id(), mem, H5S_ALL, H5S_ALL, dxpl.get(), buf);
   });
 }
 
@@ -293,10 +338,10 @@ Dataset Group::open_dataset(const std::string& link) const {
 }
 Dataset Group::write_string(const std::string& link, const std::string& value) {
   const std::string what = "writing string dataset " + join(name_, link);
-  Id type = utf8_vlen_string_type(what);
+  if (value.size() > kMaxStringBytes) throw HDF5Error(what + ": longer than " + std::to_string(kMaxStringBytes) + " bytes");
+  Id type = utf8_fixed_string_type(value, what);
   Dataset d = create_dataset(link, type.get(), {});
-  const char* p = value.c_str();
-  check(H5Dwrite(d.id(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), what);
+  check(H5Dwrite(d.id(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, value.c_str()), what);
   return d;
 }
 
@@ -311,11 +356,13 @@ Id strong_close_fapl(const std::string& what) {
 }
 }  // namespace
 
-File File::create(const std::string& path) {
+File File::create(const std::string& path, uint64_t userblock) {
   silence_errors();
   const std::string what = "creating HDF5 file " + path;
   Id fapl = strong_close_fapl(what);
-  Id f(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), what), H5Fclose);
+  Id fcpl(check_id(H5Pcreate(H5P_FILE_CREATE), what), H5Pclose);
+  if (userblock > 0) check(H5Pset_userblock(fcpl.get(), userblock), what);
+  Id f(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), what), H5Fclose);
   Id root(check_id(H5Gopen2(f.get(), "/", H5P_DEFAULT), what), H5Gclose);
   return File(std::move(f), Group(std::move(root), "/"), path);
 }

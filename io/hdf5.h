@@ -7,10 +7,18 @@
 // failing HDF5 call is turned into an `h5::HDF5Error` whose message names the operation and the
 // object and ends with the innermost HDF5 error description. Callers that know more (e.g. the
 // checkpoint path) catch it and rethrow their own hz::Error subclass.
+// Library shutdown: HDF5's own atexit hook is replaced by one that skips H5close once any close
+// has failed (libhdf5 1.10 would otherwise segfault at exit after, e.g., "no space left on
+// device"), so a write error ends in the caller's clean exit status.
 //
 // Scope: what Horizon's checkpoints need, no more: groups, contiguous (unchunked, uncompressed)
 // datasets of fixed-size numeric types with any rank (0-d = scalar dataspace, empty = zero dims),
-// variable-length UTF-8 string datasets and attributes, scalar i64/u64 attributes.
+// UTF-8 string datasets and attributes, scalar i64/u64 attributes.
+// Strings are written fixed-length (NUL-terminated, the stored size = length + 1) so a reader
+// allocates exactly what the file stores; variable-length strings of older files are still read.
+// Limits when reading: a string holds at most kMaxStringBytes (a fixed-length one also at most the
+// object's storage size; a variable-length dataset string through an allocator that refuses more);
+// a dataset's element count must fit 64 bits (Dataset::numel throws otherwise).
 // The serial HDF5 library is not thread-safe: use these objects from one thread at a time.
 #pragma once
 #include <hdf5.h>
@@ -24,6 +32,8 @@
 namespace hz::io::h5 {
 
 struct HDF5Error : hz::Error { using Error::Error; };
+
+constexpr size_t kMaxStringBytes = 64u << 20;  // one string attribute or dataset
 
 // Switch off HDF5's automatic printing of error stacks (idempotent; called by every entry point).
 void silence_errors();
@@ -65,7 +75,7 @@ class Object {
   bool has_attr(const std::string& attr) const;
   void write_attr_i64(const std::string& attr, int64_t v);
   void write_attr_u64(const std::string& attr, uint64_t v);
-  void write_attr_string(const std::string& attr, const std::string& v);  // VL UTF-8, scalar
+  void write_attr_string(const std::string& attr, const std::string& v);  // fixed-length UTF-8, scalar
   int64_t read_attr_i64(const std::string& attr) const;  // any integer type that fits
   uint64_t read_attr_u64(const std::string& attr) const;
   std::string read_attr_string(const std::string& attr) const;  // VL or fixed, ASCII or UTF-8
@@ -85,6 +95,7 @@ class Dataset : public Object {
   int64_t numel() const;  // product of dims (1 for scalar)
   H5T_class_t type_class() const;
   size_t type_size() const;  // bytes per element in the file
+  uint64_t storage_size() const;  // bytes allocated in the file (H5Dget_storage_size; 0 if none)
   bool type_signed() const;  // integer types only
   bool is_string() const { return type_class() == H5T_STRING; }
 
@@ -108,14 +119,16 @@ class Group : public Object {
   // Contiguous dataset with the given file type (e.g. H5T_IEEE_F32LE) and shape.
   Dataset create_dataset(const std::string& link, hid_t file_type, const Dims& dims);
   Dataset open_dataset(const std::string& link) const;
-  // Scalar variable-length UTF-8 string dataset.
+  // Scalar fixed-length UTF-8 string dataset (length + 1 bytes, NUL-terminated).
   Dataset write_string(const std::string& link, const std::string& value);
   void close() { id_.close(); }
 };
 
 class File {
  public:
-  static File create(const std::string& path);  // truncates an existing file
+  // Truncates an existing file. userblock > 0 (a power of two >= 512) reserves that many bytes at
+  // the start of the file that HDF5 leaves alone (the caller may write its own header there).
+  static File create(const std::string& path, uint64_t userblock = 0);
   static File open(const std::string& path, bool writable = false);
 
   Group& root() { return root_; }

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "core/bf16.h"
+#include "core/json_guard.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; port safetensors.cpp first");
 
@@ -27,6 +28,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr uint64_t kMaxHeader = 100000000;  // the safetensors library's limit
+constexpr uint64_t kMaxIndex = 64ull << 20;   // model.safetensors.index.json (real ones: < 1 MB)
 
 struct DtypeInfo {
   const char* name;
@@ -243,10 +245,12 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (n == 0 || b[8] != '{')
     fail(path, "the header does not start with '{': not a safetensors file (or a corrupt one)");
   f.header_size_ = n;
+  const std::string_view header_text(reinterpret_cast<const char*>(b + 8), n);
+  if (const std::string deep = json_depth_problem(header_text); !deep.empty()) fail(path, "the header: " + deep);
   json h;
   try {
-    h = json::parse(b + 8, b + 8 + n);
-  } catch (const json::parse_error& e) {
+    h = json::parse(header_text.begin(), header_text.end());
+  } catch (const json::exception& e) {
     fail(path, std::string("the header is not valid JSON (") + e.what() + "): the file is corrupt");
   }
   if (!h.is_object()) fail(path, "the header must be a JSON object of tensors");
@@ -393,11 +397,13 @@ SafetensorsSet SafetensorsSet::open_dir(const std::string& dir) {
   const std::string ipath = index.string();
   json j;
   {
-    std::ifstream in(ipath);
-    if (!in) throw SafetensorsError(ipath + ": cannot open");
+    std::string text;
+    if (const std::string why = read_file_capped(ipath, kMaxIndex, text); !why.empty())
+      throw SafetensorsError(ipath + ": " + why);
+    if (const std::string deep = json_depth_problem(text); !deep.empty()) throw SafetensorsError(ipath + ": " + deep);
     try {
-      j = json::parse(in);
-    } catch (const json::parse_error& e) {
+      j = json::parse(text);
+    } catch (const json::exception& e) {
       throw SafetensorsError(ipath + ": not valid JSON (" + e.what() + ")");
     }
   }

@@ -8,7 +8,7 @@
 //   the rest     the data buffer; a tensor's bytes are [begin, end) relative to its start,
 //                row-major, little-endian.
 // A file is valid when: N fits in the file and is at most 100,000,000 (the library's limit); the
-// header is a JSON object; every tensor has a known dtype, a shape of non-negative integers and
+// header is a JSON object nested at most 64 deep (core/json_guard.h; checked before parsing); every tensor has a known dtype, a shape of non-negative integers and
 // end - begin == numel * itemsize; sorted by begin, the tensors tile the buffer exactly (each
 // begin equals the previous end, the first begins at 0, the last ends at the buffer's end): no
 // overlap, no hole, nothing past the end. Anything else is refused with a SafetensorsError naming
@@ -25,6 +25,7 @@
 // model.safetensors.index.json = {"metadata": {...}, "weight_map": {"<tensor>": "<shard file>"}};
 // every shard sits next to the index (plain file names only), every tensor of the map is in its
 // shard, and every tensor of a shard is in the map under that shard (no tensor in two shards).
+// The index is read only when it holds at most 64 MiB and nests at most 64 deep.
 //
 // Files are memory-mapped: opening reads and validates only the header; load() copies one tensor.
 #pragma once

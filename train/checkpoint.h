@@ -22,6 +22,12 @@
 // non-empty and contain no NUL byte; meta values must contain no NUL byte (HDF5 strings are
 // NUL-terminated).
 //
+// ---- Whole-file checksum (since issue 19) -----------------------------------------------------
+// The file starts with a 512-byte HDF5 user block (HDF5 data follows at byte 512; h5py reads it
+// as usual): "HZSUM001", u64 file size, u64 FNV-1a 64 of bytes [512, size), zeros. load_checkpoint
+// verifies it before libhdf5 reads anything (libhdf5 can crash on a damaged file); files without
+// the block (written before issue 19) are read unverified, as before.
+//
 // ---- Checksum -----------------------------------------------------------------------------------
 // FNV-1a 64 (offset basis 0xcbf29ce484222325, prime 0x100000001b3) over this byte stream, with
 // every integer written as 8 bytes little-endian and every string as (u64 length, bytes):

@@ -86,8 +86,16 @@ TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbos
   if (comm.rank() == 0) prepare_data(r, verbose);  // one rank tokenizes; the others wait, then read the shards
   comm.barrier();
   const auto [tp, vp] = prepare_data(r, false);
-  d.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size, r.run.seed,
-                                                  comm.rank(), comm.size(), tok->eos(), true);
+  try {
+    d.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size,
+                                                    r.run.seed, comm.rank(), comm.size(), tok->eos(), true);
+  } catch (const ValueError& e) {  // name what the user gave (the .bin / .jsonl files), not only the cache
+    std::string given;
+    for (const auto& f : r.data.files) given += (given.empty() ? "" : ", ") + f;
+    throw ValueError(detail::concat_msg(given.empty() ? "data.source " + std::string(name(r.data.source))
+                                                      : "data.files [" + given + "]",
+                                        ": ", e.what(), " (the shard is prepared from them)"));
+  }
   d.val = data::Shard::open(vp);
   return d;
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/hash.h"
 #include "io/hdf5.h"
 
 namespace {
@@ -385,6 +386,15 @@ TEST(Checkpoint, UnsupportedFormatVersionNamesBothVersions) {
     f.root().write_attr_i64("format_version", 42);
     f.close();
   }
+  {  // reseal the edited file as a writer of that version would: the user block's whole-file
+     // checksum (magic, size, FNV-1a 64 of the bytes after the 512-byte block; train/checkpoint.h)
+    std::vector<char> b = read_bytes(path);
+    ASSERT_EQ(std::memcmp(b.data(), "HZSUM001", 8), 0);
+    const uint64_t size = b.size(), sum = hz::fnv1a64(b.data() + 512, b.size() - 512);
+    std::memcpy(b.data() + 8, &size, 8);
+    std::memcpy(b.data() + 16, &sum, 8);
+    write_bytes(path, b.data(), b.size());
+  }
   const std::string msg = checkpoint_error_of([&] { load_checkpoint(path); });
   EXPECT_NE(msg.find(path + ": unsupported checkpoint format_version 42"), std::string::npos)
       << msg;
@@ -547,13 +557,14 @@ TEST(CheckpointInterop, H5pyReadsTheLayout) {
   const std::string py =
       "import sys, h5py\n"
       "f = h5py.File(sys.argv[1], 'r')\n"
+      "s = lambda v: v.decode() if isinstance(v, bytes) else v  # fixed-length strings read as bytes\n"
       "d = f['optimizer']['adamw%2Flayers.0.w%2Fexp_avg']\n"
-      "print(d.attrs['key'])\n"
+      "print(s(d.attrs['key']))\n"
       "print(d.dtype, d.shape, ' '.join(repr(float(x)) for x in d[()].ravel()))\n"
       "w = f['model']['layers.0.w']\n"
-      "print(w.attrs['key'], w.dtype, w.shape, ' '.join(repr(float(x)) for x in w[()].ravel()))\n"
+      "print(s(w.attrs['key']), w.dtype, w.shape, ' '.join(repr(float(x)) for x in w[()].ravel()))\n"
       "g = f['model']['norm.g']\n"
-      "print(g.attrs['dtype'], g.dtype, ' '.join(str(int(x)) for x in g[()]))\n"
+      "print(s(g.attrs['dtype']), g.dtype, ' '.join(str(int(x)) for x in g[()]))\n"
       "print(int(f.attrs['format_version']), int(f.attrs['step']), "
       "int(f['counters']['rng%2Foffset'][()]))\n"
       "print(f['meta']['recipe'].asstr()[()] == 'name: \"\\u00fcn\\u00ef "

@@ -1,0 +1,575 @@
+// hz_fuzz: a seeded mutation fuzzer over every file format a user feeds Horizon (issue 19).
+//
+// One target per parser; each starts from seed files (the fixtures under tests/, or files built
+// here for formats without fixtures), applies a few mutations (bit flips, byte insert/delete,
+// splices between seeds, numbers replaced by boundary values such as 0, -1, 2^31-1, 2^32, 1e308,
+// NaN, and deep bracket nesting), writes the input to a temporary file and calls the real loading
+// function on it in a forked child with an address-space cap (RLIMIT_AS) and a time budget. An
+// input passes when it is read or refused with an hz::Error (the CLI's exit 1). Anything else is
+// a failure: a signal (crash), std::bad_alloc or another exception type (exit 3), a hang, or the
+// memory cap. Failing inputs are printed and, with --save DIR, kept as DIR/<target>/<hash>.bin.
+//
+//   hz_fuzz [--iterations N] [--seed S] [--target NAME] [--seconds T] [--save DIR] [--replay DIR]
+//           [--list] [--selftest]
+// --iterations: inputs per target (default 300); --seconds: run until T seconds have passed
+// (iterations then ignored); --replay DIR: first run every DIR/<target>/* file as it is (the
+// committed regression inputs under tests/fuzz/crashes/). Exit status: 0 when every input passed.
+//
+// Built with -DHZ_LIBFUZZER (clang -fsanitize=fuzzer), this file instead defines
+// LLVMFuzzerTestOneInput for the target named by HZ_FUZZ_TARGET (no fork: libFuzzer catches crashes).
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <new>
+#include <sstream>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/tensor.h"
+#include "data/corpus.h"
+#include "data/token_files.h"
+#include "data/tokenizer.h"
+#include "hf/hf.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/recipe.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Bytes = std::string;
+
+Bytes read_bytes(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+void write_bytes(const std::string& p, const Bytes& b) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(b.data(), static_cast<std::streamsize>(b.size()));
+}
+
+// ---- targets ------------------------------------------------------------------------------------
+struct Target {
+  std::string name;
+  std::string file;                    // the name the input is written under, in a fresh directory
+  std::vector<Bytes> seeds;
+  std::function<void(const std::string& dir)> prepare;  // other files of the directory (may be empty)
+  std::function<void(const std::string& path)> load;    // the real loading function
+  size_t n_mutable = 0;  // mutate only the first n seeds (0: all); the others are only read as they are
+};
+
+std::string src(const std::string& rel) { return std::string(HZ_SOURCE_DIR) + "/" + rel; }
+
+std::vector<Bytes> seeds_of(const std::vector<std::string>& rels) {
+  std::vector<Bytes> out;
+  for (const auto& r : rels)
+    if (fs::exists(src(r))) out.push_back(read_bytes(src(r)));
+  return out;
+}
+
+// A small checkpoint, written once into `dir`, as the HDF5 seed.
+Bytes checkpoint_seed(const std::string& dir) {
+  hz::train::CheckpointData c;
+  c.step = 7;
+  c.tokens_seen = 1234;
+  hz::Tensor w = hz::Tensor::empty({2, 3}, hz::DType::F32);
+  for (int i = 0; i < 6; ++i) w.data<float>()[i] = 0.5f * static_cast<float>(i);
+  hz::Tensor b = hz::Tensor::empty({3}, hz::DType::I64);
+  for (int i = 0; i < 3; ++i) b.data<int64_t>()[i] = i;
+  c.model["layers.0.w"] = w;
+  c.optimizer["adamw/layers.0.w/exp_avg"] = b;
+  c.counters["data.position"] = 42;
+  c.meta["recipe"] = "model:\n  d_model: 8\n";
+  const std::string p = dir + "/seed.h5";
+  hz::train::save_checkpoint(p, c);
+  return read_bytes(p);
+}
+
+// The same checkpoint as written before issue 19: variable-length string attributes and meta
+// datasets (old files must still be read, and a damaged one refused, never crash).
+Bytes old_checkpoint_seed(const std::string& dir) {
+  hz::train::CheckpointData c;
+  c.step = 7;
+  c.tokens_seen = 1234;
+  hz::Tensor w = hz::Tensor::empty({2, 3}, hz::DType::F32);
+  for (int i = 0; i < 6; ++i) w.data<float>()[i] = 0.25f * static_cast<float>(i);
+  c.model["layers.0.w"] = w;
+  c.meta["recipe"] = "model:\n  d_model: 8\n";
+  const std::string p = dir + "/seed_vl.h5";
+  const hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t vl = H5Tcopy(H5T_C_S1);
+  H5Tset_size(vl, H5T_VARIABLE);
+  H5Tset_cset(vl, H5T_CSET_UTF8);
+  const hid_t scalar = H5Screate(H5S_SCALAR);
+  auto attr_str = [&](hid_t o, const char* name, const std::string& v) {
+    const char* q = v.c_str();
+    const hid_t a = H5Acreate2(o, name, vl, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, vl, &q);
+    H5Aclose(a);
+  };
+  auto attr_int = [&](hid_t o, const char* name, hid_t type, const void* v) {
+    const hid_t a = H5Acreate2(o, name, type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, type == H5T_STD_U64LE ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, v);
+    H5Aclose(a);
+  };
+  const hid_t model = H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const hsize_t dims[2] = {2, 3};
+  const hid_t space = H5Screate_simple(2, dims, nullptr);
+  const hid_t ds = H5Dcreate2(model, "layers.0.w", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, w.data<float>());
+  attr_str(ds, "key", "layers.0.w");
+  attr_str(ds, "dtype", "f32");
+  H5Dclose(ds);
+  H5Sclose(space);
+  H5Gclose(model);
+  H5Gclose(H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5Gclose(H5Gcreate2(f, "counters", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  const hid_t meta = H5Gcreate2(f, "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t md = H5Dcreate2(meta, "recipe", vl, scalar, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const char* rv = c.meta["recipe"].c_str();
+  H5Dwrite(md, vl, H5S_ALL, H5S_ALL, H5P_DEFAULT, &rv);
+  attr_str(md, "key", "recipe");
+  H5Dclose(md);
+  H5Gclose(meta);
+  const int64_t fv = hz::train::kCheckpointFormatVersion;
+  attr_int(f, "format_version", H5T_STD_I64LE, &fv);
+  attr_int(f, "step", H5T_STD_I64LE, &c.step);
+  attr_int(f, "tokens_seen", H5T_STD_I64LE, &c.tokens_seen);
+  const uint64_t sum = hz::train::checkpoint_checksum(c);
+  attr_int(f, "checksum", H5T_STD_U64LE, &sum);
+  H5Sclose(scalar);
+  H5Tclose(vl);
+  H5Fclose(f);
+  return read_bytes(p);
+}
+
+Bytes llmc_seed(int32_t magic, int32_t version, int width, int n) {
+  Bytes b(1024 + static_cast<size_t>(n) * width, '\0');
+  auto put = [&](size_t at, uint32_t v, int w) {
+    for (int i = 0; i < w; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  put(0, static_cast<uint32_t>(magic), 4);
+  put(4, static_cast<uint32_t>(version), 4);
+  put(8, static_cast<uint32_t>(n), 4);
+  for (int i = 0; i < n; ++i) put(1024 + static_cast<size_t>(i) * width, static_cast<uint32_t>((i * 37) % 250), width);
+  return b;
+}
+
+std::vector<Target> make_targets(const std::string& work) {
+  std::vector<Target> t;
+  t.push_back({"tokenizer_json", "tokenizer.json",
+               seeds_of({"tests/data/fixtures/tokenizers/gpt2_style/tokenizer.json",
+                         "tests/data/fixtures/tokenizers/llama3_style/tokenizer.json",
+                         "tests/data/fixtures/tokenizers/roberta_style/tokenizer.json",
+                         "tests/data/fixtures/tokenizers/metaspace_style/tokenizer.json",
+                         "tests/data/fixtures/tokenizers/clip_style/tokenizer.json",
+                         "tests/data/fixtures/tokenizers/qwen2_style/tokenizer.json",
+                         "tests/data/fixtures/tokenizers/llama2_style/tokenizer.json"}),
+               nullptr, [](const std::string& p) {
+                 const auto tok = hz::data::make_tokenizer(p);
+                 (void)tok->decode(tok->encode("Hello, world! 123 \xc3\xa9t\xc3\xa9"));
+               }});
+  t.push_back({"sentencepiece", "tokenizer.model",
+               seeds_of({"tests/data/fixtures/tokenizers/spm_bpe.model", "tests/data/fixtures/tokenizers/spm_unigram.model"}),
+               nullptr, [](const std::string& p) {
+                 const auto tok = hz::data::make_tokenizer(p);
+                 (void)tok->decode(tok->encode("Hello, world! 123"));
+               }});
+  t.push_back({"safetensors", "model.safetensors",
+               seeds_of({"tests/fixtures/hf/llama/model.safetensors", "tests/fixtures/hf/qwen2/model.safetensors"}),
+               [](const std::string& dir) { fs::copy_file(src("tests/fixtures/hf/llama/config.json"), dir + "/config.json"); },
+               [](const std::string& p) {
+                 const auto f = hz::io::SafetensorsFile::open(p);
+                 for (const auto& e : f.entries())
+                   if (e.dtype == "F32" || e.dtype == "BF16" || e.dtype == "F16") (void)f.load(e.name);
+                 (void)hz::hf::import_dir(fs::path(p).parent_path().string());
+               }});
+  t.push_back({"config_json", "config.json",
+               seeds_of({"tests/fixtures/hf/llama/config.json", "tests/fixtures/hf/qwen2/config.json",
+                         "tests/fixtures/hf/mistral/config.json", "tests/fixtures/hf/smollm3/config.json",
+                         "tests/fixtures/hf/rope_yarn/config.json", "tests/fixtures/hf/rope_llama3/config.json",
+                         "tests/fixtures/hf/rope_dynamic/config.json", "tests/fixtures/hf/rope_linear/config.json"}),
+               [](const std::string& dir) {
+                 fs::copy_file(src("tests/fixtures/hf/llama/model.safetensors"), dir + "/model.safetensors");
+               },
+               [](const std::string& p) { (void)hz::hf::import_dir(fs::path(p).parent_path().string()); }});
+  t.push_back({"recipe_yaml", "recipe.yaml",
+               seeds_of({"recipes/quickstart.yaml", "recipes/pretrain_rope.yaml", "recipes/pretrain_swan.yaml",
+                         "recipes/drope_in_run.yaml", "recipes/passkey_finetune.yaml"}),
+               nullptr, [](const std::string& p) { (void)hz::train::load_recipe(p); }});
+  // The old layout (no whole-file checksum) is read as it is but not mutated: such files reach
+  // libhdf5 unverified, and libhdf5 1.10 crashes on some damaged ones (train/checkpoint.h).
+  t.push_back({"hdf5_checkpoint", "step_7.h5", {checkpoint_seed(work), old_checkpoint_seed(work)}, nullptr,
+               [](const std::string& p) { (void)hz::train::load_checkpoint(p); }, 1});
+  t.push_back({"token_file", "tokens.bin",
+               {llmc_seed(hz::data::kLlmcMagicGpt2, 1, 2, 300), llmc_seed(hz::data::kLlmcMagicLlama3, 7, 4, 200),
+                Bytes(600, '\x01')},
+               nullptr, [](const std::string& p) {
+                 const auto tf = hz::data::read_token_file(p, hz::data::TokenFormat::Auto, 50257);
+                 (void)hz::data::split_documents(tf.tokens, {0, 1});
+               }});
+  for (const auto& s : seeds_of({"tests/data/fixtures/corpus/gpt2_style.llmc.bin", "tests/data/fixtures/corpus/llama3_style.llmc.bin"}))
+    t.back().seeds.push_back(s);
+  t.push_back({"jsonl", "docs.jsonl", seeds_of({"tests/data/fixtures/corpus/docs.jsonl"}), nullptr,
+               [](const std::string& p) { (void)hz::data::load_jsonl({p}, "text"); }});
+  return t;
+}
+
+// ---- mutator ------------------------------------------------------------------------------------
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    return s;
+  }
+  size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
+};
+
+const char* const kNumbers[] = {"0",          "-1",         "1",          "2147483647", "2147483648", "-2147483648",
+                                "4294967295", "4294967296", "4294967301", "9223372036854775807",
+                                "18446744073709551615",     "18446744073709551616",   "1e308",     "-1e308",
+                                "1e309",      "NaN",        "-0",         "300000000",  "2e9",       "65536",
+                                "1e-320",     "0.5",        "null",       "true",       "\"\"",      "[]",
+                                "{}",         "-9223372036854775808"};
+
+Bytes mutate(const Bytes& in, const std::vector<Bytes>& seeds, Rng& r) {
+  Bytes b = in;
+  const int n_ops = 1 + static_cast<int>(r.below(4));
+  for (int op = 0; op < n_ops; ++op) {
+    switch (r.below(9)) {
+      case 0:
+      case 1:  // bit flips
+        if (!b.empty())
+          for (int k = 0, m = 1 + static_cast<int>(r.below(4)); k < m; ++k)
+            b[r.below(b.size())] ^= static_cast<char>(1u << r.below(8));
+        break;
+      case 2:  // random byte overwrite (one or a few, a boundary byte value)
+        if (!b.empty()) {
+          static const unsigned char vals[] = {0x00, 0xff, 0x7f, 0x80, 0x01, '"', '\\', '[', '{', ']', '}', ':', ','};
+          b[r.below(b.size())] = static_cast<char>(r.below(2) ? vals[r.below(sizeof vals)] : r.below(256));
+        }
+        break;
+      case 3: {  // insert bytes
+        const size_t at = r.below(b.size() + 1);
+        Bytes ins(1 + r.below(8), '\0');
+        for (char& c : ins) c = static_cast<char>(r.below(256));
+        b.insert(at, ins);
+        break;
+      }
+      case 4:  // delete a range
+        if (!b.empty()) {
+          const size_t at = r.below(b.size());
+          b.erase(at, 1 + r.below(std::min<size_t>(64, b.size() - at)));
+        }
+        break;
+      case 5: {  // splice: a piece of another seed
+        const Bytes& o = seeds[r.below(seeds.size())];
+        if (!o.empty()) {
+          const size_t from = r.below(o.size()), len = 1 + r.below(std::min<size_t>(256, o.size() - from));
+          const size_t at = r.below(b.size() + 1);
+          if (r.below(2)) b.insert(at, o.substr(from, len));
+          else b.replace(at, std::min(len, b.size() - at), o.substr(from, len));
+        }
+        break;
+      }
+      case 6:
+      case 7: {  // replace a number (text formats) or a little-endian word (binary formats)
+        std::vector<size_t> starts;
+        for (size_t i = 0; i < b.size(); ++i)
+          if ((b[i] >= '0' && b[i] <= '9') && (i == 0 || !(b[i - 1] >= '0' && b[i - 1] <= '9') ))
+            starts.push_back(i);
+        if (!starts.empty() && r.below(3) != 0) {
+          const size_t at = starts[r.below(starts.size())];
+          size_t end = at;
+          while (end < b.size() && ((b[end] >= '0' && b[end] <= '9') || b[end] == '.' || b[end] == 'e' || b[end] == '-'))
+            ++end;
+          b.replace(at, end - at, kNumbers[r.below(sizeof kNumbers / sizeof *kNumbers)]);
+        } else if (b.size() >= 8) {
+          static const uint64_t words[] = {0, ~0ull, 0x7fffffffull, 0x80000000ull, 0xffffffffull, 0x100000000ull,
+                                           1ull << 40, 0x7fffffffffffffffull, 1, 2, 255, 65535};
+          const size_t at = r.below(b.size() - 7);
+          const uint64_t w = words[r.below(sizeof words / sizeof *words)];
+          const int width = r.below(2) ? 4 : 8;
+          for (int k = 0; k < width; ++k) b[at + k] = static_cast<char>((w >> (8 * k)) & 0xff);
+        }
+        break;
+      }
+      case 8: {  // deep nesting
+        const size_t depth = r.below(3) == 0 ? 100000 : 10 + r.below(200);
+        const size_t at = r.below(b.size() + 1);
+        const bool obj = r.below(2);
+        Bytes open, close;
+        for (size_t k = 0; k < depth; ++k) open += obj ? "{\"a\":" : "[";
+        for (size_t k = 0; k < depth; ++k) close += obj ? "}" : "]";
+        b.insert(at, open + "1" + close);
+        break;
+      }
+    }
+  }
+  return b;
+}
+
+// ---- running one input --------------------------------------------------------------------------
+enum class Outcome { Read, Refused, RefusedUnnamed, Failed };
+
+constexpr rlim_t kMemCap = 3ull << 30;  // address space of a child (the process itself needs ~1 GB)
+constexpr unsigned kTimeBudget = 20;    // seconds per input (a hang fails)
+
+// Runs target.load(path) in a forked child; `why` says what failed.
+Outcome run_one(const Target& t, const std::string& path, std::string& why) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    why = "fork failed";
+    return Outcome::Failed;
+  }
+  if (pid == 0) {
+    rlimit lim{kMemCap, kMemCap};
+    setrlimit(RLIMIT_AS, &lim);
+    alarm(kTimeBudget);
+    int code = 0;
+    try {
+      t.load(path);
+      code = 0;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "std::bad_alloc\n");
+      code = 3;
+    } catch (const hz::Error& e) {
+      // a refusal passes; one whose message does not name the file is counted (not failed)
+      const std::string dir = fs::path(path).parent_path().string();
+      code = std::strstr(e.what(), dir.c_str()) ? 10 : 11;
+      if (code == 11 && std::getenv("HZ_FUZZ_VERBOSE")) std::fprintf(stderr, "unnamed refusal: %.300s\n", e.what());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s (not an hz::Error): %.300s\n", typeid(e).name(), e.what());
+      code = 4;
+    } catch (...) {
+      code = 5;
+    }
+    std::fflush(nullptr);
+    _exit(code);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    why = sig == SIGALRM ? "hang (over " + std::to_string(kTimeBudget) + " s)" : std::string("signal ") + strsignal(sig);
+    return Outcome::Failed;
+  }
+  const int code = WEXITSTATUS(status);
+  if (code == 0) return Outcome::Read;
+  if (code == 10) return Outcome::Refused;
+  if (code == 11) return Outcome::RefusedUnnamed;
+  why = code == 3 ? "std::bad_alloc" : code == 4 ? "exception other than hz::Error" : "exit " + std::to_string(code);
+  return Outcome::Failed;
+}
+
+struct Stats {
+  int64_t run = 0, read = 0, refused = 0, unnamed = 0, failed = 0;
+};
+
+bool run_input(const Target& t, const Bytes& input, const std::string& work, const std::string& save, Stats& st,
+               const std::string& label) {
+  const std::string dir = work + "/case";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  if (t.prepare) t.prepare(dir);
+  const std::string path = dir + "/" + t.file;
+  write_bytes(path, input);
+  std::string why;
+  const Outcome o = run_one(t, path, why);
+  ++st.run;
+  if (o == Outcome::Read) ++st.read;
+  if (o == Outcome::Refused || o == Outcome::RefusedUnnamed) ++st.refused;
+  if (o == Outcome::RefusedUnnamed) ++st.unnamed;
+  if (o != Outcome::Failed) return true;
+  ++st.failed;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hz::fnv1a64(input.data(), input.size())));
+  std::string kept;
+  if (!save.empty()) {
+    const std::string d = save + "/" + t.name;
+    fs::create_directories(d);
+    kept = d + "/" + hex + ".bin";
+    if (!fs::exists(kept)) write_bytes(kept, input);
+  }
+  std::printf("FAIL %s %s: %s%s\n", t.name.c_str(), label.c_str(), why.c_str(), kept.empty() ? "" : (" -> " + kept).c_str());
+  return false;
+}
+
+}  // namespace
+
+#ifdef HZ_LIBFUZZER
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string work = [] {
+    char tmpl[] = "/tmp/hz_libfuzzer_XXXXXX";
+    return std::string(mkdtemp(tmpl));
+  }();
+  static const std::vector<Target> targets = make_targets(work);
+  static const Target* t = [] {
+    const char* want = std::getenv("HZ_FUZZ_TARGET");
+    for (const auto& x : targets)
+      if (want && x.name == want) return &x;
+    return &targets.front();
+  }();
+  const std::string dir = work + "/case";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  if (t->prepare) t->prepare(dir);
+  write_bytes(dir + "/" + t->file, Bytes(reinterpret_cast<const char*>(data), size));
+  try {
+    t->load(dir + "/" + t->file);
+  } catch (const hz::Error&) {
+  }
+  return 0;  // anything else escapes and libFuzzer reports it
+}
+#else
+// --selftest: the harness itself must see each kind of failure (and pass a refusal).
+int selftest(const std::string& work) {
+  struct Case {
+    const char* name;
+    bool should_pass;
+    std::function<void(const std::string&)> load;
+  };
+  const std::vector<Case> cases{
+      {"refusal", true, [](const std::string&) { throw hz::ValueError("refused"); }},
+      {"read", true, [](const std::string&) {}},
+      {"segfault", false, [](const std::string&) { raise(SIGSEGV); }},
+      {"abort", false, [](const std::string&) { std::abort(); }},
+      {"bad_alloc", false, [](const std::string&) { throw std::bad_alloc(); }},
+      {"runtime_error", false, [](const std::string&) { throw std::runtime_error("not an hz::Error"); }},
+      {"memory cap", false, [](const std::string&) {
+         std::vector<std::unique_ptr<char[]>> hog;
+         for (int i = 0; i < 64; ++i) hog.emplace_back(new char[size_t{1} << 27]);
+       }},
+  };
+  int bad = 0;
+  for (const Case& c : cases) {
+    Target t{std::string("selftest_") + c.name, "input.bin", {"x"}, nullptr, c.load};
+    Stats st;
+    const bool passed = run_input(t, "x", work, "", st, "selftest");
+    if (passed != c.should_pass) {
+      std::printf("SELFTEST %s: the harness %s it\n", c.name, passed ? "passed" : "failed");
+      ++bad;
+    }
+  }
+  std::printf("hz_fuzz selftest: %s\n", bad ? "BROKEN" : "every failure kind detected");
+  return bad ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  int64_t iterations = 300;
+  uint64_t seed = 1;
+  double seconds = 0;
+  std::string only, save, replay;
+  bool list = false, self = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--iterations") iterations = std::stoll(val());
+    else if (a == "--seed") seed = std::stoull(val());
+    else if (a == "--target") only = val();
+    else if (a == "--seconds") seconds = std::stod(val());
+    else if (a == "--save") save = val();
+    else if (a == "--replay") replay = val();
+    else if (a == "--list") list = true;
+    else if (a == "--selftest") self = true;
+    else {
+      std::fprintf(stderr,
+                   "usage: hz_fuzz [--iterations N] [--seed S] [--target NAME] [--seconds T] [--save DIR] "
+                   "[--replay DIR] [--list]\n");
+      return 2;
+    }
+  }
+  char tmpl[] = "/tmp/hz_fuzz_XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    std::perror("mkdtemp");
+    return 2;
+  }
+  const std::string work = tmpl;
+  if (self) {
+    const int rc = selftest(work);
+    fs::remove_all(work);
+    return rc;
+  }
+  const std::vector<Target> targets = make_targets(work);
+  if (list) {
+    for (const auto& t : targets) std::printf("%s (%zu seeds)\n", t.name.c_str(), t.seeds.size());
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  int64_t failures = 0;
+  std::vector<Stats> stats(targets.size());
+  // 1. the regression inputs, then the seeds themselves
+  for (size_t k = 0; k < targets.size(); ++k) {
+    const Target& t = targets[k];
+    if (!only.empty() && t.name != only) continue;
+    if (t.seeds.empty()) {
+      std::printf("FAIL %s: no seed files found under %s\n", t.name.c_str(), HZ_SOURCE_DIR);
+      ++failures;
+      continue;
+    }
+    if (!replay.empty() && fs::is_directory(replay + "/" + t.name)) {
+      std::vector<std::string> files;
+      for (const auto& e : fs::directory_iterator(replay + "/" + t.name)) files.push_back(e.path().string());
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) failures += !run_input(t, read_bytes(f), work, "", stats[k], f);
+    }
+    for (size_t s = 0; s < t.seeds.size(); ++s)
+      failures += !run_input(t, t.seeds[s], work, save, stats[k], "seed " + std::to_string(s));
+  }
+  // 2. mutations, round robin over the targets
+  Rng rng{seed * 0x9E3779B97F4A7C15ull + 1};
+  for (int64_t it = 0;; ++it) {
+    if (seconds > 0 ? elapsed() >= seconds : it >= iterations) break;
+    for (size_t k = 0; k < targets.size(); ++k) {
+      const Target& t = targets[k];
+      if ((!only.empty() && t.name != only) || t.seeds.empty()) continue;
+      const size_t n = t.n_mutable ? std::min(t.n_mutable, t.seeds.size()) : t.seeds.size();
+      const Bytes input = mutate(t.seeds[rng.below(n)], t.seeds, rng);
+      failures += !run_input(t, input, work, save, stats[k], "iteration " + std::to_string(it));
+    }
+  }
+  int64_t total = 0;
+  for (size_t k = 0; k < targets.size(); ++k) {
+    if (!stats[k].run) continue;
+    total += stats[k].run;
+    std::printf("%-16s %6lld inputs: %6lld read, %6lld refused (%lld not naming the file), %lld failed\n",
+                targets[k].name.c_str(), static_cast<long long>(stats[k].run), static_cast<long long>(stats[k].read),
+                static_cast<long long>(stats[k].refused), static_cast<long long>(stats[k].unnamed),
+                static_cast<long long>(stats[k].failed));
+  }
+  std::printf("hz_fuzz: %lld inputs in %.1f s, %lld failed (seed %llu)\n", static_cast<long long>(total), elapsed(),
+              static_cast<long long>(failures), static_cast<unsigned long long>(seed));
+  fs::remove_all(work);
+  return failures == 0 ? 0 : 1;
+}
+#endif
