@@ -1,5 +1,7 @@
 #include "nn/transformer.h"
 
+#include <tuple>
+
 #include "nn/kv_cache.h"
 
 #include <cmath>
@@ -39,6 +41,15 @@ std::vector<attn::AttentionSpec> ModelConfig::layer_specs() const {
 void ModelConfig::validate() const {
   HZ_CHECK(vocab_size > 0 && d_model > 0 && n_layers > 0 && n_heads > 0, ValueError,
            "model: vocab_size, d_model, n_layers and n_heads must be positive");
+  // Upper bounds far above any real model, checked before anything is sized by them (a recipe or
+  // checkpoint with n_layers 2^31 must be refused here, not as std::bad_alloc).
+  for (const auto& [field, v, most] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocab_size, (int64_t{1} << 31) - 1},
+                                       {"d_model", d_model, int64_t{1} << 20},
+                                       {"n_layers", n_layers, 10000},
+                                       {"n_heads", n_heads, int64_t{1} << 16},
+                                       {"head_dim", head_dim, int64_t{1} << 16},
+                                       {"mlp_hidden", mlp_hidden, int64_t{1} << 22}})
+    HZ_CHECK(v <= most, ValueError, "model: ", field, " = ", v, " is larger than Horizon accepts (at most ", most, ")");
   HZ_CHECK(head_dim > 0 || d_model % n_heads == 0, ValueError, "model: d_model (", d_model,
            ") is not divisible by n_heads (", n_heads, "); set head_dim explicitly or change n_heads");
   for (const auto& [l, n] : overrides)
