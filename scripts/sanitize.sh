@@ -24,7 +24,7 @@ cmake --build "$BUILD" -j "$JOBS"
 
 # detect_leaks: Horizon owns its memory through RAII; a leak report is a finding too.
 # (suppressions for third-party libraries, if ever needed: scripts/sanitize.supp via LSAN_OPTIONS)
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 if [ -f scripts/sanitize.supp ]; then export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitize.supp"; fi
 

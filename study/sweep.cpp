@@ -98,7 +98,10 @@ SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& ex
     const std::string key = it->first.as<std::string>();
     if (!it->second.IsSequence() || it->second.size() == 0) fail(path, it->second, "grid." + key + ": expected a non-empty list of values");
     std::vector<std::string> vals;
-    for (const auto& v : it->second) vals.push_back(yaml_text(v));
+    // a Node of its own: ranging over it->second would bind to a member of the iterator's
+    // temporary proxy, which is gone before the loop runs (AddressSanitizer: stack-use-after-scope)
+    const YAML::Node values = it->second;
+    for (const auto& v : values) vals.push_back(yaml_text(v));
     s.grid.push_back({key, vals});
   }
   // every point must be a valid recipe before anything runs

@@ -31,7 +31,9 @@ std::atomic<int64_t> g_current{0}, g_peak{0}, g_allocs{0};
 constexpr size_t kLarge = size_t{32} << 20, kGranule = size_t{2} << 20;
 constexpr size_t kMaxCached = size_t{4} << 30;
 std::mutex g_cache_mu;
-std::multimap<size_t, void*> g_cache;  // rounded size -> free block
+// rounded size -> free block. Never destroyed: a tensor freed during static destruction may still
+// return its block here, and the cached blocks stay reachable (not "leaked") until the process ends.
+std::multimap<size_t, void*>& g_cache = *new std::multimap<size_t, void*>();
 std::atomic<int64_t> g_cached{0};
 
 void trim_cache(size_t keep) {  // callers hold g_cache_mu
