@@ -8,8 +8,16 @@
 
 namespace hz {
 
+// The table must name every value of E (E::Count of them): checked at compile time.
+template <class E, size_t N>
+const char* enum_name(E e, const char* const (&names)[N]) {
+  static_assert(N == static_cast<size_t>(E::Count), "the name table must name every value of the enum");
+  return names[static_cast<size_t>(e)];
+}
+
 template <class E, size_t N>
 E parse_name(const std::string& s, const char* const (&names)[N], const char* what) {
+  static_assert(N == static_cast<size_t>(E::Count), "the name table must name every value of the enum");
   for (size_t i = 0; i < N; ++i)
     if (s == names[i]) return static_cast<E>(i);
   std::string msg = std::string("unknown ") + what + " '" + s + "'; expected one of:";

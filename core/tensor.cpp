@@ -22,9 +22,8 @@ size_t dtype_size(DType t) { return kDTypeSize[static_cast<int>(t)]; }
 const char* dtype_name(DType t) { return kDTypeName[static_cast<int>(t)]; }
 namespace {
 const char* const kDeviceTypeNames[] = {"cpu", "cuda"};
-static_assert(sizeof(kDeviceTypeNames) / sizeof(*kDeviceTypeNames) == static_cast<size_t>(DeviceType::Count));
 }  // namespace
-const char* name(DeviceType t) { return kDeviceTypeNames[static_cast<int>(t)]; }
+const char* name(DeviceType t) { return enum_name(t, kDeviceTypeNames); }
 DeviceType parse_device_type(const std::string& s) { return parse_name<DeviceType>(s, kDeviceTypeNames, "device"); }
 
 std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }

@@ -169,9 +169,8 @@ NeedleTask parse_needle_task(const std::string& s) {
 }
 namespace {
 const char* const kFormatNames[] = {"ruler", "short"};
-static_assert(sizeof(kFormatNames) / sizeof(*kFormatNames) == static_cast<size_t>(NeedleFormat::Count));
 }  // namespace
-const char* name(NeedleFormat f) { return kFormatNames[static_cast<int>(f)]; }
+const char* name(NeedleFormat f) { return enum_name(f, kFormatNames); }
 NeedleFormat parse_needle_format(const std::string& s) {
   return parse_name<NeedleFormat>(s, kFormatNames, "needle format");
 }

@@ -7,9 +7,8 @@ namespace hz::nn {
 
 namespace {
 const char* const kPrecisionNames[] = {"fp32", "bf16"};
-static_assert(sizeof(kPrecisionNames) / sizeof(*kPrecisionNames) == static_cast<size_t>(Precision::Count));
 }  // namespace
-const char* name(Precision p) { return kPrecisionNames[static_cast<int>(p)]; }
+const char* name(Precision p) { return enum_name(p, kPrecisionNames); }
 Precision parse_precision(const std::string& s) { return parse_name<Precision>(s, kPrecisionNames, "precision"); }
 DType compute_dtype_of(Precision p) { return p == Precision::BF16 ? DType::BF16 : DType::F32; }
 
