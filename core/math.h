@@ -87,11 +87,17 @@ HZ_HD double tanh_(double x) { return ::tanh(x); }
 HZ_HD float erf_(float x) { return ::erff(x); }
 HZ_HD double erf_(double x) { return ::erf(x); }
 // The standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2, GELU's gate. f32: branch-free so the
-// CPU compiler vectorizes it (erff is a scalar libm call that took ~7% of a bf16 GPT-2 step):
-// Phi(x) = erfc(-x / sqrt 2) / 2 with erfc(z), z >= 0, from the Chebyshev fit
-// erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2) (fractional error < 1.2e-7 for every z;
-// Numerical Recipes' erfcc), and the reflection erfc(-z) = 2 - erfc(z). Relative accuracy holds in
-// both tails, unlike 1 + erff(x), which cancels for negative x. f64 uses the library erf.
+// CPU compiler vectorizes it (erff is a scalar libm call that took ~7% of a bf16 GPT-2 step), and
+// the same with or without fused multiply-add (the portable build has none). Two forms, selected:
+// - |x| >= 1: Phi(x) = erfc(-x / sqrt 2) / 2, erfc(z) for z = |x| / sqrt 2 from the Chebyshev fit
+//   erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2) (fractional error < 1.2e-7 for every z;
+//   Numerical Recipes' erfcc), and the reflection erfc(-z) = 2 - erfc(z). Relative accuracy holds
+//   in both tails, unlike 1 + erff(x), which cancels for negative x.
+// - |x| < 1: Phi(x) = 1/2 + erf(z) / 2 with the Maclaurin series
+//   erf(z) = 2/sqrt(pi) sum_n (-1)^n z^(2n+1) / (n! (2n+1)), n <= 9 (truncation < 3e-10 for
+//   z < 0.71). Near Phi = 1/2 the fit's exp(-z^2 + P) rounds at |P| ~ 1.27 (several float ulps
+//   of 0.5 without FMA); the series keeps the error there within about 1 ulp.
+// f64 uses the library erf.
 HZ_HD float normal_cdf(float x) {
   const float z = fabsf(x) * 0.70710678118654752440f;
   const float t = 1.0f / (1.0f + 0.5f * z);
@@ -106,7 +112,23 @@ HZ_HD float normal_cdf(float x) {
   p = p * t + 1.00002368f;
   p = p * t - 1.26551223f;
   const float half_erfc = 0.5f * t * exp_(p - z * z);  // Phi(-|x|)
-  return x < 0.0f ? half_erfc : 1.0f - half_erfc;
+  const float tails = x < 0.0f ? half_erfc : 1.0f - half_erfc;
+  // series in u = z^2 with coefficients (-1)^n / (n! (2n+1)), times z / sqrt(pi) (= erf(z) / 2)
+  const float zs = x * 0.70710678118654752440f;
+  const float u = zs * zs;
+  float s = -1.0f / 6894720.0f;        // n = 9: 9! * 19
+  s = s * u + 1.0f / 685440.0f;        // n = 8: 8! * 17
+  s = s * u - 1.0f / 75600.0f;         // n = 7: 7! * 15
+  s = s * u + 1.0f / 9360.0f;          // n = 6
+  s = s * u - 1.0f / 1320.0f;          // n = 5
+  s = s * u + 1.0f / 216.0f;           // n = 4
+  s = s * u - 1.0f / 42.0f;            // n = 3
+  s = s * u + 0.1f;                    // n = 2
+  s = s * u - 1.0f / 3.0f;             // n = 1
+  s = s * u;                           // sum_{n>=1}; the n = 0 term (1) is added last
+  const float half_erf = zs * 0.56418958354775628695f + zs * 0.56418958354775628695f * s;
+  const float centre = 0.5f + half_erf;
+  return fabsf(x) < 1.0f ? centre : tails;
 }
 HZ_HD double normal_cdf(double x) { return 0.5 * (1.0 + ::erf(x * 0.70710678118654752440)); }
 HZ_HD float fabs_(float x) { return ::fabsf(x); }

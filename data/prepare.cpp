@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/rng.h"
 #include "data/sampling.h"
 #include "data/shard.h"
@@ -19,20 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    HZ_CHECK(out.good(), Error, "cannot create '", tmp, "'; check that the directory is writable");
-    out << text;
-    out.flush();
-    HZ_CHECK(out.good(), Error, "writing '", tmp, "' failed; is the disk full?");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  HZ_CHECK(!ec, Error, "cannot rename '", tmp, "' to '", path, "': ", ec.message());
-}
 
 // One split's documents, already tokenized.
 struct Split {
@@ -84,7 +71,7 @@ PrepareResult write_splits(const Split& train, const Split& val, const Tokenizer
   meta["val_fraction"] = val_fraction;
   meta["train"] = split_json(train, "train.shard");
   meta["val"] = split_json(val, "val.shard");
-  write_text_atomically((dir / "meta.json").string(), meta.dump(2) + "\n");
+  write_file_atomic((dir / "meta.json").string(), meta.dump(2) + "\n");
   r.seconds = since(t0);
   return r;
 }

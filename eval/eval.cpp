@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include "core/file.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
@@ -221,9 +222,8 @@ std::string report_table(const EvalReport& r, int64_t train_T) {
 }
 
 void write_report(const EvalReport& r, const std::string& dir, int64_t train_T) {
-  std::ofstream csv(dir + "/eval.csv");
+  std::ostringstream csv, js;
   csv << "length,extension,loss,ppl,last256_loss,tokens,drope_c,swan_a\n";
-  std::ofstream js(dir + "/eval.json");
   js << "{\"train_length\": " << train_T << ", \"lengths\": [";
   for (size_t i = 0; i < r.lengths.size(); ++i) {
     const auto& l = r.lengths[i];
@@ -234,22 +234,27 @@ void write_report(const EvalReport& r, const std::string& dir, int64_t train_T) 
                       l.length, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c, l.swan_a);
   }
   js << "], \"nll_length\": " << r.nll_length << "}\n";
+  write_file_atomic(dir + "/eval.csv", csv.str());
+  write_file_atomic(dir + "/eval.json", js.str());
   if (!r.passkey.empty()) {
-    std::ofstream pk(dir + "/passkey.csv");
+    std::ostringstream pk;
     pk << "length,depth,examples,correct,accuracy,digit_accuracy\n";
     for (const auto& c : r.passkey)
       pk << fmt::format("{},{},{},{},{:.4f},{:.4f}\n", c.length, c.depth, c.examples, c.correct,
                         static_cast<double>(c.correct) / std::max<int64_t>(1, c.examples), c.digit_accuracy);
+    write_file_atomic(dir + "/passkey.csv", pk.str());
   }
   if (!r.swan_fit.empty()) {
-    std::ofstream sf(dir + "/swan_fit.csv");
+    std::ostringstream sf;
     sf << "length,begin,end,best_a,nll_best,nll_off\n";
     for (const auto& f : r.swan_fit)
       sf << fmt::format("{},{},{},{},{:.6f},{:.6f}\n", f.length, f.begin, f.end, f.best_a, f.nll_best, f.nll_off);
+    write_file_atomic(dir + "/swan_fit.csv", sf.str());
   }
-  std::ofstream pos(dir + "/nll_by_position.csv");
+  std::ostringstream pos;
   pos << "position,nll\n";
   for (size_t t = 0; t < r.nll_by_position.size(); ++t) pos << t << "," << fmt::format("{:.6f}", r.nll_by_position[t]) << "\n";
+  write_file_atomic(dir + "/nll_by_position.csv", pos.str());
 }
 
 }  // namespace hz::eval

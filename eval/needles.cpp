@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "data/needles.h"
 #include "eval/generate.h"
 
@@ -82,7 +83,7 @@ std::string needle_table(const NeedleReport& r) {
 
 void write_needles(const NeedleReport& r, const std::string& dir) {
   if (r.cells.empty() && r.skipped.empty()) return;
-  std::ofstream csv(dir + "/needles.csv");
+  std::ostringstream csv;
   csv << "task,length,depth,samples,correct,accuracy,score\n";
   nlohmann::json j;
   j["cells"] = nlohmann::json::array();
@@ -97,8 +98,8 @@ void write_needles(const NeedleReport& r, const std::string& dir) {
     j["examples"].push_back({{"task", s.task}, {"length", s.length}, {"depth", s.depth}, {"prompt_tokens", s.prompt_tokens},
                              {"answers", s.answers}, {"output", s.output}});
   j["skipped"] = r.skipped;
-  std::ofstream js(dir + "/needles.json");
-  js << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  write_file_atomic(dir + "/needles.csv", csv.str());
+  write_file_atomic(dir + "/needles.json", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace hz::eval

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "autograd/functions.h"
+#include "core/file.h"
 #include "data/loader.h"
 #include "data/sampling.h"
 #include "data/shard.h"
@@ -172,9 +173,9 @@ std::string probe_table(const std::vector<ProbeResult>& r) {
 }
 
 void write_probes(const std::vector<ProbeResult>& r, const std::string& dir) {
-  std::ofstream f(dir + "/probes.csv");
-  f << "layer,r2_heldout,r2_fit,lambda\n";
-  for (const auto& p : r) f << fmt::format("{},{:.6f},{:.6f},{}\n", p.layer, p.r2_heldout, p.r2_fit, p.lambda);
+  std::string f = "layer,r2_heldout,r2_fit,lambda\n";
+  for (const auto& p : r) f += fmt::format("{},{:.6f},{:.6f},{}\n", p.layer, p.r2_heldout, p.r2_fit, p.lambda);
+  write_file_atomic(dir + "/probes.csv", f);
 }
 
 }  // namespace hz::eval

@@ -49,7 +49,9 @@ std::map<std::string, Tensor> Module::state_dict() const {
   return sd;
 }
 
-LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool strict) {
+LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool strict,
+                                   const std::string& source) {
+  const std::string from = source.empty() ? std::string() : source + ": ";
   LoadReport r;
   std::map<std::string, bool> used;
   for (auto& [name, v] : named_parameters()) {
@@ -58,7 +60,7 @@ LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool
       r.missing.push_back(name);
       continue;
     }
-    HZ_CHECK(it->second.shape() == v->shape(), ShapeError, "parameter '", name, "': checkpoint has shape ",
+    HZ_CHECK(it->second.shape() == v->shape(), ShapeError, from, "parameter '", name, "': checkpoint has shape ",
              shape_str(it->second.shape()), " but the model expects ", shape_str(v->shape()));
     v->value().copy_(it->second);
     r.loaded.push_back(name);
@@ -67,9 +69,9 @@ LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool
   for (const auto& [name, t] : sd)
     if (!used.count(name)) r.unexpected.push_back(name);
   if (strict) {
-    HZ_CHECK(r.missing.empty(), ValueError, "state dict lacks parameter '", r.missing.front(), "' (",
+    HZ_CHECK(r.missing.empty(), ValueError, from, "state dict lacks parameter '", r.missing.front(), "' (",
              r.missing.size(), " missing); load with strict=false to keep their current values");
-    HZ_CHECK(r.unexpected.empty(), ValueError, "state dict has unexpected parameter '",
+    HZ_CHECK(r.unexpected.empty(), ValueError, from, "state dict has unexpected parameter '",
              r.unexpected.front(), "' (", r.unexpected.size(), " unexpected)");
   }
   return r;

@@ -39,8 +39,10 @@ class Module {
 
   std::map<std::string, Tensor> state_dict() const;  // name -> value (shared, not copied)
   // Copies values by name. Shape or dtype mismatches throw ShapeError naming the parameter;
-  // with strict, missing or unexpected names throw too.
-  LoadReport load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true);
+  // with strict, missing or unexpected names throw too. `source` (the file the values came from)
+  // leads every such message when given.
+  LoadReport load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true,
+                             const std::string& source = "");
 
   // Moves every parameter (and buffer, see move_buffers) to `dev`, in place: the Variables keep
   // their identity, so build optimizers after moving.

@@ -7,10 +7,12 @@
 #include "eval/needles.h"
 #include "eval/probe.h"
 #include "train/data.h"
+#include "train/run_dir.h"
 
 namespace hz::study {
 
 std::string evaluate_run(LoadedRun& run, bool verbose) {
+  const train::RunLock lock(run.run_dir, "eval");  // one evaluation writes the run's results at a time
   const eval::EvalOptions eo = run.recipe.eval_options();
   const int64_t T = run.recipe.data.seq_len;
   eval::EvalReport rep;

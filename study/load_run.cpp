@@ -34,7 +34,7 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
   lr.step = ck.step;
   lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, ck.step),
                                                static_cast<uint64_t>(lr.recipe.run.seed));
-  lr.model->load_state_dict(ck.model, /*strict=*/true);
+  lr.model->load_state_dict(ck.model, /*strict=*/true, lr.checkpoint);
 }
 }  // namespace
 
@@ -46,7 +46,7 @@ LoadedRun load_run(const std::string& target, const std::vector<std::string>& ov
     lr.run_dir = lr.recipe.run.out_dir + "/" + lr.recipe.run.name;
     lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, 0),
                                                  static_cast<uint64_t>(lr.recipe.run.seed));
-    lr.model->load_state_dict(hf::import_weights(target, lr.model->cfg), /*strict=*/true);
+    lr.model->load_state_dict(hf::import_weights(target, lr.model->cfg), /*strict=*/true, target);
   } else {
     load_horizon_run(target, overrides, lr);
   }

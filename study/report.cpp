@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attention/accounting.h"
+#include "core/file.h"
 #include "eval/order_awareness.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -261,8 +262,8 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   md << "\n![order awareness](order_awareness.png)\n";
   res.json_path = o.out_dir + "/report.json";
   res.markdown_path = o.out_dir + "/README.md";
-  std::ofstream(res.json_path) << data.dump(1) << "\n";
-  std::ofstream(res.markdown_path) << md.str();
+  write_file_atomic(res.json_path, data.dump(1) + "\n");
+  write_file_atomic(res.markdown_path, md.str());
   if (!o.plots) return res;
   // ---- plots ---------------------------------------------------------------------------------
   std::string py = o.python;

@@ -12,9 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
+#include "core/json_guard.h"
 #include "study/evaluate_run.h"
 #include "study/load_run.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -142,26 +145,43 @@ std::vector<SweepPoint> expand(const SweepSpec& s) {
   return pts;
 }
 
+namespace {
+// A finished point's record (sweep_point.json), when it is readable and was written for the same
+// overrides; false otherwise (the point is run again).
+bool read_record(const std::string& record, const SweepPoint& p, SweepRow& row) {
+  std::string text;  // a record is ~1 KB; bounded like every JSON Horizon reads (core/json_guard.h)
+  if (!read_file_capped(record, 1 << 20, text).empty() || !json_depth_problem(text).empty()) return false;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  try {
+    if (!j.is_object() || j.at("overrides") != nlohmann::json(p.overrides)) return false;
+    row.final_train_loss = j.at("final_train_loss").get<double>();
+    row.lengths = j.at("lengths").get<std::vector<int64_t>>();
+    row.loss = j.at("loss").get<std::vector<double>>();
+    row.last256 = j.at("last256").get<std::vector<double>>();
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+  return row.loss.size() == row.lengths.size() && row.last256.size() == row.lengths.size();
+}
+}  // namespace
+
 SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
   SweepResult res;
+  const train::RunLock lock(s.out_dir + "/" + s.name, "sweep");  // one sweep per directory
   for (const SweepPoint& p : expand(s)) {
     SweepRow row;
     row.point = p;
     const std::string record = p.dir + "/sweep_point.json";
     if (fs::exists(record)) {  // finished earlier: reuse its results
-      std::ifstream f(record);
-      const nlohmann::json j = nlohmann::json::parse(f);
-      if (j.at("overrides").get<std::vector<std::string>>() == p.overrides) {
+      if (read_record(record, p, row)) {
         row.skipped = true;
-        row.final_train_loss = j.at("final_train_loss").get<double>();
-        row.lengths = j.at("lengths").get<std::vector<int64_t>>();
-        row.loss = j.at("loss").get<std::vector<double>>();
-        row.last256 = j.at("last256").get<std::vector<double>>();
         if (!o.quiet) fmt::print("[sweep] point {} finished earlier: skipped\n", p.index);
         res.rows.push_back(row);
         continue;
       }
-      fs::remove(record);  // the grid changed for this point: run it again
+      if (!o.quiet) fmt::print("[sweep] point {}: {} is from another grid or unreadable: running the point again\n",
+                               p.index, record);
+      fs::remove(record);
     }
     std::vector<std::string> ov = p.overrides;
     if (!train::find_latest_checkpoint(p.dir + "/checkpoints").empty()) ov.push_back("checkpoint.resume=latest");
@@ -207,11 +227,7 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
     j["lengths"] = row.lengths;
     j["loss"] = row.loss;
     j["last256"] = row.last256;
-    {
-      std::ofstream f(record + ".tmp");
-      f << j.dump(1) << "\n";
-    }
-    fs::rename(record + ".tmp", record);  // the record is complete or absent
+    write_file_atomic(record, j.dump(1) + "\n");  // the record is complete or absent
     res.rows.push_back(row);
   }
   // the collected table
@@ -251,8 +267,8 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
   }
   res.table = md.str();
   const std::string dir = s.out_dir + "/" + s.name;
-  std::ofstream(dir + "/sweep.md") << "# sweep " << s.name << " (" << s.recipe << ")\n\n" << res.table;
-  std::ofstream(dir + "/sweep.csv") << csv.str();
+  write_file_atomic(dir + "/sweep.md", "# sweep " + s.name + " (" + s.recipe + ")\n\n" + res.table);
+  write_file_atomic(dir + "/sweep.csv", csv.str());
   return res;
 }
 

@@ -3,7 +3,8 @@
 # the recipe reader refuses wrong section types, duplicate keys and out-of-range numbers with
 # file:line, one run per directory (two runs at once: exactly one trains; a killed run's stale
 # lock is taken over), resume=latest says what it found, metrics.jsonl keeps one record per step
-# across a resume, and a checkpoint's architecture cannot be overridden by eval or resume.
+# across a resume, a checkpoint's architecture cannot be overridden by eval or resume, and an
+# evaluation runs beside its run's training but not beside a second evaluation of the same run.
 set -euo pipefail
 HZ=$1; SRC=$2; OUT=$(mktemp -d)
 pids=()
@@ -87,4 +88,24 @@ grep -F "run directory '$OUT/twice' is in use by another run" "$OUT/$loser.txt" 
 grep -F "lock file $OUT/twice/.lock" "$OUT/$loser.txt" > /dev/null || fail "the message names no lock file"
 grep -F "host pid: $(hostname) $winner" "$OUT/$loser.txt" > /dev/null || fail "the message names no holder: $(cat "$OUT/$loser.txt")"
 kill "$winner"; wait "$winner" 2>/dev/null || true
+
+# 7. evaluation: allowed beside a training run (its .lock held), refused beside another evaluation
+#    of the same run (both would write eval.json); flock(1) holds the locks as Horizon does
+if command -v flock > /dev/null; then
+  # -o: only flock itself holds the lock, so killing it releases the lock (its sleep is killed too)
+  flock -o "$OUT/res/.lock" sleep 60 & pl=$!; pids+=($pl)
+  flock -o "$OUT/res/.eval.lock" sleep 60 & pe=$!; pids+=($pe)
+  unlock() { pkill -P "$1" sleep 2>/dev/null || true; kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+  for _ in $(seq 50); do [ -e "$OUT/res/.eval.lock" ] && [ -e "$OUT/res/.lock" ] && break; sleep 0.1; done
+  sleep 0.3
+  expect 1 "run directory '$OUT/res' is in use by another eval" "lock file $OUT/res/.eval.lock" -- \
+    "$HZ" eval "$OUT/res" eval.lengths=[32]
+  unlock "$pe"
+  rm -f "$OUT/res/eval.json"
+  expect 0 "evaluating" -- "$HZ" eval "$OUT/res" eval.lengths=[32]
+  test -s "$OUT/res/eval.json" || fail "the evaluation beside a training run wrote no eval.json"
+  test ! -e "$OUT/res/.eval.lock" || fail "the eval lock outlives its evaluation"
+  ls "$OUT/res"/*.tmp > /dev/null 2>&1 && fail "an evaluation left a .tmp file"
+  unlock "$pl"
+fi
 echo "e2e_runs: ok"

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/file.h"
+
 namespace fs = std::filesystem;
 
 namespace hz::train {
@@ -45,18 +47,12 @@ void drop_metrics_after(const std::string& path, int64_t step) {
   }
   in.close();
   if (!dropped) return;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept.str();
-    out.flush();
-    HZ_CHECK(out.good(), ValueError, "cannot write '", tmp, "'; check the run directory's space and permissions");
-  }
-  fs::rename(tmp, path);
+  write_file_atomic(path, kept.str());
 }
 }  // namespace
 
-RunLock::RunLock(const std::string& dir) : path_(dir + "/.lock") {
+RunLock::RunLock(const std::string& dir, const std::string& role)
+    : path_(dir + (role == "run" ? std::string("/.lock") : "/." + role + ".lock")) {
   fs::create_directories(dir);
   for (int attempt = 0; attempt < 5; ++attempt) {
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -65,12 +61,18 @@ RunLock::RunLock(const std::string& dir) : path_(dir + "/.lock") {
     if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       std::string holder = read_fd(fd_);
+      // the holder writes "host pid" just after taking the flock: give it a moment
+      for (int i = 0; i < 20 && holder.empty(); ++i) {
+        usleep(10000);
+        holder = read_fd(fd_);
+      }
       ::close(fd_);
       fd_ = -1;
       HZ_CHECK(err == EWOULDBLOCK, ValueError, "cannot lock '", path_, "': ", std::strerror(err));
-      throw ValueError("run directory '" + dir + "' is in use by another run (" +
+      throw ValueError("run directory '" + dir + "' is in use by another " + role + " (" +
                        (holder.empty() ? std::string("holder unknown") : "host pid: " + holder) + "; lock file " + path_ +
-                       "): one run per directory; wait for it to finish or choose another run.name / run.out_dir");
+                       "): one " + role + " per directory at a time; wait for it to finish or choose another "
+                       "run.name / run.out_dir");
     }
     // the holder before us may have removed the file between our open and our flock: lock the file
     // that is at the path now
@@ -102,9 +104,8 @@ RunDir::RunDir(const Recipe& r, bool lead, bool quiet, int64_t resumed_step)
   const auto mode = resuming ? std::ios::app : std::ios::trunc;
   log_.open(dir_ + "/train.log", mode);
   metrics_.open(dir_ + "/metrics.jsonl", mode);
-  std::ofstream cfg(dir_ + "/config.yaml");
-  cfg << to_yaml(r);
-  HZ_CHECK(log_.good() && metrics_.good() && cfg.good(), ValueError, "cannot write into the run directory '", dir_,
+  write_file_atomic(dir_ + "/config.yaml", to_yaml(r));
+  HZ_CHECK(log_.good() && metrics_.good(), ValueError, "cannot write into the run directory '", dir_,
            "'; check run.out_dir and its permissions");
 }
 

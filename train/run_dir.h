@@ -4,6 +4,7 @@
 //   metrics.jsonl   one JSON object per logged step and per evaluation
 //   checkpoints/    step_<N>.h5, the last `keep_last` kept (train/checkpoint.h)
 //   .lock           while a run trains in it: the holder's host and pid (RunLock below)
+//   .eval.lock      while `horizon eval` (or a sweep's evaluation) writes its results in it
 // Only rank 0 writes; on the other ranks every method is a no-op.
 #pragma once
 #include <fmt/core.h>
@@ -20,10 +21,13 @@ namespace hz::train {
 // holding "host pid". A second run on the directory is refused (ValueError naming the holder);
 // a lock file whose holder is gone (the kernel drops a flock with its process: killed, crashed)
 // is taken over, and stale() says whose it was. Released (file removed) by the destructor, so
-// also when a run ends with an error.
+// also when a run ends with an error. `role` names other writers that need one holder at a time
+// but may work beside a training run: "eval" locks <dir>/.eval.lock (evaluating a checkpoint while
+// the run goes on training is allowed; two evaluations writing the same eval.json are not), and
+// "sweep" a sweep's own directory.
 class RunLock {
  public:
-  explicit RunLock(const std::string& dir);
+  explicit RunLock(const std::string& dir, const std::string& role = "run");
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;

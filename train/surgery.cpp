@@ -23,8 +23,9 @@ void drop_positions(nn::Transformer& m) {
   }
 }
 
-SurgeryReport load_weights(nn::Transformer& m, const std::map<std::string, Tensor>& sd) {
-  const nn::LoadReport r = m.load_state_dict(sd, /*strict=*/false);
+SurgeryReport load_weights(nn::Transformer& m, const std::map<std::string, Tensor>& sd,
+                           const std::string& source) {
+  const nn::LoadReport r = m.load_state_dict(sd, /*strict=*/false, source);
   return {r.loaded, r.missing, r.unexpected};
 }
 

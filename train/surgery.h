@@ -29,7 +29,8 @@ std::unique_ptr<nn::Transformer> rebuild_model(const nn::Transformer& from, cons
                                                uint64_t seed, SurgeryReport* report = nullptr);
 
 // Load a state dict non-strictly and report by name what was loaded, added (kept init), dropped.
-SurgeryReport load_weights(nn::Transformer& m, const std::map<std::string, Tensor>& sd);
+SurgeryReport load_weights(nn::Transformer& m, const std::map<std::string, Tensor>& sd,
+                           const std::string& source = "");
 
 // SWAN stack from a config: kinds global_nope (NoPE, causal) and swa_rope (RoPE, window), both
 // copied from c's first RoPE kind (logit transform, QK-norm), laid out by s.pattern.

@@ -260,14 +260,15 @@ class Trainer {
   void build_model() {
     model_ = std::make_unique<nn::Transformer>(model_config_at(r_, start_), static_cast<uint64_t>(r_.run.seed));
     if (!resume_path_.empty()) {
-      model_->load_state_dict(ck_.model, /*strict=*/true);
+      model_->load_state_dict(ck_.model, /*strict=*/true, resume_path_);
       const std::string key = "loader/rank" + std::to_string(rank_);
       data_.restore({ck_.counters.at(key + "/epoch"), ck_.counters.at(key + "/index")});
       res_.tokens_seen = ck_.tokens_seen;
       log("resumed from {} at step {}", resume_path_, start_);
     } else if (!r_.checkpoint.init_from.empty()) {
       const SurgeryReport rep =
-          load_weights(*model_, load_init_weights(r_.checkpoint.init_from, model_->cfg, r_.model.cfg, *run_));
+          load_weights(*model_, load_init_weights(r_.checkpoint.init_from, model_->cfg, r_.model.cfg, *run_),
+                       r_.checkpoint.init_from);
       log("init_from {}: {} parameters loaded, {} new (kept their initialisation), {} dropped", r_.checkpoint.init_from,
           rep.loaded.size(), rep.added.size(), rep.dropped.size());
       for (const auto& n : rep.added) log("  new:     {}", n);

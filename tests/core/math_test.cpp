@@ -32,7 +32,7 @@ TEST(MathF32, NormalCdfMatchesErfInBothTails) {
     if (x > -9.0) worst_rel = std::max(worst_rel, std::abs(got - want) / want);  // Phi(-9) ~ 1e-19
   }
   std::printf("  normal_cdf f32: max abs error %.3g, max rel error %.3g (x > -9)\n", worst_abs, worst_rel);
-  EXPECT_LT(worst_abs, 1.5e-7);  // ~1 ulp of values near 1
+  EXPECT_LT(worst_abs, 1e-7);  // under 2 ulp of values near 1, with or without FMA
   EXPECT_LT(worst_rel, 1e-5);    // includes the tail x < 0, where z^2 in float limits the argument of exp
   EXPECT_EQ(hz::math::normal_cdf(0.0f), 0.5f);
   EXPECT_EQ(hz::math::normal_cdf(INFINITY), 1.0f);

@@ -74,6 +74,13 @@ TEST(Module, NamesCountsAndStateDict) {
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("layers.0.attn.wq.weight"), std::string::npos);
   }
+  try {  // a refusal names the file the values came from
+    other.load_state_dict(sd, /*strict=*/true, "runs/x/checkpoints/step_00000010.h5");
+    FAIL() << "shape mismatch accepted";
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("runs/x/checkpoints/step_00000010.h5: parameter 'layers.0.attn.wq.weight'", 0), 0u)
+        << e.what();
+  }
   auto partial = m.state_dict();
   partial.erase("norm.weight");
   partial["extra.weight"] = Tensor::zeros({1});
