@@ -2,7 +2,8 @@
 // key intervals the kernels use (attention/tiling.h's key_range: O(T) per head, no T x T loop);
 // FLOPs count 4 D per visible pair forward (q.k and p.v, a multiply-add each = 2 FLOPs) and 2.5x
 // that backward (five products instead of two). Block counts are tiling.h's key_blocks, the
-// blocks the kernels visit for the config's tiles.
+// blocks the kernels visit for the config's tiles. With packed documents (cfg.documents) every
+// count covers all of the documents' sequences (B of them), else one sequence.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -20,9 +21,9 @@ struct HeadCost {
 
 struct LayerCost {
   std::vector<HeadCost> heads;  // per query head
-  int64_t visible_pairs = 0;    // all heads of one batch element
-  int64_t dense_pairs = 0;      // H * Tq * Tk
-  double flops_fwd = 0;         // per batch element
+  int64_t visible_pairs = 0;    // all heads of one batch element (every sequence with documents)
+  int64_t dense_pairs = 0;      // B * H * Tq * Tk (B = 1 without documents)
+  double flops_fwd = 0;         // per batch element (every sequence with documents)
   double flops_fwd_bwd = 0;
   int64_t blocks = 0;
 };

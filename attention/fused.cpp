@@ -23,6 +23,8 @@ AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t 
   cfg.swan_a = spec.logit.swan_a;
   const double s = train_T > 0 ? static_cast<double>(T) / static_cast<double>(train_T) : 1.0;
   cfg.beta = spec.logit.temp_c != 0.0 ? temperature_beta(spec.logit.temp_c, s) : spec.logit.beta;
+  cfg.temp_c = spec.logit.temp_c;
+  cfg.train_T = train_T;
   return cfg;
 }
 
@@ -70,6 +72,20 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
     HZ_CHECK(cfg.tau > 0, ValueError, "attention: scale_invariant tau must be positive");
   if (cfg.logit == LogitKind::SwanRow)
     HZ_CHECK(cfg.swan_a > 1, ValueError, "attention: swan_row a must be > 1");
+  p.temp_c = cfg.temp_c;
+  p.temp_train_T = cfg.train_T;
+  if (cfg.documents) {
+    const Documents& d = *cfg.documents;
+    HZ_CHECK(d.batch() == B && d.seq_len() == Tk, ShapeError, "attention: documents of ", d.batch(), " x ",
+             d.seq_len(), " tokens for a batch of ", B, " x ", Tk, " keys");
+    HZ_CHECK(p.q_offset + Tq <= Tk, ShapeError, "attention: with documents the queries must lie among the keys (q_offset ",
+             p.q_offset, " + Tq ", Tq, " > Tk ", Tk, ")");
+    HZ_CHECK(p.min_distance == 0, ValueError, "attention: documents need min_distance 0");
+    const Tensor& bounds = d.bounds(Device::cpu());  // host pointers; fused_attention swaps in the device's
+    p.doc_start = bounds.data<int32_t>();
+    p.doc_end = p.doc_start + B * Tk;
+    p.pos_reset = d.position_reset();
+  }
   return p;
 }
 
@@ -145,8 +161,14 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   const Device dev = qv.device();
   const DType dt = qv.dtype(), adt = acc_dtype(dt);
   const Tensor qc = qv.contiguous(), kc = kv.contiguous(), vc = vv.contiguous();
-  const AttnKernelParams P = make_kernel_params(cfg, qc.size(0), qc.size(1), kc.size(1), qc.size(2), kc.size(2),
-                                                qc.size(3));
+  AttnKernelParams P = make_kernel_params(cfg, qc.size(0), qc.size(1), kc.size(1), qc.size(2), kc.size(2),
+                                          qc.size(3));
+  Tensor doc_bounds;  // kept alive with the backward: P points into it
+  if (cfg.documents) {
+    doc_bounds = cfg.documents->bounds(dev);
+    P.doc_start = doc_bounds.data<int32_t>();
+    P.doc_end = P.doc_start + P.B * P.Tk;
+  }
   const bool logn = cfg.logit == LogitKind::LogN;
   if (logn)
     HZ_CHECK(logn_c.defined() && logn_c.numel() == P.H && is_floating(logn_c.dtype()), ShapeError,
@@ -185,7 +207,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   AttnOutput res;
   res.lse = lse;
   res.out = ag::make_result(out, inputs, "fused_attention", [&] {
-    return [P, use_tc, empty, qc, kc, vc, out = out_saved, lse, c_host, c_dev, with_c, c_dtype, c_device](
+    return [P, doc_bounds, use_tc, empty, qc, kc, vc, out = out_saved, lse, c_host, c_dev, with_c, c_dtype, c_device](
                const Tensor& g, ag::Grads& gr) {
       const Device dev = qc.device();
       const DType dt = qc.dtype();

@@ -8,8 +8,9 @@
 // Alignment, mask, block skipping and logit transforms: attention/tiling.h, which is the one
 // definition both devices use. In short: query i sits at position q_offset + i (default
 // Tk - Tq: the queries are the last Tq positions); key j is visible iff key_begin <= j < key_end,
-// t = p_i - j >= min_distance and t < window[h] (window 0 = unbounded); logits are
-// L_ij = r_i a_t s_ij + m_t - slope_h t with s_ij = scale q_i . k_j.
+// t = p_i - j >= min_distance, t < window[h] (window 0 = unbounded) and, with packed documents,
+// j lies in p_i's document; logits are L_ij = r_i a_t s_ij + m_t - slope_h t with
+// s_ij = scale q_i . k_j.
 //
 // Forward is a tiled online softmax returning out and the row log-sum-exp; backward recomputes
 // the probabilities from the log-sum-exp block by block, so no (Tq, Tk) tensor ever exists. Both
@@ -19,8 +20,10 @@
 // and 128).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "attention/documents.h"
 #include "attention/spec.h"
 #include "attention/tiling.h"
 #include "autograd/variable.h"
@@ -47,6 +50,12 @@ struct AttnConfig {
   int64_t q_offset = -1; // -1 -> Tk - Tq
   int64_t key_begin = 0, key_end = -1;  // -1 -> Tk
   int64_t min_distance = 0;
+  // Packed documents (attention/documents.h): keys visible only inside the query's document;
+  // needs B and Tk equal to the documents' batch and sequence length, q_offset + Tq <= Tk and
+  // min_distance 0. With position reset, SWAN's row index counts from the document's start.
+  std::shared_ptr<const Documents> documents;
+  double temp_c = 0.0;   // temperature: DroPE's c, for a per-document beta (documents only)
+  int64_t train_T = 0;   // its C_train
   // Tiles of the CPU kernel and the CUDA reference kernels; the tensor-core kernels have their
   // own (attn_tiles()).
   int64_t block_q = 64, block_k = 64;

@@ -35,8 +35,8 @@ struct CpuPlan {
       for (int64_t t = 0; t < n; ++t) scale_invariant_coef<double>(static_cast<double>(t), P.tau, a[t], m[t]);
     }
   }
-  double row_scale(int64_t h, int64_t i) const {
-    const double f = row_factor<double>(P, h, i);
+  double row_scale(int64_t b, int64_t h, int64_t i) const {
+    const double f = row_factor<double>(P, b, h, i);
     return P.logit == LogitKind::LogN ? f * c[h] : f;
   }
 };
@@ -44,7 +44,7 @@ struct CpuPlan {
 // Turn raw scores s (nq, nk; leading dim ld) into logits in place, masking only when `boundary`:
 // L = r a_t s + m_t - slope t (tiling.h's logit_coef with the tables).
 template <class T>
-void block_logits(const CpuPlan& C, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk, int64_t ld,
+void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk, int64_t ld,
                   bool boundary, const double* rs, T* s) {
   const AttnKernelParams& P = C.P;
   const double slope = P.alibi ? P.slope[h] : 0.0;
@@ -60,12 +60,12 @@ void block_logits(const CpuPlan& C, int64_t h, int64_t i0, int64_t nq, int64_t j
         const int64_t t = pos - (j0 + jj);
         const int64_t tc = t < 0 ? 0 : t;  // masked entries (t < 0) are overwritten below
         const double a = C.has_tables ? C.a[tc] : 1.0;
-        const double b = (C.has_tables ? C.m[tc] : 0.0) - slope * static_cast<double>(t);
-        si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(b);
+        const double add = (C.has_tables ? C.m[tc] : 0.0) - slope * static_cast<double>(t);
+        si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(add);
       }
     }
     if (boundary) {
-      const IndexRange kr = key_range(P, h, i0 + i);
+      const IndexRange kr = key_range(P, b, h, i0 + i);
       for (int64_t jj = 0; jj < nk; ++jj) {
         const int64_t j = j0 + jj;
         if (j < kr.lo || j > kr.hi) si[jj] = -std::numeric_limits<T>::infinity();
@@ -101,12 +101,12 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
       const T* kh = kp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
       const T* vh = vp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
       for (int64_t i = 0; i < nq; ++i) {
-        rf[i] = C.row_scale(h, i0 + i);
+        rf[i] = C.row_scale(b, h, i0 + i);
         mrow[i] = ninf;
         lrow[i] = T(0);
       }
       std::fill(acc.begin(), acc.end(), T(0));
-      const BlockSpan span = key_blocks(P, h, i0, i1, Bk);
+      const BlockSpan span = key_blocks(P, b, h, i0, i1, Bk);
       for (int64_t kb = span.first; kb <= span.last; ++kb) {
         const int64_t j0 = kb * Bk, nk = std::min(Bk, P.Tk - j0);
         const bool boundary = block_class(span, kb) == BlockClass::Boundary;
@@ -114,7 +114,7 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
         boundary_n += boundary;
         T* s = sbuf.data();  // (nq, Bk): scores, then logits, then probabilities
         cpu::gemm<T>(false, true, nq, nk, P.D, scale, qblk, P.D, kh + j0 * P.D, P.D, T(0), s, Bk);
-        block_logits(C, h, i0, nq, j0, nk, Bk, boundary, rf.data(), s);
+        block_logits(C, b, h, i0, nq, j0, nk, Bk, boundary, rf.data(), s);
         for (int64_t i = 0; i < nq; ++i) {
           T* si = s + i * Bk;
           T mx = mrow[i];
@@ -188,7 +188,7 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
   for (int64_t bh = 0; bh < P.B * P.H; ++bh) {
     int64_t cost = 0;
     for (int64_t qb = 0; qb < nqb; ++qb)
-      cost += span_blocks(key_blocks(P, bh % P.H, qb * Bq, std::min(P.Tq, (qb + 1) * Bq) - 1, Bk));
+      cost += span_blocks(key_blocks(P, bh / P.H, bh % P.H, qb * Bq, std::min(P.Tq, (qb + 1) * Bq) - 1, Bk));
     order.emplace_back(-cost, bh);
   }
   std::sort(order.begin(), order.end());
@@ -221,10 +221,10 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
       for (int64_t qb = 0; qb < nqb; ++qb) {
         const int64_t i0 = qb * Bq, nq = std::min(Bq, P.Tq - i0), i1 = i0 + nq - 1;
         for (int64_t i = 0; i < nq; ++i) {
-          rf[i] = C.row_scale(h, i0 + i);
-          lnn[i] = logn ? row_factor<double>(P, h, i0 + i) : 0.0;
+          rf[i] = C.row_scale(b, h, i0 + i);
+          lnn[i] = logn ? row_factor<double>(P, b, h, i0 + i) : 0.0;
         }
-        const BlockSpan span = key_blocks(P, h, i0, i1, Bk);
+        const BlockSpan span = key_blocks(P, b, h, i0, i1, Bk);
         for (int64_t kbi = span.first; kbi <= span.last; ++kbi) {
           const int64_t j0 = kbi * Bk, nk = std::min(Bk, P.Tk - j0);
           ++visited;
@@ -233,7 +233,7 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
           T* dpv = dpbuf.data(); // dP = dO v^T
           cpu::gemm<T>(false, true, nq, nk, P.D, scale, qh + i0 * P.D, P.D, kh + j0 * P.D, P.D, T(0), s, Bk);
           std::copy(s, s + nq * Bk, pr);
-          block_logits(C, h, i0, nq, j0, nk, Bk, block_class(span, kbi) == BlockClass::Boundary, rf.data(), pr);
+          block_logits(C, b, h, i0, nq, j0, nk, Bk, block_class(span, kbi) == BlockClass::Boundary, rf.data(), pr);
           for (int64_t i = 0; i < nq; ++i) {
             const T l = lh[i0 + i];
             T* pi = pr + i * Bk;

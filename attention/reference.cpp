@@ -23,8 +23,23 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
   const ag::Variable kh = repeat(k), vh = repeat(v);
   ag::Variable s = ag::matmul(q, kh, false, true, scale);  // (B, H, Tq, Tk)
 
-  std::vector<double> coef(H * Tq * Tk), bias(H * Tq * Tk);
+  // packed documents: each position's document id and start, read straight off the cumulative
+  // lengths (not through Documents::bounds, which the kernels use)
+  const Documents* docs = cfg.documents.get();
+  const int64_t Bc = docs ? B : 1;  // the coefficients differ per sequence only with documents
+  std::vector<int64_t> doc_id(Bc * Tk, 0), doc_first(Bc * Tk, 0), doc_len(Bc * Tk, Tk);
+  if (docs) {
+    const auto& cu = docs->cu_seqlens();
+    for (size_t d = 0; d + 1 < cu.size(); ++d)
+      for (int64_t g = cu[d]; g < cu[d + 1]; ++g) {
+        doc_id[g] = static_cast<int64_t>(d);
+        doc_first[g] = cu[d] % Tk;
+        doc_len[g] = cu[d + 1] - cu[d];
+      }
+  }
+  std::vector<double> coef(Bc * H * Tq * Tk), bias(Bc * H * Tq * Tk);
   const double ninf = -std::numeric_limits<double>::infinity();
+  for (int64_t b = 0; b < Bc; ++b)
   for (int64_t h = 0; h < H; ++h) {
     const int64_t w = cfg.window.empty() ? 0 : cfg.window[h];
     const double slope = cfg.alibi_slope.empty() ? 0.0 : cfg.alibi_slope[h];
@@ -35,16 +50,26 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
         if (j < cfg.key_begin || j >= key_end) return false;
         if (t < cfg.min_distance || t < 0) return false;
         if (w > 0 && t >= w) return false;
+        if (docs && doc_id[b * Tk + j] != doc_id[b * Tk + p]) return false;
         return true;
       };
       int64_t n = 0;
       for (int64_t j = 0; j < Tk; ++j) n += visible(j);
       double r = 1.0;
       if (cfg.logit == LogitKind::LogN) r = n > 0 ? std::log(static_cast<double>(n)) : 0.0;
-      if (cfg.logit == LogitKind::SwanRow) r = std::log(cfg.swan_a + p) / std::log(cfg.swan_a);
-      if (cfg.logit == LogitKind::Temperature) r = cfg.beta;
+      if (cfg.logit == LogitKind::SwanRow) {
+        const int64_t row = docs && docs->position_reset() ? p - doc_first[b * Tk + p] : p;
+        r = std::log(cfg.swan_a + row) / std::log(cfg.swan_a);
+      }
+      if (cfg.logit == LogitKind::Temperature) {
+        r = cfg.beta;
+        if (docs && cfg.temp_c != 0.0 && cfg.train_T > 0) {
+          const double sc = static_cast<double>(doc_len[b * Tk + p]) / static_cast<double>(cfg.train_T);
+          r = sc > 1.0 ? 1.0 + cfg.temp_c * std::log(sc) : 1.0;
+        }
+      }
       for (int64_t j = 0; j < Tk; ++j) {
-        const int64_t idx = (h * Tq + i) * Tk + j;
+        const int64_t idx = ((b * H + h) * Tq + i) * Tk + j;
         if (!visible(j)) {
           coef[idx] = 0.0;
           bias[idx] = ninf;
@@ -61,8 +86,8 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
       }
     }
   }
-  const ag::Variable C(Tensor::from_vector(coef, {1, H, Tq, Tk}, dt));
-  const ag::Variable Bi(Tensor::from_vector(bias, {1, H, Tq, Tk}, dt));
+  const ag::Variable C(Tensor::from_vector(coef, {Bc, H, Tq, Tk}, dt));
+  const ag::Variable Bi(Tensor::from_vector(bias, {Bc, H, Tq, Tk}, dt));
   ag::Variable logits = ag::mul(s, C);
   if (cfg.logit == LogitKind::LogN) logits = ag::mul(logits, ag::reshape(logn_c, {1, H, 1, 1}));
   logits = ag::add(logits, Bi);

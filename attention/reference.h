@@ -2,6 +2,7 @@
 // materialises the (B, H, Tq, Tk) scores, so it is for tests only. The mask and the transform
 // coefficients are built here by direct loops over (i, j) from docs/methods.md's definitions, written
 // independently of the kernel's range arithmetic.
+// Packed documents (cfg.documents) are read straight from their cumulative lengths.
 #pragma once
 #include "attention/fused.h"
 

@@ -38,7 +38,8 @@ struct RopeFreqs {
 // YaRN/dynamic NTK; 0 means pos.original_context, which then must be set).
 RopeFreqs rope_frequencies(const PositionSpec& pos, int64_t head_dim, int64_t T);
 
-// x (B, H, T, D) rotated by positions (T) i64. Differentiable in x.
+// x (B, H, T, D) rotated by positions (T) or (B, T) i64 (per sequence: packed documents with
+// position reset). Differentiable in x.
 ag::Variable apply_rope(const ag::Variable& x, const Tensor& positions, const RopeFreqs& f);
 // Plain-tensor version (no autograd); `inverse` rotates by -angle (the backward).
 Tensor rope_rotate(const Tensor& x, const Tensor& positions, const RopeFreqs& f, bool inverse);

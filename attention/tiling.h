@@ -12,25 +12,36 @@
 // resolves q_offset = Tk - Tq by default (the queries are the LAST Tq positions: decoding, chunked
 // prefill, LaMPE regions). Distance t = p_i - j.
 //
-// Mask: key j is visible to row i of head h iff
-//     key_begin <= j < key_end,   t >= min_distance (>= 0, so causal),   t < window[h] if window[h] > 0.
+// Mask: key j is visible to row i of head h (in sequence b) iff
+//     key_begin <= j < key_end,   t >= min_distance (>= 0, so causal),   t < window[h] if window[h] > 0,
+//     and, with packed documents, start_b(p_i) <= j: the key lies in the query's document.
+// Packed documents: start_b(p) / end_b(p) are the first position and one past the last of the
+// document holding position p of sequence b (doc_start / doc_end, (B, Tk) int32, built from the
+// loader's cumulative lengths by attention/documents.h). A key before the query is in the query's
+// document iff it is at or after the document's start, so the document rule only raises lo.
 // Row i's visible keys form the interval key_range(i) = [lo_i, hi_i] (empty when lo_i > hi_i) with
-//     lo_i = max(key_begin, p_i - window + 1),   hi_i = min(key_end - 1, p_i - min_distance).
-// Both ends grow by at most one per row, so (1) the rows with a visible key form an interval
+//     lo_i = max(key_begin, p_i - window + 1, start_b(p_i)),   hi_i = min(key_end - 1, p_i - min_distance).
+// Both ends are non-decreasing in i, and a nonempty row's hi reaches the next row's lo (no gaps; with
+// documents min_distance must be 0), so (1) the rows with a visible key form an interval
 // (nonempty_rows), (2) the visible keys of a run of consecutive rows form one interval, and a query
 // block touches exactly the key blocks from the first nonempty row's lo to the last's hi
 // (key_blocks), and (3) the transpose holds too: the rows that see key j are an interval
-// (query_range), used by the key-major backward. A block is Full when every (i, j) in it is
-// visible (no masking needed), Boundary when some are, Skip when none are: a kernel never reads a
-// Skip block.
+// (query_range: p_i < end_b(j) with documents), used by the key-major backward. A block is Full
+// when every (i, j) in it is visible (no masking needed), Boundary when some are, Skip when none
+// are: a kernel never reads a Skip block. With documents a query block inside one document meets
+// only that document's key blocks: a pack of short documents costs what the documents cost.
 //
 // Logits: L_ij = r_i * a_t * s_ij + m_t - slope_h * t,  s_ij = scale * q_i . k_j, with
 //   identity        r = 1,                                    a = 1, m = 0;
 //   scale_invariant a_t = sqrt(2 ln(1 + t/tau) + 1), m_t = -2 ln(1 + t/tau) (computed with log1p);
 //   logn            r = c_h ln(n_i), n_i the number of visible keys of row i (c_h per head, learned
-//                   or fixed; row_factor() returns ln(n_i), the kernels multiply by c_h);
-//   swan_row        r = ln(swan_a + p_i) / ln(swan_a);
-//   temperature     r = beta;
+//                   or fixed; row_factor() returns ln(n_i), the kernels multiply by c_h); with
+//                   documents n_i counts the keys of the row's document only (the mask does it);
+//   swan_row        r = ln(swan_a + n) / ln(swan_a), n = p_i, or p_i - start_b(p_i) (the position
+//                   inside the document) with position reset;
+//   temperature     r = beta; with documents and DroPE's beta = 1 + c ln s (temp_c != 0), s is
+//                   each row's document length over train_T (s <= 1: beta = 1), the s the
+//                   document would get evaluated alone;
 //   ALiBi (position encoding alibi) adds -slope_h * t to any of them.
 #pragma once
 #include <math.h>
@@ -57,6 +68,13 @@ struct AttnKernelParams {
   bool alibi = false;
   double scale = 1.0;                 // 1/sqrt(D) unless given
   double tau = 10.0, swan_a = 362.0, beta = 1.0;
+  double temp_c = 0.0;                // temperature beta = 1 + c ln s per document (documents only)
+  int64_t temp_train_T = 0;
+  // Packed documents (null: one document per sequence). Device pointers on CUDA; row b of each is
+  // sequence b's start_b / end_b over positions [0, Tk). The op keeps the tensors alive.
+  const int32_t* doc_start = nullptr;
+  const int32_t* doc_end = nullptr;
+  bool pos_reset = false;             // position-dependent logit terms use the position in the document
   int64_t window[kMaxAttnHeads] = {};  // per query head, 0 = unbounded
   double slope[kMaxAttnHeads] = {};    // ALiBi slope per query head (used when alibi)
 };
@@ -73,42 +91,60 @@ struct IndexRange {  // [lo, hi], empty when lo > hi
 HZ_HD bool range_empty(IndexRange r) { return r.lo > r.hi; }
 
 // ---- masks -------------------------------------------------------------------------------------
-// Visible keys of query row i of head h.
-HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t h, int64_t i) {
+HZ_HD bool has_documents(const AttnKernelParams& p) { return p.doc_start != nullptr; }
+// First position and one past the last of the document holding position pos (< Tk) of sequence b.
+HZ_HD int64_t doc_start_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
+  return p.doc_start[b * p.Tk + pos];
+}
+HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) { return p.doc_end[b * p.Tk + pos]; }
+
+// Visible keys of query row i of head h in sequence b.
+HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
   const int64_t pos = p.q_offset + i, w = p.window[h];
   int64_t lo = p.key_begin, hi = pos - p.min_distance;
   if (w > 0 && pos - w + 1 > lo) lo = pos - w + 1;
+  if (has_documents(p)) {
+    const int64_t ds = doc_start_of(p, b, pos);
+    if (ds > lo) lo = ds;
+  }
   if (p.key_end - 1 < hi) hi = p.key_end - 1;
   return {lo, hi};
 }
-HZ_HD int64_t visible_count(const AttnKernelParams& p, int64_t h, int64_t i) {
-  const IndexRange r = key_range(p, h, i);
+HZ_HD int64_t visible_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
+  const IndexRange r = key_range(p, b, h, i);
   return r.hi >= r.lo ? r.hi - r.lo + 1 : 0;
 }
-// Query rows of head h that see key j (the transpose of key_range), clamped to [0, Tq).
-HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t h, int64_t j) {
+// Query rows of head h that see key j of sequence b (the transpose of key_range), clamped to [0, Tq).
+HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j) {
   if (j < p.key_begin || j >= p.key_end) return {0, -1};
   const int64_t w = p.window[h];
   int64_t lo = j + p.min_distance - p.q_offset, hi = p.Tq - 1;
   if (lo < 0) lo = 0;
   if (w > 0 && j + w - 1 - p.q_offset < hi) hi = j + w - 1 - p.q_offset;
+  if (has_documents(p) && doc_end_of(p, b, j) - 1 - p.q_offset < hi) hi = doc_end_of(p, b, j) - 1 - p.q_offset;
   return {lo, hi};
 }
 // Query rows of head h with at least one visible key (an interval, see the header comment).
-HZ_HD IndexRange nonempty_rows(const AttnKernelParams& p, int64_t h) {
+HZ_HD IndexRange nonempty_rows(const AttnKernelParams& p, int64_t b, int64_t h) {
   const int64_t w = p.window[h];
   if (p.key_begin >= p.key_end || (w > 0 && p.min_distance > w - 1)) return {0, -1};
   int64_t lo = p.key_begin + p.min_distance - p.q_offset, hi = p.Tq - 1;
   if (lo < 0) lo = 0;
   if (w > 0 && p.key_end + w - 2 - p.q_offset < hi) hi = p.key_end + w - 2 - p.q_offset;
+  // documents (min_distance 0): a row past key_end sees keys only while its document started before
+  // key_end, i.e. while p_i < end_b(key_end - 1)
+  if (has_documents(p) && doc_end_of(p, b, p.key_end - 1) - 1 - p.q_offset < hi)
+    hi = doc_end_of(p, b, p.key_end - 1) - 1 - p.q_offset;
   return {lo, hi};
 }
-// Keys of head h seen by at least one query row.
-HZ_HD IndexRange nonempty_keys(const AttnKernelParams& p, int64_t h) {
+// Keys of head h in sequence b seen by at least one query row.
+HZ_HD IndexRange nonempty_keys(const AttnKernelParams& p, int64_t b, int64_t h) {
   const int64_t w = p.window[h];
   if (p.Tq <= 0 || (w > 0 && p.min_distance > w - 1)) return {0, -1};
   int64_t lo = p.key_begin, hi = p.key_end - 1;
   if (w > 0 && p.q_offset - w + 1 > lo) lo = p.q_offset - w + 1;
+  // documents: a key before the first query is seen only inside the first query's document
+  if (has_documents(p) && doc_start_of(p, b, p.q_offset) > lo) lo = doc_start_of(p, b, p.q_offset);
   if (p.Tq - 1 + p.q_offset - p.min_distance < hi) hi = p.Tq - 1 + p.q_offset - p.min_distance;
   return {lo, hi};
 }
@@ -150,35 +186,39 @@ namespace detail {
 // The two directions of the same interval structure: rows -> their visible keys (forward, dQ) and
 // keys -> the rows that see them (the key-major dK/dV pass).
 struct RowsToKeys {
-  HZ_HD static IndexRange nonempty(const AttnKernelParams& p, int64_t h) { return nonempty_rows(p, h); }
-  HZ_HD static IndexRange range(const AttnKernelParams& p, int64_t h, int64_t i) { return key_range(p, h, i); }
+  HZ_HD static IndexRange nonempty(const AttnKernelParams& p, int64_t b, int64_t h) { return nonempty_rows(p, b, h); }
+  HZ_HD static IndexRange range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
+    return key_range(p, b, h, i);
+  }
   HZ_HD static int64_t extent(const AttnKernelParams& p) { return p.Tk; }
 };
 struct KeysToRows {
-  HZ_HD static IndexRange nonempty(const AttnKernelParams& p, int64_t h) { return nonempty_keys(p, h); }
-  HZ_HD static IndexRange range(const AttnKernelParams& p, int64_t h, int64_t j) { return query_range(p, h, j); }
+  HZ_HD static IndexRange nonempty(const AttnKernelParams& p, int64_t b, int64_t h) { return nonempty_keys(p, b, h); }
+  HZ_HD static IndexRange range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j) {
+    return query_range(p, b, h, j);
+  }
   HZ_HD static int64_t extent(const AttnKernelParams& p) { return p.Tq; }
 };
 // Blocks of size n along the other axis met by [a0, a1] of this axis: from the first nonempty
 // index's range start to the last one's range end; Full inside the common part of every range
 // when all of [a0, a1] is nonempty.
 template <class Axis>
-HZ_HD BlockSpan blocks_across(const AttnKernelParams& p, int64_t h, int64_t a0, int64_t a1, int64_t n) {
-  const IndexRange ne = Axis::nonempty(p, h);
+HZ_HD BlockSpan blocks_across(const AttnKernelParams& p, int64_t bt, int64_t h, int64_t a0, int64_t a1, int64_t n) {
+  const IndexRange ne = Axis::nonempty(p, bt, h);
   const int64_t a = a0 > ne.lo ? a0 : ne.lo, b = a1 < ne.hi ? a1 : ne.hi;
   if (a > b) return {0, -1, 0, -1};
-  return span_of(Axis::range(p, h, a).lo, Axis::range(p, h, b).hi, a == a0 && b == a1, Axis::range(p, h, a1).lo,
-                 Axis::range(p, h, a0).hi, n, Axis::extent(p));
+  return span_of(Axis::range(p, bt, h, a).lo, Axis::range(p, bt, h, b).hi, a == a0 && b == a1,
+                 Axis::range(p, bt, h, a1).lo, Axis::range(p, bt, h, a0).hi, n, Axis::extent(p));
 }
 }  // namespace detail
 
-// Key blocks (size Bk) met by query rows [i0, i1] of head h.
-HZ_HD BlockSpan key_blocks(const AttnKernelParams& p, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
-  return detail::blocks_across<detail::RowsToKeys>(p, h, i0, i1, Bk);
+// Key blocks (size Bk) met by query rows [i0, i1] of head h in sequence b.
+HZ_HD BlockSpan key_blocks(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
+  return detail::blocks_across<detail::RowsToKeys>(p, b, h, i0, i1, Bk);
 }
-// Query blocks (size Bq) met by keys [j0, j1] of head h (the key-major backward's loop).
-HZ_HD BlockSpan query_blocks(const AttnKernelParams& p, int64_t h, int64_t j0, int64_t j1, int64_t Bq) {
-  return detail::blocks_across<detail::KeysToRows>(p, h, j0, j1, Bq);
+// Query blocks (size Bq) met by keys [j0, j1] of head h in sequence b (the key-major backward's loop).
+HZ_HD BlockSpan query_blocks(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j0, int64_t j1, int64_t Bq) {
+  return detail::blocks_across<detail::KeysToRows>(p, b, h, j0, j1, Bq);
 }
 HZ_HD int64_t num_blocks(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
 
@@ -227,14 +267,22 @@ HZ_HD F swan_scale(F a, F n) {
 
 // Row factor r_i without LogN's c_h (see the header comment).
 template <class F>
-HZ_HD F row_factor(const AttnKernelParams& p, int64_t h, int64_t i) {
+HZ_HD F row_factor(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
+  const int64_t pos = p.q_offset + i;
   switch (p.logit) {
     case LogitKind::LogN: {
-      const int64_t n = visible_count(p, h, i);
+      const int64_t n = visible_count(p, b, h, i);
       return n > 0 ? math::log_(static_cast<F>(n)) : F(0);
     }
-    case LogitKind::SwanRow: return swan_scale<F>(static_cast<F>(p.swan_a), static_cast<F>(p.q_offset + i));
-    case LogitKind::Temperature: return static_cast<F>(p.beta);
+    case LogitKind::SwanRow: {
+      const int64_t n = has_documents(p) && p.pos_reset ? pos - doc_start_of(p, b, pos) : pos;
+      return swan_scale<F>(static_cast<F>(p.swan_a), static_cast<F>(n));
+    }
+    case LogitKind::Temperature: {
+      if (!has_documents(p) || p.temp_c == 0.0 || p.temp_train_T <= 0) return static_cast<F>(p.beta);
+      const F s = static_cast<F>(doc_end_of(p, b, pos) - doc_start_of(p, b, pos)) / static_cast<F>(p.temp_train_T);
+      return s > F(1) ? F(1) + static_cast<F>(p.temp_c) * math::log_(s) : F(1);
+    }
     default: return F(1);
   }
 }

@@ -273,8 +273,9 @@ Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p) {
   HZ_CHECK(D % 2 == 0, ShapeError, "rotary: head dim ", D, " must be even");
   HZ_CHECK(static_cast<int64_t>(p.inv_freq.size()) * 2 == D, ShapeError, "rotary: table for head_dim ",
            p.inv_freq.size() * 2, " used on head_dim ", D);
-  HZ_CHECK(positions.defined() && positions.dim() == 1 && positions.size(0) == T, ShapeError,
-           "rotary: positions must be (T) = (", T, "), got ",
+  HZ_CHECK(positions.defined() && ((positions.dim() == 1 && positions.size(0) == T) ||
+                                   (positions.dim() == 2 && positions.size(0) == x.size(0) && positions.size(1) == T)),
+           ShapeError, "rotary: positions must be (T) = (", T, ") or (B, T) = (", x.size(0), ", ", T, "), got ",
            positions.defined() ? shape_str(positions.shape()) : std::string("undefined"));
   HZ_CHECK(is_integer(positions.dtype()), DTypeError, "rotary: positions must be i32/i64");
   check_device(x, positions, "rotary");

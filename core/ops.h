@@ -127,7 +127,8 @@ RmsNormGrads rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& r
 Tensor scatter_dim(const Tensor& src, const Tensor& index, int64_t dim, const Shape& out_shape);
 
 // ---- rotary position rotation -----------------------------------------------------------------
-// x (B, H, T, D), positions (T) integer -> rotated x (same dtype; computed in double/f32).
+// x (B, H, T, D), positions (T) or (B, T) integer (per sequence: packed documents) -> rotated x
+// (same dtype; computed in double/f32).
 Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p);
 
 // ---- random fill --------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ attn::AttnConfig AttentionLayer::kernel_config(const AttnCall& call) const {
   attn::AttnConfig cfg = attn::make_attn_config(spec, dims.n_heads, call.T, call.train_T);
   cfg.block_q = call.block_q;
   cfg.block_k = call.block_k;
+  cfg.documents = call.documents;
   return cfg;
 }
 
@@ -87,7 +88,12 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
   attn::RopeFreqs f;
   if (rot) f = rope_freqs(call);
   ag::Variable o;
+  HZ_CHECK(!(cfg.documents && cache), NotImplementedError,
+           "attention: packed documents with a KV cache (decoding) are not supported; decode each document alone");
   if (uses_lampe(cfg)) {  // LaMPE rotates per region itself, for the input length l = call.T
+    HZ_CHECK(!cfg.documents, NotImplementedError,
+             "attention: LaMPE remaps positions for one input length and cannot score packed documents; "
+             "evaluate with data.documents=stream (one document per sequence)");
     attn::LampeConfig lc = *lampe;
     if (lc.length == 0) lc.length = call.T;
     if (cache) {

@@ -27,13 +27,16 @@ struct AttnCall {
   int64_t T = 0;
   int64_t train_T = 0;
   int64_t block_q = 64, block_k = 64;
+  // Packed documents of the batch (attention/documents.h): the mask of every layer and, through
+  // Transformer::hidden, the positions. Null: one document per sequence.
+  std::shared_ptr<const attn::Documents> documents;
 };
 
 class AttentionLayer : public Module {
  public:
   AttentionLayer(const AttentionDims& dims, const attn::AttentionSpec& spec, double init_std,
                  double resid_std, DType dt);
-  // x (B, T, C), positions (T) i64. With a cache (decoding, B = 1), the new keys and values go
+  // x (B, T, C), positions (T) or (B, T) i64. With a cache (decoding, B = 1), the new keys and values go
   // into it and the queries attend to everything it keeps (nn/kv_cache.h).
   ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
                        LayerKV* cache = nullptr) const;

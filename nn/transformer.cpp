@@ -109,7 +109,14 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   const Device dev = embed->weight.value().device();
   const Tensor ids = ids_in.to(dev);
   const int64_t T = ids.size(1);
-  const Tensor positions = positions_in.defined() ? positions_in.to(dev) : Tensor::arange(0, T, 1, DType::I64, dev);
+  HZ_CHECK(!(call.documents && positions_in.defined()), ValueError,
+           "model: give positions or packed documents, not both (the documents define the positions)");
+  if (call.documents)
+    HZ_CHECK(call.documents->batch() == ids.size(0) && call.documents->seq_len() == T, ShapeError, "model: documents of ",
+             call.documents->batch(), " x ", call.documents->seq_len(), " for ids ", shape_str(ids.shape()));
+  const Tensor positions = call.documents        ? call.documents->positions(dev)
+                           : positions_in.defined() ? positions_in.to(dev)
+                                                    : Tensor::arange(0, T, 1, DType::I64, dev);
   ComputeScope scope(compute_dtype);
   if (call.T == 0) call.T = T;
   if (call.train_T == 0) call.train_T = cfg.train_context;

@@ -64,8 +64,9 @@ class Block : public Module {
 class Transformer : public Module {
  public:
   explicit Transformer(const ModelConfig& cfg, uint64_t seed = 0);
-  // ids (B, T) integer; positions (T) i64 (default 0..T-1). call.T defaults to T. Inputs on
-  // another device than the model are moved to it.
+  // ids (B, T) integer; positions (T) or (B, T) i64 (default 0..T-1, or with call.documents their
+  // positions: then positions must be left undefined). call.T defaults to T. Inputs on another
+  // device than the model are moved to it.
   ag::Variable forward(const Tensor& ids, const Tensor& positions = Tensor(), AttnCall call = {}) const;
   // forward() in two halves: the final-normed hidden states (B, T, C), and the output head on them
   // (scoring long texts projects chunks of rows to bound the (T, V) logits).

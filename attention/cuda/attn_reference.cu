@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const QueryTile tile = query_tile(P, blockIdx.x, P.block_q);
   const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
   if (threadIdx.x == 0) {
-    const BlockSpan s = key_blocks(P, h, i0, i1, P.block_k);
+    const BlockSpan s = key_blocks(P, b, h, i0, i1, P.block_k);
     atomicAdd(&counters[0], static_cast<Counter>(span_blocks(s)));
     atomicAdd(&counters[1], static_cast<Counter>(span_blocks(s) - span_full_blocks(s)));
   }
@@ -91,13 +91,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncwarp();
     load_row(qs, q + row * P.D, P.D, lane);
     __syncwarp();
-    const IndexRange kr = key_range(P, h, i);
+    const IndexRange kr = key_range(P, b, h, i);
     if (range_empty(kr)) {
       for (int64_t d = lane; d < P.D; d += 32) oi[d] = store<T>(A(0));
       if (lane == 0) lse[row] = neg_inf<A>();
       continue;
     }
-    const A r = row_scale<A>(P, c, row_factor<A>(P, h, i), h);
+    const A r = row_scale<A>(P, c, row_factor<A>(P, b, h, i), h);
     const int64_t pos = P.q_offset + i;
     auto logit = [&](int64_t j) {
       const LogitCoef<A> cf = logit_coef<A>(P, h, r, pos - j);
@@ -165,8 +165,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     load_row(qs, q + row * P.D, P.D, lane);
     load_row(gs, gout + row * P.D, P.D, lane);
     __syncwarp();
-    const IndexRange kr = key_range(P, h, i);
-    const A f = row_factor<A>(P, h, i), r = row_scale<A>(P, c, f, h);
+    const IndexRange kr = key_range(P, b, h, i);
+    const A f = row_factor<A>(P, b, h, i), r = row_scale<A>(P, c, f, h);
     const A li = lse[row], Di = Dvec[row];
     const int64_t pos = P.q_offset + i;
     A acc[kPer], dcs = A(0);
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t b = tile.b, hk = tile.hk, j0 = tile.j0, j1 = tile.j1;
   if (threadIdx.x == 0) {
     Counter n = 0;
-    for (int64_t g = 0; g < P.G; ++g) n += span_blocks(query_blocks(P, hk * P.G + g, j0, j1, P.block_q));
+    for (int64_t g = 0; g < P.G; ++g) n += span_blocks(query_blocks(P, b, hk * P.G + g, j0, j1, P.block_q));
     atomicAdd(&counters[2], n);
   }
   const A scale = static_cast<A>(P.scale);
@@ -226,14 +226,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int u = 0; u < kPer; ++u) acck[u] = accv[u] = A(0);
     for (int64_t g = 0; g < P.G; ++g) {
       const int64_t h = hk * P.G + g;
-      const IndexRange qr = query_range(P, h, j);
+      const IndexRange qr = query_range(P, b, h, j);
       const A ch = P.logit == LogitKind::LogN ? c[h] : A(1);
       const int64_t hrow = (b * P.H + h) * P.Tq;
       for (int64_t ib = qr.lo; ib <= qr.hi; ib += 32) {
         const int64_t i = ib + lane;
         A pval = A(0), gval = A(0);
         if (i <= qr.hi) {
-          const A r = row_factor<A>(P, h, i) * ch;
+          const A r = row_factor<A>(P, b, h, i) * ch;
           const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), P.q_offset + i - j);
           const A s = scale * dot_row(ks, q + (hrow + i) * P.D, P.D);
           pval = math::exp_(r * cf.mul * s + cf.add - lse[hrow + i]);

@@ -234,9 +234,9 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const BlockSpan& span, 
 }
 
 // Row scale r_i (row factor times LogN's c_h) for row i (0 outside [0, Tq)).
-HZ_KBODY float row_r(const AttnKernelParams& P, const float* c, int64_t h, int64_t i) {
+HZ_KBODY float row_r(const AttnKernelParams& P, const float* c, int64_t b, int64_t h, int64_t i) {
   if (i < 0 || i >= P.Tq) return 0.0f;
-  const float f = row_factor<float>(P, h, i);
+  const float f = row_factor<float>(P, b, h, i);
   return P.logit == LogitKind::LogN ? f * c[h] : f;
 }
 
@@ -263,7 +263,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
 
-  const BlockSpan span = key_blocks(P, h, i0, i1, kBk);
+  const BlockSpan span = key_blocks(P, b, h, i0, i1, kBk);
   if (tid == 0) {
     x.add_counter(&a.counters[0], static_cast<Counter>(span_blocks(span)));
     x.add_counter(&a.counters[1], static_cast<Counter>(span_blocks(span) - span_full_blocks(span)));
@@ -286,10 +286,10 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
       const int64_t i = i0 + warp * 16 * kMT + mt * 16 + g + 8 * hh;
-      const IndexRange kr = i < P.Tq ? key_range(P, h, i) : IndexRange{1, 0};
+      const IndexRange kr = i < P.Tq ? key_range(P, b, h, i) : IndexRange{1, 0};
       lo[mt][hh] = kr.lo;
       hi[mt][hh] = kr.hi;
-      rr[mt][hh] = row_r(P, a.c, h, i);
+      rr[mt][hh] = row_r(P, a.c, b, h, i);
       rs[mt][hh] = rr[mt][hh] * static_cast<float>(P.scale) * kLog2e;
       m[mt][hh] = ninf();
       l[mt][hh] = 0.0f;
@@ -417,7 +417,7 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
 
-  const BlockSpan span = key_blocks(P, h, i0, i1, kBk);
+  const BlockSpan span = key_blocks(P, b, h, i0, i1, kBk);
   load_tile<D>(x, sQ, a.q + hrow * D, i0, kBq, P.Tq);
   load_tile<D>(x, sG, a.gout + hrow * D, i0, kBq, P.Tq);
   if (span_blocks(span) > 0) {
@@ -432,12 +432,12 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   for (int hh = 0; hh < 2; ++hh) {
     const int64_t i = i0 + warp * 16 + g + 8 * hh;
     const bool in = i < P.Tq;
-    const IndexRange kr = in ? key_range(P, h, i) : IndexRange{1, 0};
+    const IndexRange kr = in ? key_range(P, b, h, i) : IndexRange{1, 0};
     lo[hh] = kr.lo;
     hi[hh] = kr.hi;
-    rr[hh] = row_r(P, a.c, h, i);
+    rr[hh] = row_r(P, a.c, b, h, i);
     rs[hh] = rr[hh] * static_cast<float>(P.scale) * kLog2e;
-    f[hh] = in ? row_factor<float>(P, h, i) : 0.0f;
+    f[hh] = in ? row_factor<float>(P, b, h, i) : 0.0f;
     const float ls = in ? a.lse[hrow + i] : ninf();
     lse2[hh] = ls == ninf() ? INFINITY : ls * kLog2e;  // rows without keys: every p = 0
     Di[hh] = in ? a.Dvec[hrow + i] : 0.0f;
@@ -533,7 +533,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
 
   // the (head, query block) pairs of the group, in order: heads h = hk G + gh, query_blocks()
   int64_t n_pairs = 0;
-  for (int64_t gh = 0; gh < P.G; ++gh) n_pairs += span_blocks(query_blocks(P, hk * P.G + gh, j0, j1, kBq));
+  for (int64_t gh = 0; gh < P.G; ++gh) n_pairs += span_blocks(query_blocks(P, b, hk * P.G + gh, j0, j1, kBq));
   if (tid == 0) x.add_counter(&a.counters[2], static_cast<Counter>(n_pairs));
   // cursor over the pairs
   struct Cursor {
@@ -543,7 +543,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   auto first_pair = [&](int64_t gh) {
     Cursor c{gh, 0, {0, -1, 0, -1}};
     for (; c.gh < P.G; ++c.gh) {
-      c.span = query_blocks(P, hk * P.G + c.gh, j0, j1, kBq);
+      c.span = query_blocks(P, b, hk * P.G + c.gh, j0, j1, kBq);
       if (span_blocks(c.span) > 0) {
         c.qb = c.span.first;
         return c;
@@ -567,7 +567,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     for (int r = tid; r < kBq; r += kThreads) {
       const int64_t i = q0 + r;
       const bool in = i < P.Tq;
-      const float rr = row_r(P, a.c, h, i);
+      const float rr = row_r(P, a.c, b, h, i);
       rowd[r] = in ? a.lse[hrow + i] * kLog2e : 0.0f;  // rows that see these keys have a finite lse
       rowd[kBq + r] = in ? a.Dvec[hrow + i] : 0.0f;
       rowd[2 * kBq + r] = rr;
@@ -607,7 +607,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       // rows are keys here: key j = j0 + kloc, column r is query q0 + r, distance t = tb + r
       const int kloc = warp * 16 + g + 8 * hh;
       const int64_t j = j0 + kloc;
-      const IndexRange qr = j < P.Tk ? query_range(P, h, j) : IndexRange{1, 0};
+      const IndexRange qr = j < P.Tk ? query_range(P, b, h, j) : IndexRange{1, 0};
       const float tb = static_cast<float>(P.q_offset + q0 - j);
       const int te0 = kBk - 1 - kloc;  // table entry of column r: te0 + r
       const int lo_c = static_cast<int>(imax(-1, imin(kBq, qr.lo - q0)));

@@ -37,9 +37,11 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
   const Tensor x = x_in.contiguous();
   const Tensor positions = positions_in.to(DType::I64).contiguous();
   const int64_t* pp = positions.data<int64_t>();
-  // cos/sin table (T, D/2) in double, then applied in the tensor's compute type
-  std::vector<double> cs(T * half), sn(T * half);
-  for (int64_t t = 0; t < T; ++t)
+  // cos/sin table (P, D/2) in double over the P = T or B T position ids (positions (T) or (B, T)),
+  // then applied in the tensor's compute type
+  const int64_t np = positions.numel();
+  std::vector<double> cs(np * half), sn(np * half);
+  for (int64_t t = 0; t < np; ++t)
     for (int64_t m = 0; m < half; ++m) {
       const double a = static_cast<double>(pp[t]) * p.inv_freq[m];
       cs[t * half + m] = std::cos(a) * p.mscale;
@@ -51,7 +53,7 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
     S* op = static_cast<S*>(out.raw_data());
 #pragma omp parallel for schedule(static) if (B * H * T * D > 32768)
     for (int64_t r = 0; r < B * H * T; ++r) {
-      const int64_t t = r % T;
+      const int64_t t = np == T ? r % T : (r / (H * T)) * T + r % T;
       const S* xr = xp + r * D;
       S* o = op + r * D;
       const double* c = cs.data() + t * half;

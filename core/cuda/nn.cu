@@ -266,15 +266,16 @@ struct Freqs {
   double f[kMaxHalf];
 };
 // One thread per (row, pair): angle pos * f[m] in double, cos/sin in double (as the CPU table).
+// Positions (T), or (B, T) when HT > 0 (H T rows per sequence).
 template <class S, class I>
 __global__ void rotary_kernel(const S* __restrict__ x, const I* __restrict__ pos, S* __restrict__ y, int64_t rows,
-                              int64_t T, int64_t half, Freqs fr, double mscale, bool inverse) {
+                              int64_t T, int64_t HT, int64_t half, Freqs fr, double mscale, bool inverse) {
   using A = math::acc_t<S>;
   const int64_t total = rows * half;
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < total;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = j / half, m = j % half, t = r % T;
-    const double a = static_cast<double>(pos[t]) * fr.f[m];
+    const double a = static_cast<double>(pos[HT > 0 ? (r / HT) * T + t : t]) * fr.f[m];
     double sn, cs;
     ::sincos(a, &sn, &cs);
     const A c = static_cast<A>(cs * mscale), s = static_cast<A>((inverse ? -sn : sn) * mscale);
@@ -302,7 +303,8 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
     dispatch_index(positions.dtype(), [&](auto itag) {
       using I = decltype(itag);
       rotary_kernel<S, I><<<blocks_for(rows * half), kThreads, 0, stream(dev)>>>(
-          ptr<const S>(x), ptr<const I>(positions), ptr<S>(out), rows, T, half, fr, p.mscale, p.inverse);
+          ptr<const S>(x), ptr<const I>(positions), ptr<S>(out), rows, T,
+          positions.dim() == 2 ? x.size(1) * T : int64_t(0), half, fr, p.mscale, p.inverse);
       HZ_CUDA_LAUNCHED("rotary");
     });
   });

@@ -83,9 +83,9 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
             hi = j;
             ++n;
           }
-        ASSERT_EQ(visible_count(P, h, i), n) << "row " << i;
+        ASSERT_EQ(visible_count(P, 0, h, i), n) << "row " << i;
         if (n > 0) {
-          const IndexRange r = key_range(P, h, i);
+          const IndexRange r = key_range(P, 0, h, i);
           ASSERT_EQ(r.lo, lo) << "row " << i;
           ASSERT_EQ(r.hi, hi) << "row " << i;
           ASSERT_EQ(hi - lo + 1, n) << "visible keys of a row are an interval";
@@ -93,10 +93,10 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
           else ASSERT_EQ(last_row, i - 1) << "nonempty rows are an interval";
           last_row = i;
         } else {
-          ASSERT_TRUE(range_empty(key_range(P, h, i))) << "row " << i;
+          ASSERT_TRUE(range_empty(key_range(P, 0, h, i))) << "row " << i;
         }
       }
-      const IndexRange rows = nonempty_rows(P, h);
+      const IndexRange rows = nonempty_rows(P, 0, h);
       if (first_row < 0) {
         ASSERT_TRUE(range_empty(rows));
       } else {
@@ -112,7 +112,7 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
             if (lo < 0) lo = i;
             hi = i;
           }
-        const IndexRange r = query_range(P, h, j);
+        const IndexRange r = query_range(P, 0, h, j);
         if (lo < 0) {
           ASSERT_TRUE(range_empty(r)) << "key " << j;
         } else {
@@ -122,7 +122,7 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
           last_key = j;
         }
       }
-      const IndexRange keys = nonempty_keys(P, h);
+      const IndexRange keys = nonempty_keys(P, 0, h);
       if (first_key < 0) {
         ASSERT_TRUE(range_empty(keys));
       } else {
@@ -133,12 +133,12 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
       const int64_t Bq = P.block_q, Bk = P.block_k;
       for (int64_t qb = 0; qb < num_blocks(c.Tq, Bq); ++qb) {
         const int64_t i0 = qb * Bq, i1 = std::min(c.Tq, i0 + Bq) - 1;
-        const BlockSpan rs = key_blocks(P, h, i0, i1, Bk);
+        const BlockSpan rs = key_blocks(P, 0, h, i0, i1, Bk);
         for (int64_t kb = 0; kb < num_blocks(c.Tk, Bk); ++kb) {
           const int64_t j0 = kb * Bk, j1 = std::min(c.Tk, j0 + Bk) - 1;
           const BlockClass want = brute_class(c, h, i0, i1, j0, j1);
           ASSERT_EQ(block_class(rs, kb), want) << "query block " << qb << " key block " << kb << " (row-major)";
-          const BlockSpan cs = query_blocks(P, h, j0, j1, Bq);
+          const BlockSpan cs = query_blocks(P, 0, h, j0, j1, Bq);
           ASSERT_EQ(block_class(cs, qb), want) << "query block " << qb << " key block " << kb << " (key-major)";
         }
       }
@@ -168,18 +168,18 @@ TEST(Tiling, LogitCoefficientsFollowTheirDefinitions) {
   EXPECT_DOUBLE_EQ(P.scale, 0.25);
   EXPECT_EQ(P.q_offset, 3);
   for (int64_t i = 0; i < 9; ++i) {
-    EXPECT_DOUBLE_EQ(row_factor<double>(P, 0, i), std::log(static_cast<double>(3 + i + 1)));  // causal: p + 1 keys
-    EXPECT_DOUBLE_EQ(row_factor<double>(P, 1, i), std::log(std::min<double>(3 + i + 1, 5.0)));  // window 5
+    EXPECT_DOUBLE_EQ(row_factor<double>(P, 0, 0, i), std::log(static_cast<double>(3 + i + 1)));  // causal: p + 1 keys
+    EXPECT_DOUBLE_EQ(row_factor<double>(P, 0, 1, i), std::log(std::min<double>(3 + i + 1, 5.0)));  // window 5
   }
   const LogitCoef<double> c = logit_coef<double>(P, 1, 2.0, 7);  // identity transform + ALiBi
   EXPECT_DOUBLE_EQ(c.mul, 2.0);
   EXPECT_DOUBLE_EQ(c.add, -0.25 * 7);
   P.logit = LogitKind::SwanRow;
   P.swan_a = 362.0;
-  EXPECT_DOUBLE_EQ(row_factor<double>(P, 0, 4), std::log(362.0 + 7) / std::log(362.0));
+  EXPECT_DOUBLE_EQ(row_factor<double>(P, 0, 0, 4), std::log(362.0 + 7) / std::log(362.0));
   P.logit = LogitKind::Temperature;
   P.beta = 1.3;
-  EXPECT_DOUBLE_EQ(row_factor<double>(P, 1, 4), 1.3);
+  EXPECT_DOUBLE_EQ(row_factor<double>(P, 0, 1, 4), 1.3);
   P.logit = LogitKind::ScaleInvariant;
   P.tau = 10.0;
   P.alibi = false;
@@ -211,7 +211,7 @@ TEST(Tiling, AccountingUsesTheKernelsBlocks) {
   const AttnKernelParams P = make_kernel_params(cfg, 1, 4, 1, 300, 300, 64);
   int64_t blocks = 0;
   for (int64_t h = 0; h < 4; ++h)
-    for (int64_t i0 = 0; i0 < 300; i0 += 64) blocks += span_blocks(key_blocks(P, h, i0, std::min<int64_t>(300, i0 + 64) - 1, 32));
+    for (int64_t i0 = 0; i0 < 300; i0 += 64) blocks += span_blocks(key_blocks(P, 0, h, i0, std::min<int64_t>(300, i0 + 64) - 1, 32));
   EXPECT_EQ(cost.blocks, blocks);
   EXPECT_GT(blocks, 0);
 }
