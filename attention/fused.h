@@ -70,7 +70,8 @@ AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t 
 
 // The kernel parameters of one call: the config resolved against the shapes (q_offset, key
 // limits, scale, per-head windows and slopes). Throws ShapeError / ValueError saying what to
-// change. Used by both devices and by attention_cost().
+// change. Used by both devices and by attention_cost(). With documents the result points into
+// cfg.documents' host bounds: keep cfg's documents alive while it is used.
 AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Hkv, int64_t Tq,
                                     int64_t Tk, int64_t D);
 

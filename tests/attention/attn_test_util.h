@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,12 +35,44 @@ struct Problem {
   PosKind pos = PosKind::None;
   LogitKind logit = LogitKind::Identity;
   int64_t key_end = -1, min_distance = 0, q_offset = -1;
+  // packed documents: the lengths of each sequence's documents (b-th entry for sequence b, each
+  // summing to Tk; empty: none), positions restarting at each document when `reset`
+  std::vector<std::vector<int64_t>> docs;
+  bool reset = true;
+  std::shared_ptr<const Documents> documents() const {
+    if (docs.empty()) return nullptr;
+    std::vector<int64_t> cu{0};
+    for (const auto& seq : docs)
+      for (int64_t l : seq) cu.push_back(cu.back() + l);
+    return std::make_shared<Documents>(B, Tk, cu, reset);
+  }
+  // the doc id and the position of key position j of sequence b (counted as the naive twin does)
+  int64_t doc_id(int64_t b, int64_t j) const {
+    if (docs.empty()) return 0;
+    int64_t start = 0, id = 0;
+    for (int64_t l : docs[b]) {
+      if (j < start + l) return id;
+      start += l;
+      ++id;
+    }
+    return id;
+  }
+  int64_t position(int64_t b, int64_t j) const {
+    if (docs.empty() || !reset) return j;
+    int64_t start = 0;
+    for (int64_t l : docs[b]) {
+      if (j < start + l) return j - start;
+      start += l;
+    }
+    return j;
+  }
   std::string tag() const {
     std::string s = std::string(name(mask)) + "_" + name(pos) + "_" + name(logit) + "_B" + std::to_string(B) + "H" +
                     std::to_string(H) + "kv" + std::to_string(Hkv) + "_Tq" + std::to_string(Tq) + "Tk" +
                     std::to_string(Tk) + "_D" + std::to_string(D);
     if (key_end >= 0) s += "_kend" + std::to_string(key_end);
     if (min_distance > 0) s += "_md" + std::to_string(min_distance);
+    if (!docs.empty()) s += "_docs" + std::to_string(docs[0].size()) + (reset ? "reset" : "");
     return s;
   }
 };
@@ -64,6 +97,7 @@ inline AttnConfig config_of(const Problem& p) {
   cfg.q_offset = p.q_offset;
   cfg.block_q = 16;  // reference kernels and CPU: small tiles, many boundary blocks
   cfg.block_k = 8;
+  cfg.documents = p.documents();
   return cfg;
 }
 
@@ -102,8 +136,13 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
   if (rotate && (p.pos == PosKind::Rope || p.pos == PosKind::PRope)) {
     const RopeFreqs f = rope_frequencies(spec_of(p).pos, p.D, p.Tk);
     const int64_t off = cfg.q_offset < 0 ? p.Tk - p.Tq : cfg.q_offset;
-    qr = apply_rope(q, Tensor::arange(off, off + p.Tq), f);
-    kr = apply_rope(k, Tensor::arange(0, p.Tk), f);
+    if (cfg.documents) {  // per-sequence positions (Tq == Tk with documents here)
+      qr = apply_rope(q, cfg.documents->positions(dev), f);
+      kr = apply_rope(k, cfg.documents->positions(dev), f);
+    } else {
+      qr = apply_rope(q, Tensor::arange(off, off + p.Tq), f);
+      kr = apply_rope(k, Tensor::arange(0, p.Tk), f);
+    }
   }
   const AttnOutput o = fused_attention(qr, kr, v, cfg, p.logit == LogitKind::LogN ? c : ag::Variable());
   o.out.backward(Tensor::from_vector(in.g, {p.B, p.H, p.Tq, p.D}, dt).to(dev));
@@ -121,6 +160,12 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
 inline Inputs rotated(const Problem& p, Inputs in) {
   if (p.pos != PosKind::Rope && p.pos != PosKind::PRope) return in;
   const RopeFreqs f = rope_frequencies(spec_of(p).pos, p.D, p.Tk);
+  if (!p.docs.empty()) {
+    const Tensor pos = p.documents()->positions(Device::cpu());
+    in.q = rope_rotate(Tensor::from_vector(in.q, {p.B, p.H, p.Tq, p.D}, DType::F64), pos, f, false).to_vector();
+    in.k = rope_rotate(Tensor::from_vector(in.k, {p.B, p.Hkv, p.Tk, p.D}, DType::F64), pos, f, false).to_vector();
+    return in;
+  }
   const int64_t off = p.q_offset < 0 ? p.Tk - p.Tq : p.q_offset;
   in.q = rope_rotate(Tensor::from_vector(in.q, {p.B, p.H, p.Tq, p.D}, DType::F64), Tensor::arange(off, off + p.Tq), f,
                      false)
@@ -166,12 +211,13 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
         int64_t n = 0;
         for (int64_t j = 0; j < p.Tk; ++j) {
           const int64_t t = pos - j;
-          vis[j] = j >= std::max<int64_t>(0, cfg.key_begin) && j < kend && t >= p.min_distance && (w == 0 || t < w);
+          vis[j] = j >= std::max<int64_t>(0, cfg.key_begin) && j < kend && t >= p.min_distance && (w == 0 || t < w) &&
+                   p.doc_id(b, j) == p.doc_id(b, pos);
           n += vis[j];
         }
         double rf = 1.0, lnn = n > 0 ? std::log(static_cast<double>(n)) : 0.0;
         if (p.logit == LogitKind::LogN) rf = in.c[h] * lnn;
-        if (p.logit == LogitKind::SwanRow) rf = std::log(cfg.swan_a + pos) / std::log(cfg.swan_a);
+        if (p.logit == LogitKind::SwanRow) rf = std::log(cfg.swan_a + p.position(b, pos)) / std::log(cfg.swan_a);
         if (p.logit == LogitKind::Temperature) rf = cfg.beta;
         double mx = -INFINITY;
         for (int64_t j = 0; j < p.Tk; ++j) {
@@ -326,6 +372,17 @@ inline std::vector<Problem> shapes(int64_t D) {
   p = Problem{};
   p.D = D;
   p.H = p.Hkv = 2, p.Tq = p.Tk = 257, p.mask = MaskKind::Window, p.logit = LogitKind::LogN;
+  v.push_back(p);
+  // packed documents: shorter than a tile, longer than the window (24), a different cut per
+  // sequence, GQA; with and without position reset
+  p = Problem{};
+  p.D = D;
+  p.B = 2, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 150, p.mask = MaskKind::Window, p.pos = PosKind::Rope,
+  p.logit = LogitKind::SwanRow, p.docs = {{3, 70, 5, 72}, {150}};
+  v.push_back(p);
+  p.mask = MaskKind::Scope, p.pos = PosKind::Alibi, p.logit = LogitKind::LogN, p.docs = {{40, 40, 70}, {1, 1, 148}};
+  v.push_back(p);
+  p.mask = MaskKind::Causal, p.pos = PosKind::PRope, p.logit = LogitKind::ScaleInvariant, p.reset = false;
   v.push_back(p);
   return v;
 }

@@ -44,7 +44,8 @@ struct Emulated {
 // The forward, the dO . O pre-pass (on the host, in f32) and both backward kernels, emulated.
 template <int D>
 Emulated run_emulated(const Problem& p, const Inputs& in) {
-  const AttnKernelParams P = make_kernel_params(config_of(p), p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
+  const AttnConfig cfg = config_of(p);  // P points into its documents' bounds: keep it alive
+  const AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
   const std::vector<uint16_t> q = to_bits(in.q), k = to_bits(in.k), v = to_bits(in.v), g = to_bits(in.g);
   std::vector<float> c(in.c.begin(), in.c.end());
   const int64_t nq = p.B * p.H * p.Tq, nk = p.B * p.Hkv * p.Tk;

@@ -1,7 +1,8 @@
 // attention/tiling.h against brute force over (i, j): key ranges, their transpose, the nonempty
 // rows and keys, and the block classes seen row-major (forward, CPU and CUDA) and key-major (the
-// CUDA dK/dV pass) for thousands of random masks, alignments and ragged tiles. The mask here is
-// written from docs/methods.md's definition, independently of tiling.h.
+// CUDA dK/dV pass) for thousands of random masks, alignments, ragged tiles and packed documents
+// (two sequences with different cuts; the second is checked). The mask here is written from
+// docs/methods.md's definition, independently of tiling.h.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +20,8 @@ namespace {
 struct Case {
   int64_t Tq, Tk, H;
   AttnConfig cfg;
+  std::vector<int64_t> doc_of;  // document id of each key position of the checked sequence (empty: none)
+  int64_t b = 0;                // the sequence checked
 };
 
 // Visibility straight from the definition: keys in [key_begin, key_end), distance t = p - j with
@@ -28,6 +31,7 @@ bool visible(const Case& c, int64_t h, int64_t i, int64_t j) {
   const int64_t kb = std::max<int64_t>(0, c.cfg.key_begin);
   const int64_t ke = c.cfg.key_end < 0 ? c.Tk : std::min(c.cfg.key_end, c.Tk);
   const int64_t w = c.cfg.window[h], t = off + i - j;
+  if (!c.doc_of.empty() && c.doc_of[j] != c.doc_of[off + i]) return false;  // another document
   return j >= kb && j < ke && t >= c.cfg.min_distance && t >= 0 && (w == 0 || t < w);
 }
 
@@ -44,6 +48,23 @@ Case random_case(std::mt19937_64& rng) {
   for (int64_t h = 0; h < c.H; ++h) c.cfg.window.push_back(uni(0, 2) == 0 ? 0 : uni(1, 30));
   c.cfg.block_q = uni(1, 9);
   c.cfg.block_k = uni(1, 9);
+  const int64_t off = c.cfg.q_offset < 0 ? c.Tk - c.Tq : c.cfg.q_offset;
+  if (c.cfg.min_distance == 0 && off + c.Tq <= c.Tk && uni(0, 1)) {  // packed documents, 2 sequences
+    std::vector<int64_t> cu{0};
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t t = 1; t < c.Tk; ++t)
+        if (uni(0, 5) == 0) cu.push_back(b * c.Tk + t);  // a cut before position t
+      cu.push_back((b + 1) * c.Tk);
+    }
+    c.cfg.documents = std::make_shared<Documents>(2, c.Tk, cu, uni(0, 1) == 1);
+    c.b = 1;
+    int64_t d = 0;
+    for (size_t k = 0; k + 1 < cu.size(); ++k)
+      if (cu[k] >= c.Tk) {
+        for (int64_t g = cu[k]; g < cu[k + 1]; ++g) c.doc_of.push_back(d);
+        ++d;
+      }
+  }
   return c;
 }
 
@@ -53,7 +74,7 @@ std::string describe(const Case& c) {
   return "Tq " + std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + " q_offset " + std::to_string(c.cfg.q_offset) +
          " keys [" + std::to_string(c.cfg.key_begin) + ", " + std::to_string(c.cfg.key_end) + ") min_distance " +
          std::to_string(c.cfg.min_distance) + " windows " + w + "tiles " + std::to_string(c.cfg.block_q) + "x" +
-         std::to_string(c.cfg.block_k);
+         std::to_string(c.cfg.block_k) + (c.cfg.documents ? " " + c.cfg.documents->describe() : "");
 }
 
 BlockClass brute_class(const Case& c, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
@@ -70,7 +91,8 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
   std::mt19937_64 rng(2024);
   for (int trial = 0; trial < 10000; ++trial) {
     const Case c = random_case(rng);
-    const AttnKernelParams P = make_kernel_params(c.cfg, 1, c.H, 1, c.Tq, c.Tk, 8);
+    const AttnKernelParams P = make_kernel_params(c.cfg, c.cfg.documents ? 2 : 1, c.H, 1, c.Tq, c.Tk, 8);
+    const int64_t b = c.b;
     SCOPED_TRACE(describe(c));
     for (int64_t h = 0; h < c.H; ++h) {
       // key_range, visible_count, nonempty_rows
@@ -83,9 +105,9 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
             hi = j;
             ++n;
           }
-        ASSERT_EQ(visible_count(P, 0, h, i), n) << "row " << i;
+        ASSERT_EQ(visible_count(P, b, h, i), n) << "row " << i;
         if (n > 0) {
-          const IndexRange r = key_range(P, 0, h, i);
+          const IndexRange r = key_range(P, b, h, i);
           ASSERT_EQ(r.lo, lo) << "row " << i;
           ASSERT_EQ(r.hi, hi) << "row " << i;
           ASSERT_EQ(hi - lo + 1, n) << "visible keys of a row are an interval";
@@ -93,10 +115,10 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
           else ASSERT_EQ(last_row, i - 1) << "nonempty rows are an interval";
           last_row = i;
         } else {
-          ASSERT_TRUE(range_empty(key_range(P, 0, h, i))) << "row " << i;
+          ASSERT_TRUE(range_empty(key_range(P, b, h, i))) << "row " << i;
         }
       }
-      const IndexRange rows = nonempty_rows(P, 0, h);
+      const IndexRange rows = nonempty_rows(P, b, h);
       if (first_row < 0) {
         ASSERT_TRUE(range_empty(rows));
       } else {
@@ -112,7 +134,7 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
             if (lo < 0) lo = i;
             hi = i;
           }
-        const IndexRange r = query_range(P, 0, h, j);
+        const IndexRange r = query_range(P, b, h, j);
         if (lo < 0) {
           ASSERT_TRUE(range_empty(r)) << "key " << j;
         } else {
@@ -122,7 +144,7 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
           last_key = j;
         }
       }
-      const IndexRange keys = nonempty_keys(P, 0, h);
+      const IndexRange keys = nonempty_keys(P, b, h);
       if (first_key < 0) {
         ASSERT_TRUE(range_empty(keys));
       } else {
@@ -133,12 +155,12 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
       const int64_t Bq = P.block_q, Bk = P.block_k;
       for (int64_t qb = 0; qb < num_blocks(c.Tq, Bq); ++qb) {
         const int64_t i0 = qb * Bq, i1 = std::min(c.Tq, i0 + Bq) - 1;
-        const BlockSpan rs = key_blocks(P, 0, h, i0, i1, Bk);
+        const BlockSpan rs = key_blocks(P, b, h, i0, i1, Bk);
         for (int64_t kb = 0; kb < num_blocks(c.Tk, Bk); ++kb) {
           const int64_t j0 = kb * Bk, j1 = std::min(c.Tk, j0 + Bk) - 1;
           const BlockClass want = brute_class(c, h, i0, i1, j0, j1);
           ASSERT_EQ(block_class(rs, kb), want) << "query block " << qb << " key block " << kb << " (row-major)";
-          const BlockSpan cs = query_blocks(P, 0, h, j0, j1, Bq);
+          const BlockSpan cs = query_blocks(P, b, h, j0, j1, Bq);
           ASSERT_EQ(block_class(cs, qb), want) << "query block " << qb << " key block " << kb << " (key-major)";
         }
       }
