@@ -170,6 +170,25 @@ int cmd_info(const std::vector<std::string>& a) {
     }
     fmt::print("{:>8} {:>16} {:>12.3f} {:>9.1f}%\n", T, pairs, flops / 1e9, 100.0 * flops / dense);
   }
+  if (r.data.documents == hz::attn::DocumentMode::Masked) {  // what a training batch looks like
+    auto comm = hz::dist::make_local();
+    hz::train::TrainData data = hz::train::open_train_data(r, *comm, false);
+    const hz::data::Batch b = data.next();
+    const auto docs = hz::eval::batch_documents(b, {r.data.documents, r.data.position_reset});
+    fmt::print("\nfirst training batch (data.documents: masked): {}\n", docs->describe());
+    int64_t pairs = 0, stream = 0;
+    for (const auto& layer : m.layers) {
+      hz::nn::AttnCall call;
+      call.T = r.data.seq_len;
+      call.train_T = r.data.seq_len;
+      hz::attn::AttnConfig cfg = layer->attn->kernel_config(call);
+      stream += b.tokens.size(0) * hz::attn::attention_cost(cfg, m.cfg.n_heads, call.T, call.T, m.cfg.hdim()).visible_pairs;
+      cfg.documents = docs;
+      pairs += hz::attn::attention_cost(cfg, m.cfg.n_heads, call.T, call.T, m.cfg.hdim()).visible_pairs;
+    }
+    fmt::print("  visible pairs (all layers): {} masked vs {} stream ({:.1f}%)\n", pairs, stream,
+               100.0 * static_cast<double>(pairs) / static_cast<double>(std::max<int64_t>(1, stream)));
+  }
   return 0;
 }
 

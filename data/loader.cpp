@@ -56,7 +56,15 @@ Batch make_batch(const Shard& s, const std::vector<int64_t>& st, const std::vect
   b.weights = Tensor::ones({B, T}, DType::F32);
   int64_t* in = b.tokens.data<int64_t>();
   int64_t* tg = b.targets.data<int64_t>();
-  for (int64_t i = 0; i < B; ++i) fill_chunk(s, st, chunks[i], T, eos, in + i * T, tg + i * T);
+  b.cu_seqlens.push_back(0);
+  for (int64_t i = 0; i < B; ++i) {
+    fill_chunk(s, st, chunks[i], T, eos, in + i * T, tg + i * T);
+    // the documents starting inside chunk c: stream starts in (c T, c T + T)
+    const int64_t p0 = chunks[i] * T;
+    for (auto it = std::upper_bound(st.begin(), st.end(), p0); it != st.end() && *it < p0 + T; ++it)
+      b.cu_seqlens.push_back(i * T + (*it - p0));
+    b.cu_seqlens.push_back((i + 1) * T);
+  }
   return b;
 }
 

@@ -33,6 +33,13 @@ struct Batch {
   Tensor tokens;   // (B, T) I64: inputs
   Tensor targets;  // (B, T) I64: targets[b, t] is the token after tokens[b, t]
   Tensor weights;  // (B, T) F32: loss weight of each target (all 1 for corpus batches)
+  // The documents of the batch, as cumulative lengths over the flattened B T tokens (varlen
+  // kernels' cu_seqlens): 0, the start of every document inside a sequence, every b T, B T. A
+  // document is its tokens and the EOS that ends it, so the EOS predicts the next document's first
+  // token from its own document only; a document cut by the end of a chunk continues as the first
+  // document of the chunk that follows in the stream. Empty for batches without documents
+  // (synthetic tasks): one per sequence. attention/documents.h turns it into the mask and positions.
+  std::vector<int64_t> cu_seqlens;
 };
 
 struct LoaderCursor {

@@ -24,7 +24,8 @@ struct Scores {
   int64_t pos_count = 0;
 };
 
-Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, int64_t L, int64_t train_T, bool by_pos) {
+Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, int64_t L, int64_t train_T, bool by_pos,
+             const DocumentOptions& docs) {
   ag::NoGradGuard ng;
   Scores s;
   if (by_pos) s.pos_sum.assign(L, 0.0);
@@ -33,6 +34,7 @@ Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, 
   call.T = L;
   call.train_T = train_T;
   for (const auto& b : batches) {
+    call.documents = batch_documents(b, docs);
     const Tensor logits = m.forward(b.tokens, Tensor(), call).value();
     const Tensor nll = ops::cross_entropy_rows(logits.reshape({-1, V}), b.targets.reshape({-1}));
     const std::vector<double> v = nll.to_vector(), w = b.weights.to_vector();
@@ -56,8 +58,15 @@ Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, 
 
 }  // namespace
 
+std::shared_ptr<const attn::Documents> batch_documents(const data::Batch& b, const DocumentOptions& docs) {
+  if (docs.mode == attn::DocumentMode::Stream) return nullptr;
+  const int64_t B = b.tokens.size(0), T = b.tokens.size(1);
+  if (b.cu_seqlens.empty()) return std::make_shared<attn::Documents>(attn::Documents::whole(B, T, docs.position_reset));
+  return std::make_shared<attn::Documents>(B, T, b.cu_seqlens, docs.position_reset);
+}
+
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
-                 int64_t train_T) {
+                 int64_t train_T, const DocumentOptions& docs) {
   std::vector<data::Batch> batches;
   try {
     batches = data::eval_batches(val, L, batch, max_batches);
@@ -65,7 +74,7 @@ double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, in
     return std::nan("");  // the validation split holds no full batch at this length
   }
   if (batches.empty()) return std::nan("");
-  const Scores s = score(m, batches, L, train_T, false);
+  const Scores s = score(m, batches, L, train_T, false, docs);
   return s.n ? s.sum / s.n : std::nan("");
 }
 
@@ -146,7 +155,7 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
         io.drope_c = c;
         io.swan_a = as[ai];
         ScopedInference opts(m, io, train_T, L);
-        const Scores s = score(m, batches, L, train_T, by_pos);
+        const Scores s = score(m, batches, L, train_T, by_pos, o.documents);
         std::vector<double> pos = s.pos_sum;
         for (auto& x : pos) x /= std::max<int64_t>(1, s.pos_count);
         if (c == cs.front()) pos_by_a[ai] = pos;

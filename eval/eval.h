@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "data/loader.h"
 #include "eval/options.h"
 #include "nn/transformer.h"
 
@@ -53,7 +54,12 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
 
 // Mean loss on one set of batches at length L (no inference options). For training-time checks.
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
-                 int64_t train_T);
+                 int64_t train_T, const DocumentOptions& docs = {});
+
+// The packed documents of a batch for the model (AttnCall::documents): null for stream documents;
+// with masked documents, the batch's cumulative lengths (one document per sequence when the batch
+// has none). The one place batches become documents, for training and evaluation alike.
+std::shared_ptr<const attn::Documents> batch_documents(const data::Batch& b, const DocumentOptions& docs);
 
 // Passkey retrieval (docs/methods.md, needles): for each length and depth, examples from
 // data::make_passkey scored teacher-forced: an example counts when the argmax at every answer

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/documents.h"
 #include "attention/spec.h"
 #include "data/needles.h"
 
@@ -21,6 +22,12 @@ struct InferenceOptions {
   double lampe_L = 0;              // mapping scale (0 = 3/4 of train_T)
   double lampe_a = 0, lampe_b = 10;
   int64_t lampe_local = 512, lampe_sink = 200;
+};
+
+// How packed validation sequences are scored: as trained (data.documents / data.position_reset).
+struct DocumentOptions {
+  attn::DocumentMode mode = attn::DocumentMode::Stream;
+  bool position_reset = false;
 };
 
 // Needle-in-a-haystack tasks in RULER's formats (data/needles.h documents them).
@@ -46,6 +53,7 @@ struct EvalOptions {
   std::vector<double> passkey_depths{0.0, 0.25, 0.5, 0.75, 1.0};
   NeedleOptions needles;           // generated answers over (task, length, depth)
   int64_t probe_sequences = 0;     // > 0: linear position probe per layer on this many sequences
+  DocumentOptions documents;       // validation batches: stream, or masked documents as trained
 };
 
 }  // namespace hz::eval

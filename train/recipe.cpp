@@ -168,6 +168,12 @@ void visit_fields(Recipe& r, V& v) {
   v("data.val_fraction", r.data.val_fraction, run_opt("share of documents held out for validation").in(0, 1, /*hi_open=*/true));
   v("data.seq_len", r.data.seq_len, run_opt("training context length T").at_least(2));
   v("data.batch_size", r.data.batch_size, run_opt("sequences per step per rank (before accumulation)").at_least(1));
+  v.enumeration("data.documents", r.data.documents,
+                run_opt("packed documents: stream (attend across them) | masked (each token sees its own document only; "
+                        "training and evaluation batches alike)"),
+                attn::parse_document_mode, static_cast<const char* (*)(attn::DocumentMode)>(attn::name));
+  v("data.position_reset", r.data.position_reset,
+    run_opt("masked documents: positions (RoPE, SWAN rows) restart at each document's start"));
   v("data.cache_dir", r.data.cache_dir, run_opt("prepared shards ('' = <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>)"));
   v.enumeration("optim.name", r.optim.name, run_opt("adamw | muon (Muon on hidden matrices, AdamW on the rest)"), parse_optimizer,
                 static_cast<const char* (*)(OptimizerKind)>(name));
@@ -741,6 +747,7 @@ eval::EvalOptions Recipe::eval_options() const {
   o.tokenizer = data.tokenizer;
   o.lengths = eval_lengths();
   o.batch_size = eval.opts.batch_size > 0 ? eval.opts.batch_size : data.batch_size;
+  o.documents = {data.documents, data.position_reset};
   return o;
 }
 
@@ -763,6 +770,11 @@ void Recipe::validate() const {
       if (ends(".jsonl")) bad("data.files '" + g + "' looks like JSON Lines: set data.source: jsonl (data.source: files reads plain text)");
       if (ends(".bin")) bad("data.files '" + g + "' looks like a token file: set data.source: tokens (data.source: files reads plain text)");
     }
+  if (data.position_reset && data.documents != attn::DocumentMode::Masked)
+    bad("data.position_reset needs data.documents: masked (with stream documents a token attends across the "
+        "boundary, where restarted positions would put two documents' tokens at the same position)");
+  if (data.documents == attn::DocumentMode::Masked && !file_source && data.source != DataSource::Bible)
+    bad("data.documents: masked needs a corpus; the synthetic '" + src + "' sequences hold one example each");
   if (data.source == DataSource::Jsonl && data.text_field.empty()) bad("data.text_field must name the JSON field holding the text");
   if (data.token_format != "auto" && data.token_format != "llmc" && data.token_format != "nanogpt")
     bad("data.token_format '" + data.token_format + "' is not one of: auto llmc nanogpt");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/documents.h"
 #include "attention/lampe.h"
 #include "attention/spec.h"
 #include "eval/options.h"
@@ -65,6 +66,10 @@ struct DataSection {
   double val_fraction = 0.05;
   int64_t seq_len = 256;
   int64_t batch_size = 8;
+  // stream: a sequence packs documents and attends across them (positions count from its start);
+  // masked: each token attends within its document only (attention/documents.h)
+  attn::DocumentMode documents = attn::DocumentMode::Stream;
+  bool position_reset = false;        // masked: positions restart at each document's start
   std::string cache_dir = "";         // prepared shards ("" = <out_dir>/_data/<source>-<tokenizer tag>-...)
 };
 

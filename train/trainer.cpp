@@ -347,7 +347,9 @@ class Trainer {
     double loss_sum = 0;
     for (int64_t micro = 0; micro < r_.train.grad_accum; ++micro) {
       const data::Batch b = data_.next();
-      ag::Variable loss = model_->loss(b.tokens, b.targets, b.weights);
+      nn::AttnCall call;
+      call.documents = eval::batch_documents(b, docs_);  // null for stream documents
+      ag::Variable loss = model_->loss(b.tokens, b.targets, b.weights, call);
       loss_sum += loss.item();
       if (r_.train.grad_accum > 1) loss = ag::mul_scalar(loss, 1.0 / r_.train.grad_accum);
       if (gsync_ && micro == r_.train.grad_accum - 1) gsync_->begin();  // sync on the last micro-batch only
@@ -406,7 +408,7 @@ class Trainer {
     double at_train = std::nan("");
     bool first = true;
     for (int64_t L : r_.eval_lengths()) {
-      const double l = eval::mean_loss(*model_, *data_.val, L, eb, r_.eval.opts.batches, r_.data.seq_len);
+      const double l = eval::mean_loss(*model_, *data_.val, L, eb, r_.eval.opts.batches, r_.data.seq_len, docs_);
       if (std::isnan(l)) {
         log("  eval step {:>6}  length {:>6}  skipped: the validation split holds no batch of {} x {}", step_done, L, eb, L);
         continue;
@@ -467,6 +469,7 @@ class Trainer {
   std::string resume_path_;
   CheckpointData ck_;
   int64_t start_ = 0;
+  const eval::DocumentOptions docs_{r_.data.documents, r_.data.position_reset};
   std::unique_ptr<RunLock> lock_;  // declared before run_: released after it
   std::unique_ptr<RunDir> run_;
   TrainData data_;

@@ -74,7 +74,7 @@ std::vector<int64_t> chunks_of(const Fixture& f, const Batch& batch) {
 
 bool same_batch(const Batch& a, const Batch& b) {
   return a.tokens.to_vector() == b.tokens.to_vector() && a.targets.to_vector() == b.targets.to_vector() &&
-         a.weights.to_vector() == b.weights.to_vector();
+         a.weights.to_vector() == b.weights.to_vector() && a.cu_seqlens == b.cu_seqlens;
 }
 
 TEST(Loader, StreamSizeOfTheFixture) {
@@ -118,6 +118,31 @@ TEST(Loader, TargetsAreInputsShiftedByOneAndEosSeparatesDocuments) {
   EXPECT_EQ(in0[13], kEos);
   EXPECT_EQ(in0[14], kEos);
   EXPECT_EQ(in0[15], 1013);  // document 2 starts right after
+}
+
+// The documents of a batch (cumulative lengths over B T) cut exactly after each EOS: a document is
+// its tokens and its EOS (the empty document is its EOS alone), and every sequence end is a cut.
+TEST(Loader, DocumentBoundariesAreTheEosCuts) {
+  Fixture f(kLengths);
+  for (int64_t T : {int64_t(7), int64_t(16), int64_t(64)}) {
+    Loader ld(f.shard, T, 3, /*seed=*/5, 0, 1, kEos);
+    for (int step = 0; step < 6; ++step) {
+      const Batch b = ld.next();
+      std::vector<int64_t> want{0};
+      for (int64_t r = 0; r < 3; ++r) {
+        const auto in = row(b.tokens, r);
+        for (int64_t t = 1; t < T; ++t)
+          if (in[t - 1] == kEos) want.push_back(r * T + t);
+        want.push_back((r + 1) * T);
+      }
+      EXPECT_EQ(b.cu_seqlens, want) << "T " << T << " step " << step;
+    }
+  }
+  // eval batches carry them too
+  for (const Batch& b : eval_batches(*f.shard, 16, 2, 3, kEos)) {
+    ASSERT_GE(b.cu_seqlens.size(), 3u);
+    EXPECT_EQ(b.cu_seqlens.back(), 32);
+  }
 }
 
 TEST(Loader, DeterministicForASeedAndShuffledByIt) {
