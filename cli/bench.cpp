@@ -1,9 +1,10 @@
 // Horizon: benchmarks printed as tables.
 //   horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]
 //                           [--T 1024,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]
-//                           [--block-q 64] [--block-k 64] [--masks causal,swa,scope]
+//                           [--block-q 64] [--block-k 64] [--masks causal,swa,scope,docs2048]
 //                           [--logits identity,scale_invariant,...] [--json FILE]
-// Forward+backward of the fused attention op per mask, logit transform and length: median time
+// Forward+backward of the fused attention op per mask, logit transform and length (docsN: causal
+// inside packed documents of N tokens, positions reset; the block-diagonal): median time
 // (on CUDA after a warm-up round, the device synchronised around each phase), peak memory of the
 // device above the inputs, visible pairs, the speedups against dense causal next to the
 // visible-pair ratios, and TFLOP/s counted on visible pairs (4 D per pair forward, 3.5x that
@@ -15,8 +16,10 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -111,8 +114,20 @@ int bench_attention(const Args& args) {
         if (m == "causal") cfg.window.assign(H, 0);
         else if (m == "swa") cfg.window.assign(H, std::min(W, T));
         else if (m == "scope") cfg.window = attn::scope_windows(H, T);
-        else throw ValueError("bench: unknown mask '" + m + "' (causal, swa, scope)");
-        const attn::LayerCost cost = attn::attention_cost(cfg, H, T, T, D);
+        else if (m.rfind("docs", 0) == 0 && m.size() > 4 && std::isdigit(static_cast<unsigned char>(m[4]))) {
+          // causal within packed documents of N tokens (the last one of a sequence shorter)
+          const int64_t N = std::stoll(m.substr(4));
+          HZ_CHECK(N >= 1, ValueError, "bench: docsN needs N >= 1");
+          cfg.window.assign(H, 0);
+          std::vector<int64_t> cu{0};
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t s0 = 0; s0 < T; s0 += N) cu.push_back(b * T + std::min(T, s0 + N));
+          cfg.documents = std::make_shared<attn::Documents>(B, T, cu, true);
+        } else {
+          throw ValueError("bench: unknown mask '" + m + "' (causal, swa, scope, docsN)");
+        }
+        attn::LayerCost cost = attn::attention_cost(cfg, H, T, T, D);
+        if (cfg.documents) cost.visible_pairs /= B, cost.flops_fwd /= B, cost.flops_fwd_bwd /= B;  // per sequence
         const bool tc = attn::attn_tiles(cfg, dev, dt, D).tensor_core;
         Generator g(1);
         ag::Variable q(g.normal({B, H, T, D}, 0, 1, dt, dev), true), k(g.normal({B, H, T, D}, 0, 1, dt, dev), true),
@@ -298,7 +313,7 @@ int bench_main(const std::vector<std::string>& args) {
                "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
                "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]\n"
                "                               [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]\n"
-               "                               [--block-q 64] [--block-k 64] [--masks causal,swa,scope]\n"
+               "                               [--block-q 64] [--block-k 64] [--masks causal,swa,scope,docsN]\n"
                "                               [--logits identity,scale_invariant,logn,swan_row,temperature] [--json FILE]\n"
                "         (cuda defaults: bf16, H = 2048/D, B = 16384/T, T up to 32768, 10 reps)\n");
     return args.size() < 2 ? 2 : 0;

@@ -8,7 +8,9 @@ CUDA-event timings after warm-up, one JSON line per (implementation, case):
   flex        FlexAttention (torch.compile'd) with a BlockMask: causal, sliding window, SCOPE's
               per-head windows (mask_mod reads a per-head window tensor), and scale-invariant
               logits as a score_mod  a_t * score + m_t,  a_t = sqrt(2 ln(1 + t/tau) + 1),
-              m_t = -2 ln(1 + t/tau), t = q_idx - kv_idx (score is already scaled by 1/sqrt(D)).
+              m_t = -2 ln(1 + t/tau), t = q_idx - kv_idx (score is already scaled by 1/sqrt(D));
+              docsN (packed documents of N tokens, causal inside each): the document mask
+              q_idx // N == kv_idx // N in mask_mod, FlexAttention's own document-masking recipe.
 
 Visible pairs are counted exactly like Horizon (per-head windows, queries see themselves), so the
 TFLOP/s columns compare like with like."""
@@ -24,11 +26,21 @@ import torch.nn.functional as F
 from bench_attention_torch import scope_windows  # the same SCOPE windows as the CPU benchmark
 
 
+def doc_len(mask):
+    """N of a docsN mask (packed documents of N tokens), else 0."""
+    return int(mask[4:]) if mask.startswith("docs") else 0
+
+
 def windows(mask, H, T, W):
+    if doc_len(mask):
+        return [0] * H
     return {"causal": [0] * H, "swa": [min(W, T)] * H, "scope": scope_windows(H, T)}[mask]
 
 
-def visible_pairs(wins, T):
+def visible_pairs(wins, T, N=0):
+    if N:  # causal inside documents of N tokens (the last one shorter)
+        lens = [min(N, T - s) for s in range(0, T, N)]
+        return len(wins) * sum(L * (L + 1) // 2 for L in lens)
     n = 0
     for w in wins:
         if w == 0 or w >= T:
@@ -67,9 +79,10 @@ def main():
     ap.add_argument("--window", type=int, default=512)
     ap.add_argument("--tau", type=float, default=10.0)
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--masks", default="causal,swa,scope")
+    ap.add_argument("--masks", default="causal,swa,scope,docs2048")
     ap.add_argument("--logits", default="identity,scale_invariant")
-    ap.add_argument("--flex-cases", default="swa:identity,scope:identity,causal:scale_invariant,scope:scale_invariant",
+    ap.add_argument("--flex-cases",
+                    default="swa:identity,scope:identity,causal:scale_invariant,scope:scale_invariant,docs2048:identity",
                     help="mask:logits pairs timed with FlexAttention (each costs a torch.compile)")
     ap.add_argument("--fwd", action="store_true", help="also time the forward alone (one more compile per case)")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script on a machine without a GPU")
@@ -118,7 +131,8 @@ def main():
     for logit in a.logits.split(","):
         for mask in a.masks.split(","):
             wins = windows(mask, H, T, a.window)
-            pairs = B * visible_pairs(wins, T)
+            N = doc_len(mask)
+            pairs = B * visible_pairs(wins, T, N)
             # SDPA's flash backend: causal, identity logits only
             if mask == "causal" and logit == "identity":
                 def sdpa():
@@ -139,7 +153,8 @@ def main():
             def mask_mod(b, h, q_idx, kv_idx):
                 t = q_idx - kv_idx
                 w = win[h]
-                return (t >= 0) & ((w == 0) | (t < w))
+                same_doc = (q_idx // N == kv_idx // N) if N else True
+                return (t >= 0) & ((w == 0) | (t < w)) & same_doc
 
             bm = create_block_mask(mask_mod, B=None, H=None if uniform else H, Q_LEN=T, KV_LEN=T, device=dev)
             score_mod = None

@@ -35,7 +35,7 @@ for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before t
     fi
     echo "[bench_attention_gpu] D=$D T=$T" >&2
     "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
-      --logits identity,scale_invariant --json "$out/hz_${D}_${T}.json" >&2 ||
+      --masks causal,swa,scope,docs2048 --logits identity,scale_invariant --json "$out/hz_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon failed at D=$D T=$T" >&2
     if [ $have_torch = 1 ]; then
       "$PY" scripts/bench_attention_gpu.py --D "$D" --T "$T" --reps "$REPS" > "$out/torch_${D}_${T}.json" \

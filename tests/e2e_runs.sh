@@ -42,6 +42,9 @@ printf 'eval:\n  batches: -1\n' > "$OUT/range.yaml"
 expect 1 "$OUT/range.yaml:2" "eval.batches: must be >= 1" -- "$HZ" train "$OUT/range.yaml"
 expect 1 "checkpoint.every: must be >= 0" -- "$HZ" train "$SRC/recipes/quickstart.yaml" checkpoint.every=-5
 expect 1 "train.log_every: must be >= 1" -- "$HZ" train "$SRC/recipes/quickstart.yaml" train.log_every=-1
+expect 1 "data.position_reset needs data.documents: masked" -- "$HZ" train "$SRC/recipes/quickstart.yaml" data.position_reset=true
+expect 1 "data.documents: masked needs a corpus" -- "$HZ" train "$SRC/recipes/quickstart.yaml" data.documents=masked data.source=passkey
+expect 1 "unknown data.documents mode 'packed'" -- "$HZ" train "$SRC/recipes/quickstart.yaml" data.documents=packed
 expect 0 "train.log_every (int, default 10, >= 1; run)" "model.n_heads (int, default 4, >= 1; architecture)" -- "$HZ" train --schema
 
 # 3. resume=latest without a checkpoint says so
