@@ -68,14 +68,20 @@ int generate_main(const std::vector<std::string>& a) {
   if (a.size() < 2 || std::find(a.begin(), a.end(), "--help") != a.end()) {
     fmt::print("{}",
         "usage: horizon generate RUN_DIR|CHECKPOINT (--prompt TEXT | --file F) [--max-new-tokens N]\n"
-        "                        [--temperature T] [--top-p P] [--seed S] [--stop-at-eos] [--json] [eval.key=value ...]\n"
+        "                        [--temperature T] [--top-p P] [--seed S] [--stop-at-eos] [--json]\n"
+        "                        [--documents stream|masked] [--doc-separator S] [eval.key=value ...]\n"
         "  Prints only the continuation (temperature 0 = greedy; sampling is reproducible from --seed).\n"
         "  Inference options come from the run's recipe and overrides, as for horizon eval:\n"
         "  eval.rope_scaling=yarn eval.lampe=true eval.swan_a=362 eval.drope_c=0.4 ...\n"
-        "  --json prints {prompt_tokens, tokens, text, context, prefill_ms, per_token_ms, kv_bytes}.\n");
+        "  --json prints {prompt_tokens, tokens, text, context, prefill_ms, per_token_ms, kv_bytes}.\n"
+        "  --documents masked: the prompt packs documents separated by S (default <|endoftext|>), each\n"
+        "  followed by EOS as in training; the continuation sees only the last one, its positions from 0\n"
+        "  (as trained with data.documents: masked, data.position_reset: true); a generated EOS starts a\n"
+        "  new document. Default: the run's data.documents.\n");
     return a.size() < 2 ? 2 : 0;
   }
-  const Flags f = parse_flags(a, {"prompt", "file", "max-new-tokens", "temperature", "top-p", "seed"},
+  const Flags f = parse_flags(a, {"prompt", "file", "max-new-tokens", "temperature", "top-p", "seed", "documents",
+                                  "doc-separator"},
                               {"json", "stop-at-eos"});
   HZ_CHECK(!f.positional.empty(), ValueError, "generate: give a run directory or checkpoint");
   HZ_CHECK(f.has("prompt") != f.has("file"), ValueError, "generate: give exactly one of --prompt TEXT and --file F");
@@ -89,8 +95,25 @@ int generate_main(const std::vector<std::string>& a) {
   }
   study::LoadedRun run = study::load_run(f.positional[0], std::vector<std::string>(f.positional.begin() + 1, f.positional.end()));
   const auto tok = data::make_tokenizer(run.recipe.data.tokenizer);
-  const std::vector<int32_t> prompt = tok->encode(text);
   eval::GenerateOptions o;
+  o.documents = run.recipe.eval_options().documents;
+  if (f.has("documents")) o.documents = {attn::parse_document_mode(f.get("documents")), true};
+  std::vector<int32_t> prompt;
+  if (o.documents.mode == attn::DocumentMode::Masked) {  // documents, each followed by EOS
+    const std::string sep = f.get("doc-separator", "<|endoftext|>");
+    HZ_CHECK(!sep.empty(), ValueError, "generate: --doc-separator must not be empty");
+    for (size_t at = 0;;) {
+      const size_t next = text.find(sep, at);
+      const std::vector<int32_t> piece = tok->encode(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
+      prompt.insert(prompt.end(), piece.begin(), piece.end());
+      if (next == std::string::npos) break;
+      prompt.push_back(tok->eos());
+      at = next + sep.size();
+    }
+  } else {
+    prompt = tok->encode(text);
+  }
+  o.eos = tok->eos();
   o.max_new_tokens = std::stoll(f.get("max-new-tokens", "64"));
   o.temperature = std::stod(f.get("temperature", "0"));
   o.top_p = std::stod(f.get("top-p", "1"));

@@ -53,12 +53,27 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
   using clock = std::chrono::steady_clock;
   Generation g;
   const int64_t train_T = o.train_T > 0 ? o.train_T : m.cfg.train_context;
-  g.context = static_cast<int64_t>(prompt.size()) + o.max_new_tokens;
+  const bool masked = o.documents.mode == attn::DocumentMode::Masked;
+  std::vector<int32_t> visible = prompt;
+  if (masked) {
+    HZ_CHECK(o.documents.position_reset, NotImplementedError,
+             "generate: masked documents without position reset are not supported (the cache restarts at position 0 "
+             "at each document); generate with the whole prompt as one context instead");
+    HZ_CHECK(o.eos >= 0, ValueError, "generate: masked documents need the tokenizer's EOS id");
+    // a document is its tokens and its EOS: the last one starts after the last EOS before the final token
+    size_t start = 0;
+    for (size_t i = 0; i + 1 < prompt.size(); ++i)
+      if (prompt[i] == o.eos) start = i + 1;
+    visible.assign(prompt.begin() + static_cast<std::ptrdiff_t>(start), prompt.end());
+  }
+  g.prompt_context = static_cast<int64_t>(visible.size());
+  g.context = static_cast<int64_t>(visible.size()) + o.max_new_tokens;
   ScopedInference inf(m, o.inference, train_T, g.context);
   nn::KVCache cache(m, g.context, train_T);
   g.kv_bytes = cache.bytes();
   auto t0 = clock::now();
-  Tensor lg = cache.prefill(prompt);
+  Tensor lg = cache.prefill(visible);
+  int32_t previous = visible.back();
   g.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     double u = 0;
@@ -70,7 +85,9 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
     g.tokens.push_back(tok);
     if (tok == o.stop_token || i + 1 == o.max_new_tokens) break;
     t0 = clock::now();
-    lg = cache.step(tok);
+    // masked documents: the token after an EOS starts a new document, seen alone from position 0
+    lg = masked && previous == o.eos ? cache.prefill({tok}) : cache.step(tok);
+    previous = tok;
     g.step_seconds.push_back(std::chrono::duration<double>(clock::now() - t0).count());
   }
   return g;

@@ -28,10 +28,17 @@ struct GenerateOptions {
   int32_t stop_token = -1;   // >= 0: stop after generating it (e.g. the tokenizer's EOS)
   int64_t train_T = 0;       // training context (0 = the model's train_context)
   InferenceOptions inference;
+  // Packed documents (masked, with position reset, as trained with data.documents: masked and
+  // data.position_reset): the prompt's documents end at each `eos`; only the last one is visible
+  // to what follows, so the cache holds it alone, from position 0; a generated eos ends the
+  // document and the cache restarts after it. Stream: the whole prompt is one context.
+  DocumentOptions documents;
+  int32_t eos = -1;
 };
 
 struct Generation {
   std::vector<int32_t> tokens;  // the continuation only
+  int64_t prompt_context = 0;   // prompt tokens the cache held (the last document with masked documents)
   double prefill_seconds = 0;
   std::vector<double> step_seconds;  // one per decoding step after the prefill
   int64_t context = 0;               // prompt + max_new_tokens

@@ -143,3 +143,53 @@ TEST(Generate, NeedleGridShape) {
   ASSERT_EQ(again.samples.size(), r.samples.size());
   for (size_t i = 0; i < r.samples.size(); ++i) EXPECT_EQ(again.samples[i].output, r.samples[i].output);
 }
+
+// Masked documents: a prompt packing documents (each ending at EOS) continues exactly as its last
+// document alone, and the greedy tokens equal the argmax of a full forward with the document mask
+// and position reset over the same tokens; a generated EOS restarts the document.
+TEST(Generate, MaskedDocumentsSeeOnlyTheLastDocument) {
+  nn::ModelConfig c = small(DType::F64);
+  nn::Transformer m(c, 5);
+  m.compute_dtype = DType::F64;
+  const int32_t eos = 257;
+  const std::vector<int32_t> first{10, 20, 30, 40, eos}, last{7, 8, 9};
+  std::vector<int32_t> packed = first;
+  packed.insert(packed.end(), last.begin(), last.end());
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  o.documents = {attn::DocumentMode::Masked, true};
+  o.eos = eos;
+  const Generation gp = generate(m, packed, o);
+  EXPECT_EQ(gp.prompt_context, 3);
+  GenerateOptions alone = o;
+  alone.documents = {};
+  EXPECT_EQ(gp.tokens, generate(m, last, alone).tokens);
+  // the same tokens by the full masked forward: each greedy token is the argmax at its position
+  std::vector<int32_t> all = packed;
+  all.insert(all.end(), gp.tokens.begin(), gp.tokens.end() - 1);
+  const int64_t T = static_cast<int64_t>(all.size());
+  std::vector<double> ids(all.begin(), all.end());
+  nn::AttnCall call;
+  call.T = 3 + o.max_new_tokens;  // the context the generation resolved its length-dependent choices for
+  call.documents = std::make_shared<attn::Documents>(1, T, std::vector<int64_t>{0, 5, T}, true);
+  const Tensor lg = m.forward(Tensor::from_vector(ids, {1, T}, DType::I64), Tensor(), call).value().reshape({T, c.vocab_size});
+  for (size_t k = 0; k < gp.tokens.size(); ++k) {
+    const int64_t row = 7 + static_cast<int64_t>(k);
+    int64_t best = 0;
+    for (int64_t v = 1; v < c.vocab_size; ++v)
+      if (lg.at({row, v}) > lg.at({row, best})) best = v;
+    EXPECT_EQ(gp.tokens[k], best) << "token " << k;
+  }
+  // a prompt ending in EOS: the next token starts a new document, seen alone
+  std::vector<int32_t> ends = first;
+  GenerateOptions one = o;
+  one.max_new_tokens = 3;
+  const Generation ge = generate(m, ends, one);
+  ASSERT_EQ(ge.tokens.size(), 3u);
+  EXPECT_EQ(ge.prompt_context, 5);
+  const Generation fresh = generate(m, {ge.tokens[0]}, [&] { GenerateOptions x = alone; x.max_new_tokens = 2; return x; }());
+  EXPECT_EQ(std::vector<int32_t>(ge.tokens.begin() + 1, ge.tokens.end()), fresh.tokens);
+  GenerateOptions no_reset = o;
+  no_reset.documents.position_reset = false;
+  EXPECT_THROW(generate(m, packed, no_reset), NotImplementedError);
+}
