@@ -8,6 +8,8 @@ thread_local bool g_grad_enabled = true;
 bool grad_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
+EnableGradGuard::EnableGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { g_grad_enabled = prev_; }
 
 Node::~Node() {
   // Destroying a 100,000-node chain recursively would overflow the stack: steal the edges of

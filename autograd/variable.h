@@ -105,6 +105,17 @@ class NoGradGuard {
  private:
   bool prev_;
 };
+// Re-enables recording in its scope (a recomputation inside a backward function).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
 bool grad_enabled();
 
 // Used by op implementations: wraps `value` as the output of a differentiable op over `inputs`.

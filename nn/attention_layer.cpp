@@ -1,8 +1,15 @@
 #include "nn/attention_layer.h"
 
+#include "core/names.h"
 #include "nn/kv_cache.h"
 
 namespace hz::nn {
+
+namespace {
+constexpr const char* kRecompute[] = {"none", "attention", "layer"};
+}
+const char* name(Recompute r) { return enum_name(r, kRecompute); }
+Recompute parse_recompute(const std::string& s) { return parse_name<Recompute>(s, kRecompute, "train.recompute"); }
 
 AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec& s, double init_std,
                                double resid_std, DType dt)

@@ -23,6 +23,14 @@ struct AttentionDims {
 
 // Per-call context: the stage's sequence length T (SCOPE scopes follow it) and the training
 // context (extension factor s = T / train_T for temperature and dynamic scalings).
+// Activation recomputation in training (recipe train.recompute): none keeps every activation for
+// backward; attention keeps each block's input to attention and recomputes norm1 + the attention
+// sublayer (projections, RoPE, the fused op) in backward; layer keeps only each block's input and
+// recomputes the whole block. Gradients are bitwise those of none (autograd/checkpoint.h).
+enum class Recompute : uint8_t { None, Attention, Layer, Count };
+const char* name(Recompute r);
+Recompute parse_recompute(const std::string& s);
+
 struct AttnCall {
   int64_t T = 0;
   int64_t train_T = 0;
@@ -30,6 +38,7 @@ struct AttnCall {
   // Packed documents of the batch (attention/documents.h): the mask of every layer and, through
   // Transformer::hidden, the positions. Null: one document per sequence.
   std::shared_ptr<const attn::Documents> documents;
+  Recompute recompute = Recompute::None;  // applies while recording a graph without a KV cache
 };
 
 class AttentionLayer : public Module {

@@ -2,6 +2,8 @@
 
 #include <tuple>
 
+#include "autograd/checkpoint.h"
+#include "nn/autocast.h"
 #include "nn/kv_cache.h"
 
 #include <cmath>
@@ -76,7 +78,30 @@ Block::Block(const ModelConfig& cfg, const attn::AttentionSpec& spec) {
 
 ag::Variable Block::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
                            LayerKV* cache) const {
-  ag::Variable h = ag::add(x, attn->forward(norm1->forward(x), positions, call, cache));
+  const bool recompute = call.recompute != Recompute::None && !cache && ag::grad_enabled();
+  const DType dt = compute_dtype();  // the recomputation runs in backward, outside this scope
+  if (recompute && call.recompute == Recompute::Layer) {
+    AttnCall inner = call;
+    inner.recompute = Recompute::None;
+    return ag::checkpoint(
+        [this, positions, inner, dt](const std::vector<ag::Variable>& in) {
+          ComputeScope scope(dt);
+          return forward(in[0], positions, inner, nullptr);
+        },
+        {x}, "recompute_block");
+  }
+  ag::Variable a;
+  if (recompute && call.recompute == Recompute::Attention) {
+    a = ag::checkpoint(
+        [this, positions, call, dt](const std::vector<ag::Variable>& in) {
+          ComputeScope scope(dt);
+          return attn->forward(norm1->forward(in[0]), positions, call, nullptr);
+        },
+        {x}, "recompute_attention");
+  } else {
+    a = attn->forward(norm1->forward(x), positions, call, cache);
+  }
+  ag::Variable h = ag::add(x, a);
   return ag::add(h, mlp->forward(norm2->forward(h)));
 }
 

@@ -192,6 +192,10 @@ void visit_fields(Recipe& r, V& v) {
   v("schedule.decay_fraction", r.schedule.decay_fraction, run_opt("wsd: share of steps in the linear cooldown").in(0, 1));
   v("train.steps", r.train.steps, run_opt("optimizer steps").at_least(1));
   v("train.grad_accum", r.train.grad_accum, run_opt("micro-batches per step").at_least(1));
+  v.enumeration("train.recompute", r.train.recompute,
+                run_opt("activation recomputation: none | attention (norm1 + attention sublayer recomputed in backward) | "
+                        "layer (only each block's input kept); gradients bitwise equal to none"),
+                nn::parse_recompute, static_cast<const char* (*)(nn::Recompute)>(nn::name));
   v("train.log_every", r.train.log_every, run_opt("console / metrics.jsonl interval").at_least(1));
   v("train.bucket_mb", r.train.bucket_mb, run_opt("data parallel: gradient all-reduce bucket size in MiB").at_least(1));
   v("train.overlap_comm", r.train.overlap_comm, run_opt("data parallel: all-reduce buckets during backward (false: after it)"));

@@ -96,6 +96,7 @@ struct TrainSection {
   int64_t log_every = 10;
   int64_t bucket_mb = 25;             // data parallel: gradient bucket size (MiB)
   bool overlap_comm = true;           // all-reduce buckets during backward (false: after backward)
+  nn::Recompute recompute = nn::Recompute::None;  // activation recomputation (nn/attention_layer.h)
 };
 
 struct CheckpointSection {

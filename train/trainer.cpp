@@ -349,6 +349,7 @@ class Trainer {
       const data::Batch b = data_.next();
       nn::AttnCall call;
       call.documents = eval::batch_documents(b, docs_);  // null for stream documents
+      call.recompute = r_.train.recompute;
       ag::Variable loss = model_->loss(b.tokens, b.targets, b.weights, call);
       loss_sum += loss.item();
       if (r_.train.grad_accum > 1) loss = ag::mul_scalar(loss, 1.0 / r_.train.grad_accum);

@@ -138,6 +138,17 @@ TEST(Trainer, PackedDocumentsRepeatAndResumeExactly) {
   EXPECT_LT(acc.losses.back(), acc.losses.front());
 }
 
+TEST(Trainer, RecomputationRepeatsTheTrajectoryBitwise) {
+  const TrainResult plain = hz::train::train(tiny("rc_none", {"train.grad_accum=2", "checkpoint.every=0"}), quiet());
+  for (const char* rc : {"attention", "layer"}) {
+    const TrainResult r =
+        hz::train::train(tiny(std::string("rc_") + rc, {"train.grad_accum=2", "checkpoint.every=0", std::string("train.recompute=") + rc}),
+                         quiet());
+    EXPECT_EQ(r.losses, plain.losses) << rc;
+    EXPECT_EQ(r.final_val_loss, plain.final_val_loss) << rc;
+  }
+}
+
 TEST(Trainer, MuonAndAccumulationTrain) {
   const TrainResult r = hz::train::train(tiny("muon", {"optim.name=muon", "train.grad_accum=2", "checkpoint.every=0"}), quiet());
   ASSERT_EQ(r.losses.size(), 12u);
