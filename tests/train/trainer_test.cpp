@@ -136,6 +136,11 @@ TEST(Trainer, PackedDocumentsRepeatAndResumeExactly) {
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(second.losses[i], a.losses[6 + i]) << "step " << 6 + i;
   const TrainResult acc = hz::train::train(tiny("docs_accum", with({"train.grad_accum=2", "checkpoint.every=0"})), quiet());
   EXPECT_LT(acc.losses.back(), acc.losses.front());
+  // DroPE at a step: the positions go, the document mask stays
+  const TrainResult drope = hz::train::train(tiny("docs_drope", with({"drope.at_step=6", "checkpoint.every=0"})), quiet());
+  ASSERT_EQ(drope.losses.size(), 12u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(drope.losses[i], a.losses[i]) << "before the drop, step " << i;
+  EXPECT_TRUE(std::isfinite(drope.final_val_loss));
 }
 
 TEST(Trainer, RecomputationRepeatsTheTrajectoryBitwise) {
