@@ -155,7 +155,10 @@ double flops_per_token(const nn::Transformer& m, int64_t T) {
   if (!m.cfg.tie_embeddings) n_mm -= static_cast<double>(m.cfg.vocab_size * m.cfg.d_model);
   double attn = 0;
   for (const auto& layer : m.layers) {
-    const attn::AttnConfig cfg = layer->attn->kernel_config({T, T});
+    nn::AttnCall call;
+    call.T = T;
+    call.train_T = T;
+    const attn::AttnConfig cfg = layer->attn->kernel_config(call);
     attn += 3.0 * attn::attention_cost(cfg, m.cfg.n_heads, T, T, m.cfg.hdim()).flops_fwd / static_cast<double>(T);
   }
   return 6.0 * n_mm + attn;
