@@ -1,6 +1,7 @@
 // Data parallelism, run by CTest under `mpirun -np 2`: 2 ranks with per-rank batch B follow the
 // 1-rank batch-2B trajectory, parameters stay identical across ranks, resume is exact, and the
-// bucket layout / overlap switch do not change a single bit.
+// bucket layout / overlap switch do not change a single bit; packed documents with recomputation
+// follow the 1-rank trajectory too.
 #include <gtest/gtest.h>
 
 #include "core/hash.h"
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "distributed/communicator.h"
 #include "distributed/grad_sync.h"
@@ -82,6 +84,38 @@ TEST_F(TwoRanks, MatchOneRankWithDoubleBatchAndStayIdentical) {
     for (size_t i = 0; i < 20; ++i)
       EXPECT_NEAR(two.losses[i], one.losses[i], 2e-5 * std::max(1.0, std::abs(one.losses[i]))) << "step " << i + 1;
     EXPECT_LT(one.losses.back(), one.losses.front());
+  }
+  world().barrier();
+}
+
+// Packed documents (masked, position reset) with layer recomputation: 2 ranks of batch B follow
+// the 1-rank batch-2B trajectory and keep identical parameters.
+TEST_F(TwoRanks, PackedDocumentsAndRecomputationMatchOneRank) {
+  const std::string corpus = root() + "/short_docs.jsonl";
+  if (world().rank() == 0) {
+    std::filesystem::create_directories(root());
+    std::ofstream f(corpus);
+    for (int d = 0; d < 400; ++d) {
+      f << "{\"text\": \"";
+      for (int w = 0; w < 1 + (d * 7) % 9; ++w) f << (w ? " " : "") << "word" << (d * 13 + w * 5) % 17;
+      f << "\"}\n";
+    }
+  }
+  world().barrier();
+  const std::vector<std::string> extra{"data.source=jsonl", "data.files=[" + corpus + "]",
+                                       "data.cache_dir=" + root() + "/short_docs", "data.documents=masked",
+                                       "data.position_reset=true", "train.recompute=layer", "checkpoint.every=0"};
+  TrainOptions o = on(&world());
+  o.on_step = [&](int64_t step, nn::Transformer& m) {
+    const auto sums = world().all_gather(static_cast<int64_t>(checksum(m)));
+    EXPECT_EQ(sums[0], sums[1]) << "parameters differ across ranks after step " << step;
+  };
+  const TrainResult two = hz::train::train(tiny("dp2_docs", 4, extra), o);
+  ASSERT_EQ(two.losses.size(), 20u);
+  if (world().rank() == 0) {
+    const TrainResult one = hz::train::train(tiny("dp1_docs", 8, extra), on(nullptr));
+    for (size_t i = 0; i < 20; ++i)
+      EXPECT_NEAR(two.losses[i], one.losses[i], 2e-5 * std::max(1.0, std::abs(one.losses[i]))) << "step " << i + 1;
   }
   world().barrier();
 }
