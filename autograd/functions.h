@@ -73,6 +73,24 @@ Variable embedding(const Variable& weight, const Tensor& ids);
 // Mean NLL over rows with weight (undefined = 1) and target != ignore_index.
 Variable cross_entropy(const Variable& logits, const Tensor& targets,
                        const Tensor& weights = Tensor(), int64_t ignore_index = -100);
+// The LM head and its loss in one op, chunked: the mean NLL (weighted as cross_entropy) of the
+// logits h W^T, h (N, C), W (V, C), never holding more than `chunk` rows of logits (forward) or
+// of logits and their gradient (backward, which recomputes them). chunk <= 0: all rows at once;
+// otherwise rounded up to a multiple of kLossSlice.
+//   - With chunk 0 the loss and dh are bitwise those of cross_entropy(matmul(h, W^T)): each row's
+//     logits, NLL and gradient come from the same kernels, and the loss sums the rows' f64 NLL in
+//     row order as cross_entropy does.
+//   - dW sums dlogits_s^T h_s over fixed slices of kLossSlice rows in order; it differs from one
+//     GEMM over all N rows by round-off only (that GEMM's reduction over N is split by BLAS's own
+//     blocking, which no chunked computation can reproduce).
+//   - The chunk changes no bit where a GEMM row does not depend on how many rows the GEMM is
+//     given: f32 and bf16 on the CPU (tests/autograd/lm_head_loss_test.cpp). OpenBLAS's dgemm
+//     (f64) and cuBLAS may pick other kernels for other row counts: there the chunks agree to
+//     round-off, and one setting still repeats bitwise.
+// Memory: chunk x V logits (and their gradient) instead of N x V.
+constexpr int64_t kLossSlice = 256;
+Variable lm_head_loss(const Variable& h, const Variable& w, const Tensor& targets, const Tensor& weights = Tensor(),
+                      int64_t chunk = 0, int64_t ignore_index = -100);
 // RMSNorm over the last dim; w (C) or undefined (no gain).
 Variable rms_norm(const Variable& x, const Variable& w, double eps = 1e-6);
 

@@ -105,7 +105,8 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& weights,
                               const Tensor& lse, double weight_sum, int64_t ignore_index,
                               double gscale);
-// Per-row negative log-likelihood (N), 0 for ignored rows; for evaluation.
+// Per-row negative log-likelihood (N) in f64 (the values cross_entropy sums), 0 for ignored rows;
+// for evaluation and the chunked LM-head loss.
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
 // ---- RMSNorm over the last dim ------------------------------------------------------------

@@ -151,11 +151,15 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
 }
 
 ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const Tensor& weights, AttnCall call) const {
-  ag::Variable logits = forward(ids, Tensor(), call);
-  const int64_t V = cfg.vocab_size;
-  const Device dev = logits.value().device();
-  return ag::cross_entropy(ag::reshape(logits, {-1, V}), targets.to(dev).reshape({-1}),
-                           weights.defined() ? weights.to(dev).reshape({-1}) : Tensor());
+  ComputeScope scope(compute_dtype);
+  const ag::Variable h = hidden(ids, Tensor(), call);
+  const ag::Variable x = ag::reshape(h, {-1, cfg.d_model});
+  // the head's weight as project() multiplies it (the compute dtype under autocast)
+  const ag::Variable& w = head ? head->weight : embed->weight;
+  const ag::Variable wc = autocast_active() ? ag::cast(w, compute_dtype) : w;
+  const Device dev = h.value().device();
+  return ag::lm_head_loss(autocast_active() ? ag::cast(x, compute_dtype) : x, wc, targets.to(dev).reshape({-1}),
+                          weights.defined() ? weights.to(dev).reshape({-1}) : Tensor(), loss_chunk);
 }
 
 }  // namespace hz::nn

@@ -75,12 +75,18 @@ class Transformer : public Module {
                       KVCache* cache = nullptr) const;
   ag::Variable project(const ag::Variable& h) const;
   // Mean next-token cross-entropy: targets (B, T) integer, weights (B, T) float or undefined.
+  // The head and the loss run as one chunked op (ag::lm_head_loss): the (B T, V) logits never
+  // exist at once unless loss_chunk is 0.
   ag::Variable loss(const Tensor& ids, const Tensor& targets, const Tensor& weights = Tensor(),
                     AttnCall call = {}) const;
 
   ModelConfig cfg;
   // Mixed precision: the dtype forward() computes in (nn/autocast.h); parameters keep cfg.dtype.
   DType compute_dtype = DType::F32;
+  // loss(): rows of logits alive at a time (ag::lm_head_loss; 0 = all rows). On the CPU in f32 and
+  // bf16 every value is bitwise the same for every setting; only the memory changes (recipe
+  // train.loss_chunk).
+  int64_t loss_chunk = 0;
   std::shared_ptr<Embedding> embed;
   std::vector<std::shared_ptr<Block>> layers;
   std::shared_ptr<RMSNorm> norm;

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "autograd/functions.h"
 #include "core/names.h"
 #include "train/model_source.h"
 #include "train/surgery.h"
@@ -196,6 +197,9 @@ void visit_fields(Recipe& r, V& v) {
                 run_opt("activation recomputation: none | attention (norm1 + attention sublayer recomputed in backward) | "
                         "layer (only each block's input kept); gradients bitwise equal to none"),
                 nn::parse_recompute, static_cast<const char* (*)(nn::Recompute)>(nn::name));
+  v("train.loss_chunk", r.train.loss_chunk,
+    run_opt("rows of LM-head logits alive at a time (-1 = automatic: about 64 MiB of them, 0 = all); "
+            "f32/bf16 losses and gradients on the CPU are bitwise the same for every value").at_least(-1));
   v("train.log_every", r.train.log_every, run_opt("console / metrics.jsonl interval").at_least(1));
   v("train.bucket_mb", r.train.bucket_mb, run_opt("data parallel: gradient all-reduce bucket size in MiB").at_least(1));
   v("train.overlap_comm", r.train.overlap_comm, run_opt("data parallel: all-reduce buckets during backward (false: after it)"));
@@ -735,6 +739,12 @@ nn::ModelConfig Recipe::model_config() const {
 std::vector<int64_t> Recipe::eval_lengths() const {
   if (!eval.opts.lengths.empty()) return eval.opts.lengths;
   return {data.seq_len, 2 * data.seq_len, 4 * data.seq_len, 8 * data.seq_len};
+}
+
+int64_t Recipe::loss_chunk_rows() const {
+  if (train.loss_chunk >= 0) return train.loss_chunk;
+  const int64_t V = model_config().vocab_size;
+  return std::max<int64_t>(ag::kLossSlice, (int64_t(64) << 20) / (4 * std::max<int64_t>(1, V)));
 }
 
 eval::EvalOptions recipe_eval_defaults() {

@@ -97,6 +97,7 @@ struct TrainSection {
   int64_t bucket_mb = 25;             // data parallel: gradient bucket size (MiB)
   bool overlap_comm = true;           // all-reduce buckets during backward (false: after backward)
   nn::Recompute recompute = nn::Recompute::None;  // activation recomputation (nn/attention_layer.h)
+  int64_t loss_chunk = -1;            // rows of logits alive at a time; -1 = automatic, 0 = all
 };
 
 struct CheckpointSection {
@@ -136,6 +137,8 @@ struct Recipe {
   std::vector<int64_t> eval_lengths() const;
   // What `horizon eval` does with this recipe (eval/ takes no recipe).
   eval::EvalOptions eval_options() const;
+  // train.loss_chunk resolved: rows of logits alive at a time in Transformer::loss (0 = all)
+  int64_t loss_chunk_rows() const;
 };
 
 // Parse a recipe file, then apply overrides "a.b.c=value" (value parsed as YAML).

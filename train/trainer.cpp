@@ -290,6 +290,7 @@ class Trainer {
   void place(nn::Transformer& m) const {
     m.to(dev_);
     m.compute_dtype = nn::compute_dtype_of(r_.run.precision);
+    m.loss_chunk = r_.loss_chunk_rows();
   }
 
   void build_optimizer() {

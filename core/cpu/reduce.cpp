@@ -262,14 +262,12 @@ Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& targets_in,
 Tensor cross_entropy_rows(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore) {
   const Tensor logits = logits_in.contiguous(), targets = targets_in.contiguous();
   const int64_t N = logits.size(0), V = logits.size(1);
-  Tensor out = Tensor::empty({N}, acc_dtype(logits.dtype()));
+  Tensor out = Tensor::empty({N}, DType::F64);  // the rows' NLL as cross_entropy sums them
   dispatch_all_float(logits.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_); using A = math::acc_t<T>;
    dispatch_index(targets.dtype(), [&](auto i_tag_) { using I = decltype(i_tag_);
     check_targets(targets.data<I>(), N, V, ignore);
     std::vector<A> lse(N);
-    std::vector<double> nll(N);
-    ce_rows(static_cast<const T*>(logits.raw_data()), targets.data<I>(), N, V, ignore, lse.data(), nll.data());
-    for (int64_t r = 0; r < N; ++r) static_cast<A*>(out.raw_data())[r] = static_cast<A>(nll[r]);
+    ce_rows(static_cast<const T*>(logits.raw_data()), targets.data<I>(), N, V, ignore, lse.data(), out.data<double>());
   }); });
   return out;
 }

@@ -202,7 +202,9 @@ TEST_P(PackedAttention, EqualsEachDocumentRunAlone) {
     }
     if (c.logit == LogitKind::LogN) dc_alone += x[3].grad().to_vector()[0];
   }
-  if (c.logit == LogitKind::LogN) EXPECT_NEAR(dc_alone, grads[3][0], 1e-10) << "LogN's dc sums over the documents";
+  if (c.logit == LogitKind::LogN) {
+    EXPECT_NEAR(dc_alone, grads[3][0], 1e-10) << "LogN's dc sums over the documents";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Combos, PackedAttention, ::testing::ValuesIn(all_combos()), combo_name);

@@ -1105,8 +1105,19 @@ TEST_P(CrossEntropyTest, LossRowsAndBackward) {
 
   Tensor rows = hz::ops::cross_entropy_rows(lt, tt, c.ignore_index);
   EXPECT_EQ(rows.shape(), (Shape{c.N}));
-  EXPECT_EQ(rows.dtype(), adt);
+  EXPECT_EQ(rows.dtype(), DType::F64);  // the values cross_entropy sums, unrounded
   EXPECT_TRUE(all_close(rows, nll, ta));
+  {  // their weighted mean in row order is the loss, bitwise (what the chunked LM-head loss relies on)
+    const std::vector<double> r = rows.to_vector(), tv = tt.to_vector();
+    const std::vector<double> wv = wt.defined() ? wt.to_vector() : std::vector<double>(c.N, 1.0);
+    double num = 0, d = 0;
+    for (int64_t i = 0; i < c.N; ++i) {
+      if (static_cast<int64_t>(tv[i]) == c.ignore_index) continue;
+      num += wv[i] * r[i];
+      d += wv[i];
+    }
+    EXPECT_EQ(Tensor::full({}, d > 0 ? num / d : 0.0, adt).item(), res.loss.item());
+  }
 
   Tensor gl = hz::ops::cross_entropy_backward(lt, tt, wt, res.lse, res.weight_sum, c.ignore_index, c.gscale);
   EXPECT_EQ(gl.shape(), (Shape{c.N, c.V}));

@@ -152,6 +152,13 @@ TEST(Trainer, RecomputationRepeatsTheTrajectoryBitwise) {
     EXPECT_EQ(r.losses, plain.losses) << rc;
     EXPECT_EQ(r.final_val_loss, plain.final_val_loss) << rc;
   }
+  // the chunked LM-head loss: every chunk gives the same trajectory (f32 on the CPU)
+  for (const char* chunk : {"0", "256", "1024"}) {
+    const TrainResult r = hz::train::train(
+        tiny(std::string("chunk_") + chunk, {"train.grad_accum=2", "checkpoint.every=0", std::string("train.loss_chunk=") + chunk}),
+        quiet());
+    EXPECT_EQ(r.losses, plain.losses) << "train.loss_chunk=" << chunk;
+  }
 }
 
 TEST(Trainer, MuonAndAccumulationTrain) {
