@@ -8,12 +8,14 @@
 
 namespace hz {
 
-void write_file_atomic(const std::string& path, const std::string& content) {
+void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts) {
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
   HZ_CHECK(f != nullptr, Error, "cannot create '", tmp, "': ", std::strerror(errno),
            "; check that the directory exists and is writable");
-  const bool written = std::fwrite(content.data(), 1, content.size(), f) == content.size() && std::fflush(f) == 0;
+  bool written = true;
+  for (std::string_view p : parts) written = written && std::fwrite(p.data(), 1, p.size(), f) == p.size();
+  written = written && std::fflush(f) == 0;
   const int err = errno;
   const bool closed = std::fclose(f) == 0;
   if (!written || !closed) {

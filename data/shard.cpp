@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace hz::data {
 
@@ -56,25 +57,8 @@ void write_shard(const std::string& path, const std::vector<std::vector<int32_t>
   put_le(header, docs.size(), 8);
   put_le(header, fnv1a64(payload.data(), payload.size()), 8);
 
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  HZ_CHECK(f != nullptr, Error, "cannot create shard file '", tmp, "': ", std::strerror(errno),
-           "; check that the directory exists and is writable");
-  const bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
-                  std::fwrite(payload.data(), 1, payload.size(), f) == payload.size() &&
-                  std::fflush(f) == 0;
-  const int err = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) {
-    std::remove(tmp.c_str());
-    throw Error(detail::concat_msg("writing shard file '", tmp, "' failed: ", std::strerror(err),
-                                   "; is the disk full?"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    throw Error(detail::concat_msg("cannot rename '", tmp, "' to '", path, "': ", std::strerror(e)));
-  }
+  auto bytes = [](const std::vector<uint8_t>& v) { return std::string_view(reinterpret_cast<const char*>(v.data()), v.size()); };
+  write_file_atomic(path, {bytes(header), bytes(payload)});
 }
 
 std::shared_ptr<const Shard> Shard::open(const std::string& path) {

@@ -14,7 +14,7 @@
 //   ...     bpt * n_tokens     the token ids (u16 or u32), documents back to back, no separators
 //
 // The file size is therefore exactly 40 + 8 (n_docs + 1) + bytes_per_token * n_tokens.
-// Writers write "<path>.tmp" and rename it, so a shard is complete or absent.
+// Writers write "<path>.tmp" and rename it (core/file.h), so a shard is complete or absent.
 #pragma once
 #include "core/hash.h"
 #include <cstdint>
