@@ -37,13 +37,21 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
   const Tensor x = x_in.contiguous();
   const Tensor positions = positions_in.to(DType::I64).contiguous();
   const int64_t* pp = positions.data<int64_t>();
-  // cos/sin table (P, D/2) in double over the P = T or B T position ids (positions (T) or (B, T)),
-  // then applied in the tensor's compute type
+  // cos/sin table in double, then applied in the tensor's compute type. Positions are (T) or
+  // (B, T) ids; when they all lie in [0, P) with P <= their count (arange, or per-document
+  // positions that restart), the table has one row per position value, else one per id.
   const int64_t np = positions.numel();
-  std::vector<double> cs(np * half), sn(np * half);
-  for (int64_t t = 0; t < np; ++t)
+  int64_t lo = 0, hi = -1;
+  for (int64_t i = 0; i < np; ++i) {
+    lo = std::min(lo, pp[i]);
+    hi = std::max(hi, pp[i]);
+  }
+  const bool by_value = lo >= 0 && hi < np;
+  const int64_t rows = by_value ? hi + 1 : np;
+  std::vector<double> cs(rows * half), sn(rows * half);
+  for (int64_t t = 0; t < rows; ++t)
     for (int64_t m = 0; m < half; ++m) {
-      const double a = static_cast<double>(pp[t]) * p.inv_freq[m];
+      const double a = static_cast<double>(by_value ? t : pp[t]) * p.inv_freq[m];
       cs[t * half + m] = std::cos(a) * p.mscale;
       sn[t * half + m] = (p.inverse ? -std::sin(a) : std::sin(a)) * p.mscale;
     }
@@ -53,7 +61,8 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
     S* op = static_cast<S*>(out.raw_data());
 #pragma omp parallel for schedule(static) if (B * H * T * D > 32768)
     for (int64_t r = 0; r < B * H * T; ++r) {
-      const int64_t t = np == T ? r % T : (r / (H * T)) * T + r % T;
+      const int64_t id = np == T ? r % T : (r / (H * T)) * T + r % T;
+      const int64_t t = by_value ? pp[id] : id;
       const S* xr = xp + r * D;
       S* o = op + r * D;
       const double* c = cs.data() + t * half;
