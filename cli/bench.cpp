@@ -127,7 +127,11 @@ int bench_attention(const Args& args) {
           throw ValueError("bench: unknown mask '" + m + "' (causal, swa, scope, docsN)");
         }
         attn::LayerCost cost = attn::attention_cost(cfg, H, T, T, D);
-        if (cfg.documents) cost.visible_pairs /= B, cost.flops_fwd /= B, cost.flops_fwd_bwd /= B;  // per sequence
+        if (cfg.documents) {  // attention_cost counted all B sequences: per sequence, as for the others
+          cost.visible_pairs /= B;
+          cost.flops_fwd /= B;
+          cost.flops_fwd_bwd /= B;
+        }
         const bool tc = attn::attn_tiles(cfg, dev, dt, D).tensor_core;
         Generator g(1);
         ag::Variable q(g.normal({B, H, T, D}, 0, 1, dt, dev), true), k(g.normal({B, H, T, D}, 0, 1, dt, dev), true),

@@ -14,6 +14,7 @@
 #include "attention/rope.h"
 #include "autograd/functions.h"
 #include "core/rng.h"
+#include "tests/attention/twin_check.h"
 
 using namespace hz;
 using namespace hz::attn;
@@ -133,23 +134,8 @@ TEST(Documents, TheOpRefusesDocumentsThatDoNotFitTheCall) {
 
 TEST_P(PackedAttention, ForwardAndGradientsMatchTheFloat64Reference) {
   const Combo c = GetParam();
-  const std::vector<Tensor> in = inputs(c, 17);
-  std::vector<ag::Variable> xf, xr;
-  for (const auto& t : in) {
-    xf.emplace_back(t.clone(), true);
-    xr.emplace_back(t.clone(), true);
-  }
-  ag::Variable of = run(c, xf, true), orf = run(c, xr, false);
-  const std::vector<double> a = of.value().to_vector(), b = orf.value().to_vector();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-12) << "output element " << i;
-  const Tensor gout = Generator(5).normal(of.shape(), 0, 1, DType::F64);
-  of.backward(gout);
-  orf.backward(gout);
-  for (size_t k = 0; k < xf.size(); ++k) {
-    const std::vector<double> ga = xf[k].grad().to_vector(), gb = xr[k].grad().to_vector();
-    for (size_t i = 0; i < ga.size(); ++i) ASSERT_NEAR(ga[i], gb[i], 1e-11) << "grad of input " << k << " element " << i;
-  }
+  hzt::expect_fused_matches_twin([&](const std::vector<ag::Variable>& x, bool fused) { return run(c, x, fused); },
+                                 inputs(c, 17), 1e-12, 1e-11);
 }
 
 // The packed call equals each document run alone (its own B = 1, T = length call; with position
