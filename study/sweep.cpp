@@ -81,7 +81,8 @@ SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& ex
   }
   if (!root.IsMap()) throw train::RecipeError(path + ": a grid file is a map with recipe, name, grid, ...");
   for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    if (!it->first.IsScalar()) fail(path, it->first, "a key must be a name, not a list or map");
+    const std::string k = it->first.Scalar();
     if (k != "recipe" && k != "name" && k != "out_dir" && k != "overrides" && k != "grid" && k != "eval")
       fail(path, it->first, "unknown key '" + k + "'; known keys: recipe, name, out_dir, overrides, grid, eval");
   }
@@ -98,7 +99,8 @@ SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& ex
   const YAML::Node g = root["grid"];
   if (!g || !g.IsMap() || g.size() == 0) throw train::RecipeError(path + ": 'grid:' must map at least one key path to a list of values");
   for (auto it = g.begin(); it != g.end(); ++it) {
-    const std::string key = it->first.as<std::string>();
+    if (!it->first.IsScalar()) fail(path, it->first, "grid: a key must be a key path, not a list or map");
+    const std::string key = it->first.Scalar();
     if (!it->second.IsSequence() || it->second.size() == 0) fail(path, it->second, "grid." + key + ": expected a non-empty list of values");
     std::vector<std::string> vals;
     // a Node of its own: ranging over it->second would bind to a member of the iterator's

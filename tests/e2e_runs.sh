@@ -38,6 +38,8 @@ printf 'optim: [1, 2]\n' > "$OUT/list.yaml"
 expect 1 "$OUT/list.yaml:1" "optim: expected a section" -- "$HZ" train "$OUT/list.yaml"
 printf 'train:\n  steps: 5\n  steps: 7\n' > "$OUT/dup.yaml"
 expect 1 "$OUT/dup.yaml:3: duplicate key 'train.steps' (first at $OUT/dup.yaml:2)" -- "$HZ" train "$OUT/dup.yaml"
+printf 'eval: {every: 5, lengths, [256, 512]}\n' > "$OUT/listkey.yaml"
+expect 1 "$OUT/listkey.yaml:1" "a key in 'eval' is a list, not a name" -- "$HZ" train "$OUT/listkey.yaml"
 printf 'eval:\n  batches: -1\n' > "$OUT/range.yaml"
 expect 1 "$OUT/range.yaml:2" "eval.batches: must be >= 1" -- "$HZ" train "$OUT/range.yaml"
 expect 1 "checkpoint.every: must be >= 0" -- "$HZ" train "$SRC/recipes/quickstart.yaml" checkpoint.every=-5

@@ -516,23 +516,29 @@ struct Doc {
   }
 };
 
-// yaml-cpp keeps both entries of a repeated key and lookups find the first: refuse them, naming
-// the lines of both (every map of the document, sections, layer kinds and flow maps alike).
-void check_duplicate_keys(const YAML::Node& n, const std::string& prefix, const std::string& file) {
+// Every key of every map of the document (sections, layer kinds and flow maps alike) must be a
+// name, and appear once: a list or map used as a key (`{lengths, [256, 512]}` makes [256, 512] a
+// key) is refused with its line, and so is a repeated key, naming the lines of both (yaml-cpp
+// keeps both entries and lookups find the first).
+void check_keys(const YAML::Node& n, const std::string& prefix, const std::string& file) {
   if (n.IsSequence()) {
-    for (size_t i = 0; i < n.size(); ++i) check_duplicate_keys(n[i], prefix + "[" + std::to_string(i) + "]", file);
+    for (size_t i = 0; i < n.size(); ++i) check_keys(n[i], prefix + "[" + std::to_string(i) + "]", file);
     return;
   }
   if (!n.IsMap()) return;
   std::map<std::string, YAML::Mark> seen;
   for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string key = it->first.IsScalar() ? it->first.Scalar() : YAML::Dump(it->first);
+    if (!it->first.IsScalar())
+      throw RecipeError(fmt_line(file, it->first.Mark()) + ": a key in '" + (prefix.empty() ? std::string("(top level)") : prefix) +
+                        "' is a " + (it->first.IsSequence() ? "list" : it->first.IsMap() ? "map" : "null") +
+                        ", not a name (a missing ':' after the key before it?)");
+    const std::string key = it->first.Scalar();
     const std::string path = prefix.empty() ? key : prefix + "." + key;
     const auto [first, fresh] = seen.emplace(key, it->first.Mark());
     if (!fresh)
       throw RecipeError(fmt_line(file, it->first.Mark()) + ": duplicate key '" + path + "' (first at " +
                         fmt_line(file, first->second) + "); a key may appear once per section");
-    check_duplicate_keys(it->second, path, file);
+    check_keys(it->second, path, file);
   }
 }
 
@@ -651,7 +657,7 @@ Recipe parse_recipe(const std::string& text, const std::string& file, const std:
   }
   if (rd.root.IsNull()) rd.root = YAML::Node(YAML::NodeType::Map);
   if (!rd.root.IsMap()) throw RecipeError(file + ": a recipe must be a map of sections (run, model, data, ...)");
-  check_duplicate_keys(rd.root, "", file);
+  check_keys(rd.root, "", file);
   for (const auto& ov : overrides) rd.overridden.insert(apply_override(rd.root, ov));
   fill_model_from_source(rd.root, file);
   Recipe r;
