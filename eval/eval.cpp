@@ -29,15 +29,13 @@ Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, 
   ag::NoGradGuard ng;
   Scores s;
   if (by_pos) s.pos_sum.assign(L, 0.0);
-  const int64_t V = m.cfg.vocab_size;
   nn::AttnCall call;
   call.T = L;
   call.train_T = train_T;
   for (const auto& b : batches) {
     call.documents = batch_documents(b, docs);
-    const Tensor logits = m.forward(b.tokens, Tensor(), call).value();
-    const Tensor nll = ops::cross_entropy_rows(logits.reshape({-1, V}), b.targets.reshape({-1}));
-    const std::vector<double> v = nll.to_vector(), w = b.weights.to_vector();
+    // the head in chunks of rows: long lengths never hold the (B L, V) logits
+    const std::vector<double> v = m.token_nll(b.tokens, b.targets, call).to_vector(), w = b.weights.to_vector();
     const int64_t B = b.tokens.size(0);
     for (int64_t i = 0; i < B; ++i)
       for (int64_t t = 0; t < L; ++t) {
@@ -104,14 +102,20 @@ std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions&
         Generator g(o.seed + 7919, static_cast<uint64_t>(L) * 1000003 + di * 1009 + e);
         const data::SyntheticExample ex = data::make_passkey(*tok, g, L + 1, cell.depth);
         std::vector<double> ids(ex.tokens.begin(), ex.tokens.begin() + L);
-        const Tensor logits = m.forward(Tensor::from_vector(ids, {1, L}, DType::I64), Tensor(), call).value();
-        const Tensor lg = logits.reshape({L, V}).contiguous();
+        // logits only for the answer's rows (the span from its first to its last weighted row)
+        int64_t lo = L, hi = 0;
+        for (int64_t i = 0; i < L; ++i)
+          if (ex.weights[i] != 0) lo = std::min(lo, i), hi = i + 1;
+        HZ_CHECK(lo < hi, ValueError, "passkey: an example without answer tokens");
+        const Tensor h = m.hidden(Tensor::from_vector(ids, {1, L}, DType::I64), Tensor(), call).value();
+        const Tensor lg = m.project(ag::Variable(h.reshape({L, -1}).narrow(0, lo, hi - lo).contiguous()))
+                              .value().to(Device::cpu()).to(DType::F32).contiguous();
+        const float* row0 = lg.data<float>();
         bool all = true;
-        for (int64_t i = 0; i < L; ++i) {
+        for (int64_t i = lo; i < hi; ++i) {
           if (ex.weights[i] == 0) continue;
-          int64_t best = 0;
-          for (int64_t v = 1; v < V; ++v)
-            if (lg.at({i, v}) > lg.at({i, best})) best = v;
+          const float* row = row0 + (i - lo) * V;
+          const int64_t best = std::max_element(row, row + V) - row;  // the first maximum, as before
           const bool ok = best == ex.tokens[i + 1];
           all &= ok;
           digits_ok += ok;

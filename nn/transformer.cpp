@@ -162,4 +162,30 @@ ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const T
                           weights.defined() ? weights.to(dev).reshape({-1}) : Tensor(), loss_chunk);
 }
 
+int64_t Transformer::auto_loss_chunk(int64_t vocab_size) {
+  return std::max<int64_t>(ag::kLossSlice, (int64_t(64) << 20) / (4 * std::max<int64_t>(1, vocab_size)));
+}
+
+Tensor Transformer::token_nll(const Tensor& ids, const Tensor& targets_in, AttnCall call, int64_t chunk) const {
+  HZ_CHECK(targets_in.numel() == ids.numel(), ShapeError, "model: ", targets_in.numel(), " targets for ids ",
+           shape_str(ids.shape()));
+  ag::NoGradGuard ng;
+  ComputeScope scope(compute_dtype);
+  const Tensor h = hidden(ids, Tensor(), call).value().reshape({-1, cfg.d_model});
+  const int64_t N = h.size(0);
+  const Tensor targets = targets_in.reshape({-1}).to(h.device());
+  // whole slices of ag::kLossSlice rows, as the training loss takes them
+  const int64_t want = chunk < 0 ? auto_loss_chunk(cfg.vocab_size) : chunk;
+  const int64_t step = want == 0 ? std::max<int64_t>(N, 1) : (want + ag::kLossSlice - 1) / ag::kLossSlice * ag::kLossSlice;
+  Tensor nll = Tensor::empty({N}, DType::F64);
+  double* out = nll.data<double>();
+  for (int64_t r0 = 0; r0 < N; r0 += step) {
+    const int64_t rows = std::min(step, N - r0);
+    const Tensor logits = project(ag::Variable(h.narrow(0, r0, rows).contiguous())).value();
+    const Tensor v = ops::cross_entropy_rows(logits, targets.narrow(0, r0, rows).contiguous()).to(Device::cpu());
+    std::copy(v.data<double>(), v.data<double>() + rows, out + r0);
+  }
+  return nll;
+}
+
 }  // namespace hz::nn

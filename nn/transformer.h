@@ -79,6 +79,14 @@ class Transformer : public Module {
   // exist at once unless loss_chunk is 0.
   ag::Variable loss(const Tensor& ids, const Tensor& targets, const Tensor& weights = Tensor(),
                     AttnCall call = {}) const;
+  // Evaluation: each token's NLL -ln softmax(h_i W^T)[targets_i] as (B T) f64 on the CPU, 0 where
+  // the target is ignore_index (-100); no graph is built. The head runs on `chunk` rows at a time
+  // (-1: auto_loss_chunk, 0: all rows, else rounded up to whole ag::kLossSlice slices), so long
+  // lengths never hold the (B T, V) logits. The values are those of cross_entropy_rows(forward(ids)) row for row, bitwise where a GEMM row does not
+  // depend on the row count (f32 and bf16 on the CPU; see ag::lm_head_loss).
+  Tensor token_nll(const Tensor& ids, const Tensor& targets, AttnCall call = {}, int64_t chunk = -1) const;
+  // The automatic chunk: rows whose f32 logits take about 64 MiB, at least ag::kLossSlice.
+  static int64_t auto_loss_chunk(int64_t vocab_size);
 
   ModelConfig cfg;
   // Mixed precision: the dtype forward() computes in (nn/autocast.h); parameters keep cfg.dtype.

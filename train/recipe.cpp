@@ -749,8 +749,7 @@ std::vector<int64_t> Recipe::eval_lengths() const {
 
 int64_t Recipe::loss_chunk_rows() const {
   if (train.loss_chunk >= 0) return train.loss_chunk;
-  const int64_t V = model_config().vocab_size;
-  return std::max<int64_t>(ag::kLossSlice, (int64_t(64) << 20) / (4 * std::max<int64_t>(1, V)));
+  return nn::Transformer::auto_loss_chunk(model_config().vocab_size);
 }
 
 eval::EvalOptions recipe_eval_defaults() {

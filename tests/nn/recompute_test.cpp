@@ -9,6 +9,7 @@
 
 #include "attention/documents.h"
 #include "autograd/functions.h"
+#include "core/ops.h"
 #include "nn/transformer.h"
 
 using namespace hz;
@@ -116,4 +117,36 @@ TEST(Recompute, KeepsFewerActivations) {
   EXPECT_LT(layer, attention);
   EXPECT_EQ(parse_recompute("layer"), Recompute::Layer);
   EXPECT_THROW(parse_recompute("full"), ValueError);
+}
+
+// Evaluation's per-token NLL (Transformer::token_nll) runs the head on chunks of rows: every chunk,
+// on the CPU in f32 and bf16, gives the bits of cross_entropy_rows on the full forward's logits,
+// with and without packed documents; ignored targets score 0.
+TEST(TokenNll, ChunkedEqualsFullLogitsBitwise) {
+  attn::AttentionSpec s;
+  s.mask.kind = attn::MaskKind::Window, s.mask.window = 5;
+  for (DType compute : {DType::F32, DType::BF16})
+    for (int docs = 0; docs < 3; ++docs) {  // 2: one sequence of 257 rows, a last chunk of 1 row
+      Transformer m(config(s), 3);
+      m.compute_dtype = compute;
+      const int64_t B = docs == 2 ? 1 : 2, T = docs == 2 ? 257 : 300;
+      AttnCall call;
+      if (docs == 1)
+        call.documents = std::make_shared<attn::Documents>(B, T, std::vector<int64_t>{0, 40, 290, 300, 512, 600}, true);
+      Tensor tg = ids(B, T, 4);
+      tg.set({B - 1, 17}, -100);
+      std::vector<double> full;
+      {
+        ag::NoGradGuard ng;
+        const Tensor logits = m.forward(ids(B, T, 1), Tensor(), call).value();
+        full = ops::cross_entropy_rows(logits.reshape({B * T, -1}), tg.reshape({-1})).to_vector();
+      }
+      EXPECT_EQ(full[(B - 1) * T + 17], 0.0);
+      for (int64_t chunk : {int64_t(0), int64_t(-1), int64_t(256), int64_t(7), int64_t(1)}) {
+        const std::vector<double> got = m.token_nll(ids(B, T, 1), tg, call, chunk).to_vector();
+        ASSERT_EQ(got.size(), full.size());
+        for (size_t i = 0; i < full.size(); ++i)
+          ASSERT_EQ(got[i], full[i]) << dtype_name(compute) << " docs " << docs << " chunk " << chunk << " row " << i;
+      }
+    }
 }
