@@ -130,6 +130,14 @@ void read_id_file(const std::string& path, void* data, size_t bytes, double time
   }
 }
 
+void check_gather(const Tensor& in, const Tensor& out, int world) {
+  HZ_CHECK(in.defined() && out.defined() && in.is_contiguous() && out.is_contiguous(), ValueError,
+           "all_gather: needs defined, contiguous tensors");
+  HZ_CHECK(out.numel() == in.numel() * world && out.dtype() == in.dtype() && out.device() == in.device(), ValueError,
+           "all_gather: the output must hold ", world, " x ", in.numel(), " elements of ", dtype_name(in.dtype()), " on ",
+           in.device().str(), ", got ", out.numel(), " of ", dtype_name(out.dtype()), " on ", out.device().str());
+}
+
 namespace {
 
 class DoneRequest : public Request {
@@ -147,6 +155,10 @@ class Local : public Communicator {
   void all_reduce(Tensor&, ReduceOp) override {}
   std::unique_ptr<Request> all_reduce_async(Tensor&, ReduceOp) override { return std::make_unique<DoneRequest>(); }
   void broadcast(Tensor&, int) override {}
+  void all_gather_into(const Tensor& in, Tensor& out) override {
+    check_gather(in, out, 1);
+    out.copy_(in.reshape(out.shape()));
+  }
   void barrier() override {}
   [[noreturn]] void abort(int code) noexcept override { std::_Exit(code); }
 };
@@ -272,6 +284,16 @@ class Mpi : public Communicator {
     check_buffer(t);
     mpi_check(MPI_Bcast(t.raw_data(), static_cast<int>(t.numel() * dtype_size(t.dtype())), MPI_BYTE, root, MPI_COMM_WORLD),
               "MPI_Bcast");
+  }
+  void all_gather_into(const Tensor& in, Tensor& out) override {
+    check_buffer(in);
+    check_buffer(out);
+    check_gather(in, out, size_);
+    const int64_t bytes = in.numel() * dtype_size(in.dtype());
+    HZ_CHECK(bytes <= INT32_MAX, ValueError, "all_gather: ", bytes, " bytes per rank exceed MPI's int count; gather in parts");
+    mpi_check(MPI_Allgather(in.raw_data(), static_cast<int>(bytes), MPI_BYTE, out.raw_data(), static_cast<int>(bytes),
+                            MPI_BYTE, MPI_COMM_WORLD),
+              "MPI_Allgather");
   }
   void barrier() override { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
   [[noreturn]] void abort(int code) noexcept override {

@@ -1,7 +1,8 @@
 // Horizon: collective communication between ranks.
 //
 // A Communicator knows its rank, the world size and the local rank (rank on this host), and
-// offers in-place all-reduce (sum / average), broadcast, barrier and a non-blocking all-reduce.
+// offers in-place all-reduce (sum / average), broadcast, all-gather, barrier and a non-blocking
+// all-reduce.
 // Implementations: Local (world size 1, no MPI needed: plain `horizon train`), MPI (CPU tensors;
 // launched by mpirun) and NCCL (CUDA tensors; one GPU per local rank). NCCL bootstraps over MPI
 // when launched by mpirun in a build with MPI, else from the environment, torchrun-style:
@@ -42,6 +43,10 @@ class Communicator {
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
   virtual std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) = 0;  // t stays alive until wait()
   virtual void broadcast(Tensor& t, int root) = 0;
+  // out (size() x in.numel() elements, contiguous, in's dtype and device) = every rank's `in`, by
+  // rank (rank q's in out[q n, (q+1) n)); in contiguous, the same numel on every rank. f32/f64/i32/
+  // i64 (NCCL adds bf16). Complete on return.
+  virtual void all_gather_into(const Tensor& in, Tensor& out) = 0;
   virtual void barrier() = 0;
   // Ends every rank of the job now (MPI_Abort); used when one rank fails so that none hangs.
   // Without MPI (NCCL from the environment) it aborts the NCCL communicator and exits this process
@@ -69,6 +74,9 @@ std::unique_ptr<Communicator> from_environment();
 bool mpi_compiled();
 bool nccl_compiled();
 std::string nccl_version();  // of the loaded libnccl, "2.28.9"; empty without NCCL support
+
+// all_gather_into's argument check (shared by the communicators): throws ValueError.
+void check_gather(const Tensor& in, const Tensor& out, int world);
 
 // The environment bootstrap's pieces (used by make_nccl(); exposed for tests).
 struct EnvWorld {

@@ -171,6 +171,23 @@ class Nccl : public Communicator {
                                 comm_, stream_));
     HZ_CUDA_OK(cudaStreamSynchronize(stream_));
   }
+  void all_gather_into(const Tensor& in, Tensor& out) override {
+    if (in.device().is_cpu()) {
+      if (mpi_) return mpi_->all_gather_into(in, out);
+      check_gather(in, out, size_);
+      Tensor d_out = Tensor::empty(out.shape(), out.dtype(), Device::cuda(device_));
+      all_gather_into(in.to(Device::cuda(device_)), d_out);  // staged through the device
+      out.copy_(d_out);
+      return;
+    }
+    check(in);
+    check(out);
+    check_gather(in, out, size_);
+    after_compute();
+    HZ_NCCL_CHECK(ncclAllGather(in.raw_data(), out.raw_data(), static_cast<size_t>(in.numel()), nccl_type(in.dtype()),
+                                comm_, stream_));
+    HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+  }
   void barrier() override {
     if (mpi_) return mpi_->barrier();
     // a one-element all-reduce completes only once every rank has reached it

@@ -283,4 +283,22 @@ void CompositeOptimizer::zero_grad() {
   for (auto& p : parts_) p->zero_grad();
 }
 
+// ---- From a description ---------------------------------------------------------------------------
+
+std::vector<std::string> OptimizerSpec::buffers() const {
+  if (kind == Kind::Muon) return {"momentum_buffer"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+std::unique_ptr<Optimizer> build(const std::vector<OptimizerSpec>& specs) {
+  HZ_CHECK(!specs.empty(), ValueError, "optimizer: nothing to build");
+  std::vector<std::unique_ptr<Optimizer>> parts;
+  for (const auto& sp : specs) {
+    if (sp.kind == OptimizerSpec::Kind::Muon) parts.push_back(std::make_unique<Muon>(sp.groups, sp.muon));
+    else parts.push_back(std::make_unique<AdamW>(sp.groups, sp.adamw));
+  }
+  if (parts.size() == 1) return std::move(parts[0]);
+  return std::make_unique<CompositeOptimizer>(std::move(parts));
+}
+
 }  // namespace hz::optim

@@ -168,4 +168,20 @@ class CompositeOptimizer : public Optimizer {
   std::vector<std::unique_ptr<Optimizer>> parts_;
 };
 
+// ---- From a description -----------------------------------------------------------------------
+// An optimizer described before it is built: the trainer's recipe gives one spec per part (AdamW;
+// or Muon on the hidden matrices + AdamW on the rest), and the same specs build the replicated
+// optimizer (build) or the ZeRO-1 sharded one (dist::ZeroOptimizer), with the same state keys.
+struct OptimizerSpec {
+  enum class Kind : uint8_t { AdamW, Muon } kind = Kind::AdamW;
+  std::vector<ParamGroup> groups;
+  AdamWOptions adamw;
+  MuonOptions muon;
+  std::string name() const { return kind == Kind::AdamW ? "adamw" : "muon"; }
+  // the state buffers of one parameter, in the optimizer's order
+  std::vector<std::string> buffers() const;
+};
+// One spec: that optimizer; several: a CompositeOptimizer of them, in order.
+std::unique_ptr<Optimizer> build(const std::vector<OptimizerSpec>& specs);
+
 }  // namespace hz::optim

@@ -29,6 +29,16 @@ struct TrainData {
     if (shard_loader) shard_loader->restore(c);
     else synth->restore(c);
   }
+  // Resuming a cursor saved under `old_world` ranks (checkpoint.elastic): the shard loader goes on
+  // from the same global position of the epoch's permutation, old_world x c.index chunks, rounded
+  // up to a whole share of the new world (the next epoch when none is left); a synthetic stream,
+  // the same on every rank, goes on at c.index.
+  void restore_resharded(const data::LoaderCursor& c, int64_t old_world, int64_t world) {
+    if (!shard_loader) return synth->restore(c);
+    const int64_t consumed = old_world * c.index, index = (consumed + world - 1) / world;
+    shard_loader->restore(index < shard_loader->chunks_per_epoch() ? data::LoaderCursor{c.epoch, index}
+                                                                   : data::LoaderCursor{c.epoch + 1, 0});
+  }
 };
 
 // The training data of this rank (comm.rank() of comm.size()): the tokenizer's vocabulary is

@@ -203,9 +203,15 @@ void visit_fields(Recipe& r, V& v) {
   v("train.log_every", r.train.log_every, run_opt("console / metrics.jsonl interval").at_least(1));
   v("train.bucket_mb", r.train.bucket_mb, run_opt("data parallel: gradient all-reduce bucket size in MiB").at_least(1));
   v("train.overlap_comm", r.train.overlap_comm, run_opt("data parallel: all-reduce buckets during backward (false: after it)"));
+  v("parallel.shard_optimizer", r.parallel.shard_optimizer,
+    run_opt("ZeRO-1: each data-parallel rank keeps and updates 1/N of the optimizer state (AdamW by element, Muon by "
+            "whole matrix); parameters bitwise those of the replicated optimizer, checkpoints the same"));
   v("checkpoint.every", r.checkpoint.every, run_opt("checkpoint interval in steps (0 = only at the end)").at_least(0));
   v("checkpoint.keep_last", r.checkpoint.keep_last, run_opt("checkpoints kept").at_least(1));
   v("checkpoint.resume", r.checkpoint.resume, run_opt("'' | latest | path: continue a run exactly"));
+  v("checkpoint.elastic", r.checkpoint.elastic,
+    run_opt("resume a checkpoint written under another world size: the data continue from the same global position "
+            "(rounded up to a whole share per rank); the steps that follow are not those the old world size would take"));
   v("checkpoint.init_from", r.checkpoint.init_from, run_opt("start from another run's weights (checkpoint or run dir)"));
   v("eval.every", r.eval.every, run_opt("validation interval in steps (0 = only at the end)").at_least(0));
   v("eval.batches", r.eval.opts.batches, infer("validation batches per length").at_least(1));

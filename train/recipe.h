@@ -100,11 +100,16 @@ struct TrainSection {
   int64_t loss_chunk = -1;            // rows of logits alive at a time; -1 = automatic, 0 = all
 };
 
+struct ParallelSection {
+  bool shard_optimizer = false;       // ZeRO-1: each data-parallel rank keeps 1/N of the optimizer state
+};
+
 struct CheckpointSection {
   int64_t every = 100;                // 0: only at the end
   int64_t keep_last = 3;
   std::string resume = "";            // "" | latest | path to a .h5
   std::string init_from = "";         // weights (not optimizer) of another run: checkpoint or run dir
+  bool elastic = false;               // resume under another world size (the data continue at the same global position)
 };
 
 // What `horizon eval` (and the end-of-run evaluation) does: eval::EvalOptions itself, with the
@@ -125,6 +130,7 @@ struct Recipe {
   OptimSection optim;
   ScheduleSection schedule;
   TrainSection train;
+  ParallelSection parallel;
   CheckpointSection checkpoint;
   EvalSection eval;
   DropeSection drope;

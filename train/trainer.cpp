@@ -20,6 +20,7 @@
 #include "core/hash.h"
 #include "core/version.h"
 #include "distributed/grad_sync.h"
+#include "distributed/zero.h"
 #include "eval/eval.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
@@ -64,32 +65,36 @@ void sync_parameters(dist::Communicator& comm, nn::Transformer& m) {
              "(checksum mismatch); the ranks built different models — check that every rank got the same recipe");
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transformer& m, double adam_lr) {
+// The recipe's optimizer: AdamW on everything, or Muon on the hidden matrices and AdamW on the rest;
+// sharded over the ranks (ZeRO-1) with parallel.shard_optimizer.
+std::unique_ptr<optim::Optimizer> make_optimizer(const Recipe& r, nn::Transformer& m, double adam_lr,
+                                                 dist::Communicator& comm) {
   auto named = m.named_parameters();
   std::vector<std::pair<std::string, ag::Variable*>> decay, no_decay;
   auto split_decay = [&](const std::vector<std::pair<std::string, ag::Variable*>>& ps) {
     for (const auto& p : ps) (p.second->dim() >= 2 ? decay : no_decay).push_back(p);
   };
-  optim::AdamWOptions ao;
-  ao.beta1 = r.optim.beta1;
-  ao.beta2 = r.optim.beta2;
-  ao.eps = r.optim.eps;
-  if (r.optim.name == OptimizerKind::AdamW) {
+  optim::OptimizerSpec adamw;
+  adamw.adamw.beta1 = r.optim.beta1;
+  adamw.adamw.beta2 = r.optim.beta2;
+  adamw.adamw.eps = r.optim.eps;
+  std::vector<optim::OptimizerSpec> specs;
+  if (r.optim.name == OptimizerKind::Muon) {
+    const optim::Partition part = optim::partition_for_muon(named);
+    optim::OptimizerSpec muon;
+    muon.kind = optim::OptimizerSpec::Kind::Muon;
+    muon.muon.momentum = r.optim.muon_momentum;
+    if (r.run.precision == nn::Precision::BF16) muon.muon.ns_dtype = DType::BF16;  // Newton-Schulz GEMMs in bf16, as the reference
+    muon.groups = {{"hidden", part.hidden_matrices, r.optim.muon_lr, r.optim.weight_decay}};
+    specs.push_back(muon);
+    split_decay(part.rest);
+  } else {
     split_decay(named);
-    std::vector<optim::ParamGroup> g{{"decay", decay, adam_lr, r.optim.weight_decay}, {"no_decay", no_decay, adam_lr, 0.0}};
-    return std::make_unique<optim::AdamW>(g, ao);
   }
-  const optim::Partition part = optim::partition_for_muon(named);
-  split_decay(part.rest);
-  optim::MuonOptions mo;
-  mo.momentum = r.optim.muon_momentum;
-  if (r.run.precision == nn::Precision::BF16) mo.ns_dtype = DType::BF16;  // Newton-Schulz GEMMs in bf16, as the reference
-  std::vector<std::unique_ptr<optim::Optimizer>> parts;
-  parts.push_back(std::make_unique<optim::Muon>(
-      std::vector<optim::ParamGroup>{{"hidden", part.hidden_matrices, r.optim.muon_lr, r.optim.weight_decay}}, mo));
-  parts.push_back(std::make_unique<optim::AdamW>(
-      std::vector<optim::ParamGroup>{{"decay", decay, adam_lr, r.optim.weight_decay}, {"no_decay", no_decay, adam_lr, 0.0}}, ao));
-  return std::make_unique<optim::CompositeOptimizer>(std::move(parts));
+  adamw.groups = {{"decay", decay, adam_lr, r.optim.weight_decay}, {"no_decay", no_decay, adam_lr, 0.0}};
+  specs.push_back(adamw);
+  if (r.parallel.shard_optimizer) return std::make_unique<dist::ZeroOptimizer>(comm, std::move(specs));
+  return optim::build(specs);
 }
 
 optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total) {
@@ -252,10 +257,11 @@ class Trainer {
     if (ck_.meta.count("recipe"))
       check_architecture(parse_recipe(ck_.meta.at("recipe"), resume_path_ + ":recipe"), r_,
                          "checkpoint.resume " + resume_path_);
-    const int64_t saved_world = ck_.counters.count("world_size") ? ck_.counters.at("world_size") : 1;
-    HZ_CHECK(saved_world == world_, ValueError, resume_path_, " was written by a run with ", saved_world,
-             " rank(s); resume it with the same world size (mpirun -np ", saved_world, "): each rank's loader cursor "
-             "covers its own shard of the data, so a different world size would not continue the same trajectory");
+    saved_world_ = ck_.counters.count("world_size") ? ck_.counters.at("world_size") : 1;
+    HZ_CHECK(saved_world_ == world_ || r_.checkpoint.elastic, ValueError, resume_path_, " was written by a run with ",
+             saved_world_, " rank(s); resume it with the same world size (mpirun -np ", saved_world_, "): each rank's "
+             "loader cursor covers its own shard of the data, so a different world size would not continue the same "
+             "trajectory (checkpoint.elastic=true resumes anyway, the data going on from the same global position)");
   }
 
   void build_data() { data_ = open_train_data(r_, comm_, !opt_.quiet); }  // train/data.h
@@ -264,8 +270,14 @@ class Trainer {
     model_ = std::make_unique<nn::Transformer>(model_config_at(r_, start_), static_cast<uint64_t>(r_.run.seed));
     if (!resume_path_.empty()) {
       model_->load_state_dict(ck_.model, /*strict=*/true, resume_path_);
-      const std::string key = "loader/rank" + std::to_string(rank_);
-      data_.restore({ck_.counters.at(key + "/epoch"), ck_.counters.at(key + "/index")});
+      if (saved_world_ == world_) {
+        const std::string key = "loader/rank" + std::to_string(rank_);
+        data_.restore({ck_.counters.at(key + "/epoch"), ck_.counters.at(key + "/index")});
+      } else {  // checkpoint.elastic: every rank's cursor was the same; go on from its global position
+        data_.restore_resharded({ck_.counters.at("loader/rank0/epoch"), ck_.counters.at("loader/rank0/index")},
+                                saved_world_, world_);
+        log("checkpoint.elastic: {} was written by {} rank(s), resumed by {}", resume_path_, saved_world_, world_);
+      }
       res_.tokens_seen = ck_.tokens_seen;
       log("resumed from {} at step {}", resume_path_, start_);
     } else if (!r_.checkpoint.init_from.empty()) {
@@ -299,7 +311,7 @@ class Trainer {
     sched_origin_ = after_reset ? r_.drope.at_step : 0;
     sched_ = after_reset ? schedule_of(r_, r_.drope.warmup_steps, r_.train.steps - r_.drope.at_step)
                          : schedule_of(r_, r_.schedule.warmup_steps, r_.train.steps);
-    optimizer_ = make_optimizer(r_, *model_, adam_lr_);
+    optimizer_ = make_optimizer(r_, *model_, adam_lr_, comm_);
     if (!resume_path_.empty()) optimizer_->load_state_dict(ck_.optimizer);
     sync_parameters(comm_, *model_);
     make_sync();
@@ -325,13 +337,16 @@ class Trainer {
         world_ > 1 ? fmt::format(" ({} communicator, {} gradient buckets, overlap {})", comm_.name(),
                                  gsync_->num_buckets(), r_.train.overlap_comm ? "on" : "off")
                    : std::string());
+    if (const auto* z = dynamic_cast<const dist::ZeroOptimizer*>(optimizer_.get()))
+      log("optimizer state sharded over {} rank(s) (ZeRO-1): {:.1f} MiB on this rank of {:.1f} MiB in all", world_,
+          z->state_bytes(rank_) / 1048576.0, z->state_bytes(-1) / 1048576.0);
   }
 
   void drope(int64_t step) {
     const DropeOutcome d = apply_drope(r_.drope, static_cast<uint64_t>(r_.run.seed), adam_lr_, model_, optimizer_,
                                        [&](nn::Transformer& m, double lr) {
                                          place(m);  // a rebuilt model starts on the CPU
-                                         return make_optimizer(r_, m, lr);
+                                         return make_optimizer(r_, m, lr, comm_);
                                        });
     if (d.rebuilt) {
       make_sync();
@@ -430,12 +445,14 @@ class Trainer {
   void save(int64_t step_done) {
     const data::LoaderCursor cur = data_.cursor();
     const auto epochs = comm_.all_gather(cur.epoch), indices = comm_.all_gather(cur.index);  // every rank's cursor
-    if (rank_ != 0) return;
     CheckpointData c;
+    // a sharded optimizer's state is gathered on rank 0 (collective); the checkpoint holds it whole
+    if (auto* z = dynamic_cast<const dist::ZeroOptimizer*>(optimizer_.get())) z->state_dict_on(0, c.optimizer);
+    else if (rank_ == 0) optimizer_->state_dict(c.optimizer);
+    if (rank_ != 0) return;
     c.step = step_done;
     c.tokens_seen = res_.tokens_seen;
     c.model = model_->state_dict();
-    optimizer_->state_dict(c.optimizer);
     for (int q = 0; q < world_; ++q) {
       c.counters["loader/rank" + std::to_string(q) + "/epoch"] = epochs[q];
       c.counters["loader/rank" + std::to_string(q) + "/index"] = indices[q];
@@ -456,6 +473,8 @@ class Trainer {
     if (world_ > 1)
       log("communication: {:.2f} s of {:.2f} s ({:.1f}%) in gradient all-reduces", res_.comm_seconds, secs,
           100 * res_.comm_seconds / std::max(secs, 1e-9));
+    if (const auto* z = dynamic_cast<const dist::ZeroOptimizer*>(optimizer_.get()); z && world_ > 1)
+      log("communication: {:.2f} s in the sharded optimizer's parameter all-gathers and state gathers", z->comm_seconds());
     if (step != r_.train.steps) return;  // stopped early (stop_after): no final evaluation or checkpoint
     res_.final_val_loss = evaluate(step);
     save(step);
@@ -473,7 +492,7 @@ class Trainer {
   TrainResult res_;
   std::string resume_path_;
   CheckpointData ck_;
-  int64_t start_ = 0;
+  int64_t start_ = 0, saved_world_ = 1;
   const eval::DocumentOptions docs_{r_.data.documents, r_.data.position_reset};
   std::unique_ptr<RunLock> lock_;  // declared before run_: released after it
   std::unique_ptr<RunDir> run_;

@@ -1,0 +1,53 @@
+// Helpers of the data-parallel suite (hz_test_distributed, run by CTest under mpirun): the world,
+// a directory every rank shares, a tiny recipe, a parameter checksum.
+#pragma once
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/hash.h"
+#include "distributed/communicator.h"
+#include "train/trainer.h"
+
+namespace hz::train::test {
+
+inline dist::Communicator& world() {
+  static std::unique_ptr<dist::Communicator> c = dist::from_environment();
+  return *c;
+}
+
+inline std::string root() {
+  // the same path on every rank: they share mpirun as parent
+  static const std::string r = "/tmp/hz_dist_test_" + std::to_string(getppid());
+  return r;
+}
+
+inline Recipe tiny(const std::string& name, int64_t batch, std::vector<std::string> extra = {}) {
+  std::vector<std::string> ov{"run.name=" + name, "run.out_dir=" + root(), "data.cache_dir=" + root() + "/data",
+                              "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "data.seq_len=32",
+                              "data.batch_size=" + std::to_string(batch), "train.steps=20", "train.log_every=10",
+                              "schedule.warmup_steps=2", "optim.lr=5e-3", "eval.every=0", "eval.batches=1",
+                              "eval.lengths=[32]", "checkpoint.every=6"};
+  ov.insert(ov.end(), extra.begin(), extra.end());
+  return parse_recipe("model:\n  layer_kinds:\n    rope: {pos: rope}\n  pattern: [rope]\n", "tiny.yaml", ov);
+}
+
+inline uint64_t checksum(nn::Transformer& m) {
+  uint64_t h = kFnvOffset;
+  for (auto& [n, v] : m.named_parameters()) {
+    const std::vector<double> x = v->value().to_vector();
+    h = fnv1a64(x.data(), x.size() * sizeof(double), h);
+  }
+  return h;
+}
+
+inline TrainOptions on(dist::Communicator* c) {
+  TrainOptions o;
+  o.quiet = true;
+  o.comm = c;
+  return o;
+}
+
+}  // namespace hz::train::test
