@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/recipe.h"
+#include "train/memory_plan.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -169,6 +170,25 @@ int cmd_info(const std::vector<std::string>& a) {
       dense += 4.0 * m.cfg.hdim() * m.cfg.n_heads * T * (T + 1) / 2.0;
     }
     fmt::print("{:>8} {:>16} {:>12.3f} {:>9.1f}%\n", T, pairs, flops / 1e9, 100.0 * flops / dense);
+  }
+  {  // the memory plan per rank, by world size (the optimizer state and buckets depend on it)
+    fmt::print("\nmemory plan per rank (train/memory_plan.h): B {} x T {}, {}, recompute {}, loss_chunk {}, "
+               "shard_optimizer {}\n", r.data.batch_size, r.data.seq_len, hz::nn::name(r.run.precision),
+               hz::nn::name(r.train.recompute), r.loss_chunk_rows(), r.parallel.shard_optimizer ? "true" : "false");
+    const std::vector<int> worlds{1, 2, 4, 8};
+    std::vector<hz::train::MemoryPlan> plans;
+    for (int w : worlds) plans.push_back(hz::train::plan_memory(r, m, w));
+    fmt::print("  {:<24}", "ranks");
+    for (int w : worlds) fmt::print(" {:>12}", w);
+    fmt::print("\n");
+    for (size_t i = 0; i < plans[0].rows().size(); ++i) {
+      fmt::print("  {:<24}", plans[0].rows()[i].first);
+      for (const auto& p : plans) fmt::print(" {:>12}", hz::train::format_bytes(p.rows()[i].second));
+      fmt::print("\n");
+    }
+    if (hz::cuda::available())
+      fmt::print("  GPU 0 holds {}: the plan {} there\n", hz::train::format_bytes(hz::cuda::memory_bytes(0)),
+                 plans[0].peak <= hz::cuda::memory_bytes(0) ? "fits" : "does not fit");
   }
   if (r.data.documents == hz::attn::DocumentMode::Masked) {  // what a training batch looks like
     auto comm = hz::dist::make_local();

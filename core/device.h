@@ -9,6 +9,7 @@
 // kernels.h), and its CUDA kernels (attention/cuda/, dev/cuda/) use core/cuda/common.cuh.
 // tests/layering.sh holds the tree to this rule.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace hz {
@@ -25,6 +26,7 @@ int device_count();          // 0 when no driver/GPU (never throws)
 bool available();            // compiled() && device_count() > 0
 std::string device_name(int device);  // "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)"
 int compute_capability(int device);    // 10 * major + minor: 90 on an H100/H200
+int64_t memory_bytes(int device);      // the device's global memory
 // Each device has a compute stream (every kernel, cuBLASLt call, copy and allocation of Horizon
 // runs on it, in order) and a communication stream (NCCL collectives), both non-blocking with
 // respect to the legacy default stream; as cudaStream_t behind void*, so that callers need no

@@ -28,6 +28,7 @@
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/memory_plan.h"
 #include "train/model_source.h"
 #include "train/run_dir.h"
 #include "train/surgery.h"
@@ -328,7 +329,19 @@ class Trainer {
     tokens_per_step_ = r_.data.batch_size * r_.data.seq_len * r_.train.grad_accum * world_;
     peak_ = peak_tflops(r_, dev_);
     model_flops_ = flops_per_token(*model_, r_.data.seq_len);
-    if (dev_.is_cuda()) reset_peak_memory(dev_);
+    plan_ = plan_memory(r_, *model_, world_);
+    if (dev_.is_cuda()) {
+      const int64_t have = cuda::memory_bytes(dev_.index);
+      HZ_CHECK(plan_.peak <= have, ValueError, "this run needs about ", format_bytes(plan_.peak), " on ", dev_.str(),
+               " (parameters ", format_bytes(plan_.parameters), ", optimizer state ", format_bytes(plan_.optimizer),
+               ", activations ", format_bytes(plan_.activations), ", logits ", format_bytes(plan_.logits), ") but the "
+               "GPU has ", format_bytes(have), ": set train.recompute=layer, a smaller data.batch_size (with "
+               "train.grad_accum), train.loss_chunk, or parallel.shard_optimizer=true over more ranks (horizon info "
+               "RECIPE prints the plan)");
+      reset_peak_memory(dev_);
+    } else {
+      reset_cpu_peak_memory();
+    }
     log("run {}: {} parameters, {} layers [{}], {} steps", r_.run.name, model_->num_parameters(), r_.model.cfg.n_layers,
         fmt::format("{}", fmt::join(model_->cfg.layer_kind_names(), ", ")), r_.train.steps);
     log("global batch = {} sequences/rank x {} accumulation x {} rank(s) = {} sequences of {} tokens = {} tokens/step{}",
@@ -337,6 +350,9 @@ class Trainer {
         world_ > 1 ? fmt::format(" ({} communicator, {} gradient buckets, overlap {})", comm_.name(),
                                  gsync_->num_buckets(), r_.train.overlap_comm ? "on" : "off")
                    : std::string());
+    log("memory plan per rank: {} predicted peak (parameters {}, optimizer {}, activations {}, backward {}, logits {})",
+        format_bytes(plan_.peak), format_bytes(plan_.parameters), format_bytes(plan_.optimizer),
+        format_bytes(plan_.activations), format_bytes(plan_.backward), format_bytes(plan_.logits));
     if (const auto* z = dynamic_cast<const dist::ZeroOptimizer*>(optimizer_.get()))
       log("optimizer state sharded over {} rank(s) (ZeRO-1): {:.1f} MiB on this rank of {:.1f} MiB in all", world_,
           z->state_bytes(rank_) / 1048576.0, z->state_bytes(-1) / 1048576.0);
@@ -386,6 +402,8 @@ class Trainer {
     s.lr_mult = optim::lr_multiplier(sched_, step - sched_origin_);
     optimizer_->step(s.lr_mult);
     model_->zero_grad();
+    res_.mem_peak = dev_.is_cuda() ? memory_stats(dev_).peak : cpu_memory_stats().peak;
+    res_.mem_plan = plan_.peak;
     if (opt_.on_step) opt_.on_step(step + 1, *model_);
     return s;
   }
@@ -405,7 +423,12 @@ class Trainer {
     if (dev_.is_cuda()) {
       const DeviceMemoryStats ms = memory_stats(dev_);
       extra = fmt::format("  mem {:.2f}/{:.2f} GiB", ms.peak / 1073741824.0, ms.reserved / 1073741824.0);
-      jextra = fmt::format(", \"gpu_mem_peak\": {}, \"gpu_mem_reserved\": {}", ms.peak, ms.reserved);
+      jextra = fmt::format(", \"gpu_mem_peak\": {}, \"gpu_mem_reserved\": {}, \"mem_plan\": {}", ms.peak, ms.reserved,
+                           plan_.peak);
+    } else {  // the CPU allocator's high-water mark since the start, next to the plan
+      const int64_t peak = cpu_memory_stats().peak;
+      extra = fmt::format("  mem {} (plan {})", format_bytes(peak), format_bytes(plan_.peak));
+      jextra = fmt::format(", \"mem_peak\": {}, \"mem_plan\": {}", peak, plan_.peak);
     }
     if (peak_ > 0) {
       extra += fmt::format("  MFU {:.1f}%", 100 * mfu);
@@ -503,6 +526,7 @@ class Trainer {
   double adam_lr_ = 0, comm_before_ = 0, peak_ = 0, model_flops_ = 0;
   int64_t sched_origin_ = 0, tokens_per_step_ = 0, tokens_since_log_ = 0;
   optim::ScheduleConfig sched_;
+  MemoryPlan plan_;
   std::chrono::steady_clock::time_point t_log_;
 };
 

@@ -45,6 +45,8 @@ struct TrainResult {
   double tokens_per_second = 0;
   double seconds = 0;       // wall time of the steps
   double comm_seconds = 0;  // of which spent launching / waiting for gradient all-reduces
+  int64_t mem_peak = 0;     // this rank's allocator high-water mark over the steps (CPU allocator or CUDA pool)
+  int64_t mem_plan = 0;     // what the memory plan (train/memory_plan.h) predicted for it
 };
 
 TrainResult train(const Recipe& r, const TrainOptions& opt = {});

@@ -131,6 +131,12 @@ std::string device_name(int device) {
          std::to_string(p.totalGlobalMem >> 30) + " GiB)";
 }
 
+int64_t memory_bytes(int device) {
+  cudaDeviceProp p{};
+  HZ_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return static_cast<int64_t>(p.totalGlobalMem);
+}
+
 int compute_capability(int device) {
   int major = 0, minor = 0;
   HZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

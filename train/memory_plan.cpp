@@ -1,0 +1,96 @@
+// Horizon: the memory plan (see memory_plan.h for what each term counts).
+#include "train/memory_plan.h"
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+#include "optim/partition.h"
+
+namespace hz::train {
+
+std::string format_bytes(int64_t b) {
+  const double x = static_cast<double>(b);
+  if (x >= 1073741824.0) return fmt::format("{:.2f} GiB", x / 1073741824.0);
+  return fmt::format("{:.1f} MiB", x / 1048576.0);
+}
+
+std::vector<std::pair<std::string, int64_t>> MemoryPlan::rows() const {
+  return {{"parameters", parameters},
+          {"optimizer state", optimizer},
+          {"bf16 weight copies", weight_copies},
+          {"gradient buckets", buckets},
+          {"activations kept", activations},
+          {"backward (peak extra)", backward},
+          {"logits chunk", logits},
+          {"predicted peak", peak}};
+}
+
+MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
+  MemoryPlan plan;
+  const nn::ModelConfig& c = m.cfg;
+  const int64_t p = static_cast<int64_t>(dtype_size(c.dtype));
+  const bool bf16 = r.run.precision == nn::Precision::BF16;
+  const int64_t a = bf16 ? 2 : p;  // an activation
+  const int64_t N = r.data.batch_size * r.data.seq_len, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(),
+                D = c.hdim(), F = c.hidden(), V = c.vocab_size, L = c.n_layers;
+  const int64_t P = m.num_parameters();
+  // ---- static
+  plan.parameters = P * p;
+  int64_t state = 0;  // elements
+  if (r.optim.name == OptimizerKind::Muon) {
+    for (const auto& [n, v] : m.named_parameters())  // optim::partition_for_muon's rule
+      state += optim::is_hidden_matrix(n, *v) ? v->value().numel() : 2 * v->value().numel();
+  } else {
+    state = 2 * P;
+  }
+  if (r.parallel.shard_optimizer) state = (state + world - 1) / world;
+  plan.optimizer = state * p;
+  // bf16 copies of every matrix the forward multiplies by (the tied head casts the embedding)
+  if (bf16) plan.weight_copies = (P - (c.tie_embeddings ? 0 : m.embed->num_parameters())) * 2;
+  if (world > 1) plan.buckets = std::min<int64_t>(P * p, r.train.bucket_mb << 20);
+  // ---- activations, per block
+  const bool swiglu = c.mlp == nn::MlpKind::SwiGLU;
+  const int64_t mlp = N * F * a * (swiglu ? 4 : 2);
+  auto full_block = [&](size_t l) {
+    const attn::AttentionSpec& s = m.layers[l]->attn->spec;
+    int64_t b = 5 * N * C * a + N * (2 * H + 2 * Hkv) * D * a + mlp + 2 * N * 4 + N * H * 4;
+    if (s.qk_norm != attn::QKNorm::None) b += N * (H + Hkv) * D * a + N * (H + Hkv) * 4;  // pre-norm q, k and rstd
+    return b;
+  };
+  auto kept = [&](size_t l) {
+    switch (r.train.recompute) {
+      case nn::Recompute::Layer: return N * C * a;
+      case nn::Recompute::Attention: return 3 * N * C * a + mlp + N * 4;
+      default: return full_block(l);
+    }
+  };
+  const int64_t head_kept = 2 * N * C * a;
+  const int64_t chunk = r.loss_chunk_rows() == 0 ? N : std::min<int64_t>(N, (r.loss_chunk_rows() + ag::kLossSlice - 1) / ag::kLossSlice * ag::kLossSlice);
+  plan.logits = 2 * chunk * V * a;
+  int64_t all_kept = head_kept;
+  for (size_t l = 0; l < static_cast<size_t>(L); ++l) all_kept += kept(l);
+  plan.activations = all_kept;
+  // ---- the peak of backward: block l running backward, blocks above done
+  // the head's weight gradient (the embedding's, tied) lives from the head's backward on
+  const int64_t head_grads = V * C * p + m.norm->num_parameters() * p;
+  const int64_t transient = 2 * N * C * a + 3 * N * F * a;
+  // the head's backward, per chunk: its logits and their gradient, the weight gradient (f32) and one
+  // slice's V x C product added into it, dh
+  int64_t worst = all_kept + plan.logits + 2 * V * C * 4 + N * C * a;
+  int64_t kept_below = all_kept - head_kept, grads_above = head_grads;
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const int64_t recomputed = r.train.recompute == nn::Recompute::None ? 0 : full_block(l) - kept(l);
+    grads_above += m.layers[l]->num_parameters() * p;
+    worst = std::max(worst, kept_below + recomputed + transient + grads_above);
+    kept_below -= kept(l);
+  }
+  // the end: every gradient, and the embedding's dense gradient before it is added in
+  worst = std::max(worst, P * p + N * C * a + V * C * p);
+  plan.gradients = P * p;
+  plan.backward = worst - all_kept;
+  plan.peak = plan.parameters + plan.optimizer + plan.weight_copies + plan.buckets + worst;
+  return plan;
+}
+
+}  // namespace hz::train

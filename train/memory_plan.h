@@ -1,0 +1,56 @@
+// Horizon: the memory plan of a training run (`horizon info RECIPE`, and the trainer's first lines):
+// the peak bytes one rank's tensors take during a step, predicted from the recipe before anything
+// is allocated, so that a run that cannot fit is refused up front (CUDA) and the settings that
+// matter (train.recompute, train.loss_chunk, parallel.shard_optimizer, data.batch_size) can be
+// weighed without trying them.
+//
+// What is counted: the tensors Horizon allocates (the CPU allocator's and the CUDA pool's
+// high-water marks measure the same thing); not BLAS/cuBLAS workspaces, the CUDA context, or the
+// pool's cached but free blocks. With N = B T tokens per micro-batch, C the model width, H/Hkv the
+// query/key heads of width D, F the MLP width, a the bytes of an activation (4 f32, 2 bf16), p the
+// bytes of a parameter:
+//   static      parameters P p; optimizer state (AdamW 2 p per element, Muon p per hidden-matrix
+//               element) divided over the ranks by parallel.shard_optimizer; under bf16 the bf16
+//               copies of the weights the forward casts (2 bytes each, kept for backward); the
+//               gradient-sync buckets (train.bucket_mb, world > 1).
+//   per block   kept for backward (none): the block input, the normed input, q, k, v after RoPE,
+//               the attention output and its (B, T, C) copy, the residual, the second normed
+//               input (N C a each, q/k/v N H D a / N Hkv D a), the MLP's N F a x 4 (SwiGLU: both
+//               projections, the gate and the product) or x 2 (ReLU^2, GELU), norms' N x 4,
+//               log-sum-exp N H x 4; attention recomputation keeps the block input, the residual,
+//               the second normed input and the MLP; layer recomputation the block input only.
+//   backward    layers run from the top; while block l runs backward, blocks 0..l still hold
+//               what they keep, block l holds its whole forward again when recomputed, and its
+//               gradient buffers (about 2 N C a + 3 N F a, the MLP's backward) are alive, with the
+//               gradients of the parameters of blocks l..L-1 and of the head; the peak is the
+//               largest of these and of the end of backward (every gradient).
+//   head        the final norm's input and output (2 N C a) and the loss's chunk of logits and
+//               their gradient (2 x chunk x V x a; chunk = N when train.loss_chunk is 0).
+// tests/train/memory_plan_test.cpp holds the prediction to within 15% of the CPU allocator's
+// measured peak over several shapes; scripts/bench_memory.sh measures it at the 124M shape.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nn/transformer.h"
+#include "train/recipe.h"
+
+namespace hz::train {
+
+struct MemoryPlan {
+  int64_t parameters = 0, gradients = 0, optimizer = 0, weight_copies = 0, buckets = 0;
+  int64_t activations = 0;  // kept through the forward, all blocks and the head
+  int64_t backward = 0;     // on top of the static parts at the peak of backward
+  int64_t logits = 0;       // the loss's chunk of logits and their gradient
+  int64_t peak = 0;         // the prediction: static + the peak of a step
+  // (label, bytes) rows for a table
+  std::vector<std::pair<std::string, int64_t>> rows() const;
+};
+
+// The plan of one rank of a `world`-rank run of recipe r with model m (built from r).
+MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world);
+
+std::string format_bytes(int64_t bytes);  // "1.23 GiB", "456.0 MiB"
+
+}  // namespace hz::train
