@@ -89,6 +89,11 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets,
 //     round-off, and one setting still repeats bitwise.
 // Memory: chunk x V logits (and their gradient) instead of N x V.
 constexpr int64_t kLossSlice = 256;
+// The rows lm_head_loss (and every chunked use of the head) takes at a time for N rows: all of
+// them for chunk <= 0, else chunk rounded up to whole kLossSlice slices.
+inline int64_t loss_chunk_step(int64_t chunk, int64_t N) {
+  return chunk <= 0 ? (N > 1 ? N : 1) : (chunk + kLossSlice - 1) / kLossSlice * kLossSlice;
+}
 Variable lm_head_loss(const Variable& h, const Variable& w, const Tensor& targets, const Tensor& weights = Tensor(),
                       int64_t chunk = 0, int64_t ignore_index = -100);
 // RMSNorm over the last dim; w (C) or undefined (no gain).

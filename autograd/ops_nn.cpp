@@ -34,7 +34,7 @@ Variable lm_head_loss(const Variable& h, const Variable& w, const Tensor& target
   const Tensor hv = h.value().contiguous(), wv = w.value();
   const Tensor targets = targets_in.reshape({N}).to(hv.device());
   const Tensor weights = weights_in.defined() ? weights_in.reshape({N}).to(hv.device()) : Tensor();
-  const int64_t step = chunk <= 0 ? std::max<int64_t>(N, 1) : (chunk + kLossSlice - 1) / kLossSlice * kLossSlice;
+  const int64_t step = loss_chunk_step(chunk, N);
   // forward: the rows' f64 NLL, summed in row order with their weights (as ops::cross_entropy)
   const std::vector<double> tv = targets.to_vector();
   const std::vector<double> wgt = weights.defined() ? weights.to(DType::F64).to_vector() : std::vector<double>();

@@ -121,12 +121,7 @@ std::string ZeroOptimizer::full_key(const ZeroPiece& p, const std::string& buffe
   return specs_[p.part].name() + "/" + param_name(p) + "/" + buffer;
 }
 
-int64_t ZeroOptimizer::state_numel() const {
-  int64_t n = 0;
-  for (const ZeroPiece& p : plan_.pieces(comm_.rank()))
-    n += p.numel() * static_cast<int64_t>(specs_[p.part].buffers().size());
-  return n;
-}
+int64_t ZeroOptimizer::state_numel() const { return share_state_numel(comm_.rank()); }
 
 int64_t ZeroOptimizer::state_bytes(int rank) const {
   int64_t n = 0;

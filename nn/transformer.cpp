@@ -175,8 +175,7 @@ Tensor Transformer::token_nll(const Tensor& ids, const Tensor& targets_in, AttnC
   const int64_t N = h.size(0);
   const Tensor targets = targets_in.reshape({-1}).to(h.device());
   // whole slices of ag::kLossSlice rows, as the training loss takes them
-  const int64_t want = chunk < 0 ? auto_loss_chunk(cfg.vocab_size) : chunk;
-  const int64_t step = want == 0 ? std::max<int64_t>(N, 1) : (want + ag::kLossSlice - 1) / ag::kLossSlice * ag::kLossSlice;
+  const int64_t step = ag::loss_chunk_step(chunk < 0 ? auto_loss_chunk(cfg.vocab_size) : chunk, N);
   Tensor nll = Tensor::empty({N}, DType::F64);
   double* out = nll.data<double>();
   for (int64_t r0 = 0; r0 < N; r0 += step) {

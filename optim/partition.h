@@ -16,8 +16,8 @@ struct Partition {
 };
 
 // Splits `named` (e.g. Module::named_parameters()) keeping the input order within each part.
-// Hidden matrices: 2-D parameters whose name starts with neither "embed." nor "head.".
-// The rule: a 2-D parameter whose name starts with neither "embed." nor "head.".
+// Hidden matrices (is_hidden_matrix): 2-D parameters whose name starts with neither "embed." nor
+// "head.".
 bool is_hidden_matrix(const std::string& name, const ag::Variable& var);
 Partition partition_for_muon(const std::vector<std::pair<std::string, ag::Variable*>>& named);
 

@@ -66,28 +66,31 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
     }
   };
   const int64_t head_kept = 2 * N * C * a;
-  const int64_t chunk = r.loss_chunk_rows() == 0 ? N : std::min<int64_t>(N, (r.loss_chunk_rows() + ag::kLossSlice - 1) / ag::kLossSlice * ag::kLossSlice);
+  const int64_t chunk = std::min(N, ag::loss_chunk_step(r.loss_chunk_rows(), N));
   plan.logits = 2 * chunk * V * a;
   int64_t all_kept = head_kept;
   for (size_t l = 0; l < static_cast<size_t>(L); ++l) all_kept += kept(l);
   plan.activations = all_kept;
   // ---- the peak of backward: block l running backward, blocks above done
-  // the head's weight gradient (the embedding's, tied) lives from the head's backward on
-  const int64_t head_grads = V * C * p + m.norm->num_parameters() * p;
+  // After the first of several micro-batches (train.grad_accum) every gradient is alive throughout
+  // and the next ones add into it; otherwise the head's weight gradient (the embedding's, tied)
+  // lives from the head's backward on and each block's from its own.
+  const bool accumulating = r.train.grad_accum > 1;
+  const int64_t carried = accumulating ? P * p : 0;
+  const int64_t head_grads = accumulating ? 0 : V * C * p + m.norm->num_parameters() * p;
   const int64_t transient = 2 * N * C * a + 3 * N * F * a;
   // the head's backward, per chunk: its logits and their gradient, the weight gradient (f32) and one
   // slice's V x C product added into it, dh
-  int64_t worst = all_kept + plan.logits + 2 * V * C * 4 + N * C * a;
-  int64_t kept_below = all_kept - head_kept, grads_above = head_grads;
+  int64_t worst = carried + all_kept + plan.logits + 2 * V * C * 4 + N * C * a;
+  int64_t kept_below = all_kept - head_kept, grads_above = carried + head_grads;
   for (int64_t l = L - 1; l >= 0; --l) {
     const int64_t recomputed = r.train.recompute == nn::Recompute::None ? 0 : full_block(l) - kept(l);
-    grads_above += m.layers[l]->num_parameters() * p;
+    if (!accumulating) grads_above += m.layers[l]->num_parameters() * p;
     worst = std::max(worst, kept_below + recomputed + transient + grads_above);
     kept_below -= kept(l);
   }
   // the end: every gradient, and the embedding's dense gradient before it is added in
   worst = std::max(worst, P * p + N * C * a + V * C * p);
-  plan.gradients = P * p;
   plan.backward = worst - all_kept;
   plan.peak = plan.parameters + plan.optimizer + plan.weight_copies + plan.buckets + worst;
   return plan;

@@ -23,7 +23,8 @@
 //               what they keep, block l holds its whole forward again when recomputed, and its
 //               gradient buffers (about 2 N C a + 3 N F a, the MLP's backward) are alive, with the
 //               gradients of the parameters of blocks l..L-1 and of the head; the peak is the
-//               largest of these and of the end of backward (every gradient).
+//               largest of these and of the end of backward (every gradient). With
+//               train.grad_accum > 1 every gradient stays alive from the first micro-batch on.
 //   head        the final norm's input and output (2 N C a) and the loss's chunk of logits and
 //               their gradient (2 x chunk x V x a; chunk = N when train.loss_chunk is 0).
 // tests/train/memory_plan_test.cpp holds the prediction to within 15% of the CPU allocator's
@@ -39,7 +40,7 @@
 namespace hz::train {
 
 struct MemoryPlan {
-  int64_t parameters = 0, gradients = 0, optimizer = 0, weight_copies = 0, buckets = 0;
+  int64_t parameters = 0, optimizer = 0, weight_copies = 0, buckets = 0;
   int64_t activations = 0;  // kept through the forward, all blocks and the head
   int64_t backward = 0;     // on top of the static parts at the peak of backward
   int64_t logits = 0;       // the loss's chunk of logits and their gradient

@@ -330,6 +330,7 @@ class Trainer {
     peak_ = peak_tflops(r_, dev_);
     model_flops_ = flops_per_token(*model_, r_.data.seq_len);
     plan_ = plan_memory(r_, *model_, world_);
+    res_.mem_plan = plan_.peak;
     if (dev_.is_cuda()) {
       const int64_t have = cuda::memory_bytes(dev_.index);
       HZ_CHECK(plan_.peak <= have, ValueError, "this run needs about ", format_bytes(plan_.peak), " on ", dev_.str(),
@@ -366,6 +367,8 @@ class Trainer {
                                        });
     if (d.rebuilt) {
       make_sync();
+      plan_ = plan_memory(r_, *model_, world_);  // QK-norm added
+      res_.mem_plan = std::max(res_.mem_plan, plan_.peak);
       log("DroPE at step {}: position encodings dropped, QK-norm added ({} new parameters)", step, d.new_params);
     } else {
       log("DroPE at step {}: position encodings dropped", step);
@@ -403,7 +406,6 @@ class Trainer {
     optimizer_->step(s.lr_mult);
     model_->zero_grad();
     res_.mem_peak = dev_.is_cuda() ? memory_stats(dev_).peak : cpu_memory_stats().peak;
-    res_.mem_plan = plan_.peak;
     if (opt_.on_step) opt_.on_step(step + 1, *model_);
     return s;
   }
@@ -425,10 +427,9 @@ class Trainer {
       extra = fmt::format("  mem {:.2f}/{:.2f} GiB", ms.peak / 1073741824.0, ms.reserved / 1073741824.0);
       jextra = fmt::format(", \"gpu_mem_peak\": {}, \"gpu_mem_reserved\": {}, \"mem_plan\": {}", ms.peak, ms.reserved,
                            plan_.peak);
-    } else {  // the CPU allocator's high-water mark since the start, next to the plan
-      const int64_t peak = cpu_memory_stats().peak;
-      extra = fmt::format("  mem {} (plan {})", format_bytes(peak), format_bytes(plan_.peak));
-      jextra = fmt::format(", \"mem_peak\": {}, \"mem_plan\": {}", peak, plan_.peak);
+    } else {  // the CPU allocator's high-water mark since the start (train_step), next to the plan
+      extra = fmt::format("  mem {} (plan {})", format_bytes(res_.mem_peak), format_bytes(plan_.peak));
+      jextra = fmt::format(", \"mem_peak\": {}, \"mem_plan\": {}", res_.mem_peak, plan_.peak);
     }
     if (peak_ > 0) {
       extra += fmt::format("  MFU {:.1f}%", 100 * mfu);

@@ -38,6 +38,8 @@ TEST(MemoryPlan, WithinFifteenPercentOfTheMeasuredPeak) {
       {},
       {"train.recompute=attention"},
       {"train.recompute=layer"},
+      {"train.grad_accum=2"},
+      {"train.grad_accum=2", "train.recompute=layer"},
       {"run.precision=bf16"},
       {"run.precision=bf16", "train.recompute=layer"},
       {"model.mlp=relu2", "model.n_kv_heads=2"},
