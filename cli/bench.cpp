@@ -32,6 +32,7 @@
 #include "optim/optimizer.h"
 #include "core/device.h"
 #include "distributed/communicator.h"
+#include "train/memory_plan.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
@@ -190,24 +191,46 @@ int bench_attention(const Args& args) {
 }
 
 // Training throughput of a recipe's model on its run.device and run.precision: full steps
-// (forward, backward, clip, AdamW) on random tokens over the whole vocabulary, median step time,
-// the phase times (the device is synchronised at each phase boundary), peak device memory and MFU.
-// The PyTorch twin is scripts/bench_train_torch.py.
+// (forward, backward, clip, AdamW) on random tokens over the whole vocabulary, with the recipe's
+// train.recompute and train.loss_chunk, median step time, the phase times (the device is
+// synchronised at each phase boundary), MFU, the peak memory (CUDA: the pool's since the warm-up;
+// CPU: the allocator's high-water mark of the whole run, parameters and optimizer state included)
+// next to the memory plan's prediction. With --max-gib G a run whose plan exceeds G GiB is not
+// started: one {"skipped": ...} line says so. The PyTorch twin is scripts/bench_train_torch.py;
+// scripts/bench_memory.sh sweeps lengths and recompute settings.
 int bench_train(const std::vector<std::string>& a) {
-  HZ_CHECK(a.size() >= 3, ValueError, "usage: horizon bench train RECIPE.yaml [--steps N] [key=value ...]");
-  int64_t steps = 20;
+  HZ_CHECK(a.size() >= 3, ValueError,
+           "usage: horizon bench train RECIPE.yaml [--steps N] [--warmup N] [--max-gib G] [key=value ...]");
+  int64_t steps = 20, warmup = 3;
+  double max_gib = 0;
   std::vector<std::string> ov;
   for (size_t i = 3; i < a.size(); ++i) {
     if (a[i] == "--steps" && i + 1 < a.size()) steps = std::stoll(a[++i]);
+    else if (a[i] == "--warmup" && i + 1 < a.size()) warmup = std::stoll(a[++i]);
+    else if (a[i] == "--max-gib" && i + 1 < a.size()) max_gib = std::stod(a[++i]);
     else ov.push_back(a[i]);
   }
+  HZ_CHECK(steps >= 1 && warmup >= 0, ValueError, "bench train: --steps must be >= 1 and --warmup >= 0");
   const train::Recipe r = train::load_recipe(a[2], ov);
   auto local = dist::make_local();
   const Device dev = train::train_device(r, *local);
   if (dev.is_cuda()) cuda::set_allow_tf32(r.run.tf32);
+  reset_cpu_peak_memory();
   nn::Transformer m(r.model_config(), 1);
+  const train::MemoryPlan plan = train::plan_memory(r, m, 1);
+  const std::string setting = fmt::format("\"T\": {}, \"B\": {}, \"recompute\": \"{}\", \"loss_chunk\": {}",
+                                          r.data.seq_len, r.data.batch_size, nn::name(r.train.recompute),
+                                          r.loss_chunk_rows());
+  if (max_gib > 0 && static_cast<double>(plan.peak) > max_gib * 1073741824.0) {
+    fmt::print("{{\"impl\": \"horizon\", {}, \"skipped\": \"plan {} exceeds {:.1f} GiB\", \"plan_bytes\": {}}}\n",
+               setting, train::format_bytes(plan.peak), max_gib, plan.peak);
+    return 0;
+  }
   m.to(dev);
   m.compute_dtype = nn::compute_dtype_of(r.run.precision);
+  m.loss_chunk = r.loss_chunk_rows();
+  nn::AttnCall call;
+  call.recompute = r.train.recompute;
   auto named = m.named_parameters();
   std::vector<std::pair<std::string, ag::Variable*>> decay, rest;
   for (auto& p : named) (p.second->dim() >= 2 ? decay : rest).push_back(p);
@@ -215,7 +238,6 @@ int bench_train(const std::vector<std::string>& a) {
   const int64_t B = r.data.batch_size, T = r.data.seq_len, V = r.model.cfg.vocab_size;
   Generator g(1);
   std::vector<double> times, fwd, bwd, upd;
-  const int64_t warmup = 3;
   auto sync = [&] {
     if (dev.is_cuda()) cuda::synchronize(dev.index);
   };
@@ -228,7 +250,7 @@ int bench_train(const std::vector<std::string>& a) {
     sync();
     using clk = std::chrono::steady_clock;
     const auto t0 = clk::now();
-    ag::Variable loss = m.loss(ids.narrow(1, 0, T).contiguous(), ids.narrow(1, 1, T).contiguous());
+    ag::Variable loss = m.loss(ids.narrow(1, 0, T).contiguous(), ids.narrow(1, 1, T).contiguous(), Tensor(), call);
     sync();
     const auto t1 = clk::now();
     loss.backward();
@@ -255,12 +277,14 @@ int bench_train(const std::vector<std::string>& a) {
   const double tps = B * T / med;
   const double flops = train::flops_per_token(m, T);
   const double peak = train::peak_tflops(r, dev);
-  const int64_t mem = dev.is_cuda() ? memory_stats(dev).peak : 0;
-  fmt::print("{{\"impl\": \"horizon\", \"device\": \"{}\", \"precision\": \"{}\", \"params\": {}, \"step_ms\": {:.2f}, "
-             "\"tok_per_s\": {:.1f}, \"threads\": {}, \"forward_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
-             "\"update_ms\": {:.2f}, \"flops_per_token\": {:.4g}, \"mfu\": {:.4f}, \"peak_mem_bytes\": {}}}\n",
-             dev.str(), nn::name(r.run.precision), m.num_parameters(), med * 1e3, tps, cpu::num_threads(), median(fwd) * 1e3,
-             median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0, mem);
+  const int64_t mem = dev.is_cuda() ? memory_stats(dev).peak : cpu_memory_stats().peak;
+  fmt::print("{{\"impl\": \"horizon\", {}, \"device\": \"{}\", \"precision\": \"{}\", \"params\": {}, "
+             "\"step_ms\": {:.2f}, \"tok_per_s\": {:.1f}, \"threads\": {}, \"forward_ms\": {:.2f}, "
+             "\"backward_ms\": {:.2f}, \"update_ms\": {:.2f}, \"flops_per_token\": {:.4g}, \"mfu\": {:.4f}, "
+             "\"peak_mem_bytes\": {}, \"plan_bytes\": {}}}\n",
+             setting, dev.str(), nn::name(r.run.precision), m.num_parameters(), med * 1e3, tps, cpu::num_threads(),
+             median(fwd) * 1e3, median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0,
+             mem, plan.peak);
   return 0;
 }
 
@@ -313,7 +337,7 @@ int bench_optimizer(const std::vector<std::string>& a) {
 
 int bench_main(const std::vector<std::string>& args) {
   if (args.size() < 2 || args[1] == "--help") {
-    fmt::print("{}", "usage: horizon bench train RECIPE.yaml [--steps 20] [key=value ...]\n"
+    fmt::print("{}", "usage: horizon bench train RECIPE.yaml [--steps 20] [--warmup 3] [--max-gib G] [key=value ...]\n"
                "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
                "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]\n"
                "                               [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]\n"
