@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/recipe.h"
+#include "train/context_parallel.h"
 #include "train/memory_plan.h"
 #include "train/trainer.h"
 
@@ -189,6 +190,23 @@ int cmd_info(const std::vector<std::string>& a) {
     if (hz::cuda::available())
       fmt::print("  GPU 0 holds {}: the plan {} there\n", hz::train::format_bytes(hz::cuda::memory_bytes(0)),
                  plans[0].peak <= hz::cuda::memory_bytes(0) ? "fits" : "does not fit");
+  }
+  {  // context parallelism: what each layer exchanges (train/context_parallel.h)
+    std::vector<int> groups{2, 4, 8};
+    if (r.parallel.context > 1) groups = {static_cast<int>(r.parallel.context)};
+    fmt::print("\ncontext parallelism (parallel.context = N): bytes one rank sends per step (k and v, forward and "
+               "backward, {} micro-batch(es) of B {} x T {})\n", r.train.grad_accum, r.data.batch_size, r.data.seq_len);
+    for (int N : groups) {
+      if (r.data.seq_len < 2 * N) continue;
+      const auto rows = hz::train::context_plan(r, m, N);
+      int64_t total = 0;
+      for (const auto& row : rows) total += row.bytes * row.count * r.train.grad_accum;
+      fmt::print("  N = {}: {} per step ({} tokens per chunk)\n", N, hz::train::format_bytes(total),
+                 hz::attn::ZigzagLayout(r.data.seq_len, N, 0).min_chunk());
+      for (const auto& row : rows)
+        fmt::print("    layers {:<8} {:<11} {:>12} per layer\n", row.layers, row.exchange,
+                   hz::train::format_bytes(row.bytes * r.train.grad_accum));
+    }
   }
   if (r.data.documents == hz::attn::DocumentMode::Masked) {  // what a training batch looks like
     auto comm = hz::dist::make_local();

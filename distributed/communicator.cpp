@@ -138,6 +138,15 @@ void check_gather(const Tensor& in, const Tensor& out, int world) {
            in.device().str(), ", got ", out.numel(), " of ", dtype_name(out.dtype()), " on ", out.device().str());
 }
 
+void check_send_recv(const Tensor& send, int dest, const Tensor& recv, int src, int world) {
+  HZ_CHECK(dest >= -1 && dest < world && src >= -1 && src < world, ValueError, "send_recv: peers ", dest, " and ", src,
+           " must be ranks 0 .. ", world - 1, " or -1");
+  HZ_CHECK(dest < 0 || (send.defined() && send.is_contiguous()), ValueError, "send_recv: the sent tensor must be contiguous");
+  HZ_CHECK(src < 0 || (recv.defined() && recv.is_contiguous()), ValueError, "send_recv: the receiving tensor must be contiguous");
+  HZ_CHECK(dest < 0 || src < 0 || send.device() == recv.device(), ValueError, "send_recv: tensors on ", send.device().str(),
+           " and ", recv.device().str());
+}
+
 namespace {
 
 class DoneRequest : public Request {
@@ -159,6 +168,16 @@ class Local : public Communicator {
     check_gather(in, out, 1);
     out.copy_(in.reshape(out.shape()));
   }
+  void send_recv(const Tensor& send, int dest, Tensor& recv, int src) override {
+    check_send_recv(send, dest, recv, src, 1);
+    HZ_CHECK((dest < 0) == (src < 0), ValueError, "send_recv: a world of one rank sends only to itself");
+    if (dest == 0) {
+      HZ_CHECK(send.numel() == recv.numel() && send.dtype() == recv.dtype(), ValueError,
+               "send_recv: sent and received tensors differ in size or dtype");
+      recv.copy_(send.reshape(recv.shape()));
+    }
+  }
+  std::unique_ptr<Communicator> split(int) override { return std::make_unique<Local>(); }
   void barrier() override {}
   [[noreturn]] void abort(int code) noexcept override { std::_Exit(code); }
 };
@@ -249,16 +268,17 @@ class Mpi : public Communicator {
       owner_ = true;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    MPI_Comm local;
-    mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
-    MPI_Comm_rank(local, &local_rank_);
-    MPI_Comm_free(&local);
+    init(MPI_COMM_WORLD);
+  }
+  // a sub-communicator (split): owns comm
+  explicit Mpi(MPI_Comm comm) : own_comm_(true) {
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    init(comm);
   }
   ~Mpi() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    if (own_comm_ && !finalized) MPI_Comm_free(&comm_);
     if (owner_ && !finalized) MPI_Finalize();
   }
   std::string name() const override { return "mpi"; }
@@ -268,7 +288,7 @@ class Mpi : public Communicator {
   void all_reduce(Tensor& t, ReduceOp op) override {
     check_buffer(t);
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), MPI_SUM,
-                            MPI_COMM_WORLD),
+                            comm_),
               "MPI_Allreduce");
     if (op == ReduceOp::Average) scale_average(t, size_);
   }
@@ -276,13 +296,13 @@ class Mpi : public Communicator {
     check_buffer(t);
     MPI_Request req;
     mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), MPI_SUM,
-                             MPI_COMM_WORLD, &req),
+                             comm_, &req),
               "MPI_Iallreduce");
     return std::make_unique<MpiRequest>(req, t, op == ReduceOp::Average, size_);
   }
   void broadcast(Tensor& t, int root) override {
     check_buffer(t);
-    mpi_check(MPI_Bcast(t.raw_data(), static_cast<int>(t.numel() * dtype_size(t.dtype())), MPI_BYTE, root, MPI_COMM_WORLD),
+    mpi_check(MPI_Bcast(t.raw_data(), static_cast<int>(t.numel() * dtype_size(t.dtype())), MPI_BYTE, root, comm_),
               "MPI_Bcast");
   }
   void all_gather_into(const Tensor& in, Tensor& out) override {
@@ -292,18 +312,51 @@ class Mpi : public Communicator {
     const int64_t bytes = in.numel() * dtype_size(in.dtype());
     HZ_CHECK(bytes <= INT32_MAX, ValueError, "all_gather: ", bytes, " bytes per rank exceed MPI's int count; gather in parts");
     mpi_check(MPI_Allgather(in.raw_data(), static_cast<int>(bytes), MPI_BYTE, out.raw_data(), static_cast<int>(bytes),
-                            MPI_BYTE, MPI_COMM_WORLD),
+                            MPI_BYTE, comm_),
               "MPI_Allgather");
   }
-  void barrier() override { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  void send_recv(const Tensor& send, int dest, Tensor& recv, int src) override {
+    check_send_recv(send, dest, recv, src, size_);
+    if (dest >= 0) check_buffer(send);
+    if (src >= 0) check_buffer(recv);
+    const int64_t sb = dest >= 0 ? send.numel() * dtype_size(send.dtype()) : 0;
+    const int64_t rb = src >= 0 ? recv.numel() * dtype_size(recv.dtype()) : 0;
+    HZ_CHECK(sb <= INT32_MAX && rb <= INT32_MAX, ValueError, "send_recv: more bytes than MPI's int count; send in parts");
+    MPI_Status st;
+    mpi_check(MPI_Sendrecv(dest >= 0 ? send.raw_data() : nullptr, static_cast<int>(sb), MPI_BYTE,
+                           dest >= 0 ? dest : MPI_PROC_NULL, 7, src >= 0 ? recv.raw_data() : nullptr,
+                           static_cast<int>(rb), MPI_BYTE, src >= 0 ? src : MPI_PROC_NULL, 7, comm_, &st),
+              "MPI_Sendrecv");
+    if (src >= 0) {
+      int got = 0;
+      MPI_Get_count(&st, MPI_BYTE, &got);
+      HZ_CHECK(got == rb, ValueError, "send_recv: rank ", src, " sent ", got, " bytes, ", rb, " expected");
+    }
+  }
+  std::unique_ptr<Communicator> split(int color) override {
+    MPI_Comm sub;
+    mpi_check(MPI_Comm_split(comm_, color, rank_, &sub), "MPI_Comm_split");
+    return std::make_unique<Mpi>(sub);
+  }
+  void barrier() override { mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
   [[noreturn]] void abort(int code) noexcept override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }
 
  private:
+  void init(MPI_Comm comm) {
+    comm_ = comm;
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm local;
+    mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_free(&local);
+  }
+  MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0;
-  bool owner_ = false;
+  bool owner_ = false, own_comm_ = false;
 };
 #endif
 

@@ -1,8 +1,8 @@
 // Horizon: collective communication between ranks.
 //
 // A Communicator knows its rank, the world size and the local rank (rank on this host), and
-// offers in-place all-reduce (sum / average), broadcast, all-gather, barrier and a non-blocking
-// all-reduce.
+// offers in-place all-reduce (sum / average), broadcast, all-gather, point-to-point exchange,
+// sub-communicators (split), barrier and a non-blocking all-reduce.
 // Implementations: Local (world size 1, no MPI needed: plain `horizon train`), MPI (CPU tensors;
 // launched by mpirun) and NCCL (CUDA tensors; one GPU per local rank). NCCL bootstraps over MPI
 // when launched by mpirun in a build with MPI, else from the environment, torchrun-style:
@@ -47,6 +47,15 @@ class Communicator {
   // rank (rank q's in out[q n, (q+1) n)); in contiguous, the same numel on every rank. f32/f64/i32/
   // i64 (NCCL adds bf16). Complete on return.
   virtual void all_gather_into(const Tensor& in, Tensor& out) = 0;
+  // Point-to-point in both directions at once (a shift or a ring never deadlocks): sends `send` to
+  // rank `dest` and receives into `recv` from rank `src`, ranks of this communicator, -1 for "no
+  // one" that way (then the tensor is not touched). Contiguous tensors; recv holds exactly what src
+  // sends (same dtype and numel). Complete on return. f32/f64/i32/i64 (NCCL adds bf16).
+  virtual void send_recv(const Tensor& send, int dest, Tensor& recv, int src) = 0;
+  // The ranks that call split() with the same color form a new communicator, ordered by their rank
+  // here (context-parallel groups: consecutive ranks). Collective: every rank calls it. The result
+  // must be destroyed before this communicator.
+  virtual std::unique_ptr<Communicator> split(int color) = 0;
   virtual void barrier() = 0;
   // Ends every rank of the job now (MPI_Abort); used when one rank fails so that none hangs.
   // Without MPI (NCCL from the environment) it aborts the NCCL communicator and exits this process
@@ -77,6 +86,8 @@ std::string nccl_version();  // of the loaded libnccl, "2.28.9"; empty without N
 
 // all_gather_into's argument check (shared by the communicators): throws ValueError.
 void check_gather(const Tensor& in, const Tensor& out, int world);
+// send_recv's argument check: peers inside 0 .. world-1 or -1, contiguous tensors of one device.
+void check_send_recv(const Tensor& send, int dest, const Tensor& recv, int src, int world);
 
 // The environment bootstrap's pieces (used by make_nccl(); exposed for tests).
 struct EnvWorld {

@@ -131,6 +131,13 @@ class Nccl : public Communicator {
     // every rank has read the id: rank 0 removes the file, so a later job cannot pick up a stale one
     if (!by_mpi && size_ > 1 && rank_ == 0) std::remove(env.id_file.c_str());
   }
+  // a sub-communicator (split)
+  Nccl(ncclComm_t comm, std::unique_ptr<Communicator> mpi, int local_rank, int device, cudaStream_t compute,
+       cudaStream_t stream)
+      : mpi_(std::move(mpi)), local_rank_(local_rank), device_(device), comm_(comm), stream_(stream), compute_(compute) {
+    HZ_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+    HZ_NCCL_CHECK(ncclCommCount(comm_, &size_));
+  }
   ~Nccl() override { ncclCommDestroy(comm_); }
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }
@@ -187,6 +194,33 @@ class Nccl : public Communicator {
     HZ_NCCL_CHECK(ncclAllGather(in.raw_data(), out.raw_data(), static_cast<size_t>(in.numel()), nccl_type(in.dtype()),
                                 comm_, stream_));
     HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+  void send_recv(const Tensor& send, int dest, Tensor& recv, int src) override {
+    check_send_recv(send, dest, recv, src, size_);
+    const bool cpu = (dest >= 0 && send.device().is_cpu()) || (src >= 0 && recv.device().is_cpu());
+    if (cpu) {
+      if (mpi_) return mpi_->send_recv(send, dest, recv, src);
+      Tensor d_recv = src >= 0 ? Tensor::empty(recv.shape(), recv.dtype(), Device::cuda(device_)) : Tensor();
+      send_recv(dest >= 0 ? send.to(Device::cuda(device_)) : Tensor(), dest, d_recv, src);  // staged
+      if (src >= 0) recv.copy_(d_recv);
+      return;
+    }
+    if (dest >= 0) check(send);
+    if (src >= 0) check(recv);
+    after_compute();
+    HZ_NCCL_CHECK(ncclGroupStart());
+    if (dest >= 0)
+      HZ_NCCL_CHECK(ncclSend(send.raw_data(), static_cast<size_t>(send.numel()), nccl_type(send.dtype()), dest, comm_, stream_));
+    if (src >= 0)
+      HZ_NCCL_CHECK(ncclRecv(recv.raw_data(), static_cast<size_t>(recv.numel()), nccl_type(recv.dtype()), src, comm_, stream_));
+    HZ_NCCL_CHECK(ncclGroupEnd());
+    HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+  std::unique_ptr<Communicator> split(int color) override {
+    std::unique_ptr<Communicator> mpi_sub = mpi_ ? mpi_->split(color) : nullptr;
+    ncclComm_t sub = nullptr;
+    HZ_NCCL_CHECK(ncclCommSplit(comm_, color, rank_, &sub, nullptr));
+    return std::make_unique<Nccl>(sub, std::move(mpi_sub), local_rank_, device_, compute_, stream_);
   }
   void barrier() override {
     if (mpi_) return mpi_->barrier();

@@ -97,7 +97,16 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
   ag::Variable o;
   HZ_CHECK(!(cfg.documents && cache), NotImplementedError,
            "attention: packed documents with a KV cache (decoding) are not supported; decode each document alone");
-  if (uses_lampe(cfg)) {  // LaMPE rotates per region itself, for the input length l = call.T
+  HZ_CHECK(!(call.context && (cache || uses_lampe(cfg))), NotImplementedError,
+           "attention: context parallelism splits a training or evaluation sequence; decoding with a KV cache and "
+           "LaMPE run on one rank");
+  if (call.context) {
+    if (rot) {
+      q = attn::apply_rope(q, positions, f);
+      k = attn::apply_rope(k, positions, f);
+    }
+    o = attn::context_attention(q, k, v, cfg, *call.context, logn_c);
+  } else if (uses_lampe(cfg)) {  // LaMPE rotates per region itself, for the input length l = call.T
     HZ_CHECK(!cfg.documents, NotImplementedError,
              "attention: LaMPE remaps positions for one input length and cannot score packed documents; "
              "evaluate with data.documents=stream (one document per sequence)");

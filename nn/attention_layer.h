@@ -6,6 +6,7 @@
 #pragma once
 #include <optional>
 
+#include "attention/context.h"
 #include "attention/fused.h"
 #include "attention/lampe.h"
 #include "attention/rope.h"
@@ -39,6 +40,10 @@ struct AttnCall {
   // Transformer::hidden, the positions. Null: one document per sequence.
   std::shared_ptr<const attn::Documents> documents;
   Recompute recompute = Recompute::None;  // applies while recording a graph without a KV cache
+  // Context parallelism (attention/context.h): the ids are this rank's rows of a sequence of
+  // context->layout.T tokens, split over a group of ranks; every layer attends through
+  // attn::context_attention. Null: the whole sequence is here.
+  std::shared_ptr<const attn::ContextParallel> context;
 };
 
 class AttentionLayer : public Module {

@@ -133,15 +133,20 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   HZ_CHECK(ids_in.dim() == 2, ShapeError, "model: ids must be (B, T), got ", shape_str(ids_in.shape()));
   const Device dev = embed->weight.value().device();
   const Tensor ids = ids_in.to(dev);
-  const int64_t T = ids.size(1);
+  // with context parallelism the ids are this rank's rows of a longer sequence (attn::ZigzagLayout)
+  const attn::ZigzagLayout* cp = call.context ? &call.context->layout : nullptr;
+  const int64_t T = cp ? cp->T : ids.size(1);
+  HZ_CHECK(!cp || ids.size(1) == cp->local_len(), ShapeError, "model: context-parallel rank ", cp ? cp->rank : 0,
+           " holds ", cp ? cp->local_len() : 0, " tokens of each sequence, got ids ", shape_str(ids.shape()));
   HZ_CHECK(!(call.documents && positions_in.defined()), ValueError,
            "model: give positions or packed documents, not both (the documents define the positions)");
   if (call.documents)
     HZ_CHECK(call.documents->batch() == ids.size(0) && call.documents->seq_len() == T, ShapeError, "model: documents of ",
              call.documents->batch(), " x ", call.documents->seq_len(), " for ids ", shape_str(ids.shape()));
-  const Tensor positions = call.documents        ? call.documents->positions(dev)
-                           : positions_in.defined() ? positions_in.to(dev)
-                                                    : Tensor::arange(0, T, 1, DType::I64, dev);
+  Tensor positions = call.documents        ? call.documents->positions(dev)
+                     : positions_in.defined() ? positions_in.to(dev)
+                                              : Tensor::arange(0, T, 1, DType::I64, dev);
+  if (cp && !positions_in.defined()) positions = attn::local_rows(positions, positions.dim() - 1, *cp);
   ComputeScope scope(compute_dtype);
   if (call.T == 0) call.T = T;
   if (call.train_T == 0) call.train_T = cfg.train_context;

@@ -88,7 +88,8 @@ TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbos
   const auto [tp, vp] = prepare_data(r, false);
   try {
     d.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size,
-                                                    r.run.seed, comm.rank(), comm.size(), tok->eos(), true);
+                                                    r.run.seed, static_cast<int>(comm.rank() / r.parallel.context),
+                                                    static_cast<int>(comm.size() / r.parallel.context), tok->eos(), true);
   } catch (const ValueError& e) {  // name what the user gave (the .bin / .jsonl files), not only the cache
     std::string given;
     for (const auto& f : r.data.files) given += (given.empty() ? "" : ", ") + f;

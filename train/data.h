@@ -41,7 +41,9 @@ struct TrainData {
   }
 };
 
-// The training data of this rank (comm.rank() of comm.size()): the tokenizer's vocabulary is
+// The training data of this rank (data-parallel rank comm.rank() / parallel.context of
+// comm.size() / parallel.context: the ranks of a context-parallel group read the same batches):
+// the tokenizer's vocabulary is
 // checked against model.vocab_size; a synthetic source generates its examples; otherwise rank 0
 // prepares the shards (progress on the console when verbose), every rank waits for it, then reads
 // its share of the training split through a deterministic loader and holds the validation split.

@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 
+#include "attention/context.h"
 #include "optim/partition.h"
 
 namespace hz::train {
@@ -32,7 +33,10 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
   const int64_t p = static_cast<int64_t>(dtype_size(c.dtype));
   const bool bf16 = r.run.precision == nn::Precision::BF16;
   const int64_t a = bf16 ? 2 : p;  // an activation
-  const int64_t N = r.data.batch_size * r.data.seq_len, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(),
+  // context parallelism: a rank holds its zigzag share of each sequence (the longest share)
+  const int64_t ctx = r.parallel.context, T = r.data.seq_len;
+  const int64_t T_local = ctx > 1 ? attn::ZigzagLayout(T, static_cast<int>(ctx), 0).max_local_len() : T;
+  const int64_t N = r.data.batch_size * T_local, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(),
                 D = c.hdim(), F = c.hidden(), V = c.vocab_size, L = c.n_layers;
   const int64_t P = m.num_parameters();
   // ---- static
@@ -56,6 +60,15 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
     const attn::AttentionSpec& s = m.layers[l]->attn->spec;
     int64_t b = 5 * N * C * a + N * (2 * H + 2 * Hkv) * D * a + mlp + 2 * N * 4 + N * H * 4;
     if (s.qk_norm != attn::QKNorm::None) b += N * (H + Hkv) * D * a + N * (H + Hkv) * 4;  // pre-norm q, k and rstd
+    if (ctx > 1) {  // the gathered keys and values (all-gather) or the halos the attention keeps
+      nn::AttnCall call;
+      call.T = T;
+      attn::AttnConfig cfg = m.layers[l]->attn->kernel_config(call);
+      const attn::ZigzagLayout lay(T, static_cast<int>(ctx), 0);
+      const bool gather = r.data.documents == attn::DocumentMode::Masked ||
+                          attn::context_exchange(cfg, lay) == attn::ContextExchange::AllGather;
+      b += 2 * r.data.batch_size * Hkv * D * a * (gather ? T : 2 * attn::context_rows_sent(cfg, lay));
+    }
     return b;
   };
   auto kept = [&](size_t l) {

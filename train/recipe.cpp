@@ -206,6 +206,10 @@ void visit_fields(Recipe& r, V& v) {
   v("parallel.shard_optimizer", r.parallel.shard_optimizer,
     run_opt("ZeRO-1: each data-parallel rank keeps and updates 1/N of the optimizer state (AdamW by element, Muon by "
             "whole matrix); parameters bitwise those of the replicated optimizer, checkpoints the same"));
+  v("parallel.context", r.parallel.context,
+    run_opt("context parallelism: N consecutive ranks share each sequence, cut into 2N zigzag chunks (rank r holds "
+            "chunks r and 2N-1-r); window layers exchange a halo, others all-gather keys and values; mpirun -np = "
+            "data-parallel ranks x N").at_least(1));
   v("checkpoint.every", r.checkpoint.every, run_opt("checkpoint interval in steps (0 = only at the end)").at_least(0));
   v("checkpoint.keep_last", r.checkpoint.keep_last, run_opt("checkpoints kept").at_least(1));
   v("checkpoint.resume", r.checkpoint.resume, run_opt("'' | latest | path: continue a run exactly"));
@@ -783,6 +787,9 @@ void Recipe::validate() const {
   if (run.peak_tflops < 0) bad("run.peak_tflops must be >= 0");
   if (data.seq_len < 2) bad("data.seq_len must be >= 2");
   if (data.batch_size < 1) bad("data.batch_size must be >= 1");
+  if (parallel.context > 1 && data.seq_len < 2 * parallel.context)
+    bad("parallel.context=" + std::to_string(parallel.context) + " cuts each sequence into " +
+        std::to_string(2 * parallel.context) + " chunks: data.seq_len must be at least that");
   if (data.val_fraction < 0 || data.val_fraction >= 1) bad("data.val_fraction must be in [0, 1)");
   const bool file_source = is_file_source(data.source);
   const std::string src = name(data.source);

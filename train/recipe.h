@@ -102,6 +102,7 @@ struct TrainSection {
 
 struct ParallelSection {
   bool shard_optimizer = false;       // ZeRO-1: each data-parallel rank keeps 1/N of the optimizer state
+  int64_t context = 1;                // context parallelism: ranks sharing each sequence (zigzag chunks)
 };
 
 struct CheckpointSection {

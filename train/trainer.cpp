@@ -28,6 +28,7 @@
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/context_parallel.h"
 #include "train/memory_plan.h"
 #include "train/model_source.h"
 #include "train/run_dir.h"
@@ -216,6 +217,7 @@ class Trainer {
       log(resume_path_.empty() ? "resume=latest: no checkpoint in {}, starting from step 0"
                                : "resume=latest: resuming from {}",
           resume_path_.empty() ? res_.run_dir + "/checkpoints" : resume_path_);
+    build_context();
     build_data();
     build_model();
     build_optimizer();
@@ -259,24 +261,39 @@ class Trainer {
       check_architecture(parse_recipe(ck_.meta.at("recipe"), resume_path_ + ":recipe"), r_,
                          "checkpoint.resume " + resume_path_);
     saved_world_ = ck_.counters.count("world_size") ? ck_.counters.at("world_size") : 1;
+    saved_context_ = ck_.counters.count("parallel_context") ? ck_.counters.at("parallel_context") : 1;
     HZ_CHECK(saved_world_ == world_ || r_.checkpoint.elastic, ValueError, resume_path_, " was written by a run with ",
              saved_world_, " rank(s); resume it with the same world size (mpirun -np ", saved_world_, "): each rank's "
              "loader cursor covers its own shard of the data, so a different world size would not continue the same "
              "trajectory (checkpoint.elastic=true resumes anyway, the data going on from the same global position)");
+    HZ_CHECK(saved_context_ == r_.parallel.context || r_.checkpoint.elastic, ValueError, resume_path_,
+             " was written with parallel.context=", saved_context_, "; resume it with the same value (the data-parallel "
+             "ranks, and so each one's share of the data, depend on it), or set checkpoint.elastic=true");
   }
 
   void build_data() { data_ = open_train_data(r_, comm_, !opt_.quiet); }  // train/data.h
+
+  // parallel.context: groups of N consecutive ranks share each sequence (train/context_parallel.h)
+  void build_context() {
+    const int N = static_cast<int>(r_.parallel.context);
+    if (N == 1) return;
+    HZ_CHECK(world_ % N == 0, ValueError, "parallel.context=", N, " needs a number of ranks divisible by it; got ", world_,
+             " (mpirun -np = data-parallel ranks x ", N, ")");
+    context_comm_ = comm_.split(rank_ / N);
+    context_ = std::make_shared<attn::ContextParallel>(
+        attn::ContextParallel{context_group(*context_comm_), attn::ZigzagLayout(r_.data.seq_len, N, rank_ % N)});
+  }
 
   void build_model() {
     model_ = std::make_unique<nn::Transformer>(model_config_at(r_, start_), static_cast<uint64_t>(r_.run.seed));
     if (!resume_path_.empty()) {
       model_->load_state_dict(ck_.model, /*strict=*/true, resume_path_);
-      if (saved_world_ == world_) {
+      if (saved_world_ == world_ && saved_context_ == r_.parallel.context) {
         const std::string key = "loader/rank" + std::to_string(rank_);
         data_.restore({ck_.counters.at(key + "/epoch"), ck_.counters.at(key + "/index")});
       } else {  // checkpoint.elastic: every rank's cursor was the same; go on from its global position
         data_.restore_resharded({ck_.counters.at("loader/rank0/epoch"), ck_.counters.at("loader/rank0/index")},
-                                saved_world_, world_);
+                                saved_world_ / saved_context_, world_ / r_.parallel.context);
         log("checkpoint.elastic: {} was written by {} rank(s), resumed by {}", resume_path_, saved_world_, world_);
       }
       res_.tokens_seen = ck_.tokens_seen;
@@ -326,7 +343,7 @@ class Trainer {
   }
 
   void log_header() {
-    tokens_per_step_ = r_.data.batch_size * r_.data.seq_len * r_.train.grad_accum * world_;
+    tokens_per_step_ = r_.data.batch_size * r_.data.seq_len * r_.train.grad_accum * world_ / r_.parallel.context;
     peak_ = peak_tflops(r_, dev_);
     model_flops_ = flops_per_token(*model_, r_.data.seq_len);
     plan_ = plan_memory(r_, *model_, world_);
@@ -384,11 +401,18 @@ class Trainer {
     StepStats s;
     double loss_sum = 0;
     for (int64_t micro = 0; micro < r_.train.grad_accum; ++micro) {
-      const data::Batch b = data_.next();
+      const data::Batch whole = data_.next();
       nn::AttnCall call;
-      call.documents = eval::batch_documents(b, docs_);  // null for stream documents
+      call.documents = eval::batch_documents(whole, docs_);  // null for stream documents
       call.recompute = r_.train.recompute;
+      call.context = context_;
+      const data::Batch b = context_ ? local_batch(whole, context_->layout) : whole;
       ag::Variable loss = model_->loss(b.tokens, b.targets, b.weights, call);
+      if (context_) {  // this rank's mean, weighted so that the group's average is the sequence's mean
+        const double here = loss_weight(b.targets, b.weights);
+        const double all = context_comm_->all_reduce_scalar(here, dist::ReduceOp::Sum);
+        loss = ag::mul_scalar(loss, all > 0 ? context_->layout.n * here / all : 0.0);
+      }
       loss_sum += loss.item();
       if (r_.train.grad_accum > 1) loss = ag::mul_scalar(loss, 1.0 / r_.train.grad_accum);
       if (gsync_ && micro == r_.train.grad_accum - 1) gsync_->begin();  // sync on the last micro-batch only
@@ -482,6 +506,7 @@ class Trainer {
       c.counters["loader/rank" + std::to_string(q) + "/index"] = indices[q];
     }
     c.counters["world_size"] = world_;
+    c.counters["parallel_context"] = r_.parallel.context;
     c.counters["rng/seed"] = r_.run.seed;
     c.meta["recipe"] = to_yaml(r_);
     c.meta["horizon_version"] = version();
@@ -516,7 +541,7 @@ class Trainer {
   TrainResult res_;
   std::string resume_path_;
   CheckpointData ck_;
-  int64_t start_ = 0, saved_world_ = 1;
+  int64_t start_ = 0, saved_world_ = 1, saved_context_ = 1;
   const eval::DocumentOptions docs_{r_.data.documents, r_.data.position_reset};
   std::unique_ptr<RunLock> lock_;  // declared before run_: released after it
   std::unique_ptr<RunDir> run_;
@@ -524,6 +549,8 @@ class Trainer {
   std::unique_ptr<nn::Transformer> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<dist::GradSync> gsync_;
+  std::unique_ptr<dist::Communicator> context_comm_;  // this rank's context-parallel group
+  std::shared_ptr<attn::ContextParallel> context_;
   double adam_lr_ = 0, comm_before_ = 0, peak_ = 0, model_flops_ = 0;
   int64_t sched_origin_ = 0, tokens_per_step_ = 0, tokens_since_log_ = 0;
   optim::ScheduleConfig sched_;

@@ -1,0 +1,249 @@
+// Context parallelism (parallel.context), run by CTest under mpirun -np 2 and -np 4 (the whole
+// world is one group):
+//   - the zigzag layout covers every position once and balances causal work;
+//   - context_attention equals the single-rank fused op in float64, output and every gradient
+//     (q, k, v, LogN's c), on the halo path and the all-gather path: causal, sliding windows,
+//     SCOPE-style per-head windows, scale-invariant, LogN, ALiBi, SWAN rows, GQA, packed documents,
+//     T not divisible by 2N;
+//   - a window layer sends its halo, at most (W - 1) / chunk of the all-gather's bytes;
+//   - the model's loss and every parameter gradient equal the whole-sequence ones (float64);
+//   - 20 training steps with parallel.context follow the single-rank run (fp32).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "attention/context.h"
+#include "autograd/functions.h"
+#include "core/ops.h"
+#include "core/rng.h"
+#include "tests/distributed/dist_test_util.h"
+#include "train/context_parallel.h"
+
+using namespace hz;
+using namespace hz::train;
+using namespace hz::train::test;
+
+namespace {
+
+class Context : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (world().size() < 2) GTEST_SKIP() << "needs 2 or more ranks (mpirun -np 2 / 4)";
+  }
+};
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+double max_abs(const Tensor& a) {
+  double m = 0;
+  for (double v : a.to_vector()) m = std::max(m, std::abs(v));
+  return m;
+}
+
+struct Case {
+  std::string name;
+  std::vector<int64_t> window;  // per query head (4)
+  attn::LogitKind logit = attn::LogitKind::Identity;
+  bool alibi = false;
+  int64_t Hkv = 4, T = 40;
+  bool documents = false;
+  attn::ContextExchange expect_at_2 = attn::ContextExchange::AllGather;  // the path at N = 2
+};
+
+}  // namespace
+
+TEST(ContextLayout, ChunksCoverTheSequenceOnceAndBalanceCausalWork) {
+  for (int64_t T : {8, 37, 64, 1000, 4099})
+    for (int n = 1; n <= 5; ++n) {
+      if (T < 2 * n) continue;
+      std::vector<int> seen(T, 0);
+      double most = 0, least = 1e300;
+      int64_t longest = 0, shortest = T;
+      for (int q = 0; q < n; ++q) {
+        const attn::ZigzagLayout L(T, n, q);
+        const std::vector<int64_t> p = L.positions();
+        ASSERT_EQ(static_cast<int64_t>(p.size()), L.local_len());
+        double work = 0;  // causal pairs of this rank's queries
+        for (int64_t x : p) {
+          ++seen[x];
+          work += x + 1;
+        }
+        most = std::max(most, work);
+        least = std::min(least, work);
+        longest = std::max(longest, L.local_len());
+        shortest = std::min(shortest, L.local_len());
+        for (int64_t c = 0; c < 2 * n; ++c) EXPECT_GE(L.chunk_len(c), T / (2 * n));
+      }
+      for (int64_t x = 0; x < T; ++x) EXPECT_EQ(seen[x], 1) << "T " << T << " n " << n << " position " << x;
+      EXPECT_LE(longest - shortest, 2);
+      if (T >= 1000) EXPECT_LT(most / least, 1.01) << "T " << T << " n " << n;
+    }
+  EXPECT_THROW(attn::ZigzagLayout(7, 4, 0), ValueError);
+  EXPECT_THROW(attn::ZigzagLayout(64, 2, 2), ValueError);
+}
+
+TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
+  const int N = world().size(), me = world().rank();
+  const int64_t B = 2, H = 4, D = 8;
+  using LK = attn::LogitKind;
+  using EX = attn::ContextExchange;
+  const std::vector<Case> cases = {
+      {"causal", {0, 0, 0, 0}},
+      {"swa", {6, 6, 6, 6}, LK::Identity, false, 4, 40, false, EX::Halo},
+      {"swa longer than a chunk", {25, 25, 25, 25}},
+      {"scope with an unbounded head", {1, 3, 9, 0}},
+      {"per-head windows", {2, 3, 5, 6}, LK::Identity, false, 4, 40, false, EX::Halo},
+      {"scale-invariant", {0, 0, 0, 0}, LK::ScaleInvariant},
+      {"scale-invariant swa", {6, 6, 6, 6}, LK::ScaleInvariant, false, 4, 40, false, EX::Halo},
+      {"logn swa", {4, 6, 6, 5}, LK::LogN, false, 4, 40, false, EX::Halo},
+      {"logn causal", {0, 0, 0, 0}, LK::LogN},
+      {"alibi swa", {6, 6, 6, 6}, LK::Identity, true, 4, 40, false, EX::Halo},
+      {"alibi causal", {0, 0, 0, 0}, LK::Identity, true},
+      {"swan rows swa", {6, 6, 6, 6}, LK::SwanRow},
+      {"swan rows causal", {0, 0, 0, 0}, LK::SwanRow},
+      {"gqa causal", {0, 0, 0, 0}, LK::Identity, false, 2},
+      {"gqa swa", {5, 5, 5, 5}, LK::Identity, false, 1, 40, false, EX::Halo},
+      {"T 37 causal", {0, 0, 0, 0}, LK::Identity, false, 4, 37},
+      {"T 37 swa", {4, 4, 4, 4}, LK::ScaleInvariant, false, 2, 37, false, EX::Halo},
+      {"documents", {0, 0, 0, 0}, LK::LogN, false, 4, 40, true},
+      {"documents swa", {6, 6, 6, 6}, LK::SwanRow, false, 4, 40, true},
+  };
+  auto group = context_group(world());
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t T = c.T, Hkv = c.Hkv;
+    attn::ContextParallel cp{group, attn::ZigzagLayout(T, N, me)};
+    attn::AttnConfig cfg;
+    cfg.window = c.window;
+    cfg.logit = c.logit;
+    cfg.tau = 3.0;
+    cfg.swan_a = 5.0;
+    if (c.alibi) cfg.alibi_slope = {0.5, 0.25, 0.125, 0.0625};
+    if (c.documents)  // documents of 7, 13, 20 | 40 tokens (37: 7, 13, 17 | 37), positions reset
+      cfg.documents = std::make_shared<attn::Documents>(
+          B, T, std::vector<int64_t>{0, 7, 20, T, 2 * T}, /*position_reset=*/true);
+    cfg.block_q = cfg.block_k = 4;
+    if (N == 2) EXPECT_EQ(attn::context_exchange(cfg, cp.layout), c.expect_at_2);
+    Generator g(11);  // the same tensors on every rank
+    const Tensor q = g.normal({B, H, T, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, T, D}, 0, 1, DType::F64),
+                 v = g.normal({B, Hkv, T, D}, 0, 1, DType::F64), gout = g.normal({B, H, T, D}, 0, 1, DType::F64);
+    const Tensor c0 = Tensor::from_vector({0.7, 0.9, 1.1, 1.3}, {H}, DType::F64);
+    // the whole sequence on one rank
+    ag::Variable qf(q, true), kf(k, true), vf(v, true), cf(c0, true);
+    const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg, cf).out;
+    of.backward(gout);
+    // this rank's share
+    const attn::ZigzagLayout& L = cp.layout;
+    ag::Variable ql(attn::local_rows(q, 2, L), true), kl(attn::local_rows(k, 2, L), true),
+        vl(attn::local_rows(v, 2, L), true), cl(c0, true);
+    group->bytes_sent = 0;
+    const ag::Variable ol = attn::context_attention(ql, kl, vl, cfg, cp, cl);
+    ol.backward(attn::local_rows(gout, 2, L));
+    EXPECT_LE(max_diff(ol.value(), attn::local_rows(of.value(), 2, L)), 1e-12);
+    EXPECT_LE(max_diff(ql.grad(), attn::local_rows(qf.grad(), 2, L)), 1e-11);
+    EXPECT_LE(max_diff(kl.grad(), attn::local_rows(kf.grad(), 2, L)), 1e-11);
+    EXPECT_LE(max_diff(vl.grad(), attn::local_rows(vf.grad(), 2, L)), 1e-11);
+    if (c.logit == LK::LogN) {  // each rank holds its rows' share of dc
+      Tensor dc = cl.grad().clone();
+      world().all_reduce(dc, dist::ReduceOp::Sum);
+      EXPECT_LE(max_diff(dc, cf.grad()), 1e-10);
+    }
+    // the bytes: a halo layer sends at most (W - 1) / chunk of what the all-gather sends
+    const int64_t row = B * Hkv * D * 8;
+    const int64_t gather = 2 * 2 * (N - 1) * L.max_local_len() * row;  // k and v, forward and backward
+    const int64_t sent = group->bytes_sent;
+    const auto most = world().all_gather(sent);
+    if (attn::context_exchange(cfg, L) == attn::ContextExchange::Halo) {
+      int64_t W = 0;
+      for (int64_t w : c.window) W = std::max(W, w);
+      for (int q2 = 0; q2 < N; ++q2) {
+        EXPECT_LE(static_cast<double>(most[q2]), static_cast<double>(W - 1) / L.min_chunk() * gather) << "rank " << q2;
+        EXPECT_EQ(most[q2], 2 * 2 * attn::context_rows_sent(cfg, attn::ZigzagLayout(T, N, q2)) * row) << "rank " << q2;
+      }
+    } else {
+      EXPECT_EQ(sent, gather);
+    }
+  }
+}
+
+TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
+  const int N = world().size(), me = world().rank();
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {"rope", "    k: {pos: rope, mask: causal}\n  pattern: [k]\n"},
+      {"nope alibi", "    a: {pos: none, mask: causal}\n    b: {pos: alibi, mask: causal}\n  pattern: [a, b]\n"},
+      {"swa rope", "    k: {pos: rope, mask: window, window: 5}\n  pattern: [k]\n"},
+      {"scope", "    k: {pos: none, mask: scope, scope_gamma: 0, scope_min: 1}\n  pattern: [k]\n"},
+      {"scale-invariant p-rope", "    k: {pos: prope, prope_fraction: 0.5, mask: causal, logit: scale_invariant, tau: 10, "
+                                 "qk_norm: full}\n  pattern: [k]\n"},
+      {"swan stack", "    g: {pos: none, mask: causal, logit: swan_row}\n    w: {pos: rope, mask: window, window: 4}\n"
+                     "  pattern: [g, w]\n"},
+  };
+  for (const auto& [name, kinds] : models)
+    for (int64_t T : {40, 37}) {
+      SCOPED_TRACE(name + " T " + std::to_string(T));
+      const Recipe r = parse_recipe("model:\n  layer_kinds:\n" + kinds, "ctx.yaml",
+                                    {"model.d_model=32", "model.n_layers=2", "model.n_heads=4",
+                                     name == "swa rope" ? "model.n_kv_heads=2" : "model.n_kv_heads=0",
+                                     "data.seq_len=" + std::to_string(T)});
+      nn::ModelConfig mc = r.model_config();
+      mc.dtype = DType::F64;
+      nn::Transformer m(mc, 5);
+      Generator g(3);
+      auto ints = [&](int64_t n) {
+        std::vector<double> x = g.uniform({2, n}, 0, 250, DType::F64).to_vector();
+        for (auto& v : x) v = std::floor(v);
+        return Tensor::from_vector(x, {2, n}, DType::I64);
+      };
+      const Tensor ids = ints(T), targets = ints(T);
+      // whole sequence
+      m.loss(ids, targets).backward();
+      std::vector<Tensor> full;
+      for (auto& [n, p] : m.named_parameters()) full.push_back(p->grad().clone());
+      const double loss_full = m.loss(ids, targets).item();
+      m.zero_grad();
+      // this rank's share: its mean weighted by its share of the tokens, gradients summed over the group
+      nn::AttnCall call;
+      call.context = std::make_shared<attn::ContextParallel>(
+          attn::ContextParallel{context_group(world()), attn::ZigzagLayout(T, N, me)});
+      const Tensor il = attn::local_rows(ids, 1, call.context->layout), tl = attn::local_rows(targets, 1, call.context->layout);
+      const double here = loss_weight(tl, Tensor());
+      ag::Variable loss = ag::mul_scalar(m.loss(il, tl, Tensor(), call), here / (2.0 * T));
+      loss.backward();
+      EXPECT_NEAR(world().all_reduce_scalar(loss.item(), dist::ReduceOp::Sum), loss_full, 1e-12);
+      size_t i = 0;
+      for (auto& [n, p] : m.named_parameters()) {
+        Tensor gr = p->grad().clone();
+        world().all_reduce(gr, dist::ReduceOp::Sum);
+        EXPECT_LE(max_diff(gr, full[i]), 1e-11 * (1 + max_abs(full[i]))) << n;
+        ++i;
+      }
+      m.zero_grad();
+    }
+}
+
+TEST_F(Context, TrainingFollowsTheSingleRankRun) {
+  const int N = world().size(), me = world().rank();
+  for (const std::string kind : {"rope"}) {
+    const std::vector<std::string> extra{"checkpoint.every=0", "data.seq_len=48", "model.n_heads=4"};
+    // the single-rank run, on every rank alone (each in its own directories: no rank waits for another's data)
+    TrainOptions alone;
+    alone.quiet = true;
+    std::vector<std::string> solo = extra;
+    solo.push_back("data.cache_dir=" + root() + "/data_rank" + std::to_string(me));
+    const std::vector<double> ref =
+        hz::train::train(tiny("ctx1_" + kind + std::to_string(N) + "_" + std::to_string(me), 4, solo), alone).losses;
+    std::vector<std::string> cp = extra;
+    cp.push_back("parallel.context=" + std::to_string(N));
+    TrainOptions o = on(&world());
+    const std::vector<double> got = hz::train::train(tiny("ctxN_" + kind + std::to_string(N), 4, cp), o).losses;
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t s = 0; s < ref.size(); ++s) EXPECT_NEAR(got[s], ref[s], 2e-5 * (s + 1)) << kind << " step " << s + 1;
+    EXPECT_LT(got.back(), got.front());
+  }
+}

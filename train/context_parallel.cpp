@@ -1,0 +1,74 @@
+// Horizon: context parallelism in training (see context_parallel.h).
+#include "train/context_parallel.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+namespace hz::train {
+
+namespace {
+
+class CommGroup : public attn::ContextGroup {
+ public:
+  explicit CommGroup(dist::Communicator& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  void all_gather_into(const Tensor& in, Tensor& out) override { c_.all_gather_into(in, out); }
+  void send_recv(const Tensor& send, int dest, Tensor& recv, int src) override { c_.send_recv(send, dest, recv, src); }
+
+ private:
+  dist::Communicator& c_;
+};
+
+}  // namespace
+
+std::shared_ptr<attn::ContextGroup> context_group(dist::Communicator& group) { return std::make_shared<CommGroup>(group); }
+
+data::Batch local_batch(const data::Batch& b, const attn::ZigzagLayout& L) {
+  data::Batch out;
+  out.tokens = attn::local_rows(b.tokens, 1, L);
+  out.targets = attn::local_rows(b.targets, 1, L);
+  if (b.weights.defined()) out.weights = attn::local_rows(b.weights, 1, L);
+  out.cu_seqlens = b.cu_seqlens;
+  return out;
+}
+
+double loss_weight(const Tensor& targets, const Tensor& weights) {
+  const std::vector<double> t = targets.to_vector();
+  const std::vector<double> w = weights.defined() ? weights.to_vector() : std::vector<double>();
+  double s = 0;
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t[i] != -100) s += w.empty() ? 1.0 : w[i];
+  return s;
+}
+
+std::vector<ContextPlanRow> context_plan(const Recipe& r, const nn::Transformer& m, int N) {
+  std::vector<ContextPlanRow> rows;
+  const int64_t T = r.data.seq_len, B = r.data.batch_size;
+  const int64_t a = r.run.precision == nn::Precision::BF16 ? 2 : static_cast<int64_t>(dtype_size(m.cfg.dtype));
+  const int64_t per_row = B * m.cfg.kv_heads() * m.cfg.hdim() * a * 2 * 2;  // k and v, forward and backward
+  nn::AttnCall call;
+  call.T = T;
+  call.train_T = m.cfg.train_context;
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const attn::AttnConfig cfg = m.layers[l]->attn->kernel_config(call);
+    // packed documents read global bounds: every layer gathers (attention/context.h)
+    const bool docs = r.data.documents == attn::DocumentMode::Masked;
+    const attn::ZigzagLayout lay0(T, N, 0);
+    int64_t most = 0;
+    for (int q = 0; q < N; ++q)
+      most = std::max(most, docs ? (N - 1) * lay0.max_local_len() : attn::context_rows_sent(cfg, attn::ZigzagLayout(T, N, q)));
+    const std::string ex = attn::name(docs ? attn::ContextExchange::AllGather : attn::context_exchange(cfg, lay0));
+    const int64_t bytes = most * per_row;
+    if (!rows.empty() && rows.back().exchange == ex && rows.back().bytes == bytes) {
+      ++rows.back().count;
+      rows.back().layers = fmt::format("{}-{}", l + 1 - rows.back().count, l);
+    } else {
+      rows.push_back({fmt::format("{}", l), ex, bytes, 1});
+    }
+  }
+  return rows;
+}
+
+}  // namespace hz::train
