@@ -108,6 +108,17 @@ ag::Variable gather_sequence(const ag::Variable& x, const ContextParallel& cp) {
   });
 }
 
+// One step of a shift: send (a view, made contiguous) to dest and receive into recv (a view) from
+// src; -1 skips that side, both -1 skips the call. Counts the bytes sent.
+void shift(ContextGroup& g, const Tensor& send, int dest, Tensor& recv, int src) {
+  if (dest < 0 && src < 0) return;
+  const Tensor s = dest >= 0 ? send.contiguous() : Tensor();
+  Tensor rv = src >= 0 ? Tensor::empty(recv.shape(), recv.dtype(), recv.device()) : Tensor();
+  g.send_recv(s, dest, rv, src);
+  if (dest >= 0) g.bytes_sent += bytes_of(s);
+  if (src >= 0) recv.copy_(rv);
+}
+
 // (B, Hkv, Tl, D) local rows -> (B, Hkv, h_a + h_b, D): the W - 1 keys before each local chunk
 // (fewer at the sequence start), from the owners of the chunks before them; backward: the reverse.
 ag::Variable exchange_halo(const ag::Variable& x, int64_t W, const ContextParallel& cp) {
@@ -125,46 +136,30 @@ ag::Variable exchange_halo(const ag::Variable& x, int64_t W, const ContextParall
   const Device dev = x.value().device();
   const Tensor xv = x.value();
   Tensor halo = Tensor::zeros({B, Hk, h_a + h_b, D}, dt, dev);
-  auto shift = [&cp](const Tensor& send, int dest, Tensor& recv, int src) {
-    if (dest < 0 && src < 0) return;
-    Tensor s = dest >= 0 ? send.contiguous() : Tensor();
-    Tensor rv = src >= 0 ? Tensor::empty(recv.shape(), recv.dtype(), recv.device()) : Tensor();
-    cp.group->send_recv(s, dest, rv, src);
-    if (dest >= 0) cp.group->bytes_sent += bytes_of(s);
-    if (src >= 0) recv.copy_(rv);
-  };
   {
     Tensor recv_a = halo.narrow(2, 0, h_a);
-    shift(xv.narrow(2, len_a - up, up), up > 0 ? r + 1 : -1, recv_a, h_a > 0 ? r - 1 : -1);
+    shift(*cp.group, xv.narrow(2, len_a - up, up), up > 0 ? r + 1 : -1, recv_a, h_a > 0 ? r - 1 : -1);
     Tensor recv_b = halo.narrow(2, h_a, h_b);
     if (r == N - 1) {
       recv_b.copy_(xv.narrow(2, len_a - h_b, h_b));  // chunk N-1 is this rank's chunk a
-      shift(xv.narrow(2, Tl - down, down), down > 0 ? r - 1 : -1, recv_b, -1);
+      shift(*cp.group, xv.narrow(2, Tl - down, down), down > 0 ? r - 1 : -1, recv_b, -1);
     } else {
-      shift(xv.narrow(2, Tl - down, down), down > 0 ? r - 1 : -1, recv_b, h_b > 0 ? r + 1 : -1);
+      shift(*cp.group, xv.narrow(2, Tl - down, down), down > 0 ? r - 1 : -1, recv_b, h_b > 0 ? r + 1 : -1);
     }
   }
   return ag::make_result(halo, {x}, "context_halo", [&cp, B, Hk, Tl, D, len_a, h_a, h_b, up, down, dt, dev, N, r] {
     const ContextParallel c = cp;
     return [c, B, Hk, Tl, D, len_a, h_a, h_b, up, down, dt, dev, N, r](const Tensor& gout, ag::Grads& gr) {
-      auto shift = [&c](const Tensor& send, int dest, Tensor& recv, int src) {
-        if (dest < 0 && src < 0) return;
-        Tensor s = dest >= 0 ? send.contiguous() : Tensor();
-        Tensor rv = src >= 0 ? Tensor::empty(recv.shape(), recv.dtype(), recv.device()) : Tensor();
-        c.group->send_recv(s, dest, rv, src);
-        if (dest >= 0) c.group->bytes_sent += bytes_of(s);
-        if (src >= 0) recv.copy_(rv);
-      };
       Tensor dx = Tensor::zeros({B, Hk, Tl, D}, dt, dev);
       Tensor tail_a = dx.narrow(2, len_a - up, up), tail_b = dx.narrow(2, Tl - down, down);
       // reverse of the up shift: halo_a's gradient back to rank r - 1, chunk a's tail from r + 1
-      shift(gout.narrow(2, 0, h_a), h_a > 0 ? r - 1 : -1, tail_a, up > 0 ? r + 1 : -1);
+      shift(*c.group, gout.narrow(2, 0, h_a), h_a > 0 ? r - 1 : -1, tail_a, up > 0 ? r + 1 : -1);
       if (r == N - 1) {
         Tensor own = dx.narrow(2, len_a - h_b, h_b);
         own.copy_(ops::add(own, gout.narrow(2, h_a, h_b)));
-        shift(Tensor(), -1, tail_b, down > 0 ? r - 1 : -1);
+        shift(*c.group, Tensor(), -1, tail_b, down > 0 ? r - 1 : -1);
       } else {
-        shift(gout.narrow(2, h_a, h_b), h_b > 0 ? r + 1 : -1, tail_b, down > 0 ? r - 1 : -1);
+        shift(*c.group, gout.narrow(2, h_a, h_b), h_b > 0 ? r + 1 : -1, tail_b, down > 0 ? r - 1 : -1);
       }
       gr.set(0, dx);
     };
