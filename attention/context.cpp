@@ -85,11 +85,7 @@ ag::Variable gather_sequence(const ag::Variable& x, const ContextParallel& cp) {
       ContextGroup& grp = *c.group;
       auto rows_of = [&](int q) {  // gout at rank q's positions, padded to Lmax
         Tensor s = Tensor::zeros({B, Hk, Lmax, D}, dt, dev);
-        int64_t off = 0;
-        for (int64_t ch : L.chunks_of(q)) {
-          s.narrow(2, off, L.chunk_len(ch)).copy_(gout.narrow(2, L.chunk_begin(ch), L.chunk_len(ch)));
-          off += L.chunk_len(ch);
-        }
+        s.narrow(2, 0, L.local_len_of(q)).copy_(local_rows(gout, 2, ZigzagLayout(L.T, N, q)));
         return s;
       };
       std::vector<Tensor> from(N);

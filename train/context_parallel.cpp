@@ -43,23 +43,25 @@ double loss_weight(const Tensor& targets, const Tensor& weights) {
   return s;
 }
 
+attn::AttnConfig training_config(const Recipe& r, const nn::Transformer& m, size_t layer) {
+  nn::AttnCall call;
+  call.T = r.data.seq_len;
+  call.train_T = m.cfg.train_context;
+  if (r.data.documents == attn::DocumentMode::Masked)
+    call.documents = std::make_shared<attn::Documents>(attn::Documents::whole(r.data.batch_size, r.data.seq_len));
+  return m.layers[layer]->attn->kernel_config(call);
+}
+
 std::vector<ContextPlanRow> context_plan(const Recipe& r, const nn::Transformer& m, int N) {
   std::vector<ContextPlanRow> rows;
   const int64_t T = r.data.seq_len, B = r.data.batch_size;
   const int64_t a = r.run.precision == nn::Precision::BF16 ? 2 : static_cast<int64_t>(dtype_size(m.cfg.dtype));
   const int64_t per_row = B * m.cfg.kv_heads() * m.cfg.hdim() * a * 2 * 2;  // k and v, forward and backward
-  nn::AttnCall call;
-  call.T = T;
-  call.train_T = m.cfg.train_context;
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    const attn::AttnConfig cfg = m.layers[l]->attn->kernel_config(call);
-    // packed documents read global bounds: every layer gathers (attention/context.h)
-    const bool docs = r.data.documents == attn::DocumentMode::Masked;
-    const attn::ZigzagLayout lay0(T, N, 0);
+    const attn::AttnConfig cfg = training_config(r, m, l);
     int64_t most = 0;
-    for (int q = 0; q < N; ++q)
-      most = std::max(most, docs ? (N - 1) * lay0.max_local_len() : attn::context_rows_sent(cfg, attn::ZigzagLayout(T, N, q)));
-    const std::string ex = attn::name(docs ? attn::ContextExchange::AllGather : attn::context_exchange(cfg, lay0));
+    for (int q = 0; q < N; ++q) most = std::max(most, attn::context_rows_sent(cfg, attn::ZigzagLayout(T, N, q)));
+    const std::string ex = attn::name(attn::context_exchange(cfg, attn::ZigzagLayout(T, N, 0)));
     const int64_t bytes = most * per_row;
     if (!rows.empty() && rows.back().exchange == ex && rows.back().bytes == bytes) {
       ++rows.back().count;

@@ -5,8 +5,8 @@
 
 #include <fmt/core.h>
 
-#include "attention/context.h"
 #include "optim/partition.h"
+#include "train/context_parallel.h"
 
 namespace hz::train {
 
@@ -61,12 +61,9 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
     int64_t b = 5 * N * C * a + N * (2 * H + 2 * Hkv) * D * a + mlp + 2 * N * 4 + N * H * 4;
     if (s.qk_norm != attn::QKNorm::None) b += N * (H + Hkv) * D * a + N * (H + Hkv) * 4;  // pre-norm q, k and rstd
     if (ctx > 1) {  // the gathered keys and values (all-gather) or the halos the attention keeps
-      nn::AttnCall call;
-      call.T = T;
-      attn::AttnConfig cfg = m.layers[l]->attn->kernel_config(call);
+      const attn::AttnConfig cfg = training_config(r, m, l);
       const attn::ZigzagLayout lay(T, static_cast<int>(ctx), 0);
-      const bool gather = r.data.documents == attn::DocumentMode::Masked ||
-                          attn::context_exchange(cfg, lay) == attn::ContextExchange::AllGather;
+      const bool gather = attn::context_exchange(cfg, lay) == attn::ContextExchange::AllGather;
       b += 2 * r.data.batch_size * Hkv * D * a * (gather ? T : 2 * attn::context_rows_sent(cfg, lay));
     }
     return b;

@@ -1,8 +1,10 @@
 // Horizon: the memory plan of a training run (`horizon info RECIPE`, and the trainer's first lines):
 // the peak bytes one rank's tensors take during a step, predicted from the recipe before anything
 // is allocated, so that a run that cannot fit is refused up front (CUDA) and the settings that
-// matter (train.recompute, train.loss_chunk, parallel.shard_optimizer, data.batch_size) can be
-// weighed without trying them.
+// matter (train.recompute, train.loss_chunk, parallel.shard_optimizer, parallel.context,
+// data.batch_size) can be weighed without trying them. With parallel.context T is the rank's
+// (longest) zigzag share, and each block also keeps the keys and values its attention received
+// (the whole sequence's for an all-gather layer, the halos for a window layer).
 //
 // What is counted: the tensors Horizon allocates (the CPU allocator's and the CUDA pool's
 // high-water marks measure the same thing); not BLAS/cuBLAS workspaces, the CUDA context, or the

@@ -25,12 +25,7 @@ using namespace hz::train::test;
 
 namespace {
 
-class Context : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (world().size() < 2) GTEST_SKIP() << "needs 2 or more ranks (mpirun -np 2 / 4)";
-  }
-};
+class Context : public MultiRankTest {};
 
 double max_diff(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector(), y = b.to_vector();
@@ -82,7 +77,9 @@ TEST(ContextLayout, ChunksCoverTheSequenceOnceAndBalanceCausalWork) {
       }
       for (int64_t x = 0; x < T; ++x) EXPECT_EQ(seen[x], 1) << "T " << T << " n " << n << " position " << x;
       EXPECT_LE(longest - shortest, 2);
-      if (T >= 1000) EXPECT_LT(most / least, 1.01) << "T " << T << " n " << n;
+      if (T >= 1000) {
+        EXPECT_LT(most / least, 1.01) << "T " << T << " n " << n;
+      }
     }
   EXPECT_THROW(attn::ZigzagLayout(7, 4, 0), ValueError);
   EXPECT_THROW(attn::ZigzagLayout(64, 2, 2), ValueError);
@@ -129,7 +126,9 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       cfg.documents = std::make_shared<attn::Documents>(
           B, T, std::vector<int64_t>{0, 7, 20, T, 2 * T}, /*position_reset=*/true);
     cfg.block_q = cfg.block_k = 4;
-    if (N == 2) EXPECT_EQ(attn::context_exchange(cfg, cp.layout), c.expect_at_2);
+    if (N == 2) {
+      EXPECT_EQ(attn::context_exchange(cfg, cp.layout), c.expect_at_2);
+    }
     Generator g(11);  // the same tensors on every rank
     const Tensor q = g.normal({B, H, T, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, T, D}, 0, 1, DType::F64),
                  v = g.normal({B, Hkv, T, D}, 0, 1, DType::F64), gout = g.normal({B, H, T, D}, 0, 1, DType::F64);

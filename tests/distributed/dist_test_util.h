@@ -1,6 +1,7 @@
 // Helpers of the data-parallel suite (hz_test_distributed, run by CTest under mpirun): the world,
 // a directory every rank shares, a tiny recipe, a parameter checksum.
 #pragma once
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <memory>
@@ -17,6 +18,14 @@ inline dist::Communicator& world() {
   static std::unique_ptr<dist::Communicator> c = dist::from_environment();
   return *c;
 }
+
+// The fixture of the suites that need several ranks: skipped in a world of one.
+class MultiRankTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (world().size() < 2) GTEST_SKIP() << "needs 2 or more ranks (mpirun -np 2 / 4)";
+  }
+};
 
 inline std::string root() {
   // the same path on every rank: they share mpirun as parent

@@ -26,12 +26,7 @@ using namespace hz::train::test;
 
 namespace {
 
-class Zero : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (world().size() < 2) GTEST_SKIP() << "needs 2 or more ranks (mpirun -np 2 / 4)";
-  }
-};
+class Zero : public MultiRankTest {};
 
 // A run of the tiny recipe on every rank of the world: its losses and the parameter checksum after
 // every step (equal on every rank, checked).
