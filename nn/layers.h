@@ -40,10 +40,10 @@ MlpKind parse_mlp(const std::string& s);  // "swiglu", "relu2", "gelu"
 // Not tiled over tokens (ALST's tiled MLP). The MLP is per token, so running it on tiles of rows
 // would change no value; what it saves is memory, and only under train.recompute=layer at long T,
 // where the block being recomputed holds its MLP activations (N F x 2-4) and the MLP's backward
-// buffers (about 3 N F) at once. The memory plan (train/memory_plan.h) puts that at 4 of the
-// 9.4 GiB predicted for the 124M shape at T 65,536 in f32 (`horizon info
+// buffer (N F, SwiGLU 2 N F) at once. The memory plan (train/memory_plan.h) puts that at 2.25 of
+// the 8.1 GiB predicted (7.9 GiB measured) for the 124M shape at T 65,536 in f32 (`horizon info
 // recipes/bench/gpt2_small.yaml data.batch_size=1 data.seq_len=65536 train.recompute=layer`):
-// tiling would bring the peak to about 5.5 GiB. Without recomputation the kept activations
+// tiling would bring the peak to about 6 GiB. Without recomputation the kept activations
 // (38.7 GiB there) dominate and tiling saves nothing that matters. Until a run needs it, the
 // simpler untiled MLP stays.
 class MLP : public Module {

@@ -81,23 +81,40 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
   int64_t all_kept = head_kept;
   for (size_t l = 0; l < static_cast<size_t>(L); ++l) all_kept += kept(l);
   plan.activations = all_kept;
-  // ---- the peak of backward: block l running backward, blocks above done
+  // ---- the peak of backward: block l running backward, blocks above done. Two moments per block
+  // (measured by tracing the allocator through the engine's nodes): inside the MLP's backward,
+  // where the block's activations (recomputed ones too) meet the output gradient, its residual
+  // branch's copy and the MLP's input-side gradients (N F a; SwiGLU: the gate's and the up
+  // projection's, 2 N F a) and the MLP's output weight gradient; and inside the attention's
+  // backward, once the MLP's activations, the residual and the second normed input are freed and
+  // the MLP's weight gradients exist: the attention's internals (recomputed under attention and
+  // layer recomputation) with dO, dq, dk, dv and the rows' softmax statistics.
   // After the first of several micro-batches (train.grad_accum) every gradient is alive throughout
   // and the next ones add into it; otherwise the head's weight gradient (the embedding's, tied)
   // lives from the head's backward on and each block's from its own.
   const bool accumulating = r.train.grad_accum > 1;
   const int64_t carried = accumulating ? P * p : 0;
   const int64_t head_grads = accumulating ? 0 : V * C * p + m.norm->num_parameters() * p;
-  const int64_t transient = 2 * N * C * a + 3 * N * F * a;
+  const int64_t mlp_transient = 2 * N * C * a + (swiglu ? 2 : 1) * N * F * a;
+  const int64_t attn_transient = 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4;
   // the head's backward, per chunk: its logits and their gradient, the weight gradient (f32) and one
   // slice's V x C product added into it, dh
   int64_t worst = carried + all_kept + plan.logits + 2 * V * C * 4 + N * C * a;
   int64_t kept_below = all_kept - head_kept, grads_above = carried + head_grads;
   for (int64_t l = L - 1; l >= 0; --l) {
-    const int64_t recomputed = r.train.recompute == nn::Recompute::None ? 0 : full_block(l) - kept(l);
-    if (!accumulating) grads_above += m.layers[l]->num_parameters() * p;
-    worst = std::max(worst, kept_below + recomputed + transient + grads_above);
-    kept_below -= kept(l);
+    const nn::Block& blk = *m.layers[l];
+    const int64_t full = full_block(l), own = kept(l);
+    const int64_t attn_internals = full - (3 * N * C * a + mlp + N * 4);  // what attention recomputation drops
+    // block l's tensors besides what it keeps: its recomputed forward (with the recomputed output)
+    const int64_t again = r.train.recompute == nn::Recompute::Layer ? full - own + N * C * a : 0;
+    const int64_t mlp_grads = accumulating ? 0 : blk.mlp->num_parameters() * p;
+    const int64_t out_grad = accumulating ? 0 : C * F * p;  // the MLP's output projection's weight gradient
+    const int64_t at_mlp = kept_below + again + mlp_transient + grads_above + out_grad;
+    const int64_t attn_again = r.train.recompute == nn::Recompute::Attention ? attn_internals : again;
+    const int64_t at_attn = kept_below - mlp - 2 * N * C * a + attn_again + attn_transient + grads_above + mlp_grads;
+    worst = std::max({worst, at_mlp, at_attn});
+    if (!accumulating) grads_above += blk.num_parameters() * p;
+    kept_below -= own;
   }
   // the end: every gradient, and the embedding's dense gradient before it is added in
   worst = std::max(worst, P * p + N * C * a + V * C * p);

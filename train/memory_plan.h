@@ -22,10 +22,14 @@
 //               log-sum-exp N H x 4; attention recomputation keeps the block input, the residual,
 //               the second normed input and the MLP; layer recomputation the block input only.
 //   backward    layers run from the top; while block l runs backward, blocks 0..l still hold
-//               what they keep, block l holds its whole forward again when recomputed, and its
-//               gradient buffers (about 2 N C a + 3 N F a, the MLP's backward) are alive, with the
-//               gradients of the parameters of blocks l..L-1 and of the head; the peak is the
-//               largest of these and of the end of backward (every gradient). With
+//               what they keep, with the gradients of the parameters of blocks l+1..L-1 and of the
+//               head. Two moments of block l count: inside the MLP's backward (its whole forward
+//               again when recomputed by layer, plus 2 N C a + N F a of gradients, 2 N F a with
+//               SwiGLU, and the output projection's weight gradient), and inside the attention's
+//               backward (the MLP's activations, the residual and the second normed input freed,
+//               the attention internals again under attention or layer recomputation, plus
+//               dO, dq, dk, dv, 2 N C a + N (H + 2 Hkv) D a). The peak is the largest of these, of
+//               the head's backward and of the end of backward (every gradient). With
 //               train.grad_accum > 1 every gradient stays alive from the first micro-batch on.
 //   head        the final norm's input and output (2 N C a) and the loss's chunk of logits and
 //               their gradient (2 x chunk x V x a; chunk = N when train.loss_chunk is 0).
