@@ -146,8 +146,8 @@ const std::vector<std::string>& synthetic_task_names() {
 }
 
 SyntheticLoader::SyntheticLoader(std::string task, std::shared_ptr<const Tokenizer> tok, int64_t seq_len,
-                                 int64_t batch, uint64_t seed)
-    : task_(std::move(task)), tok_(std::move(tok)), T_(seq_len), B_(batch), seed_(seed) {
+                                 int64_t batch, uint64_t seed, int64_t rank, int64_t world)
+    : task_(std::move(task)), tok_(std::move(tok)), T_(seq_len), B_(batch), seed_(seed), rank_(rank), world_(world) {
   const auto& names = synthetic_task_names();
   if (std::find(names.begin(), names.end(), task_) == names.end()) {
     std::string known;
@@ -157,6 +157,8 @@ SyntheticLoader::SyntheticLoader(std::string task, std::shared_ptr<const Tokeniz
   HZ_CHECK(tok_ != nullptr, ValueError, "SyntheticLoader: the tokenizer is null");
   HZ_CHECK(T_ >= 1, ValueError, "SyntheticLoader: seq_len must be >= 1, got ", T_);
   HZ_CHECK(B_ >= 1, ValueError, "SyntheticLoader: batch size must be >= 1, got ", B_);
+  HZ_CHECK(world_ >= 1 && rank_ >= 0 && rank_ < world_, ValueError, "SyntheticLoader: rank ", rank_,
+           " is outside a world of ", world_);
   (void)example(0);  // a seq_len too short for the task fails here, with the minimum in the message
 }
 
@@ -188,8 +190,8 @@ Batch SyntheticLoader::next() {
   int64_t* in = b.tokens.data<int64_t>();
   int64_t* tg = b.targets.data<int64_t>();
   float* w = b.weights.data<float>();
-  for (int64_t i = 0; i < B_; ++i) {
-    const SyntheticExample ex = example(index_++);
+  for (int64_t i = 0; i < B_; ++i, ++index_) {
+    const SyntheticExample ex = example((index_ / B_ * world_ + rank_) * B_ + index_ % B_);
     for (int64_t t = 0; t < T_; ++t) {
       in[i * T_ + t] = ex.tokens[static_cast<size_t>(t)];
       tg[i * T_ + t] = ex.tokens[static_cast<size_t>(t + 1)];

@@ -53,13 +53,17 @@ const std::vector<std::string>& synthetic_task_names();
 // Example k of the stream comes from hz::Generator(seed, /*stream=*/k) (for "passkey" the depth is
 // its first draw, uniform in [0, 1); "niah" / "niah_short" draw a RULER needle task, a depth and a
 // Bible haystack, data/needles.h, in the ruler / short wording), generated with length seq_len + 1: Batch.tokens = ex[0, T),
-// targets = ex[1, T + 1), weights = ex.weights[0, T). The cursor is {epoch 0, index = next k}.
+// targets = ex[1, T + 1), weights = ex.weights[0, T).
+// Data parallel: the stream is dealt out in batches, rank d of `world` taking global batches d,
+// d + world, d + 2 world, ...: its i-th example is k = (i / B world + d) B + i mod B, so a step
+// of `world` ranks reads the examples one rank with batch B x world would. The cursor is
+// {epoch 0, index = the examples this rank has read}.
 class SyntheticLoader {
  public:
-  // Throws hz::ValueError for an unknown task (listing the known ones), bad sizes, or a seq_len
-  // too short for the task.
+  // Throws hz::ValueError for an unknown task (listing the known ones), bad sizes, a rank outside
+  // [0, world), or a seq_len too short for the task.
   SyntheticLoader(std::string task, std::shared_ptr<const Tokenizer> tok, int64_t seq_len, int64_t batch,
-                  uint64_t seed);
+                  uint64_t seed, int64_t rank = 0, int64_t world = 1);
 
   Batch next();
   LoaderCursor cursor() const { return {0, index_}; }
@@ -73,6 +77,7 @@ class SyntheticLoader {
   std::shared_ptr<const Tokenizer> tok_;
   int64_t T_, B_;
   uint64_t seed_;
+  int64_t rank_, world_;
   int64_t index_ = 0;
 };
 

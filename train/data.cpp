@@ -80,7 +80,8 @@ TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbos
            " ids): set model.vocab_size to at least ", tok->vocab_size());
   if (is_synthetic(r.data.source)) {
     d.synth = std::make_unique<data::SyntheticLoader>(name(r.data.source), tok, r.data.seq_len, r.data.batch_size,
-                                                      r.run.seed);
+                                                      r.run.seed, comm.rank() / r.parallel.context,
+                                                      comm.size() / r.parallel.context);
     return d;
   }
   if (comm.rank() == 0) prepare_data(r, verbose);  // one rank tokenizes; the others wait, then read the shards

@@ -211,6 +211,30 @@ TEST(SyntheticLoader, BatchesAlignWithExamplesAndCursorRestores) {
   }
 }
 
+TEST(SyntheticLoader, DataParallelRanksDealTheOneRankStreamOut) {
+  // rank d of 3 reads global batches d, d + 3, ...: together the ranks of a step read what one
+  // rank with batch 3 B reads, no example twice
+  auto tok = std::make_shared<const ByteTokenizer>();
+  const int64_t T = 256, B = 2, W = 3;
+  hz::data::SyntheticLoader one("kv", tok, T, B * W, 7);
+  std::vector<hz::data::SyntheticLoader> ranks;
+  for (int64_t d = 0; d < W; ++d) ranks.emplace_back("kv", tok, T, B, 7, d, W);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<double> whole = one.next().tokens.to_vector();
+    for (int64_t d = 0; d < W; ++d) {
+      const std::vector<double> part = ranks[d].next().tokens.to_vector();
+      EXPECT_EQ(part, std::vector<double>(whole.begin() + d * B * T, whole.begin() + (d + 1) * B * T))
+          << "step " << step << " rank " << d;
+    }
+  }
+  // the cursor counts this rank's examples and restores the rank's own stream
+  EXPECT_EQ(ranks[1].cursor().index, 3 * B);
+  hz::data::SyntheticLoader again("kv", tok, T, B, 7, 1, W);
+  again.restore(ranks[1].cursor());
+  EXPECT_EQ(again.next().tokens.to_vector(), ranks[1].next().tokens.to_vector());
+  EXPECT_THROW(hz::data::SyntheticLoader("kv", tok, T, B, 7, 3, 3), hz::ValueError);
+}
+
 TEST(SyntheticLoader, RejectsUnknownTaskAndShortSequences) {
   auto tok = std::make_shared<const ByteTokenizer>();
   const std::string msg =
