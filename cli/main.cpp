@@ -106,13 +106,30 @@ int cmd_eval(const std::vector<std::string>& a) {
                "  eval.rope_scaling=yarn  eval.swan_a=362  eval.drope_c=0.4  eval.fit_drope_c=[0,0.2,0.4]\n"
                "  eval.lampe=true  eval.batches=8  eval.fit_swan_a=[64,362]  eval.probe_sequences=16\n"
                "  eval.needle_tasks=[passkey,niah_multikey] eval.needle_samples=5 eval.needle_format=short\n"
-               "  Writes eval.csv, eval.json, nll_by_position.csv (+ needles, probes, fits) to the run dir.\n");
+               "  Writes eval.csv, eval.json, nll_by_position.csv (+ needles, probes, fits) to the run dir.\n"
+               "  mpirun -np N horizon eval ...: each sequence split over the N ranks (lengths one rank cannot hold).\n");
     return a.size() < 2 ? 2 : 0;
   }
+  // Under mpirun -np N every rank loads the run and each evaluated sequence is split over the N
+  // ranks (context parallelism); rank 0 prints and writes the results.
   hz::study::LoadedRun run = hz::study::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
-  fmt::print("evaluating {} (step {}), trained at length {}\n", run.checkpoint, run.step, run.recipe.data.seq_len);
-  fmt::print("{}", hz::study::evaluate_run(run, true));
-  fmt::print("wrote the results to {}\n", run.run_dir);
+  const bool ranks = hz::dist::launched_by_mpirun() || hz::dist::launched_by_env();
+  std::unique_ptr<hz::dist::Communicator> comm;
+  if (ranks) comm = run.recipe.run.device == hz::DeviceType::CUDA ? hz::dist::make_nccl() : hz::dist::from_environment();
+  const bool lead = !comm || comm->rank() == 0;
+  try {
+    if (lead)
+      fmt::print("evaluating {} (step {}), trained at length {}{}\n", run.checkpoint, run.step, run.recipe.data.seq_len,
+                 comm && comm->size() > 1 ? fmt::format(", each sequence split over {} ranks", comm->size()) : "");
+    const std::string tables = hz::study::evaluate_run(run, true, comm.get());
+    if (lead) fmt::print("{}wrote the results to {}\n", tables, run.run_dir);
+    if (comm) comm->barrier();
+  } catch (const std::exception& e) {
+    if (!comm || comm->size() == 1) throw;
+    fmt::print(stderr, "horizon: rank {} of {}: error: {}\n", comm->rank(), comm->size(), e.what());
+    std::fflush(stderr);
+    comm->abort(1);
+  }
   return 0;
 }
 

@@ -2,6 +2,7 @@
 // from a recipe (Recipe::eval_options()); eval/ never sees a recipe.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,6 +10,10 @@
 #include "attention/documents.h"
 #include "attention/spec.h"
 #include "data/needles.h"
+
+namespace hz::attn {
+class ContextGroup;
+}
 
 namespace hz::eval {
 
@@ -54,6 +59,10 @@ struct EvalOptions {
   NeedleOptions needles;           // generated answers over (task, length, depth)
   int64_t probe_sequences = 0;     // > 0: linear position probe per layer on this many sequences
   DocumentOptions documents;       // validation batches: stream, or masked documents as trained
+  // Context parallelism: the loss and the NLL by position score each sequence split over this
+  // group's ranks (attention/context.h's zigzag layout, at each length), so a length no one rank
+  // holds can be measured; every rank gets the whole result. Null: each rank scores alone.
+  std::shared_ptr<attn::ContextGroup> context;
 };
 
 }  // namespace hz::eval

@@ -1,29 +1,39 @@
 #include "study/evaluate_run.h"
 
 #include <cmath>
+#include <optional>
 
 #include "data/shard.h"
 #include "eval/eval.h"
 #include "eval/needles.h"
 #include "eval/probe.h"
+#include "train/context_parallel.h"
 #include "train/data.h"
 #include "train/run_dir.h"
 
 namespace hz::study {
 
-std::string evaluate_run(LoadedRun& run, bool verbose) {
-  const train::RunLock lock(run.run_dir, "eval");  // one evaluation writes the run's results at a time
-  const eval::EvalOptions eo = run.recipe.eval_options();
+std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm) {
+  const bool split = comm && comm->size() > 1, lead = !split || comm->rank() == 0;
+  std::optional<train::RunLock> lock;  // one evaluation writes the run's results at a time
+  if (lead) lock.emplace(run.run_dir, "eval");
+  eval::EvalOptions eo = run.recipe.eval_options();
+  if (split) {
+    eo.context = train::context_group(*comm);
+    if (!lead) eo.passkey_examples = 0, eo.needles.tasks.clear(), eo.probe_sequences = 0;  // rank 0's alone
+  }
   const int64_t T = run.recipe.data.seq_len;
   eval::EvalReport rep;
   std::shared_ptr<const data::Shard> val;
   if (train::is_synthetic(run.recipe.data.source)) {
-    HZ_CHECK(eo.passkey_examples > 0 || !eo.needles.tasks.empty(), ValueError, "the run trained on synthetic '",
+    HZ_CHECK(eo.passkey_examples > 0 || !eo.needles.tasks.empty() || !lead, ValueError, "the run trained on synthetic '",
              train::name(run.recipe.data.source), "' data, which has no held-out text: set eval.passkey_examples=N or "
              "eval.needle_tasks=[...] to measure retrieval");
     rep.passkey = eval::evaluate_passkey(*run.model, eo);
   } else {
-    val = data::Shard::open(train::prepare_data(run.recipe, verbose).second);
+    if (split && !lead) comm->barrier();  // rank 0 tokenizes first; the others then read its shards
+    val = data::Shard::open(train::prepare_data(run.recipe, verbose && lead).second);
+    if (split && lead) comm->barrier();
     rep = eval::evaluate(*run.model, *val, eo);
     // a loss that is not a number is no result (a NaN loses every comparison: the length's best
     // stays at +inf): refuse instead of writing it
@@ -33,6 +43,7 @@ std::string evaluate_run(LoadedRun& run, bool verbose) {
                " is not finite: the model has non-finite weights or outputs (a diverged run or a damaged checkpoint); "
                "no results written");
   }
+  if (!lead) return "";
   std::string out = eval::report_table(rep, T);
   eval::write_report(rep, run.run_dir, T);
   const eval::NeedleReport needles = eval::evaluate_needles(*run.model, eo);

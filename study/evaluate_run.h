@@ -6,12 +6,17 @@
 #pragma once
 #include <string>
 
+#include "distributed/communicator.h"
 #include "study/load_run.h"
 
 namespace hz::study {
 
 // Returns the printable tables. Synthetic-data runs have no held-out text: they need
 // eval.passkey_examples or eval.needle_tasks.
-std::string evaluate_run(LoadedRun& run, bool verbose);
+// With a communicator of several ranks (mpirun -np N horizon eval), the loss vs length and the
+// NLL by position score each sequence split over the N ranks (context parallelism, so lengths one
+// rank cannot hold are measured); rank 0 alone runs the passkey grid, the needles and the probe,
+// writes the files and gets the tables; the other ranks get "".
+std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm = nullptr);
 
 }  // namespace hz::study

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -451,9 +452,17 @@ class Trainer {
       extra = fmt::format("  mem {:.2f}/{:.2f} GiB", ms.peak / 1073741824.0, ms.reserved / 1073741824.0);
       jextra = fmt::format(", \"gpu_mem_peak\": {}, \"gpu_mem_reserved\": {}, \"mem_plan\": {}", ms.peak, ms.reserved,
                            plan_.peak);
-    } else {  // the CPU allocator's high-water mark since the start (train_step), next to the plan
-      extra = fmt::format("  mem {} (plan {})", format_bytes(res_.mem_peak), format_bytes(plan_.peak));
-      jextra = fmt::format(", \"mem_peak\": {}, \"mem_plan\": {}", res_.mem_peak, plan_.peak);
+    } else {  // the CPU allocator's high-water mark since the start (train_step), the highest rank's, next to the plan
+      const std::vector<int64_t> all = world_ > 1 ? comm_.all_gather(res_.mem_peak) : std::vector<int64_t>{res_.mem_peak};
+      const int64_t peak = *std::max_element(all.begin(), all.end());
+      extra = fmt::format("  mem {} (plan {})", format_bytes(peak), format_bytes(plan_.peak));
+      jextra = fmt::format(", \"mem_peak\": {}, \"mem_plan\": {}", peak, plan_.peak);
+    }
+    if (context_) {  // k/v bytes the busiest rank of the group sent per step (forward and backward)
+      const int64_t steps = std::max<int64_t>(1, tokens_since_log_ / std::max<int64_t>(1, tokens_per_step_));
+      const std::vector<int64_t> sent = context_comm_->all_gather((context_->group->bytes_sent - context_bytes_logged_) / steps);
+      context_bytes_logged_ = context_->group->bytes_sent;
+      jextra += fmt::format(", \"context_bytes\": {}", *std::max_element(sent.begin(), sent.end()));
     }
     if (peak_ > 0) {
       extra += fmt::format("  MFU {:.1f}%", 100 * mfu);
@@ -541,7 +550,7 @@ class Trainer {
   TrainResult res_;
   std::string resume_path_;
   CheckpointData ck_;
-  int64_t start_ = 0, saved_world_ = 1, saved_context_ = 1;
+  int64_t start_ = 0, saved_world_ = 1, saved_context_ = 1, context_bytes_logged_ = 0;
   const eval::DocumentOptions docs_{r_.data.documents, r_.data.position_reset};
   std::unique_ptr<RunLock> lock_;  // declared before run_: released after it
   std::unique_ptr<RunDir> run_;

@@ -7,15 +7,21 @@
 //     T not divisible by 2N;
 //   - a window layer sends its halo, at most (W - 1) / chunk of the all-gather's bytes;
 //   - the model's loss and every parameter gradient equal the whole-sequence ones (float64);
-//   - 20 training steps with parallel.context follow the single-rank run (fp32).
+//   - evaluation with the sequence split over the group (mpirun horizon eval) equals the
+//     single-rank evaluation: loss per length, NLL by position, fitted SWAN a, packed documents;
+//   - 20 training steps with parallel.context follow the single-rank run (fp32), also with data
+//     parallel x context parallel groups on 4 ranks.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "attention/context.h"
 #include "autograd/functions.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "data/shard.h"
+#include "eval/eval.h"
 #include "tests/distributed/dist_test_util.h"
 #include "train/context_parallel.h"
 
@@ -226,6 +232,75 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
     }
 }
 
+TEST_F(Context, EvaluationSplitOverTheGroupEqualsOneRank) {
+  const int N = world().size();
+  const std::string path = root() + "/ctx_eval_val.bin";
+  if (world().rank() == 0) {
+    std::filesystem::create_directories(root());
+    Generator g(11);
+    std::vector<std::vector<int32_t>> docs;
+    for (int d = 0; d < 12; ++d) {
+      std::vector<int32_t> doc;
+      const int64_t n = 20 + 9 * d;
+      for (double v : g.uniform({n}, 0, 250, DType::F64).to_vector()) doc.push_back(static_cast<int32_t>(v));
+      docs.push_back(doc);
+    }
+    data::write_shard(path, docs);
+  }
+  world().barrier();
+  const auto val = data::Shard::open(path);
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {"rope", "    k: {pos: rope, mask: causal}\n  pattern: [k]\n"},
+      {"swan stack", "    g: {pos: none, mask: causal}\n    w: {pos: rope, mask: window, window: 4}\n  pattern: [g, w]\n"},
+  };
+  for (const auto& [name, kinds] : models)
+    for (const bool documents : {false, true}) {
+      SCOPED_TRACE(name + (documents ? " documents" : ""));
+      const Recipe r = parse_recipe("model:\n  layer_kinds:\n" + kinds, "ctx.yaml",
+                                    {"model.d_model=32", "model.n_layers=2", "model.n_heads=4", "data.seq_len=32"});
+      nn::ModelConfig mc = r.model_config();
+      mc.dtype = DType::F64;
+      nn::Transformer m(mc, 9);
+      eval::EvalOptions o;
+      o.train_T = 32;
+      o.lengths = {37, 64};
+      o.batch_size = 2;
+      o.batches = 2;
+      if (name == "swan stack") o.fit_swan_a = {4, 16};  // SWAN row scaling on the global NoPE layer, fitted
+      if (documents) o.documents.mode = attn::DocumentMode::Masked;
+      const eval::EvalReport one = eval::evaluate(m, *val, o);
+      o.context = context_group(world());
+      const eval::EvalReport split = eval::evaluate(m, *val, o);
+      ASSERT_EQ(split.lengths.size(), one.lengths.size());
+      for (size_t i = 0; i < one.lengths.size(); ++i) {
+        EXPECT_NEAR(split.lengths[i].loss, one.lengths[i].loss, 1e-12) << "length " << one.lengths[i].length;
+        EXPECT_NEAR(split.lengths[i].last256_loss, one.lengths[i].last256_loss, 1e-12);
+        EXPECT_EQ(split.lengths[i].tokens, one.lengths[i].tokens);
+        EXPECT_EQ(split.lengths[i].swan_a, one.lengths[i].swan_a);
+      }
+      ASSERT_EQ(split.nll_by_position.size(), one.nll_by_position.size());
+      ASSERT_EQ(one.nll_by_position.size(), 64u);
+      EXPECT_LE(max_diff(Tensor::from_vector(split.nll_by_position, {64}, DType::F64),
+                         Tensor::from_vector(one.nll_by_position, {64}, DType::F64)), 1e-12);
+      ASSERT_EQ(split.swan_fit.size(), one.swan_fit.size());
+      for (size_t i = 0; i < one.swan_fit.size(); ++i) EXPECT_EQ(split.swan_fit[i].best_a, one.swan_fit[i].best_a);
+    }
+  // a length that cannot be split is refused with the reason
+  eval::EvalOptions o;
+  o.lengths = {2 * N - 1};
+  o.batch_size = 1;
+  o.batches = 1;
+  o.context = context_group(world());
+  nn::ModelConfig mc = tiny("ctx_eval_refuse", 1).model_config();
+  nn::Transformer m(mc, 1);
+  try {
+    eval::evaluate(m, *val, o);
+    ADD_FAILURE() << "a length shorter than 2N was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be split over"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Context, TrainingFollowsTheSingleRankRun) {
   const int N = world().size(), me = world().rank();
   for (const std::string kind : {"rope"}) {
@@ -245,4 +320,23 @@ TEST_F(Context, TrainingFollowsTheSingleRankRun) {
     for (size_t s = 0; s < ref.size(); ++s) EXPECT_NEAR(got[s], ref[s], 2e-5 * (s + 1)) << kind << " step " << s + 1;
     EXPECT_LT(got.back(), got.front());
   }
+}
+
+TEST_F(Context, DataParallelTimesContextParallelFollowsDataParallelAlone) {
+  // 4 ranks as 2 data-parallel groups of 2 context-parallel ranks, against 2 data-parallel ranks
+  // that each hold whole sequences (the world's halves, each running that job on its own)
+  if (world().size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const int me = world().rank();
+  const std::vector<std::string> extra{"checkpoint.every=0", "data.seq_len=48", "model.n_heads=4"};
+  std::unique_ptr<dist::Communicator> half = world().split(me / 2);
+  std::vector<std::string> dp = extra;
+  dp.push_back("data.cache_dir=" + root() + "/data_half" + std::to_string(me / 2));
+  const std::vector<double> ref =
+      hz::train::train(tiny("dp2_half" + std::to_string(me / 2), 4, dp), on(half.get())).losses;
+  std::vector<std::string> cp = extra;
+  cp.push_back("parallel.context=2");
+  const std::vector<double> got = hz::train::train(tiny("dp2_cp2", 4, cp), on(&world())).losses;
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t s = 0; s < ref.size(); ++s) EXPECT_NEAR(got[s], ref[s], 2e-5 * (s + 1)) << "step " << s + 1;
+  EXPECT_LT(got.back(), got.front());
 }
