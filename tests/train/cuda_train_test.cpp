@@ -1,7 +1,8 @@
 // Training on a GPU against the CPU: one full step (forward, backward, clipping, optimizer) of
 // whole models in fp32 matches the CPU; bf16 follows the CPU's fp32 loss curve within the bf16
 // floor; fp32 CUDA runs repeat bit for bit; checkpoints move between devices; the pool allocator
-// serves the steady state. Every test skips itself without a usable GPU.
+// serves the steady state; the memory plan holds the pool's peak within 15% and a run that cannot
+// fit is refused before it starts. Every test skips itself without a usable GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "optim/partition.h"
 #include "study/load_run.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
@@ -153,4 +155,42 @@ TEST_F(CudaTrain, SteadyStateStepsMakeNoDeviceAllocations) {
   hz::train::train(r, o);
   EXPECT_GE(allocs_at_5, 1);
   EXPECT_EQ(allocs_at_12, allocs_at_5) << "the pool grew after warm-up";
+}
+
+TEST_F(CudaTrain, MemoryPlanHoldsThePoolPeak) {
+  // the plan (train/memory_plan.h) against the stream-ordered pool's high-water mark, as the CPU
+  // suite holds it against the allocator's: within 15% for the recompute settings, the loss
+  // chunk and bf16 (the pool's cached but free blocks are not counted by either)
+  const std::vector<std::vector<std::string>> cases{
+      {}, {"train.recompute=attention"}, {"train.recompute=layer"}, {"train.loss_chunk=0"}, {"run.precision=bf16"}};
+  int i = 0;
+  for (const auto& c : cases) {
+    std::vector<std::string> ov{"run.device=cuda", "model.d_model=256", "data.seq_len=512", "data.batch_size=4",
+                                "model.vocab_size=8192", "train.steps=3", "checkpoint.every=0"};
+    ov.insert(ov.end(), c.begin(), c.end());
+    TrainOptions o = quiet();
+    o.stop_after = 2;
+    const TrainResult r = hz::train::train(tiny(kModels[0], "plan" + std::to_string(i++), ov), o);
+    std::string what;
+    for (const auto& s : c) what += s + " ";
+    ASSERT_GT(r.mem_peak, 0) << what;
+    const double ratio = static_cast<double>(r.mem_plan) / static_cast<double>(r.mem_peak);
+    EXPECT_GT(ratio, 0.85) << what << "plan " << format_bytes(r.mem_plan) << " pool peak " << format_bytes(r.mem_peak);
+    EXPECT_LT(ratio, 1.15) << what << "plan " << format_bytes(r.mem_plan) << " pool peak " << format_bytes(r.mem_peak);
+  }
+}
+
+TEST_F(CudaTrain, RefusesARunWhosePlanExceedsTheGpu) {
+  // 1M tokens of a 1024-wide model keep far more activations than any GPU holds: refused before
+  // anything is allocated, naming the settings that shrink it
+  try {
+    hz::train::train(tiny(kModels[0], "too_big", {"run.device=cuda", "model.d_model=1024", "model.n_layers=24",
+                                                   "data.seq_len=1048576", "data.batch_size=1"}),
+                     quiet());
+    ADD_FAILURE() << "a run needing more than the GPU's memory started";
+  } catch (const ValueError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("this run needs about"), std::string::npos) << m;
+    EXPECT_NE(m.find("train.recompute=layer"), std::string::npos) << m;
+  }
 }
