@@ -16,12 +16,14 @@ const char* const kYarnRamp[] = {"rotations", "index"};
 const char* const kMask[] = {"causal", "window", "scope"};
 const char* const kLogit[] = {"identity", "scale_invariant", "logn", "swan_row", "temperature"};
 const char* const kQK[] = {"none", "full", "per_head"};
+const char* const kGate[] = {"none", "head", "element"};
 static_assert(sizeof(kPos) / sizeof(*kPos) == static_cast<size_t>(PosKind::Count));
 static_assert(sizeof(kScaling) / sizeof(*kScaling) == static_cast<size_t>(RopeScaling::Count));
 static_assert(sizeof(kYarnRamp) / sizeof(*kYarnRamp) == static_cast<size_t>(YarnRamp::Count));
 static_assert(sizeof(kMask) / sizeof(*kMask) == static_cast<size_t>(MaskKind::Count));
 static_assert(sizeof(kLogit) / sizeof(*kLogit) == static_cast<size_t>(LogitKind::Count));
 static_assert(sizeof(kQK) / sizeof(*kQK) == static_cast<size_t>(QKNorm::Count));
+static_assert(sizeof(kGate) / sizeof(*kGate) == static_cast<size_t>(OutputGate::Count));
 
 }  // namespace
 
@@ -31,12 +33,14 @@ const char* name(YarnRamp k) { return kYarnRamp[static_cast<int>(k)]; }
 const char* name(MaskKind k) { return kMask[static_cast<int>(k)]; }
 const char* name(LogitKind k) { return kLogit[static_cast<int>(k)]; }
 const char* name(QKNorm k) { return kQK[static_cast<int>(k)]; }
+const char* name(OutputGate k) { return kGate[static_cast<int>(k)]; }
 PosKind parse_pos(const std::string& s) { return parse_name<PosKind>(s, kPos, "position encoding"); }
 RopeScaling parse_scaling(const std::string& s) { return parse_name<RopeScaling>(s, kScaling, "RoPE scaling"); }
 YarnRamp parse_yarn_ramp(const std::string& s) { return parse_name<YarnRamp>(s, kYarnRamp, "YaRN ramp"); }
 MaskKind parse_mask(const std::string& s) { return parse_name<MaskKind>(s, kMask, "mask"); }
 LogitKind parse_logit(const std::string& s) { return parse_name<LogitKind>(s, kLogit, "logit transform"); }
 QKNorm parse_qknorm(const std::string& s) { return parse_name<QKNorm>(s, kQK, "qk_norm"); }
+OutputGate parse_gate(const std::string& s) { return parse_name<OutputGate>(s, kGate, "output gate"); }
 
 std::vector<int64_t> scope_windows(int64_t H, int64_t T, double gamma, int64_t min_scope,
                                    int64_t max_scope) {
@@ -174,6 +178,7 @@ std::string AttentionSpec::describe() const {
   if (logit.kind == LogitKind::Temperature) os << "(beta=" << logit.beta << ", c=" << logit.temp_c << ")";
   if (logit.kind == LogitKind::LogN) os << "(c=" << logit.logn_c << (logit.logn_learnable ? ", learned" : "") << ")";
   if (qk_norm != QKNorm::None) os << " qk_norm=" << name(qk_norm);
+  if (gate != OutputGate::None) os << " gate=" << name(gate);
   return os.str();
 }
 

@@ -1,9 +1,11 @@
-// Horizon: the per-layer attention specification. Four orthogonal choices (docs/methods.md):
+// Horizon: the per-layer attention specification. Five orthogonal choices (docs/methods.md):
 //   1. position encoding applied to q/k (none, rope, prope, alibi) + RoPE frequency scaling;
 //   2. mask, as one window per query head (0 = unbounded: causal; W: sliding window; SCOPE
 //      scopes S_h = ceil(gamma^h));
 //   3. logit transform (identity, scale_invariant, logn, swan_row, temperature);
-//   4. QK-norm (none, over the whole projection as in DroPE, or per head).
+//   4. QK-norm (none, over the whole projection as in DroPE, or per head);
+//   5. output gate (gated attention, arXiv 2505.06708): none, or y * sigmoid(x W_g) on the
+//      attention output before the output projection, one gate per head or per element.
 // validate() refuses impossible combinations with a message that says what to change.
 #pragma once
 #include <cstdint>
@@ -19,10 +21,11 @@ enum class YarnRamp : uint8_t { Rotations, Index, Count };
 enum class MaskKind : uint8_t { Causal, Window, Scope, Count };
 enum class LogitKind : uint8_t { Identity, ScaleInvariant, LogN, SwanRow, Temperature, Count };
 enum class QKNorm : uint8_t { None, Full, PerHead, Count };
+enum class OutputGate : uint8_t { None, Head, Element, Count };
 static_assert(static_cast<int>(PosKind::Count) == 4 && static_cast<int>(RopeScaling::Count) == 6 &&
                   static_cast<int>(YarnRamp::Count) == 2 &&
                   static_cast<int>(MaskKind::Count) == 3 && static_cast<int>(LogitKind::Count) == 5 &&
-                  static_cast<int>(QKNorm::Count) == 3,
+                  static_cast<int>(QKNorm::Count) == 3 && static_cast<int>(OutputGate::Count) == 3,
               "update the name tables in spec.cpp");
 
 const char* name(PosKind k);
@@ -31,6 +34,7 @@ const char* name(YarnRamp k);
 const char* name(MaskKind k);
 const char* name(LogitKind k);
 const char* name(QKNorm k);
+const char* name(OutputGate k);
 // Parse a lower-case name ("rope", "yarn", "scope", "scale_invariant", "per_head", ...);
 // throws ValueError listing the accepted names.
 PosKind parse_pos(const std::string& s);
@@ -39,6 +43,7 @@ YarnRamp parse_yarn_ramp(const std::string& s);
 MaskKind parse_mask(const std::string& s);
 LogitKind parse_logit(const std::string& s);
 QKNorm parse_qknorm(const std::string& s);
+OutputGate parse_gate(const std::string& s);
 
 struct PositionSpec {
   PosKind kind = PosKind::Rope;
@@ -81,6 +86,9 @@ struct AttentionSpec {
   MaskSpec mask;
   LogitSpec logit;
   QKNorm qk_norm = QKNorm::None;
+  // Gated attention output: o_h <- o_h * sigmoid(x . w_h) (head: one gate per head, w_h in R^C)
+  // or o_hd <- o_hd * sigmoid(x . w_hd) (element), x the layer's (normed) input, before wo.
+  OutputGate gate = OutputGate::None;
 
   // Throws ValueError naming the field and what to change.
   void validate(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t T) const;

@@ -592,6 +592,9 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
                          "projection (recalibrate without drope.qk_norm to export)");
     if (s.qk_norm == attn::QKNorm::PerHead)
       why.push_back(at + "per-head QK-norm: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which has it");
+    if (s.gate != attn::OutputGate::None)
+      why.push_back(at + "gated attention output: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which gates "
+                         "the attention output");
   }
   if (pos_mismatch)
     why.push_back("the RoPE layers use different RoPE settings (base or scaling); these architectures have one "

@@ -19,6 +19,9 @@ AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec
   wk = register_module("wk", std::make_shared<Linear>(d.d_model, Hkv * D, d.qkv_bias, init_std, dt));
   wv = register_module("wv", std::make_shared<Linear>(d.d_model, Hkv * D, d.qkv_bias, init_std, dt));
   wo = register_module("wo", std::make_shared<Linear>(H * D, d.d_model, false, resid_std, dt));
+  if (spec.gate != attn::OutputGate::None)
+    wg = register_module("wg", std::make_shared<Linear>(d.d_model, spec.gate == attn::OutputGate::Head ? H : H * D, false,
+                                                        init_std, dt));
   if (spec.qk_norm == attn::QKNorm::Full) {
     q_norm = register_module("q_norm", std::make_shared<RMSNorm>(H * D, 1e-6, dt));
     k_norm = register_module("k_norm", std::make_shared<RMSNorm>(Hkv * D, 1e-6, dt));
@@ -126,6 +129,12 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
     o = cache ? cache->attend(q, k.value(), v.value(), cfg, logn_c) : attn::fused_attention(q, k, v, cfg, logn_c).out;
   }
   ag::Variable y = ag::reshape(ag::transpose(o, 1, 2), {B, T, H * D});
+  if (wg) {  // gated attention: y * sigmoid(x W_g), a gate per head (broadcast over D) or per element
+    const ag::Variable g = ag::sigmoid(wg->forward(x));
+    y = spec.gate == attn::OutputGate::Head
+            ? ag::reshape(ag::mul(ag::reshape(ag::cast(y, g.dtype()), {B, T, H, D}), ag::reshape(g, {B, T, H, 1})), {B, T, H * D})
+            : ag::mul(ag::cast(y, g.dtype()), g);
+  }
   return wo->forward(ag::cast(y, act));
 }
 

@@ -70,6 +70,7 @@ class AttentionLayer : public Module {
   AttentionDims dims;
   attn::AttentionSpec spec;
   std::shared_ptr<Linear> wq, wk, wv, wo;
+  std::shared_ptr<Linear> wg;  // gated output (spec.gate): C -> H (head) or H D (element), no bias
   std::shared_ptr<RMSNorm> q_norm, k_norm;
   ag::Variable logn_c;  // (H): a parameter when learnable, else a constant
   // Inference: when set on a causal RoPE layer, attention runs as LaMPE (attention/lampe.h).

@@ -60,6 +60,8 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
     const attn::AttentionSpec& s = m.layers[l]->attn->spec;
     int64_t b = 5 * N * C * a + N * (2 * H + 2 * Hkv) * D * a + mlp + 2 * N * 4 + N * H * 4;
     if (s.qk_norm != attn::QKNorm::None) b += N * (H + Hkv) * D * a + N * (H + Hkv) * 4;  // pre-norm q, k and rstd
+    if (s.gate != attn::OutputGate::None)  // the gate's logits and sigmoid, the gated output
+      b += 2 * N * (s.gate == attn::OutputGate::Head ? H : H * D) * a + N * H * D * a;
     if (ctx > 1) {  // the gathered keys and values (all-gather) or the halos the attention keeps
       const attn::AttnConfig cfg = training_config(r, m, l);
       const attn::ZigzagLayout lay(T, static_cast<int>(ctx), 0);

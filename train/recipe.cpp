@@ -124,6 +124,8 @@ void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
   v(p + ".temp_c", s.logit.temp_c, arch("temperature: beta = 1 + c ln s when != 0"));
   v.enumeration(p + ".qk_norm", s.qk_norm, arch("QK-norm: none | full | per_head"), attn::parse_qknorm,
                 static_cast<const char* (*)(attn::QKNorm)>(attn::name));
+  v.enumeration(p + ".gate", s.gate, arch("gated attention output: none | head | element (o * sigmoid(x W_g) before wo)"),
+                attn::parse_gate, static_cast<const char* (*)(attn::OutputGate)>(attn::name));
 }
 
 template <class V>

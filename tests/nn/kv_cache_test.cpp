@@ -109,6 +109,15 @@ attn::AttentionSpec nope() {
 
 TEST(KVCache, RopeCausal) { check_case({"rope", {rope(), rope()}}); }
 
+TEST(KVCache, GatedOutputPerHeadAndPerElement) {
+  attn::AttentionSpec h = rope(), e = nope();
+  h.gate = attn::OutputGate::Head;
+  e.gate = attn::OutputGate::Element;
+  e.mask.kind = attn::MaskKind::Window;
+  e.mask.window = 5;
+  check_case({"gated", {h, e}, 2});
+}
+
 TEST(KVCache, SlidingWindowRingWraps) {
   attn::AttentionSpec s = rope();
   s.mask.kind = attn::MaskKind::Window;

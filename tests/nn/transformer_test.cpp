@@ -220,6 +220,16 @@ std::vector<ModelCase> model_cases() {
   si.kinds = {{"si_prope", s}, {"logn", ln}};
   si.pattern = {"si_prope", "logn"};
   v.push_back({"scale_invariant_prope_qknorm", si});
+
+  ModelConfig gt = tiny();  // gated attention output: a gate per head on a SWA layer, per element on SCOPE
+  attn::AttentionSpec gh = swa_rope(3);
+  gh.gate = attn::OutputGate::Head;
+  attn::AttentionSpec ge = scope;
+  ge.gate = attn::OutputGate::Element;
+  gt.kinds = {{"gated_head", gh}, {"gated_element", ge}};
+  gt.pattern = {"gated_head", "gated_element"};
+  gt.n_kv_heads = 1;
+  v.push_back({"gated_output_gqa", gt});
   return v;
 }
 }  // namespace
@@ -240,4 +250,75 @@ TEST(Transformer, CausalityNoFutureLeak) {
   for (int64_t t = 0; t < 3; ++t)
     for (int64_t v = 0; v < 13; ++v) EXPECT_EQ(la.at({0, t, v}), lb.at({0, t, v}));
   EXPECT_NE(la.at({0, 3, 0}), lb.at({0, 3, 0}));
+}
+
+// The gated attention output against an independent float64 implementation: plain loops over
+// the layer's own weights (projections, RoPE by angle, causal softmax, per-head or per-element
+// sigmoid gate, output projection), no fused op and no autograd.
+TEST(GatedAttention, LayerEqualsPlainLoops) {
+  for (const attn::OutputGate gate : {attn::OutputGate::Head, attn::OutputGate::Element}) {
+    SCOPED_TRACE(attn::name(gate));
+    const int64_t C = 8, H = 2, Hkv = 1, D = 4, T = 7;
+    attn::AttentionSpec spec;
+    spec.gate = gate;
+    AttentionLayer layer({C, H, Hkv, D, false}, spec, 0.5, 0.5, DType::F64);
+    layer.init_parameters(11);
+    Generator g(5);
+    const Tensor x = g.normal({1, T, C}, 0, 1, DType::F64);
+    AttnCall call;
+    call.T = T;
+    const std::vector<double> got =
+        layer.forward(ag::Variable(x), Tensor::arange(0, T, 1, DType::I64), call).value().to_vector();
+    auto W = [](const std::shared_ptr<Linear>& l) { return l->weight.value().to_vector(); };  // (out, in)
+    const std::vector<double> X = x.to_vector(), wq = W(layer.wq), wk = W(layer.wk), wv = W(layer.wv), wo = W(layer.wo),
+                              wg = W(layer.wg);
+    auto proj = [&](const std::vector<double>& w, int64_t out, int64_t t, int64_t o) {
+      double acc = 0;
+      for (int64_t c = 0; c < C; ++c) acc += w[o * C + c] * X[t * C + c];
+      return acc;
+    };
+    auto rope = [&](std::vector<double> v, int64_t pos) {  // pairs (i, i + D/2), theta_i = 10000^(-2i/D)
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const double a = pos * std::pow(10000.0, -2.0 * i / D), x0 = v[i], x1 = v[i + D / 2];
+        v[i] = x0 * std::cos(a) - x1 * std::sin(a);
+        v[i + D / 2] = x0 * std::sin(a) + x1 * std::cos(a);
+      }
+      return v;
+    };
+    std::vector<double> y(T * H * D, 0.0), want(T * C, 0.0);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> q(D);
+        for (int64_t d = 0; d < D; ++d) q[d] = proj(wq, H * D, i, h * D + d);
+        q = rope(q, i);
+        std::vector<double> s(i + 1);
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          std::vector<double> k(D);
+          for (int64_t d = 0; d < D; ++d) k[d] = proj(wk, Hkv * D, j, d);  // one kv head
+          k = rope(k, j);
+          s[j] = 0;
+          for (int64_t d = 0; d < D; ++d) s[j] += q[d] * k[d] / std::sqrt(double(D));
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0;
+        for (auto& e : s) z += (e = std::exp(e - mx));
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; ++j) acc += s[j] / z * proj(wv, Hkv * D, j, d);
+          const int64_t gi = gate == attn::OutputGate::Head ? h : h * D + d;
+          y[i * H * D + h * D + d] = acc / (1 + std::exp(-proj(wg, 0, i, gi)));
+        }
+      }
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t o = 0; o < C; ++o)
+        for (int64_t e = 0; e < H * D; ++e) want[i * C + o] += wo[o * H * D + e] * y[i * H * D + e];
+    ASSERT_EQ(got.size(), want.size());
+    double scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+      scale = std::max(scale, std::abs(want[i]));
+    }
+    EXPECT_GT(scale, 0.1);  // the weights are initialised: a zero layer would pass anything
+  }
 }
