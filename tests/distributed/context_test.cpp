@@ -6,7 +6,8 @@
 //     SCOPE-style per-head windows, scale-invariant, LogN, ALiBi, SWAN rows, GQA, packed documents,
 //     T not divisible by 2N;
 //   - a window layer sends its halo, at most (W - 1) / chunk of the all-gather's bytes;
-//   - the model's loss and every parameter gradient equal the whole-sequence ones (float64);
+//   - the model's loss and every parameter gradient equal the whole-sequence ones (float64), gated
+//     attention outputs included;
 //   - evaluation with the sequence split over the group (mpirun horizon eval) equals the
 //     single-rank evaluation: loss per length, NLL by position, fitted SWAN a, packed documents;
 //   - 20 training steps with parallel.context follow the single-rank run (fp32), also with data
@@ -188,6 +189,8 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
                                  "qk_norm: full}\n  pattern: [k]\n"},
       {"swan stack", "    g: {pos: none, mask: causal, logit: swan_row}\n    w: {pos: rope, mask: window, window: 4}\n"
                      "  pattern: [g, w]\n"},
+      {"gated outputs", "    h: {pos: rope, mask: window, window: 5, gate: head}\n    e: {pos: none, mask: causal, gate: element}\n"
+                        "  pattern: [h, e]\n"},
   };
   for (const auto& [name, kinds] : models)
     for (int64_t T : {40, 37}) {
