@@ -64,6 +64,29 @@ bool wants_help(const std::vector<std::string>& a) {
   return false;
 }
 
+// The ranks of this job (mpirun, or HZ_WORLD_SIZE for NCCL ranks without MPI); a single process
+// outside them. CUDA ranks communicate over NCCL, CPU ranks over MPI.
+std::unique_ptr<hz::dist::Communicator> ranks_communicator(hz::DeviceType device) {
+  const bool ranks = hz::dist::launched_by_mpirun() || hz::dist::launched_by_env();
+  return ranks && device == hz::DeviceType::CUDA ? hz::dist::make_nccl() : hz::dist::from_environment();
+}
+
+// Runs fn on every rank, then waits for all of them. A rank that fails takes the whole job down
+// (no hangs): it prints "horizon: rank R of N: error: ..." and aborts; a single process rethrows.
+template <class Fn>
+int on_every_rank(hz::dist::Communicator& comm, Fn&& fn) {
+  try {
+    fn();
+    comm.barrier();
+  } catch (const std::exception& e) {
+    if (comm.size() == 1) throw;
+    fmt::print(stderr, "horizon: rank {} of {}: error: {}\n", comm.rank(), comm.size(), e.what());
+    std::fflush(stderr);
+    comm.abort(1);
+  }
+  return 0;
+}
+
 int cmd_train(const std::vector<std::string>& a) {
   if (a.size() >= 2 && a[1] == "--schema") {
     fmt::print("{}", hz::train::recipe_schema());
@@ -80,23 +103,14 @@ int cmd_train(const std::vector<std::string>& a) {
   // HZ_RANK / HZ_NCCL_ID_FILE: there a failing rank ends only itself; the launcher ends the
   // rest), CPU ranks with MPI.
   const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
-  const bool ranks = hz::dist::launched_by_mpirun() || hz::dist::launched_by_env();
-  std::unique_ptr<hz::dist::Communicator> comm =
-      ranks && r.run.device == hz::DeviceType::CUDA ? hz::dist::make_nccl() : hz::dist::from_environment();
-  try {
+  std::unique_ptr<hz::dist::Communicator> comm = ranks_communicator(r.run.device);
+  return on_every_rank(*comm, [&] {
     hz::train::TrainOptions opt;
     opt.comm = comm.get();
     opt.before_step = hz::train::fault_injection_from_env();
     const auto res = hz::train::train(r, opt);
     if (comm->rank() == 0) fmt::print("run directory: {}\n", res.run_dir);
-    comm->barrier();
-  } catch (const std::exception& e) {
-    if (comm->size() == 1) throw;
-    fmt::print(stderr, "horizon: rank {} of {}: error: {}\n", comm->rank(), comm->size(), e.what());
-    std::fflush(stderr);
-    comm->abort(1);
-  }
-  return 0;
+  });
 }
 
 int cmd_eval(const std::vector<std::string>& a) {
@@ -113,24 +127,15 @@ int cmd_eval(const std::vector<std::string>& a) {
   // Under mpirun -np N every rank loads the run and each evaluated sequence is split over the N
   // ranks (context parallelism); rank 0 prints and writes the results.
   hz::study::LoadedRun run = hz::study::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
-  const bool ranks = hz::dist::launched_by_mpirun() || hz::dist::launched_by_env();
-  std::unique_ptr<hz::dist::Communicator> comm;
-  if (ranks) comm = run.recipe.run.device == hz::DeviceType::CUDA ? hz::dist::make_nccl() : hz::dist::from_environment();
-  const bool lead = !comm || comm->rank() == 0;
-  try {
+  std::unique_ptr<hz::dist::Communicator> comm = ranks_communicator(run.recipe.run.device);
+  const bool lead = comm->rank() == 0;
+  return on_every_rank(*comm, [&] {
     if (lead)
       fmt::print("evaluating {} (step {}), trained at length {}{}\n", run.checkpoint, run.step, run.recipe.data.seq_len,
-                 comm && comm->size() > 1 ? fmt::format(", each sequence split over {} ranks", comm->size()) : "");
+                 comm->size() > 1 ? fmt::format(", each sequence split over {} ranks", comm->size()) : "");
     const std::string tables = hz::study::evaluate_run(run, true, comm.get());
     if (lead) fmt::print("{}wrote the results to {}\n", tables, run.run_dir);
-    if (comm) comm->barrier();
-  } catch (const std::exception& e) {
-    if (!comm || comm->size() == 1) throw;
-    fmt::print(stderr, "horizon: rank {} of {}: error: {}\n", comm->rank(), comm->size(), e.what());
-    std::fflush(stderr);
-    comm->abort(1);
-  }
-  return 0;
+  });
 }
 
 int cmd_data(const std::vector<std::string>& a) {

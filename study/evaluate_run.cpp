@@ -31,9 +31,7 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm)
              "eval.needle_tasks=[...] to measure retrieval");
     rep.passkey = eval::evaluate_passkey(*run.model, eo);
   } else {
-    if (split && !lead) comm->barrier();  // rank 0 tokenizes first; the others then read its shards
-    val = data::Shard::open(train::prepare_data(run.recipe, verbose && lead).second);
-    if (split && lead) comm->barrier();
+    val = data::Shard::open((split ? train::prepare_data(run.recipe, *comm, verbose) : train::prepare_data(run.recipe, verbose)).second);
     rep = eval::evaluate(*run.model, *val, eo);
     // a loss that is not a number is no result (a NaN loses every comparison: the length's best
     // stays at +inf): refuse instead of writing it

@@ -72,6 +72,12 @@ std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose) 
   return {p.train_path, p.val_path};
 }
 
+std::pair<std::string, std::string> prepare_data(const Recipe& r, dist::Communicator& comm, bool verbose) {
+  if (comm.rank() == 0) prepare_data(r, verbose);  // one rank tokenizes; the others wait, then read the shards
+  comm.barrier();
+  return prepare_data(r, false);
+}
+
 TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbose) {
   TrainData d;
   const auto tok = std::shared_ptr<const data::Tokenizer>(recipe_tokenizer(r));
@@ -84,9 +90,7 @@ TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbos
                                                       comm.size() / r.parallel.context);
     return d;
   }
-  if (comm.rank() == 0) prepare_data(r, verbose);  // one rank tokenizes; the others wait, then read the shards
-  comm.barrier();
-  const auto [tp, vp] = prepare_data(r, false);
+  const auto [tp, vp] = prepare_data(r, comm, verbose);
   try {
     d.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size,
                                                     r.run.seed, static_cast<int>(comm.rank() / r.parallel.context),

@@ -17,6 +17,8 @@ namespace hz::train {
 
 // Token shards for the recipe's data section (prepared on first use); returns {train, val} paths.
 std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose);
+// The same on every rank of comm: rank 0 prepares (verbose there), the others wait, then read.
+std::pair<std::string, std::string> prepare_data(const Recipe& r, dist::Communicator& comm, bool verbose);
 
 // Training data behind one interface: shards (bible / files) or synthetic retrieval.
 struct TrainData {
