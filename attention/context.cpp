@@ -182,8 +182,7 @@ const char* name(ContextExchange e) { return kExchange[static_cast<int>(e)]; }
 
 ContextExchange context_exchange(const AttnConfig& cfg, const ZigzagLayout& L) {
   const int64_t W = max_window(cfg);
-  const bool absolute = cfg.logit == LogitKind::SwanRow || cfg.documents != nullptr;
-  if (L.n > 1 && W > 0 && !absolute && W - 1 <= L.min_chunk()) return ContextExchange::Halo;
+  if (L.n > 1 && W > 0 && W - 1 <= L.min_chunk()) return ContextExchange::Halo;
   return ContextExchange::AllGather;
 }
 
@@ -203,8 +202,10 @@ ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, con
            ")");
   HZ_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(2) == L.local_len() && k.size(2) == L.local_len(), ShapeError,
            "context_attention: q and k must hold this rank's ", L.local_len(), " rows of a ", L.T, "-token sequence");
-  HZ_CHECK(cfg.q_offset == -1 && cfg.key_begin == 0 && cfg.key_end == -1 && cfg.min_distance == 0, ValueError,
-           "context_attention: q_offset, key limits and min_distance are set per chunk; leave them at their defaults");
+  HZ_CHECK(cfg.q_offset == -1 && cfg.key_begin == 0 && cfg.key_end == -1 && cfg.min_distance == 0 &&
+               cfg.key_position == 0, ValueError,
+           "context_attention: q_offset, key limits, min_distance and key_position are set per chunk; ",
+           "leave them at their defaults");
   HZ_CHECK(!cfg.documents || cfg.documents->seq_len() == L.T, ShapeError, "context_attention: documents over ",
            cfg.documents ? cfg.documents->seq_len() : 0, " positions, the sequence has ", L.T);
   const auto ch = L.chunks();
@@ -225,6 +226,7 @@ ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, con
       hoff += h;
       AttnConfig c = cfg;
       c.q_offset = h;
+      c.key_position = L.chunk_begin(ch[i]) - h;  // the buffer's first key, for documents and SWAN's row
       outs.push_back(fused_attention(ag::contiguous(ag::narrow(q, 2, offs[i], len)), ag::contiguous(kc),
                                      ag::contiguous(vc), c, logn_c).out);
     }

@@ -15,9 +15,9 @@
 //               its chunk 2N-1-r down to rank r - 1 (rank N-1 keeps its chunk N-1 tail for its own
 //               chunk N): 2 (W - 1) rows of k and of v per rank, whatever T is. Keys in the halo
 //               buffer [tail | chunk] sit at buffer positions, which shift every position by the
-//               same amount: windows, distances and visible counts are unchanged, so only terms
-//               that read the absolute position cannot take this path (SWAN's row index without
-//               packed documents, and packed documents, whose bounds are global tables).
+//               same amount: windows, distances and visible counts are unchanged, and the terms
+//               that read absolute positions (packed documents' bounds, SWAN's row index) get the
+//               buffer's first global position as the op's key_position.
 //   all-gather  otherwise (an unbounded head, a window longer than a chunk): every rank gathers
 //               the group's k and v (N x its rows, Llama 3's scheme) and each of its chunks reads
 //               keys [0, end of the chunk) at its global offset.

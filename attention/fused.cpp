@@ -72,18 +72,22 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
     HZ_CHECK(cfg.tau > 0, ValueError, "attention: scale_invariant tau must be positive");
   if (cfg.logit == LogitKind::SwanRow)
     HZ_CHECK(cfg.swan_a > 1, ValueError, "attention: swan_row a must be > 1");
+  HZ_CHECK(cfg.key_position >= 0, ValueError, "attention: key_position ", cfg.key_position, " is negative");
+  p.key_position = cfg.key_position;
   p.temp_c = cfg.temp_c;
   p.temp_train_T = cfg.train_T;
   if (cfg.documents) {
     const Documents& d = *cfg.documents;
-    HZ_CHECK(d.batch() == B && d.seq_len() == Tk, ShapeError, "attention: documents of ", d.batch(), " x ",
-             d.seq_len(), " tokens for a batch of ", B, " x ", Tk, " keys");
+    HZ_CHECK(d.batch() == B && cfg.key_position + Tk <= d.seq_len(), ShapeError, "attention: documents of ",
+             d.batch(), " x ", d.seq_len(), " tokens for a batch of ", B, " x ", Tk, " keys at key_position ",
+             cfg.key_position);
     HZ_CHECK(p.q_offset + Tq <= Tk, ShapeError, "attention: with documents the queries must lie among the keys (q_offset ",
              p.q_offset, " + Tq ", Tq, " > Tk ", Tk, ")");
     HZ_CHECK(p.min_distance == 0, ValueError, "attention: documents need min_distance 0");
     const Tensor& bounds = d.bounds(Device::cpu());  // host pointers; fused_attention swaps in the device's
     p.doc_start = bounds.data<int32_t>();
-    p.doc_end = p.doc_start + B * Tk;
+    p.doc_end = p.doc_start + B * d.seq_len();
+    p.doc_T = d.seq_len();
     p.pos_reset = d.position_reset();
   }
   return p;
@@ -167,7 +171,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   if (cfg.documents) {
     doc_bounds = cfg.documents->bounds(dev);
     P.doc_start = doc_bounds.data<int32_t>();
-    P.doc_end = P.doc_start + P.B * P.Tk;
+    P.doc_end = P.doc_start + P.B * P.doc_T;
   }
   const bool logn = cfg.logit == LogitKind::LogN;
   if (logn)

@@ -50,9 +50,14 @@ struct AttnConfig {
   int64_t q_offset = -1; // -1 -> Tk - Tq
   int64_t key_begin = 0, key_end = -1;  // -1 -> Tk
   int64_t min_distance = 0;
+  // Absolute position of key 0 for the terms that read absolute positions (packed documents'
+  // bounds, SWAN's row index without position reset): key j sits at key_position + j and query i
+  // at key_position + q_offset + i. Distances, windows and visible counts do not move. Context
+  // parallelism's halo buffers, which start W - 1 keys before their chunk, set it.
+  int64_t key_position = 0;
   // Packed documents (attention/documents.h): keys visible only inside the query's document;
-  // needs B and Tk equal to the documents' batch and sequence length, q_offset + Tq <= Tk and
-  // min_distance 0. With position reset, SWAN's row index counts from the document's start.
+  // needs B equal to the documents' batch, key_position + Tk <= their sequence length,
+  // q_offset + Tq <= Tk and min_distance 0. With position reset, SWAN's row index counts from the document's start.
   std::shared_ptr<const Documents> documents;
   double temp_c = 0.0;   // temperature: DroPE's c, for a per-document beta (documents only)
   int64_t train_T = 0;   // its C_train

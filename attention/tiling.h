@@ -17,7 +17,8 @@
 //     and, with packed documents, start_b(p_i) <= j: the key lies in the query's document.
 // Packed documents: start_b(p) / end_b(p) are the first position and one past the last of the
 // document holding position p of sequence b (doc_start / doc_end, (B, Tk) int32, built from the
-// loader's cumulative lengths by attention/documents.h). A key before the query is in the query's
+// loader's cumulative lengths by attention/documents.h, indexed by absolute position: key j is
+// absolute key_position + j, fused.h). A key before the query is in the query's
 // document iff it is at or after the document's start, so the document rule only raises lo.
 // Row i's visible keys form the interval key_range(i) = [lo_i, hi_i] (empty when lo_i > hi_i) with
 //     lo_i = max(key_begin, p_i - window + 1, start_b(p_i)),   hi_i = min(key_end - 1, p_i - min_distance).
@@ -37,8 +38,8 @@
 //   logn            r = c_h ln(n_i), n_i the number of visible keys of row i (c_h per head, learned
 //                   or fixed; row_factor() returns ln(n_i), the kernels multiply by c_h); with
 //                   documents n_i counts the keys of the row's document only (the mask does it);
-//   swan_row        r = ln(swan_a + n) / ln(swan_a), n = p_i, or p_i - start_b(p_i) (the position
-//                   inside the document) with position reset;
+//   swan_row        r = ln(swan_a + n) / ln(swan_a), n = key_position + p_i (the absolute position),
+//                   or p_i - start_b(p_i) (the position inside the document) with position reset;
 //   temperature     r = beta; with documents and DroPE's beta = 1 + c ln s (temp_c != 0), s is
 //                   each row's document length over train_T (s <= 1: beta = 1), the s the
 //                   document would get evaluated alone;
@@ -74,7 +75,9 @@ struct AttnKernelParams {
   // sequence b's start_b / end_b over positions [0, Tk). The op keeps the tensors alive.
   const int32_t* doc_start = nullptr;
   const int32_t* doc_end = nullptr;
+  int64_t doc_T = 0;                  // the documents' sequence length (the tables' row stride)
   bool pos_reset = false;             // position-dependent logit terms use the position in the document
+  int64_t key_position = 0;           // absolute position of key 0 (documents, SWAN's row; fused.h)
   int64_t window[kMaxAttnHeads] = {};  // per query head, 0 = unbounded
   double slope[kMaxAttnHeads] = {};    // ALiBi slope per query head (used when alibi)
 };
@@ -92,11 +95,15 @@ HZ_HD bool range_empty(IndexRange r) { return r.lo > r.hi; }
 
 // ---- masks -------------------------------------------------------------------------------------
 HZ_HD bool has_documents(const AttnKernelParams& p) { return p.doc_start != nullptr; }
-// First position and one past the last of the document holding position pos (< Tk) of sequence b.
+// First position and one past the last of the document holding key position pos (< Tk) of
+// sequence b, in key positions (the tables hold absolute positions; key j is absolute
+// key_position + j, so a document that began before key 0 has a negative start).
 HZ_HD int64_t doc_start_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
-  return p.doc_start[b * p.Tk + pos];
+  return p.doc_start[b * p.doc_T + p.key_position + pos] - p.key_position;
 }
-HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) { return p.doc_end[b * p.Tk + pos]; }
+HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
+  return p.doc_end[b * p.doc_T + p.key_position + pos] - p.key_position;
+}
 
 // Visible keys of query row i of head h in sequence b.
 HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
@@ -275,7 +282,7 @@ HZ_HD F row_factor(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
       return n > 0 ? math::log_(static_cast<F>(n)) : F(0);
     }
     case LogitKind::SwanRow: {
-      const int64_t n = has_documents(p) && p.pos_reset ? pos - doc_start_of(p, b, pos) : pos;
+      const int64_t n = has_documents(p) && p.pos_reset ? pos - doc_start_of(p, b, pos) : p.key_position + pos;
       return swan_scale<F>(static_cast<F>(p.swan_a), static_cast<F>(n));
     }
     case LogitKind::Temperature: {

@@ -30,8 +30,8 @@ data::Batch local_batch(const data::Batch& b, const attn::ZigzagLayout& L);
 double loss_weight(const Tensor& targets, const Tensor& weights);
 
 // A layer's kernel config in a training call of recipe r at its data.seq_len (with packed
-// documents when data.documents is masked, which send every layer down the all-gather path): what
-// decides the layer's exchange (the communication plan and the memory plan).
+// documents when data.documents is masked): what decides the layer's exchange (the communication
+// plan and the memory plan).
 attn::AttnConfig training_config(const Recipe& r, const nn::Transformer& m, size_t layer);
 
 // One row per layer kind of the model at sequence length T on a group of N ranks: the exchange

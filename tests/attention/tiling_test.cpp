@@ -20,7 +20,7 @@ namespace {
 struct Case {
   int64_t Tq, Tk, H;
   AttnConfig cfg;
-  std::vector<int64_t> doc_of;  // document id of each key position of the checked sequence (empty: none)
+  std::vector<int64_t> doc_of;  // document id of each absolute position of the checked sequence (empty: none)
   int64_t b = 0;                // the sequence checked
 };
 
@@ -31,7 +31,8 @@ bool visible(const Case& c, int64_t h, int64_t i, int64_t j) {
   const int64_t kb = std::max<int64_t>(0, c.cfg.key_begin);
   const int64_t ke = c.cfg.key_end < 0 ? c.Tk : std::min(c.cfg.key_end, c.Tk);
   const int64_t w = c.cfg.window[h], t = off + i - j;
-  if (!c.doc_of.empty() && c.doc_of[j] != c.doc_of[off + i]) return false;  // another document
+  const int64_t kp = c.cfg.key_position;  // key j is absolute position kp + j
+  if (!c.doc_of.empty() && c.doc_of[kp + j] != c.doc_of[kp + off + i]) return false;  // another document
   return j >= kb && j < ke && t >= c.cfg.min_distance && t >= 0 && (w == 0 || t < w);
 }
 
@@ -50,17 +51,20 @@ Case random_case(std::mt19937_64& rng) {
   c.cfg.block_k = uni(1, 9);
   const int64_t off = c.cfg.q_offset < 0 ? c.Tk - c.Tq : c.cfg.q_offset;
   if (c.cfg.min_distance == 0 && off + c.Tq <= c.Tk && uni(0, 1)) {  // packed documents, 2 sequences
+    // the keys may start inside the documents' sequences (a context-parallel halo buffer)
+    c.cfg.key_position = uni(0, 1) ? uni(1, 10) : 0;
+    const int64_t T = c.Tk + c.cfg.key_position + (uni(0, 1) ? uni(0, 5) : 0);
     std::vector<int64_t> cu{0};
     for (int64_t b = 0; b < 2; ++b) {
-      for (int64_t t = 1; t < c.Tk; ++t)
-        if (uni(0, 5) == 0) cu.push_back(b * c.Tk + t);  // a cut before position t
-      cu.push_back((b + 1) * c.Tk);
+      for (int64_t t = 1; t < T; ++t)
+        if (uni(0, 5) == 0) cu.push_back(b * T + t);  // a cut before position t
+      cu.push_back((b + 1) * T);
     }
-    c.cfg.documents = std::make_shared<Documents>(2, c.Tk, cu, uni(0, 1) == 1);
+    c.cfg.documents = std::make_shared<Documents>(2, T, cu, uni(0, 1) == 1);
     c.b = 1;
     int64_t d = 0;
     for (size_t k = 0; k + 1 < cu.size(); ++k)
-      if (cu[k] >= c.Tk) {
+      if (cu[k] >= T) {
         for (int64_t g = cu[k]; g < cu[k + 1]; ++g) c.doc_of.push_back(d);
         ++d;
       }
@@ -74,7 +78,9 @@ std::string describe(const Case& c) {
   return "Tq " + std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + " q_offset " + std::to_string(c.cfg.q_offset) +
          " keys [" + std::to_string(c.cfg.key_begin) + ", " + std::to_string(c.cfg.key_end) + ") min_distance " +
          std::to_string(c.cfg.min_distance) + " windows " + w + "tiles " + std::to_string(c.cfg.block_q) + "x" +
-         std::to_string(c.cfg.block_k) + (c.cfg.documents ? " " + c.cfg.documents->describe() : "");
+         std::to_string(c.cfg.block_k) +
+         (c.cfg.documents ? " " + c.cfg.documents->describe() + " key_position " + std::to_string(c.cfg.key_position)
+                          : "");
 }
 
 BlockClass brute_class(const Case& c, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {

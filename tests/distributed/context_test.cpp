@@ -56,6 +56,7 @@ struct Case {
   int64_t Hkv = 4, T = 40;
   bool documents = false;
   attn::ContextExchange expect_at_2 = attn::ContextExchange::AllGather;  // the path at N = 2
+  bool position_reset = true;  // with documents
 };
 
 }  // namespace
@@ -109,14 +110,18 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       {"logn causal", {0, 0, 0, 0}, LK::LogN},
       {"alibi swa", {6, 6, 6, 6}, LK::Identity, true, 4, 40, false, EX::Halo},
       {"alibi causal", {0, 0, 0, 0}, LK::Identity, true},
-      {"swan rows swa", {6, 6, 6, 6}, LK::SwanRow},
+      {"swan rows swa", {6, 6, 6, 6}, LK::SwanRow, false, 4, 40, false, EX::Halo},
       {"swan rows causal", {0, 0, 0, 0}, LK::SwanRow},
       {"gqa causal", {0, 0, 0, 0}, LK::Identity, false, 2},
       {"gqa swa", {5, 5, 5, 5}, LK::Identity, false, 1, 40, false, EX::Halo},
       {"T 37 causal", {0, 0, 0, 0}, LK::Identity, false, 4, 37},
       {"T 37 swa", {4, 4, 4, 4}, LK::ScaleInvariant, false, 2, 37, false, EX::Halo},
       {"documents", {0, 0, 0, 0}, LK::LogN, false, 4, 40, true},
-      {"documents swa", {6, 6, 6, 6}, LK::SwanRow, false, 4, 40, true},
+      // the halo under packed documents: bounds and SWAN's row read global positions (key_position)
+      {"documents swa", {6, 6, 6, 6}, LK::SwanRow, false, 4, 40, true, EX::Halo},
+      {"documents swa without reset", {4, 6, 2, 6}, LK::SwanRow, false, 2, 40, true, EX::Halo, false},
+      {"documents temperature swa", {6, 6, 6, 6}, LK::Temperature, false, 4, 40, true, EX::Halo},
+      {"documents logn swa, T 37", {4, 4, 4, 4}, LK::LogN, false, 4, 37, true, EX::Halo},
   };
   auto group = context_group(world());
   for (const Case& c : cases) {
@@ -129,9 +134,13 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     cfg.tau = 3.0;
     cfg.swan_a = 5.0;
     if (c.alibi) cfg.alibi_slope = {0.5, 0.25, 0.125, 0.0625};
-    if (c.documents)  // documents of 7, 13, 20 | 40 tokens (37: 7, 13, 17 | 37), positions reset
+    if (c.documents)  // documents of 7, 13, 20 | 40 tokens (37: 7, 13, 17 | 37)
       cfg.documents = std::make_shared<attn::Documents>(
-          B, T, std::vector<int64_t>{0, 7, 20, T, 2 * T}, /*position_reset=*/true);
+          B, T, std::vector<int64_t>{0, 7, 20, T, 2 * T}, c.position_reset);
+    if (c.logit == LK::Temperature) {  // DroPE's per-document beta = 1 + c ln(length / train_T)
+      cfg.temp_c = 0.4;
+      cfg.train_T = 9;
+    }
     cfg.block_q = cfg.block_k = 4;
     if (N == 2) {
       EXPECT_EQ(attn::context_exchange(cfg, cp.layout), c.expect_at_2);
