@@ -195,7 +195,7 @@ int64_t context_rows_sent(const AttnConfig& cfg, const ZigzagLayout& L) {
 }
 
 ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v, const AttnConfig& cfg,
-                               const ContextParallel& cp, const ag::Variable& logn_c) {
+                               const ContextParallel& cp, const AttnTerms& terms) {
   const ZigzagLayout& L = cp.layout;
   HZ_CHECK(cp.group && cp.group->size() == L.n && cp.group->rank() == L.rank, ValueError,
            "context_attention: the group (", cp.group ? cp.group->size() : 0, " ranks) does not match the layout (", L.n,
@@ -208,6 +208,17 @@ ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, con
            "leave them at their defaults");
   HZ_CHECK(!cfg.documents || cfg.documents->seq_len() == L.T, ShapeError, "context_attention: documents over ",
            cfg.documents ? cfg.documents->seq_len() : 0, " positions, the sequence has ", L.T);
+  const bool fox = terms.forget.defined();
+  HZ_CHECK(!fox || (terms.forget.dim() == 3 && terms.forget.size(2) == L.local_len()), ShapeError,
+           "context_attention: FoX's log forget gates must hold this rank's ", L.local_len(), " rows");
+  // FoX's log f travels with k and v (as a (B, H, Tl, 1) tensor): the decay c_i - c_j is a sum of
+  // log f over positions (j, i], so any buffer holding the keys' rows gives it by a prefix sum
+  const ag::Variable f4 = fox ? ag::unsqueeze(terms.forget, 3) : ag::Variable();
+  auto chunk_terms = [&](const ag::Variable& f) {
+    AttnTerms t = terms;
+    if (fox) t.forget = ag::squeeze(f, 3);
+    return t;
+  };
   const auto ch = L.chunks();
   const int64_t len_a = L.chunk_len(ch[0]);
   const int64_t offs[2] = {0, len_a};
@@ -215,29 +226,33 @@ ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, con
   if (context_exchange(cfg, L) == ContextExchange::Halo) {
     const int64_t W = max_window(cfg);
     const ag::Variable hk = exchange_halo(k, W, cp), hv = exchange_halo(v, W, cp);
+    const ag::Variable hf = fox ? exchange_halo(f4, W, cp) : ag::Variable();
     int64_t hoff = 0;
     for (int i = 0; i < 2; ++i) {
       const int64_t len = L.chunk_len(ch[i]), h = halo_len(L, W, ch[i]);
       ag::Variable kc = ag::narrow(k, 2, offs[i], len), vc = ag::narrow(v, 2, offs[i], len);
+      ag::Variable fc = fox ? ag::narrow(f4, 2, offs[i], len) : ag::Variable();
       if (h > 0) {
         kc = ag::cat({ag::narrow(hk, 2, hoff, h), kc}, 2);
         vc = ag::cat({ag::narrow(hv, 2, hoff, h), vc}, 2);
+        if (fox) fc = ag::cat({ag::narrow(hf, 2, hoff, h), fc}, 2);
       }
       hoff += h;
       AttnConfig c = cfg;
       c.q_offset = h;
       c.key_position = L.chunk_begin(ch[i]) - h;  // the buffer's first key, for documents and SWAN's row
       outs.push_back(fused_attention(ag::contiguous(ag::narrow(q, 2, offs[i], len)), ag::contiguous(kc),
-                                     ag::contiguous(vc), c, logn_c).out);
+                                     ag::contiguous(vc), c, chunk_terms(fc)).out);
     }
   } else {
     const ag::Variable K = gather_sequence(k, cp), V = gather_sequence(v, cp);
+    const ag::Variable F = fox ? gather_sequence(f4, cp) : ag::Variable();
     for (int i = 0; i < 2; ++i) {
       AttnConfig c = cfg;
       c.q_offset = L.chunk_begin(ch[i]);
       c.key_end = L.chunk_end(ch[i]);
-      outs.push_back(
-          fused_attention(ag::contiguous(ag::narrow(q, 2, offs[i], L.chunk_len(ch[i]))), K, V, c, logn_c).out);
+      outs.push_back(fused_attention(ag::contiguous(ag::narrow(q, 2, offs[i], L.chunk_len(ch[i]))), K, V, c,
+                                     chunk_terms(F)).out);
     }
   }
   return ag::cat(outs, 2);

@@ -94,9 +94,11 @@ int64_t context_rows_sent(const AttnConfig& cfg, const ZigzagLayout& layout);
 // q (B, H, Tl, D), k/v (B, Hkv, Tl, D): this rank's local rows (Tl = layout.local_len(), in local
 // order), RoPE already applied at the global positions; cfg built for the whole sequence
 // (make_attn_config at T, documents over (B, T)); q_offset and key limits must be left at their
-// defaults (the op sets them per chunk). Returns out (B, H, Tl, D) equal to the rows of the
-// single-rank fused_attention at these positions; differentiable in q, k, v (and logn_c).
+// defaults (the op sets them per chunk); terms as fused_attention's, FoX's log forget gates
+// (B, H, Tl) this rank's rows (they travel with k and v). Returns out (B, H, Tl, D) equal to the
+// rows of the single-rank fused_attention at these positions; differentiable in q, k, v and the
+// terms.
 ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v, const AttnConfig& cfg,
-                               const ContextParallel& cp, const ag::Variable& logn_c = ag::Variable());
+                               const ContextParallel& cp, const AttnTerms& terms = {});
 
 }  // namespace hz::attn

@@ -95,13 +95,31 @@ AttnStats attn_stats();  // waits for the CUDA devices' queued work
 void reset_attn_stats();
 
 struct AttnOutput {
-  ag::Variable out;  // (B, H, Tq, D), differentiable in q, k, v (and logn_c)
-  Tensor lse;        // (B, H, Tq), -inf for rows with no visible key
+  ag::Variable out;  // (B, H, Tq, D), differentiable in q, k, v and the terms
+  Tensor lse;        // (B, H, Tq), -inf for rows with no visible key (the sink's logit with a sink)
 };
 
-// logn_c: (H) per-head c for logit LogN (requires_grad -> learned; any floating dtype, e.g. f32
-// with bf16 activations; its gradient comes back in its dtype); ignored otherwise.
+// The op's optional inputs beyond q, k, v; an undefined one is absent. Each may require grad
+// (learned) and have any floating dtype (e.g. f32 with bf16 activations); its gradient comes back
+// in its dtype.
+//   logn_c  (H)  LogN's c per query head, for logit LogN (ignored otherwise).
+//   sink    (H)  attention sinks (as in gpt-oss): a logit z_h per query head that joins every row's
+//                softmax denominator and carries no value:
+//                    out_i = sum_j exp(L_ij - lse_i) v_j,  lse_i = log(exp(z_h) + sum_j exp(L_ij)),
+//                so a row may put weight 1 - sum_j p_ij on nothing; dLoss/dz_h = -sum_i
+//                exp(z_h - lse_i) dO_i . O_i. A row without visible keys gives out 0, lse z_h.
+//   forget  (B, H, Tk)  FoX (forgetting attention): log f_j <= 0, the log forget gate of the
+//                token at key position j (query i sits at key position q_offset + i, which needs
+//                q_offset + Tq <= Tk). Logits gain the decay sum_{j < m <= p_i} log f_m = c_{p_i} - c_j,
+//                c = cumsum(log f) over the keys, in the accumulation dtype; dLoss/dc comes back
+//                through the prefix sum. Composes with every mask, encoding and transform.
+struct AttnTerms {
+  ag::Variable logn_c{};
+  ag::Variable sink{};
+  ag::Variable forget{};
+};
+
 AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
-                           const AttnConfig& cfg, const ag::Variable& logn_c = ag::Variable());
+                           const AttnConfig& cfg, const AttnTerms& terms = {});
 
 }  // namespace hz::attn

@@ -19,14 +19,16 @@ namespace {
 std::atomic<int64_t> g_fwd{0}, g_fwd_boundary{0}, g_bwd{0};
 
 // The per-call tables of the CPU kernel: scale-invariant a_t / m_t over every distance the call
-// can meet (the same function the CUDA kernels evaluate inline), and LogN's c per head.
+// can meet (the same function the CUDA kernels evaluate inline), LogN's c and the sink logit per
+// head, FoX's prefix sums.
 struct CpuPlan {
   const AttnKernelParams& P;
   bool has_tables;
   std::vector<double> a, m;  // t = 0..q_offset + Tq
-  std::vector<double> c;
+  std::vector<double> c, sink;
+  const Tensor& fox_c;
 
-  CpuPlan(const AttnKernelParams& p, const std::vector<double>& logn_c) : P(p), c(logn_c) {
+  CpuPlan(const AttnKernelParams& p, const CpuTerms& t) : P(p), c(t.logn_c), sink(t.sink), fox_c(t.fox_c) {
     has_tables = P.logit == LogitKind::ScaleInvariant;
     if (has_tables) {
       const int64_t n = P.q_offset + P.Tq + 1;
@@ -39,13 +41,19 @@ struct CpuPlan {
     const double f = row_factor<double>(P, b, h, i);
     return P.logit == LogitKind::LogN ? f * c[h] : f;
   }
+  // FoX's c over the keys of (b, h), or null without FoX
+  template <class T>
+  const T* fox_row(int64_t b, int64_t h) const {
+    return P.fox ? fox_c.data<T>() + (b * P.H + h) * P.Tk : nullptr;
+  }
 };
 
 // Turn raw scores s (nq, nk; leading dim ld) into logits in place, masking only when `boundary`:
-// L = r a_t s + m_t - slope t (tiling.h's logit_coef with the tables).
+// L = r a_t s + m_t - slope t (tiling.h's logit_coef with the tables), plus FoX's c_(p_i) - c_j
+// when fc (the row of c of (b, h)) is given.
 template <class T>
 void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk, int64_t ld,
-                  bool boundary, const double* rs, T* s) {
+                  bool boundary, const double* rs, const T* fc, T* s) {
   const AttnKernelParams& P = C.P;
   const double slope = P.alibi ? P.slope[h] : 0.0;
   const bool simple = !logits_depend_on_t(P);
@@ -63,6 +71,10 @@ void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq
         const double add = (C.has_tables ? C.m[tc] : 0.0) - slope * static_cast<double>(t);
         si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(add);
       }
+    }
+    if (fc) {
+      const T ci = fc[pos];
+      for (int64_t jj = 0; jj < nk; ++jj) si[jj] += ci - fc[j0 + jj];
     }
     if (boundary) {
       const IndexRange kr = key_range(P, b, h, i0 + i);
@@ -100,6 +112,7 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
       const T* qblk = qp + ((b * P.H + h) * P.Tq + i0) * P.D;  // (nq, D)
       const T* kh = kp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
       const T* vh = vp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
+      const T* fc = C.fox_row<T>(b, h);
       for (int64_t i = 0; i < nq; ++i) {
         rf[i] = C.row_scale(b, h, i0 + i);
         mrow[i] = ninf;
@@ -114,7 +127,7 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
         boundary_n += boundary;
         T* s = sbuf.data();  // (nq, Bk): scores, then logits, then probabilities
         cpu::gemm<T>(false, true, nq, nk, P.D, scale, qblk, P.D, kh + j0 * P.D, P.D, T(0), s, Bk);
-        block_logits(C, b, h, i0, nq, j0, nk, Bk, boundary, rf.data(), s);
+        block_logits(C, b, h, i0, nq, j0, nk, Bk, boundary, rf.data(), fc, s);
         for (int64_t i = 0; i < nq; ++i) {
           T* si = s + i * Bk;
           T mx = mrow[i];
@@ -143,9 +156,17 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
       for (int64_t i = 0; i < nq; ++i) {
         T* o = op + ((b * P.H + h) * P.Tq + i0 + i) * P.D;
         const T* ai = acc.data() + i * P.D;
-        const T l = lrow[i];
+        T l = lrow[i];
         T& ls = lp[(b * P.H + h) * P.Tq + i0 + i];
-        if (l > T(0)) {
+        if (P.sink) {  // the sink joins the denominator: rescale to max(m, z), add exp(z - max)
+          const T z = static_cast<T>(C.sink[h]);
+          const T mx = std::max(mrow[i], z);
+          const T corr = l > T(0) ? std::exp(mrow[i] - mx) : T(0);
+          l = l * corr + std::exp(z - mx);
+          const T inv = corr / l;
+          for (int64_t d = 0; d < P.D; ++d) o[d] = ai[d] * inv;
+          ls = mx + std::log(l);
+        } else if (l > T(0)) {
           const T inv = T(1) / l;
           for (int64_t d = 0; d < P.D; ++d) o[d] = ai[d] * inv;
           ls = mrow[i] + std::log(l);
@@ -164,7 +185,7 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
 template <class T>
 void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, const Tensor& gout, Tensor& dq, Tensor& dk_h, Tensor& dv_h,
-                   std::vector<double>* dlogn_c) {
+                   std::vector<double>* dlogn_c, std::vector<double>* dsink, Tensor* dfox) {
   const AttnKernelParams& P = C.P;
   const T* qp = q.data<T>();
   const T* kp = k.data<T>();
@@ -181,6 +202,8 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
   constexpr T ninf = -std::numeric_limits<T>::infinity();
   const bool logn = P.logit == LogitKind::LogN && dlogn_c != nullptr;
   std::vector<double> dc_bh(P.B * P.H, 0.0);  // per (b, h) task, summed over b in order below
+  std::vector<double> dz_bh(P.B * P.H, 0.0);  // the sink's, likewise
+  T* dfp = dfox ? dfox->data<T>() : nullptr;  // (B, H, Tk): each task writes its own row
   int64_t visited = 0;
   // Heads differ widely in cost (SCOPE: scopes from a few tokens to T), so hand the (b, h) tasks
   // out largest first (LPT) to balance the threads.
@@ -212,11 +235,17 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
       std::fill(dqh, dqh + P.Tq * P.D, T(0));
       std::fill(dkh, dkh + P.Tk * P.D, T(0));
       std::fill(dvh, dvh + P.Tk * P.D, T(0));
+      const T* fc = C.fox_row<T>(b, h);
+      T* dfc = dfp ? dfp + bh * P.Tk : nullptr;
+      if (dfc) std::fill(dfc, dfc + P.Tk, T(0));
+      double dz = 0.0;
       for (int64_t i = 0; i < P.Tq; ++i) {  // D_i = dO_i . O_i
         T a = T(0);
         for (int64_t d = 0; d < P.D; ++d) a += gh[i * P.D + d] * oh[i * P.D + d];
         Dvec[i] = a;
+        if (P.sink) dz -= std::exp(C.sink[h] - static_cast<double>(lh[i])) * static_cast<double>(a);
       }
+      dz_bh[bh] = dz;
       double dch = 0.0;
       for (int64_t qb = 0; qb < nqb; ++qb) {
         const int64_t i0 = qb * Bq, nq = std::min(Bq, P.Tq - i0), i1 = i0 + nq - 1;
@@ -233,7 +262,7 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
           T* dpv = dpbuf.data(); // dP = dO v^T
           cpu::gemm<T>(false, true, nq, nk, P.D, scale, qh + i0 * P.D, P.D, kh + j0 * P.D, P.D, T(0), s, Bk);
           std::copy(s, s + nq * Bk, pr);
-          block_logits(C, b, h, i0, nq, j0, nk, Bk, block_class(span, kbi) == BlockClass::Boundary, rf.data(), pr);
+          block_logits(C, b, h, i0, nq, j0, nk, Bk, block_class(span, kbi) == BlockClass::Boundary, rf.data(), fc, pr);
           for (int64_t i = 0; i < nq; ++i) {
             const T l = lh[i0 + i];
             T* pi = pr + i * Bk;
@@ -250,13 +279,19 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
             const T Di = Dvec[i0 + i];
             const T rsc = static_cast<T>(rf[i]) * scale;
             const int64_t pos = P.q_offset + i0 + i;
+            T drow = T(0);
             for (int64_t jj = 0; jj < nk; ++jj) {
               const T dl = pi[jj] * (di[jj] - Di);  // dLoss/dL_ij
               T a = T(1);
               if (C.has_tables && pi[jj] != T(0)) a = static_cast<T>(C.a[pos - j0 - jj]);
               if (logn && pi[jj] != T(0)) dch += static_cast<double>(dl) * lnn[i] * a * static_cast<double>(si[jj]);
+              if (dfc) {  // L_ij gains c_(p_i) - c_j
+                drow += dl;
+                dfc[j0 + jj] -= dl;
+              }
               pi[jj] = dl * rsc * a;  // dLoss/d(q.k)
             }
+            if (dfc) dfc[pos] += drow;
           }
           // dQ_blk (nq, D) += dS K_blk ; dK_blk (nk, D) += dS^T Q_blk
           cpu::gemm<T>(false, false, nq, P.D, nk, T(1), pr, Bk, kh + j0 * P.D, P.D, T(1), dqh + i0 * P.D, P.D);
@@ -270,6 +305,10 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
   if (dlogn_c) {
     dlogn_c->assign(P.H, 0.0);
     for (int64_t bh = 0; bh < P.B * P.H; ++bh) (*dlogn_c)[bh % P.H] += dc_bh[bh];
+  }
+  if (dsink) {
+    dsink->assign(P.H, 0.0);
+    for (int64_t bh = 0; bh < P.B * P.H; ++bh) (*dsink)[bh % P.H] += dz_bh[bh];
   }
 }
 
@@ -287,9 +326,9 @@ void cpu_reset_stats() {
   g_bwd = 0;
 }
 
-void cpu_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v,
-                 const std::vector<double>& logn_c, Tensor& out, Tensor& lse) {
-  const CpuPlan C(P, logn_c);
+void cpu_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const CpuTerms& terms,
+                 Tensor& out, Tensor& lse) {
+  const CpuPlan C(P, terms);
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     forward_impl<T>(C, q, k, v, out, lse);
@@ -297,15 +336,15 @@ void cpu_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, co
 }
 
 void cpu_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                  const Tensor& lse, const Tensor& gout, const std::vector<double>& logn_c, Tensor& dq, Tensor& dk,
-                  Tensor& dv, std::vector<double>* dlogn_c) {
-  const CpuPlan C(P, logn_c);
+                  const Tensor& lse, const Tensor& gout, const CpuTerms& terms, Tensor& dq, Tensor& dk, Tensor& dv,
+                  const CpuTermGrads& grads) {
+  const CpuPlan C(P, terms);
   const bool grouped = P.G > 1;
   Tensor dk_h = grouped ? Tensor::empty({P.B, P.H, P.Tk, P.D}, q.dtype()) : dk;
   Tensor dv_h = grouped ? Tensor::empty({P.B, P.H, P.Tk, P.D}, q.dtype()) : dv;
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    backward_impl<T>(C, q, k, v, out, lse, gout, dq, dk_h, dv_h, dlogn_c);
+    backward_impl<T>(C, q, k, v, out, lse, gout, dq, dk_h, dv_h, grads.logn_c, grads.sink, grads.fox_c);
   });
   if (grouped) {  // sum the per-query-head copies over each GQA group, in head order
     dk.copy_(ops::sum(dk_h.view({P.B, P.Hkv, P.G, P.Tk, P.D}), 2, false));

@@ -4,7 +4,7 @@
 // Tensors arrive contiguous, on one device, shapes as in fused.h:
 //   q (B, H, Tq, D), k/v (B, Hkv, Tk, D), out/gout (B, H, Tq, D), lse (B, H, Tq);
 //   gradients dq (B, H, Tq, D), dk/dv (B, Hkv, Tk, D) are written (not accumulated).
-// CPU: f32 or f64 (fused.cpp converts bf16 to f32 and back); logn_c a host vector (H).
+// CPU: f32 or f64 (fused.cpp converts bf16 to f32 and back); the terms in CpuTerms.
 // CUDA: f32, f64 or bf16 storage with f32 (f64 for f64) accumulation; lse in f32 (f64);
 // logn_c (H) on the device in the accumulation dtype, or undefined.
 #pragma once
@@ -15,12 +15,22 @@
 namespace hz::attn::detail {
 
 // ---- CPU (fused_cpu.cpp) ---------------------------------------------------------------------
-void cpu_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v,
-                 const std::vector<double>& logn_c, Tensor& out, Tensor& lse);
-// dlogn_c: when not null, receives dLoss/dc per head (H).
+struct CpuTerms {
+  std::vector<double> logn_c;  // (H) with logit LogN
+  std::vector<double> sink;    // (H) when P.sink
+  Tensor fox_c;                // (B, H, Tk) contiguous, q's dtype, when P.fox: c = cumsum(log f)
+};
+// Gradients the backward fills where asked (a null pointer: not wanted).
+struct CpuTermGrads {
+  std::vector<double>* logn_c = nullptr;  // (H)
+  std::vector<double>* sink = nullptr;    // (H)
+  Tensor* fox_c = nullptr;                // (B, H, Tk) in q's dtype
+};
+void cpu_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const CpuTerms& terms,
+                 Tensor& out, Tensor& lse);
 void cpu_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                  const Tensor& lse, const Tensor& gout, const std::vector<double>& logn_c, Tensor& dq, Tensor& dk,
-                  Tensor& dv, std::vector<double>* dlogn_c);
+                  const Tensor& lse, const Tensor& gout, const CpuTerms& terms, Tensor& dq, Tensor& dk, Tensor& dv,
+                  const CpuTermGrads& grads);
 void cpu_add_stats(int64_t fwd, int64_t fwd_boundary, int64_t bwd);
 AttnStats cpu_stats();
 void cpu_reset_stats();
@@ -31,13 +41,15 @@ bool tensor_core_supported(DType dt, int64_t D, int device);
 // Their tiles (query rows x keys), forward and backward.
 AttnTiles tensor_core_tiles(int64_t D);
 // use_tc selects the tensor-core kernels (fused.cpp resolves AttnImpl).
+// fox_c: FoX's c (B, H, Tk) in the accumulation dtype, or undefined (the reference kernels only).
 void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
-                  const Tensor& logn_c, Tensor& out, Tensor& lse);
+                  const Tensor& logn_c, const Tensor& fox_c, Tensor& out, Tensor& lse);
 // dlogn_c_rows: when not null, receives per-row partials (B, H, Tq) in the accumulation dtype
-// (fused.cpp sums them in a fixed order).
+// (fused.cpp sums them in a fixed order); dfox_q / dfox_k: FoX's dLoss/dc as row sums (B, H, Tq)
+// and negated key sums (B, H, Tk) (fused.cpp adds the first at the queries' positions).
 void cuda_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
-                   const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c, Tensor& dq,
-                   Tensor& dk, Tensor& dv, Tensor* dlogn_c_rows);
+                   const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
+                   Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dlogn_c_rows, Tensor* dfox_q, Tensor* dfox_k);
 AttnStats cuda_stats();  // every device used so far (synchronises them)
 void cuda_reset_stats();
 

@@ -8,7 +8,8 @@
 namespace hz::attn {
 
 ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
-                                 const AttnConfig& cfg, const ag::Variable& logn_c) {
+                                 const AttnConfig& cfg, const AttnTerms& terms) {
+  const ag::Variable& logn_c = terms.logn_c;
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), Tk = k.size(2), G = H / Hkv;
   const DType dt = q.dtype();
@@ -91,6 +92,16 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
   ag::Variable logits = ag::mul(s, C);
   if (cfg.logit == LogitKind::LogN) logits = ag::mul(logits, ag::reshape(logn_c, {1, H, 1, 1}));
   logits = ag::add(logits, Bi);
+  if (terms.forget.defined()) {  // FoX: + c_(p_i) - c_j with c the running sum of log f over the keys
+    const ag::Variable c = ag::cumsum(terms.forget, 2);                                    // (B, H, Tk)
+    const ag::Variable cq = ag::reshape(ag::narrow(c, 2, offset, Tq), {B, H, Tq, 1});
+    logits = ag::add(logits, ag::sub(cq, ag::reshape(c, {B, H, 1, Tk})));
+  }
+  if (terms.sink.defined()) {  // the sink is one more column of logits whose value row is zero
+    const ag::Variable z = ag::expand(ag::reshape(ag::cast(terms.sink, dt), {1, H, 1, 1}), {B, H, Tq, 1});
+    const ag::Variable p = ag::softmax(ag::cat({logits, z}, 3), -1);
+    return ag::matmul(ag::narrow(p, 3, 0, Tk), vh);
+  }
   return ag::matmul(ag::softmax(logits, -1), vh);
 }
 

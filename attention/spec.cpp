@@ -179,6 +179,8 @@ std::string AttentionSpec::describe() const {
   if (logit.kind == LogitKind::LogN) os << "(c=" << logit.logn_c << (logit.logn_learnable ? ", learned" : "") << ")";
   if (qk_norm != QKNorm::None) os << " qk_norm=" << name(qk_norm);
   if (gate != OutputGate::None) os << " gate=" << name(gate);
+  if (sink) os << " sink";
+  if (forget) os << " fox(b=" << forget_bias << ")";
   return os.str();
 }
 

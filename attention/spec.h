@@ -89,6 +89,15 @@ struct AttentionSpec {
   // Gated attention output: o_h <- o_h * sigmoid(x . w_h) (head: one gate per head, w_h in R^C)
   // or o_hd <- o_hd * sigmoid(x . w_hd) (element), x the layer's (normed) input, before wo.
   OutputGate gate = OutputGate::None;
+  // Attention sinks (as in gpt-oss): a learned logit z_h per query head joins every row's softmax
+  // denominator, so a head may attend to nothing (attention/fused.h has the formula).
+  bool sink = false;
+  // FoX, the Forgetting Transformer (Lin et al. 2025, arXiv 2503.02130): a forget gate per head
+  // and token, f_t = sigmoid(x_t . w_h + b_h), and logits gain sum_{j < m <= i} log f_m (the
+  // data-dependent decay c_i - c_j, c = cumsum(log f)); b_h starts at forget_bias (0 as in FoX,
+  // larger: longer memory at initialisation).
+  bool forget = false;
+  double forget_bias = 0.0;
 
   // Throws ValueError naming the field and what to change.
   void validate(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t T) const;

@@ -78,6 +78,8 @@ struct AttnKernelParams {
   int64_t doc_T = 0;                  // the documents' sequence length (the tables' row stride)
   bool pos_reset = false;             // position-dependent logit terms use the position in the document
   int64_t key_position = 0;           // absolute position of key 0 (documents, SWAN's row; fused.h)
+  bool sink = false;                  // a sink logit per head joins each row's denominator (fused.h)
+  bool fox = false;                   // FoX: logits gain c[q_offset + i] - c[j] (fused.h)
   int64_t window[kMaxAttnHeads] = {};  // per query head, 0 = unbounded
   double slope[kMaxAttnHeads] = {};    // ALiBi slope per query head (used when alibi)
 };

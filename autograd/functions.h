@@ -30,6 +30,7 @@ inline Variable relu(const Variable& x) { return unary(UnaryOp::Relu, x); }
 inline Variable relu2(const Variable& x) { return unary(UnaryOp::Relu2, x); }  // relu(x)^2
 inline Variable silu(const Variable& x) { return unary(UnaryOp::Silu, x); }
 inline Variable gelu(const Variable& x) { return unary(UnaryOp::Gelu, x); }    // exact (erf)
+inline Variable log_sigmoid(const Variable& x) { return unary(UnaryOp::LogSigmoid, x); }
 
 inline Variable operator+(const Variable& a, const Variable& b) { return add(a, b); }
 inline Variable operator-(const Variable& a, const Variable& b) { return sub(a, b); }
@@ -57,6 +58,7 @@ Variable sum(const Variable& x, int64_t dim, bool keepdim = false);
 Variable mean(const Variable& x, int64_t dim, bool keepdim = false);
 Variable max(const Variable& x, int64_t dim, bool keepdim = false);  // grad to the first argmax
 Variable sum_all(const Variable& x);
+Variable cumsum(const Variable& x, int64_t dim);  // inclusive prefix sums along dim
 Variable mean_all(const Variable& x);
 Variable softmax(const Variable& x, int64_t dim = -1);
 Variable log_softmax(const Variable& x, int64_t dim = -1);

@@ -9,6 +9,13 @@ static Tensor unreduce(const Tensor& g, const Shape& in, int64_t dim, bool keepd
   return gk.expand(in);
 }
 
+Variable cumsum(const Variable& x, int64_t dim) {
+  const int64_t d = x.value().normalize_dim(dim);
+  return make_result(ops::cumsum(x.value(), d), {x}, "cumsum", [=] {
+    return [=](const Tensor& g, Grads& gr) { gr.set(0, ops::cumsum(g, d, /*reverse=*/true)); };
+  });
+}
+
 Variable sum(const Variable& x, int64_t dim, bool keepdim) {
   const int64_t d = x.value().normalize_dim(dim);
   Shape in = x.shape();

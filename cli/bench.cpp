@@ -86,6 +86,11 @@ int bench_attention(const Args& args) {
   const int64_t W = args.geti("window", 512), reps = args.geti("reps", gpu ? 10 : 3);
   const auto masks = split(args.get("masks", "causal,swa,scope"));
   const auto logits = split(args.get("logits", "identity"));
+  // the softmax additions: none, sink, fox or sink+fox (timed against none at the same mask)
+  const auto term_sets = split(args.get("terms", "none"));
+  for (const auto& t : term_sets)
+    HZ_CHECK(t == "none" || t == "sink" || t == "fox" || t == "sink+fox", ValueError, "bench: --terms takes none, sink, "
+             "fox and sink+fox, got '", t, "'");
   const std::string impl = args.get("impl", "auto");
   HZ_CHECK(impl == "auto" || impl == "reference" || impl == "tensor_core", ValueError,
            "bench: --impl auto, reference or tensor_core");
@@ -98,12 +103,14 @@ int bench_attention(const Args& args) {
   fmt::print("fused attention forward+backward on {}, {} H={} D={}, {}, median of {}{}\n",
              gpu ? cuda::device_name(0) : "cpu (" + std::to_string(cpu::num_threads()) + " threads)",
              B_arg > 0 ? "B=" + std::to_string(B_arg) : "B=16384/T", H, D, dts, reps, gpu ? " after a warm-up" : "");
-  fmt::print("{:>6} {:>7} {:>15} {:>14} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>9} {:>9}\n", "T", "mask", "logits",
-             "visible pairs", "pair ratio", "fwd ms", "fwd+bwd ms", "time ratio", "ratio/ratio", "peak MiB",
-             "TFLOP/s f", "TFLOP/s fb");
+  fmt::print("{:>6} {:>7} {:>15} {:>9} {:>14} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>9} {:>9} {:>8}\n", "T", "mask",
+             "logits", "terms", "visible pairs", "pair ratio", "fwd ms", "fwd+bwd ms", "time ratio", "ratio/ratio",
+             "peak MiB", "TFLOP/s f", "TFLOP/s fb", "vs none");
   for (int64_t T : Ts) {
     const int64_t B = B_arg > 0 ? B_arg : std::max<int64_t>(1, 16384 / T);
     for (const auto& lg : logits) {
+      std::map<std::string, double> plain_ms;  // per mask, without terms
+      for (const auto& terms : term_sets) {
       double causal_ms = 0, causal_pairs = 0;
       for (const auto& m : masks) {
         attn::AttnConfig cfg;
@@ -138,7 +145,11 @@ int bench_attention(const Args& args) {
         ag::Variable q(g.normal({B, H, T, D}, 0, 1, dt, dev), true), k(g.normal({B, H, T, D}, 0, 1, dt, dev), true),
             v(g.normal({B, H, T, D}, 0, 1, dt, dev), true);
         ag::Variable c(Tensor::ones({H}, DType::F32, dev));  // LogN's c
-        const ag::Variable lc = cfg.logit == attn::LogitKind::LogN ? c : ag::Variable();
+        attn::AttnTerms at;
+        at.logn_c = cfg.logit == attn::LogitKind::LogN ? c : ag::Variable();
+        if (terms.find("sink") != std::string::npos) at.sink = ag::Variable(Tensor::zeros({H}, DType::F32, dev), true);
+        if (terms.find("fox") != std::string::npos)  // learned log f: its gradient is part of the backward
+          at.forget = ag::Variable(g.uniform({B, H, T}, -0.1, 0.0, DType::F32, dev), true);
         const Tensor gout = g.normal({B, H, T, D}, 0, 1, dt, dev);
         std::vector<double> fwd, tot;
         int64_t peak = 0;
@@ -150,7 +161,7 @@ int bench_attention(const Args& args) {
           const int64_t base = memory_stats(dev).allocated;
           reset_peak_memory(dev);
           const auto t0 = std::chrono::steady_clock::now();
-          attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, lc);
+          attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, at);
           sync();
           const auto t1 = std::chrono::steady_clock::now();
           o.out.backward(gout);
@@ -171,18 +182,22 @@ int bench_attention(const Args& args) {
         }
         const double pr = causal_pairs > 0 ? causal_pairs / pairs : 0, tr = causal_ms > 0 ? causal_ms / t_ms : 0;
         const double tf_f = cost.flops_fwd * B / (f_ms * 1e-3) / 1e12, tf_fb = cost.flops_fwd_bwd * B / (t_ms * 1e-3) / 1e12;
-        fmt::print("{:>6} {:>7} {:>15} {:>14} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.0f}% {:>9.1f} {:>9.3f} {:>9.3f}\n",
-                   T, m, lg, static_cast<int64_t>(pairs), pr, f_ms, t_ms, tr, pr > 0 ? 100 * tr / pr : 0,
-                   peak / 1048576.0, tf_f, tf_fb);
+        if (terms == "none") plain_ms[m] = t_ms;
+        const double vs = plain_ms.count(m) ? t_ms / plain_ms[m] : 0;  // fwd+bwd time over the same mask's without terms
+        fmt::print("{:>6} {:>7} {:>15} {:>9} {:>14} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.0f}% {:>9.1f} {:>9.3f} "
+                   "{:>9.3f} {:>8.3f}\n",
+                   T, m, lg, terms, static_cast<int64_t>(pairs), pr, f_ms, t_ms, tr, pr > 0 ? 100 * tr / pr : 0,
+                   peak / 1048576.0, tf_f, tf_fb, vs);
         std::fflush(stdout);
         if (jf)
           fmt::print(jf,
                      "{{\"impl\": \"horizon\", \"device\": \"{}\", \"dtype\": \"{}\", \"kernel\": \"{}\", \"D\": {}, "
-                     "\"B\": {}, \"H\": {}, \"T\": {}, \"mask\": \"{}\", \"logit\": \"{}\", \"pairs\": {}, "
+                     "\"B\": {}, \"H\": {}, \"T\": {}, \"mask\": \"{}\", \"logit\": \"{}\", \"terms\": \"{}\", \"pairs\": {}, "
                      "\"fwd_ms\": {:.4f}, \"fwd_bwd_ms\": {:.4f}, \"tflops_fwd\": {:.4f}, \"tflops_fwd_bwd\": {:.4f}, "
                      "\"peak_mib\": {:.2f}}}\n",
-                     device, dts, gpu ? (tc ? "tensor_core" : "reference") : "cpu", D, B, H, T, m, lg,
+                     device, dts, gpu ? (tc ? "tensor_core" : "reference") : "cpu", D, B, H, T, m, lg, terms,
                      static_cast<int64_t>(pairs), f_ms, t_ms, tf_f, tf_fb, peak / 1048576.0);
+      }
       }
     }
   }

@@ -45,6 +45,9 @@ struct Backend {
   // ---- reductions -----------------------------------------------------------------------------
   Tensor (*reduce_dim)(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);
   Tensor (*reduce_all)(ReduceOp op, const Tensor& x);
+  // inclusive prefix sums along dim (reverse: suffix sums), accumulated in the accumulation dtype
+  // (double on the CPU) one element after another
+  Tensor (*cumsum)(const Tensor& x, int64_t dim, bool reverse);
   // sum of x*x over every tensor of the list, accumulated in double (f32 pairs on CUDA), in a
   // fixed order; one host transfer in all.
   double (*sum_squares)(const std::vector<Tensor>& xs);

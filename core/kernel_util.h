@@ -84,6 +84,7 @@ void dispatch_unary(UnaryOp op, F&& f) {
     case K::Relu2: f(std::integral_constant<K, K::Relu2>{}); break;
     case K::Silu: f(std::integral_constant<K, K::Silu>{}); break;
     case K::Gelu: f(std::integral_constant<K, K::Gelu>{}); break;
+    case K::LogSigmoid: f(std::integral_constant<K, K::LogSigmoid>{}); break;
     default: throw NotImplementedError("unary op");
   }
 }

@@ -138,6 +138,8 @@ HZ_HD double pow_(double x, double p) { return ::pow(x, p); }
 template <class T> HZ_HD bool isnan_(T x) { return x != x; }
 
 template <class T> HZ_HD T sigmoid(T x) { return T(1) / (T(1) + exp_(-x)); }
+// log sigmoid(x) = min(x, 0) - log(1 + exp(-|x|)): finite for every finite x (FoX's log forget gate)
+template <class T> HZ_HD T log_sigmoid(T x) { return (x < T(0) ? x : T(0)) - log1p_(exp_(-fabs_(x))); }
 
 // ---- unary ops: f(x) and the derivative f'(x) ----------------------------------------------
 template <UnaryOp OP, class T>
@@ -155,6 +157,7 @@ HZ_HD T unary_f(T x) {
   else if constexpr (OP == UnaryOp::Relu2) return x > T(0) ? x * x : T(0);
   else if constexpr (OP == UnaryOp::Silu) return x * sigmoid(x);
   else if constexpr (OP == UnaryOp::Gelu) return x * normal_cdf(x);
+  else if constexpr (OP == UnaryOp::LogSigmoid) return log_sigmoid(x);
   else return x;
 }
 
@@ -176,7 +179,8 @@ HZ_HD T unary_df(T x) {
     const T cdf = normal_cdf(x);
     const T pdf = exp_(T(-0.5) * x * x) * T(0.39894228040143267794);
     return cdf + x * pdf;
-  } else return T(0);
+  } else if constexpr (OP == UnaryOp::LogSigmoid) return sigmoid(-x);
+  else return T(0);
 }
 
 // ---- binary ops -------------------------------------------------------------------------------

@@ -6,9 +6,9 @@
 namespace hz {
 
 enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Square, Tanh, Sigmoid, Relu, Relu2, Silu, Gelu, Count
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Square, Tanh, Sigmoid, Relu, Relu2, Silu, Gelu, LogSigmoid, Count
 };
-static_assert(static_cast<int>(UnaryOp::Count) == 13, "update unary_op_name, core/math.h and the kernels");
+static_assert(static_cast<int>(UnaryOp::Count) == 14, "update unary_op_name, core/math.h and the kernels");
 
 enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Maximum, Minimum, Count };
 static_assert(static_cast<int>(BinaryOp::Count) == 6, "update binary_op_name, core/math.h and the kernels");

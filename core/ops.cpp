@@ -6,7 +6,8 @@
 namespace hz {
 
 static const char* const kUnaryNames[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "square",
-                                          "tanh", "sigmoid", "relu", "relu2", "silu", "gelu"};
+                                          "tanh", "sigmoid", "relu", "relu2", "silu", "gelu",
+                                          "log_sigmoid"};
 static_assert(sizeof(kUnaryNames) / sizeof(kUnaryNames[0]) == static_cast<size_t>(UnaryOp::Count));
 static const char* const kBinaryNames[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
 static_assert(sizeof(kBinaryNames) / sizeof(kBinaryNames[0]) == static_cast<size_t>(BinaryOp::Count));
@@ -123,6 +124,12 @@ static Tensor reduce_all(ReduceOp op, const Tensor& x) {
   return HZ_BACKEND(x.device(), reduce_all)(op, x);
 }
 Tensor sum_all(const Tensor& x) { return reduce_all(ReduceOp::Sum, x); }
+
+Tensor cumsum(const Tensor& x, int64_t dim, bool reverse) {
+  check_defined(x, "cumsum", "x");
+  check_floating(x, "cumsum");
+  return HZ_BACKEND(x.device(), cumsum)(x, x.normalize_dim(dim), reverse);
+}
 Tensor mean_all(const Tensor& x) { return reduce_all(ReduceOp::Mean, x); }
 Tensor max_all(const Tensor& x) { return reduce_all(ReduceOp::Max, x); }
 

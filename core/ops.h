@@ -74,6 +74,8 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor sum_all(const Tensor& x);   // scalar, accumulated in double
 Tensor mean_all(const Tensor& x);
 Tensor max_all(const Tensor& x);
+// out_k = sum_{m <= k} x_m along dim (reverse: sum_{m >= k}, cumsum's backward)
+Tensor cumsum(const Tensor& x, int64_t dim, bool reverse = false);
 
 // ---- matrix products ----------------------------------------------------------------------
 // C = alpha * op(A) op(B) (+ beta * C_in when c_in is given). A: (..., M, K) or (..., K, M)

@@ -595,6 +595,10 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
     if (s.gate != attn::OutputGate::None)
       why.push_back(at + "gated attention output: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which gates "
                          "the attention output");
+    if (s.sink)
+      why.push_back(at + "attention sinks: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which has a sink logit");
+    if (s.forget)
+      why.push_back(at + "FoX forget gates: no Llama-family architecture decays its logits by a learned gate");
   }
   if (pos_mismatch)
     why.push_back("the RoPE layers use different RoPE settings (base or scaling); these architectures have one "

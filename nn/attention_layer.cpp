@@ -34,6 +34,25 @@ AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec
     if (spec.logit.logn_learnable) logn_c = register_parameter("logn_c", c, Init::constant(spec.logit.logn_c));
     else logn_c = ag::Variable(c);
   }
+  if (spec.sink) sink = register_parameter("sink", Tensor::zeros({H}, dt), Init::constant(0.0));
+  if (spec.forget) {
+    forget_w = register_parameter("forget_w", Tensor::zeros({H, d.d_model}, dt), Init::normal(init_std));
+    forget_b = register_parameter("forget_b", Tensor::zeros({H}, dt), Init::constant(spec.forget_bias));
+  }
+}
+
+attn::AttnTerms AttentionLayer::terms(const ag::Variable& x) const {
+  attn::AttnTerms t;
+  t.logn_c = logn_c;
+  t.sink = sink;
+  if (forget_w.defined()) {  // log f = log sigmoid(x w + b), f32 for bf16 input, (B, T, H) -> (B, H, T)
+    const DType fd = x.dtype() == DType::BF16 ? DType::F32 : x.dtype();
+    const ag::Variable xf = x.dtype() == fd ? x : ag::cast(x, fd);
+    const ag::Variable w = forget_w.dtype() == fd ? forget_w : ag::cast(forget_w, fd);
+    const ag::Variable b = forget_b.dtype() == fd ? forget_b : ag::cast(forget_b, fd);
+    t.forget = ag::contiguous(ag::transpose(ag::log_sigmoid(ag::linear(xf, w, b)), 1, 2));
+  }
+  return t;
 }
 
 void AttentionLayer::move_buffers(Device dev) {
@@ -108,8 +127,10 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
       q = attn::apply_rope(q, positions, f);
       k = attn::apply_rope(k, positions, f);
     }
-    o = attn::context_attention(q, k, v, cfg, *call.context, logn_c);
+    o = attn::context_attention(q, k, v, cfg, *call.context, terms(x));
   } else if (uses_lampe(cfg)) {  // LaMPE rotates per region itself, for the input length l = call.T
+    HZ_CHECK(!spec.sink && !spec.forget, NotImplementedError,
+             "attention: LaMPE remaps RoPE positions per region and does not take sinks or FoX forget gates");
     HZ_CHECK(!cfg.documents, NotImplementedError,
              "attention: LaMPE remaps positions for one input length and cannot score packed documents; "
              "evaluate with data.documents=stream (one document per sequence)");
@@ -126,7 +147,8 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
       q = attn::apply_rope(q, positions, f);
       k = attn::apply_rope(k, positions, f);
     }
-    o = cache ? cache->attend(q, k.value(), v.value(), cfg, logn_c) : attn::fused_attention(q, k, v, cfg, logn_c).out;
+    const attn::AttnTerms tm = terms(x);
+    o = cache ? cache->attend(q, k.value(), v.value(), cfg, tm) : attn::fused_attention(q, k, v, cfg, tm).out;
   }
   ag::Variable y = ag::reshape(ag::transpose(o, 1, 2), {B, T, H * D});
   if (wg) {  // gated attention: y * sigmoid(x W_g), a gate per head (broadcast over D) or per element

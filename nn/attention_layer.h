@@ -2,7 +2,8 @@
 // (bias-free, or with q/k/v biases as Qwen2 has); optional QK-norm (full: RMSNorm over the whole q / k projection with gains of
 // size H*D / Hkv*D, as in DroPE; per_head: RMSNorm over each head's D with a shared gain of D);
 // RoPE / p-RoPE at explicit positions; the fused attention op with this layer's windows, ALiBi
-// slopes and logit transform; output projection wo (a residual projection).
+// slopes and logit transform, sinks and FoX's forget gates; an optional output gate; output
+// projection wo (a residual projection).
 #pragma once
 #include <optional>
 
@@ -73,6 +74,10 @@ class AttentionLayer : public Module {
   std::shared_ptr<Linear> wg;  // gated output (spec.gate): C -> H (head) or H D (element), no bias
   std::shared_ptr<RMSNorm> q_norm, k_norm;
   ag::Variable logn_c;  // (H): a parameter when learnable, else a constant
+  ag::Variable sink;    // (H): the sink logits (spec.sink), initialised to 0
+  ag::Variable forget_w, forget_b;  // FoX (spec.forget): (H, C) ~ normal(init_std), (H) = forget_bias
+  // The op's terms for input x (B, T, C): LogN's c, the sinks, FoX's log f (B, H, T) (f32 for bf16 x).
+  attn::AttnTerms terms(const ag::Variable& x) const;
   // Inference: when set on a causal RoPE layer, attention runs as LaMPE (attention/lampe.h).
   std::optional<attn::LampeConfig> lampe;
 

@@ -46,14 +46,17 @@ LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t co
 
 int64_t LayerKV::bytes() const {
   int64_t n = 0;
-  for (const Band& b : bands_) n += (b.k.numel() + b.v.numel()) * static_cast<int64_t>(dtype_size(b.k.dtype()));
+  for (const Band& b : bands_) {
+    n += (b.k.numel() + b.v.numel()) * static_cast<int64_t>(dtype_size(b.k.dtype()));
+    if (b.f.defined()) n += b.f.numel() * static_cast<int64_t>(dtype_size(b.f.dtype()));
+  }
   return n;
 }
 
 // Appends k, v (1, heads, n, D) of positions first .. first + n - 1 after the buffer's keys; when
 // they do not fit, the last cap - 1 keys move to the front first (all a later query sees besides
 // itself). The caller made sure that n then fits.
-void LayerKV::store(Band& b, const Tensor& k, const Tensor& v, int64_t first) {
+void LayerKV::store(Band& b, const Tensor& k, const Tensor& v, const Tensor& f, int64_t first) {
   const int64_t n = k.size(2);
   HZ_CHECK(b.base + b.len == first, ValueError, "kv cache: keys of position ", first, " after position ",
            b.base + b.len - 1);
@@ -63,18 +66,28 @@ void LayerKV::store(Band& b, const Tensor& k, const Tensor& v, int64_t first) {
       const Tensor ks = b.k.narrow(2, b.len - keep, keep).clone(), vs = b.v.narrow(2, b.len - keep, keep).clone();
       b.k.narrow(2, 0, keep).copy_(ks);
       b.v.narrow(2, 0, keep).copy_(vs);
+      if (f.defined()) {
+        const Tensor fs = b.f.narrow(2, b.len - keep, keep).clone();
+        b.f.narrow(2, 0, keep).copy_(fs);
+      }
     }
     b.base += b.len - keep;
     b.len = keep;
   }
   b.k.narrow(2, b.len, n).copy_(k);
   b.v.narrow(2, b.len, n).copy_(v);
+  if (f.defined()) b.f.narrow(2, b.len, n).copy_(f);
   b.len += n;
 }
 
 ag::Variable LayerKV::attend(const ag::Variable& q, const Tensor& k, const Tensor& v, const attn::AttnConfig& cfg,
-                             const ag::Variable& logn_c) {
+                             const attn::AttnTerms& terms) {
   const int64_t n = k.size(2), p0 = length_;
+  const ag::Variable& logn_c = terms.logn_c;
+  // FoX's log f of the new tokens as (1, H, n, 1), stored beside the keys: the decay between a
+  // kept key and a query sums the log f of the positions between them, all inside the buffer
+  const bool fox = terms.forget.defined();
+  const Tensor fnew = fox ? terms.forget.value().unsqueeze(3) : Tensor();
   HZ_CHECK(k.dim() == 4 && k.size(0) == 1 && k.size(1) == static_cast<int64_t>(cap_.size()), ShapeError,
            "kv cache: keys must be (1, ", cap_.size(), ", n, D), got ", shape_str(k.shape()));
   HZ_CHECK(p0 + n <= context_, ValueError, "kv cache: ", p0 + n, " tokens do not fit the context of ", context_);
@@ -89,15 +102,20 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const Tensor& k, const Tenso
     const Tensor kb = whole ? k : k.narrow(1, b.kv0, nh), vb = whole ? v : v.narrow(1, b.kv0, nh);
     attn::AttnConfig c = whole ? cfg : heads_config(cfg, h0, h1);
     c.block_k = block_k;
-    const ag::Variable cb = logn_c.defined() && !whole ? ag::narrow(logn_c, 0, h0, h1 - h0) : logn_c;
+    attn::AttnTerms tb;
+    tb.logn_c = logn_c.defined() && !whole ? ag::narrow(logn_c, 0, h0, h1 - h0) : logn_c;
+    tb.sink = terms.sink.defined() && !whole ? ag::narrow(terms.sink, 0, h0, h1 - h0) : terms.sink;
+    const Tensor fb = fox ? (whole ? fnew : fnew.narrow(1, h0, h1 - h0)) : Tensor();
+    if (fox && !b.f.defined()) b.f = Tensor::zeros({1, h1 - h0, b.rows, 1}, fnew.dtype(), fnew.device());
     const int64_t kept = b.len + n > b.rows ? std::min(b.len, b.cap - 1) : b.len;  // after a shift
     if (kept + n <= b.rows) {
       // in place: the queries sit at buffer index (position - base), keys beyond len are masked
-      store(b, kb, vb, p0);
+      store(b, kb, vb, fb, p0);
       c.q_offset = p0 - b.base;
       c.key_begin = 0;
       c.key_end = b.len;
-      outs.push_back(attn::fused_attention(qb, ag::Variable(b.k), ag::Variable(b.v), c, cb).out);
+      if (fox) tb.forget = ag::Variable(b.f.squeeze(3));  // rows past len are masked keys
+      outs.push_back(attn::fused_attention(qb, ag::Variable(b.k), ag::Variable(b.v), c, tb).out);
     } else {
       // more new keys than the buffer holds (a long prompt on a window layer): attend over the
       // kept keys and the new ones, then keep the last cap of them
@@ -106,10 +124,17 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const Tensor& k, const Tenso
       const Tensor V = kept > 0 ? ag::cat({ag::Variable(b.v.narrow(2, b.len - kept, kept)), ag::Variable(vb)}, 2).value()
                                 : vb.contiguous();
       c.q_offset = kept;
-      outs.push_back(attn::fused_attention(qb, ag::Variable(K), ag::Variable(V), c, cb).out);
+      Tensor F;
+      if (fox) {
+        F = kept > 0 ? ag::cat({ag::Variable(b.f.narrow(2, b.len - kept, kept)), ag::Variable(fb)}, 2).value()
+                     : fb.contiguous();
+        tb.forget = ag::Variable(F.squeeze(3));
+      }
+      outs.push_back(attn::fused_attention(qb, ag::Variable(K), ag::Variable(V), c, tb).out);
       const int64_t total = kept + n, tail = std::min(b.cap, total);
       b.k.narrow(2, 0, tail).copy_(K.narrow(2, total - tail, tail));
       b.v.narrow(2, 0, tail).copy_(V.narrow(2, total - tail, tail));
+      if (fox) b.f.narrow(2, 0, tail).copy_(F.narrow(2, total - tail, tail));
       b.base = p0 + n - tail;
       b.len = tail;
     }
@@ -130,7 +155,7 @@ std::pair<Tensor, Tensor> LayerKV::append_all(const Tensor& k, const Tensor& v) 
   HZ_CHECK(length_ + n <= context_, ValueError, "kv cache: ", length_ + n, " tokens do not fit the context of ",
            context_);
   Band& b = bands_[0];
-  store(b, k, v, length_);
+  store(b, k, v, Tensor(), length_);
   length_ += n;
   return {b.k.narrow(2, 0, b.len), b.v.narrow(2, 0, b.len)};
 }

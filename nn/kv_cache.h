@@ -46,9 +46,10 @@ class LayerKV {
 
   // q (1, H, n, D), k and v (1, Hkv, n, D) of positions length() .. length() + n - 1: stores the
   // keys and values, then returns the attention of the n queries over every key they can see
-  // (1, H, n, D) with the op's logit transform (logn_c: the layer's LogN c, or undefined).
+  // (1, H, n, D) with the op's logit transform and the layer's terms (LogN's c, sinks; FoX's log
+  // forget gates (1, H, n) of the new tokens, kept beside their keys).
   ag::Variable attend(const ag::Variable& q, const Tensor& k, const Tensor& v, const attn::AttnConfig& cfg,
-                      const ag::Variable& logn_c);
+                      const attn::AttnTerms& terms);
   // LaMPE layers: stores k and v (unrotated), then returns every key and value of the sequence so
   // far (1, Hkv, length(), D), the new ones last.
   std::pair<Tensor, Tensor> append_all(const Tensor& k, const Tensor& v);
@@ -64,8 +65,10 @@ class LayerKV {
     int64_t cap = 0, rows = 0;  // keys needed, rows allocated (S)
     int64_t base = 0, len = 0;  // the buffer holds positions [base, base + len)
     Tensor k, v;                // (1, kv1 - kv0, rows, D)
+    Tensor f;                   // FoX: (1, G (kv1 - kv0), rows, 1) log f of the band's query heads
   };
-  void store(Band& b, const Tensor& k, const Tensor& v, int64_t first);  // k, v of the band's heads
+  // k, v (and FoX's f, or undefined) of the band's heads
+  void store(Band& b, const Tensor& k, const Tensor& v, const Tensor& f, int64_t first);
   std::vector<Band> bands_;
   std::vector<int64_t> cap_;
   int64_t context_ = 0, length_ = 0, G_ = 1;

@@ -62,7 +62,10 @@ std::vector<ContextPlanRow> context_plan(const Recipe& r, const nn::Transformer&
     int64_t most = 0;
     for (int q = 0; q < N; ++q) most = std::max(most, attn::context_rows_sent(cfg, attn::ZigzagLayout(T, N, q)));
     const std::string ex = attn::name(attn::context_exchange(cfg, attn::ZigzagLayout(T, N, 0)));
-    const int64_t bytes = most * per_row;
+    // FoX's log f (B H a row; f32 under bf16) travels with k and v, forward and backward
+    const int64_t fa = r.run.precision == nn::Precision::BF16 ? 4 : static_cast<int64_t>(dtype_size(m.cfg.dtype));
+    const int64_t fox_row = m.layers[l]->attn->spec.forget ? B * m.cfg.n_heads * fa * 2 : 0;
+    const int64_t bytes = most * (per_row + fox_row);
     if (!rows.empty() && rows.back().exchange == ex && rows.back().bytes == bytes) {
       ++rows.back().count;
       rows.back().layers = fmt::format("{}-{}", l + 1 - rows.back().count, l);

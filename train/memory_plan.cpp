@@ -62,6 +62,7 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
     if (s.qk_norm != attn::QKNorm::None) b += N * (H + Hkv) * D * a + N * (H + Hkv) * 4;  // pre-norm q, k and rstd
     if (s.gate != attn::OutputGate::None)  // the gate's logits and sigmoid, the gated output
       b += 2 * N * (s.gate == attn::OutputGate::Head ? H : H * D) * a + N * H * D * a;
+    if (s.forget) b += N * H * a + 3 * N * H * 4;  // FoX: the gate's logits, log f (f32), its transpose, c
     if (ctx > 1) {  // the gathered keys and values (all-gather) or the halos the attention keeps
       const attn::AttnConfig cfg = training_config(r, m, l);
       const attn::ZigzagLayout lay(T, static_cast<int>(ctx), 0);

@@ -20,7 +20,8 @@
 //               input (N C a each, q/k/v N H D a / N Hkv D a), the MLP's N F a x 4 (SwiGLU: both
 //               projections, the gate and the product) or x 2 (ReLU^2, GELU), norms' N x 4,
 //               log-sum-exp N H x 4, a gated output's logits, gates and product (2 N G a + N H D a,
-//               G = H or H D); attention recomputation keeps the block input, the residual,
+//               G = H or H D), FoX's gate logits, log f, its transpose and c (N H a + 3 N H x 4);
+//               attention recomputation keeps the block input, the residual,
 //               the second normed input and the MLP; layer recomputation the block input only.
 //   backward    layers run from the top; while block l runs backward, blocks 0..l still hold
 //               what they keep, with the gradients of the parameters of blocks l+1..L-1 and of the

@@ -126,6 +126,9 @@ void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
                 static_cast<const char* (*)(attn::QKNorm)>(attn::name));
   v.enumeration(p + ".gate", s.gate, arch("gated attention output: none | head | element (o * sigmoid(x W_g) before wo)"),
                 attn::parse_gate, static_cast<const char* (*)(attn::OutputGate)>(attn::name));
+  v(p + ".sink", s.sink, arch("attention sinks: a learned logit per head joins every row's softmax denominator (gpt-oss)"));
+  v(p + ".forget", s.forget, arch("FoX forget gate: logits gain sum_{j<m<=i} log sigmoid(x_m w_h + b_h)"));
+  v(p + ".forget_bias", s.forget_bias, arch("FoX: initial forget-gate bias b_h (0 as in FoX; larger = longer memory at init)"));
 }
 
 template <class V>

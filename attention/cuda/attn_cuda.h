@@ -4,7 +4,8 @@
 //
 // Shapes (contiguous): q/out/gout/dq (B, H, Tq, D), k/v/dk/dv (B, Hkv, Tk, D), lse (B, H, Tq) in the
 // accumulation dtype A (f32, or f64 for f64 inputs), logn_c (H) in A or undefined, dc_rows
-// (B, H, Tq) in A. counters: 3 unsigned 64-bit integers on the device (forward blocks, forward
+// (B, H, Tq) in A; FoX's fox_c (B, H, Tk) in A or undefined, its gradient's two parts dfox_q
+// (B, H, Tq: sum_j dL_ij of row i) and dfox_k (B, H, Tk: -sum_i dL_ij of key j) in A. counters: 3 unsigned 64-bit integers on the device (forward blocks, forward
 // boundary blocks, backward blocks), added to atomically (integers: the order does not matter).
 #pragma once
 #include <cuda_runtime.h>
@@ -19,10 +20,11 @@ using Counter = unsigned long long;
 // ---- reference kernels (attn_reference.cu): any floating dtype, any D <= kRefMaxD -------------
 constexpr int kRefMaxD = 256;
 void ref_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                 Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s);
+                 const Tensor& fox_c, Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s);
 void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, Tensor& dq, Tensor& dk, Tensor& dv,
-                  Tensor* dc_rows, Counter* counters, cudaStream_t s);
+                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, Tensor& dq,
+                  Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Counter* counters,
+                  cudaStream_t s);
 
 // ---- tensor-core kernels (attn_mma.cu): bf16, D 64 or 128 ----------------------------------------
 bool mma_supported(DType dt, int64_t D, int device);  // bf16, D 64/128, an sm_80+ GPU and binary

@@ -70,8 +70,8 @@ __device__ __forceinline__ A neg_inf() {
 template <class T, class A>
 __global__ void __launch_bounds__(kWarps * 32)
     ref_fwd_kernel(const AttnKernelParams P, const T* __restrict__ q, const T* __restrict__ k,
-                   const T* __restrict__ v, const A* __restrict__ c, T* __restrict__ out, A* __restrict__ lse,
-                   Counter* __restrict__ counters) {
+                   const T* __restrict__ v, const A* __restrict__ c, const A* __restrict__ fc, T* __restrict__ out,
+                   A* __restrict__ lse, Counter* __restrict__ counters) {
   extern __shared__ unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   A* qs = reinterpret_cast<A*>(smem_raw) + warp * P.D;  // q_i (D)
@@ -99,9 +99,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     const A r = row_scale<A>(P, c, row_factor<A>(P, b, h, i), h);
     const int64_t pos = P.q_offset + i;
+    const A* fch = fc ? fc + (b * P.H + h) * P.Tk : nullptr;  // FoX: L_ij += c_pos - c_j
+    const A fci = fch ? fch[pos] : A(0);
     auto logit = [&](int64_t j) {
       const LogitCoef<A> cf = logit_coef<A>(P, h, r, pos - j);
-      return cf.mul * (scale * dot_row(qs, kh + j * P.D, P.D)) + cf.add;
+      return cf.mul * (scale * dot_row(qs, kh + j * P.D, P.D)) + cf.add + (fch ? fci - fch[j] : A(0));
     };
     A m = neg_inf<A>();
     for (int64_t j = kr.lo + lane; j <= kr.hi; j += 32) {
@@ -147,8 +149,8 @@ template <class T, class A>
 __global__ void __launch_bounds__(kWarps * 32)
     ref_bwd_dq_kernel(const AttnKernelParams P, const T* __restrict__ q, const T* __restrict__ k,
                       const T* __restrict__ v, const A* __restrict__ lse, const A* __restrict__ Dvec,
-                      const T* __restrict__ gout, const A* __restrict__ c, T* __restrict__ dq,
-                      A* __restrict__ dc_rows) {
+                      const T* __restrict__ gout, const A* __restrict__ c, const A* __restrict__ fc,
+                      T* __restrict__ dq, A* __restrict__ dc_rows, A* __restrict__ dfq) {
   extern __shared__ unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   A* qs = reinterpret_cast<A*>(smem_raw) + warp * 2 * P.D;  // q_i (D)
@@ -169,7 +171,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     const A f = row_factor<A>(P, b, h, i), r = row_scale<A>(P, c, f, h);
     const A li = lse[row], Di = Dvec[row];
     const int64_t pos = P.q_offset + i;
-    A acc[kPer], dcs = A(0);
+    const A* fch = fc ? fc + (b * P.H + h) * P.Tk : nullptr;
+    const A fci = fch ? fch[pos] : A(0);
+    A acc[kPer], dcs = A(0), dfs = A(0);
 #pragma unroll
     for (int u = 0; u < kPer; ++u) acc[u] = A(0);
     for (int64_t jb = kr.lo; jb <= kr.hi; jb += 32) {  // empty rows skip the loop: dq = 0
@@ -178,10 +182,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (j <= kr.hi) {
         const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), pos - j);  // a_t and the additive part
         const A s = scale * dot_row(qs, kh + j * P.D, P.D);
-        const A p = math::exp_(r * cf.mul * s + cf.add - li);
+        const A p = math::exp_(r * cf.mul * s + cf.add + (fch ? fci - fch[j] : A(0)) - li);
         const A ds = p * (dot_row(gs, vh + j * P.D, P.D) - Di);  // dLoss/dL_ij
         gval = ds * r * cf.mul * scale;                           // dLoss/d(q_i . k_j)
         dcs += ds * f * cf.mul * s;                               // dLoss/dc_h (LogN)
+        dfs += ds;                                                // FoX: dLoss/dc_pos, this row's part
       }
       accumulate_rows(acc, gval, kh + jb * P.D, chunk(jb, kr.hi), P.D, lane);
     }
@@ -192,6 +197,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     dcs = warp_sum(dcs);
     if (dc_rows != nullptr && lane == 0) dc_rows[row] = dcs;
+    if (dfq != nullptr) {
+      dfs = warp_sum(dfs);
+      if (lane == 0) dfq[row] = dfs;
+    }
   }
 }
 
@@ -201,8 +210,8 @@ template <class T, class A>
 __global__ void __launch_bounds__(kWarps * 32)
     ref_bwd_dkdv_kernel(const AttnKernelParams P, const T* __restrict__ q, const T* __restrict__ k,
                         const T* __restrict__ v, const A* __restrict__ lse, const A* __restrict__ Dvec,
-                        const T* __restrict__ gout, const A* __restrict__ c, T* __restrict__ dk,
-                        T* __restrict__ dv, Counter* __restrict__ counters) {
+                        const T* __restrict__ gout, const A* __restrict__ c, const A* __restrict__ fc,
+                        T* __restrict__ dk, T* __restrict__ dv, A* __restrict__ dfk, Counter* __restrict__ counters) {
   extern __shared__ unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   A* ks = reinterpret_cast<A*>(smem_raw) + warp * 2 * P.D;  // k_j (D)
@@ -229,6 +238,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       const IndexRange qr = query_range(P, b, h, j);
       const A ch = P.logit == LogitKind::LogN ? c[h] : A(1);
       const int64_t hrow = (b * P.H + h) * P.Tq;
+      const A* fch = fc ? fc + (b * P.H + h) * P.Tk : nullptr;
+      A dfs = A(0);  // FoX: -sum_i dL_ij, key j's part of dLoss/dc_j for this query head
       for (int64_t ib = qr.lo; ib <= qr.hi; ib += 32) {
         const int64_t i = ib + lane;
         A pval = A(0), gval = A(0);
@@ -236,12 +247,18 @@ __global__ void __launch_bounds__(kWarps * 32)
           const A r = row_factor<A>(P, b, h, i) * ch;
           const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), P.q_offset + i - j);
           const A s = scale * dot_row(ks, q + (hrow + i) * P.D, P.D);
-          pval = math::exp_(r * cf.mul * s + cf.add - lse[hrow + i]);
+          const A fox = fch ? fch[P.q_offset + i] - fch[j] : A(0);
+          pval = math::exp_(r * cf.mul * s + cf.add + fox - lse[hrow + i]);
           const A ds = pval * (dot_row(vs, gout + (hrow + i) * P.D, P.D) - Dvec[hrow + i]);
           gval = ds * r * cf.mul * scale;
+          dfs -= ds;
         }
         accumulate_rows(accv, pval, gout + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);  // dV += P^T dO
         accumulate_rows(acck, gval, q + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);     // dK += dS'^T Q
+      }
+      if (dfk != nullptr) {
+        dfs = warp_sum(dfs);
+        if (lane == 0) dfk[(b * P.H + h) * P.Tk + j] = dfs;
       }
     }
 #pragma unroll
@@ -267,7 +284,7 @@ unsigned grid_of(int64_t n) {
 }  // namespace
 
 void ref_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                 Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s) {
+                 const Tensor& fox_c, Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s) {
   check_dim(P);
   const unsigned grid = grid_of(P.B * P.H * num_blocks(P.Tq, P.block_q));
   dispatch_floating(q.dtype(), [&](auto tag) {
@@ -275,34 +292,39 @@ void ref_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, co
     using A = math::acc_t<T>;
     ref_fwd_kernel<T, A><<<grid, kWarps * 32, kWarps * P.D * sizeof(A), s>>>(
         P, ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), logn_c.defined() ? ptr<const A>(logn_c) : nullptr,
-        ptr<T>(out), ptr<A>(lse), counters);
+        fox_c.defined() ? ptr<const A>(fox_c) : nullptr, ptr<T>(out), ptr<A>(lse), counters);
     HZ_CUDA_LAUNCHED("attention reference forward");
   });
 }
 
 void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, Tensor& dq, Tensor& dk, Tensor& dv,
-                  Tensor* dc_rows, Counter* counters, cudaStream_t s) {
+                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, Tensor& dq,
+                  Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Counter* counters,
+                  cudaStream_t s) {
   check_dim(P);
   const int64_t rows = P.B * P.H * P.Tq;
   Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, lse.dtype(), q.device());  // (B, H, Tq)
   if (dc_rows) *dc_rows = Tensor::empty({P.B, P.H, P.Tq}, lse.dtype(), q.device());
+  // FoX: every (b, h, key) gets its sum (keys no query sees: 0)
+  if (dfox_q) *dfox_q = Tensor::empty({P.B, P.H, P.Tq}, lse.dtype(), q.device());
+  if (dfox_k) *dfox_k = Tensor::zeros({P.B, P.H, P.Tk}, lse.dtype(), q.device());
   dispatch_floating(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = math::acc_t<T>;
     const A* c = logn_c.defined() ? ptr<const A>(logn_c) : nullptr;
+    const A* fc = fox_c.defined() ? ptr<const A>(fox_c) : nullptr;
     ref_bwd_dot_kernel<T, A><<<grid_of((rows + 7) / 8), 256, 0, s>>>(rows, P.D, ptr<const T>(out),
                                                                        ptr<const T>(gout), ptr<A>(Dvec));
     HZ_CUDA_LAUNCHED("attention reference backward (dO . O)");
     ref_bwd_dq_kernel<T, A><<<grid_of(P.B * P.H * num_blocks(P.Tq, P.block_q)), kWarps * 32,
                               kWarps * 2 * P.D * sizeof(A), s>>>(
         P, ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const A>(lse), ptr<const A>(Dvec),
-        ptr<const T>(gout), c, ptr<T>(dq), dc_rows ? ptr<A>(*dc_rows) : nullptr);
+        ptr<const T>(gout), c, fc, ptr<T>(dq), dc_rows ? ptr<A>(*dc_rows) : nullptr, dfox_q ? ptr<A>(*dfox_q) : nullptr);
     HZ_CUDA_LAUNCHED("attention reference backward (dQ)");
     ref_bwd_dkdv_kernel<T, A><<<grid_of(P.B * P.Hkv * num_blocks(P.Tk, P.block_k)), kWarps * 32,
                                 kWarps * 2 * P.D * sizeof(A), s>>>(
         P, ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const A>(lse), ptr<const A>(Dvec),
-        ptr<const T>(gout), c, ptr<T>(dk), ptr<T>(dv), counters);
+        ptr<const T>(gout), c, fc, ptr<T>(dk), ptr<T>(dv), dfox_k ? ptr<A>(*dfox_k) : nullptr, counters);
     HZ_CUDA_LAUNCHED("attention reference backward (dK, dV)");
   });
 }

@@ -118,6 +118,7 @@ Backend make_cpu_backend() {
   b.add_inplace = cpu::add_inplace;
   b.axpby = cpu::axpby;
   b.reduce_dim = cpu::reduce_dim;
+  b.cumsum = cpu::cumsum;
   b.reduce_all = cpu::reduce_all;
   b.sum_squares = cpu::sum_squares;
   b.scatter_dim = cpu::scatter_dim;

@@ -23,6 +23,7 @@ Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p);
 void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
 void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
 Tensor reduce_dim(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);
+Tensor cumsum(const Tensor& x, int64_t dim, bool reverse);
 Tensor reduce_all(ReduceOp op, const Tensor& x);
 // Raw row-major GEMM: C (M, N) = alpha op(A) op(B) + beta C, op(X) = X^T when the flag is set.
 // Single-threaded inside an OpenMP parallel region (OpenBLAS's OpenMP build), so fused kernels

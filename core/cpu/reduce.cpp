@@ -55,6 +55,28 @@ Tensor reduce_dim(ReduceOp op, const Tensor& x_in, int64_t dim, bool keepdim, Te
   return out;
 }
 
+Tensor cumsum(const Tensor& x_in, int64_t dim, bool reverse) {
+  const Tensor x = x_in.contiguous();
+  const Around g = around(x.shape(), dim);
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  dispatch_all_float(x.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
+    const T* xp = static_cast<const T*>(x.raw_data());
+    T* op_ = static_cast<T*>(out.raw_data());
+    const int64_t total = g.outer * g.inner;
+#pragma omp parallel for schedule(static) if (total * g.n > 32768)
+    for (int64_t oi = 0; oi < total; ++oi) {
+      const int64_t o = oi / g.inner, i = oi % g.inner, base = o * g.n * g.inner + i;
+      double acc = 0.0;
+      for (int64_t s = 0; s < g.n; ++s) {
+        const int64_t k = base + (reverse ? g.n - 1 - s : s) * g.inner;
+        acc += load(xp[k]);
+        op_[k] = store<T>(acc);
+      }
+    }
+  });
+  return out;
+}
+
 Tensor reduce_all(ReduceOp op, const Tensor& x_in) {
   const Tensor x = x_in.contiguous();
   const int64_t n = x.numel();

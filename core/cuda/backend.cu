@@ -20,6 +20,7 @@ Backend make_table() {
   b.add_inplace = add_inplace;
   b.axpby = axpby;
   b.reduce_dim = reduce_dim;
+  b.cumsum = cumsum;
   b.reduce_all = reduce_all;
   b.sum_squares = sum_squares;
   b.scatter_dim = scatter_dim;

@@ -20,6 +20,7 @@ void axpby(Tensor& x, const Tensor& y, double alpha, double beta);
 
 // reduce.cu
 Tensor reduce_dim(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);
+Tensor cumsum(const Tensor& x, int64_t dim, bool reverse);
 Tensor reduce_all(ReduceOp op, const Tensor& x);
 double sum_squares(const std::vector<Tensor>& xs);
 Tensor scatter_dim(const Tensor& src, const Tensor& index, int64_t dim, const Shape& out_shape);

@@ -95,6 +95,25 @@ __global__ void reduce_cols_kernel(const T* __restrict__ x, T* __restrict__ out,
   }
 }
 
+// One thread per (outer, inner) line scans its n elements in order (deterministic; the lines are
+// B x H rows of at most a sequence, FoX's forget-gate prefix sums).
+template <class T>
+__global__ void cumsum_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t outer, int64_t n, int64_t inner,
+                              bool reverse) {
+  using A = math::acc_t<T>;
+  const int64_t total = outer * inner;
+  for (int64_t oi = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; oi < total;
+       oi += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = oi / inner, i = oi % inner, base = o * n * inner + i;
+    A acc = A(0);
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t k = base + (reverse ? n - 1 - s : s) * inner;
+      acc += load(x[k]);
+      out[k] = store<T>(acc);
+    }
+  }
+}
+
 // ---- all elements: fixed chunks per block, then one block over the partials -------------------
 constexpr int kMaxPartials = 1024;
 
@@ -199,6 +218,23 @@ Tensor reduce_dim(ReduceOp op, const Tensor& x_in, int64_t dim, bool keepdim, Te
       reduce_cols_kernel<T><<<blocks_for(total), kThreads, 0, stream(dev)>>>(ptr<const T>(x), ptr<T>(out), ap, g.outer,
                                                                              g.n, g.inner, static_cast<int>(op));
     HZ_CUDA_LAUNCHED("reduce_dim");
+  });
+  return out;
+}
+
+Tensor cumsum(const Tensor& x_in, int64_t dim, bool reverse) {
+  const Tensor x = x_in.contiguous();
+  const Around g = around(x.shape(), dim);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const int64_t total = g.outer * g.inner;
+  if (total == 0 || g.n == 0) return out;
+  const int dev = x.device().index;
+  use_device(dev);
+  dispatch_floating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cumsum_kernel<T><<<blocks_for(total), kThreads, 0, stream(dev)>>>(ptr<const T>(x), ptr<T>(out), g.outer, g.n,
+                                                                      g.inner, reverse);
+    HZ_CUDA_LAUNCHED("cumsum");
   });
   return out;
 }

@@ -144,7 +144,7 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
       kr = apply_rope(k, Tensor::arange(0, p.Tk), f);
     }
   }
-  const AttnOutput o = fused_attention(qr, kr, v, cfg, p.logit == LogitKind::LogN ? c : ag::Variable());
+  const AttnOutput o = fused_attention(qr, kr, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable()});
   o.out.backward(Tensor::from_vector(in.g, {p.B, p.H, p.Tq, p.D}, dt).to(dev));
   Result r;
   r.out = o.out.value().to_vector();

@@ -68,7 +68,7 @@ ag::Variable run(const Combo& c, const std::vector<ag::Variable>& x, bool fused)
     k = apply_rope(k, cfg.documents->positions(Device::cpu()), f);
   }
   const ag::Variable lc = c.logit == LogitKind::LogN ? x[3] : ag::Variable();
-  return fused ? fused_attention(q, k, v, cfg, lc).out : reference_attention(q, k, v, cfg, lc);
+  return fused ? fused_attention(q, k, v, cfg, {lc}).out : reference_attention(q, k, v, cfg, {lc});
 }
 
 std::vector<Tensor> inputs(const Combo& c, uint64_t seed) {
@@ -170,7 +170,7 @@ TEST_P(PackedAttention, EqualsEachDocumentRunAlone) {
       q = apply_rope(q, Tensor::arange(0, L), f);
       k = apply_rope(k, Tensor::arange(0, L), f);
     }
-    ag::Variable o = fused_attention(q, k, x[2], cfg, c.logit == LogitKind::LogN ? x[3] : ag::Variable()).out;
+    ag::Variable o = fused_attention(q, k, x[2], cfg, {c.logit == LogitKind::LogN ? x[3] : ag::Variable()}).out;
     o.backward(cut(gout));
     const std::vector<double> oa = o.value().to_vector();
     for (int64_t h = 0; h < kH; ++h)

@@ -23,12 +23,14 @@ struct Combo {
   PosKind pos;
   LogitKind logit;
   int64_t Tq = 11, Tk = 11;
+  bool sink = false, fox = false;  // attention sinks, FoX forget gates
 };
 
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
   const Combo& c = info.param;
   return std::string(name(c.mask)) + "_" + name(c.pos) + "_" + name(c.logit) +
-         (c.Tq != c.Tk ? "_Tq" + std::to_string(c.Tq) + "_Tk" + std::to_string(c.Tk) : "");
+         (c.Tq != c.Tk ? "_Tq" + std::to_string(c.Tq) + "_Tk" + std::to_string(c.Tk) : "") + (c.sink ? "_sink" : "") +
+         (c.fox ? "_fox" : "");
 }
 
 constexpr int64_t kB = 1, kH = 4, kHkv = 2, kD = 6;
@@ -52,7 +54,7 @@ AttnConfig config_of(const AttentionSpec& s, int64_t Tk) {
   return cfg;
 }
 
-// inputs: q, k, v (and c for logn). Rotary encodings are applied to q/k before attention, at
+// inputs: q, k, v (then c for logn, the sinks (H), FoX's log f (B, H, Tk)). Rotary encodings are applied to q/k before attention, at
 // positions offset so that queries are the last Tq positions.
 ag::Variable run(const Combo& c, const std::vector<ag::Variable>& x, bool fused) {
   const AttentionSpec s = spec_of(c);
@@ -66,8 +68,12 @@ ag::Variable run(const Combo& c, const std::vector<ag::Variable>& x, bool fused)
     q = apply_rope(q, Tensor::arange(c.Tk - c.Tq, c.Tk), f);
     k = apply_rope(k, Tensor::arange(0, c.Tk), f);
   }
-  const ag::Variable lc = c.logit == LogitKind::LogN ? x[3] : ag::Variable();
-  return fused ? fused_attention(q, k, v, cfg, lc).out : reference_attention(q, k, v, cfg, lc);
+  AttnTerms t;
+  size_t i = 3;
+  if (c.logit == LogitKind::LogN) t.logn_c = x[i++];
+  if (c.sink) t.sink = x[i++];
+  if (c.fox) t.forget = x[i++];
+  return fused ? fused_attention(q, k, v, cfg, t).out : reference_attention(q, k, v, cfg, t);
 }
 
 std::vector<Tensor> inputs(const Combo& c, DType dt, uint64_t seed) {
@@ -75,6 +81,8 @@ std::vector<Tensor> inputs(const Combo& c, DType dt, uint64_t seed) {
   std::vector<Tensor> t{g.normal({kB, kH, c.Tq, kD}, 0, 1, dt), g.normal({kB, kHkv, c.Tk, kD}, 0, 1, dt),
                         g.normal({kB, kHkv, c.Tk, kD}, 0, 1, dt)};
   if (c.logit == LogitKind::LogN) t.push_back(g.uniform({kH}, 0.5, 1.5, dt));
+  if (c.sink) t.push_back(g.normal({kH}, 0, 1, dt));
+  if (c.fox) t.push_back(g.uniform({kB, kH, c.Tk}, -1.0, 0.0, dt));  // log f <= 0
   return t;
 }
 
@@ -121,6 +129,16 @@ std::vector<Combo> combos() {
   v.push_back({MaskKind::Causal, PosKind::Rope, LogitKind::Identity, 5, 13});
   v.push_back({MaskKind::Window, PosKind::Alibi, LogitKind::ScaleInvariant, 7, 12});
   v.push_back({MaskKind::Scope, PosKind::None, LogitKind::LogN, 1, 9});
+  // sinks and FoX, alone and together, over masks, encodings and transforms, and Tq != Tk
+  for (MaskKind m : {MaskKind::Causal, MaskKind::Window, MaskKind::Scope})
+    for (const auto& [sink, fox] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+      v.push_back({m, PosKind::None, LogitKind::Identity, 11, 11, sink, fox});
+      v.push_back({m, PosKind::Rope, LogitKind::LogN, 11, 11, sink, fox});
+    }
+  v.push_back({MaskKind::Window, PosKind::Alibi, LogitKind::ScaleInvariant, 11, 11, true, true});
+  v.push_back({MaskKind::Causal, PosKind::PRope, LogitKind::SwanRow, 11, 11, true, true});
+  v.push_back({MaskKind::Causal, PosKind::Rope, LogitKind::Temperature, 5, 13, true, true});
+  v.push_back({MaskKind::Scope, PosKind::None, LogitKind::Identity, 3, 9, false, true});
   return v;
 }
 
@@ -194,8 +212,8 @@ TEST(FusedAttentionEdge, LearnedLogNGradientSumsOverTheBatch) {
                v = g.normal({2, 3, 9, 4}, 0, 1, DType::F64), c = g.uniform({3}, 0.5, 1.5, DType::F64);
   ag::Variable cf(c.clone(), true), cr(c.clone(), true);
   const Tensor gout = g.normal({2, 3, 9, 4}, 0, 1, DType::F64);
-  fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(v), cfg, cf).out.backward(gout);
-  reference_attention(ag::Variable(q), ag::Variable(k), ag::Variable(v), cfg, cr).backward(gout);
+  fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(v), cfg, {cf}).out.backward(gout);
+  reference_attention(ag::Variable(q), ag::Variable(k), ag::Variable(v), cfg, {cr}).backward(gout);
   const auto a = cf.grad().to_vector(), b = cr.grad().to_vector();
   for (size_t h = 0; h < 3; ++h) EXPECT_NEAR(a[h], b[h], 1e-11) << "head " << h;
 }
@@ -215,7 +233,7 @@ TEST(FusedAttentionBf16, CpuComputesInF32AndRoundsOnce) {
   const Tensor gout = g.normal({1, 4, 21, 8}).to(DType::BF16);
   ag::Variable qb(q, true), kb(k, true), vb(v, true), cb(c.clone(), true);
   ag::Variable qf(q.to(DType::F32), true), kf(k.to(DType::F32), true), vf(v.to(DType::F32), true), cf(c.clone(), true);
-  const AttnOutput ob = fused_attention(qb, kb, vb, cfg, cb), of = fused_attention(qf, kf, vf, cfg, cf);
+  const AttnOutput ob = fused_attention(qb, kb, vb, cfg, {cb}), of = fused_attention(qf, kf, vf, cfg, {cf});
   EXPECT_EQ(ob.out.dtype(), DType::BF16);
   EXPECT_EQ(ob.lse.dtype(), DType::F32);
   EXPECT_EQ(ob.out.value().to_vector(), of.out.value().to(DType::BF16).to_vector());

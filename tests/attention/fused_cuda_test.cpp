@@ -120,7 +120,7 @@ TEST(FusedCuda, VisitedBlocksEqualTheCpuOpsAtTheSameTiles) {
             v(g.normal({p.B, p.Hkv, p.Tk, p.D}, 0, 1, DType::BF16, dev), true);
         ag::Variable lc(Tensor::ones({p.H}, DType::F32, dev));
         reset_attn_stats();
-        const AttnOutput o = fused_attention(q, k, v, c, p.logit == LogitKind::LogN ? lc : ag::Variable());
+        const AttnOutput o = fused_attention(q, k, v, c, {p.logit == LogitKind::LogN ? lc : ag::Variable()});
         if (backward) ag::sum_all(o.out).backward();
         return attn_stats();
       };
@@ -150,6 +150,64 @@ TEST(FusedCuda, BackwardIsBitwiseDeterministic) {
     EXPECT_EQ(a.dv, b.dv);
     EXPECT_EQ(a.dc, b.dc);
   }
+}
+
+// Sinks (composed around the kernels) and FoX's forget gates (in the reference kernels) on CUDA
+// against the CPU kernel in float64, with GQA, windows, SCOPE scopes, LogN and Tq != Tk; FoX with
+// the tensor-core kernels asked for explicitly is refused, Auto takes the reference kernels.
+TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
+  HZT_NEED_GPU();
+  struct C {
+    std::vector<int64_t> window;
+    LogitKind logit;
+    int64_t Tq, Tk;
+    bool sink, fox;
+  };
+  const std::vector<C> cases = {{{0, 0, 0, 0}, LogitKind::Identity, 37, 37, true, false},
+                                {{0, 0, 0, 0}, LogitKind::Identity, 37, 37, false, true},
+                                {{3, 7, 20, 0}, LogitKind::LogN, 37, 37, true, true},
+                                {{9, 9, 9, 9}, LogitKind::ScaleInvariant, 13, 40, true, true}};
+  const int64_t B = 2, H = 4, Hkv = 2, D = 16;
+  for (const C& c : cases) {
+    SCOPED_TRACE(std::string(c.sink ? "sink " : "") + (c.fox ? "fox " : "") + name(c.logit));
+    AttnConfig cfg;
+    cfg.window = c.window;
+    cfg.logit = c.logit;
+    cfg.block_q = cfg.block_k = 8;
+    Generator g(61);
+    const Tensor q = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64),
+                 v = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64), gout = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64),
+                 z = g.normal({H}, 0, 1, DType::F64), f = g.uniform({B, H, c.Tk}, -1.0, 0.0, DType::F64),
+                 lc = g.uniform({H}, 0.5, 1.5, DType::F64);
+    auto run = [&](Device dev) {
+      std::vector<ag::Variable> x{ag::Variable(q.to(dev), true), ag::Variable(k.to(dev), true),
+                                  ag::Variable(v.to(dev), true), ag::Variable(z.to(dev), true),
+                                  ag::Variable(f.to(dev), true)};
+      AttnTerms t;
+      t.logn_c = c.logit == LogitKind::LogN ? ag::Variable(lc.to(dev)) : ag::Variable();
+      if (c.sink) t.sink = x[3];
+      if (c.fox) t.forget = x[4];
+      const ag::Variable o = fused_attention(x[0], x[1], x[2], cfg, t).out;
+      o.backward(gout.to(dev));
+      std::vector<std::vector<double>> r{o.value().to_vector()};
+      for (size_t i = 0; i < x.size(); ++i)
+        if (i < 3 || (i == 3 && c.sink) || (i == 4 && c.fox)) r.push_back(x[i].grad().to_vector());
+      return r;
+    };
+    const auto cpu = run(Device::cpu()), gpu = run(Device::cuda(0));
+    ASSERT_EQ(cpu.size(), gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i)
+      for (size_t e = 0; e < cpu[i].size(); ++e) ASSERT_NEAR(gpu[i][e], cpu[i][e], 1e-11) << "tensor " << i << " elem " << e;
+  }
+  AttnConfig tc;
+  tc.impl = AttnImpl::TensorCore;
+  const ag::Variable q(Tensor::zeros({1, 2, 8, 64}, DType::BF16, Device::cuda(0))),
+      k(Tensor::zeros({1, 2, 8, 64}, DType::BF16, Device::cuda(0))),
+      f(Tensor::zeros({1, 2, 8}, DType::F32, Device::cuda(0)));
+  AttnTerms t;
+  t.forget = f;
+  EXPECT_THROW(fused_attention(q, k, k, tc, t), NotImplementedError);
+  EXPECT_NO_THROW(fused_attention(q, k, k, AttnConfig{}, t));
 }
 
 TEST(FusedCuda, ImplementationSwitch) {

@@ -105,7 +105,7 @@ AttnStats cpu_counts(const Problem& p, const AttnTiles& tiles) {
     ag::Variable q(g.normal({p.B, p.H, p.Tq, 8}), true), k(g.normal({p.B, p.Hkv, p.Tk, 8}), true),
         v(g.normal({p.B, p.Hkv, p.Tk, 8}), true), c(Tensor::ones({p.H}));
     reset_attn_stats();
-    const AttnOutput o = fused_attention(q, k, v, cfg, p.logit == LogitKind::LogN ? c : ag::Variable());
+    const AttnOutput o = fused_attention(q, k, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable()});
     ag::sum_all(o.out).backward();
     const AttnStats x = attn_stats();
     if (fwd) {

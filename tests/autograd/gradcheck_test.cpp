@@ -108,6 +108,8 @@ std::vector<Case> cases() {
       v.push_back({"mean_dim" + s, {{3, 4, 5}}, [d, keep](const std::vector<Variable>& x) { return mean(x[0], d, keep); }});
       v.push_back({"max_dim" + s, {{3, 4, 5}}, [d, keep](const std::vector<Variable>& x) { return max(x[0], d, keep); }});
     }
+    v.push_back({"cumsum_dim" + std::to_string(d), {{3, 4, 5}},
+                 [d](const std::vector<Variable>& x) { return cumsum(x[0], d); }});
   }
   v.push_back({"sum_all", {{3, 5}}, [](const std::vector<Variable>& x) { return sum_all(x[0]); }});
   v.push_back({"mean_all", {{3, 5}}, [](const std::vector<Variable>& x) { return mean_all(x[0]); }});

@@ -68,6 +68,7 @@ double ref_unary(UnaryOp op, double x) {
     case UnaryOp::Relu2: return x > 0 ? x * x : 0.0;
     case UnaryOp::Silu: return x / (1.0 + std::exp(-x));
     case UnaryOp::Gelu: return 0.5 * x * std::erfc(-x / kSqrt2);  // exact (erf) GELU
+    case UnaryOp::LogSigmoid: return -std::log1p(std::exp(-x));
     default: ADD_FAILURE() << "unknown op"; return 0;
   }
 }
@@ -90,6 +91,7 @@ double ref_unary_deriv(UnaryOp op, double x) {
       return 1.0 / (1 + e) + x * e / ((1 + e) * (1 + e));
     }
     case UnaryOp::Gelu: return 0.5 * std::erfc(-x / kSqrt2) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * kPi);
+    case UnaryOp::LogSigmoid: return 1.0 / (1.0 + std::exp(x));
     default: ADD_FAILURE() << "unknown op"; return 0;
   }
 }
@@ -588,6 +590,67 @@ TEST_P(ReduceAllTest, MatchesReference) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Ops, ReduceAllTest, ::testing::ValuesIn(hzt::on_devices(reduce_all_cases())), CaseName());
+
+// Prefix sums along a dim (FoX's c = cumsum(log f)), forward and reverse (cumsum's backward),
+// every layout and dtype, on each device.
+struct CumsumCase {
+  Shape shape;
+  int64_t dim;
+  bool reverse;
+  DType dtype;
+  Layout layout;
+  hz::Device dev = hz::Device::cpu();
+  std::string tag() const {
+    return "cumsum_" + shape_tag(shape) + "_d" + (dim < 0 ? "m" + std::to_string(-dim) : std::to_string(dim)) +
+           (reverse ? "_rev" : "") + "_" + dt_tag(dtype) + "_" + hzt::layout_name(layout);
+  }
+};
+void PrintTo(const CumsumCase& c, std::ostream* os) { *os << c.tag(); }
+
+std::vector<CumsumCase> cumsum_cases() {
+  const Shape shapes[] = {{17}, {3, 65}, {2, 4, 300}, {4, 17, 3}, {1, 1}};
+  const Layout layouts[] = {Layout::Contig, Layout::Transposed, Layout::Sliced, Layout::Padded};
+  std::vector<CumsumCase> v;
+  int k = 0;
+  for (const Shape& s : shapes)
+    for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
+      for (bool rev : {false, true}) {
+        const int64_t dim = k % 3 == 2 ? d - static_cast<int64_t>(s.size()) : d;
+        const DType dt = k % 5 == 4 ? DType::BF16 : k % 2 ? DType::F64 : DType::F32;
+        v.push_back({s, dim, rev, dt, layouts[k % 4]});
+        ++k;
+      }
+  return v;
+}
+
+class CumsumTest : public ::testing::TestWithParam<CumsumCase> {};
+TEST_P(CumsumTest, MatchesReference) {
+  const CumsumCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
+  const int64_t nd = static_cast<int64_t>(c.shape.size());
+  const int64_t dim = c.dim < 0 ? c.dim + nd : c.dim;
+  const std::vector<double> x = rand_values(numel_of(c.shape), 83, -1.0, 0.2, c.dtype);
+  Tensor xt = make_tensor(x, c.shape, c.dtype, c.layout);
+  const hzt::Around g = hzt::around_dim(c.shape, dim);
+  std::vector<double> want(x.size()), mag(x.size());
+  for (int64_t o = 0; o < g.outer; ++o)
+    for (int64_t i = 0; i < g.inner; ++i) {
+      double acc = 0, m = 0;
+      for (int64_t s = 0; s < g.n; ++s) {
+        const int64_t k = c.reverse ? g.n - 1 - s : s, at = (o * g.n + k) * g.inner + i;
+        acc += x[at];
+        m += std::fabs(x[at]);
+        want[at] = acc;
+        mag[at] = m;
+      }
+    }
+  const Tensor r = hz::ops::cumsum(xt, c.dim, c.reverse);
+  EXPECT_EQ(r.shape(), c.shape);
+  EXPECT_EQ(r.dtype(), c.dtype);
+  const Tol t = tol_for(c.dtype);
+  EXPECT_TRUE(all_close(r, want, t.rtol, t.atol, &mag));
+}
+INSTANTIATE_TEST_SUITE_P(Ops, CumsumTest, ::testing::ValuesIn(hzt::on_devices(cumsum_cases())), CaseName());
 
 TEST(ReduceErrors, EmptyAndDims) {
   EXPECT_THROW(hz::ops::max(Tensor::zeros({3, 0}), 1), hz::ShapeError);

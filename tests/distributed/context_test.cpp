@@ -57,6 +57,7 @@ struct Case {
   bool documents = false;
   attn::ContextExchange expect_at_2 = attn::ContextExchange::AllGather;  // the path at N = 2
   bool position_reset = true;  // with documents
+  bool sink = false, fox = false;  // attention sinks, FoX forget gates
 };
 
 }  // namespace
@@ -122,6 +123,10 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       {"documents swa without reset", {4, 6, 2, 6}, LK::SwanRow, false, 2, 40, true, EX::Halo, false},
       {"documents temperature swa", {6, 6, 6, 6}, LK::Temperature, false, 4, 40, true, EX::Halo},
       {"documents logn swa, T 37", {4, 4, 4, 4}, LK::LogN, false, 4, 37, true, EX::Halo},
+      // sinks need nothing from other ranks; FoX's log f travels with k and v
+      {"sinks and fox causal", {0, 0, 0, 0}, LK::Identity, false, 2, 40, false, EX::AllGather, true, true, true},
+      {"fox swa", {6, 6, 6, 6}, LK::Identity, false, 4, 40, false, EX::Halo, true, false, true},
+      {"sinks and fox scope, documents", {2, 3, 5, 6}, LK::LogN, false, 4, 37, true, EX::Halo, true, true, true},
   };
   auto group = context_group(world());
   for (const Case& c : cases) {
@@ -149,16 +154,19 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     const Tensor q = g.normal({B, H, T, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, T, D}, 0, 1, DType::F64),
                  v = g.normal({B, Hkv, T, D}, 0, 1, DType::F64), gout = g.normal({B, H, T, D}, 0, 1, DType::F64);
     const Tensor c0 = Tensor::from_vector({0.7, 0.9, 1.1, 1.3}, {H}, DType::F64);
+    const Tensor z0 = g.normal({H}, 0, 1, DType::F64), f0 = g.uniform({B, H, T}, -1.0, 0.0, DType::F64);
     // the whole sequence on one rank
-    ag::Variable qf(q, true), kf(k, true), vf(v, true), cf(c0, true);
-    const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg, cf).out;
+    ag::Variable qf(q, true), kf(k, true), vf(v, true), cf(c0, true), zf(z0, true), ff(f0, true);
+    attn::AttnTerms tf{cf, c.sink ? zf : ag::Variable(), c.fox ? ff : ag::Variable()};
+    const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg, tf).out;
     of.backward(gout);
     // this rank's share
     const attn::ZigzagLayout& L = cp.layout;
     ag::Variable ql(attn::local_rows(q, 2, L), true), kl(attn::local_rows(k, 2, L), true),
-        vl(attn::local_rows(v, 2, L), true), cl(c0, true);
+        vl(attn::local_rows(v, 2, L), true), cl(c0, true), zl(z0, true), fl(attn::local_rows(f0, 2, L), true);
     group->bytes_sent = 0;
-    const ag::Variable ol = attn::context_attention(ql, kl, vl, cfg, cp, cl);
+    attn::AttnTerms tl{cl, c.sink ? zl : ag::Variable(), c.fox ? fl : ag::Variable()};
+    const ag::Variable ol = attn::context_attention(ql, kl, vl, cfg, cp, tl);
     ol.backward(attn::local_rows(gout, 2, L));
     EXPECT_LE(max_diff(ol.value(), attn::local_rows(of.value(), 2, L)), 1e-12);
     EXPECT_LE(max_diff(ql.grad(), attn::local_rows(qf.grad(), 2, L)), 1e-11);
@@ -169,8 +177,16 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       world().all_reduce(dc, dist::ReduceOp::Sum);
       EXPECT_LE(max_diff(dc, cf.grad()), 1e-10);
     }
+    if (c.sink) {  // likewise the sinks'
+      Tensor dz = zl.grad().clone();
+      world().all_reduce(dz, dist::ReduceOp::Sum);
+      EXPECT_LE(max_diff(dz, zf.grad()), 1e-10);
+    }
+    if (c.fox) {
+      EXPECT_LE(max_diff(fl.grad(), attn::local_rows(ff.grad(), 2, L)), 1e-10);
+    }
     // the bytes: a halo layer sends at most (W - 1) / chunk of what the all-gather sends
-    const int64_t row = B * Hkv * D * 8;
+    const int64_t row = B * Hkv * D * 8 + (c.fox ? B * H * 8 / 2 : 0);  // FoX: log f (B H) beside k and v
     const int64_t gather = 2 * 2 * (N - 1) * L.max_local_len() * row;  // k and v, forward and backward
     const int64_t sent = group->bytes_sent;
     const auto most = world().all_gather(sent);

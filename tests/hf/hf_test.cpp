@@ -339,6 +339,8 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.logit.kind = hz::attn::LogitKind::ScaleInvariant; }), "scale_invariant logits"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.qk_norm = hz::attn::QKNorm::Full; }), "whole-projection QK-norm"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.gate = hz::attn::OutputGate::Head; }), "gated attention output"));
+  EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.sink = true; }), "attention sinks"));
+  EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.forget = true; }), "FoX forget gates"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::Alibi; }), "ALiBi"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::PRope; }), "p-RoPE"));
   EXPECT_TRUE(has(refusal([](C& c) { c.mlp = hz::nn::MlpKind::ReLU2; }), "MLP relu2"));

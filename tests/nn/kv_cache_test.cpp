@@ -118,6 +118,17 @@ TEST(KVCache, GatedOutputPerHeadAndPerElement) {
   check_case({"gated", {h, e}, 2});
 }
 
+TEST(KVCache, SinksAndForgetGates) {  // FoX's log f shifts with the keys of a window layer's ring
+  attn::AttentionSpec g = nope(), w = rope();
+  g.sink = true;
+  g.forget = true;
+  w.forget = true;
+  w.sink = true;
+  w.mask.kind = attn::MaskKind::Window;
+  w.mask.window = 4;
+  check_case({"sinks_fox", {g, w}, 2});
+}
+
 TEST(KVCache, SlidingWindowRingWraps) {
   attn::AttentionSpec s = rope();
   s.mask.kind = attn::MaskKind::Window;

@@ -230,6 +230,19 @@ std::vector<ModelCase> model_cases() {
   gt.pattern = {"gated_head", "gated_element"};
   gt.n_kv_heads = 1;
   v.push_back({"gated_output_gqa", gt});
+
+  ModelConfig sf = tiny();  // sinks and FoX: NoPE + both on a global layer, RoPE + FoX on SWA, GQA
+  attn::AttentionSpec fg;
+  fg.pos.kind = attn::PosKind::None;
+  fg.sink = true;
+  fg.forget = true;
+  fg.forget_bias = 1.0;
+  attn::AttentionSpec fw = swa_rope(3);
+  fw.forget = true;
+  sf.kinds = {{"fox_sink", fg}, {"fox_swa", fw}};
+  sf.pattern = {"fox_sink", "fox_swa"};
+  sf.n_kv_heads = 1;
+  v.push_back({"sinks_fox_gqa", sf});
   return v;
 }
 }  // namespace
@@ -321,4 +334,79 @@ TEST(GatedAttention, LayerEqualsPlainLoops) {
     }
     EXPECT_GT(scale, 0.1);  // the weights are initialised: a zero layer would pass anything
   }
+}
+
+// Sinks and FoX against an independent float64 implementation: plain loops over the layer's own
+// weights (projections, a sliding window, the forget gates f_t = sigmoid(x_t . w_h + b_h) and
+// their decay sum_{j < m <= i} log f_m, a sink logit in each row's denominator), no fused op and
+// no autograd.
+TEST(SinksAndForgetGates, LayerEqualsPlainLoops) {
+  for (const bool sink : {false, true})
+    for (const bool fox : {false, true}) {
+      if (!sink && !fox) continue;
+      SCOPED_TRACE(std::string(sink ? "sink " : "") + (fox ? "fox" : ""));
+      const int64_t C = 8, H = 2, Hkv = 1, D = 4, T = 9, W = 5;
+      attn::AttentionSpec spec;
+      spec.pos.kind = attn::PosKind::None;
+      spec.mask.kind = attn::MaskKind::Window;
+      spec.mask.window = W;
+      spec.sink = sink;
+      spec.forget = fox;
+      spec.forget_bias = 0.5;
+      AttentionLayer layer({C, H, Hkv, D, false}, spec, 0.5, 0.5, DType::F64);
+      layer.init_parameters(13);
+      if (sink) layer.sink.value().copy_(Tensor::from_vector({0.8, -0.4}, {H}, DType::F64));  // not the init 0
+      Generator g(7);
+      const Tensor x = g.normal({1, T, C}, 0, 1, DType::F64);
+      AttnCall call;
+      call.T = T;
+      const std::vector<double> got =
+          layer.forward(ag::Variable(x), Tensor::arange(0, T, 1, DType::I64), call).value().to_vector();
+      auto W_ = [](const std::shared_ptr<Linear>& l) { return l->weight.value().to_vector(); };  // (out, in)
+      const std::vector<double> X = x.to_vector(), wq = W_(layer.wq), wk = W_(layer.wk), wv = W_(layer.wv),
+                                wo = W_(layer.wo);
+      const std::vector<double> z = sink ? layer.sink.value().to_vector() : std::vector<double>{};
+      const std::vector<double> fw = fox ? layer.forget_w.value().to_vector() : std::vector<double>{},
+                                fb = fox ? layer.forget_b.value().to_vector() : std::vector<double>{};
+      auto proj = [&](const std::vector<double>& w, int64_t t, int64_t o) {
+        double acc = 0;
+        for (int64_t c = 0; c < C; ++c) acc += w[o * C + c] * X[t * C + c];
+        return acc;
+      };
+      auto log_f = [&](int64_t h, int64_t t) {
+        double a = fb[h];
+        for (int64_t c = 0; c < C; ++c) a += fw[h * C + c] * X[t * C + c];
+        return std::log(1.0 / (1.0 + std::exp(-a)));
+      };
+      std::vector<double> y(T * H * D, 0.0), want(T * C, 0.0);
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < T; ++i) {
+          const int64_t j0 = std::max<int64_t>(0, i - W + 1);
+          std::vector<double> s(i + 1, 0.0);
+          double mx = sink ? z[h] : -1e300;
+          for (int64_t j = j0; j <= i; ++j) {
+            for (int64_t d = 0; d < D; ++d) s[j] += proj(wq, i, h * D + d) * proj(wk, j, d) / std::sqrt(double(D));
+            if (fox)
+              for (int64_t m = j + 1; m <= i; ++m) s[j] += log_f(h, m);
+            mx = std::max(mx, s[j]);
+          }
+          double den = sink ? std::exp(z[h] - mx) : 0.0;
+          for (int64_t j = j0; j <= i; ++j) den += (s[j] = std::exp(s[j] - mx));
+          for (int64_t d = 0; d < D; ++d) {
+            double acc = 0;
+            for (int64_t j = j0; j <= i; ++j) acc += s[j] / den * proj(wv, j, d);
+            y[i * H * D + h * D + d] = acc;
+          }
+        }
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t o = 0; o < C; ++o)
+          for (int64_t e = 0; e < H * D; ++e) want[i * C + o] += wo[o * H * D + e] * y[i * H * D + e];
+      ASSERT_EQ(got.size(), want.size());
+      double scale = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+        scale = std::max(scale, std::abs(want[i]));
+      }
+      EXPECT_GT(scale, 0.1);
+    }
 }
