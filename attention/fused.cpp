@@ -26,6 +26,9 @@ AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t 
   cfg.beta = spec.logit.temp_c != 0.0 ? temperature_beta(spec.logit.temp_c, s) : spec.logit.beta;
   cfg.temp_c = spec.logit.temp_c;
   cfg.train_T = train_T;
+  cfg.logn_position = spec.logit.logn_position;
+  cfg.qtemp_alpha = spec.logit.qtemp_alpha;
+  cfg.qtemp_beta = spec.logit.qtemp_beta;
   return cfg;
 }
 
@@ -75,6 +78,10 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
     HZ_CHECK(cfg.swan_a > 1, ValueError, "attention: swan_row a must be > 1");
   HZ_CHECK(cfg.key_position >= 0, ValueError, "attention: key_position ", cfg.key_position, " is negative");
   p.key_position = cfg.key_position;
+  HZ_CHECK(cfg.qtemp_alpha >= 0 && cfg.qtemp_beta > 0, ValueError, "attention: qtemp_alpha must be >= 0 and qtemp_beta > 0");
+  p.logn_position = cfg.logn_position;
+  p.qtemp_alpha = cfg.qtemp_alpha;
+  p.qtemp_beta = cfg.qtemp_beta;
   p.temp_c = cfg.temp_c;
   p.temp_train_T = cfg.train_T;
   if (cfg.documents) {

@@ -46,6 +46,8 @@ struct AttnConfig {
   double tau = 10.0;     // scale_invariant
   double swan_a = 362.0; // swan_row
   double beta = 1.0;     // temperature
+  bool logn_position = false;  // logn: n = position + 1 rather than the visible keys (spec.h)
+  double qtemp_alpha = 0.0, qtemp_beta = 8192.0;  // Llama 4's position temperature (spec.h)
   double scale = 0.0;    // 0 -> 1/sqrt(D)
   int64_t q_offset = -1; // -1 -> Tk - Tq
   int64_t key_begin = 0, key_end = -1;  // -1 -> Tk

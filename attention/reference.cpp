@@ -57,11 +57,13 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
       int64_t n = 0;
       for (int64_t j = 0; j < Tk; ++j) n += visible(j);
       double r = 1.0;
-      if (cfg.logit == LogitKind::LogN) r = n > 0 ? std::log(static_cast<double>(n)) : 0.0;
-      if (cfg.logit == LogitKind::SwanRow) {
-        const int64_t row = docs && docs->position_reset() ? p - doc_first[b * Tk + p] : p;
-        r = std::log(cfg.swan_a + row) / std::log(cfg.swan_a);
+      // the row's position: absolute (key 0 sits at key_position), or inside its document
+      const int64_t row = docs && docs->position_reset() ? p - doc_first[b * Tk + p] : cfg.key_position + p;
+      if (cfg.logit == LogitKind::LogN) {
+        const int64_t cnt = cfg.logn_position ? row + 1 : n;
+        r = cnt > 0 ? std::log(static_cast<double>(cnt)) : 0.0;
       }
+      if (cfg.logit == LogitKind::SwanRow) r = std::log(cfg.swan_a + row) / std::log(cfg.swan_a);
       if (cfg.logit == LogitKind::Temperature) {
         r = cfg.beta;
         if (docs && cfg.temp_c != 0.0 && cfg.train_T > 0) {
@@ -69,6 +71,7 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
           r = sc > 1.0 ? 1.0 + cfg.temp_c * std::log(sc) : 1.0;
         }
       }
+      if (cfg.qtemp_alpha != 0.0) r *= 1.0 + cfg.qtemp_alpha * std::log(std::floor((row + 1) / cfg.qtemp_beta) + 1.0);
       for (int64_t j = 0; j < Tk; ++j) {
         const int64_t idx = ((b * H + h) * Tq + i) * Tk + j;
         if (!visible(j)) {

@@ -38,7 +38,10 @@ PosKind parse_pos(const std::string& s) { return parse_name<PosKind>(s, kPos, "p
 RopeScaling parse_scaling(const std::string& s) { return parse_name<RopeScaling>(s, kScaling, "RoPE scaling"); }
 YarnRamp parse_yarn_ramp(const std::string& s) { return parse_name<YarnRamp>(s, kYarnRamp, "YaRN ramp"); }
 MaskKind parse_mask(const std::string& s) { return parse_name<MaskKind>(s, kMask, "mask"); }
-LogitKind parse_logit(const std::string& s) { return parse_name<LogitKind>(s, kLogit, "logit transform"); }
+// "ssmax" (Scalable-Softmax) names logn with its default n, the visible keys (LogitSpec)
+LogitKind parse_logit(const std::string& s) {
+  return s == "ssmax" ? LogitKind::LogN : parse_name<LogitKind>(s, kLogit, "logit transform");
+}
 QKNorm parse_qknorm(const std::string& s) { return parse_name<QKNorm>(s, kQK, "qk_norm"); }
 OutputGate parse_gate(const std::string& s) { return parse_name<OutputGate>(s, kGate, "output gate"); }
 
@@ -176,7 +179,10 @@ std::string AttentionSpec::describe() const {
   if (logit.kind == LogitKind::ScaleInvariant) os << "(tau=" << logit.tau << ")";
   if (logit.kind == LogitKind::SwanRow) os << "(a=" << logit.swan_a << ")";
   if (logit.kind == LogitKind::Temperature) os << "(beta=" << logit.beta << ", c=" << logit.temp_c << ")";
-  if (logit.kind == LogitKind::LogN) os << "(c=" << logit.logn_c << (logit.logn_learnable ? ", learned" : "") << ")";
+  if (logit.kind == LogitKind::LogN)
+    os << "(c=" << logit.logn_c << (logit.logn_learnable ? ", learned" : "")
+       << (logit.logn_position ? ", n=position" : ", n=visible") << ")";
+  if (logit.qtemp_alpha != 0.0) os << " qtemp(alpha=" << logit.qtemp_alpha << ", beta=" << logit.qtemp_beta << ")";
   if (qk_norm != QKNorm::None) os << " qk_norm=" << name(qk_norm);
   if (gate != OutputGate::None) os << " gate=" << name(gate);
   if (sink) os << " sink";

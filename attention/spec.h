@@ -79,6 +79,16 @@ struct LogitSpec {
   double swan_a = 362.0;           // swan_row: g(n) = ln(a + n) / ln(a)
   double beta = 1.0;               // temperature: explicit beta (used when temp_c == 0)
   double temp_c = 0.0;             // temperature: beta = 1 + c ln s when s > 1
+  // logn: what n counts. false (SSMax, Nakanishi 2025, arXiv 2501.19399): the keys the row can
+  // see, so under a window n stops at W, under packed documents it counts the document's keys,
+  // under SCOPE each head its own scope. true (LogN as in Qwen / Su's log-n scaling): the query's
+  // position + 1 (inside its document with position reset), whatever the mask hides.
+  bool logn_position = false;
+  // Llama 4's NoPE-layer temperature, on top of any transform: logits of the query at position p
+  // scaled by 1 + qtemp_alpha ln(floor((p + 1) / qtemp_beta) + 1) (0 = off; Llama 4 uses 0.1 and
+  // 8192): 1 inside the first qtemp_beta positions, growing with log p beyond.
+  double qtemp_alpha = 0.0;
+  double qtemp_beta = 8192.0;
 };
 
 struct AttentionSpec {

@@ -35,15 +35,18 @@
 // Logits: L_ij = r_i * a_t * s_ij + m_t - slope_h * t,  s_ij = scale * q_i . k_j, with
 //   identity        r = 1,                                    a = 1, m = 0;
 //   scale_invariant a_t = sqrt(2 ln(1 + t/tau) + 1), m_t = -2 ln(1 + t/tau) (computed with log1p);
-//   logn            r = c_h ln(n_i), n_i the number of visible keys of row i (c_h per head, learned
-//                   or fixed; row_factor() returns ln(n_i), the kernels multiply by c_h); with
-//                   documents n_i counts the keys of the row's document only (the mask does it);
+//   logn            r = c_h ln(n_i), n_i the number of visible keys of row i (SSMax; c_h per head,
+//                   learned or fixed; row_factor() returns ln(n_i), the kernels multiply by c_h);
+//                   with documents n_i counts the keys of the row's document only (the mask does
+//                   it); with logn_position n_i = P_i + 1 instead (LogN), P_i the row's position;
 //   swan_row        r = ln(swan_a + n) / ln(swan_a), n = key_position + p_i (the absolute position),
 //                   or p_i - start_b(p_i) (the position inside the document) with position reset;
 //   temperature     r = beta; with documents and DroPE's beta = 1 + c ln s (temp_c != 0), s is
 //                   each row's document length over train_T (s <= 1: beta = 1), the s the
 //                   document would get evaluated alone;
-//   ALiBi (position encoding alibi) adds -slope_h * t to any of them.
+//   ALiBi (position encoding alibi) adds -slope_h * t to any of them; Llama 4's temperature
+//   multiplies r by 1 + alpha ln(floor((P_i + 1) / beta) + 1) (qtemp_alpha != 0). P_i, the row's
+//   position: key_position + p_i, or p_i - start_b(p_i) with position reset.
 #pragma once
 #include <math.h>
 
@@ -70,6 +73,8 @@ struct AttnKernelParams {
   double scale = 1.0;                 // 1/sqrt(D) unless given
   double tau = 10.0, swan_a = 362.0, beta = 1.0;
   double temp_c = 0.0;                // temperature beta = 1 + c ln s per document (documents only)
+  bool logn_position = false;         // logn's n: the position + 1 instead of the visible keys
+  double qtemp_alpha = 0.0, qtemp_beta = 8192.0;  // Llama 4's position temperature (0 = off)
   int64_t temp_train_T = 0;
   // Packed documents (null: one document per sequence). Device pointers on CUDA; row b of each is
   // sequence b's start_b / end_b over positions [0, Tk). The op keeps the tensors alive.
@@ -274,26 +279,44 @@ HZ_HD F swan_scale(F a, F n) {
   return math::log_(a + n) / math::log_(a);
 }
 
-// Row factor r_i without LogN's c_h (see the header comment).
+// The position a row's position-dependent terms read: absolute (key_position + q_offset + i), or
+// inside its document with position reset.
+HZ_HD int64_t row_position(const AttnKernelParams& p, int64_t b, int64_t i) {
+  const int64_t pos = p.q_offset + i;
+  return has_documents(p) && p.pos_reset ? pos - doc_start_of(p, b, pos) : p.key_position + pos;
+}
+
+// Row factor r_i without LogN's c_h (see the header comment), times Llama 4's position
+// temperature 1 + alpha ln(floor((P + 1) / beta) + 1) when alpha != 0.
 template <class F>
 HZ_HD F row_factor(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
   const int64_t pos = p.q_offset + i;
+  F r = F(1);
   switch (p.logit) {
     case LogitKind::LogN: {
-      const int64_t n = visible_count(p, b, h, i);
-      return n > 0 ? math::log_(static_cast<F>(n)) : F(0);
+      const int64_t n = p.logn_position ? row_position(p, b, i) + 1 : visible_count(p, b, h, i);
+      r = n > 0 ? math::log_(static_cast<F>(n)) : F(0);
+      break;
     }
-    case LogitKind::SwanRow: {
-      const int64_t n = has_documents(p) && p.pos_reset ? pos - doc_start_of(p, b, pos) : p.key_position + pos;
-      return swan_scale<F>(static_cast<F>(p.swan_a), static_cast<F>(n));
-    }
+    case LogitKind::SwanRow:
+      r = swan_scale<F>(static_cast<F>(p.swan_a), static_cast<F>(row_position(p, b, i)));
+      break;
     case LogitKind::Temperature: {
-      if (!has_documents(p) || p.temp_c == 0.0 || p.temp_train_T <= 0) return static_cast<F>(p.beta);
+      if (!has_documents(p) || p.temp_c == 0.0 || p.temp_train_T <= 0) {
+        r = static_cast<F>(p.beta);
+        break;
+      }
       const F s = static_cast<F>(doc_end_of(p, b, pos) - doc_start_of(p, b, pos)) / static_cast<F>(p.temp_train_T);
-      return s > F(1) ? F(1) + static_cast<F>(p.temp_c) * math::log_(s) : F(1);
+      r = s > F(1) ? F(1) + static_cast<F>(p.temp_c) * math::log_(s) : F(1);
+      break;
     }
-    default: return F(1);
+    default: break;
   }
+  if (p.qtemp_alpha != 0.0) {
+    const int64_t steps = static_cast<int64_t>(static_cast<double>(row_position(p, b, i) + 1) / p.qtemp_beta);
+    r *= F(1) + static_cast<F>(p.qtemp_alpha) * math::log_(static_cast<F>(steps + 1));
+  }
+  return r;
 }
 
 // L = mul * s + add for a visible entry at distance t of a row with scale r (row factor times c_h).

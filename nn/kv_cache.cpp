@@ -112,6 +112,7 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const Tensor& k, const Tenso
       // in place: the queries sit at buffer index (position - base), keys beyond len are masked
       store(b, kb, vb, fb, p0);
       c.q_offset = p0 - b.base;
+      c.key_position = b.base;  // terms that read absolute positions (LogN's position, Llama 4's temperature)
       c.key_begin = 0;
       c.key_end = b.len;
       if (fox) tb.forget = ag::Variable(b.f.squeeze(3));  // rows past len are masked keys
@@ -124,6 +125,7 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const Tensor& k, const Tenso
       const Tensor V = kept > 0 ? ag::cat({ag::Variable(b.v.narrow(2, b.len - kept, kept)), ag::Variable(vb)}, 2).value()
                                 : vb.contiguous();
       c.q_offset = kept;
+      c.key_position = p0 - kept;
       Tensor F;
       if (fox) {
         F = kept > 0 ? ag::cat({ag::Variable(b.f.narrow(2, b.len - kept, kept)), ag::Variable(fb)}, 2).value()

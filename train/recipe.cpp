@@ -114,7 +114,7 @@ void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
   v(p + ".scope_max", s.mask.scope_max, arch("SCOPE maximum scope (0 = T)").at_least(0));
   v(p + ".scopes", s.mask.scopes, arch("SCOPE explicit scopes, one per query head (overrides gamma)").at_least(1));
   v(p + ".freeze_scopes", s.mask.freeze_scopes, infer("SCOPE: keep the training scopes at longer T"));
-  v.enumeration(p + ".logit", s.logit.kind, arch("logit transform: identity | scale_invariant | logn | swan_row | temperature"),
+  v.enumeration(p + ".logit", s.logit.kind, arch("logit transform: identity | scale_invariant | logn (= ssmax) | swan_row | temperature"),
                 attn::parse_logit, static_cast<const char* (*)(attn::LogitKind)>(attn::name));
   v(p + ".tau", s.logit.tau, arch("scale_invariant tau").above(0));
   v(p + ".logn_c", s.logit.logn_c, arch("logn: initial (or fixed) c"));
@@ -122,6 +122,11 @@ void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
   v(p + ".swan_a", s.logit.swan_a, arch("swan_row: g(n) = ln(a + n) / ln(a)").above(1));
   v(p + ".beta", s.logit.beta, arch("temperature: beta").above(0));
   v(p + ".temp_c", s.logit.temp_c, arch("temperature: beta = 1 + c ln s when != 0"));
+  v(p + ".logn_position", s.logit.logn_position,
+    arch("logn: n = the query's position + 1 (LogN) instead of its visible keys (SSMax; logit: ssmax)"));
+  v(p + ".qtemp_alpha", s.logit.qtemp_alpha,
+    arch("Llama 4 NoPE temperature: logits x 1 + alpha ln(floor((p + 1) / beta) + 1) (0 = off)").at_least(0));
+  v(p + ".qtemp_beta", s.logit.qtemp_beta, arch("Llama 4 NoPE temperature: beta (positions per step)").above(0));
   v.enumeration(p + ".qk_norm", s.qk_norm, arch("QK-norm: none | full | per_head"), attn::parse_qknorm,
                 static_cast<const char* (*)(attn::QKNorm)>(attn::name));
   v.enumeration(p + ".gate", s.gate, arch("gated attention output: none | head | element (o * sigmoid(x W_g) before wo)"),

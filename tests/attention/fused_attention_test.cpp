@@ -24,13 +24,15 @@ struct Combo {
   LogitKind logit;
   int64_t Tq = 11, Tk = 11;
   bool sink = false, fox = false;  // attention sinks, FoX forget gates
+  bool logn_position = false;      // LogN's n = position + 1 (else SSMax's visible keys)
+  double qtemp = 0.0;              // Llama 4's position temperature alpha (beta 3)
 };
 
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
   const Combo& c = info.param;
   return std::string(name(c.mask)) + "_" + name(c.pos) + "_" + name(c.logit) +
          (c.Tq != c.Tk ? "_Tq" + std::to_string(c.Tq) + "_Tk" + std::to_string(c.Tk) : "") + (c.sink ? "_sink" : "") +
-         (c.fox ? "_fox" : "");
+         (c.fox ? "_fox" : "") + (c.logn_position ? "_npos" : "") + (c.qtemp > 0 ? "_qtemp" : "");
 }
 
 constexpr int64_t kB = 1, kH = 4, kHkv = 2, kD = 6;
@@ -44,6 +46,9 @@ AttentionSpec spec_of(const Combo& c) {
   s.logit.tau = 3.0;       // small tau so a_t varies over short distances
   s.logit.swan_a = 5.0;
   s.logit.beta = 1.3;
+  s.logit.logn_position = c.logn_position;
+  s.logit.qtemp_alpha = c.qtemp;
+  s.logit.qtemp_beta = 3.0;  // floor((p + 1) / 3) steps within T = 11
   return s;
 }
 
@@ -139,6 +144,12 @@ std::vector<Combo> combos() {
   v.push_back({MaskKind::Causal, PosKind::PRope, LogitKind::SwanRow, 11, 11, true, true});
   v.push_back({MaskKind::Causal, PosKind::Rope, LogitKind::Temperature, 5, 13, true, true});
   v.push_back({MaskKind::Scope, PosKind::None, LogitKind::Identity, 3, 9, false, true});
+  // LogN counting positions instead of visible keys; Llama 4's position temperature on any transform
+  v.push_back({MaskKind::Window, PosKind::None, LogitKind::LogN, 11, 11, false, false, true});
+  v.push_back({MaskKind::Scope, PosKind::Rope, LogitKind::LogN, 5, 13, false, false, true});
+  v.push_back({MaskKind::Causal, PosKind::None, LogitKind::Identity, 11, 11, false, false, false, 0.5});
+  v.push_back({MaskKind::Window, PosKind::Alibi, LogitKind::SwanRow, 11, 11, false, false, false, 0.5});
+  v.push_back({MaskKind::Scope, PosKind::None, LogitKind::LogN, 7, 12, true, true, true, 0.3});
   return v;
 }
 

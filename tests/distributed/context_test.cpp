@@ -58,6 +58,8 @@ struct Case {
   attn::ContextExchange expect_at_2 = attn::ContextExchange::AllGather;  // the path at N = 2
   bool position_reset = true;  // with documents
   bool sink = false, fox = false;  // attention sinks, FoX forget gates
+  bool logn_position = false;      // LogN's n = position + 1
+  double qtemp = 0.0;              // Llama 4's position temperature alpha (beta 4)
 };
 
 }  // namespace
@@ -127,6 +129,10 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       {"sinks and fox causal", {0, 0, 0, 0}, LK::Identity, false, 2, 40, false, EX::AllGather, true, true, true},
       {"fox swa", {6, 6, 6, 6}, LK::Identity, false, 4, 40, false, EX::Halo, true, false, true},
       {"sinks and fox scope, documents", {2, 3, 5, 6}, LK::LogN, false, 4, 37, true, EX::Halo, true, true, true},
+      // terms that read absolute positions on the halo path: LogN by position, Llama 4's temperature
+      {"logn by position swa", {6, 6, 6, 6}, LK::LogN, false, 4, 40, false, EX::Halo, true, false, false, true},
+      {"qtemp swa, documents", {6, 6, 6, 6}, LK::Identity, false, 4, 40, true, EX::Halo, false, false, false, false, 0.5},
+      {"qtemp causal", {0, 0, 0, 0}, LK::SwanRow, false, 4, 37, false, EX::AllGather, true, false, false, false, 0.5},
   };
   auto group = context_group(world());
   for (const Case& c : cases) {
@@ -138,6 +144,9 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     cfg.logit = c.logit;
     cfg.tau = 3.0;
     cfg.swan_a = 5.0;
+    cfg.logn_position = c.logn_position;
+    cfg.qtemp_alpha = c.qtemp;
+    cfg.qtemp_beta = 4.0;
     if (c.alibi) cfg.alibi_slope = {0.5, 0.25, 0.125, 0.0625};
     if (c.documents)  // documents of 7, 13, 20 | 40 tokens (37: 7, 13, 17 | 37)
       cfg.documents = std::make_shared<attn::Documents>(

@@ -129,6 +129,19 @@ TEST(KVCache, SinksAndForgetGates) {  // FoX's log f shifts with the keys of a w
   check_case({"sinks_fox", {g, w}, 2});
 }
 
+TEST(KVCache, PositionTermsUnderAWindowRing) {  // LogN by position and Llama 4's temperature read
+  attn::AttentionSpec l = rope(), t = nope();       // absolute positions while the ring moves
+  l.logit.kind = attn::LogitKind::LogN;
+  l.logit.logn_position = true;
+  l.mask.kind = attn::MaskKind::Window;
+  l.mask.window = 4;
+  t.logit.qtemp_alpha = 0.4;
+  t.logit.qtemp_beta = 3;
+  t.mask.kind = attn::MaskKind::Window;
+  t.mask.window = 5;
+  check_case({"position_terms", {l, t}, 2});
+}
+
 TEST(KVCache, SlidingWindowRingWraps) {
   attn::AttentionSpec s = rope();
   s.mask.kind = attn::MaskKind::Window;
