@@ -1,12 +1,51 @@
 #include "attention/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/ops.h"
 
 namespace hz::attn {
 
+std::vector<bool> rotating_pairs(const PositionSpec& pos, int64_t half) {
+  std::vector<bool> on(half, pos.rope_pairs.empty());
+  if (!pos.rope_pairs.empty()) {
+    for (int64_t m : pos.rope_pairs) {
+      HZ_CHECK(m >= 0 && m < half, ValueError, "rope_pairs lists pair ", m, "; there are ", half);
+      on[m] = true;
+    }
+    return on;
+  }
+  const int64_t keep = std::llround(pos.rope_fraction * half);
+  if (keep >= half) return on;
+  std::fill(on.begin(), on.end(), false);
+  for (int64_t k = 0; k < keep; ++k) {
+    switch (pos.rope_select) {
+      case RopeSelect::High: on[k] = true; break;
+      case RopeSelect::Low: on[half - 1 - k] = true; break;
+      default: on[(k * half) / keep] = true; break;  // evenly spread, starting at the fastest
+    }
+  }
+  return on;
+}
+
+namespace {
+RopeFreqs all_frequencies(const PositionSpec& pos, int64_t D, int64_t T);
+}
+
 RopeFreqs rope_frequencies(const PositionSpec& pos, int64_t D, int64_t T) {
+  RopeFreqs f = all_frequencies(pos, D, T);
+  if (pos.partial()) {
+    const std::vector<bool> on = rotating_pairs(pos, D / 2);
+    for (int64_t m = 0; m < D / 2; ++m)
+      if (!on[m]) f.inv_freq[m] = 0.0;
+  }
+  return f;
+}
+
+namespace {
+
+RopeFreqs all_frequencies(const PositionSpec& pos, int64_t D, int64_t T) {
   HZ_CHECK(D % 2 == 0, ValueError, "RoPE needs an even head_dim, got ", D);
   const int64_t half = D / 2;
   RopeFreqs f;
@@ -64,6 +103,8 @@ RopeFreqs rope_frequencies(const PositionSpec& pos, int64_t D, int64_t T) {
   }
   return f;
 }
+
+}  // namespace
 
 Tensor rope_rotate(const Tensor& x, const Tensor& positions, const RopeFreqs& f, bool inverse) {
   HZ_CHECK(x.dim() == 4, ShapeError, "rope: x must be (B, H, T, D), got ", shape_str(x.shape()));

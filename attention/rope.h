@@ -34,7 +34,11 @@ struct RopeFreqs {
   double mscale = 1.0;           // multiplies cos and sin (YaRN temperature)
 };
 
-// Frequencies for `pos` at current sequence length T. C_train = the training context (for
+// The pairs that rotate under pos's per-dimension control (rope_pairs, or rope_fraction by
+// rope_select), as a mask over the D/2 pairs.
+std::vector<bool> rotating_pairs(const PositionSpec& pos, int64_t half);
+
+// Frequencies for `pos` at current sequence length T (pairs that do not rotate: 0). C_train = the training context (for
 // YaRN/dynamic NTK; 0 means pos.original_context, which then must be set).
 RopeFreqs rope_frequencies(const PositionSpec& pos, int64_t head_dim, int64_t T);
 

@@ -14,6 +14,7 @@ const char* const kPos[] = {"none", "rope", "prope", "alibi"};
 const char* const kScaling[] = {"none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3"};
 const char* const kYarnRamp[] = {"rotations", "index"};
 const char* const kMask[] = {"causal", "window", "scope"};
+const char* const kRopeSelect[] = {"high", "low", "uniform"};
 const char* const kLogit[] = {"identity", "scale_invariant", "logn", "swan_row", "temperature"};
 const char* const kQK[] = {"none", "full", "per_head"};
 const char* const kGate[] = {"none", "head", "element"};
@@ -32,6 +33,10 @@ const char* name(RopeScaling k) { return kScaling[static_cast<int>(k)]; }
 const char* name(YarnRamp k) { return kYarnRamp[static_cast<int>(k)]; }
 const char* name(MaskKind k) { return kMask[static_cast<int>(k)]; }
 const char* name(LogitKind k) { return kLogit[static_cast<int>(k)]; }
+const char* name(RopeSelect k) { return kRopeSelect[static_cast<int>(k)]; }
+RopeSelect parse_rope_select(const std::string& s) {
+  return parse_name<RopeSelect>(s, kRopeSelect, "rope_select");
+}
 const char* name(QKNorm k) { return kQK[static_cast<int>(k)]; }
 const char* name(OutputGate k) { return kGate[static_cast<int>(k)]; }
 PosKind parse_pos(const std::string& s) { return parse_name<PosKind>(s, kPos, "position encoding"); }
@@ -102,6 +107,11 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
     HZ_CHECK(D % 2 == 0, ValueError, "attention: RoPE rotates pairs, so head_dim (", D,
              ") must be even");
     HZ_CHECK(pos.rope_base > 1.0, ValueError, "attention: rope_base must be > 1, got ", pos.rope_base);
+    HZ_CHECK(pos.rope_fraction >= 0 && pos.rope_fraction <= 1, ValueError,
+             "attention: rope_fraction must be in [0, 1], got ", pos.rope_fraction);
+    for (int64_t m : pos.rope_pairs)
+      HZ_CHECK(m >= 0 && m < D / 2, ValueError, "attention: rope_pairs lists pair ", m, "; head_dim ", D, " has pairs 0..",
+               D / 2 - 1);
   }
   if (pos.kind == PosKind::PRope) {
     HZ_CHECK(pos.prope_fraction > 0 && pos.prope_fraction <= 1, ValueError,
@@ -159,6 +169,9 @@ std::string AttentionSpec::describe() const {
   os << name(pos.kind);
   if (pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) os << "(base=" << pos.rope_base;
   if (pos.kind == PosKind::PRope) os << ", p=" << pos.prope_fraction << ", base_eff=" << pos.prope_base_eff;
+  if ((pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) && pos.partial())
+    os << (pos.rope_pairs.empty() ? ", pairs=" + std::string(name(pos.rope_select)) + " " + std::to_string(pos.rope_fraction)
+                                  : ", pairs=" + std::to_string(pos.rope_pairs.size()) + " listed");
   if (pos.kind == PosKind::Rope && pos.scaling != RopeScaling::None) {
     os << ", " << name(pos.scaling) << " x" << pos.factor;
     if (pos.original_context > 0) os << " of " << pos.original_context;

@@ -22,10 +22,12 @@ enum class MaskKind : uint8_t { Causal, Window, Scope, Count };
 enum class LogitKind : uint8_t { Identity, ScaleInvariant, LogN, SwanRow, Temperature, Count };
 enum class QKNorm : uint8_t { None, Full, PerHead, Count };
 enum class OutputGate : uint8_t { None, Head, Element, Count };
+enum class RopeSelect : uint8_t { High, Low, Uniform, Count };
 static_assert(static_cast<int>(PosKind::Count) == 4 && static_cast<int>(RopeScaling::Count) == 6 &&
                   static_cast<int>(YarnRamp::Count) == 2 &&
                   static_cast<int>(MaskKind::Count) == 3 && static_cast<int>(LogitKind::Count) == 5 &&
-                  static_cast<int>(QKNorm::Count) == 3 && static_cast<int>(OutputGate::Count) == 3,
+                  static_cast<int>(QKNorm::Count) == 3 && static_cast<int>(OutputGate::Count) == 3 &&
+                  static_cast<int>(RopeSelect::Count) == 3,
               "update the name tables in spec.cpp");
 
 const char* name(PosKind k);
@@ -35,6 +37,7 @@ const char* name(MaskKind k);
 const char* name(LogitKind k);
 const char* name(QKNorm k);
 const char* name(OutputGate k);
+const char* name(RopeSelect k);
 // Parse a lower-case name ("rope", "yarn", "scope", "scale_invariant", "per_head", ...);
 // throws ValueError listing the accepted names.
 PosKind parse_pos(const std::string& s);
@@ -44,6 +47,7 @@ MaskKind parse_mask(const std::string& s);
 LogitKind parse_logit(const std::string& s);
 QKNorm parse_qknorm(const std::string& s);
 OutputGate parse_gate(const std::string& s);
+RopeSelect parse_rope_select(const std::string& s);
 
 struct PositionSpec {
   PosKind kind = PosKind::Rope;
@@ -58,6 +62,15 @@ struct PositionSpec {
   double llama3_low_freq_factor = 1.0, llama3_high_freq_factor = 4.0;  // Llama 3 ramp ends (rotations)
   double prope_fraction = 0.5;     // p-RoPE: fraction of pairs that rotate (highest freqs)
   double prope_base_eff = 1024.0;  // p-RoPE: frequencies log-spaced in [1/base_eff, 1]
+  // Per-dimension control (partial RoPE as in MLA / MHA2MLA, HoPE): which of the D/2 frequency
+  // pairs rotate; the others get frequency 0 and act as NoPE dimensions. rope_pairs lists them
+  // (pair m, 0 the fastest); otherwise round(rope_fraction D/2) pairs chosen by rope_select:
+  // high = the fastest (HoPE keeps the high frequencies), low = the slowest, uniform = evenly
+  // spread. Applies to rope (after any scaling) and p-RoPE (to its own frequencies).
+  std::vector<int64_t> rope_pairs;
+  double rope_fraction = 1.0;
+  RopeSelect rope_select = RopeSelect::High;
+  bool partial() const { return !rope_pairs.empty() || rope_fraction < 1.0; }
 };
 
 struct MaskSpec {

@@ -561,6 +561,8 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
       case attn::PosKind::Alibi: why.push_back(at + "ALiBi: no Llama-family architecture adds position biases"); break;
       default: break;
     }
+    if (s.pos.kind == attn::PosKind::Rope && s.pos.partial())
+      why.push_back(at + "partial RoPE (rope_pairs / rope_fraction): the Llama family rotates every frequency pair");
     if (s.pos.kind == attn::PosKind::Rope) {
       if (!rope) rope = &s.pos;
       else if (s.pos.rope_base != rope->rope_base || s.pos.scaling != rope->scaling || s.pos.factor != rope->factor ||

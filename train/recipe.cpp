@@ -106,6 +106,10 @@ void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
   v(p + ".llama3_high_freq_factor", s.pos.llama3_high_freq_factor, infer("llama3: pairs over this many rotations keep their frequency").above(0));
   v(p + ".prope_fraction", s.pos.prope_fraction, arch("p-RoPE: fraction of pairs that rotate").in(0, 1));
   v(p + ".prope_base_eff", s.pos.prope_base_eff, arch("p-RoPE: frequencies log-spaced in [1/base_eff, 1]").above(0));
+  v(p + ".rope_pairs", s.pos.rope_pairs, arch("partial RoPE: the frequency pairs that rotate (0 = fastest; empty = by rope_fraction)").at_least(0));
+  v(p + ".rope_fraction", s.pos.rope_fraction, arch("partial RoPE / HoPE: fraction of the D/2 pairs that rotate, the rest are NoPE dims").in(0, 1));
+  v.enumeration(p + ".rope_select", s.pos.rope_select, arch("which pairs rope_fraction keeps: high (HoPE) | low | uniform"),
+                attn::parse_rope_select, static_cast<const char* (*)(attn::RopeSelect)>(attn::name));
   v.enumeration(p + ".mask", s.mask.kind, arch("mask: causal | window | scope"), attn::parse_mask,
                 static_cast<const char* (*)(attn::MaskKind)>(attn::name));
   v(p + ".window", s.mask.window, arch("sliding window W (mask: window)").at_least(0));
@@ -257,6 +261,10 @@ void visit_fields(Recipe& r, V& v) {
   v("drope.reset_optimizer", r.drope.reset_optimizer, run_opt("fresh optimizer and schedule at the drop"));
   v("drope.lr", r.drope.lr, run_opt("peak lr after a reset").above(0));
   v("drope.warmup_steps", r.drope.warmup_steps, run_opt("warmup after a reset").at_least(0));
+  v("drope.keep_pairs", r.drope.keep_pairs, arch("partial DroPE: RoPE stays on these frequency pairs (0 = fastest)").at_least(0));
+  v("drope.keep_fraction", r.drope.keep_fraction, arch("partial DroPE: RoPE stays on this fraction of the pairs (0 = drop all)").in(0, 1));
+  v.enumeration("drope.keep_select", r.drope.keep_select, arch("partial DroPE: which pairs keep_fraction keeps: high | low | uniform"),
+                attn::parse_rope_select, static_cast<const char* (*)(attn::RopeSelect)>(attn::name));
   v("swan.enabled", r.swan.enabled, arch("build a SWAN stack (global NoPE + SWA-RoPE) instead of model.pattern"));
   v("swan.pattern", r.swan.pattern, arch("SWAN layer pattern over global_nope / swa_rope"));
   v("swan.window", r.swan.window, arch("SWA window of the swa_rope layers").at_least(1));
@@ -845,6 +853,7 @@ void Recipe::validate() const {
       if (p != "global_nope" && p != "swa_rope") bad("swan.pattern may only name global_nope and swa_rope, got '" + p + "'");
   try {
     model_config().validate();
+    if (drope.at_step >= 0 && drope.partial()) drope_config(model_config(), drope.qk_norm, drope).validate();
   } catch (const ValueError& e) {
     bad(std::string(e.what()) + " (data.seq_len = " + std::to_string(data.seq_len) + ")");
   }

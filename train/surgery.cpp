@@ -2,25 +2,33 @@
 
 namespace hz::train {
 
-nn::ModelConfig drope_config(const nn::ModelConfig& c, bool qk_norm) {
+namespace {
+// One layer kind's position encoding after a full or partial drop.
+void drop(attn::PositionSpec& pos, const DropeSection& part) {
+  const bool rotary = pos.kind == attn::PosKind::Rope || pos.kind == attn::PosKind::PRope;
+  if (part.partial() && rotary) {
+    pos.rope_pairs = part.keep_pairs;
+    pos.rope_fraction = part.keep_pairs.empty() ? part.keep_fraction : 1.0;
+    pos.rope_select = part.keep_select;
+    return;
+  }
+  pos.kind = attn::PosKind::None;
+  pos.scaling = attn::RopeScaling::None;
+}
+}  // namespace
+
+nn::ModelConfig drope_config(const nn::ModelConfig& c, bool qk_norm, const DropeSection& part) {
   nn::ModelConfig d = c;
   for (auto& k : d.kinds) {
-    k.attn.pos.kind = attn::PosKind::None;
-    k.attn.pos.scaling = attn::RopeScaling::None;
+    drop(k.attn.pos, part);
     if (qk_norm && k.attn.qk_norm == attn::QKNorm::None) k.attn.qk_norm = attn::QKNorm::Full;
   }
   return d;
 }
 
-void drop_positions(nn::Transformer& m) {
-  for (auto& k : m.cfg.kinds) {
-    k.attn.pos.kind = attn::PosKind::None;
-    k.attn.pos.scaling = attn::RopeScaling::None;
-  }
-  for (auto& b : m.layers) {
-    b->attn->spec.pos.kind = attn::PosKind::None;
-    b->attn->spec.pos.scaling = attn::RopeScaling::None;
-  }
+void drop_positions(nn::Transformer& m, const DropeSection& part) {
+  for (auto& k : m.cfg.kinds) drop(k.attn.pos, part);
+  for (auto& b : m.layers) drop(b->attn->spec.pos, part);
 }
 
 SurgeryReport load_weights(nn::Transformer& m, const std::map<std::string, Tensor>& sd,
@@ -63,14 +71,14 @@ DropeOutcome apply_drope(const DropeSection& d, uint64_t seed, double current_lr
                          std::unique_ptr<optim::Optimizer>& optimizer, const OptimizerFactory& make_optimizer) {
   DropeOutcome out;
   if (!d.qk_norm) {
-    drop_positions(*model);
+    drop_positions(*model, d);
     if (d.reset_optimizer) optimizer = make_optimizer(*model, d.lr);
     return out;
   }
   SurgeryReport rep;
   std::map<std::string, Tensor> old_state;
   if (!d.reset_optimizer) optimizer->state_dict(old_state);
-  model = rebuild_model(*model, drope_config(model->cfg, true), seed, &rep);
+  model = rebuild_model(*model, drope_config(model->cfg, true, d), seed, &rep);
   auto fresh = make_optimizer(*model, d.reset_optimizer ? d.lr : current_lr);
   if (!d.reset_optimizer) {  // carry the state of every surviving parameter
     std::map<std::string, Tensor> merged;

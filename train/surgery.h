@@ -13,11 +13,14 @@
 namespace hz::train {
 
 // The config after DroPE: every kind's position encoding becomes none (RoPE scaling cleared);
-// with qk_norm, kinds without QK-norm get full QK-norm.
-nn::ModelConfig drope_config(const nn::ModelConfig& c, bool qk_norm);
+// with qk_norm, kinds without QK-norm get full QK-norm. Partial DroPE (part.partial()): RoPE and
+// p-RoPE kinds keep rotating only part's pairs (keep_pairs, or keep_fraction by keep_select), the
+// other dimensions become NoPE dimensions; ALiBi is dropped as before.
+nn::ModelConfig drope_config(const nn::ModelConfig& c, bool qk_norm, const DropeSection& part = {});
 
-// In place (no new parameters): every layer stops rotating / biasing by position.
-void drop_positions(nn::Transformer& m);
+// In place (no new parameters): every layer stops rotating / biasing by position (partial: as
+// drope_config).
+void drop_positions(nn::Transformer& m, const DropeSection& part = {});
 
 struct SurgeryReport {
   std::vector<std::string> loaded, added, dropped;  // parameter names

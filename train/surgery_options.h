@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "attention/spec.h"
+
 namespace hz::train {
 
 struct DropeSection {
@@ -13,6 +15,12 @@ struct DropeSection {
   bool reset_optimizer = false;       // fresh optimizer state and schedule at the drop
   double lr = 1e-3;                   // lr after a reset
   int64_t warmup_steps = 70;          // warmup after a reset
+  // Partial DroPE: keep RoPE on these pairs instead of dropping it everywhere (rope_pairs, or
+  // keep_fraction of the pairs chosen by keep_select: high | low | uniform); 0 and empty: drop all.
+  std::vector<int64_t> keep_pairs;
+  double keep_fraction = 0.0;
+  attn::RopeSelect keep_select = attn::RopeSelect::High;
+  bool partial() const { return !keep_pairs.empty() || keep_fraction > 0; }
 };
 
 struct SwanSection {

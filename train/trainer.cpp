@@ -43,7 +43,7 @@ nn::ModelConfig model_config_at(const Recipe& r, int64_t step) {
   nn::ModelConfig c = r.model_config();
   // The drop happens at the start of step at_step, so a checkpoint taken after at_step steps
   // (step == at_step) still holds the model from before it.
-  if (r.drope.at_step >= 0 && step > r.drope.at_step) c = drope_config(c, r.drope.qk_norm);
+  if (r.drope.at_step >= 0 && step > r.drope.at_step) c = drope_config(c, r.drope.qk_norm, r.drope);
   return c;
 }
 

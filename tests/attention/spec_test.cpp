@@ -138,6 +138,67 @@ TEST(RopeFrequencies, PartialRope) {
   for (int m = 8; m < 16; ++m) EXPECT_EQ(f.inv_freq[m], 0.0);
 }
 
+// Per-dimension RoPE control: which pairs rotate, at the frequencies they had; the others are
+// exact NoPE dimensions (rotating a vector leaves them untouched).
+TEST(RopeFrequencies, ChosenPairsRotateTheRestAreNoPE) {
+  PositionSpec p;
+  p.rope_base = 100.0;
+  const RopeFreqs all = rope_frequencies(p, 16, 32);
+  auto rotating = [&](const PositionSpec& s) {
+    const RopeFreqs f = rope_frequencies(s, 16, 32);
+    std::vector<int64_t> on;
+    for (int64_t m = 0; m < 8; ++m) {
+      if (f.inv_freq[m] != 0.0) {
+        EXPECT_EQ(f.inv_freq[m], all.inv_freq[m]) << "pair " << m;
+        on.push_back(m);
+      }
+    }
+    return on;
+  };
+  p.rope_fraction = 0.25;
+  EXPECT_EQ(rotating(p), (std::vector<int64_t>{0, 1}));  // high: HoPE's fastest pairs
+  p.rope_select = RopeSelect::Low;
+  EXPECT_EQ(rotating(p), (std::vector<int64_t>{6, 7}));
+  p.rope_select = RopeSelect::Uniform;
+  p.rope_fraction = 0.5;
+  EXPECT_EQ(rotating(p), (std::vector<int64_t>{0, 2, 4, 6}));
+  p.rope_fraction = 0.0;
+  EXPECT_TRUE(rotating(p).empty());
+  p.rope_pairs = {7, 3};  // an explicit list wins over the fraction
+  EXPECT_EQ(rotating(p), (std::vector<int64_t>{3, 7}));
+  // YaRN-scaled frequencies keep their scaling on the pairs that rotate
+  PositionSpec y;
+  y.scaling = RopeScaling::YaRN;
+  y.factor = 4;
+  y.original_context = 16;
+  const RopeFreqs ya = rope_frequencies(y, 16, 64);
+  y.rope_fraction = 0.5;
+  const RopeFreqs yp = rope_frequencies(y, 16, 64);
+  for (int64_t m = 0; m < 8; ++m) EXPECT_EQ(yp.inv_freq[m], m < 4 ? ya.inv_freq[m] : 0.0);
+  // rotating x: the dimensions of non-rotating pairs (m and m + D/2) come back unchanged
+  PositionSpec h;
+  h.rope_pairs = {1, 5};
+  const RopeFreqs f = rope_frequencies(h, 16, 32);
+  Generator g(3);
+  const Tensor x = g.normal({1, 1, 6, 16}, 0, 1, DType::F64);
+  const std::vector<double> a = x.to_vector(), b = rope_rotate(x, Tensor::arange(10, 16), f, false).to_vector();
+  int changed = 0;
+  for (int64_t t = 0; t < 6; ++t)
+    for (int64_t d = 0; d < 16; ++d) {
+      const int64_t m = d % 8;
+      if (m == 1 || m == 5) changed += a[t * 16 + d] != b[t * 16 + d];
+      else EXPECT_EQ(a[t * 16 + d], b[t * 16 + d]) << "t " << t << " d " << d;
+    }
+  EXPECT_EQ(changed, 6 * 4);
+  // validation names the field
+  AttentionSpec s;
+  s.pos.rope_pairs = {8};
+  EXPECT_THROW(s.validate(4, 4, 16, 32), ValueError);
+  s.pos.rope_pairs = {};
+  s.pos.rope_fraction = 1.5;
+  EXPECT_THROW(s.validate(4, 4, 16, 32), ValueError);
+}
+
 TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
   Generator g(3);
   const Tensor q = g.normal({1, 1, 1, 16}, 0, 1, DType::F64), k = g.normal({1, 1, 1, 16}, 0, 1, DType::F64);

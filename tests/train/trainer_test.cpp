@@ -192,6 +192,36 @@ TEST(Surgery, DropeChangesNoWeightAndRemovesAllRotation) {
   for (double g : q->state_dict().at("layers.0.attn.q_norm.weight").to_vector()) EXPECT_EQ(g, 1.0);
 }
 
+// Partial DroPE: RoPE stays on the chosen pairs, every other dimension stops rotating; no weight
+// changes, and the result is the model that rotates only those pairs from the start.
+TEST(Surgery, PartialDropeKeepsTheChosenPairs) {
+  nn::ModelConfig c = tiny("x").model_config();
+  nn::Transformer m(c, 3);
+  const Tensor ids = Tensor::from_vector({5, 9, 100, 32, 77, 1}, {1, 6}, DType::I64);
+  const Tensor p0 = Tensor::arange(0, 6), p1 = Tensor::arange(100, 106);
+  DropeSection part;
+  part.keep_fraction = 0.25;
+  part.keep_select = attn::RopeSelect::High;
+  const std::vector<double> full = m.forward(ids, p0).value().to_vector();
+  drop_positions(m, part);
+  for (const auto& b : m.layers) {
+    EXPECT_EQ(b->attn->spec.pos.kind, attn::PosKind::Rope);
+    EXPECT_DOUBLE_EQ(b->attn->spec.pos.rope_fraction, 0.25);
+  }
+  const std::vector<double> partial = m.forward(ids, p0).value().to_vector();
+  EXPECT_NE(partial, full);                                                                  // pairs stopped
+  EXPECT_NE(m.forward(ids, p1).value().to_vector(), partial);                                // some still rotate
+  nn::Transformer direct(drope_config(c, false, part), 9);
+  direct.load_state_dict(m.state_dict());
+  EXPECT_EQ(direct.forward(ids, p0).value().to_vector(), partial);
+  // keep_pairs listing every pair: nothing changes
+  nn::Transformer m2(c, 3);
+  DropeSection all;
+  for (int64_t k = 0; k < c.hdim() / 2; ++k) all.keep_pairs.push_back(k);
+  drop_positions(m2, all);
+  EXPECT_EQ(m2.forward(ids, p0).value().to_vector(), full);
+}
+
 TEST(Surgery, SwanConversionLoadsEveryWeight) {
   const Recipe rope = tiny("swan_src");
   nn::Transformer src(rope.model_config(), 1);
