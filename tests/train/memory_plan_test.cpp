@@ -1,6 +1,7 @@
 // The memory plan (train/memory_plan.h) against the CPU allocator's measured peak of real training
 // steps: within 15% for every recompute setting, f32 and bf16, SwiGLU and ReLU^2, GQA and QK-norm,
-// a vocabulary whose head dominates, the loss chunk, tied and untied heads, Muon, and a sharded
+// a vocabulary whose head dominates, the loss chunk, tied and untied heads, Muon, FoX gates, sinks
+// and an output gate, and a sharded
 // optimizer's share counted per rank; and the plan orders the settings as the measurements do.
 #include <gtest/gtest.h>
 
@@ -49,6 +50,8 @@ TEST(MemoryPlan, WithinFifteenPercentOfTheMeasuredPeak) {
       {"model.vocab_size=8192", "model.tie_embeddings=false"},
       {"optim.name=muon"},
       {"parallel.shard_optimizer=true"},
+      {"model.layer_kinds.rope.forget=true", "model.layer_kinds.rope.sink=true", "model.layer_kinds.rope.gate=head"},
+      {"model.layer_kinds.rope.forget=true", "train.recompute=layer"},
   };
   int i = 0;
   for (const auto& c : cases) {
