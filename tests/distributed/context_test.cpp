@@ -225,6 +225,9 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
                      "  pattern: [g, w]\n"},
       {"gated outputs", "    h: {pos: rope, mask: window, window: 5, gate: head}\n    e: {pos: none, mask: causal, gate: element}\n"
                         "  pattern: [h, e]\n"},
+      {"fox, sinks, ssmax, partial rope", "    f: {pos: none, mask: causal, forget: true, sink: true, logit: ssmax}\n"
+                                          "    w: {pos: rope, mask: window, window: 4, forget: true, rope_fraction: 0.5, "
+                                          "qtemp_alpha: 0.3, qtemp_beta: 4}\n  pattern: [f, w]\n"},
   };
   for (const auto& [name, kinds] : models)
     for (int64_t T : {40, 37}) {
