@@ -295,6 +295,16 @@ if has bench-attention && starts "fused attention vs PyTorch (SDPA flash, FlexAt
   say "(bench_attention_gpu.sh: exit $rc; progress in bench_attention.log)"
   ended bench-attention
 fi
+if has bench-attention && starts "attention sinks and FoX forget gates vs plain causal attention, bf16 (FoX: reference kernels)" 30; then
+  say '```'
+  bounded 90 "$LOGS/bench_terms.log" "$BUILD/horizon" bench attention --device cuda --T 4096,16384 --masks causal \
+    --terms none,sink,fox,sink+fox --reps 5
+  rc=$?
+  tee -a "$REPORT" < "$LOGS/bench_terms.log" > /dev/null
+  say '```'
+  say "(horizon bench attention --terms: exit $rc)"
+  ended bench-attention
+fi
 if has bench-train && starts "training throughput vs PyTorch" 90; then
   HZ_BUILD_DIR="$BUILD" HZ_BENCH_OUT="$LOGS/bench_train.jsonl" HZ_BENCH_DEADLINE=$(( T0 + DEADLINE - 25 )) \
     bounded 500 "$LOGS/bench_train.log" scripts/bench_train_gpu.sh 1
