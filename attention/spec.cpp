@@ -169,9 +169,10 @@ std::string AttentionSpec::describe() const {
   os << name(pos.kind);
   if (pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) os << "(base=" << pos.rope_base;
   if (pos.kind == PosKind::PRope) os << ", p=" << pos.prope_fraction << ", base_eff=" << pos.prope_base_eff;
-  if ((pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) && pos.partial())
-    os << (pos.rope_pairs.empty() ? ", pairs=" + std::string(name(pos.rope_select)) + " " + std::to_string(pos.rope_fraction)
-                                  : ", pairs=" + std::to_string(pos.rope_pairs.size()) + " listed");
+  if ((pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) && pos.partial()) {
+    if (pos.rope_pairs.empty()) os << ", pairs=" << name(pos.rope_select) << " " << pos.rope_fraction;
+    else os << ", pairs=" << pos.rope_pairs.size() << " listed";
+  }
   if (pos.kind == PosKind::Rope && pos.scaling != RopeScaling::None) {
     os << ", " << name(pos.scaling) << " x" << pos.factor;
     if (pos.original_context > 0) os << " of " << pos.original_context;
