@@ -2,7 +2,7 @@
 //   horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]
 //                           [--T 1024,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]
 //                           [--block-q 64] [--block-k 64] [--masks causal,swa,scope,docs2048]
-//                           [--logits identity,scale_invariant,...] [--json FILE]
+//                           [--logits identity,scale_invariant,...] [--terms none,sink,fox,sink+fox] [--json FILE]
 // Forward+backward of the fused attention op per mask, logit transform and length (docsN: causal
 // inside packed documents of N tokens, positions reset; the block-diagonal): median time
 // (on CUDA after a warm-up round, the device synchronised around each phase), peak memory of the
@@ -111,93 +111,93 @@ int bench_attention(const Args& args) {
     for (const auto& lg : logits) {
       std::map<std::string, double> plain_ms;  // per mask, without terms
       for (const auto& terms : term_sets) {
-      double causal_ms = 0, causal_pairs = 0;
-      for (const auto& m : masks) {
-        attn::AttnConfig cfg;
-        cfg.block_q = args.geti("block-q", 64);
-        cfg.block_k = args.geti("block-k", 64);
-        cfg.logit = attn::parse_logit(lg);
-        cfg.impl = impl == "reference" ? attn::AttnImpl::Reference
-                   : impl == "tensor_core" ? attn::AttnImpl::TensorCore : attn::AttnImpl::Auto;
-        if (m == "causal") cfg.window.assign(H, 0);
-        else if (m == "swa") cfg.window.assign(H, std::min(W, T));
-        else if (m == "scope") cfg.window = attn::scope_windows(H, T);
-        else if (m.rfind("docs", 0) == 0 && m.size() > 4 && std::isdigit(static_cast<unsigned char>(m[4]))) {
-          // causal within packed documents of N tokens (the last one of a sequence shorter)
-          const int64_t N = std::stoll(m.substr(4));
-          HZ_CHECK(N >= 1, ValueError, "bench: docsN needs N >= 1");
-          cfg.window.assign(H, 0);
-          std::vector<int64_t> cu{0};
-          for (int64_t b = 0; b < B; ++b)
-            for (int64_t s0 = 0; s0 < T; s0 += N) cu.push_back(b * T + std::min(T, s0 + N));
-          cfg.documents = std::make_shared<attn::Documents>(B, T, cu, true);
-        } else {
-          throw ValueError("bench: unknown mask '" + m + "' (causal, swa, scope, docsN)");
+        double causal_ms = 0, causal_pairs = 0;
+        for (const auto& m : masks) {
+          attn::AttnConfig cfg;
+          cfg.block_q = args.geti("block-q", 64);
+          cfg.block_k = args.geti("block-k", 64);
+          cfg.logit = attn::parse_logit(lg);
+          cfg.impl = impl == "reference" ? attn::AttnImpl::Reference
+                     : impl == "tensor_core" ? attn::AttnImpl::TensorCore : attn::AttnImpl::Auto;
+          if (m == "causal") cfg.window.assign(H, 0);
+          else if (m == "swa") cfg.window.assign(H, std::min(W, T));
+          else if (m == "scope") cfg.window = attn::scope_windows(H, T);
+          else if (m.rfind("docs", 0) == 0 && m.size() > 4 && std::isdigit(static_cast<unsigned char>(m[4]))) {
+            // causal within packed documents of N tokens (the last one of a sequence shorter)
+            const int64_t N = std::stoll(m.substr(4));
+            HZ_CHECK(N >= 1, ValueError, "bench: docsN needs N >= 1");
+            cfg.window.assign(H, 0);
+            std::vector<int64_t> cu{0};
+            for (int64_t b = 0; b < B; ++b)
+              for (int64_t s0 = 0; s0 < T; s0 += N) cu.push_back(b * T + std::min(T, s0 + N));
+            cfg.documents = std::make_shared<attn::Documents>(B, T, cu, true);
+          } else {
+            throw ValueError("bench: unknown mask '" + m + "' (causal, swa, scope, docsN)");
+          }
+          attn::LayerCost cost = attn::attention_cost(cfg, H, T, T, D);
+          if (cfg.documents) {  // attention_cost counted all B sequences: per sequence, as for the others
+            cost.visible_pairs /= B;
+            cost.flops_fwd /= B;
+            cost.flops_fwd_bwd /= B;
+          }
+          const bool tc = attn::attn_tiles(cfg, dev, dt, D).tensor_core;
+          Generator g(1);
+          ag::Variable q(g.normal({B, H, T, D}, 0, 1, dt, dev), true), k(g.normal({B, H, T, D}, 0, 1, dt, dev), true),
+              v(g.normal({B, H, T, D}, 0, 1, dt, dev), true);
+          ag::Variable c(Tensor::ones({H}, DType::F32, dev));  // LogN's c
+          attn::AttnTerms at;
+          at.logn_c = cfg.logit == attn::LogitKind::LogN ? c : ag::Variable();
+          if (terms.find("sink") != std::string::npos) at.sink = ag::Variable(Tensor::zeros({H}, DType::F32, dev), true);
+          if (terms.find("fox") != std::string::npos)  // learned log f: its gradient is part of the backward
+            at.forget = ag::Variable(g.uniform({B, H, T}, -0.1, 0.0, DType::F32, dev), true);
+          const Tensor gout = g.normal({B, H, T, D}, 0, 1, dt, dev);
+          std::vector<double> fwd, tot;
+          int64_t peak = 0;
+          for (int64_t r = gpu ? -1 : 0; r < reps; ++r) {  // on the GPU, one warm-up round
+            q.zero_grad();
+            k.zero_grad();
+            v.zero_grad();
+            sync();
+            const int64_t base = memory_stats(dev).allocated;
+            reset_peak_memory(dev);
+            const auto t0 = std::chrono::steady_clock::now();
+            attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, at);
+            sync();
+            const auto t1 = std::chrono::steady_clock::now();
+            o.out.backward(gout);
+            sync();
+            const auto t2 = std::chrono::steady_clock::now();
+            peak = std::max(peak, memory_stats(dev).peak - base);
+            if (r < 0) continue;
+            fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+            tot.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+          }
+          std::sort(fwd.begin(), fwd.end());
+          std::sort(tot.begin(), tot.end());
+          const double f_ms = fwd[fwd.size() / 2], t_ms = tot[tot.size() / 2];
+          const double pairs = static_cast<double>(cost.visible_pairs) * B;
+          if (m == "causal") {
+            causal_ms = t_ms;
+            causal_pairs = pairs;
+          }
+          const double pr = causal_pairs > 0 ? causal_pairs / pairs : 0, tr = causal_ms > 0 ? causal_ms / t_ms : 0;
+          const double tf_f = cost.flops_fwd * B / (f_ms * 1e-3) / 1e12, tf_fb = cost.flops_fwd_bwd * B / (t_ms * 1e-3) / 1e12;
+          if (terms == "none") plain_ms[m] = t_ms;
+          const double vs = plain_ms.count(m) ? t_ms / plain_ms[m] : 0;  // fwd+bwd time over the same mask's without terms
+          fmt::print("{:>6} {:>7} {:>15} {:>9} {:>14} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.0f}% {:>9.1f} {:>9.3f} "
+                     "{:>9.3f} {:>8.3f}\n",
+                     T, m, lg, terms, static_cast<int64_t>(pairs), pr, f_ms, t_ms, tr, pr > 0 ? 100 * tr / pr : 0,
+                     peak / 1048576.0, tf_f, tf_fb, vs);
+          std::fflush(stdout);
+          if (jf)
+            fmt::print(jf,
+                       "{{\"impl\": \"horizon\", \"device\": \"{}\", \"dtype\": \"{}\", \"kernel\": \"{}\", \"D\": {}, "
+                       "\"B\": {}, \"H\": {}, \"T\": {}, \"mask\": \"{}\", \"logit\": \"{}\", \"terms\": \"{}\", \"pairs\": {}, "
+                       "\"fwd_ms\": {:.4f}, \"fwd_bwd_ms\": {:.4f}, \"tflops_fwd\": {:.4f}, \"tflops_fwd_bwd\": {:.4f}, "
+                       "\"peak_mib\": {:.2f}}}\n",
+                       device, dts, gpu ? (tc ? "tensor_core" : "reference") : "cpu", D, B, H, T, m, lg, terms,
+                       static_cast<int64_t>(pairs), f_ms, t_ms, tf_f, tf_fb, peak / 1048576.0);
         }
-        attn::LayerCost cost = attn::attention_cost(cfg, H, T, T, D);
-        if (cfg.documents) {  // attention_cost counted all B sequences: per sequence, as for the others
-          cost.visible_pairs /= B;
-          cost.flops_fwd /= B;
-          cost.flops_fwd_bwd /= B;
-        }
-        const bool tc = attn::attn_tiles(cfg, dev, dt, D).tensor_core;
-        Generator g(1);
-        ag::Variable q(g.normal({B, H, T, D}, 0, 1, dt, dev), true), k(g.normal({B, H, T, D}, 0, 1, dt, dev), true),
-            v(g.normal({B, H, T, D}, 0, 1, dt, dev), true);
-        ag::Variable c(Tensor::ones({H}, DType::F32, dev));  // LogN's c
-        attn::AttnTerms at;
-        at.logn_c = cfg.logit == attn::LogitKind::LogN ? c : ag::Variable();
-        if (terms.find("sink") != std::string::npos) at.sink = ag::Variable(Tensor::zeros({H}, DType::F32, dev), true);
-        if (terms.find("fox") != std::string::npos)  // learned log f: its gradient is part of the backward
-          at.forget = ag::Variable(g.uniform({B, H, T}, -0.1, 0.0, DType::F32, dev), true);
-        const Tensor gout = g.normal({B, H, T, D}, 0, 1, dt, dev);
-        std::vector<double> fwd, tot;
-        int64_t peak = 0;
-        for (int64_t r = gpu ? -1 : 0; r < reps; ++r) {  // on the GPU, one warm-up round
-          q.zero_grad();
-          k.zero_grad();
-          v.zero_grad();
-          sync();
-          const int64_t base = memory_stats(dev).allocated;
-          reset_peak_memory(dev);
-          const auto t0 = std::chrono::steady_clock::now();
-          attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, at);
-          sync();
-          const auto t1 = std::chrono::steady_clock::now();
-          o.out.backward(gout);
-          sync();
-          const auto t2 = std::chrono::steady_clock::now();
-          peak = std::max(peak, memory_stats(dev).peak - base);
-          if (r < 0) continue;
-          fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-          tot.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
-        }
-        std::sort(fwd.begin(), fwd.end());
-        std::sort(tot.begin(), tot.end());
-        const double f_ms = fwd[fwd.size() / 2], t_ms = tot[tot.size() / 2];
-        const double pairs = static_cast<double>(cost.visible_pairs) * B;
-        if (m == "causal") {
-          causal_ms = t_ms;
-          causal_pairs = pairs;
-        }
-        const double pr = causal_pairs > 0 ? causal_pairs / pairs : 0, tr = causal_ms > 0 ? causal_ms / t_ms : 0;
-        const double tf_f = cost.flops_fwd * B / (f_ms * 1e-3) / 1e12, tf_fb = cost.flops_fwd_bwd * B / (t_ms * 1e-3) / 1e12;
-        if (terms == "none") plain_ms[m] = t_ms;
-        const double vs = plain_ms.count(m) ? t_ms / plain_ms[m] : 0;  // fwd+bwd time over the same mask's without terms
-        fmt::print("{:>6} {:>7} {:>15} {:>9} {:>14} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.0f}% {:>9.1f} {:>9.3f} "
-                   "{:>9.3f} {:>8.3f}\n",
-                   T, m, lg, terms, static_cast<int64_t>(pairs), pr, f_ms, t_ms, tr, pr > 0 ? 100 * tr / pr : 0,
-                   peak / 1048576.0, tf_f, tf_fb, vs);
-        std::fflush(stdout);
-        if (jf)
-          fmt::print(jf,
-                     "{{\"impl\": \"horizon\", \"device\": \"{}\", \"dtype\": \"{}\", \"kernel\": \"{}\", \"D\": {}, "
-                     "\"B\": {}, \"H\": {}, \"T\": {}, \"mask\": \"{}\", \"logit\": \"{}\", \"terms\": \"{}\", \"pairs\": {}, "
-                     "\"fwd_ms\": {:.4f}, \"fwd_bwd_ms\": {:.4f}, \"tflops_fwd\": {:.4f}, \"tflops_fwd_bwd\": {:.4f}, "
-                     "\"peak_mib\": {:.2f}}}\n",
-                     device, dts, gpu ? (tc ? "tensor_core" : "reference") : "cpu", D, B, H, T, m, lg, terms,
-                     static_cast<int64_t>(pairs), f_ms, t_ms, tf_f, tf_fb, peak / 1048576.0);
-      }
       }
     }
   }
@@ -357,7 +357,8 @@ int bench_main(const std::vector<std::string>& args) {
                "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]\n"
                "                               [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]\n"
                "                               [--block-q 64] [--block-k 64] [--masks causal,swa,scope,docsN]\n"
-               "                               [--logits identity,scale_invariant,logn,swan_row,temperature] [--json FILE]\n"
+               "                               [--logits identity,scale_invariant,logn,swan_row,temperature]\n"
+               "                               [--terms none,sink,fox,sink+fox] [--json FILE]\n"
                "         (cuda defaults: bf16, H = 2048/D, B = 16384/T, T up to 32768, 10 reps)\n");
     return args.size() < 2 ? 2 : 0;
   }

@@ -174,8 +174,7 @@ KVCache::KVCache(const Transformer& m, int64_t context, int64_t train_T)
     const AttentionLayer& A = *block->attn;
     const attn::AttnConfig cfg = A.kernel_config(c);
     const bool lampe = A.uses_lampe(cfg);
-    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), context_, lampe || cfg.logit == attn::LogitKind::SwanRow,
-                     act, dev);
+    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), context_, lampe, act, dev);
     info_.push_back({kv_.back().capacity(), lampe, kv_.back().bytes()});
   }
 }

@@ -23,10 +23,11 @@
 // context. When the buffer is full, its last cap - 1 keys move to the front (base advances): one
 // copy of cap - 1 rows every slack + 1 tokens. The new queries attend to the buffer with the op's
 // alignment: q_offset = their position - base, key_end = len, so the window rule, the distances
-// t of scale-invariant / ALiBi and LogN's visible count are those of the full sequence. A layer
-// whose logits depend on the absolute query position (SWAN row scaling) keeps every key (base
-// stays 0); so does a LaMPE layer, whose keys stay unrotated (their rotation depends on the
-// query's mapped relative position) and which attends through attn::lampe_attention.
+// t of scale-invariant / ALiBi and LogN's visible count are those of the full sequence, and
+// key_position = base gives the terms that read the absolute position (SWAN's row, LogN by
+// position, Llama 4's temperature) the true one. A LaMPE layer keeps every key: its keys stay
+// unrotated (their rotation depends on the query's mapped relative position) and it attends
+// through attn::lampe_attention.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -39,7 +40,7 @@ namespace hz::nn {
 // the rotated (or, on LaMPE layers, unrotated) new keys and values.
 class LayerKV {
  public:
-  // cfg: the layer's kernel config for T = context; keep_all: every key stays (SWAN rows, LaMPE).
+  // cfg: the layer's kernel config for T = context; keep_all: every key stays (LaMPE).
   // The buffers are allocated now, zeroed, in `dtype` on `dev` (keys of another dtype are cast).
   LayerKV(const attn::AttnConfig& cfg, int64_t n_kv_heads, int64_t head_dim, int64_t context, bool keep_all,
           DType dtype, Device dev);

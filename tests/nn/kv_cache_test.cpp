@@ -231,7 +231,9 @@ TEST(KVCache, PromptLongerThanWindowAndMemory) {
 
 // A layer whose logits depend on the query's absolute position (SWAN row scaling) keeps every key
 // even under a window, so the position the op sees is the absolute one.
-TEST(KVCache, SwanRowUnderAWindowKeepsEveryKey) {
+// SWAN's row reads the absolute position, which the op gets as key_position = the ring's base:
+// a window layer with row scaling keeps only its window and still decodes the full forward's logits.
+TEST(KVCache, SwanRowUnderAWindowKeepsOnlyTheWindow) {
   attn::AttentionSpec s = nope();
   s.logit.kind = attn::LogitKind::SwanRow;
   s.logit.swan_a = 20;
@@ -243,7 +245,7 @@ TEST(KVCache, SwanRowUnderAWindowKeepsEveryKey) {
   c.pattern = {"s"};
   Transformer m(c, 1);
   KVCache cache(m, 30);
-  EXPECT_EQ(cache.layers()[0].capacity, std::vector<int64_t>(4, 30));
+  EXPECT_EQ(cache.layers()[0].capacity, std::vector<int64_t>(4, 3));
 }
 
 // A CUDA model decodes on the GPU, cache included: the same steps as the CPU's cache, whose

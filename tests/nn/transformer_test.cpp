@@ -265,6 +265,25 @@ TEST(Transformer, CausalityNoFutureLeak) {
   EXPECT_NE(la.at({0, 3, 0}), lb.at({0, 3, 0}));
 }
 
+namespace {
+// The plain-loop layer tests' last step: want = y wo^T (y (T, HD) the heads' outputs, wo (C, HD)),
+// compared with the layer's output to 1e-12; the weights are initialised, so a zero layer fails.
+void expect_output_projection(const std::vector<double>& got, const std::vector<double>& wo,
+                              const std::vector<double>& y, int64_t T, int64_t C, int64_t HD) {
+  std::vector<double> want(T * C, 0.0);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t o = 0; o < C; ++o)
+      for (int64_t e = 0; e < HD; ++e) want[i * C + o] += wo[o * HD + e] * y[i * HD + e];
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  EXPECT_GT(scale, 0.1);
+}
+}  // namespace
+
 // The gated attention output against an independent float64 implementation: plain loops over
 // the layer's own weights (projections, RoPE by angle, causal softmax, per-head or per-element
 // sigmoid gate, output projection), no fused op and no autograd.
@@ -298,7 +317,7 @@ TEST(GatedAttention, LayerEqualsPlainLoops) {
       }
       return v;
     };
-    std::vector<double> y(T * H * D, 0.0), want(T * C, 0.0);
+    std::vector<double> y(T * H * D, 0.0);
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < T; ++i) {
         std::vector<double> q(D);
@@ -323,16 +342,7 @@ TEST(GatedAttention, LayerEqualsPlainLoops) {
           y[i * H * D + h * D + d] = acc / (1 + std::exp(-proj(wg, 0, i, gi)));
         }
       }
-    for (int64_t i = 0; i < T; ++i)
-      for (int64_t o = 0; o < C; ++o)
-        for (int64_t e = 0; e < H * D; ++e) want[i * C + o] += wo[o * H * D + e] * y[i * H * D + e];
-    ASSERT_EQ(got.size(), want.size());
-    double scale = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_NEAR(got[i], want[i], 1e-12) << i;
-      scale = std::max(scale, std::abs(want[i]));
-    }
-    EXPECT_GT(scale, 0.1);  // the weights are initialised: a zero layer would pass anything
+    expect_output_projection(got, wo, y, T, C, H * D);
   }
 }
 
@@ -378,7 +388,7 @@ TEST(SinksAndForgetGates, LayerEqualsPlainLoops) {
         for (int64_t c = 0; c < C; ++c) a += fw[h * C + c] * X[t * C + c];
         return std::log(1.0 / (1.0 + std::exp(-a)));
       };
-      std::vector<double> y(T * H * D, 0.0), want(T * C, 0.0);
+      std::vector<double> y(T * H * D, 0.0);
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < T; ++i) {
           const int64_t j0 = std::max<int64_t>(0, i - W + 1);
@@ -398,15 +408,6 @@ TEST(SinksAndForgetGates, LayerEqualsPlainLoops) {
             y[i * H * D + h * D + d] = acc;
           }
         }
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t o = 0; o < C; ++o)
-          for (int64_t e = 0; e < H * D; ++e) want[i * C + o] += wo[o * H * D + e] * y[i * H * D + e];
-      ASSERT_EQ(got.size(), want.size());
-      double scale = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        EXPECT_NEAR(got[i], want[i], 1e-12) << i;
-        scale = std::max(scale, std::abs(want[i]));
-      }
-      EXPECT_GT(scale, 0.1);
+      expect_output_projection(got, wo, y, T, C, H * D);
     }
 }
