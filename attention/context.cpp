@@ -1,7 +1,9 @@
 #include "attention/context.h"
 
 #include <algorithm>
+#include <limits>
 
+#include "attention/fused_kernels.h"
 #include "autograd/functions.h"
 #include "core/names.h"
 #include "core/ops.h"
@@ -40,7 +42,7 @@ std::vector<int64_t> ZigzagLayout::positions_of(int q) const {
 
 namespace {
 
-constexpr const char* kExchange[] = {"halo", "all-gather"};
+constexpr const char* kExchange[] = {"halo", "all_gather", "ring"};
 
 int64_t max_window(const AttnConfig& cfg) {
   int64_t w = 0;
@@ -162,6 +164,208 @@ ag::Variable exchange_halo(const ag::Variable& x, int64_t W, const ContextParall
   });
 }
 
+// ---- the ring --------------------------------------------------------------------------------
+// Layers that read the whole sequence, without gathering it: the group's key/value blocks (each
+// rank's local k and v packed as one (2, B, Hkv, Tl, D) tensor) go round the ring r -> r + 1, one
+// step at a time, N - 1 transfers; at step s rank r holds rank (r - s)'s block and attends each of
+// its two query chunks to each key chunk of it that is not after the query chunk, one fused-op
+// call per (query chunk, key chunk) pair, with q_offset and key_position placing both at their
+// global positions (LogN's n counted over the whole row: logn_whole_row). The calls' outputs merge
+// by their log-sum-exps,
+//     lse = log(exp(lse_a) + exp(lse_b)),   out = out_a exp(lse_a - lse) + out_b exp(lse_b - lse),
+// in the accumulation dtype, in step order (deterministic); the sink, one more term of every row's
+// denominator, is folded in once at the end. The next block's transfer is posted before the
+// step's calls and waited after them, so it overlaps the compute.
+// Backward: the calls' backward with the rows' FINAL out and lse is exact for their keys
+// (p_ij = exp(L_ij - lse_i), D_i = dO_i . O_i), so every block goes round again with its dK/dV
+// accumulator beside it: rank r adds its share to the block it holds and passes both on; after N
+// steps each accumulator reaches its owner. dQ accumulates locally. Never more than two blocks (and
+// their accumulators) live at once, and nothing of the gathered sequence is kept for the backward.
+
+// acc_out/acc_lse (rows of one query chunk) merged with a call's (out, lse); -inf rows stay 0.
+void merge_into(Tensor acc_out, Tensor acc_lse, const Tensor& out, const Tensor& lse) {
+  const DType adt = acc_lse.dtype();
+  const Device dev = acc_lse.device();
+  // m is -1e30 rather than -inf for rows that saw no key yet, so no inf - inf: their weights are
+  // 0 and 0, and the denominator max(w_a + w_b, 1) (>= 1 whenever either side is finite) keeps 0
+  const Tensor m = ops::binary(BinaryOp::Maximum, ops::binary(BinaryOp::Maximum, acc_lse, lse),
+                               Tensor::full({1}, -1e30, adt, dev));
+  const Tensor wa = ops::unary(UnaryOp::Exp, ops::sub(acc_lse, m)), wb = ops::unary(UnaryOp::Exp, ops::sub(lse, m));
+  const Tensor den = ops::add(wa, wb);
+  const Tensor safe = ops::binary(BinaryOp::Maximum, den, Tensor::full({1}, 1.0, adt, dev));
+  const Tensor num = ops::add(ops::mul(acc_out, wa.unsqueeze(3)), ops::mul(out, wb.unsqueeze(3)));
+  acc_out.copy_(ops::div(num, safe.unsqueeze(3)));
+  acc_lse.copy_(ops::add(m, ops::unary(UnaryOp::Log, den)));
+}
+
+// One (query chunk, key chunk) call of the ring: chunk qc's rows [qoff, qoff + qlen) of the local
+// rows, key chunk kc at rows [koff, koff + klen) of its owner's block.
+struct RingPiece {
+  int64_t qc, qoff, qlen, kc, koff, klen;
+};
+
+// The calls of step s at rank r: its chunks against the chunks of the block it holds (owner
+// (r - s) mod N) that start at or before them (a later chunk is invisible to every causal head).
+std::vector<RingPiece> ring_pieces(const ZigzagLayout& L, int owner) {
+  std::vector<RingPiece> out;
+  const auto qch = L.chunks(), kch = L.chunks_of(owner);
+  int64_t qoff = 0;
+  for (int64_t qc : qch) {
+    int64_t koff = 0;
+    for (int64_t kc : kch) {
+      if (kc <= qc) out.push_back({qc, qoff, L.chunk_len(qc), kc, koff, L.chunk_len(kc)});
+      koff += L.chunk_len(kc);
+    }
+    qoff += L.chunk_len(qc);
+  }
+  return out;
+}
+
+AttnConfig piece_config(const AttnConfig& cfg, const ZigzagLayout& L, const RingPiece& p) {
+  AttnConfig c = cfg;
+  c.q_offset = L.chunk_begin(p.qc) - L.chunk_begin(p.kc);
+  c.key_position = L.chunk_begin(p.kc);
+  c.logn_whole_row = true;
+  return c;
+}
+
+Tensor block_of(const Tensor& blk, int which, const RingPiece& p) {
+  return blk.select(0, which).narrow(2, p.koff, p.klen).contiguous();
+}
+
+ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
+                            const AttnConfig& cfg, const ContextParallel& cp, const AttnTerms& terms) {
+  const ZigzagLayout& L = cp.layout;
+  ContextGroup& g = *cp.group;
+  const int N = L.n, r = L.rank, next = (r + 1) % N, prev = (r - 1 + N) % N;
+  const Tensor qv = q.value().contiguous();
+  const Device dev = qv.device();
+  const DType dt = qv.dtype(), adt = acc_dtype(dt);
+  const int64_t B = qv.size(0), H = qv.size(1), Tl = qv.size(2), D = qv.size(3), Hk = k.size(1);
+  const bool logn = cfg.logit == LogitKind::LogN;
+  const Tensor cval = logn ? terms.logn_c.value() : Tensor();
+  auto block_shape = [&](int owner) { return Shape{2, B, Hk, L.local_len_of(owner), D}; };
+  Tensor own = Tensor::empty(block_shape(r), dt, dev);
+  own.select(0, 0).copy_(k.value());
+  own.select(0, 1).copy_(v.value());
+
+  Tensor out = Tensor::zeros({B, H, Tl, D}, adt, dev);
+  Tensor lse = Tensor::full({B, H, Tl}, -std::numeric_limits<double>::infinity(), adt, dev);
+  Tensor blk = own;
+  for (int s = 0; s < N; ++s) {
+    const int owner = (r - s + N) % N;
+    Tensor nxt;
+    std::unique_ptr<ContextGroup::Pending> pend;
+    if (s + 1 < N) {
+      nxt = Tensor::empty(block_shape((r - s - 1 + N) % N), dt, dev);
+      pend = g.start_send_recv(blk, next, nxt, prev);
+      g.bytes_sent += bytes_of(blk);
+    }
+    for (const RingPiece& p : ring_pieces(L, owner)) {
+      Tensor plse;
+      const Tensor pout = detail::piece_forward(piece_config(cfg, L, p), qv.narrow(2, p.qoff, p.qlen).contiguous(),
+                                                block_of(blk, 0, p), block_of(blk, 1, p), cval, plse);
+      merge_into(out.narrow(2, p.qoff, p.qlen), lse.narrow(2, p.qoff, p.qlen), pout, plse);
+      if (pend) pend->progress();
+    }
+    if (pend) {
+      pend->wait();
+      blk = nxt;
+    }
+  }
+  const bool sink = terms.sink.defined();
+  if (sink) {  // lse' = log(exp(lse) + exp(z_h)), out' = out exp(lse - lse')
+    const Tensor z = terms.sink.value().to(dev).to(adt).view({1, H, 1});
+    const Tensor m = ops::binary(BinaryOp::Maximum, lse, z);
+    const Tensor total = ops::add(m, ops::unary(UnaryOp::Log, ops::add(ops::unary(UnaryOp::Exp, ops::sub(lse, m)),
+                                                                        ops::unary(UnaryOp::Exp, ops::sub(z, m)))));
+    out = ops::mul(out, ops::unary(UnaryOp::Exp, ops::sub(lse, total)).unsqueeze(3));
+    lse = total;
+  }
+
+  std::vector<ag::Variable> inputs{q, k, v};
+  const int ic = logn && terms.logn_c.defined() ? static_cast<int>(inputs.size()) : -1;
+  if (ic >= 0) inputs.push_back(terms.logn_c);
+  const int iz = sink ? static_cast<int>(inputs.size()) : -1;
+  if (sink) inputs.push_back(terms.sink);
+  const Tensor result = out.dtype() == dt ? out : out.to(dt);
+  return ag::make_result(result, inputs, "context_ring", [&] {
+    const ContextParallel c = cp;  // the group outlives the graph (the caller's call keeps it)
+    const Tensor zval = sink ? terms.sink.value() : Tensor();
+    return [c, cfg, qv, own, out, lse, cval, zval, ic, iz, B, H, Hk, D, dt, adt, dev](const Tensor& gout,
+                                                                                       ag::Grads& gr) {
+      const ZigzagLayout& L = c.layout;
+      ContextGroup& grp = *c.group;
+      const int N = L.n, r = L.rank, next = (r + 1) % N, prev = (r - 1 + N) % N;
+      const bool want_c = ic >= 0 && gr.needs(ic);
+      auto block_shape = [&](int owner) { return Shape{2, B, Hk, L.local_len_of(owner), D}; };
+      const Tensor gc = gout.contiguous();
+      Tensor dq = Tensor::zeros(qv.shape(), adt, dev);
+      Tensor dc;  // LogN's c, summed over the calls in step order
+      Tensor blk = own, acc;  // the block held and the gradient of its rows gathered so far
+      std::unique_ptr<ContextGroup::Pending> pend_acc;
+      Tensor acc_in;  // what pend_acc receives
+      for (int s = 0; s < N; ++s) {
+        const int owner = (r - s + N) % N;
+        Tensor nxt;
+        std::unique_ptr<ContextGroup::Pending> pend;
+        if (s + 1 < N) {
+          nxt = Tensor::empty(block_shape((r - s - 1 + N) % N), dt, dev);
+          pend = grp.start_send_recv(blk, next, nxt, prev);
+          grp.bytes_sent += bytes_of(blk);
+        }
+        Tensor part = Tensor::zeros(block_shape(owner), adt, dev);
+        for (const RingPiece& p : ring_pieces(L, owner)) {
+          const detail::PieceGrads pg = detail::piece_backward(
+              piece_config(cfg, L, p), qv.narrow(2, p.qoff, p.qlen).contiguous(), block_of(blk, 0, p),
+              block_of(blk, 1, p), out.narrow(2, p.qoff, p.qlen).contiguous(), lse.narrow(2, p.qoff, p.qlen).contiguous(),
+              gc.narrow(2, p.qoff, p.qlen).contiguous(), cval, want_c);
+          Tensor dqr = dq.narrow(2, p.qoff, p.qlen), dkr = part.select(0, 0).narrow(2, p.koff, p.klen),
+                 dvr = part.select(0, 1).narrow(2, p.koff, p.klen);
+          dqr.copy_(ops::add(dqr, pg.dq));
+          dkr.copy_(ops::add(dkr, pg.dk));
+          dvr.copy_(ops::add(dvr, pg.dv));
+          if (want_c) dc = dc.defined() ? ops::add(dc, pg.dc) : pg.dc;
+          if (pend) pend->progress();
+          if (pend_acc) pend_acc->progress();
+        }
+        if (pend_acc) {  // the accumulator of this block, from the ranks it visited before
+          pend_acc->wait();
+          acc = ops::add(acc_in, part);
+        } else {
+          acc = part;
+        }
+        // pass it on with the block (the last step sends every accumulator home: rank r + 1 owns
+        // the block rank r holds at step N - 1)
+        if (N == 1) {
+          acc_in = acc;
+        } else {
+          acc_in = Tensor::empty(block_shape(s + 1 < N ? (r - s - 1 + N) % N : r), adt, dev);
+          pend_acc = grp.start_send_recv(acc, next, acc_in, prev);
+          grp.bytes_sent += bytes_of(acc);
+        }
+        if (pend) {
+          pend->wait();
+          blk = nxt;
+        }
+      }
+      if (pend_acc) pend_acc->wait();
+      auto as_dt = [&](const Tensor& t) { return t.dtype() == dt ? t.contiguous() : t.to(dt); };
+      if (gr.needs(0)) gr.set(0, as_dt(dq));
+      if (gr.needs(1)) gr.set(1, as_dt(acc_in.select(0, 0)));
+      if (gr.needs(2)) gr.set(2, as_dt(acc_in.select(0, 1)));
+      if (want_c) gr.set(ic, dc.to(cval.dtype()).to(cval.device()));
+      if (iz >= 0 && gr.needs(iz)) {  // dLoss/dz_h = -sum_i exp(z_h - lse_i) dO_i . O_i
+        const Tensor Dv = ops::sum(ops::mul(gc.to(adt), out), 3, false);
+        const Tensor p = ops::unary(UnaryOp::Exp, ops::sub(zval.to(dev).to(adt).view({1, H, 1}), lse));
+        gr.set(iz, ops::mul_scalar(ops::sum(ops::sum(ops::mul(p, Dv), 2, false), 0, false), -1.0)
+                       .to(zval.dtype())
+                       .to(zval.device()));
+      }
+    };
+  });
+}
+
 }  // namespace
 
 Tensor local_rows(const Tensor& t, int64_t dim, const ZigzagLayout& L) {
@@ -180,18 +384,39 @@ Tensor local_rows(const Tensor& t, int64_t dim, const ZigzagLayout& L) {
 
 const char* name(ContextExchange e) { return kExchange[static_cast<int>(e)]; }
 
-ContextExchange context_exchange(const AttnConfig& cfg, const ZigzagLayout& L) {
-  const int64_t W = max_window(cfg);
-  if (L.n > 1 && W > 0 && W - 1 <= L.min_chunk()) return ContextExchange::Halo;
-  return ContextExchange::AllGather;
+ContextExchange parse_context_exchange(const std::string& s) {
+  if (s == "ring") return ContextExchange::Ring;
+  if (s == "all_gather") return ContextExchange::AllGather;
+  throw ValueError("context exchange '" + s + "': expected ring or all_gather");
 }
 
-int64_t context_rows_sent(const AttnConfig& cfg, const ZigzagLayout& L) {
-  if (L.n == 1) return 0;
-  if (context_exchange(cfg, L) == ContextExchange::AllGather) return (L.n - 1) * L.max_local_len();
+ContextExchange context_exchange(const AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global, bool fox) {
   const int64_t W = max_window(cfg);
-  const auto ch = L.chunks();
-  return (L.rank + 1 < L.n ? halo_len(L, W, ch[0] + 1) : 0) + (L.rank >= 1 ? halo_len(L, W, ch[1] + 1) : 0);
+  if (L.n > 1 && W > 0 && W - 1 <= L.min_chunk()) return ContextExchange::Halo;
+  HZ_CHECK(global != ContextExchange::Halo, ValueError, "context parallel: the halo is not a global exchange");
+  return fox ? ContextExchange::AllGather : global;
+}
+
+ContextTraffic context_traffic(const AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global, bool fox) {
+  ContextTraffic t;
+  if (L.n == 1) return t;
+  switch (context_exchange(cfg, L, global, fox)) {
+    case ContextExchange::AllGather:
+      t.fwd_rows = t.bwd_rows = (L.n - 1) * L.max_local_len();
+      break;
+    case ContextExchange::Ring:
+      t.fwd_rows = t.bwd_rows = L.T - L.local_len_of((L.rank + 1) % L.n);
+      t.bwd_acc_rows = L.T;
+      break;
+    case ContextExchange::Halo: {
+      const int64_t W = max_window(cfg);
+      const auto ch = L.chunks();
+      t.fwd_rows = t.bwd_rows =
+          (L.rank + 1 < L.n ? halo_len(L, W, ch[0] + 1) : 0) + (L.rank >= 1 ? halo_len(L, W, ch[1] + 1) : 0);
+      break;
+    }
+  }
+  return t;
 }
 
 ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v, const AttnConfig& cfg,
@@ -223,7 +448,9 @@ ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, con
   const int64_t len_a = L.chunk_len(ch[0]);
   const int64_t offs[2] = {0, len_a};
   std::vector<ag::Variable> outs;
-  if (context_exchange(cfg, L) == ContextExchange::Halo) {
+  const ContextExchange ex = context_exchange(cfg, L, cp.global, fox);
+  if (ex == ContextExchange::Ring) return ring_attention(q, k, v, cfg, cp, terms);
+  if (ex == ContextExchange::Halo) {
     const int64_t W = max_window(cfg);
     const ag::Variable hk = exchange_halo(k, W, cp), hv = exchange_halo(v, W, cp);
     const ag::Variable hf = fox ? exchange_halo(f4, W, cp) : ag::Variable();

@@ -18,14 +18,29 @@
 //               same amount: windows, distances and visible counts are unchanged, and the terms
 //               that read absolute positions (packed documents' bounds, SWAN's row index) get the
 //               buffer's first global position as the op's key_position.
-//   all-gather  otherwise (an unbounded head, a window longer than a chunk): every rank gathers
-//               the group's k and v (N x its rows, Llama 3's scheme) and each of its chunks reads
-//               keys [0, end of the chunk) at its global offset.
+//   ring        otherwise (an unbounded head, a window longer than a chunk), by default
+//               (parallel.context_exchange: ring): the ranks' key/value blocks go round the group
+//               r -> r + 1 in N - 1 steps, each transfer posted before the step's attention and
+//               waited after it, so it overlaps the compute (NCCL: on the communication stream;
+//               MPI: progressed between the step's kernel calls). Each step attends this rank's two
+//               query chunks to the chunks of the block held that start at or before them, one
+//               fused-op call per pair placed by q_offset and key_position (LogN's n over the whole
+//               row: logn_whole_row), and merges the calls by their log-sum-exps in step order; a
+//               sink is folded in once at the end. Backward: the blocks go round again, each with
+//               its dK/dV accumulator (the accumulation dtype) beside it, and the accumulators end
+//               at their owners; the calls' backward reads the rows' final out and lse, which makes
+//               each exact. No rank ever holds more than two blocks, and nothing of them is kept
+//               for the backward. It sends more than the all-gather (k and v twice, dK/dV in f32
+//               under bf16) and keeps less.
+//   all-gather  (parallel.context_exchange: all_gather, and FoX layers, whose calls need c at
+//               their queries' positions): every rank gathers the group's k and v (N x its rows,
+//               Llama 3's scheme), keeps them for the backward, and each of its chunks reads keys
+//               [0, end of the chunk) at its global offset.
 // Backward returns dK/dV of remote keys to their owners: the halo's reverse shift added to the
-// owner's tail rows, or, for the all-gather, every rank sends each owner the gradient of the
-// owner's rows and the owner sums them in rank order. Both are deterministic, and no (T, T) tensor
-// exists on either path. The loss is the caller's: a rank's local mean scaled so that the
-// average over the group is the mean over the whole sequence (train/trainer.cpp).
+// owner's tail rows, the ring's accumulators, or, for the all-gather, every rank sends each owner
+// the gradient of the owner's rows and the owner sums them in rank order. All are deterministic,
+// and no (T, T) tensor exists on any path. The loss is the caller's: a rank's local mean scaled so
+// that the average over the group is the mean over the whole sequence (train/trainer.cpp).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -72,24 +87,53 @@ class ContextGroup {
   virtual void all_gather_into(const Tensor& in, Tensor& out) = 0;
   // sends to dest and receives from src at once (-1: no one); contiguous
   virtual void send_recv(const Tensor& send, int dest, Tensor& recv, int src) = 0;
+  // send_recv started now, complete at the handle's wait() (the ring overlaps it with compute);
+  // both tensors stay alive and untouched until then. The default completes at once.
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() {}
+    virtual void progress() {}  // lets the transfer advance (MPI's progress engine) between kernels
+  };
+  virtual std::unique_ptr<Pending> start_send_recv(const Tensor& send, int dest, Tensor& recv, int src) {
+    send_recv(send, dest, recv, src);
+    return std::make_unique<Pending>();
+  }
   int64_t bytes_sent = 0;  // by context_attention through this group, forward and backward
 };
+
+enum class ContextExchange : uint8_t { Halo, AllGather, Ring };
+const char* name(ContextExchange e);
+// parse("ring") etc.; throws ValueError naming the choices
+ContextExchange parse_context_exchange(const std::string& s);
 
 struct ContextParallel {
   std::shared_ptr<ContextGroup> group;
   ZigzagLayout layout;
+  // how layers that read the whole sequence (an unbounded head, a window longer than a chunk)
+  // exchange keys: Ring or AllGather (parallel.context_exchange)
+  ContextExchange global = ContextExchange::Ring;
 };
 
 // The rows of t along `dim` (of size L.T, global order) that this rank holds, in local order.
 Tensor local_rows(const Tensor& t, int64_t dim, const ZigzagLayout& L);
 
-enum class ContextExchange : uint8_t { Halo, AllGather };
-const char* name(ContextExchange e);
-// The path a layer with this kernel config takes at this layout (see the header comment).
-ContextExchange context_exchange(const AttnConfig& cfg, const ZigzagLayout& layout);
-// Rows of k (and as many of v) each rank sends per layer call in the forward: the halo's
-// 2 (W - 1) at most, or the all-gather's (N - 1) x the local rows (the backward returns as many).
-int64_t context_rows_sent(const AttnConfig& cfg, const ZigzagLayout& layout);
+// The path a layer with this kernel config takes at this layout (see the header comment): the
+// halo where it applies, else `global`; a FoX layer's global path is the all-gather (the ring's
+// pieces would need FoX's c at queries outside their keys).
+ContextExchange context_exchange(const AttnConfig& cfg, const ZigzagLayout& layout,
+                                 ContextExchange global = ContextExchange::Ring, bool fox = false);
+// Rows of k and v (each) this rank sends per layer call: forward and backward in the storage
+// dtype, and the ring's dK/dV rows in the accumulation dtype:
+//   halo        2 (W - 1) at most, forward and backward;
+//   all-gather  (N - 1) x the longest local length, forward and backward;
+//   ring        T - (the next rank's local length) forward and again backward (k and v go round
+//               once more), and T rows of dK/dV (every block's gradient travels home).
+struct ContextTraffic {
+  int64_t fwd_rows = 0, bwd_rows = 0, bwd_acc_rows = 0;
+};
+ContextTraffic context_traffic(const AttnConfig& cfg, const ZigzagLayout& layout,
+                               ContextExchange global = ContextExchange::Ring, bool fox = false);
 
 // q (B, H, Tl, D), k/v (B, Hkv, Tl, D): this rank's local rows (Tl = layout.local_len(), in local
 // order), RoPE already applied at the global positions; cfg built for the whole sequence

@@ -78,6 +78,7 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
     HZ_CHECK(cfg.swan_a > 1, ValueError, "attention: swan_row a must be > 1");
   HZ_CHECK(cfg.key_position >= 0, ValueError, "attention: key_position ", cfg.key_position, " is negative");
   p.key_position = cfg.key_position;
+  p.logn_whole_row = cfg.logn_whole_row;
   HZ_CHECK(cfg.qtemp_alpha >= 0 && cfg.qtemp_beta > 0, ValueError, "attention: qtemp_alpha must be >= 0 and qtemp_beta > 0");
   p.logn_position = cfg.logn_position;
   p.qtemp_alpha = cfg.qtemp_alpha;
@@ -89,8 +90,8 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
     HZ_CHECK(d.batch() == B && cfg.key_position + Tk <= d.seq_len(), ShapeError, "attention: documents of ",
              d.batch(), " x ", d.seq_len(), " tokens for a batch of ", B, " x ", Tk, " keys at key_position ",
              cfg.key_position);
-    HZ_CHECK(p.q_offset + Tq <= Tk, ShapeError, "attention: with documents the queries must lie among the keys (q_offset ",
-             p.q_offset, " + Tq ", Tq, " > Tk ", Tk, ")");
+    HZ_CHECK(cfg.key_position + p.q_offset + Tq <= d.seq_len(), ShapeError, "attention: documents of ", d.seq_len(),
+             " positions, the queries reach position ", cfg.key_position + p.q_offset + Tq);
     HZ_CHECK(p.min_distance == 0, ValueError, "attention: documents need min_distance 0");
     const Tensor& bounds = d.bounds(Device::cpu());  // host pointers; fused_attention swaps in the device's
     p.doc_start = bounds.data<int32_t>();
@@ -175,13 +176,78 @@ Tensor sink_grad(const Tensor& z, const Tensor& lse, const Tensor& out, const Te
   return ops::mul_scalar(ops::sum(ops::sum(ops::mul(p, Dv), 2, false), 0, false), -1.0);  // (H)
 }
 
-}  // namespace
+// What one call hands the kernels besides q, k, v: the CPU kernel's host terms, or on CUDA LogN's c
+// and the sink as device tensors in the accumulation dtype; FoX's c in the kernel's dtype (ct.fox_c).
+struct KernelTerms {
+  detail::CpuTerms ct;
+  Tensor c_dev, z_dev;
+};
 
-AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
-                           const AttnConfig& cfg, const AttnTerms& terms) {
-  const Tensor& qv = q.value();
-  const Tensor& kv = k.value();
-  const Tensor& vv = v.value();
+// The kernel's dtype on a device: f32 for bf16 on the CPU (the CPU kernel computes in f32), else
+// the storage dtype.
+DType kernel_dtype(DType dt, Device dev) { return dev.is_cpu() && dt == DType::BF16 ? DType::F32 : dt; }
+
+// The forward kernels of one nonempty call (q/k/v contiguous, in their storage dtype): returns out
+// in the kernel dtype, with the sink folded in; lse (B, H, Tq) in the accumulation dtype.
+Tensor run_forward(const AttnKernelParams& P, bool use_tc, const Tensor& qc, const Tensor& kc, const Tensor& vc,
+                   const KernelTerms& t, Tensor& lse) {
+  const Device dev = qc.device();
+  Tensor out = Tensor::empty(qc.shape(), kernel_dtype(qc.dtype(), dev), dev);
+  lse = Tensor::empty({P.B, P.H, P.Tq}, acc_dtype(qc.dtype()), dev);
+  if (dev.is_cpu()) {
+    detail::cpu_forward(P, as_f32(qc), as_f32(kc), as_f32(vc), t.ct, out, lse);
+  } else {
+    detail::cuda_forward(P, use_tc, qc, kc, vc, t.c_dev, t.ct.fox_c, out, lse);
+    if (P.sink) fold_sink(t.z_dev, out, lse);
+  }
+  return out;
+}
+
+// Gradients of one call: dq, dk, dv in the kernel dtype; dc (LogN's c) and dz (the sinks), (H),
+// and df (FoX's dLoss/dc, (B, H, Tk) in ct.fox_c's dtype), each only where asked.
+struct KernelGrads {
+  Tensor dq, dk, dv, dc, dz, df;
+};
+
+// The backward kernels of one nonempty call given its rows' out (kernel dtype) and lse; dc and dz
+// come back on the op's device in the accumulation dtype (CPU: f64).
+KernelGrads run_backward(const AttnKernelParams& P, bool use_tc, const Tensor& qc, const Tensor& kc, const Tensor& vc,
+                         const Tensor& out, const Tensor& lse, const Tensor& gc, const KernelTerms& t, bool need_c,
+                         bool need_z, bool need_f) {
+  const Device dev = qc.device();
+  const DType kdt = kernel_dtype(qc.dtype(), dev);
+  KernelGrads g;
+  g.dq = Tensor::empty(qc.shape(), kdt, dev);
+  g.dk = Tensor::empty(kc.shape(), kdt, dev);
+  g.dv = Tensor::empty(kc.shape(), kdt, dev);
+  if (dev.is_cpu()) {
+    std::vector<double> dcv, dzv;
+    if (need_f) g.df = Tensor::empty({P.B, P.H, P.Tk}, kdt);
+    detail::CpuTermGrads tg;
+    tg.logn_c = need_c ? &dcv : nullptr;
+    tg.sink = need_z ? &dzv : nullptr;
+    tg.fox_c = need_f ? &g.df : nullptr;
+    detail::cpu_backward(P, as_f32(qc), as_f32(kc), as_f32(vc), out, lse, as_f32(gc), t.ct, g.dq, g.dk, g.dv, tg);
+    if (need_c) g.dc = Tensor::from_vector(dcv, {P.H}, DType::F64);
+    if (need_z) g.dz = Tensor::from_vector(dzv, {P.H}, DType::F64);
+    return g;
+  }
+  Tensor dc_rows, dfq, dfk;
+  detail::cuda_backward(P, use_tc, qc, kc, vc, out, lse, gc, t.c_dev, t.ct.fox_c, g.dq, g.dk, g.dv,
+                        need_c ? &dc_rows : nullptr, need_f ? &dfq : nullptr, need_f ? &dfk : nullptr);
+  if (need_f) {  // dLoss/dc_m = sum_j dL_mj (m a query's position) - sum_i dL_im
+    Tensor rows = Tensor::zeros(dfk.shape(), dfk.dtype(), dev);
+    rows.narrow(2, P.q_offset, P.Tq).copy_(dfq);
+    g.df = ops::add(dfk, rows);
+  }
+  // per-row partials summed over rows, then over the batch, in a fixed order
+  if (need_c) g.dc = ops::sum(ops::sum(dc_rows, 2, false), 0, false);
+  if (need_z) g.dz = sink_grad(t.z_dev, lse, out, gc);
+  return g;
+}
+
+// Checks shared by fused_attention and the piece API: shapes, dtypes, devices.
+void check_qkv(const Tensor& qv, const Tensor& kv, const Tensor& vv) {
   HZ_CHECK(qv.dim() == 4 && kv.dim() == 4 && vv.dim() == 4, ShapeError,
            "attention: q, k, v must be (B, H, T, D); got ", shape_str(qv.shape()), ", ",
            shape_str(kv.shape()), ", ", shape_str(vv.shape()));
@@ -199,18 +265,96 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
            dtype_name(qv.dtype()));
   HZ_CHECK(qv.device() == kv.device() && kv.device() == vv.device(), DeviceError,
            "attention: q, k, v live on different devices; move them to one with .to(device)");
-  const Device dev = qv.device();
-  const DType dt = qv.dtype(), adt = acc_dtype(dt);
-  const DType kdt = dev.is_cpu() && dt == DType::BF16 ? DType::F32 : dt;  // the CPU kernel's dtype
-  const Tensor qc = qv.contiguous(), kc = kv.contiguous(), vc = vv.contiguous();
+}
+
+// The kernel parameters of a call with its documents' bounds on the call's device (P points into
+// the returned tensor: keep it alive while P is used).
+AttnKernelParams call_params(const AttnConfig& cfg, const Tensor& qc, const Tensor& kc, Tensor& doc_bounds) {
   AttnKernelParams P = make_kernel_params(cfg, qc.size(0), qc.size(1), kc.size(1), qc.size(2), kc.size(2),
                                           qc.size(3));
-  Tensor doc_bounds;  // kept alive with the backward: P points into it
   if (cfg.documents) {
-    doc_bounds = cfg.documents->bounds(dev);
+    doc_bounds = cfg.documents->bounds(qc.device());
     P.doc_start = doc_bounds.data<int32_t>();
     P.doc_end = P.doc_start + P.B * P.doc_T;
   }
+  return P;
+}
+
+// LogN's c for the kernels of this device (a host vector on the CPU, a device tensor on CUDA).
+void set_logn_c(KernelTerms& t, const Tensor& c, Device dev, DType adt) {
+  if (dev.is_cpu()) t.ct.logn_c = c.to_vector();
+  else t.c_dev = c.to(dev).to(adt).contiguous();
+}
+
+}  // namespace
+
+namespace detail {
+
+Tensor piece_forward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
+                     Tensor& lse) {
+  check_qkv(q, k, v);
+  const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  Tensor doc_bounds;
+  const AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
+  const Device dev = qc.device();
+  const DType adt = acc_dtype(qc.dtype());
+  KernelTerms t;
+  if (cfg.logit == LogitKind::LogN) {
+    HZ_CHECK(logn_c.defined() && logn_c.numel() == P.H, ShapeError, "attention: logit 'logn' needs one c per query head");
+    set_logn_c(t, logn_c, dev, adt);
+  }
+  if (qc.numel() == 0 || kc.numel() == 0) {
+    lse = Tensor::full({P.B, P.H, P.Tq}, -std::numeric_limits<double>::infinity(), adt, dev);
+    return Tensor::zeros(qc.shape(), adt, dev);
+  }
+  const Tensor out = run_forward(P, dev.is_cuda() && use_tensor_core(cfg, qc.dtype(), P.D, dev), qc, kc, vc, t, lse);
+  return out.dtype() == adt ? out : out.to(adt);
+}
+
+PieceGrads piece_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, const Tensor& gout, const Tensor& logn_c, bool want_c) {
+  check_qkv(q, k, v);
+  const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  Tensor doc_bounds;
+  const AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
+  const Device dev = qc.device();
+  const DType dt = qc.dtype(), adt = acc_dtype(dt), kdt = kernel_dtype(dt, dev);
+  const bool logn = cfg.logit == LogitKind::LogN;
+  KernelTerms t;
+  if (logn) set_logn_c(t, logn_c, dev, adt);
+  PieceGrads g;
+  if (qc.numel() == 0 || kc.numel() == 0) {
+    g.dq = Tensor::zeros(qc.shape(), adt, dev);
+    g.dk = Tensor::zeros(kc.shape(), adt, dev);
+    g.dv = Tensor::zeros(kc.shape(), adt, dev);
+    if (logn && want_c) g.dc = Tensor::zeros({P.H}, DType::F64);
+    return g;
+  }
+  const KernelGrads kg = run_backward(P, dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev), qc, kc, vc,
+                                      out.to(kdt).contiguous(), lse.contiguous(), gout.to(kdt).contiguous(), t,
+                                      logn && want_c, false, false);
+  g.dq = kg.dq.to(adt);
+  g.dk = kg.dk.to(adt);
+  g.dv = kg.dv.to(adt);
+  if (logn && want_c) g.dc = kg.dc.to(DType::F64).to(Device::cpu());
+  return g;
+}
+
+}  // namespace detail
+
+
+AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
+                           const AttnConfig& cfg, const AttnTerms& terms) {
+  const Tensor& qv = q.value();
+  const Tensor& kv = k.value();
+  const Tensor& vv = v.value();
+  check_qkv(qv, kv, vv);
+  const Device dev = qv.device();
+  const DType dt = qv.dtype(), adt = acc_dtype(dt);
+  const DType kdt = kernel_dtype(dt, dev);
+  const Tensor qc = qv.contiguous(), kc = kv.contiguous(), vc = vv.contiguous();
+  Tensor doc_bounds;  // kept alive with the backward: P points into it
+  AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
   const bool logn = cfg.logit == LogitKind::LogN;
   const ag::Variable& logn_c = terms.logn_c;
   if (logn)
@@ -234,41 +378,28 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   // LogN's c: a host vector for the CPU kernel, a device tensor in the accumulation dtype on CUDA;
   // the sink likewise; FoX's c = cumsum(log f) in the kernel's dtype, differentiable (its node is
   // an input of this op, so dLoss/dc flows back through the prefix sum to log f)
-  detail::CpuTerms ct;
-  Tensor c_dev, z_dev;
-  if (logn && dev.is_cpu()) ct.logn_c = logn_c.value().to_vector();
-  if (logn && dev.is_cuda()) c_dev = logn_c.value().to(dev).to(adt).contiguous();
-  if (P.sink && dev.is_cpu()) ct.sink = terms.sink.value().to_vector();
-  if (P.sink && dev.is_cuda()) z_dev = terms.sink.value().to(dev).to(adt).contiguous();
+  KernelTerms kt;
+  if (logn) set_logn_c(kt, logn_c.value(), dev, adt);
+  if (P.sink && dev.is_cpu()) kt.ct.sink = terms.sink.value().to_vector();
+  if (P.sink && dev.is_cuda()) kt.z_dev = terms.sink.value().to(dev).to(adt).contiguous();
   ag::Variable fox_c;
   if (P.fox) {  // the CPU kernel computes in kdt, the CUDA kernels accumulate in adt
     const DType fdt = dev.is_cpu() ? kdt : adt;
     fox_c = ag::cumsum(terms.forget.dtype() == fdt ? terms.forget : ag::cast(terms.forget, fdt), 2);
-    ct.fox_c = fox_c.value().contiguous();
+    kt.ct.fox_c = fox_c.value().contiguous();
   }
 
-  Tensor out = Tensor::empty(qc.shape(), dt, dev);
-  Tensor lse = Tensor::empty({P.B, P.H, P.Tq}, adt, dev);
-  Tensor out_saved = out;  // the output backward reads (the f32 one for bf16 on CPU)
+  Tensor out, lse;
+  Tensor out_saved;  // the output backward reads, in the kernel dtype (f32 for bf16 on CPU)
   if (empty) {
-    out.fill_(0.0);
-    lse.fill_(-std::numeric_limits<double>::infinity());
+    out = Tensor::zeros(qc.shape(), dt, dev);
+    out_saved = out;
+    lse = Tensor::full({P.B, P.H, P.Tq}, -std::numeric_limits<double>::infinity(), adt, dev);
     if (P.sink)  // no key anywhere: every row's denominator is the sink alone
       lse = ops::add(Tensor::zeros({P.B, P.H, P.Tq}, adt, dev), terms.sink.value().to(dev).to(adt).view({1, P.H, 1}));
-  } else if (dev.is_cpu()) {
-    if (dt == DType::BF16) {  // compute in f32: convert in, round out once (lse stays f32)
-      out_saved = Tensor::empty(qc.shape(), DType::F32);
-      detail::cpu_forward(P, as_f32(qc), as_f32(kc), as_f32(vc), ct, out_saved, lse);
-      out = out_saved.to(DType::BF16);
-    } else {
-      detail::cpu_forward(P, qc, kc, vc, ct, out, lse);
-    }
   } else {
-    detail::cuda_forward(P, use_tc, qc, kc, vc, c_dev, ct.fox_c, out, lse);
-    if (P.sink) {
-      fold_sink(z_dev, out, lse);
-      out_saved = out;
-    }
+    out_saved = run_forward(P, use_tc, qc, kc, vc, kt, lse);
+    out = out_saved.dtype() == dt ? out_saved : out_saved.to(dt);  // bf16 on CPU: rounded once
   }
 
   std::vector<ag::Variable> inputs{q, k, v};
@@ -284,61 +415,29 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   AttnOutput res;
   res.lse = lse;
   res.out = ag::make_result(out, inputs, "fused_attention", [&] {
-    return [P, doc_bounds, use_tc, empty, qc, kc, vc, out = out_saved, lse, ct, c_dev, z_dev, ic, iz, ifx, c_dtype,
-            c_device, z_dtype, z_device](const Tensor& g, ag::Grads& gr) {
+    return [P, doc_bounds, use_tc, empty, qc, kc, vc, out = out_saved, lse, kt, ic, iz, ifx, c_dtype, c_device,
+            z_dtype, z_device](const Tensor& g, ag::Grads& gr) {
       const Device dev = qc.device();
       const DType dt = qc.dtype();
       const Tensor gc = (g.dtype() == dt ? g : g.to(dt)).contiguous();
-      Tensor dq = Tensor::empty(qc.shape(), dt, dev);
-      Tensor dk = Tensor::empty(kc.shape(), dt, dev), dv = Tensor::empty(kc.shape(), dt, dev);
       const bool need_c = ic >= 0 && gr.needs(ic), need_z = iz >= 0 && gr.needs(iz), need_f = ifx >= 0 && gr.needs(ifx);
-      Tensor dc, dz, df;
+      KernelGrads kg;
       if (empty) {
-        dq.fill_(0.0);
-        dk.fill_(0.0);
-        dv.fill_(0.0);
-        if (need_c) dc = Tensor::zeros({P.H}, c_dtype, c_device);
-        if (need_z) dz = Tensor::zeros({P.H}, z_dtype, z_device);
-        if (need_f) df = Tensor::zeros({P.B, P.H, P.Tk}, ct.fox_c.dtype(), dev);
-      } else if (dev.is_cpu()) {
-        std::vector<double> dcv, dzv;
-        const bool f32 = dt == DType::BF16;  // computed in f32
-        if (need_f) df = Tensor::empty({P.B, P.H, P.Tk}, f32 ? DType::F32 : dt);
-        detail::CpuTermGrads tg;
-        tg.logn_c = need_c ? &dcv : nullptr;
-        tg.sink = need_z ? &dzv : nullptr;
-        tg.fox_c = need_f ? &df : nullptr;
-        if (f32) {
-          Tensor dqf = Tensor::empty(qc.shape(), DType::F32), dkf = Tensor::empty(kc.shape(), DType::F32),
-                 dvf = Tensor::empty(kc.shape(), DType::F32);
-          detail::cpu_backward(P, as_f32(qc), as_f32(kc), as_f32(vc), out, lse, as_f32(gc), ct, dqf, dkf, dvf, tg);
-          dq = dqf.to(dt);
-          dk = dkf.to(dt);
-          dv = dvf.to(dt);
-        } else {
-          detail::cpu_backward(P, qc, kc, vc, out, lse, gc, ct, dq, dk, dv, tg);
-        }
-        if (need_c) dc = Tensor::from_vector(dcv, {P.H}, c_dtype).to(c_device);
-        if (need_z) dz = Tensor::from_vector(dzv, {P.H}, z_dtype).to(z_device);
+        kg.dq = Tensor::zeros(qc.shape(), dt, dev);
+        kg.dk = Tensor::zeros(kc.shape(), dt, dev);
+        kg.dv = Tensor::zeros(kc.shape(), dt, dev);
+        if (need_c) kg.dc = Tensor::zeros({P.H}, c_dtype, c_device);
+        if (need_z) kg.dz = Tensor::zeros({P.H}, z_dtype, z_device);
+        if (need_f) kg.df = Tensor::zeros({P.B, P.H, P.Tk}, kt.ct.fox_c.dtype(), dev);
       } else {
-        Tensor dc_rows, dfq, dfk;
-        detail::cuda_backward(P, use_tc, qc, kc, vc, out, lse, gc, c_dev, ct.fox_c, dq, dk, dv,
-                              need_c ? &dc_rows : nullptr, need_f ? &dfq : nullptr, need_f ? &dfk : nullptr);
-        if (need_f) {  // dLoss/dc_m = sum_j dL_mj (m a query's position) - sum_i dL_im
-          Tensor rows = Tensor::zeros(dfk.shape(), dfk.dtype(), dev);
-          rows.narrow(2, P.q_offset, P.Tq).copy_(dfq);
-          df = ops::add(dfk, rows);
-        }
-        // per-row partials summed over rows, then over the batch, in a fixed order
-        if (need_c) dc = ops::sum(ops::sum(dc_rows, 2, false), 0, false).to(c_dtype).to(c_device);
-        if (need_z) dz = sink_grad(z_dev, lse, out, gc).to(z_dtype).to(z_device);
+        kg = run_backward(P, use_tc, qc, kc, vc, out, lse, gc, kt, need_c, need_z, need_f);
       }
-      if (gr.needs(0)) gr.set(0, dq);
-      if (gr.needs(1)) gr.set(1, dk);
-      if (gr.needs(2)) gr.set(2, dv);
-      if (need_c) gr.set(ic, dc);
-      if (need_z) gr.set(iz, dz);
-      if (need_f) gr.set(ifx, df);
+      if (gr.needs(0)) gr.set(0, kg.dq.dtype() == dt ? kg.dq : kg.dq.to(dt));
+      if (gr.needs(1)) gr.set(1, kg.dk.dtype() == dt ? kg.dk : kg.dk.to(dt));
+      if (gr.needs(2)) gr.set(2, kg.dv.dtype() == dt ? kg.dv : kg.dv.to(dt));
+      if (need_c) gr.set(ic, kg.dc.to(c_dtype).to(c_device));
+      if (need_z) gr.set(iz, kg.dz.to(z_dtype).to(z_device));
+      if (need_f) gr.set(ifx, kg.df);
     };
   });
   return res;

@@ -57,9 +57,13 @@ struct AttnConfig {
   // at key_position + q_offset + i. Distances, windows and visible counts do not move. Context
   // parallelism's halo buffers, which start W - 1 keys before their chunk, set it.
   int64_t key_position = 0;
+  // LogN's n counts the row's visible keys over the whole sequence from absolute position 0,
+  // ignoring key_begin/key_end: a caller that splits a row's keys over several calls (context
+  // parallelism's ring, attention/context.h) gives every call the whole row's n.
+  bool logn_whole_row = false;
   // Packed documents (attention/documents.h): keys visible only inside the query's document;
-  // needs B equal to the documents' batch, key_position + Tk <= their sequence length,
-  // q_offset + Tq <= Tk and min_distance 0. With position reset, SWAN's row index counts from the document's start.
+  // needs B equal to the documents' batch, key_position + Tk and key_position + q_offset + Tq at
+  // most their sequence length, and min_distance 0. With position reset, SWAN's row index counts from the document's start.
   std::shared_ptr<const Documents> documents;
   double temp_c = 0.0;   // temperature: DroPE's c, for a per-document beta (documents only)
   int64_t train_T = 0;   // its C_train

@@ -14,6 +14,24 @@
 
 namespace hz::attn::detail {
 
+// ---- pieces (fused.cpp) -------------------------------------------------------------------------
+// fused_attention without autograd, for a caller that splits each row's keys over several calls
+// and merges them itself (context.cpp's ring): no sink and no FoX (the caller folds a sink after
+// merging); cfg.logn_whole_row keeps LogN's n the whole row's. q/k/v of one device and storage
+// dtype; logn_c (H) or undefined.
+// piece_forward returns out (B, H, Tq, D) over this call's keys only and sets lse (B, H, Tq), both
+// in the accumulation dtype (-inf / 0 for rows that see none of these keys).
+Tensor piece_forward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
+                     Tensor& lse);
+// The gradients of this call's share given the rows' final out and lse (merged over every call,
+// the sink folded in): exact, since p_ij = exp(L_ij - lse_i) and D_i = dO_i . O_i read only those.
+// dq, dk, dv in the accumulation dtype; dc (H, f64 on the CPU) LogN's c when want_c.
+struct PieceGrads {
+  Tensor dq, dk, dv, dc;
+};
+PieceGrads piece_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, const Tensor& gout, const Tensor& logn_c, bool want_c);
+
 // ---- CPU (fused_cpu.cpp) ---------------------------------------------------------------------
 struct CpuTerms {
   std::vector<double> logn_c;  // (H) with logit LogN

@@ -85,6 +85,7 @@ struct AttnKernelParams {
   int64_t key_position = 0;           // absolute position of key 0 (documents, SWAN's row; fused.h)
   bool sink = false;                  // a sink logit per head joins each row's denominator (fused.h)
   bool fox = false;                   // FoX: logits gain c[q_offset + i] - c[j] (fused.h)
+  bool logn_whole_row = false;        // logn's visible count ignores the key limits (fused.h)
   int64_t window[kMaxAttnHeads] = {};  // per query head, 0 = unbounded
   double slope[kMaxAttnHeads] = {};    // ALiBi slope per query head (used when alibi)
 };
@@ -127,6 +128,21 @@ HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t b, int64_t h, int6
 HZ_HD int64_t visible_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
   const IndexRange r = key_range(p, b, h, i);
   return r.hi >= r.lo ? r.hi - r.lo + 1 : 0;
+}
+// LogN's n_i: visible_count, or with logn_whole_row the keys the row sees over the whole sequence
+// from absolute position 0 (key index -key_position), whatever this call's key limits (a caller
+// that splits a row's keys over several calls gives each call the whole row's n).
+HZ_HD int64_t logn_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
+  if (!p.logn_whole_row) return visible_count(p, b, h, i);
+  const int64_t pos = p.q_offset + i, w = p.window[h];
+  int64_t lo = -p.key_position;
+  const int64_t hi = pos - p.min_distance;
+  if (w > 0 && pos - w + 1 > lo) lo = pos - w + 1;
+  if (has_documents(p)) {
+    const int64_t ds = doc_start_of(p, b, pos);
+    if (ds > lo) lo = ds;
+  }
+  return hi >= lo ? hi - lo + 1 : 0;
 }
 // Query rows of head h that see key j of sequence b (the transpose of key_range), clamped to [0, Tq).
 HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j) {
@@ -294,7 +310,7 @@ HZ_HD F row_factor(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
   F r = F(1);
   switch (p.logit) {
     case LogitKind::LogN: {
-      const int64_t n = p.logn_position ? row_position(p, b, i) + 1 : visible_count(p, b, h, i);
+      const int64_t n = p.logn_position ? row_position(p, b, i) + 1 : logn_count(p, b, h, i);
       r = n > 0 ? math::log_(static_cast<F>(n)) : F(0);
       break;
     }

@@ -177,6 +177,10 @@ class Local : public Communicator {
       recv.copy_(send.reshape(recv.shape()));
     }
   }
+  std::unique_ptr<Request> send_recv_async(const Tensor& send, int dest, Tensor& recv, int src) override {
+    send_recv(send, dest, recv, src);
+    return std::make_unique<DoneRequest>();
+  }
   std::unique_ptr<Communicator> split(int) override { return std::make_unique<Local>(); }
   void barrier() override {}
   [[noreturn]] void abort(int code) noexcept override { std::_Exit(code); }
@@ -257,6 +261,49 @@ class MpiRequest : public Request {
   bool done_ = false;
 };
 
+// A send and a receive posted together (send_recv_async); checks the received size at the end.
+class MpiPairRequest : public Request {
+ public:
+  MpiPairRequest(MPI_Request s, MPI_Request r, Tensor send, Tensor recv, int64_t expect, int src)
+      : req_{s, r}, send_(std::move(send)), recv_(std::move(recv)), expect_(expect), src_(src) {}
+  ~MpiPairRequest() override {
+    if (!done_) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    MPI_Status st[2];
+    mpi_check(MPI_Waitall(2, req_, st), "MPI_Waitall");
+    finish(st[1]);
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status st[2];
+    mpi_check(MPI_Testall(2, req_, &flag, st), "MPI_Testall");
+    if (flag) finish(st[1]);
+    return done_;
+  }
+
+ private:
+  void finish(const MPI_Status& st) {
+    done_ = true;
+    if (src_ < 0) return;
+    int got = 0;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    HZ_CHECK(got == expect_, ValueError, "send_recv: rank ", src_, " sent ", got, " bytes, ", expect_, " expected");
+  }
+  MPI_Request req_[2];
+  Tensor send_, recv_;
+  int64_t expect_;
+  int src_;
+  bool done_ = false;
+};
+
 class Mpi : public Communicator {
  public:
   Mpi() {
@@ -332,6 +379,19 @@ class Mpi : public Communicator {
       MPI_Get_count(&st, MPI_BYTE, &got);
       HZ_CHECK(got == rb, ValueError, "send_recv: rank ", src, " sent ", got, " bytes, ", rb, " expected");
     }
+  }
+  std::unique_ptr<Request> send_recv_async(const Tensor& send, int dest, Tensor& recv, int src) override {
+    check_send_recv(send, dest, recv, src, size_);
+    if (dest >= 0) check_buffer(send);
+    if (src >= 0) check_buffer(recv);
+    const int64_t sb = dest >= 0 ? send.numel() * dtype_size(send.dtype()) : 0;
+    const int64_t rb = src >= 0 ? recv.numel() * dtype_size(recv.dtype()) : 0;
+    HZ_CHECK(sb <= INT32_MAX && rb <= INT32_MAX, ValueError, "send_recv: more bytes than MPI's int count; send in parts");
+    MPI_Request rr = MPI_REQUEST_NULL, sr = MPI_REQUEST_NULL;
+    if (src >= 0) mpi_check(MPI_Irecv(recv.raw_data(), static_cast<int>(rb), MPI_BYTE, src, 8, comm_, &rr), "MPI_Irecv");
+    if (dest >= 0)
+      mpi_check(MPI_Isend(send.raw_data(), static_cast<int>(sb), MPI_BYTE, dest, 8, comm_, &sr), "MPI_Isend");
+    return std::make_unique<MpiPairRequest>(sr, rr, send, recv, rb, src);
   }
   std::unique_ptr<Communicator> split(int color) override {
     MPI_Comm sub;

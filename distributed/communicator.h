@@ -52,6 +52,10 @@ class Communicator {
   // one" that way (then the tensor is not touched). Contiguous tensors; recv holds exactly what src
   // sends (same dtype and numel). Complete on return. f32/f64/i32/i64 (NCCL adds bf16).
   virtual void send_recv(const Tensor& send, int dest, Tensor& recv, int src) = 0;
+  // send_recv without waiting, to overlap the transfer with compute: complete at wait() (NCCL:
+  // work queued on the compute stream after wait() runs after it); test() drives MPI's progress.
+  // The request keeps both tensors alive; neither may be touched until wait().
+  virtual std::unique_ptr<Request> send_recv_async(const Tensor& send, int dest, Tensor& recv, int src) = 0;
   // The ranks that call split() with the same color form a new communicator, ordered by their rank
   // here (context-parallel groups: consecutive ranks). Collective: every rank calls it. The result
   // must be destroyed before this communicator.

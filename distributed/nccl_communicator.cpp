@@ -51,7 +51,8 @@ ncclDataType_t nccl_type(DType t) {
 
 class NcclRequest : public Request {
  public:
-  NcclRequest(cudaEvent_t ev, Tensor t, cudaStream_t compute) : ev_(ev), t_(std::move(t)), compute_(compute) {}
+  NcclRequest(cudaEvent_t ev, Tensor t, cudaStream_t compute, Tensor t2 = Tensor())
+      : ev_(ev), t_(std::move(t)), t2_(std::move(t2)), compute_(compute) {}
   ~NcclRequest() override { cudaEventDestroy(ev_); }
   // Work queued on the compute stream from now on runs after the collective.
   void wait() override { HZ_CUDA_OK(cudaStreamWaitEvent(compute_, ev_, 0)); }
@@ -59,7 +60,7 @@ class NcclRequest : public Request {
 
  private:
   cudaEvent_t ev_;
-  Tensor t_;  // keeps the buffer alive until the collective is done
+  Tensor t_, t2_;  // keep the buffers alive until the collective is done
   cudaStream_t compute_;
 };
 
@@ -215,6 +216,28 @@ class Nccl : public Communicator {
       HZ_NCCL_CHECK(ncclRecv(recv.raw_data(), static_cast<size_t>(recv.numel()), nccl_type(recv.dtype()), src, comm_, stream_));
     HZ_NCCL_CHECK(ncclGroupEnd());
     HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+  std::unique_ptr<Request> send_recv_async(const Tensor& send, int dest, Tensor& recv, int src) override {
+    check_send_recv(send, dest, recv, src, size_);
+    const bool cpu = (dest >= 0 && send.device().is_cpu()) || (src >= 0 && recv.device().is_cpu());
+    if (cpu) {
+      if (mpi_) return mpi_->send_recv_async(send, dest, recv, src);
+      send_recv(send, dest, recv, src);  // staged through the device: complete on return
+      return std::make_unique<DoneRequest>();
+    }
+    if (dest >= 0) check(send);
+    if (src >= 0) check(recv);
+    after_compute();
+    HZ_NCCL_CHECK(ncclGroupStart());
+    if (dest >= 0)
+      HZ_NCCL_CHECK(ncclSend(send.raw_data(), static_cast<size_t>(send.numel()), nccl_type(send.dtype()), dest, comm_, stream_));
+    if (src >= 0)
+      HZ_NCCL_CHECK(ncclRecv(recv.raw_data(), static_cast<size_t>(recv.numel()), nccl_type(recv.dtype()), src, comm_, stream_));
+    HZ_NCCL_CHECK(ncclGroupEnd());
+    cudaEvent_t done;
+    HZ_CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    HZ_CUDA_OK(cudaEventRecord(done, stream_));
+    return std::make_unique<NcclRequest>(done, send, compute_, recv);
   }
   std::unique_ptr<Communicator> split(int color) override {
     std::unique_ptr<Communicator> mpi_sub = mpi_ ? mpi_->split(color) : nullptr;

@@ -29,13 +29,13 @@ struct Scores {
 // rank scores its zigzag share (documents and positions stay global), then every rank's share is
 // gathered (padded to the longest share) and put back at its global positions, (B, L) in order.
 std::vector<double> context_nll(const nn::Transformer& m, const data::Batch& b, nn::AttnCall call,
-                                const std::shared_ptr<attn::ContextGroup>& group) {
+                                const std::shared_ptr<attn::ContextGroup>& group, attn::ContextExchange exchange) {
   const int64_t B = b.tokens.size(0), L = b.tokens.size(1);
   const int N = group->size();
   HZ_CHECK(L >= 2 * N, ValueError, "eval: length ", L, " cannot be split over ", N,
            " context-parallel ranks (each holds two chunks: the length must be at least ", 2 * N, ")");
   const attn::ZigzagLayout layout(L, N, group->rank());
-  call.context = std::make_shared<attn::ContextParallel>(attn::ContextParallel{group, layout});
+  call.context = std::make_shared<attn::ContextParallel>(attn::ContextParallel{group, layout, exchange});
   const Tensor mine = m.token_nll(attn::local_rows(b.tokens, 1, layout), attn::local_rows(b.targets, 1, layout), call);
   const int64_t Tl = layout.local_len(), Tmax = layout.max_local_len();
   Tensor padded = Tensor::zeros({B, Tmax}, DType::F64);
@@ -53,7 +53,8 @@ std::vector<double> context_nll(const nn::Transformer& m, const data::Batch& b, 
 }
 
 Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, int64_t L, int64_t train_T, bool by_pos,
-             const DocumentOptions& docs, const std::shared_ptr<attn::ContextGroup>& context) {
+             const DocumentOptions& docs, const std::shared_ptr<attn::ContextGroup>& context,
+             attn::ContextExchange exchange) {
   ag::NoGradGuard ng;
   Scores s;
   if (by_pos) s.pos_sum.assign(L, 0.0);
@@ -63,7 +64,7 @@ Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, 
   for (const auto& b : batches) {
     call.documents = batch_documents(b, docs);
     // the head in chunks of rows: long lengths never hold the (B L, V) logits
-    const std::vector<double> v = context ? context_nll(m, b, call, context) : m.token_nll(b.tokens, b.targets, call).to_vector();
+    const std::vector<double> v = context ? context_nll(m, b, call, context, exchange) : m.token_nll(b.tokens, b.targets, call).to_vector();
     const std::vector<double> w = b.weights.to_vector();
     const int64_t B = b.tokens.size(0);
     for (int64_t i = 0; i < B; ++i)
@@ -101,7 +102,7 @@ double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, in
     return std::nan("");  // the validation split holds no full batch at this length
   }
   if (batches.empty()) return std::nan("");
-  const Scores s = score(m, batches, L, train_T, false, docs, nullptr);
+  const Scores s = score(m, batches, L, train_T, false, docs, nullptr, attn::ContextExchange::Ring);
   return s.n ? s.sum / s.n : std::nan("");
 }
 
@@ -188,7 +189,8 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
         io.drope_c = c;
         io.swan_a = as[ai];
         ScopedInference opts(m, io, train_T, L);
-        const Scores s = score(m, batches, L, train_T, by_pos, o.documents, o.context);
+        const Scores s = score(m, batches, L, train_T, by_pos, o.documents, o.context,
+                                 attn::parse_context_exchange(o.context_exchange));
         std::vector<double> pos = s.pos_sum;
         for (auto& x : pos) x /= std::max<int64_t>(1, s.pos_count);
         if (c == cs.front()) pos_by_a[ai] = pos;

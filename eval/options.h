@@ -63,6 +63,9 @@ struct EvalOptions {
   // group's ranks (attention/context.h's zigzag layout, at each length), so a length no one rank
   // holds can be measured; every rank gets the whole result. Null: each rank scores alone.
   std::shared_ptr<attn::ContextGroup> context;
+  // how layers that read the whole sequence exchange keys over it (parallel.context_exchange);
+  // a ring: keys and values go round the group, so no rank ever holds the whole sequence's
+  std::string context_exchange = "ring";
 };
 
 }  // namespace hz::eval

@@ -8,7 +8,9 @@
 #   1. one rank: hz_test_nccl EnvBootstrap.* + NcclOneRank.* (prints the libnccl version);
 #   2. two ranks: hz_test_nccl NcclTwoRanks.* started twice (HZ_RANK=0/1, one id file);
 #   3. two ranks training: horizon train recipes/quickstart.yaml train.steps=20 run.device=cuda
-#      (both ranks exit 0, rank 0 prints its final loss).
+#      (both ranks exit 0, rank 0 prints its final loss);
+#   4. context parallelism: the same run on one rank, and on two ranks sharing each sequence
+#      (parallel.context=2: the ring, then the all-gather): the step-20 losses agree to 1e-3.
 # With fewer GPUs than ranks NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); the
 # two-rank steps then run again with a distinct NCCL_HOSTID per rank (each rank looks like its own
 # host; they talk over loopback sockets), and the report says so.
@@ -171,6 +173,26 @@ else
     "$(( $(date +%s) - t0 ))" "rank 0 final ${last:-loss missing} ${comm}; $data_note"
 fi
 
+# ---- 4. context parallelism over NCCL -------------------------------------------------------------
+t0=$(date +%s)
+if [ ! -x "$HZ" ] || [ "${ngpu:-0}" -lt 1 ]; then
+  row "context parallel (horizon train, parallel.context=2)" "skipped" "-" 0 "no GPU or no $HZ"
+else
+  final_loss() { grep -E 'step +20/20 .*loss' "$1" | tail -1 | grep -Eo 'loss [0-9.]+' | grep -Eo '[0-9.]+$'; }
+  timeout 120 "$HZ" "${train_args[@]}" run.name=cp_one > "$REPORT_DIR/cp_one.log" 2>&1
+  one_rc=$?
+  one_loss=$(final_loss "$REPORT_DIR/cp_one.log")
+  for ex in ring all_gather; do
+    pair "cp_$ex" "$mode" "$HZ" "${train_args[@]}" parallel.context=2 parallel.context_exchange=$ex run.name="cp_$ex"
+    cp_loss=$(final_loss "$REPORT_DIR/cp_$ex.rank0.log")
+    agree=$(python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print('yes' if abs(a - b) <= 1e-3 * abs(a) else 'no')" \
+      "${one_loss:-nan}" "${cp_loss:-nan}" 2>/dev/null)
+    res=$([ $one_rc -eq 0 ] && [ $pair_rc0 -eq 0 ] && [ $pair_rc1 -eq 0 ] && [ "$agree" = yes ] && echo pass || echo FAIL)
+    row "context parallel ($ex, 2 ranks, $mode)" "$res" "$one_rc / $pair_rc0 / $pair_rc1" "$(( $(date +%s) - t0 ))" \
+      "step-20 loss one rank ${one_loss:-missing}, two ranks ${cp_loss:-missing}"
+  done
+fi
+
 # ---- report -------------------------------------------------------------------------------------
 {
   echo "## NCCL without MPI ($(date -u +%FT%TZ))"
@@ -186,7 +208,8 @@ fi
     echo ""
     echo "Failures (last lines of each failing log):"
     echo '```'
-    for f in "$REPORT_DIR"/nccl_one_rank.log "$REPORT_DIR"/two_ranks.rank*.log "$REPORT_DIR"/train.rank*.log; do
+    for f in "$REPORT_DIR"/nccl_one_rank.log "$REPORT_DIR"/two_ranks.rank*.log "$REPORT_DIR"/train.rank*.log \
+             "$REPORT_DIR"/cp_*.log; do
       [ -f "$f" ] || continue
       if grep -qE 'FAILED|error|Error|failed' "$f"; then
         echo "== $(basename "$f")"

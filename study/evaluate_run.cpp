@@ -20,6 +20,7 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm)
   eval::EvalOptions eo = run.recipe.eval_options();
   if (split) {
     eo.context = train::context_group(*comm);
+    eo.context_exchange = attn::name(run.recipe.parallel.context_exchange);
     if (!lead) eo.passkey_examples = 0, eo.needles.tasks.clear(), eo.probe_sequences = 0;  // rank 0's alone
   }
   const int64_t T = run.recipe.data.seq_len;

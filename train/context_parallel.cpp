@@ -9,6 +9,16 @@ namespace hz::train {
 
 namespace {
 
+class Started : public attn::ContextGroup::Pending {
+ public:
+  explicit Started(std::unique_ptr<dist::Request> r) : r_(std::move(r)) {}
+  void wait() override { r_->wait(); }
+  void progress() override { r_->test(); }
+
+ private:
+  std::unique_ptr<dist::Request> r_;
+};
+
 class CommGroup : public attn::ContextGroup {
  public:
   explicit CommGroup(dist::Communicator& c) : c_(c) {}
@@ -16,6 +26,9 @@ class CommGroup : public attn::ContextGroup {
   int size() const override { return c_.size(); }
   void all_gather_into(const Tensor& in, Tensor& out) override { c_.all_gather_into(in, out); }
   void send_recv(const Tensor& send, int dest, Tensor& recv, int src) override { c_.send_recv(send, dest, recv, src); }
+  std::unique_ptr<Pending> start_send_recv(const Tensor& send, int dest, Tensor& recv, int src) override {
+    return std::make_unique<Started>(c_.send_recv_async(send, dest, recv, src));
+  }
 
  private:
   dist::Communicator& c_;
@@ -56,16 +69,22 @@ std::vector<ContextPlanRow> context_plan(const Recipe& r, const nn::Transformer&
   std::vector<ContextPlanRow> rows;
   const int64_t T = r.data.seq_len, B = r.data.batch_size;
   const int64_t a = r.run.precision == nn::Precision::BF16 ? 2 : static_cast<int64_t>(dtype_size(m.cfg.dtype));
-  const int64_t per_row = B * m.cfg.kv_heads() * m.cfg.hdim() * a * 2 * 2;  // k and v, forward and backward
+  const int64_t kv_row = B * m.cfg.kv_heads() * m.cfg.hdim() * 2;  // elements of k and v per row
+  // the accumulation dtype: f32 under bf16 (FoX's log f, the ring's dK/dV)
+  const int64_t fa = r.run.precision == nn::Precision::BF16 ? 4 : static_cast<int64_t>(dtype_size(m.cfg.dtype));
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const attn::AttnConfig cfg = training_config(r, m, l);
-    int64_t most = 0;
-    for (int q = 0; q < N; ++q) most = std::max(most, attn::context_rows_sent(cfg, attn::ZigzagLayout(T, N, q)));
-    const std::string ex = attn::name(attn::context_exchange(cfg, attn::ZigzagLayout(T, N, 0)));
-    // FoX's log f (B H a row; f32 under bf16) travels with k and v, forward and backward
-    const int64_t fa = r.run.precision == nn::Precision::BF16 ? 4 : static_cast<int64_t>(dtype_size(m.cfg.dtype));
-    const int64_t fox_row = m.layers[l]->attn->spec.forget ? B * m.cfg.n_heads * fa * 2 : 0;
-    const int64_t bytes = most * (per_row + fox_row);
+    const bool fox = m.layers[l]->attn->spec.forget;
+    // FoX's log f (B H per row) travels with k and v, forward and backward
+    const int64_t fox_row = fox ? B * m.cfg.n_heads * fa : 0;
+    int64_t bytes = 0;
+    for (int q = 0; q < N; ++q) {
+      const attn::ContextTraffic t =
+          attn::context_traffic(cfg, attn::ZigzagLayout(T, N, q), r.parallel.context_exchange, fox);
+      bytes = std::max(bytes, (t.fwd_rows + t.bwd_rows) * (kv_row * a + fox_row) + t.bwd_acc_rows * kv_row * fa);
+    }
+    const std::string ex =
+        attn::name(attn::context_exchange(cfg, attn::ZigzagLayout(T, N, 0), r.parallel.context_exchange, fox));
     if (!rows.empty() && rows.back().exchange == ex && rows.back().bytes == bytes) {
       ++rows.back().count;
       rows.back().layers = fmt::format("{}-{}", l + 1 - rows.back().count, l);

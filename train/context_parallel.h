@@ -35,10 +35,11 @@ double loss_weight(const Tensor& targets, const Tensor& weights);
 attn::AttnConfig training_config(const Recipe& r, const nn::Transformer& m, size_t layer);
 
 // One row per layer kind of the model at sequence length T on a group of N ranks: the exchange
-// each layer takes and the bytes one rank sends per micro-batch (k and v, forward and backward).
+// each layer takes and the bytes the busiest rank sends per micro-batch (k and v, forward and
+// backward; the ring's dK/dV in the accumulation dtype).
 struct ContextPlanRow {
   std::string layers;    // "0-3 (rope)"
-  std::string exchange;  // halo | all-gather
+  std::string exchange;  // halo | all-gather | ring
   int64_t bytes = 0;     // per rank, per micro-batch, per layer
   int64_t count = 0;     // layers of this kind
 };

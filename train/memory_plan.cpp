@@ -63,11 +63,17 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
     if (s.gate != attn::OutputGate::None)  // the gate's logits and sigmoid, the gated output
       b += 2 * N * (s.gate == attn::OutputGate::Head ? H : H * D) * a + N * H * D * a;
     if (s.forget) b += N * H * a + 3 * N * H * 4;  // FoX: the gate's logits, log f (f32), its transpose, c
-    if (ctx > 1) {  // the gathered keys and values (all-gather) or the halos the attention keeps
+    if (ctx > 1) {  // the gathered keys and values (all-gather), the halos, or the ring's saved state
       const attn::AttnConfig cfg = training_config(r, m, l);
       const attn::ZigzagLayout lay(T, static_cast<int>(ctx), 0);
-      const bool gather = attn::context_exchange(cfg, lay) == attn::ContextExchange::AllGather;
-      b += 2 * r.data.batch_size * Hkv * D * a * (gather ? T : 2 * attn::context_rows_sent(cfg, lay));
+      const int64_t kv_row = 2 * r.data.batch_size * Hkv * D * a;
+      switch (attn::context_exchange(cfg, lay, r.parallel.context_exchange, s.forget)) {
+        case attn::ContextExchange::AllGather: b += kv_row * T; break;
+        case attn::ContextExchange::Halo: b += kv_row * 2 * attn::context_traffic(cfg, lay).fwd_rows; break;
+        case attn::ContextExchange::Ring:  // its packed own block, out and lse in the accumulation dtype
+          b += kv_row * T_local + (bf16 ? N * H * D * 4 : 0) + N * H * 4;
+          break;
+      }
     }
     return b;
   };

@@ -222,8 +222,14 @@ void visit_fields(Recipe& r, V& v) {
             "whole matrix); parameters bitwise those of the replicated optimizer, checkpoints the same"));
   v("parallel.context", r.parallel.context,
     run_opt("context parallelism: N consecutive ranks share each sequence, cut into 2N zigzag chunks (rank r holds "
-            "chunks r and 2N-1-r); window layers exchange a halo, others all-gather keys and values; mpirun -np = "
+            "chunks r and 2N-1-r); window layers exchange a halo, the others parallel.context_exchange; mpirun -np = "
             "data-parallel ranks x N").at_least(1));
+  v.enumeration("parallel.context_exchange", r.parallel.context_exchange,
+    run_opt("ring | all_gather: how layers that read the whole sequence (an unbounded head, a window longer than a "
+            "chunk) exchange keys under parallel.context. ring: key/value blocks go round the group, each transfer "
+            "overlapping the attention of the block held, and nothing of the gathered sequence is kept; all_gather: "
+            "every rank gathers the whole sequence's keys (kept for the backward). FoX layers always all-gather"),
+    attn::parse_context_exchange, static_cast<const char* (*)(attn::ContextExchange)>(attn::name));
   v("checkpoint.every", r.checkpoint.every, run_opt("checkpoint interval in steps (0 = only at the end)").at_least(0));
   v("checkpoint.keep_last", r.checkpoint.keep_last, run_opt("checkpoints kept").at_least(1));
   v("checkpoint.resume", r.checkpoint.resume, run_opt("'' | latest | path: continue a run exactly"));

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/context.h"
 #include "attention/documents.h"
 #include "attention/lampe.h"
 #include "attention/spec.h"
@@ -103,6 +104,7 @@ struct TrainSection {
 struct ParallelSection {
   bool shard_optimizer = false;       // ZeRO-1: each data-parallel rank keeps 1/N of the optimizer state
   int64_t context = 1;                // context parallelism: ranks sharing each sequence (zigzag chunks)
+  attn::ContextExchange context_exchange = attn::ContextExchange::Ring;  // layers that read the whole sequence
 };
 
 struct CheckpointSection {

@@ -282,7 +282,8 @@ class Trainer {
              " (mpirun -np = data-parallel ranks x ", N, ")");
     context_comm_ = comm_.split(rank_ / N);
     context_ = std::make_shared<attn::ContextParallel>(
-        attn::ContextParallel{context_group(*context_comm_), attn::ZigzagLayout(r_.data.seq_len, N, rank_ % N)});
+        attn::ContextParallel{context_group(*context_comm_), attn::ZigzagLayout(r_.data.seq_len, N, rank_ % N),
+                              r_.parallel.context_exchange});
   }
 
   void build_model() {

@@ -2,7 +2,7 @@
 // world is one group):
 //   - the zigzag layout covers every position once and balances causal work;
 //   - context_attention equals the single-rank fused op in float64, output and every gradient
-//     (q, k, v, LogN's c), on the halo path and the all-gather path: causal, sliding windows,
+//     (q, k, v, LogN's c, sinks, FoX's gates), on the halo path, the ring and the all-gather: causal, sliding windows,
 //     SCOPE-style per-head windows, scale-invariant, LogN, ALiBi, SWAN rows, GQA, packed documents,
 //     T not divisible by 2N;
 //   - a window layer sends its halo, at most (W - 1) / chunk of the all-gather's bytes;
@@ -133,12 +133,17 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       {"logn by position swa", {6, 6, 6, 6}, LK::LogN, false, 4, 40, false, EX::Halo, true, false, false, true},
       {"qtemp swa, documents", {6, 6, 6, 6}, LK::Identity, false, 4, 40, true, EX::Halo, false, false, false, false, 0.5},
       {"qtemp causal", {0, 0, 0, 0}, LK::SwanRow, false, 4, 37, false, EX::AllGather, true, false, false, false, 0.5},
+      // the ring folds the sink once, after merging every block
+      {"sinks causal, documents, gqa", {0, 0, 0, 0}, LK::LogN, false, 2, 37, true, EX::AllGather, true, true},
+      {"sinks scope with an unbounded head", {1, 3, 9, 0}, LK::ScaleInvariant, true, 4, 40, false, EX::AllGather, true,
+       true},
   };
   auto group = context_group(world());
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
+  for (const Case& c : cases)
+    for (EX global : {EX::Ring, EX::AllGather}) {
+    SCOPED_TRACE(c.name + " (global layers: " + attn::name(global) + ")");
     const int64_t T = c.T, Hkv = c.Hkv;
-    attn::ContextParallel cp{group, attn::ZigzagLayout(T, N, me)};
+    attn::ContextParallel cp{group, attn::ZigzagLayout(T, N, me), global};
     attn::AttnConfig cfg;
     cfg.window = c.window;
     cfg.logit = c.logit;
@@ -156,8 +161,10 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       cfg.train_T = 9;
     }
     cfg.block_q = cfg.block_k = 4;
-    if (N == 2) {
-      EXPECT_EQ(attn::context_exchange(cfg, cp.layout), c.expect_at_2);
+    const EX path = attn::context_exchange(cfg, cp.layout, global, c.fox);
+    if (path == EX::Halo && global == EX::AllGather) continue;  // the same run as with the ring
+    if (N == 2) {  // FoX's global layers all-gather (the ring's calls would need c at remote queries)
+      EXPECT_EQ(path, c.expect_at_2 == EX::Halo ? EX::Halo : c.fox ? EX::AllGather : global);
     }
     Generator g(11);  // the same tensors on every rank
     const Tensor q = g.normal({B, H, T, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, T, D}, 0, 1, DType::F64),
@@ -199,12 +206,21 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     const int64_t gather = 2 * 2 * (N - 1) * L.max_local_len() * row;  // k and v, forward and backward
     const int64_t sent = group->bytes_sent;
     const auto most = world().all_gather(sent);
-    if (attn::context_exchange(cfg, L) == attn::ContextExchange::Halo) {
+    if (path == EX::Halo) {
       int64_t W = 0;
       for (int64_t w : c.window) W = std::max(W, w);
       for (int q2 = 0; q2 < N; ++q2) {
         EXPECT_LE(static_cast<double>(most[q2]), static_cast<double>(W - 1) / L.min_chunk() * gather) << "rank " << q2;
-        EXPECT_EQ(most[q2], 2 * 2 * attn::context_rows_sent(cfg, attn::ZigzagLayout(T, N, q2)) * row) << "rank " << q2;
+        const attn::ContextTraffic t = attn::context_traffic(cfg, attn::ZigzagLayout(T, N, q2));
+        EXPECT_EQ(t.fwd_rows, t.bwd_rows);
+        EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows) * row) << "rank " << q2;
+      }
+    } else if (path == EX::Ring) {  // k and v round twice, dK/dV home once: (2 (T - next's rows) + T) rows
+      for (int q2 = 0; q2 < N; ++q2) {
+        const attn::ZigzagLayout Lq(T, N, q2);
+        const attn::ContextTraffic t = attn::context_traffic(cfg, Lq, global, c.fox);
+        EXPECT_EQ(t.fwd_rows, T - Lq.local_len_of((q2 + 1) % N));
+        EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows + t.bwd_acc_rows) * row) << "rank " << q2;
       }
     } else {
       EXPECT_EQ(sent, gather);
@@ -231,7 +247,9 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
   };
   for (const auto& [name, kinds] : models)
     for (int64_t T : {40, 37}) {
-      SCOPED_TRACE(name + " T " + std::to_string(T));
+      // the global layers over the ring at T 40, the all-gather at T 37
+      const attn::ContextExchange global = T == 40 ? attn::ContextExchange::Ring : attn::ContextExchange::AllGather;
+      SCOPED_TRACE(name + " T " + std::to_string(T) + " " + attn::name(global));
       const Recipe r = parse_recipe("model:\n  layer_kinds:\n" + kinds, "ctx.yaml",
                                     {"model.d_model=32", "model.n_layers=2", "model.n_heads=4",
                                      name == "swa rope" ? "model.n_kv_heads=2" : "model.n_kv_heads=0",
@@ -255,7 +273,7 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
       // this rank's share: its mean weighted by its share of the tokens, gradients summed over the group
       nn::AttnCall call;
       call.context = std::make_shared<attn::ContextParallel>(
-          attn::ContextParallel{context_group(world()), attn::ZigzagLayout(T, N, me)});
+          attn::ContextParallel{context_group(world()), attn::ZigzagLayout(T, N, me), global});
       const Tensor il = attn::local_rows(ids, 1, call.context->layout), tl = attn::local_rows(targets, 1, call.context->layout);
       const double here = loss_weight(tl, Tensor());
       ag::Variable loss = ag::mul_scalar(m.loss(il, tl, Tensor(), call), here / (2.0 * T));

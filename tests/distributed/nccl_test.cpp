@@ -2,12 +2,17 @@
 //  - EnvBootstrap: the HZ_* variables and the id file exchange (no GPU needed);
 //  - NcclOneRank: a world of one from the environment: CUDA and CPU tensors, broadcast, barrier,
 //    all_gather, GradSync with a parameter that has no gradient (skips without a GPU);
-//  - NcclTwoRanks: skips unless HZ_WORLD_SIZE=2; scripts/nccl_check.sh starts the binary twice
+//  - NcclOneRank also: send_recv_async to itself;
+//  - NcclTwoRanks: point-to-point both ways (blocking and async), and context-parallel attention
+//    (ring, all-gather, halo) on the GPU equal to the single-rank CPU op in float64;
+//    skips unless HZ_WORLD_SIZE=2; scripts/nccl_check.sh starts the binary twice
 //    (HZ_RANK=0/1, one HZ_NCCL_ID_FILE) with --gtest_filter='NcclTwoRanks.*'.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,10 +22,13 @@
 #include <thread>
 #include <vector>
 
+#include "attention/context.h"
 #include "autograd/functions.h"
 #include "core/device.h"
 #include "distributed/communicator.h"
 #include "distributed/grad_sync.h"
+#include "core/rng.h"
+#include "train/context_parallel.h"
 
 using namespace hz;
 
@@ -252,6 +260,14 @@ TEST_F(NcclOneRank, CpuTensorsGoThroughTheDevice) {
   EXPECT_THROW(comm().all_reduce(ints, dist::ReduceOp::Average), DTypeError);
 }
 
+TEST_F(NcclOneRank, SendRecvAsyncToItself) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor s = Tensor::from_vector({1, 2, 3}, {3}, dt, dev()), r = Tensor::zeros({3}, dt, dev());
+    comm().send_recv_async(s, 0, r, 0)->wait();
+    EXPECT_EQ(values(r), (std::vector<double>{1, 2, 3})) << dtype_name(dt);
+  }
+}
+
 TEST_F(NcclOneRank, BroadcastBarrierAllGather) {
   Tensor c = Tensor::from_vector({1, 2, 3}, {3}, DType::F32, dev());
   comm().broadcast(c, 0);
@@ -358,6 +374,68 @@ TEST_F(NcclTwoRanks, AllGatherAndBarrier) {
   EXPECT_EQ(comm().all_gather(r * 7 + 1), (std::vector<int64_t>{1, 8}));
   comm().barrier();
   EXPECT_EQ(comm().all_gather(int64_t{1} << (40 + r)), (std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 41}));
+}
+
+TEST_F(NcclTwoRanks, SendRecvBothWays) {
+  const int r = comm().rank(), other = 1 - r;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor s = Tensor::full({1000}, r + 1.0, dt, dev()), got = Tensor::zeros({1000}, dt, dev());
+    comm().send_recv(s, other, got, other);
+    for (double x : values(got)) ASSERT_EQ(x, other + 1.0) << dtype_name(dt);
+    Tensor got2 = Tensor::zeros({1000}, dt, dev());
+    comm().send_recv_async(s, other, got2, other)->wait();
+    for (double x : values(got2)) ASSERT_EQ(x, other + 1.0) << dtype_name(dt);
+    // one way only: rank 0 sends, rank 1 receives
+    Tensor got3 = Tensor::zeros({1000}, dt, dev());
+    comm().send_recv_async(s, r == 0 ? 1 : -1, got3, r == 1 ? 0 : -1)->wait();
+    for (double x : values(got3)) ASSERT_EQ(x, r == 1 ? 1.0 : 0.0) << dtype_name(dt);
+  }
+}
+
+// context_attention over NCCL (f32 on the GPU, reference kernels) against the whole sequence on
+// one rank (the CPU op in float64): the ring, the all-gather and the halo, with LogN and a sink.
+TEST_F(NcclTwoRanks, ContextAttentionOnTheGpuEqualsOneRank) {
+  const int r = comm().rank();
+  const int64_t B = 2, H = 4, Hkv = 2, D = 16, T = 40;
+  auto group = train::context_group(comm());
+  for (const bool window : {false, true})
+    for (attn::ContextExchange global : {attn::ContextExchange::Ring, attn::ContextExchange::AllGather}) {
+      SCOPED_TRACE(std::string(window ? "window 6" : "causal") + ", " + attn::name(global));
+      attn::AttnConfig cfg;
+      cfg.window = window ? std::vector<int64_t>{6, 6, 6, 6} : std::vector<int64_t>{0, 0, 0, 0};
+      cfg.logit = attn::LogitKind::LogN;
+      cfg.impl = attn::AttnImpl::Reference;
+      attn::ContextParallel cp{group, attn::ZigzagLayout(T, 2, r), global};
+      Generator g(11);
+      const Tensor q = g.normal({B, H, T, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, T, D}, 0, 1, DType::F64),
+                   v = g.normal({B, Hkv, T, D}, 0, 1, DType::F64), gout = g.normal({B, H, T, D}, 0, 1, DType::F64);
+      const Tensor c0 = Tensor::from_vector({0.7, 0.9, 1.1, 1.3}, {H}, DType::F64), z0 = g.normal({H}, 0, 1, DType::F64);
+      ag::Variable qf(q, true), kf(k, true), vf(v, true), cf(c0, true), zf(z0, true);
+      const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg, {cf, zf}).out;
+      of.backward(gout);
+      const attn::ZigzagLayout& L = cp.layout;
+      auto local = [&](const Tensor& t) { return attn::local_rows(t, 2, L).to(DType::F32).to(dev()); };
+      ag::Variable ql(local(q), true), kl(local(k), true), vl(local(v), true), cl(c0.to(DType::F32).to(dev()), true),
+          zl(z0.to(DType::F32).to(dev()), true);
+      const ag::Variable ol = attn::context_attention(ql, kl, vl, cfg, cp, {cl, zl});
+      ol.backward(local(gout));
+      auto diff = [](const Tensor& a, const Tensor& b) {
+        const std::vector<double> x = a.to(Device::cpu()).to_vector(), y = b.to_vector();
+        double m = 0;
+        for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+        return m;
+      };
+      auto rows = [&](const Tensor& t) { return attn::local_rows(t, 2, L); };
+      EXPECT_LE(diff(ol.value(), rows(of.value())), 1e-5);
+      EXPECT_LE(diff(ql.grad(), rows(qf.grad())), 1e-4);
+      EXPECT_LE(diff(kl.grad(), rows(kf.grad())), 1e-4);
+      EXPECT_LE(diff(vl.grad(), rows(vf.grad())), 1e-4);
+      Tensor dc = cl.grad().clone(), dz = zl.grad().clone();  // each rank holds its rows' share
+      comm().all_reduce(dc, dist::ReduceOp::Sum);
+      comm().all_reduce(dz, dist::ReduceOp::Sum);
+      EXPECT_LE(diff(dc, cf.grad()), 1e-3);
+      EXPECT_LE(diff(dz, zf.grad()), 1e-3);
+    }
 }
 
 TEST_F(NcclTwoRanks, GradSyncAverages) {
