@@ -113,14 +113,9 @@ AttnImpl env_impl() {
   throw ValueError("HZ_ATTN_IMPL='" + s + "': expected auto, reference or tensor_core");
 }
 
-// Whether a call on CUDA device `dev` runs the tensor-core kernels (not with FoX's forget gates,
-// which only the reference kernels take so far).
-bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev, bool fox = false) {
+// Whether a call on CUDA device `dev` runs the tensor-core kernels.
+bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
   const AttnImpl impl = cfg.impl == AttnImpl::Auto ? env_impl() : cfg.impl;
-  HZ_CHECK(!fox || impl != AttnImpl::TensorCore, NotImplementedError,
-           "attention: FoX's forget gates run on the reference CUDA kernels only so far; use AttnImpl::Auto or "
-           "HZ_ATTN_IMPL=reference");
-  if (fox) return false;
   const bool ok = detail::tensor_core_supported(dt, D, dev.index);
   HZ_CHECK(ok || impl != AttnImpl::TensorCore, NotImplementedError,
            "attention: the tensor-core kernels take bf16 q/k/v with head_dim 64 or 128 on an sm_80+ GPU, got ",
@@ -374,7 +369,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
              P.q_offset, " + Tq ", P.Tq, " > Tk ", P.Tk, ")");
   }
   const bool empty = qc.numel() == 0 || kc.numel() == 0;
-  const bool use_tc = dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev, P.fox);
+  const bool use_tc = dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev);
   // LogN's c: a host vector for the CPU kernel, a device tensor in the accumulation dtype on CUDA;
   // the sink likewise; FoX's c = cumsum(log f) in the kernel's dtype, differentiable (its node is
   // an input of this op, so dLoss/dc flows back through the prefix sum to log f)

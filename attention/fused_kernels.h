@@ -59,7 +59,7 @@ bool tensor_core_supported(DType dt, int64_t D, int device);
 // Their tiles (query rows x keys), forward and backward.
 AttnTiles tensor_core_tiles(int64_t D);
 // use_tc selects the tensor-core kernels (fused.cpp resolves AttnImpl).
-// fox_c: FoX's c (B, H, Tk) in the accumulation dtype, or undefined (the reference kernels only).
+// fox_c: FoX's c (B, H, Tk) in the accumulation dtype, or undefined (both kernel families).
 void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
                   const Tensor& logn_c, const Tensor& fox_c, Tensor& out, Tensor& lse);
 // dlogn_c_rows: when not null, receives per-row partials (B, H, Tq) in the accumulation dtype

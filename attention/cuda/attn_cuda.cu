@@ -33,8 +33,7 @@ void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const
   const int dev = q.device().index;
   cuda::use_device(dev);
   cuda_impl::Counter* cnt = counters(dev);
-  HZ_CHECK(!(use_tc && fox_c.defined()), NotImplementedError, "attention: FoX runs on the reference kernels");
-  if (use_tc) cuda_impl::mma_forward(P, q, k, v, logn_c, out, lse, cnt, cuda::stream(dev));
+  if (use_tc) cuda_impl::mma_forward(P, q, k, v, logn_c, fox_c, out, lse, cnt, cuda::stream(dev));
   else cuda_impl::ref_forward(P, q, k, v, logn_c, fox_c, out, lse, cnt, cuda::stream(dev));
 }
 
@@ -44,9 +43,9 @@ void cuda_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q, cons
   const int dev = q.device().index;
   cuda::use_device(dev);
   cuda_impl::Counter* cnt = counters(dev);
-  HZ_CHECK(!(use_tc && fox_c.defined()), NotImplementedError, "attention: FoX runs on the reference kernels");
   if (use_tc)
-    cuda_impl::mma_backward(P, q, k, v, out, lse, gout, logn_c, dq, dk, dv, dlogn_c_rows, cnt, cuda::stream(dev));
+    cuda_impl::mma_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k, cnt,
+                            cuda::stream(dev));
   else
     cuda_impl::ref_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k, cnt,
                             cuda::stream(dev));

@@ -22,13 +22,16 @@
 // Kernels (one CTA per tile, every index from tiling.h):
 //   forward   CTA (b, h, query block of kBq = 16 kMT kWarps rows); loops over key_blocks() in
 //             kBk = 64 key tiles: S = Q K^T, logits (tiling.h coefficients, scale-invariant a_t /
-//             m_t from a per-block table of the t-range), mask on Boundary or ragged blocks only,
-//             online softmax in the log2 domain, O += P V. Writes out (bf16) and lse (f32).
+//             m_t from a per-block table of the t-range, FoX's c_i - c_j with the block's c_j in
+//             shared memory), mask on Boundary or ragged blocks only, online softmax in the log2
+//             domain, O += P V. Writes out (bf16) and lse (f32).
 //   dQ        CTA as the forward (kMT = 1): S and dP = dO V^T recomputed, P = exp(L - lse),
-//             dS = P (dP - D_i), dQ += (dS * dL/d(q.k)) K; LogN's per-row dc.
+//             dS = P (dP - D_i), dQ += (dS * dL/d(q.k)) K; LogN's per-row dc; FoX's row sums
+//             sum_j dS_ij (dLoss/dc_i's query part).
 //   dK/dV     CTA (b, kv head, key block of 64 keys), one warp per 16 keys; loops over the G
 //             query heads of the group in order and their query_blocks() (kBqB rows): S^T = K Q^T,
-//             dP^T = V dO^T, dV += P^T dO, dK += dS^T Q. Counts the backward blocks.
+//             dP^T = V dO^T, dV += P^T dO, dK += dS^T Q; FoX's key sums -sum_i dS_ij per query
+//             head, written when the loop leaves the head. Counts the backward blocks.
 // No float atomics: every output element is owned by one thread, accumulated in a fixed order.
 #pragma once
 #include <math.h>
@@ -65,6 +68,9 @@ struct Args {
   uint16_t* dk = nullptr;          // (B, Hkv, Tk, D)
   uint16_t* dv = nullptr;          // (B, Hkv, Tk, D)
   float* dc_rows = nullptr;        // LogN's dLoss/dc per row (B, H, Tq) or null
+  const float* fc = nullptr;       // FoX's c = cumsum(log f) (B, H, Tk) or null: L_ij += c[q_offset + i] - c[j]
+  float* dfox_q = nullptr;         // FoX: sum_j dL_ij per row (B, H, Tq), with fc
+  float* dfox_k = nullptr;         // FoX: -sum_i dL_ij per key and query head (B, H, Tk), zeroed by the caller
   Counter* counters = nullptr;     // forward blocks, forward boundary blocks, backward blocks
 };
 
@@ -196,22 +202,25 @@ HZ_KBODY void fill_si_table(X& x, float* tab, const AttnKernelParams& P, int64_t
 
 // The head of one step of a double-buffered loop: once every warp is done with the other stage
 // (barrier), the next tile's copies go there (`prefetch`, when there is a next tile), the step's
-// scale-invariant table is filled (distances t0 .. t0 + ntab - 1), and after this stage's copies
-// have landed a second barrier makes them and the table visible to every warp.
-template <class X, class F>
+// scale-invariant table is filled (distances t0 .. t0 + ntab - 1) and so is whatever `fill` writes
+// for this step, and after this stage's copies have landed a second barrier makes them, the table
+// and the fill visible to every warp.
+template <class X, class F, class G>
 HZ_KBODY void pipeline_step(X& x, bool has_next, F&& prefetch, const AttnKernelParams& P, float* tab, int64_t t0,
-                            int ntab) {
+                            int ntab, G&& fill) {
   x.sync();
   if (has_next) prefetch();
   x.cp_commit();
   if (P.logit == LogitKind::ScaleInvariant) fill_si_table(x, tab, P, t0, ntab);
+  fill();
   x.template cp_wait<1>();
   x.sync();
 }
 
 // Key block kb of a query-major loop (forward, dQ): pipeline_step with the next block's K and V as
-// the prefetch; returns this block's K and V tiles, its first key and whether it needs masking
-// (Boundary, or ragged at the end of the keys: the zero-filled rows beyond Tk must not count).
+// the prefetch and, with FoX, this block's c_j log2 e into sF (kBk floats; 0 beyond Tk); returns
+// this block's K and V tiles, its first key and whether it needs masking (Boundary, or ragged at
+// the end of the keys: the zero-filled rows beyond Tk must not count).
 struct KvStep {
   const uint16_t *k, *v;
   int64_t j0;
@@ -219,7 +228,7 @@ struct KvStep {
 };
 template <int D, int kBq, int kBk, class X>
 HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const BlockSpan& span, int64_t kb, int64_t i0, uint16_t* sK,
-                        uint16_t* sV, const uint16_t* kg, const uint16_t* vg, float* sT) {
+                        uint16_t* sV, const uint16_t* kg, const uint16_t* vg, float* sT, const float* fcg, float* sF) {
   constexpr int kStage = kBk * Tile<D>::kPitch;
   const int st = static_cast<int>((kb - span.first) & 1);
   const int64_t j0 = kb * kBk;
@@ -229,7 +238,10 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const BlockSpan& span, 
         load_tile<D>(x, sK + (st ^ 1) * kStage, kg, j0 + kBk, kBk, P.Tk);
         load_tile<D>(x, sV + (st ^ 1) * kStage, vg, j0 + kBk, kBk, P.Tk);
       },
-      P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1);
+      P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1, [&] {
+        if (fcg != nullptr)
+          for (int c = x.tid(); c < kBk; c += kThreads) sF[c] = j0 + c < P.Tk ? fcg[j0 + c] * kLog2e : 0.0f;
+      });
   return {sK + st * kStage, sV + st * kStage, j0, block_class(span, kb) == BlockClass::Boundary || j0 + kBk > P.Tk};
 }
 
@@ -245,7 +257,7 @@ template <int D, int kMT>
 struct FwdShape {
   static constexpr int kBq = 16 * kMT * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
-  static constexpr int kSmem = (kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4;
+  static constexpr int kSmem = (kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + kBk * 4;  // + FoX's c_j
 };
 
 template <int D, int kMT, class X>
@@ -262,6 +274,8 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   uint16_t* sK = sQ + kBq * kPitch;   // 2 stages
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
+  float* sF = sT + 2 * S::kTab;  // FoX: the block's c_j log2 e
+  const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.Tk : nullptr;
 
   const BlockSpan span = key_blocks(P, b, h, i0, i1, kBk);
   if (tid == 0) {
@@ -279,7 +293,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   x.cp_commit();
 
   // this thread's rows: r = warp * 16 kMT + mt * 16 + g + 8 hh
-  float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2];
+  float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2], cq[kMT][2];
   int64_t lo[kMT][2], hi[kMT][2];
   HZ_UNROLL
   for (int mt = 0; mt < kMT; ++mt)
@@ -291,6 +305,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       hi[mt][hh] = kr.hi;
       rr[mt][hh] = row_r(P, a.c, b, h, i);
       rs[mt][hh] = rr[mt][hh] * static_cast<float>(P.scale) * kLog2e;
+      cq[mt][hh] = fcg != nullptr && i < P.Tq ? fcg[P.q_offset + i] * kLog2e : 0.0f;  // FoX: c_i log2 e
       m[mt][hh] = ninf();
       l[mt][hh] = 0.0f;
     }
@@ -305,7 +320,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
   for (int64_t kb = span.first; kb <= span.last; ++kb) {
-    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT);
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT, fcg, sF);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
@@ -345,6 +360,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
               L = rs[mt][hh] * val;
             }
             if (P.alibi) L -= slope2 * (tb - static_cast<float>(col));
+            if (fcg != nullptr) L += cq[mt][hh] - sF[col];
             if (masked && (col < lo_c || col > hi_c)) L = ninf();
             val = L;
             mx = fmaxf_(mx, L);
@@ -398,7 +414,7 @@ template <int D>
 struct DqShape {
   static constexpr int kBq = 16 * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;
-  static constexpr int kSmem = (2 * kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4;
+  static constexpr int kSmem = (2 * kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + kBk * 4;  // + FoX's c_j
 };
 
 template <int D, class X>
@@ -416,6 +432,8 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   uint16_t* sK = sG + kBq * kPitch;      // 2 stages
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
+  float* sF = sT + 2 * S::kTab;  // FoX: the block's c_j log2 e
+  const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.Tk : nullptr;
 
   const BlockSpan span = key_blocks(P, b, h, i0, i1, kBk);
   load_tile<D>(x, sQ, a.q + hrow * D, i0, kBq, P.Tq);
@@ -426,7 +444,7 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   }
   x.cp_commit();
 
-  float rr[2], rs[2], lse2[2], Di[2], f[2], dcp[2];
+  float rr[2], rs[2], lse2[2], Di[2], f[2], dcp[2], cq[2], dfq[2];
   int64_t lo[2], hi[2];
   HZ_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
@@ -442,6 +460,8 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
     lse2[hh] = ls == ninf() ? INFINITY : ls * kLog2e;  // rows without keys: every p = 0
     Di[hh] = in ? a.Dvec[hrow + i] : 0.0f;
     dcp[hh] = 0.0f;
+    cq[hh] = fcg != nullptr && in ? fcg[P.q_offset + i] * kLog2e : 0.0f;
+    dfq[hh] = 0.0f;
   }
   float acc[kDT][4];
   HZ_UNROLL
@@ -453,7 +473,7 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   const float scale = static_cast<float>(P.scale);
 
   for (int64_t kb = span.first; kb <= span.last; ++kb) {
-    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT);
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT, fcg, sF);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
@@ -482,10 +502,12 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
             mul2 = rs[hh];
           }
           if (P.alibi) add2 -= slope2 * (tb - static_cast<float>(col));
+          if (fcg != nullptr) add2 += cq[hh] - sF[col];
           const bool vis = !masked || (col >= lo_c && col <= hi_c);
           const float p = vis ? x.exp2(mul2 * val + add2 - lse2[hh]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - Di[hh]);  // dLoss/dL
           if (logn) dcp[hh] += ds * f[hh] * scale * val;         // L = c ln(n) scale q.k
+          dfq[hh] += ds;                                          // FoX: dL_ij/dc_i = 1
           val = ds * mul2 * kLn2;                                // dLoss/d(q . k)
         }
     }
@@ -495,11 +517,14 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
 
   HZ_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
-    float dc = dcp[hh];
+    float dc = dcp[hh], df = dfq[hh];
     dc += x.shfl_xor(dc, 1);
     dc += x.shfl_xor(dc, 2);
+    df += x.shfl_xor(df, 1);
+    df += x.shfl_xor(df, 2);
     const int64_t i = i0 + warp * 16 + g + 8 * hh;
     if (i >= P.Tq) continue;
+    if (a.dfox_q != nullptr && tig == 0) a.dfox_q[hrow + i] = df;
     uint32_t* drow = reinterpret_cast<uint32_t*>(a.dq + (hrow + i) * D);
     HZ_UNROLL
     for (int dt = 0; dt < kDT; ++dt) drow[dt * 4 + tig] = x.pack_bf16(acc[dt][2 * hh], acc[dt][2 * hh + 1]);
@@ -512,8 +537,10 @@ template <int D, int kBqB>
 struct DkvShape {
   static constexpr int kBk = 16 * kWarps, kBq = kBqB;
   static constexpr int kTab = kBq + kBk - 1;
-  // K, V (once), Q and dO (2 stages each), per-row lse2 / D / r / r*scale*log2e (2 stages), table
-  static constexpr int kSmem = (2 * kBk + 4 * kBq) * Tile<D>::kRowBytes + 2 * 4 * kBq * 4 + 2 * kTab * 4;
+  // K, V (once), Q and dO (2 stages each), per-row lse2 / D / r / r*scale*log2e / FoX's c_i log2 e
+  // and the keys' c_j log2 e for the pair's head (2 stages), table
+  static constexpr int kRowData = 5 * kBq + kBk;
+  static constexpr int kSmem = (2 * kBk + 4 * kBq) * Tile<D>::kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
 
 template <int D, int kBqB, class X>
@@ -528,8 +555,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   uint16_t* sV = sK + kBk * kPitch;
   uint16_t* sQ = sV + kBk * kPitch;    // 2 stages
   uint16_t* sG = sQ + 2 * kBq * kPitch;  // 2 stages
-  float* sRow = reinterpret_cast<float*>(sG + 2 * kBq * kPitch);  // [2][4][kBq]
-  float* sT = sRow + 2 * 4 * kBq;
+  float* sRow = reinterpret_cast<float*>(sG + 2 * kBq * kPitch);  // [2][kRowData]
+  float* sT = sRow + 2 * S::kRowData;
 
   // the (head, query block) pairs of the group, in order: heads h = hk G + gh, query_blocks()
   int64_t n_pairs = 0;
@@ -563,7 +590,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const int64_t h = hk * P.G + c.gh, hrow = (b * P.H + h) * P.Tq, q0 = c.qb * kBq;
     load_tile<D>(x, sQ + stage * kBq * kPitch, a.q + hrow * D, q0, kBq, P.Tq);
     load_tile<D>(x, sG + stage * kBq * kPitch, a.gout + hrow * D, q0, kBq, P.Tq);
-    float* rowd = sRow + stage * 4 * kBq;
+    float* rowd = sRow + stage * S::kRowData;
+    const float* fch = a.fc != nullptr ? a.fc + (b * P.H + h) * P.Tk : nullptr;
     for (int r = tid; r < kBq; r += kThreads) {
       const int64_t i = q0 + r;
       const bool in = i < P.Tq;
@@ -572,7 +600,10 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       rowd[kBq + r] = in ? a.Dvec[hrow + i] : 0.0f;
       rowd[2 * kBq + r] = rr;
       rowd[3 * kBq + r] = rr * static_cast<float>(P.scale) * kLog2e;
+      rowd[4 * kBq + r] = fch != nullptr && in ? fch[P.q_offset + i] * kLog2e : 0.0f;
     }
+    for (int c = tid; c < kBk; c += kThreads)
+      rowd[5 * kBq + c] = fch != nullptr && j0 + c < P.Tk ? fch[j0 + c] * kLog2e : 0.0f;
   };
 
   load_tile<D>(x, sK, a.k + krow * D, j0, kBk, P.Tk);
@@ -586,17 +617,18 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   for (int dt = 0; dt < kDT; ++dt)
     HZ_UNROLL
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
-  const bool si = P.logit == LogitKind::ScaleInvariant;
+  float dfk[2] = {0.0f, 0.0f};  // FoX: -sum_i dL_ij of this thread's keys, for the current head
+  const bool si = P.logit == LogitKind::ScaleInvariant, fox = a.fc != nullptr;
 
   for (int64_t n = 0; n < n_pairs; ++n) {
     const int st = static_cast<int>(n & 1);
     const int64_t h = hk * P.G + cur.gh, q0 = cur.qb * kBq;
     const int64_t t0 = P.q_offset + q0 - (j0 + kBk - 1);  // smallest distance of the pair
     const Cursor nxt = next_pair(cur);
-    pipeline_step(x, n + 1 < n_pairs, [&] { load_pair(nxt, st ^ 1); }, P, sT, t0, S::kTab);
+    pipeline_step(x, n + 1 < n_pairs, [&] { load_pair(nxt, st ^ 1); }, P, sT, t0, S::kTab, [] {});
     const uint16_t* sQs = sQ + st * kBq * kPitch;
     const uint16_t* sGs = sG + st * kBq * kPitch;
-    const float* rowd = sRow + st * 4 * kBq;
+    const float* rowd = sRow + st * S::kRowData;
     const bool masked = block_class(cur.span, cur.qb) == BlockClass::Boundary || q0 + kBq > P.Tq || j0 + kBk > P.Tk;
     const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
@@ -626,15 +658,28 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
             mul2 = rowd[3 * kBq + r];
           }
           if (P.alibi) add2 -= slope2 * (tb + static_cast<float>(r));
+          if (fox) add2 += rowd[4 * kBq + r] - rowd[5 * kBq + kloc];
           const bool vis = !masked || (r >= lo_c && r <= hi_c);
           const float p = vis ? x.exp2(mul2 * val + add2 - rowd[r]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - rowd[kBq + r]);
+          dfk[hh] -= ds;                         // FoX: dL_ij/dc_j = -1
           val = p;                               // P^T for dV
           dp[nt][2 * hh + e] = ds * mul2 * kLn2;  // dS'^T for dK
         }
     }
     gemm_rn<D, kBq>(x, dv, s, sGs, 0);   // dV += P^T dO
     gemm_rn<D, kBq>(x, dk, dp, sQs, 0);  // dK += dS'^T Q
+    if (fox && (n + 1 == n_pairs || nxt.gh != cur.gh)) {  // the loop leaves head h: its key sums are done
+      HZ_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        float df = dfk[hh];
+        df += x.shfl_xor(df, 1);
+        df += x.shfl_xor(df, 2);
+        const int64_t j = j0 + warp * 16 + g + 8 * hh;
+        if (tig == 0 && j < P.Tk) a.dfox_k[(b * P.H + h) * P.Tk + j] = df;
+        dfk[hh] = 0.0f;
+      }
+    }
     cur = nxt;
   }
   x.template cp_wait<0>();

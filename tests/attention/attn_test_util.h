@@ -35,6 +35,7 @@ struct Problem {
   PosKind pos = PosKind::None;
   LogitKind logit = LogitKind::Identity;
   int64_t key_end = -1, min_distance = 0, q_offset = -1;
+  bool fox = false;  // FoX's forget gates: log f (B, H, Tk) from the inputs, logits gain c_i - c_j
   // packed documents: the lengths of each sequence's documents (b-th entry for sequence b, each
   // summing to Tk; empty: none), positions restarting at each document when `reset`
   std::vector<std::vector<int64_t>> docs;
@@ -73,6 +74,7 @@ struct Problem {
     if (key_end >= 0) s += "_kend" + std::to_string(key_end);
     if (min_distance > 0) s += "_md" + std::to_string(min_distance);
     if (!docs.empty()) s += "_docs" + std::to_string(docs[0].size()) + (reset ? "reset" : "");
+    if (fox) s += "_fox";
     return s;
   }
 };
@@ -101,9 +103,9 @@ inline AttnConfig config_of(const Problem& p) {
   return cfg;
 }
 
-// Input values (f64, already rounded to dt): q, k, v, gout, c.
+// Input values (f64, already rounded to dt): q, k, v, gout, c; FoX's log f (B, H, Tk, in (-0.2, 0)).
 struct Inputs {
-  std::vector<double> q, k, v, g, c;
+  std::vector<double> q, k, v, g, c, f;
 };
 inline Inputs make_inputs(const Problem& p, DType dt, uint64_t seed) {
   Generator gen(seed);
@@ -113,12 +115,25 @@ inline Inputs make_inputs(const Problem& p, DType dt, uint64_t seed) {
   in.v = round_all(gen.normal({p.B * p.Hkv * p.Tk * p.D}, 0, 1, DType::F64).to_vector(), dt);
   in.g = round_all(gen.normal({p.B * p.H * p.Tq * p.D}, 0, 1, DType::F64).to_vector(), dt);
   in.c = gen.uniform({p.H}, 0.5, 1.5, DType::F64).to_vector();  // LogN's c stays f32/f64 (a parameter)
+  // FoX's log forget gates stay f32/f64 like the gate's parameters (drawn last: the others do not move)
+  if (p.fox) in.f = gen.uniform({p.B * p.H * p.Tk}, -0.2, 0.0, DType::F64).to_vector();
   return in;
 }
 
 struct Result {
-  std::vector<double> out, lse, dq, dk, dv, dc;
+  std::vector<double> out, lse, dq, dk, dv, dc, df;  // df: dLoss/d(log f) with FoX
 };
+
+// FoX's gradient with respect to log f from dLoss/dc (c = cumsum(log f) per (b, h) row of Tk):
+// df_m = sum_{k >= m} dc_k.
+inline std::vector<double> reverse_cumsum_rows(const std::vector<double>& dc, int64_t Tk) {
+  std::vector<double> df(dc.size());
+  for (size_t r = 0; r < dc.size() / static_cast<size_t>(Tk); ++r) {
+    double acc = 0;
+    for (int64_t m = Tk - 1; m >= 0; --m) df[r * Tk + m] = acc += dc[r * Tk + m];
+  }
+  return df;
+}
 
 // The op on a device and dtype: rotary encoding (when the problem has one) and fused attention,
 // forward and backward with upstream gradient g; gradients w.r.t. the un-rotated q, k.
@@ -132,6 +147,7 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
   ag::Variable k(Tensor::from_vector(in.k, {p.B, p.Hkv, p.Tk, p.D}, dt).to(dev), true);
   ag::Variable v(Tensor::from_vector(in.v, {p.B, p.Hkv, p.Tk, p.D}, dt).to(dev), true);
   ag::Variable c(Tensor::from_vector(in.c, {p.H}, cdt).to(dev), true);
+  ag::Variable f = p.fox ? ag::Variable(Tensor::from_vector(in.f, {p.B, p.H, p.Tk}, cdt).to(dev), true) : ag::Variable();
   ag::Variable qr = q, kr = k;
   if (rotate && (p.pos == PosKind::Rope || p.pos == PosKind::PRope)) {
     const RopeFreqs f = rope_frequencies(spec_of(p).pos, p.D, p.Tk);
@@ -144,7 +160,7 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
       kr = apply_rope(k, Tensor::arange(0, p.Tk), f);
     }
   }
-  const AttnOutput o = fused_attention(qr, kr, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable()});
+  const AttnOutput o = fused_attention(qr, kr, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable(), {}, f});
   o.out.backward(Tensor::from_vector(in.g, {p.B, p.H, p.Tq, p.D}, dt).to(dev));
   Result r;
   r.out = o.out.value().to_vector();
@@ -153,6 +169,7 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
   r.dk = k.grad().to_vector();
   r.dv = v.grad().to_vector();
   if (p.logit == LogitKind::LogN) r.dc = c.grad().to_vector();
+  if (p.fox) r.df = f.grad().to_vector();
   return r;
 }
 
@@ -198,6 +215,12 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
   r.dk.assign(p.B * p.Hkv * p.Tk * p.D, 0.0);
   r.dv.assign(r.dk.size(), 0.0);
   r.dc.assign(p.H, 0.0);
+  // FoX: c = cumsum(log f) per (b, h); the logits gain c[pos] - c[j]; dcf = dLoss/dc
+  std::vector<double> cf(p.fox ? p.B * p.H * p.Tk : 0), dcf(cf.size(), 0.0);
+  for (size_t r0 = 0; r0 < cf.size(); r0 += static_cast<size_t>(p.Tk)) {
+    double acc = 0;
+    for (int64_t m = 0; m < p.Tk; ++m) cf[r0 + m] = acc += in.f[r0 + m];
+  }
   std::vector<double> L(p.Tk), P(p.Tk), a(p.Tk), S(p.Tk);
   std::vector<char> vis(p.Tk);
   for (int64_t b = 0; b < p.B; ++b)
@@ -234,6 +257,7 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
             m = -2.0 * std::log(t / cfg.tau + 1.0);
           }
           L[j] = rf * a[j] * S[j] + m - slope * t;
+          if (p.fox) L[j] += cf[(b * p.H + h) * p.Tk + pos] - cf[(b * p.H + h) * p.Tk + j];
           mx = std::max(mx, L[j]);
         }
         if (n == 0) {
@@ -265,6 +289,10 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
           for (int64_t d = 0; d < p.D; ++d) dp += gi[d] * vj[d];
           const double ds = P[j] * (dp - Di);
           r.dc[h] += ds * lnn * a[j] * S[j];
+          if (p.fox) {
+            dcf[(b * p.H + h) * p.Tk + pos] += ds;
+            dcf[(b * p.H + h) * p.Tk + j] -= ds;
+          }
           const double gq = rnd(ds * rf * a[j] * scale), pj = rnd(P[j]);
           for (int64_t d = 0; d < p.D; ++d) {
             r.dq[row * p.D + d] += gq * kj[d];
@@ -278,6 +306,7 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
     for (auto* v : {&r.dq, &r.dk, &r.dv})
       for (double& x : *v) x = round_bf16(x);
   if (p.logit != LogitKind::LogN) r.dc.clear();
+  if (p.fox) r.df = reverse_cumsum_rows(dcf, p.Tk);
   return r;
 }
 
@@ -316,13 +345,15 @@ inline void expect_results(const Result& x, const Result& low, const Result& ref
   expect_within_floor("dk", x.dk, low.dk, ref.dk, k, atol_rel);
   expect_within_floor("dv", x.dv, low.dv, ref.dv, k, atol_rel);
   if (!ref.dc.empty()) expect_within_floor("dc", x.dc, low.dc, ref.dc, k, atol_rel);
+  if (!ref.df.empty()) expect_within_floor("dlog f", x.df, low.df, ref.df, k, atol_rel);
 }
 
 // Equal up to rounding of a double computation: every output and gradient within rel * max |ref|.
 inline void expect_same(const Result& x, const Result& ref, double rel = 1e-10) {
   const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
       {"out", {&x.out, &ref.out}}, {"lse", {&x.lse, &ref.lse}}, {"dq", {&x.dq, &ref.dq}},
-      {"dk", {&x.dk, &ref.dk}},    {"dv", {&x.dv, &ref.dv}},    {"dc", {&x.dc, &ref.dc}}};
+      {"dk", {&x.dk, &ref.dk}},    {"dv", {&x.dv, &ref.dv}},    {"dc", {&x.dc, &ref.dc}},
+      {"dlog f", {&x.df, &ref.df}}};
   for (const auto& [what, v] : parts) {
     ASSERT_EQ(v.first->size(), v.second->size()) << what;
     EXPECT_LE(max_err(*v.first, *v.second), rel * std::max(1.0, max_abs(*v.second))) << what;

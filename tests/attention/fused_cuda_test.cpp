@@ -153,8 +153,7 @@ TEST(FusedCuda, BackwardIsBitwiseDeterministic) {
 }
 
 // Sinks (composed around the kernels) and FoX's forget gates (in the reference kernels) on CUDA
-// against the CPU kernel in float64, with GQA, windows, SCOPE scopes, LogN and Tq != Tk; FoX with
-// the tensor-core kernels asked for explicitly is refused, Auto takes the reference kernels.
+// against the CPU kernel in float64, with GQA, windows, SCOPE scopes, LogN and Tq != Tk.
 TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
   HZT_NEED_GPU();
   struct C {
@@ -199,15 +198,29 @@ TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
     for (size_t i = 0; i < cpu.size(); ++i)
       for (size_t e = 0; e < cpu[i].size(); ++e) ASSERT_NEAR(gpu[i][e], cpu[i][e], 1e-11) << "tensor " << i << " elem " << e;
   }
-  AttnConfig tc;
-  tc.impl = AttnImpl::TensorCore;
-  const ag::Variable q(Tensor::zeros({1, 2, 8, 64}, DType::BF16, Device::cuda(0))),
-      k(Tensor::zeros({1, 2, 8, 64}, DType::BF16, Device::cuda(0))),
-      f(Tensor::zeros({1, 2, 8}, DType::F32, Device::cuda(0)));
-  AttnTerms t;
-  t.forget = f;
-  EXPECT_THROW(fused_attention(q, k, k, tc, t), NotImplementedError);
-  EXPECT_NO_THROW(fused_attention(q, k, k, AttnConfig{}, t));
+}
+
+// FoX on the bf16 tensor-core kernels against the CPU op in float64 at the bf16 precision floor
+// (the naive pipeline twin), log f's gradient included (tests/attention/mma_emulator_test.cpp
+// runs the same kernel code on the host).
+TEST(FusedCuda, ForgetGatesOnTheTensorCoreKernels) {
+  HZT_NEED_GPU();
+  std::vector<Problem> ps;
+  Problem p;
+  p.fox = true, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 300;
+  ps.push_back(p);
+  p.mask = MaskKind::Scope, p.logit = LogitKind::LogN, p.pos = PosKind::Rope;
+  ps.push_back(p);
+  p.D = 128, p.mask = MaskKind::Window, p.logit = LogitKind::ScaleInvariant, p.pos = PosKind::Alibi, p.Tq = 77;
+  ps.push_back(p);
+  for (const Problem& x : ps) {
+    SCOPED_TRACE(x.tag());
+    const Inputs in = bf16_inputs(x, 83);
+    const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+    const Result low = naive(x, in, true);
+    const Result tc = run_op(x, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+    expect_results(tc, low, ref, 3.0, 1e-3);
+  }
 }
 
 TEST(FusedCuda, ImplementationSwitch) {

@@ -51,6 +51,12 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
   const int64_t nq = p.B * p.H * p.Tq, nk = p.B * p.Hkv * p.Tk;
   std::vector<uint16_t> out(nq * D, 0x7fc1), dq(nq * D, 0x7fc1), dk(nk * D, 0x7fc1), dv(nk * D, 0x7fc1);  // NaN poison
   std::vector<float> lse(nq, NAN), Dvec(nq), dc_rows(nq, NAN);
+  // FoX: c = cumsum(log f) in f32, as fused.cpp hands it to the kernels; the kernels' dc parts
+  std::vector<float> fc, dfox_q(nq, NAN), dfox_k(p.fox ? p.B * p.H * p.Tk : 0, 0.0f);
+  for (size_t r0 = 0; r0 < in.f.size(); r0 += static_cast<size_t>(p.Tk)) {
+    double acc = 0;
+    for (int64_t m = 0; m < p.Tk; ++m) fc.push_back(static_cast<float>(acc += in.f[r0 + m]));
+  }
   mma::Counter counters[3] = {0, 0, 0};
   mma::Args a;
   a.q = q.data();
@@ -65,6 +71,9 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
   a.dk = dk.data();
   a.dv = dv.data();
   a.dc_rows = p.logit == LogitKind::LogN ? dc_rows.data() : nullptr;
+  a.fc = p.fox ? fc.data() : nullptr;
+  a.dfox_q = p.fox ? dfox_q.data() : nullptr;
+  a.dfox_k = p.fox ? dfox_k.data() : nullptr;
   a.counters = counters;
   using C = mma::Config<D>;
   using F = mma::FwdShape<D, C::kFwdMT>;
@@ -90,6 +99,11 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
     e.r.dc.assign(p.H, 0.0);
     for (int64_t row = 0; row < nq; ++row) e.r.dc[(row / p.Tq) % p.H] += dc_rows[row];
   }
+  if (p.fox) {  // dLoss/dc: the key sums, plus each row's sum at its query's position
+    std::vector<double> dc(dfox_k.begin(), dfox_k.end());
+    for (int64_t row = 0; row < nq; ++row) dc[(row / p.Tq) * p.Tk + P.q_offset + row % p.Tq] += dfox_q[row];
+    e.r.df = reverse_cumsum_rows(dc, p.Tk);
+  }
   e.stats = {static_cast<int64_t>(counters[0]), static_cast<int64_t>(counters[1]), static_cast<int64_t>(counters[2])};
   return e;
 }
@@ -105,7 +119,8 @@ AttnStats cpu_counts(const Problem& p, const AttnTiles& tiles) {
     ag::Variable q(g.normal({p.B, p.H, p.Tq, 8}), true), k(g.normal({p.B, p.Hkv, p.Tk, 8}), true),
         v(g.normal({p.B, p.Hkv, p.Tk, 8}), true), c(Tensor::ones({p.H}));
     reset_attn_stats();
-    const AttnOutput o = fused_attention(q, k, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable()});
+    const ag::Variable f = p.fox ? ag::Variable(Tensor::full({p.B, p.H, p.Tk}, -0.1)) : ag::Variable();
+    const AttnOutput o = fused_attention(q, k, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable(), {}, f});
     ag::sum_all(o.out).backward();
     const AttnStats x = attn_stats();
     if (fwd) {
@@ -234,6 +249,32 @@ TEST(MmaEmulator, TensorCoreKernelsD128MatchTheCpuOp) {
   std::vector<Problem> ps = emu_problems(128);
   ps.resize(3);
   for (const Problem& p : ps) check<128>(p);
+}
+
+// FoX's forget gates in the tensor-core kernels: the block's c_j in shared memory (forward, dQ), the
+// rows' and keys' c in the dK/dV kernel's per-pair data, dLoss/dc as row sums (dQ) and key sums
+// written per query head (dK/dV, GQA: two heads per key block), with every mask, the transforms
+// that read t or n, packed documents, Tq != Tk and ragged lengths.
+TEST(MmaEmulator, ForgetGatesMatchTheCpuOp) {
+  std::vector<Problem> ps;
+  Problem p;
+  p.fox = true;
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 107;
+  ps.push_back(p);
+  p.mask = MaskKind::Window, p.pos = PosKind::Rope, p.logit = LogitKind::LogN;
+  ps.push_back(p);
+  p.mask = MaskKind::Scope, p.pos = PosKind::Alibi, p.logit = LogitKind::ScaleInvariant, p.Tq = p.Tk = 140;
+  ps.push_back(p);
+  p = Problem{};
+  p.fox = true, p.H = 2, p.Hkv = 1, p.Tq = 30, p.Tk = 150, p.logit = LogitKind::SwanRow;  // queries last, 3 key blocks
+  ps.push_back(p);
+  p = Problem{};
+  p.fox = true, p.B = 2, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 90, p.docs = {{20, 70}, {90}};
+  ps.push_back(p);
+  for (const Problem& x : ps) check<64>(x);
+  p = ps[1];
+  p.D = 128;
+  check<128>(p);
 }
 
 TEST(MmaEmulator, EdgeShapes) {
