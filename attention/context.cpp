@@ -229,12 +229,103 @@ AttnConfig piece_config(const AttnConfig& cfg, const ZigzagLayout& L, const Ring
   return c;
 }
 
-Tensor block_of(const Tensor& blk, int which, const RingPiece& p) {
-  return blk.select(0, which).narrow(2, p.koff, p.klen).contiguous();
+// What goes round the ring: a rank's k and v, packed (2, B, Hkv, rows, D), and with FoX the global
+// c = cumsum(log f) at those rows (B, H, rows); in the backward, the gradients of both.
+struct RingBlock {
+  Tensor kv, c;
+};
+
+// The transfers of one ring step (the block, and its c with FoX), overlapping the step's calls.
+struct RingTransfer {
+  std::vector<std::unique_ptr<ContextGroup::Pending>> pending;
+  void progress() {
+    for (auto& p : pending) p->progress();
+  }
+  void wait() {
+    for (auto& p : pending) p->wait();
+    pending.clear();
+  }
+};
+
+RingTransfer start_ring(ContextGroup& g, const RingBlock& send, RingBlock& recv, int next, int prev) {
+  RingTransfer t;
+  for (auto [s, r] : {std::pair<const Tensor*, Tensor*>{&send.kv, &recv.kv}, {&send.c, &recv.c}}) {
+    if (!s->defined()) continue;
+    t.pending.push_back(g.start_send_recv(*s, next, *r, prev));
+    g.bytes_sent += bytes_of(*s);
+  }
+  return t;
+}
+
+// (B, H, Tl) local rows of log f -> c (B, H, Tl), the prefix sums over the whole sequence at the
+// local positions: each chunk's own prefix sum plus the sum of every chunk before it (the chunks'
+// totals all-gathered, added in chunk order). Backward: dLoss/d(log f_m) = sum_{p >= m} dc_p, each
+// chunk's reverse prefix sum plus the totals of every chunk after it.
+ag::Variable global_prefix(const ag::Variable& x, const ContextParallel& cp) {
+  const ZigzagLayout& L = cp.layout;
+  const auto ch = L.chunks();
+  const int64_t la = L.chunk_len(ch[0]), lb = L.chunk_len(ch[1]);
+  // every chunk's total by chunk index, from the (2, B, H) sums each rank gathers
+  auto chunk_totals = [](const ContextParallel& c, const Tensor& a, const Tensor& b) {
+    const ZigzagLayout& L = c.layout;
+    Tensor mine = Tensor::empty(Shape{2, a.size(0), a.size(1)}, a.dtype(), a.device());
+    mine.select(0, 0).copy_(a);
+    mine.select(0, 1).copy_(b);
+    Tensor all = Tensor::empty(Shape{L.n, 2, a.size(0), a.size(1)}, a.dtype(), a.device());
+    c.group->all_gather_into(mine, all);
+    c.group->bytes_sent += bytes_of(mine) * (L.n - 1);
+    std::vector<Tensor> t(2 * L.n);
+    for (int q = 0; q < L.n; ++q)
+      for (int i = 0; i < 2; ++i) t[L.chunks_of(q)[i]] = all.select(0, q).select(0, i);
+    return t;
+  };
+  const Tensor xv = x.value();
+  const Tensor ca = ops::cumsum(xv.narrow(2, 0, la), 2), cb = ops::cumsum(xv.narrow(2, la, lb), 2);
+  const std::vector<Tensor> tot = chunk_totals(cp, ca.select(2, la - 1), cb.select(2, lb - 1));
+  Tensor c = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+  Tensor before = ops::mul_scalar(tot[0], 0.0);  // the sum of the chunks before chunk i, in order
+  for (int64_t i = 0; i < 2 * L.n; ++i) {
+    if (i == ch[0]) c.narrow(2, 0, la).copy_(ops::add(ca, before.unsqueeze(2)));
+    if (i == ch[1]) c.narrow(2, la, lb).copy_(ops::add(cb, before.unsqueeze(2)));
+    before = ops::add(before, tot[i]);
+  }
+  return ag::make_result(c, {x}, "context_prefix", [&] {
+    const ContextParallel cpc = cp;
+    return [cpc, la, lb, chunk_totals](const Tensor& g, ag::Grads& gr) {
+      const ZigzagLayout& L = cpc.layout;
+      const auto ch = L.chunks();
+      const Tensor ga = g.narrow(2, 0, la), gb = g.narrow(2, la, lb);
+      const std::vector<Tensor> tot = chunk_totals(cpc, ops::sum(ga, 2), ops::sum(gb, 2));
+      Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device());
+      Tensor after = ops::mul_scalar(tot[0], 0.0);  // the sum of the chunks after chunk i
+      for (int64_t i = 2 * L.n - 1; i >= 0; --i) {
+        if (i == ch[0]) dx.narrow(2, 0, la).copy_(ops::add(ops::cumsum(ga, 2, true), after.unsqueeze(2)));
+        if (i == ch[1]) dx.narrow(2, la, lb).copy_(ops::add(ops::cumsum(gb, 2, true), after.unsqueeze(2)));
+        after = ops::add(after, tot[i]);
+      }
+      gr.set(0, dx);
+    };
+  });
+}
+
+// FoX's c for one call (piece_forward's layout): the keys' c at [0, klen), the queries' at
+// [q_offset, q_offset + qlen); a diagonal call (the chunk against itself) has them at the same place.
+Tensor piece_fox(const Tensor& cq, const Tensor& ck, const RingPiece& p, int64_t q_offset) {
+  Tensor f = Tensor::zeros({cq.size(0), cq.size(1), std::max(p.klen, q_offset + p.qlen)}, cq.dtype(), cq.device());
+  f.narrow(2, 0, p.klen).copy_(ck.narrow(2, p.koff, p.klen));
+  f.narrow(2, q_offset, p.qlen).copy_(cq.narrow(2, p.qoff, p.qlen));
+  return f;
+}
+
+// rows [off, off + n) of t along dim 2 += x
+void add_rows(const Tensor& t, int64_t off, int64_t n, const Tensor& x) {
+  Tensor r = t.narrow(2, off, n);
+  r.copy_(ops::add(r, x));
 }
 
 ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
-                            const AttnConfig& cfg, const ContextParallel& cp, const AttnTerms& terms) {
+                            const AttnConfig& cfg, const ContextParallel& cp, const AttnTerms& terms,
+                            const ag::Variable& fox_c) {
   const ZigzagLayout& L = cp.layout;
   ContextGroup& g = *cp.group;
   const int N = L.n, r = L.rank, next = (r + 1) % N, prev = (r - 1 + N) % N;
@@ -242,34 +333,45 @@ ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const 
   const Device dev = qv.device();
   const DType dt = qv.dtype(), adt = acc_dtype(dt);
   const int64_t B = qv.size(0), H = qv.size(1), Tl = qv.size(2), D = qv.size(3), Hk = k.size(1);
-  const bool logn = cfg.logit == LogitKind::LogN;
+  const bool logn = cfg.logit == LogitKind::LogN, fox = fox_c.defined();
   const Tensor cval = logn ? terms.logn_c.value() : Tensor();
-  auto block_shape = [&](int owner) { return Shape{2, B, Hk, L.local_len_of(owner), D}; };
-  Tensor own = Tensor::empty(block_shape(r), dt, dev);
-  own.select(0, 0).copy_(k.value());
-  own.select(0, 1).copy_(v.value());
+  const Tensor cq = fox ? fox_c.value().contiguous() : Tensor();  // FoX's c at the local rows
+  // an empty block of `owner`'s rows: k/v in `kvdt`, FoX's c in the accumulation dtype
+  auto new_block = [=](int owner, DType kvdt, bool zero) {
+    const int64_t rows = L.local_len_of(owner);
+    RingBlock b;
+    b.kv = zero ? Tensor::zeros({2, B, Hk, rows, D}, kvdt, dev) : Tensor::empty({2, B, Hk, rows, D}, kvdt, dev);
+    if (fox) b.c = zero ? Tensor::zeros({B, H, rows}, adt, dev) : Tensor::empty({B, H, rows}, adt, dev);
+    return b;
+  };
+  RingBlock own = new_block(r, dt, false);
+  own.kv.select(0, 0).copy_(k.value());
+  own.kv.select(0, 1).copy_(v.value());
+  if (fox) own.c = cq;
 
   Tensor out = Tensor::zeros({B, H, Tl, D}, adt, dev);
   Tensor lse = Tensor::full({B, H, Tl}, -std::numeric_limits<double>::infinity(), adt, dev);
-  Tensor blk = own;
+  RingBlock blk = own;
   for (int s = 0; s < N; ++s) {
     const int owner = (r - s + N) % N;
-    Tensor nxt;
-    std::unique_ptr<ContextGroup::Pending> pend;
+    RingBlock nxt;
+    RingTransfer tr;
     if (s + 1 < N) {
-      nxt = Tensor::empty(block_shape((r - s - 1 + N) % N), dt, dev);
-      pend = g.start_send_recv(blk, next, nxt, prev);
-      g.bytes_sent += bytes_of(blk);
+      nxt = new_block((r - s - 1 + N) % N, dt, false);
+      tr = start_ring(g, blk, nxt, next, prev);
     }
     for (const RingPiece& p : ring_pieces(L, owner)) {
+      const AttnConfig pc = piece_config(cfg, L, p);
       Tensor plse;
-      const Tensor pout = detail::piece_forward(piece_config(cfg, L, p), qv.narrow(2, p.qoff, p.qlen).contiguous(),
-                                                block_of(blk, 0, p), block_of(blk, 1, p), cval, plse);
+      const Tensor pout = detail::piece_forward(
+          pc, qv.narrow(2, p.qoff, p.qlen).contiguous(), blk.kv.select(0, 0).narrow(2, p.koff, p.klen).contiguous(),
+          blk.kv.select(0, 1).narrow(2, p.koff, p.klen).contiguous(), cval,
+          fox ? piece_fox(cq, blk.c, p, pc.q_offset) : Tensor(), plse);
       merge_into(out.narrow(2, p.qoff, p.qlen), lse.narrow(2, p.qoff, p.qlen), pout, plse);
-      if (pend) pend->progress();
+      tr.progress();
     }
-    if (pend) {
-      pend->wait();
+    if (s + 1 < N) {
+      tr.wait();
       blk = nxt;
     }
   }
@@ -288,50 +390,58 @@ ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const 
   if (ic >= 0) inputs.push_back(terms.logn_c);
   const int iz = sink ? static_cast<int>(inputs.size()) : -1;
   if (sink) inputs.push_back(terms.sink);
+  const int ifx = fox ? static_cast<int>(inputs.size()) : -1;
+  if (fox) inputs.push_back(fox_c);
   const Tensor result = out.dtype() == dt ? out : out.to(dt);
   return ag::make_result(result, inputs, "context_ring", [&] {
     const ContextParallel c = cp;  // the group outlives the graph (the caller's call keeps it)
     const Tensor zval = sink ? terms.sink.value() : Tensor();
-    return [c, cfg, qv, own, out, lse, cval, zval, ic, iz, B, H, Hk, D, dt, adt, dev](const Tensor& gout,
-                                                                                       ag::Grads& gr) {
+    return [c, cfg, qv, cq, own, out, lse, cval, zval, ic, iz, ifx, H, dt, adt, dev, new_block](const Tensor& gout,
+                                                                                              ag::Grads& gr) {
       const ZigzagLayout& L = c.layout;
       ContextGroup& grp = *c.group;
       const int N = L.n, r = L.rank, next = (r + 1) % N, prev = (r - 1 + N) % N;
-      const bool want_c = ic >= 0 && gr.needs(ic);
-      auto block_shape = [&](int owner) { return Shape{2, B, Hk, L.local_len_of(owner), D}; };
+      const bool want_c = ic >= 0 && gr.needs(ic), fox = ifx >= 0;
       const Tensor gc = gout.contiguous();
       Tensor dq = Tensor::zeros(qv.shape(), adt, dev);
+      Tensor dcq = fox ? Tensor::zeros(cq.shape(), adt, dev) : Tensor();  // FoX: dLoss/dc at the local rows
       Tensor dc;  // LogN's c, summed over the calls in step order
-      Tensor blk = own, acc;  // the block held and the gradient of its rows gathered so far
-      std::unique_ptr<ContextGroup::Pending> pend_acc;
-      Tensor acc_in;  // what pend_acc receives
+      RingBlock blk = own, acc;  // the block held and the gradient of its rows gathered so far
+      RingTransfer acc_tr;
+      RingBlock acc_in;  // what acc_tr receives
       for (int s = 0; s < N; ++s) {
         const int owner = (r - s + N) % N;
-        Tensor nxt;
-        std::unique_ptr<ContextGroup::Pending> pend;
+        RingBlock nxt;
+        RingTransfer tr;
         if (s + 1 < N) {
-          nxt = Tensor::empty(block_shape((r - s - 1 + N) % N), dt, dev);
-          pend = grp.start_send_recv(blk, next, nxt, prev);
-          grp.bytes_sent += bytes_of(blk);
+          nxt = new_block((r - s - 1 + N) % N, dt, false);
+          tr = start_ring(grp, blk, nxt, next, prev);
         }
-        Tensor part = Tensor::zeros(block_shape(owner), adt, dev);
+        RingBlock part = new_block(owner, adt, true);
         for (const RingPiece& p : ring_pieces(L, owner)) {
+          const AttnConfig pc = piece_config(cfg, L, p);
           const detail::PieceGrads pg = detail::piece_backward(
-              piece_config(cfg, L, p), qv.narrow(2, p.qoff, p.qlen).contiguous(), block_of(blk, 0, p),
-              block_of(blk, 1, p), out.narrow(2, p.qoff, p.qlen).contiguous(), lse.narrow(2, p.qoff, p.qlen).contiguous(),
-              gc.narrow(2, p.qoff, p.qlen).contiguous(), cval, want_c);
-          Tensor dqr = dq.narrow(2, p.qoff, p.qlen), dkr = part.select(0, 0).narrow(2, p.koff, p.klen),
-                 dvr = part.select(0, 1).narrow(2, p.koff, p.klen);
-          dqr.copy_(ops::add(dqr, pg.dq));
-          dkr.copy_(ops::add(dkr, pg.dk));
-          dvr.copy_(ops::add(dvr, pg.dv));
+              pc, qv.narrow(2, p.qoff, p.qlen).contiguous(), blk.kv.select(0, 0).narrow(2, p.koff, p.klen).contiguous(),
+              blk.kv.select(0, 1).narrow(2, p.koff, p.klen).contiguous(), out.narrow(2, p.qoff, p.qlen).contiguous(),
+              lse.narrow(2, p.qoff, p.qlen).contiguous(), gc.narrow(2, p.qoff, p.qlen).contiguous(), cval,
+              fox ? piece_fox(cq, blk.c, p, pc.q_offset) : Tensor(), want_c);
+          add_rows(dq, p.qoff, p.qlen, pg.dq);
+          add_rows(part.kv.select(0, 0), p.koff, p.klen, pg.dk);
+          add_rows(part.kv.select(0, 1), p.koff, p.klen, pg.dv);
           if (want_c) dc = dc.defined() ? ops::add(dc, pg.dc) : pg.dc;
-          if (pend) pend->progress();
-          if (pend_acc) pend_acc->progress();
+          if (fox && p.qc == p.kc) {  // the chunk against itself: rows and keys are the same positions
+            add_rows(dcq, p.qoff, p.qlen, pg.dfox);
+          } else if (fox) {
+            add_rows(part.c, p.koff, p.klen, pg.dfox.narrow(2, 0, p.klen));
+            add_rows(dcq, p.qoff, p.qlen, pg.dfox.narrow(2, pc.q_offset, p.qlen));
+          }
+          tr.progress();
+          acc_tr.progress();
         }
-        if (pend_acc) {  // the accumulator of this block, from the ranks it visited before
-          pend_acc->wait();
-          acc = ops::add(acc_in, part);
+        if (s > 0) {  // the accumulator of this block, from the ranks it visited before
+          acc_tr.wait();
+          acc.kv = ops::add(acc_in.kv, part.kv);
+          if (fox) acc.c = ops::add(acc_in.c, part.c);
         } else {
           acc = part;
         }
@@ -340,20 +450,19 @@ ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const 
         if (N == 1) {
           acc_in = acc;
         } else {
-          acc_in = Tensor::empty(block_shape(s + 1 < N ? (r - s - 1 + N) % N : r), adt, dev);
-          pend_acc = grp.start_send_recv(acc, next, acc_in, prev);
-          grp.bytes_sent += bytes_of(acc);
+          acc_in = new_block(s + 1 < N ? (r - s - 1 + N) % N : r, adt, false);
+          acc_tr = start_ring(grp, acc, acc_in, next, prev);
         }
-        if (pend) {
-          pend->wait();
+        if (s + 1 < N) {
+          tr.wait();
           blk = nxt;
         }
       }
-      if (pend_acc) pend_acc->wait();
+      acc_tr.wait();
       auto as_dt = [&](const Tensor& t) { return t.dtype() == dt ? t.contiguous() : t.to(dt); };
       if (gr.needs(0)) gr.set(0, as_dt(dq));
-      if (gr.needs(1)) gr.set(1, as_dt(acc_in.select(0, 0)));
-      if (gr.needs(2)) gr.set(2, as_dt(acc_in.select(0, 1)));
+      if (gr.needs(1)) gr.set(1, as_dt(acc_in.kv.select(0, 0)));
+      if (gr.needs(2)) gr.set(2, as_dt(acc_in.kv.select(0, 1)));
       if (want_c) gr.set(ic, dc.to(cval.dtype()).to(cval.device()));
       if (iz >= 0 && gr.needs(iz)) {  // dLoss/dz_h = -sum_i exp(z_h - lse_i) dO_i . O_i
         const Tensor Dv = ops::sum(ops::mul(gc.to(adt), out), 3, false);
@@ -362,6 +471,7 @@ ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const 
                        .to(zval.dtype())
                        .to(zval.device()));
       }
+      if (fox && gr.needs(ifx)) gr.set(ifx, ops::add(dcq, acc_in.c));  // queries' part + keys' part
     };
   });
 }
@@ -390,23 +500,24 @@ ContextExchange parse_context_exchange(const std::string& s) {
   throw ValueError("context exchange '" + s + "': expected ring or all_gather");
 }
 
-ContextExchange context_exchange(const AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global, bool fox) {
+ContextExchange context_exchange(const AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global) {
   const int64_t W = max_window(cfg);
   if (L.n > 1 && W > 0 && W - 1 <= L.min_chunk()) return ContextExchange::Halo;
   HZ_CHECK(global != ContextExchange::Halo, ValueError, "context parallel: the halo is not a global exchange");
-  return fox ? ContextExchange::AllGather : global;
+  return global;
 }
 
 ContextTraffic context_traffic(const AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global, bool fox) {
   ContextTraffic t;
   if (L.n == 1) return t;
-  switch (context_exchange(cfg, L, global, fox)) {
+  switch (context_exchange(cfg, L, global)) {
     case ContextExchange::AllGather:
       t.fwd_rows = t.bwd_rows = (L.n - 1) * L.max_local_len();
       break;
     case ContextExchange::Ring:
       t.fwd_rows = t.bwd_rows = L.T - L.local_len_of((L.rank + 1) % L.n);
       t.bwd_acc_rows = L.T;
+      if (fox) t.fox_totals = 4 * (L.n - 1);
       break;
     case ContextExchange::Halo: {
       const int64_t W = max_window(cfg);
@@ -448,8 +559,14 @@ ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, con
   const int64_t len_a = L.chunk_len(ch[0]);
   const int64_t offs[2] = {0, len_a};
   std::vector<ag::Variable> outs;
-  const ContextExchange ex = context_exchange(cfg, L, cp.global, fox);
-  if (ex == ContextExchange::Ring) return ring_attention(q, k, v, cfg, cp, terms);
+  const ContextExchange ex = context_exchange(cfg, L, cp.global);
+  if (ex == ContextExchange::Ring) {
+    // FoX's c over the whole sequence at the local rows, in the accumulation dtype
+    const DType adt = acc_dtype(q.dtype());
+    const ag::Variable c = fox ? global_prefix(terms.forget.dtype() == adt ? terms.forget : ag::cast(terms.forget, adt), cp)
+                               : ag::Variable();
+    return ring_attention(q, k, v, cfg, cp, terms, c);
+  }
   if (ex == ContextExchange::Halo) {
     const int64_t W = max_window(cfg);
     const ag::Variable hk = exchange_halo(k, W, cp), hv = exchange_halo(v, W, cp);

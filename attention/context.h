@@ -31,11 +31,13 @@
 //               at their owners; the calls' backward reads the rows' final out and lse, which makes
 //               each exact. No rank ever holds more than two blocks, and nothing of them is kept
 //               for the backward. It sends more than the all-gather (k and v twice, dK/dV in f32
-//               under bf16) and keeps less.
-//   all-gather  (parallel.context_exchange: all_gather, and FoX layers, whose calls need c at
-//               their queries' positions): every rank gathers the group's k and v (N x its rows,
-//               Llama 3's scheme), keeps them for the backward, and each of its chunks reads keys
-//               [0, end of the chunk) at its global offset.
+//               under bf16) and keeps less. FoX: c = cumsum(log f) over the whole sequence (each
+//               chunk's prefix sum plus the all-gathered totals of the chunks before it) travels
+//               with the keys; each call gets the keys' c and its queries' c (piece_forward's
+//               layout), and dLoss/dc returns with dK/dV.
+//   all-gather  (parallel.context_exchange: all_gather): every rank gathers the group's k and v
+//               (N x its rows, Llama 3's scheme) and FoX's log f, keeps them for the backward, and
+//               each of its chunks reads keys [0, end of the chunk) at its global offset.
 // Backward returns dK/dV of remote keys to their owners: the halo's reverse shift added to the
 // owner's tail rows, the ring's accumulators, or, for the all-gather, every rank sends each owner
 // the gradient of the owner's rows and the owner sums them in rank order. All are deterministic,
@@ -119,18 +121,20 @@ struct ContextParallel {
 Tensor local_rows(const Tensor& t, int64_t dim, const ZigzagLayout& L);
 
 // The path a layer with this kernel config takes at this layout (see the header comment): the
-// halo where it applies, else `global`; a FoX layer's global path is the all-gather (the ring's
-// pieces would need FoX's c at queries outside their keys).
+// halo where it applies, else `global`.
 ContextExchange context_exchange(const AttnConfig& cfg, const ZigzagLayout& layout,
-                                 ContextExchange global = ContextExchange::Ring, bool fox = false);
+                                 ContextExchange global = ContextExchange::Ring);
 // Rows of k and v (each) this rank sends per layer call: forward and backward in the storage
 // dtype, and the ring's dK/dV rows in the accumulation dtype:
 //   halo        2 (W - 1) at most, forward and backward;
 //   all-gather  (N - 1) x the longest local length, forward and backward;
 //   ring        T - (the next rank's local length) forward and again backward (k and v go round
 //               once more), and T rows of dK/dV (every block's gradient travels home).
+// With FoX each row carries its log f (halo, all-gather) or its global c (ring; B H values in the
+// accumulation dtype), and the ring all-gathers each rank's two chunk totals of log f forward and
+// of dLoss/dc backward: fox_totals (B, H) tensors in the accumulation dtype, 4 (N - 1).
 struct ContextTraffic {
-  int64_t fwd_rows = 0, bwd_rows = 0, bwd_acc_rows = 0;
+  int64_t fwd_rows = 0, bwd_rows = 0, bwd_acc_rows = 0, fox_totals = 0;
 };
 ContextTraffic context_traffic(const AttnConfig& cfg, const ZigzagLayout& layout,
                                ContextExchange global = ContextExchange::Ring, bool fox = false);

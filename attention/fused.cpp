@@ -78,6 +78,7 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
     HZ_CHECK(cfg.swan_a > 1, ValueError, "attention: swan_row a must be > 1");
   HZ_CHECK(cfg.key_position >= 0, ValueError, "attention: key_position ", cfg.key_position, " is negative");
   p.key_position = cfg.key_position;
+  p.fox_T = Tk;
   p.logn_whole_row = cfg.logn_whole_row;
   HZ_CHECK(cfg.qtemp_alpha >= 0 && cfg.qtemp_beta > 0, ValueError, "attention: qtemp_alpha must be >= 0 and qtemp_beta > 0");
   p.logn_position = cfg.logn_position;
@@ -199,7 +200,7 @@ Tensor run_forward(const AttnKernelParams& P, bool use_tc, const Tensor& qc, con
 }
 
 // Gradients of one call: dq, dk, dv in the kernel dtype; dc (LogN's c) and dz (the sinks), (H),
-// and df (FoX's dLoss/dc, (B, H, Tk) in ct.fox_c's dtype), each only where asked.
+// and df (FoX's dLoss/dc, (B, H, fox_T) in ct.fox_c's dtype), each only where asked.
 struct KernelGrads {
   Tensor dq, dk, dv, dc, dz, df;
 };
@@ -217,7 +218,7 @@ KernelGrads run_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q
   g.dv = Tensor::empty(kc.shape(), kdt, dev);
   if (dev.is_cpu()) {
     std::vector<double> dcv, dzv;
-    if (need_f) g.df = Tensor::empty({P.B, P.H, P.Tk}, kdt);
+    if (need_f) g.df = Tensor::empty({P.B, P.H, P.fox_T}, kdt);
     detail::CpuTermGrads tg;
     tg.logn_c = need_c ? &dcv : nullptr;
     tg.sink = need_z ? &dzv : nullptr;
@@ -231,9 +232,10 @@ KernelGrads run_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q
   detail::cuda_backward(P, use_tc, qc, kc, vc, out, lse, gc, t.c_dev, t.ct.fox_c, g.dq, g.dk, g.dv,
                         need_c ? &dc_rows : nullptr, need_f ? &dfq : nullptr, need_f ? &dfk : nullptr);
   if (need_f) {  // dLoss/dc_m = sum_j dL_mj (m a query's position) - sum_i dL_im
-    Tensor rows = Tensor::zeros(dfk.shape(), dfk.dtype(), dev);
-    rows.narrow(2, P.q_offset, P.Tq).copy_(dfq);
-    g.df = ops::add(dfk, rows);
+    g.df = Tensor::zeros({P.B, P.H, P.fox_T}, dfk.dtype(), dev);
+    Tensor keys = g.df.narrow(2, 0, P.Tk), rows = g.df.narrow(2, P.q_offset, P.Tq);
+    keys.copy_(dfk);
+    rows.copy_(ops::add(rows, dfq));
   }
   // per-row partials summed over rows, then over the batch, in a fixed order
   if (need_c) g.dc = ops::sum(ops::sum(dc_rows, 2, false), 0, false);
@@ -281,16 +283,27 @@ void set_logn_c(KernelTerms& t, const Tensor& c, Device dev, DType adt) {
   else t.c_dev = c.to(dev).to(adt).contiguous();
 }
 
+// FoX's c for a piece call (P.fox, P.fox_T, the kernels' copy in their dtype).
+void set_piece_fox(AttnKernelParams& P, KernelTerms& t, const Tensor& fox_c, Device dev, DType kdt, DType adt) {
+  P.fox = fox_c.defined();
+  if (!P.fox) return;
+  HZ_CHECK(fox_c.dim() == 3 && fox_c.size(0) == P.B && fox_c.size(1) == P.H && fox_c.size(2) >= P.Tk &&
+               fox_c.size(2) >= P.q_offset + P.Tq,
+           ShapeError, "attention: FoX's c ", shape_str(fox_c.shape()), " does not cover the keys and the queries");
+  P.fox_T = fox_c.size(2);
+  t.ct.fox_c = fox_c.to(dev.is_cpu() ? kdt : adt).contiguous();
+}
+
 }  // namespace
 
 namespace detail {
 
 Tensor piece_forward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                     Tensor& lse) {
+                     const Tensor& fox_c, Tensor& lse) {
   check_qkv(q, k, v);
   const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   Tensor doc_bounds;
-  const AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
+  AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
   const Device dev = qc.device();
   const DType adt = acc_dtype(qc.dtype());
   KernelTerms t;
@@ -298,6 +311,7 @@ Tensor piece_forward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, co
     HZ_CHECK(logn_c.defined() && logn_c.numel() == P.H, ShapeError, "attention: logit 'logn' needs one c per query head");
     set_logn_c(t, logn_c, dev, adt);
   }
+  set_piece_fox(P, t, fox_c, dev, kernel_dtype(qc.dtype(), dev), adt);
   if (qc.numel() == 0 || kc.numel() == 0) {
     lse = Tensor::full({P.B, P.H, P.Tq}, -std::numeric_limits<double>::infinity(), adt, dev);
     return Tensor::zeros(qc.shape(), adt, dev);
@@ -307,31 +321,35 @@ Tensor piece_forward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, co
 }
 
 PieceGrads piece_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const Tensor& gout, const Tensor& logn_c, bool want_c) {
+                          const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
+                          bool want_c) {
   check_qkv(q, k, v);
   const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   Tensor doc_bounds;
-  const AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
+  AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
   const Device dev = qc.device();
   const DType dt = qc.dtype(), adt = acc_dtype(dt), kdt = kernel_dtype(dt, dev);
   const bool logn = cfg.logit == LogitKind::LogN;
   KernelTerms t;
   if (logn) set_logn_c(t, logn_c, dev, adt);
+  set_piece_fox(P, t, fox_c, dev, kdt, adt);
   PieceGrads g;
   if (qc.numel() == 0 || kc.numel() == 0) {
     g.dq = Tensor::zeros(qc.shape(), adt, dev);
     g.dk = Tensor::zeros(kc.shape(), adt, dev);
     g.dv = Tensor::zeros(kc.shape(), adt, dev);
     if (logn && want_c) g.dc = Tensor::zeros({P.H}, DType::F64);
+    if (P.fox) g.dfox = Tensor::zeros(fox_c.shape(), adt, dev);
     return g;
   }
   const KernelGrads kg = run_backward(P, dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev), qc, kc, vc,
                                       out.to(kdt).contiguous(), lse.contiguous(), gout.to(kdt).contiguous(), t,
-                                      logn && want_c, false, false);
+                                      logn && want_c, false, P.fox);
   g.dq = kg.dq.to(adt);
   g.dk = kg.dk.to(adt);
   g.dv = kg.dv.to(adt);
   if (logn && want_c) g.dc = kg.dc.to(DType::F64).to(Device::cpu());
+  if (P.fox) g.dfox = kg.df.to(adt);
   return g;
 }
 

@@ -44,7 +44,7 @@ struct CpuPlan {
   // FoX's c over the keys of (b, h), or null without FoX
   template <class T>
   const T* fox_row(int64_t b, int64_t h) const {
-    return P.fox ? fox_c.data<T>() + (b * P.H + h) * P.Tk : nullptr;
+    return P.fox ? fox_c.data<T>() + (b * P.H + h) * P.fox_T : nullptr;
   }
 };
 
@@ -203,7 +203,7 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
   const bool logn = P.logit == LogitKind::LogN && dlogn_c != nullptr;
   std::vector<double> dc_bh(P.B * P.H, 0.0);  // per (b, h) task, summed over b in order below
   std::vector<double> dz_bh(P.B * P.H, 0.0);  // the sink's, likewise
-  T* dfp = dfox ? dfox->data<T>() : nullptr;  // (B, H, Tk): each task writes its own row
+  T* dfp = dfox ? dfox->data<T>() : nullptr;  // (B, H, fox_T): each task writes its own row
   int64_t visited = 0;
   // Heads differ widely in cost (SCOPE: scopes from a few tokens to T), so hand the (b, h) tasks
   // out largest first (LPT) to balance the threads.
@@ -236,8 +236,8 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
       std::fill(dkh, dkh + P.Tk * P.D, T(0));
       std::fill(dvh, dvh + P.Tk * P.D, T(0));
       const T* fc = C.fox_row<T>(b, h);
-      T* dfc = dfp ? dfp + bh * P.Tk : nullptr;
-      if (dfc) std::fill(dfc, dfc + P.Tk, T(0));
+      T* dfc = dfp ? dfp + bh * P.fox_T : nullptr;
+      if (dfc) std::fill(dfc, dfc + P.fox_T, T(0));
       double dz = 0.0;
       for (int64_t i = 0; i < P.Tq; ++i) {  // D_i = dO_i . O_i
         T a = T(0);

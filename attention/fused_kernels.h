@@ -16,33 +16,37 @@ namespace hz::attn::detail {
 
 // ---- pieces (fused.cpp) -------------------------------------------------------------------------
 // fused_attention without autograd, for a caller that splits each row's keys over several calls
-// and merges them itself (context.cpp's ring): no sink and no FoX (the caller folds a sink after
-// merging); cfg.logn_whole_row keeps LogN's n the whole row's. q/k/v of one device and storage
-// dtype; logn_c (H) or undefined.
+// and merges them itself (context.cpp's ring): no sink (the caller folds it after merging);
+// cfg.logn_whole_row keeps LogN's n the whole row's. q/k/v of one device and storage dtype;
+// logn_c (H) or undefined; fox_c, FoX's c = cumsum(log f) itself (not log f), (B, H, fox_T) in the
+// accumulation dtype with the keys' c at [0, Tk) and the queries' at [q_offset, q_offset + Tq)
+// (fox_T >= both ends; what lies between is not read), or undefined.
 // piece_forward returns out (B, H, Tq, D) over this call's keys only and sets lse (B, H, Tq), both
 // in the accumulation dtype (-inf / 0 for rows that see none of these keys).
 Tensor piece_forward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                     Tensor& lse);
+                     const Tensor& fox_c, Tensor& lse);
 // The gradients of this call's share given the rows' final out and lse (merged over every call,
 // the sink folded in): exact, since p_ij = exp(L_ij - lse_i) and D_i = dO_i . O_i read only those.
-// dq, dk, dv in the accumulation dtype; dc (H, f64 on the CPU) LogN's c when want_c.
+// dq, dk, dv in the accumulation dtype; dc (H, f64 on the CPU) LogN's c when want_c; dfox
+// dLoss/d(fox_c) (B, H, fox_T) in the accumulation dtype with fox_c.
 struct PieceGrads {
-  Tensor dq, dk, dv, dc;
+  Tensor dq, dk, dv, dc, dfox;
 };
 PieceGrads piece_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const Tensor& gout, const Tensor& logn_c, bool want_c);
+                          const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
+                          bool want_c);
 
 // ---- CPU (fused_cpu.cpp) ---------------------------------------------------------------------
 struct CpuTerms {
   std::vector<double> logn_c;  // (H) with logit LogN
   std::vector<double> sink;    // (H) when P.sink
-  Tensor fox_c;                // (B, H, Tk) contiguous, q's dtype, when P.fox: c = cumsum(log f)
+  Tensor fox_c;                // (B, H, fox_T) contiguous, q's dtype, when P.fox: c = cumsum(log f)
 };
 // Gradients the backward fills where asked (a null pointer: not wanted).
 struct CpuTermGrads {
   std::vector<double>* logn_c = nullptr;  // (H)
   std::vector<double>* sink = nullptr;    // (H)
-  Tensor* fox_c = nullptr;                // (B, H, Tk) in q's dtype
+  Tensor* fox_c = nullptr;                // (B, H, fox_T) in q's dtype
 };
 void cpu_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const CpuTerms& terms,
                  Tensor& out, Tensor& lse);
@@ -59,7 +63,7 @@ bool tensor_core_supported(DType dt, int64_t D, int device);
 // Their tiles (query rows x keys), forward and backward.
 AttnTiles tensor_core_tiles(int64_t D);
 // use_tc selects the tensor-core kernels (fused.cpp resolves AttnImpl).
-// fox_c: FoX's c (B, H, Tk) in the accumulation dtype, or undefined (both kernel families).
+// fox_c: FoX's c (B, H, fox_T) in the accumulation dtype, or undefined (both kernel families).
 void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
                   const Tensor& logn_c, const Tensor& fox_c, Tensor& out, Tensor& lse);
 // dlogn_c_rows: when not null, receives per-row partials (B, H, Tq) in the accumulation dtype

@@ -85,6 +85,7 @@ struct AttnKernelParams {
   int64_t key_position = 0;           // absolute position of key 0 (documents, SWAN's row; fused.h)
   bool sink = false;                  // a sink logit per head joins each row's denominator (fused.h)
   bool fox = false;                   // FoX: logits gain c[q_offset + i] - c[j] (fused.h)
+  int64_t fox_T = 0;                  // FoX: the length of c's rows, >= Tk and q_offset + Tq (the op: Tk)
   bool logn_whole_row = false;        // logn's visible count ignores the key limits (fused.h)
   int64_t window[kMaxAttnHeads] = {};  // per query head, 0 = unbounded
   double slope[kMaxAttnHeads] = {};    // ALiBi slope per query head (used when alibi)

@@ -75,16 +75,16 @@ std::vector<ContextPlanRow> context_plan(const Recipe& r, const nn::Transformer&
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const attn::AttnConfig cfg = training_config(r, m, l);
     const bool fox = m.layers[l]->attn->spec.forget;
-    // FoX's log f (B H per row) travels with k and v, forward and backward
+    // FoX's log f or c (B H per row) travels with k and v, forward and backward
     const int64_t fox_row = fox ? B * m.cfg.n_heads * fa : 0;
     int64_t bytes = 0;
     for (int q = 0; q < N; ++q) {
       const attn::ContextTraffic t =
           attn::context_traffic(cfg, attn::ZigzagLayout(T, N, q), r.parallel.context_exchange, fox);
-      bytes = std::max(bytes, (t.fwd_rows + t.bwd_rows) * (kv_row * a + fox_row) + t.bwd_acc_rows * kv_row * fa);
+      bytes = std::max(bytes, (t.fwd_rows + t.bwd_rows) * (kv_row * a + fox_row) +
+                                  t.bwd_acc_rows * (kv_row * fa + fox_row) + t.fox_totals * B * m.cfg.n_heads * fa);
     }
-    const std::string ex =
-        attn::name(attn::context_exchange(cfg, attn::ZigzagLayout(T, N, 0), r.parallel.context_exchange, fox));
+    const std::string ex = attn::name(attn::context_exchange(cfg, attn::ZigzagLayout(T, N, 0), r.parallel.context_exchange));
     if (!rows.empty() && rows.back().exchange == ex && rows.back().bytes == bytes) {
       ++rows.back().count;
       rows.back().layers = fmt::format("{}-{}", l + 1 - rows.back().count, l);

@@ -67,7 +67,7 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
       const attn::AttnConfig cfg = training_config(r, m, l);
       const attn::ZigzagLayout lay(T, static_cast<int>(ctx), 0);
       const int64_t kv_row = 2 * r.data.batch_size * Hkv * D * a;
-      switch (attn::context_exchange(cfg, lay, r.parallel.context_exchange, s.forget)) {
+      switch (attn::context_exchange(cfg, lay, r.parallel.context_exchange)) {
         case attn::ContextExchange::AllGather: b += kv_row * T; break;
         case attn::ContextExchange::Halo: b += kv_row * 2 * attn::context_traffic(cfg, lay).fwd_rows; break;
         case attn::ContextExchange::Ring:  // its packed own block, out and lse in the accumulation dtype

@@ -228,7 +228,7 @@ void visit_fields(Recipe& r, V& v) {
     run_opt("ring | all_gather: how layers that read the whole sequence (an unbounded head, a window longer than a "
             "chunk) exchange keys under parallel.context. ring: key/value blocks go round the group, each transfer "
             "overlapping the attention of the block held, and nothing of the gathered sequence is kept; all_gather: "
-            "every rank gathers the whole sequence's keys (kept for the backward). FoX layers always all-gather"),
+            "every rank gathers the whole sequence's keys (kept for the backward)"),
     attn::parse_context_exchange, static_cast<const char* (*)(attn::ContextExchange)>(attn::name));
   v("checkpoint.every", r.checkpoint.every, run_opt("checkpoint interval in steps (0 = only at the end)").at_least(0));
   v("checkpoint.keep_last", r.checkpoint.keep_last, run_opt("checkpoints kept").at_least(1));

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     const A r = row_scale<A>(P, c, row_factor<A>(P, b, h, i), h);
     const int64_t pos = P.q_offset + i;
-    const A* fch = fc ? fc + (b * P.H + h) * P.Tk : nullptr;  // FoX: L_ij += c_pos - c_j
+    const A* fch = fc ? fc + (b * P.H + h) * P.fox_T : nullptr;  // FoX: L_ij += c_pos - c_j
     const A fci = fch ? fch[pos] : A(0);
     auto logit = [&](int64_t j) {
       const LogitCoef<A> cf = logit_coef<A>(P, h, r, pos - j);
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const A f = row_factor<A>(P, b, h, i), r = row_scale<A>(P, c, f, h);
     const A li = lse[row], Di = Dvec[row];
     const int64_t pos = P.q_offset + i;
-    const A* fch = fc ? fc + (b * P.H + h) * P.Tk : nullptr;
+    const A* fch = fc ? fc + (b * P.H + h) * P.fox_T : nullptr;
     const A fci = fch ? fch[pos] : A(0);
     A acc[kPer], dcs = A(0), dfs = A(0);
 #pragma unroll
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const IndexRange qr = query_range(P, b, h, j);
       const A ch = P.logit == LogitKind::LogN ? c[h] : A(1);
       const int64_t hrow = (b * P.H + h) * P.Tq;
-      const A* fch = fc ? fc + (b * P.H + h) * P.Tk : nullptr;
+      const A* fch = fc ? fc + (b * P.H + h) * P.fox_T : nullptr;
       A dfs = A(0);  // FoX: -sum_i dL_ij, key j's part of dLoss/dc_j for this query head
       for (int64_t ib = qr.lo; ib <= qr.hi; ib += 32) {
         const int64_t i = ib + lane;

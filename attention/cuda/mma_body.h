@@ -275,7 +275,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
   float* sF = sT + 2 * S::kTab;  // FoX: the block's c_j log2 e
-  const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.Tk : nullptr;
+  const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.fox_T : nullptr;
 
   const BlockSpan span = key_blocks(P, b, h, i0, i1, kBk);
   if (tid == 0) {
@@ -433,7 +433,7 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
   float* sF = sT + 2 * S::kTab;  // FoX: the block's c_j log2 e
-  const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.Tk : nullptr;
+  const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.fox_T : nullptr;
 
   const BlockSpan span = key_blocks(P, b, h, i0, i1, kBk);
   load_tile<D>(x, sQ, a.q + hrow * D, i0, kBq, P.Tq);
@@ -591,7 +591,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     load_tile<D>(x, sQ + stage * kBq * kPitch, a.q + hrow * D, q0, kBq, P.Tq);
     load_tile<D>(x, sG + stage * kBq * kPitch, a.gout + hrow * D, q0, kBq, P.Tq);
     float* rowd = sRow + stage * S::kRowData;
-    const float* fch = a.fc != nullptr ? a.fc + (b * P.H + h) * P.Tk : nullptr;
+    const float* fch = a.fc != nullptr ? a.fc + (b * P.H + h) * P.fox_T : nullptr;
     for (int r = tid; r < kBq; r += kThreads) {
       const int64_t i = q0 + r;
       const bool in = i < P.Tq;

@@ -161,10 +161,10 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       cfg.train_T = 9;
     }
     cfg.block_q = cfg.block_k = 4;
-    const EX path = attn::context_exchange(cfg, cp.layout, global, c.fox);
+    const EX path = attn::context_exchange(cfg, cp.layout, global);
     if (path == EX::Halo && global == EX::AllGather) continue;  // the same run as with the ring
-    if (N == 2) {  // FoX's global layers all-gather (the ring's calls would need c at remote queries)
-      EXPECT_EQ(path, c.expect_at_2 == EX::Halo ? EX::Halo : c.fox ? EX::AllGather : global);
+    if (N == 2) {
+      EXPECT_EQ(path, c.expect_at_2 == EX::Halo ? EX::Halo : global);
     }
     Generator g(11);  // the same tensors on every rank
     const Tensor q = g.normal({B, H, T, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, T, D}, 0, 1, DType::F64),
@@ -216,11 +216,13 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
         EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows) * row) << "rank " << q2;
       }
     } else if (path == EX::Ring) {  // k and v round twice, dK/dV home once: (2 (T - next's rows) + T) rows
-      for (int q2 = 0; q2 < N; ++q2) {
+      for (int q2 = 0; q2 < N; ++q2) {  // FoX: c with each row, and the chunk totals of log f and dc
         const attn::ZigzagLayout Lq(T, N, q2);
         const attn::ContextTraffic t = attn::context_traffic(cfg, Lq, global, c.fox);
         EXPECT_EQ(t.fwd_rows, T - Lq.local_len_of((q2 + 1) % N));
-        EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows + t.bwd_acc_rows) * row) << "rank " << q2;
+        EXPECT_EQ(t.fox_totals, c.fox ? 4 * (N - 1) : 0);
+        EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows + t.bwd_acc_rows) * row + t.fox_totals * B * H * 8)
+            << "rank " << q2;
       }
     } else {
       EXPECT_EQ(sent, gather);

@@ -393,7 +393,8 @@ TEST_F(NcclTwoRanks, SendRecvBothWays) {
 }
 
 // context_attention over NCCL (f32 on the GPU, reference kernels) against the whole sequence on
-// one rank (the CPU op in float64): the ring, the all-gather and the halo, with LogN and a sink.
+// one rank (the CPU op in float64): the ring, the all-gather and the halo, with LogN, a sink and
+// FoX's forget gates.
 TEST_F(NcclTwoRanks, ContextAttentionOnTheGpuEqualsOneRank) {
   const int r = comm().rank();
   const int64_t B = 2, H = 4, Hkv = 2, D = 16, T = 40;
@@ -409,15 +410,16 @@ TEST_F(NcclTwoRanks, ContextAttentionOnTheGpuEqualsOneRank) {
       Generator g(11);
       const Tensor q = g.normal({B, H, T, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, T, D}, 0, 1, DType::F64),
                    v = g.normal({B, Hkv, T, D}, 0, 1, DType::F64), gout = g.normal({B, H, T, D}, 0, 1, DType::F64);
-      const Tensor c0 = Tensor::from_vector({0.7, 0.9, 1.1, 1.3}, {H}, DType::F64), z0 = g.normal({H}, 0, 1, DType::F64);
-      ag::Variable qf(q, true), kf(k, true), vf(v, true), cf(c0, true), zf(z0, true);
-      const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg, {cf, zf}).out;
+      const Tensor c0 = Tensor::from_vector({0.7, 0.9, 1.1, 1.3}, {H}, DType::F64), z0 = g.normal({H}, 0, 1, DType::F64),
+                   f0 = g.uniform({B, H, T}, -1.0, 0.0, DType::F64);
+      ag::Variable qf(q, true), kf(k, true), vf(v, true), cf(c0, true), zf(z0, true), ff(f0, true);
+      const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg, {cf, zf, ff}).out;
       of.backward(gout);
       const attn::ZigzagLayout& L = cp.layout;
       auto local = [&](const Tensor& t) { return attn::local_rows(t, 2, L).to(DType::F32).to(dev()); };
       ag::Variable ql(local(q), true), kl(local(k), true), vl(local(v), true), cl(c0.to(DType::F32).to(dev()), true),
-          zl(z0.to(DType::F32).to(dev()), true);
-      const ag::Variable ol = attn::context_attention(ql, kl, vl, cfg, cp, {cl, zl});
+          zl(z0.to(DType::F32).to(dev()), true), fl(local(f0), true);
+      const ag::Variable ol = attn::context_attention(ql, kl, vl, cfg, cp, {cl, zl, fl});
       ol.backward(local(gout));
       auto diff = [](const Tensor& a, const Tensor& b) {
         const std::vector<double> x = a.to(Device::cpu()).to_vector(), y = b.to_vector();
@@ -435,6 +437,7 @@ TEST_F(NcclTwoRanks, ContextAttentionOnTheGpuEqualsOneRank) {
       comm().all_reduce(dz, dist::ReduceOp::Sum);
       EXPECT_LE(diff(dc, cf.grad()), 1e-3);
       EXPECT_LE(diff(dz, zf.grad()), 1e-3);
+      EXPECT_LE(diff(fl.grad(), rows(ff.grad())), 1e-4);
     }
 }
 
