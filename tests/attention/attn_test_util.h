@@ -36,6 +36,7 @@ struct Problem {
   LogitKind logit = LogitKind::Identity;
   int64_t key_end = -1, min_distance = 0, q_offset = -1;
   bool fox = false;  // FoX's forget gates: log f (B, H, Tk) from the inputs, logits gain c_i - c_j
+  bool sink = false;  // attention sinks: a logit z_h per head in every row's denominator
   // packed documents: the lengths of each sequence's documents (b-th entry for sequence b, each
   // summing to Tk; empty: none), positions restarting at each document when `reset`
   std::vector<std::vector<int64_t>> docs;
@@ -75,6 +76,7 @@ struct Problem {
     if (min_distance > 0) s += "_md" + std::to_string(min_distance);
     if (!docs.empty()) s += "_docs" + std::to_string(docs[0].size()) + (reset ? "reset" : "");
     if (fox) s += "_fox";
+    if (sink) s += "_sink";
     return s;
   }
 };
@@ -103,9 +105,10 @@ inline AttnConfig config_of(const Problem& p) {
   return cfg;
 }
 
-// Input values (f64, already rounded to dt): q, k, v, gout, c; FoX's log f (B, H, Tk, in (-0.2, 0)).
+// Input values (f64, already rounded to dt): q, k, v, gout, c; FoX's log f (B, H, Tk, in (-0.2, 0));
+// the sinks' z (H).
 struct Inputs {
-  std::vector<double> q, k, v, g, c, f;
+  std::vector<double> q, k, v, g, c, f, z;
 };
 inline Inputs make_inputs(const Problem& p, DType dt, uint64_t seed) {
   Generator gen(seed);
@@ -117,11 +120,13 @@ inline Inputs make_inputs(const Problem& p, DType dt, uint64_t seed) {
   in.c = gen.uniform({p.H}, 0.5, 1.5, DType::F64).to_vector();  // LogN's c stays f32/f64 (a parameter)
   // FoX's log forget gates stay f32/f64 like the gate's parameters (drawn last: the others do not move)
   if (p.fox) in.f = gen.uniform({p.B * p.H * p.Tk}, -0.2, 0.0, DType::F64).to_vector();
+  if (p.sink) in.z = gen.normal({p.H}, 1.0, 1.0, DType::F64).to_vector();
   return in;
 }
 
 struct Result {
-  std::vector<double> out, lse, dq, dk, dv, dc, df;  // df: dLoss/d(log f) with FoX
+  std::vector<double> out, lse, dq, dk, dv, dc, df, dz;  // df: dLoss/d(log f) with FoX; dz: the sinks'
+
 };
 
 // FoX's gradient with respect to log f from dLoss/dc (c = cumsum(log f) per (b, h) row of Tk):
@@ -148,6 +153,7 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
   ag::Variable v(Tensor::from_vector(in.v, {p.B, p.Hkv, p.Tk, p.D}, dt).to(dev), true);
   ag::Variable c(Tensor::from_vector(in.c, {p.H}, cdt).to(dev), true);
   ag::Variable f = p.fox ? ag::Variable(Tensor::from_vector(in.f, {p.B, p.H, p.Tk}, cdt).to(dev), true) : ag::Variable();
+  ag::Variable z = p.sink ? ag::Variable(Tensor::from_vector(in.z, {p.H}, cdt).to(dev), true) : ag::Variable();
   ag::Variable qr = q, kr = k;
   if (rotate && (p.pos == PosKind::Rope || p.pos == PosKind::PRope)) {
     const RopeFreqs f = rope_frequencies(spec_of(p).pos, p.D, p.Tk);
@@ -160,7 +166,7 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
       kr = apply_rope(k, Tensor::arange(0, p.Tk), f);
     }
   }
-  const AttnOutput o = fused_attention(qr, kr, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable(), {}, f});
+  const AttnOutput o = fused_attention(qr, kr, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable(), z, f});
   o.out.backward(Tensor::from_vector(in.g, {p.B, p.H, p.Tq, p.D}, dt).to(dev));
   Result r;
   r.out = o.out.value().to_vector();
@@ -170,6 +176,7 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
   r.dv = v.grad().to_vector();
   if (p.logit == LogitKind::LogN) r.dc = c.grad().to_vector();
   if (p.fox) r.df = f.grad().to_vector();
+  if (p.sink) r.dz = z.grad().to_vector();
   return r;
 }
 
@@ -215,6 +222,7 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
   r.dk.assign(p.B * p.Hkv * p.Tk * p.D, 0.0);
   r.dv.assign(r.dk.size(), 0.0);
   r.dc.assign(p.H, 0.0);
+  r.dz.assign(p.H, 0.0);
   // FoX: c = cumsum(log f) per (b, h); the logits gain c[pos] - c[j]; dcf = dLoss/dc
   std::vector<double> cf(p.fox ? p.B * p.H * p.Tk : 0), dcf(cf.size(), 0.0);
   for (size_t r0 = 0; r0 < cf.size(); r0 += static_cast<size_t>(p.Tk)) {
@@ -260,11 +268,13 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
           if (p.fox) L[j] += cf[(b * p.H + h) * p.Tk + pos] - cf[(b * p.H + h) * p.Tk + j];
           mx = std::max(mx, L[j]);
         }
+        const double zh = p.sink ? in.z[h] : -INFINITY;  // the sink's logit: one more denominator term
         if (n == 0) {
-          r.lse[row] = -INFINITY;
-          continue;  // out and dq rows stay 0
+          r.lse[row] = zh;
+          continue;  // out and dq rows stay 0 (and D_i = 0: no sink gradient)
         }
-        double l = 0;
+        if (p.sink) mx = std::max(mx, zh);
+        double l = p.sink ? std::exp(zh - mx) : 0.0;
         for (int64_t j = 0; j < p.Tk; ++j) l += vis[j] ? std::exp(L[j] - mx) : 0.0;
         r.lse[row] = mx + std::log(l);
         std::vector<double> o(p.D, 0.0);
@@ -280,6 +290,7 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
           r.out[row * p.D + d] = rnd(o[d]);
           Di += gi[d] * r.out[row * p.D + d];
         }
+        if (p.sink) r.dz[h] -= std::exp(zh - r.lse[row]) * Di;
         for (int64_t j = 0; j < p.Tk; ++j) {
           if (!vis[j]) continue;
           const int64_t krow = (b * p.Hkv + hk) * p.Tk + j;
@@ -307,6 +318,7 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
       for (double& x : *v) x = round_bf16(x);
   if (p.logit != LogitKind::LogN) r.dc.clear();
   if (p.fox) r.df = reverse_cumsum_rows(dcf, p.Tk);
+  if (!p.sink) r.dz.clear();
   return r;
 }
 
@@ -346,6 +358,7 @@ inline void expect_results(const Result& x, const Result& low, const Result& ref
   expect_within_floor("dv", x.dv, low.dv, ref.dv, k, atol_rel);
   if (!ref.dc.empty()) expect_within_floor("dc", x.dc, low.dc, ref.dc, k, atol_rel);
   if (!ref.df.empty()) expect_within_floor("dlog f", x.df, low.df, ref.df, k, atol_rel);
+  if (!ref.dz.empty()) expect_within_floor("dz", x.dz, low.dz, ref.dz, k, atol_rel);
 }
 
 // Equal up to rounding of a double computation: every output and gradient within rel * max |ref|.
@@ -353,7 +366,7 @@ inline void expect_same(const Result& x, const Result& ref, double rel = 1e-10) 
   const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
       {"out", {&x.out, &ref.out}}, {"lse", {&x.lse, &ref.lse}}, {"dq", {&x.dq, &ref.dq}},
       {"dk", {&x.dk, &ref.dk}},    {"dv", {&x.dv, &ref.dv}},    {"dc", {&x.dc, &ref.dc}},
-      {"dlog f", {&x.df, &ref.df}}};
+      {"dlog f", {&x.df, &ref.df}}, {"dz", {&x.dz, &ref.dz}}};
   for (const auto& [what, v] : parts) {
     ASSERT_EQ(v.first->size(), v.second->size()) << what;
     EXPECT_LE(max_err(*v.first, *v.second), rel * std::max(1.0, max_abs(*v.second))) << what;

@@ -7,6 +7,9 @@
 // to scripts/gpu_check.sh.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "attention/cuda/mma_body.h"
 #include "tests/attention/attn_test_util.h"
 #include "tests/attention/mma_emulator.h"
@@ -79,6 +82,15 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
   using F = mma::FwdShape<D, C::kFwdMT>;
   each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem,
            [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) { mma::fwd_cta<D, C::kFwdMT>(t, P, a, cta, s); });
+  if (p.sink)  // fused.cpp's fold around the kernels, in f32: lse' = logaddexp(lse, z), out' = out exp(lse - lse')
+    for (int64_t row = 0; row < nq; ++row) {
+      const float z = static_cast<float>(in.z[(row / p.Tq) % p.H]), l = lse[row];
+      const float m = std::max(l, z), total = m + std::log(std::exp(l - m) + std::exp(z - m));
+      const float factor = std::exp(l - total);
+      for (int d = 0; d < D; ++d)
+        out[row * D + d] = f64_to_bf16_bits(static_cast<float>(bf16_bits_to_f32(out[row * D + d]) * factor));
+      lse[row] = total;
+    }
   for (int64_t row = 0; row < nq; ++row) {
     float acc = 0;
     for (int d = 0; d < D; ++d) acc += bf16_bits_to_f32(out[row * D + d]) * bf16_bits_to_f32(g[row * D + d]);
@@ -98,6 +110,13 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
   if (p.logit == LogitKind::LogN) {
     e.r.dc.assign(p.H, 0.0);
     for (int64_t row = 0; row < nq; ++row) e.r.dc[(row / p.Tq) % p.H] += dc_rows[row];
+  }
+  if (p.sink) {  // dLoss/dz_h = -sum_i exp(z_h - lse_i) D_i (fused.cpp's sink_grad)
+    e.r.dz.assign(p.H, 0.0);
+    for (int64_t row = 0; row < nq; ++row) {
+      const int64_t h = (row / p.Tq) % p.H;
+      e.r.dz[h] -= std::exp(in.z[h] - static_cast<double>(lse[row])) * Dvec[row];
+    }
   }
   if (p.fox) {  // dLoss/dc: the key sums, plus each row's sum at its query's position
     std::vector<double> dc(dfox_k.begin(), dfox_k.end());
@@ -120,7 +139,8 @@ AttnStats cpu_counts(const Problem& p, const AttnTiles& tiles) {
         v(g.normal({p.B, p.Hkv, p.Tk, 8}), true), c(Tensor::ones({p.H}));
     reset_attn_stats();
     const ag::Variable f = p.fox ? ag::Variable(Tensor::full({p.B, p.H, p.Tk}, -0.1)) : ag::Variable();
-    const AttnOutput o = fused_attention(q, k, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable(), {}, f});
+    const ag::Variable z = p.sink ? ag::Variable(Tensor::zeros({p.H})) : ag::Variable();
+    const AttnOutput o = fused_attention(q, k, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable(), z, f});
     ag::sum_all(o.out).backward();
     const AttnStats x = attn_stats();
     if (fwd) {
@@ -270,6 +290,11 @@ TEST(MmaEmulator, ForgetGatesMatchTheCpuOp) {
   ps.push_back(p);
   p = Problem{};
   p.fox = true, p.B = 2, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 90, p.docs = {{20, 70}, {90}};
+  ps.push_back(p);
+  // with sinks (folded around the kernels as fused.cpp does) the rows' sums of dS are not 0, so
+  // the dQ pass's part of dLoss/dc matters
+  p = Problem{};
+  p.fox = p.sink = true, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 107, p.mask = MaskKind::Window;
   ps.push_back(p);
   for (const Problem& x : ps) check<64>(x);
   p = ps[1];
