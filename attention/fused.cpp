@@ -152,7 +152,8 @@ void reset_attn_stats() {
 
 namespace {
 
-// Sinks on CUDA, composed around the kernels (the CPU kernel folds the sink into its epilogue):
+// Sinks around the CUDA reference kernels (the CPU and tensor-core kernels fold the sink into their
+// epilogue and give its gradient from their backward's D_i pass):
 // lse' = log(exp(lse) + exp(z_h)), out' = out exp(lse - lse'); the backward kernels then read
 // (out', lse') and are exact, and dLoss/dz_h = -sum_i exp(z_h - lse'_i) dO_i . O'_i.
 void fold_sink(const Tensor& z, Tensor& out, Tensor& lse) {
@@ -193,8 +194,9 @@ Tensor run_forward(const AttnKernelParams& P, bool use_tc, const Tensor& qc, con
   if (dev.is_cpu()) {
     detail::cpu_forward(P, as_f32(qc), as_f32(kc), as_f32(vc), t.ct, out, lse);
   } else {
-    detail::cuda_forward(P, use_tc, qc, kc, vc, t.c_dev, t.ct.fox_c, out, lse);
-    if (P.sink) fold_sink(t.z_dev, out, lse);
+    // sinks: the tensor-core epilogue folds them; around the reference kernels fold_sink does
+    detail::cuda_forward(P, use_tc, qc, kc, vc, t.c_dev, t.ct.fox_c, P.sink && use_tc ? t.z_dev : Tensor(), out, lse);
+    if (P.sink && !use_tc) fold_sink(t.z_dev, out, lse);
   }
   return out;
 }
@@ -228,9 +230,11 @@ KernelGrads run_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q
     if (need_z) g.dz = Tensor::from_vector(dzv, {P.H}, DType::F64);
     return g;
   }
-  Tensor dc_rows, dfq, dfk;
-  detail::cuda_backward(P, use_tc, qc, kc, vc, out, lse, gc, t.c_dev, t.ct.fox_c, g.dq, g.dk, g.dv,
-                        need_c ? &dc_rows : nullptr, need_f ? &dfq : nullptr, need_f ? &dfk : nullptr);
+  Tensor dc_rows, dfq, dfk, dz_rows;
+  const bool tc_z = need_z && use_tc;  // the tensor-core dQ pass gives the sinks' per-row gradient
+  detail::cuda_backward(P, use_tc, qc, kc, vc, out, lse, gc, t.c_dev, t.ct.fox_c, tc_z ? t.z_dev : Tensor(), g.dq, g.dk,
+                        g.dv, need_c ? &dc_rows : nullptr, need_f ? &dfq : nullptr, need_f ? &dfk : nullptr,
+                        tc_z ? &dz_rows : nullptr);
   if (need_f) {  // dLoss/dc_m = sum_j dL_mj (m a query's position) - sum_i dL_im
     g.df = Tensor::zeros({P.B, P.H, P.fox_T}, dfk.dtype(), dev);
     Tensor keys = g.df.narrow(2, 0, P.Tk), rows = g.df.narrow(2, P.q_offset, P.Tq);
@@ -239,7 +243,7 @@ KernelGrads run_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q
   }
   // per-row partials summed over rows, then over the batch, in a fixed order
   if (need_c) g.dc = ops::sum(ops::sum(dc_rows, 2, false), 0, false);
-  if (need_z) g.dz = sink_grad(t.z_dev, lse, out, gc);
+  if (need_z) g.dz = tc_z ? ops::sum(ops::sum(dz_rows, 2, false), 0, false) : sink_grad(t.z_dev, lse, out, gc);
   return g;
 }
 

@@ -64,14 +64,18 @@ bool tensor_core_supported(DType dt, int64_t D, int device);
 AttnTiles tensor_core_tiles(int64_t D);
 // use_tc selects the tensor-core kernels (fused.cpp resolves AttnImpl).
 // fox_c: FoX's c (B, H, fox_T) in the accumulation dtype, or undefined (both kernel families).
+// sink: the sinks' z (H) in f32, folded into the tensor-core forward's epilogue (use_tc only: for
+// the reference kernels fused.cpp folds them around the call), or undefined.
 void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
-                  const Tensor& logn_c, const Tensor& fox_c, Tensor& out, Tensor& lse);
+                  const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse);
 // dlogn_c_rows: when not null, receives per-row partials (B, H, Tq) in the accumulation dtype
 // (fused.cpp sums them in a fixed order); dfox_q / dfox_k: FoX's dLoss/dc as row sums (B, H, Tq)
-// and negated key sums (B, H, Tk) (fused.cpp adds the first at the queries' positions).
+// and negated key sums (B, H, Tk) (fused.cpp adds the first at the queries' positions); dsink_rows
+// (use_tc, with sink): the sinks' per-row -exp(z_h - lse_i) D_i (B, H, Tq).
 void cuda_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
-                   Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dlogn_c_rows, Tensor* dfox_q, Tensor* dfox_k);
+                   const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dlogn_c_rows, Tensor* dfox_q,
+                   Tensor* dfox_k, Tensor* dsink_rows);
 AttnStats cuda_stats();  // every device used so far (synchronises them)
 void cuda_reset_stats();
 

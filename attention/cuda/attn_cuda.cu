@@ -29,23 +29,24 @@ bool tensor_core_supported(DType dt, int64_t D, int device) { return cuda_impl::
 AttnTiles tensor_core_tiles(int64_t D) { return cuda_impl::mma_tiles(D); }
 
 void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
-                  const Tensor& logn_c, const Tensor& fox_c, Tensor& out, Tensor& lse) {
+                  const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse) {
   const int dev = q.device().index;
   cuda::use_device(dev);
   cuda_impl::Counter* cnt = counters(dev);
-  if (use_tc) cuda_impl::mma_forward(P, q, k, v, logn_c, fox_c, out, lse, cnt, cuda::stream(dev));
+  if (use_tc) cuda_impl::mma_forward(P, q, k, v, logn_c, fox_c, sink, out, lse, cnt, cuda::stream(dev));
   else cuda_impl::ref_forward(P, q, k, v, logn_c, fox_c, out, lse, cnt, cuda::stream(dev));
 }
 
 void cuda_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
-                   Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dlogn_c_rows, Tensor* dfox_q, Tensor* dfox_k) {
+                   const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dlogn_c_rows, Tensor* dfox_q,
+                   Tensor* dfox_k, Tensor* dsink_rows) {
   const int dev = q.device().index;
   cuda::use_device(dev);
   cuda_impl::Counter* cnt = counters(dev);
   if (use_tc)
-    cuda_impl::mma_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k, cnt,
-                            cuda::stream(dev));
+    cuda_impl::mma_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k,
+                            dsink_rows, cnt, cuda::stream(dev));
   else
     cuda_impl::ref_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k, cnt,
                             cuda::stream(dev));

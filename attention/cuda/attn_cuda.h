@@ -29,11 +29,13 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
 // ---- tensor-core kernels (attn_mma.cu): bf16, D 64 or 128 ----------------------------------------
 bool mma_supported(DType dt, int64_t D, int device);  // bf16, D 64/128, an sm_80+ GPU and binary
 AttnTiles mma_tiles(int64_t D);
+// sink: the sinks' z (H, f32) folded into the forward's epilogue, or undefined; dz_rows (with
+// sink): the sinks' gradient per row (B, H, Tq, f32).
 void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                 const Tensor& fox_c, Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s);
+                 const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s);
 void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, Tensor& dq,
-                  Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Counter* counters,
-                  cudaStream_t s);
+                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink,
+                  Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Tensor* dz_rows,
+                  Counter* counters, cudaStream_t s);
 
 }  // namespace hz::attn::cuda_impl

@@ -84,7 +84,7 @@ AttnTiles mma_tiles(int64_t D) {
 }
 
 void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                 const Tensor& fox_c, Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s) {
+                 const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s) {
   const Tensor qa = aligned(q), ka = aligned(k), va = aligned(v);
   Args a;
   a.q = bits(qa);
@@ -92,6 +92,7 @@ void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, co
   a.v = bits(va);
   a.c = logn_c.defined() ? logn_c.data<float>() : nullptr;
   a.fc = fox_c.defined() ? fox_c.data<float>() : nullptr;
+  a.sink = sink.defined() ? sink.data<float>() : nullptr;
   a.out = bits_mut(out);
   a.lse = lse.data<float>();
   a.counters = counters;
@@ -100,9 +101,9 @@ void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, co
 }
 
 void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, Tensor& dq,
-                  Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Counter* counters,
-                  cudaStream_t s) {
+                  const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink,
+                  Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Tensor* dz_rows,
+                  Counter* counters, cudaStream_t s) {
   const Tensor qa = aligned(q), ka = aligned(k), va = aligned(v), ga = aligned(gout);
   const int64_t rows = P.B * P.H * P.Tq;
   Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
@@ -114,6 +115,7 @@ void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
   // FoX: every row of dfox_q is written by its dQ block; a key no query of a head sees keeps 0
   if (dfox_q) *dfox_q = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
   if (dfox_k) *dfox_k = Tensor::zeros({P.B, P.H, P.Tk}, DType::F32, q.device());
+  if (dz_rows) *dz_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
   Args a;
   a.q = bits(qa);
   a.k = bits(ka);
@@ -129,6 +131,8 @@ void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
   a.fc = fox_c.defined() ? fox_c.data<float>() : nullptr;
   a.dfox_q = dfox_q ? dfox_q->data<float>() : nullptr;
   a.dfox_k = dfox_k ? dfox_k->data<float>() : nullptr;
+  a.sink = sink.defined() ? sink.data<float>() : nullptr;
+  a.dz_rows = dz_rows ? dz_rows->data<float>() : nullptr;
   a.counters = counters;
   if (P.D == 64) backward_d<64>(P, a, s);
   else backward_d<128>(P, a, s);

@@ -24,10 +24,11 @@
 //             kBk = 64 key tiles: S = Q K^T, logits (tiling.h coefficients, scale-invariant a_t /
 //             m_t from a per-block table of the t-range, FoX's c_i - c_j with the block's c_j in
 //             shared memory), mask on Boundary or ragged blocks only, online softmax in the log2
-//             domain, O += P V. Writes out (bf16) and lse (f32).
+//             domain, O += P V. Writes out (bf16) and lse (f32); a sink z_h joins each row's
+//             denominator in the epilogue (a row without keys: out 0, lse z_h).
 //   dQ        CTA as the forward (kMT = 1): S and dP = dO V^T recomputed, P = exp(L - lse),
 //             dS = P (dP - D_i), dQ += (dS * dL/d(q.k)) K; LogN's per-row dc; FoX's row sums
-//             sum_j dS_ij (dLoss/dc_i's query part).
+//             sum_j dS_ij (dLoss/dc_i's query part); the sinks' per-row -exp(z_h - lse_i) D_i.
 //   dK/dV     CTA (b, kv head, key block of 64 keys), one warp per 16 keys; loops over the G
 //             query heads of the group in order and their query_blocks() (kBqB rows): S^T = K Q^T,
 //             dP^T = V dO^T, dV += P^T dO, dK += dS^T Q; FoX's key sums -sum_i dS_ij per query
@@ -71,6 +72,8 @@ struct Args {
   const float* fc = nullptr;       // FoX's c = cumsum(log f) (B, H, Tk) or null: L_ij += c[q_offset + i] - c[j]
   float* dfox_q = nullptr;         // FoX: sum_j dL_ij per row (B, H, Tq), with fc
   float* dfox_k = nullptr;         // FoX: -sum_i dL_ij per key and query head (B, H, Tk), zeroed by the caller
+  const float* sink = nullptr;     // attention sinks z_h (H), folded into the forward's epilogue, or null
+  float* dz_rows = nullptr;        // sinks: dLoss/dz_h per row, -exp(z_h - lse_i) D_i (B, H, Tq), or null
   Counter* counters = nullptr;     // forward blocks, forward boundary blocks, backward blocks
 };
 
@@ -282,9 +285,9 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     x.add_counter(&a.counters[0], static_cast<Counter>(span_blocks(span)));
     x.add_counter(&a.counters[1], static_cast<Counter>(span_blocks(span) - span_full_blocks(span)));
   }
-  if (span_blocks(span) == 0) {  // no row of this block sees a key
+  if (span_blocks(span) == 0) {  // no row of this block sees a key (with a sink: lse = z_h)
     for (int64_t e = tid; e < (i1 - i0 + 1) * D; e += kThreads) a.out[((b * P.H + h) * P.Tq + i0) * D + e] = 0;
-    for (int64_t i = i0 + tid; i <= i1; i += kThreads) a.lse[(b * P.H + h) * P.Tq + i] = ninf();
+    for (int64_t i = i0 + tid; i <= i1; i += kThreads) a.lse[(b * P.H + h) * P.Tq + i] = a.sink ? a.sink[h] : ninf();
     return;
   }
   load_tile<D>(x, sQ, qg, i0, kBq, P.Tq);
@@ -400,12 +403,26 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       const int64_t i = i0 + warp * 16 * kMT + mt * 16 + g + 8 * hh;
       if (i >= P.Tq) continue;
       const int64_t row = (b * P.H + h) * P.Tq + i;
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      float mx = m[mt][hh], oscale = 1.0f;  // the sink: sum' = sum 2^(m - M) + 2^(z - M), M = max(m, z)
+      if (a.sink != nullptr) {
+        const float z2 = a.sink[h] * kLog2e;
+        if (sum > 0.0f) {
+          const float M = fmaxf_(mx, z2);
+          oscale = x.exp2(mx - M);
+          sum = sum * oscale + x.exp2(z2 - M);
+          mx = M;
+        } else {  // no key: the sink alone, out 0
+          sum = 1.0f;
+          mx = z2;
+          oscale = 0.0f;
+        }
+      }
+      const float inv = sum > 0.0f ? oscale / sum : 0.0f;
       uint32_t* orow = reinterpret_cast<uint32_t*>(a.out + row * D);
       HZ_UNROLL
       for (int dt = 0; dt < kDT; ++dt)
         orow[dt * 4 + tig] = x.pack_bf16(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
-      if (tig == 0) a.lse[row] = sum > 0.0f ? (m[mt][hh] + x.log2(sum)) * kLn2 : ninf();
+      if (tig == 0) a.lse[row] = sum > 0.0f ? (mx + x.log2(sum)) * kLn2 : ninf();
     }
 }
 
@@ -525,6 +542,8 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
     const int64_t i = i0 + warp * 16 + g + 8 * hh;
     if (i >= P.Tq) continue;
     if (a.dfox_q != nullptr && tig == 0) a.dfox_q[hrow + i] = df;
+    if (a.dz_rows != nullptr && tig == 0)  // -exp(z_h - lse_i) D_i; lse2 holds lse_i log2 e
+      a.dz_rows[hrow + i] = -x.exp2(a.sink[h] * kLog2e - lse2[hh]) * Di[hh];
     uint32_t* drow = reinterpret_cast<uint32_t*>(a.dq + (hrow + i) * D);
     HZ_UNROLL
     for (int dt = 0; dt < kDT; ++dt) drow[dt * 4 + tig] = x.pack_bf16(acc[dt][2 * hh], acc[dt][2 * hh + 1]);

@@ -152,7 +152,7 @@ TEST(FusedCuda, BackwardIsBitwiseDeterministic) {
   }
 }
 
-// Sinks (composed around the kernels) and FoX's forget gates (in the reference kernels) on CUDA
+// Sinks (composed around the reference kernels) and FoX's forget gates (in them) on CUDA
 // against the CPU kernel in float64, with GQA, windows, SCOPE scopes, LogN and Tq != Tk.
 TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
   HZT_NEED_GPU();
@@ -213,12 +213,33 @@ TEST(FusedCuda, ForgetGatesOnTheTensorCoreKernels) {
   ps.push_back(p);
   p.D = 128, p.mask = MaskKind::Window, p.logit = LogitKind::ScaleInvariant, p.pos = PosKind::Alibi, p.Tq = 77;
   ps.push_back(p);
-  p = Problem{};  // with sinks composed around the kernels: the dQ pass's row sums of dS are not 0
+  p = Problem{};  // with sinks (in the epilogue): the dQ pass's row sums of dS are not 0
   p.fox = p.sink = true, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 200;
   ps.push_back(p);
   for (const Problem& x : ps) {
     SCOPED_TRACE(x.tag());
     const Inputs in = bf16_inputs(x, 83);
+    const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+    const Result low = naive(x, in, true);
+    const Result tc = run_op(x, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+    expect_results(tc, low, ref, 3.0, 1e-3);
+  }
+}
+
+// Sinks in the tensor-core kernels' epilogue (rows without keys included) against the CPU op in
+// float64 at the bf16 floor (MmaEmulator.SinksMatchTheCpuOp runs the same kernel code on the host).
+TEST(FusedCuda, SinksOnTheTensorCoreKernels) {
+  HZT_NEED_GPU();
+  std::vector<Problem> ps;
+  Problem p;
+  p.sink = true, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 300, p.mask = MaskKind::Scope, p.logit = LogitKind::LogN;
+  ps.push_back(p);
+  p = Problem{};
+  p.sink = true, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 300, p.key_end = 40, p.min_distance = 200, p.D = 128;
+  ps.push_back(p);
+  for (const Problem& x : ps) {
+    SCOPED_TRACE(x.tag());
+    const Inputs in = bf16_inputs(x, 89);
     const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
     const Result low = naive(x, in, true);
     const Result tc = run_op(x, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);

@@ -56,6 +56,8 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
   std::vector<float> lse(nq, NAN), Dvec(nq), dc_rows(nq, NAN);
   // FoX: c = cumsum(log f) in f32, as fused.cpp hands it to the kernels; the kernels' dc parts
   std::vector<float> fc, dfox_q(nq, NAN), dfox_k(p.fox ? p.B * p.H * p.Tk : 0, 0.0f);
+  // sinks: z in f32, folded by the forward's epilogue; the dQ pass's per-row gradient
+  std::vector<float> z(in.z.begin(), in.z.end()), dz_rows(nq, NAN);
   for (size_t r0 = 0; r0 < in.f.size(); r0 += static_cast<size_t>(p.Tk)) {
     double acc = 0;
     for (int64_t m = 0; m < p.Tk; ++m) fc.push_back(static_cast<float>(acc += in.f[r0 + m]));
@@ -77,20 +79,13 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
   a.fc = p.fox ? fc.data() : nullptr;
   a.dfox_q = p.fox ? dfox_q.data() : nullptr;
   a.dfox_k = p.fox ? dfox_k.data() : nullptr;
+  a.sink = p.sink ? z.data() : nullptr;
+  a.dz_rows = p.sink ? dz_rows.data() : nullptr;
   a.counters = counters;
   using C = mma::Config<D>;
   using F = mma::FwdShape<D, C::kFwdMT>;
   each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem,
            [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) { mma::fwd_cta<D, C::kFwdMT>(t, P, a, cta, s); });
-  if (p.sink)  // fused.cpp's fold around the kernels, in f32: lse' = logaddexp(lse, z), out' = out exp(lse - lse')
-    for (int64_t row = 0; row < nq; ++row) {
-      const float z = static_cast<float>(in.z[(row / p.Tq) % p.H]), l = lse[row];
-      const float m = std::max(l, z), total = m + std::log(std::exp(l - m) + std::exp(z - m));
-      const float factor = std::exp(l - total);
-      for (int d = 0; d < D; ++d)
-        out[row * D + d] = f64_to_bf16_bits(static_cast<float>(bf16_bits_to_f32(out[row * D + d]) * factor));
-      lse[row] = total;
-    }
   for (int64_t row = 0; row < nq; ++row) {
     float acc = 0;
     for (int d = 0; d < D; ++d) acc += bf16_bits_to_f32(out[row * D + d]) * bf16_bits_to_f32(g[row * D + d]);
@@ -111,12 +106,9 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
     e.r.dc.assign(p.H, 0.0);
     for (int64_t row = 0; row < nq; ++row) e.r.dc[(row / p.Tq) % p.H] += dc_rows[row];
   }
-  if (p.sink) {  // dLoss/dz_h = -sum_i exp(z_h - lse_i) D_i (fused.cpp's sink_grad)
+  if (p.sink) {  // the dQ kernel's per-row parts, summed per head
     e.r.dz.assign(p.H, 0.0);
-    for (int64_t row = 0; row < nq; ++row) {
-      const int64_t h = (row / p.Tq) % p.H;
-      e.r.dz[h] -= std::exp(in.z[h] - static_cast<double>(lse[row])) * Dvec[row];
-    }
+    for (int64_t row = 0; row < nq; ++row) e.r.dz[(row / p.Tq) % p.H] += dz_rows[row];
   }
   if (p.fox) {  // dLoss/dc: the key sums, plus each row's sum at its query's position
     std::vector<double> dc(dfox_k.begin(), dfox_k.end());
@@ -291,13 +283,32 @@ TEST(MmaEmulator, ForgetGatesMatchTheCpuOp) {
   p = Problem{};
   p.fox = true, p.B = 2, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 90, p.docs = {{20, 70}, {90}};
   ps.push_back(p);
-  // with sinks (folded around the kernels as fused.cpp does) the rows' sums of dS are not 0, so
-  // the dQ pass's part of dLoss/dc matters
+  // with sinks (folded in the forward's epilogue, their gradient from the dQ pass) the rows' sums
+  // of dS are not 0, so the dQ pass's part of dLoss/dc matters
   p = Problem{};
   p.fox = p.sink = true, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 107, p.mask = MaskKind::Window;
   ps.push_back(p);
   for (const Problem& x : ps) check<64>(x);
   p = ps[1];
+  p.D = 128;
+  check<128>(p);
+}
+
+// Sinks in the tensor-core kernels: folded into the forward's epilogue (rows without keys: out 0,
+// lse z_h; a sink far above or below the logits), their gradient from the dQ pass.
+TEST(MmaEmulator, SinksMatchTheCpuOp) {
+  std::vector<Problem> ps;
+  Problem p;
+  p.sink = true, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 100, p.mask = MaskKind::Scope, p.logit = LogitKind::LogN;
+  ps.push_back(p);
+  p = Problem{};
+  // rows 0..199 see nothing: the first forward CTA (128 rows) returns early, the second is mixed
+  p.sink = true, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 300, p.key_end = 40, p.min_distance = 200;
+  ps.push_back(p);
+  p = Problem{};
+  p.sink = true, p.H = 2, p.Hkv = 1, p.Tq = 20, p.Tk = 150, p.pos = PosKind::Alibi, p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);
+  for (const Problem& x : ps) check<64>(x);
   p.D = 128;
   check<128>(p);
 }
