@@ -200,6 +200,17 @@ TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
   }
 }
 
+// The bf16 tensor-core kernels against the CPU op in float64 at the bf16 precision floor (the
+// naive pipeline twin), every gradient the problem has.
+void expect_tensor_core_at_the_floor(const Problem& x, uint64_t seed) {
+  SCOPED_TRACE(x.tag());
+  const Inputs in = bf16_inputs(x, seed);
+  const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+  const Result low = naive(x, in, true);
+  const Result tc = run_op(x, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+  expect_results(tc, low, ref, 3.0, 1e-3);
+}
+
 // FoX on the bf16 tensor-core kernels against the CPU op in float64 at the bf16 precision floor
 // (the naive pipeline twin), log f's gradient included (tests/attention/mma_emulator_test.cpp
 // runs the same kernel code on the host).
@@ -216,14 +227,7 @@ TEST(FusedCuda, ForgetGatesOnTheTensorCoreKernels) {
   p = Problem{};  // with sinks (in the epilogue): the dQ pass's row sums of dS are not 0
   p.fox = p.sink = true, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 200;
   ps.push_back(p);
-  for (const Problem& x : ps) {
-    SCOPED_TRACE(x.tag());
-    const Inputs in = bf16_inputs(x, 83);
-    const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
-    const Result low = naive(x, in, true);
-    const Result tc = run_op(x, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
-    expect_results(tc, low, ref, 3.0, 1e-3);
-  }
+  for (const Problem& x : ps) expect_tensor_core_at_the_floor(x, 83);
 }
 
 // Sinks in the tensor-core kernels' epilogue (rows without keys included) against the CPU op in
@@ -237,14 +241,7 @@ TEST(FusedCuda, SinksOnTheTensorCoreKernels) {
   p = Problem{};
   p.sink = true, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 300, p.key_end = 40, p.min_distance = 200, p.D = 128;
   ps.push_back(p);
-  for (const Problem& x : ps) {
-    SCOPED_TRACE(x.tag());
-    const Inputs in = bf16_inputs(x, 89);
-    const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
-    const Result low = naive(x, in, true);
-    const Result tc = run_op(x, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
-    expect_results(tc, low, ref, 3.0, 1e-3);
-  }
+  for (const Problem& x : ps) expect_tensor_core_at_the_floor(x, 89);
 }
 
 TEST(FusedCuda, ImplementationSwitch) {
