@@ -323,11 +323,19 @@ void add_rows(const Tensor& t, int64_t off, int64_t n, const Tensor& x) {
   r.copy_(ops::add(r, x));
 }
 
+// The two local query chunks' rows of t (dim 2), each made contiguous once for every step's calls.
+std::array<Tensor, 2> chunk_rows(const Tensor& t, const ZigzagLayout& L) {
+  const int64_t la = L.chunk_len(L.chunks()[0]);
+  return {t.narrow(2, 0, la).contiguous(), t.narrow(2, la, t.size(2) - la).contiguous()};
+}
+
+// The owner of the block rank L.rank holds at ring step s.
+int ring_owner(const ZigzagLayout& L, int s) { return (L.rank - s + L.n) % L.n; }
+
 ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
                             const AttnConfig& cfg, const ContextParallel& cp, const AttnTerms& terms,
                             const ag::Variable& fox_c) {
   const ZigzagLayout& L = cp.layout;
-  ContextGroup& g = *cp.group;
   const int N = L.n, r = L.rank, next = (r + 1) % N, prev = (r - 1 + N) % N;
   const Tensor qv = q.value().contiguous();
   const Device dev = qv.device();
@@ -344,29 +352,38 @@ ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const 
     if (fox) b.c = zero ? Tensor::zeros({B, H, rows}, adt, dev) : Tensor::empty({B, H, rows}, adt, dev);
     return b;
   };
+  // step s's transfer: the held block on to the next rank, the next step's block (nxt) from the
+  // previous one; nothing at the last step
+  auto pass_on = [=](ContextGroup& g, int s, const RingBlock& blk, RingBlock& nxt) {
+    if (s + 1 == N) return RingTransfer{};
+    nxt = new_block(ring_owner(L, s + 1), dt, false);
+    return start_ring(g, blk, nxt, next, prev);
+  };
+  // one call's k, v and FoX c
+  auto call_kv = [=](const RingBlock& blk, int which, const RingPiece& p) {
+    return blk.kv.select(0, which).narrow(2, p.koff, p.klen).contiguous();
+  };
+  auto call_fox = [=](const RingBlock& blk, const RingPiece& p, int64_t q_offset) {
+    return fox ? piece_fox(cq, blk.c, p, q_offset) : Tensor();
+  };
   RingBlock own = new_block(r, dt, false);
   own.kv.select(0, 0).copy_(k.value());
   own.kv.select(0, 1).copy_(v.value());
   if (fox) own.c = cq;
 
+  const std::array<Tensor, 2> qch = chunk_rows(qv, L);
+  auto chunk = [&](const RingPiece& p) { return p.qoff == 0 ? 0 : 1; };
   Tensor out = Tensor::zeros({B, H, Tl, D}, adt, dev);
   Tensor lse = Tensor::full({B, H, Tl}, -std::numeric_limits<double>::infinity(), adt, dev);
   RingBlock blk = own;
   for (int s = 0; s < N; ++s) {
-    const int owner = (r - s + N) % N;
     RingBlock nxt;
-    RingTransfer tr;
-    if (s + 1 < N) {
-      nxt = new_block((r - s - 1 + N) % N, dt, false);
-      tr = start_ring(g, blk, nxt, next, prev);
-    }
-    for (const RingPiece& p : ring_pieces(L, owner)) {
+    RingTransfer tr = pass_on(*cp.group, s, blk, nxt);
+    for (const RingPiece& p : ring_pieces(L, ring_owner(L, s))) {
       const AttnConfig pc = piece_config(cfg, L, p);
       Tensor plse;
-      const Tensor pout = detail::piece_forward(
-          pc, qv.narrow(2, p.qoff, p.qlen).contiguous(), blk.kv.select(0, 0).narrow(2, p.koff, p.klen).contiguous(),
-          blk.kv.select(0, 1).narrow(2, p.koff, p.klen).contiguous(), cval,
-          fox ? piece_fox(cq, blk.c, p, pc.q_offset) : Tensor(), plse);
+      const Tensor pout = detail::piece_forward(pc, qch[chunk(p)], call_kv(blk, 0, p), call_kv(blk, 1, p), cval,
+                                                call_fox(blk, p, pc.q_offset), plse);
       merge_into(out.narrow(2, p.qoff, p.qlen), lse.narrow(2, p.qoff, p.qlen), pout, plse);
       tr.progress();
     }
@@ -376,14 +393,8 @@ ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const 
     }
   }
   const bool sink = terms.sink.defined();
-  if (sink) {  // lse' = log(exp(lse) + exp(z_h)), out' = out exp(lse - lse')
-    const Tensor z = terms.sink.value().to(dev).to(adt).view({1, H, 1});
-    const Tensor m = ops::binary(BinaryOp::Maximum, lse, z);
-    const Tensor total = ops::add(m, ops::unary(UnaryOp::Log, ops::add(ops::unary(UnaryOp::Exp, ops::sub(lse, m)),
-                                                                        ops::unary(UnaryOp::Exp, ops::sub(z, m)))));
-    out = ops::mul(out, ops::unary(UnaryOp::Exp, ops::sub(lse, total)).unsqueeze(3));
-    lse = total;
-  }
+  const Tensor zval = sink ? terms.sink.value().to(dev).to(adt) : Tensor();
+  if (sink) detail::fold_sink(zval, out, lse);  // one more term of every row's denominator
 
   std::vector<ag::Variable> inputs{q, k, v};
   const int ic = logn && terms.logn_c.defined() ? static_cast<int>(inputs.size()) : -1;
@@ -392,39 +403,35 @@ ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const 
   if (sink) inputs.push_back(terms.sink);
   const int ifx = fox ? static_cast<int>(inputs.size()) : -1;
   if (fox) inputs.push_back(fox_c);
+  const DType zdt = sink ? terms.sink.dtype() : adt;
+  const Device zdev = sink ? terms.sink.value().device() : dev;
   const Tensor result = out.dtype() == dt ? out : out.to(dt);
   return ag::make_result(result, inputs, "context_ring", [&] {
     const ContextParallel c = cp;  // the group outlives the graph (the caller's call keeps it)
-    const Tensor zval = sink ? terms.sink.value() : Tensor();
-    return [c, cfg, qv, cq, own, out, lse, cval, zval, ic, iz, ifx, H, dt, adt, dev, new_block](const Tensor& gout,
-                                                                                              ag::Grads& gr) {
+    return [c, cfg, qch, cq, own, out, lse, cval, zval, zdt, zdev, ic, iz, ifx, dt, adt, dev, new_block, pass_on,
+            call_kv, call_fox, chunk](const Tensor& gout, ag::Grads& gr) {
       const ZigzagLayout& L = c.layout;
       ContextGroup& grp = *c.group;
       const int N = L.n, r = L.rank, next = (r + 1) % N, prev = (r - 1 + N) % N;
       const bool want_c = ic >= 0 && gr.needs(ic), fox = ifx >= 0;
-      const Tensor gc = gout.contiguous();
-      Tensor dq = Tensor::zeros(qv.shape(), adt, dev);
+      const std::array<Tensor, 2> och = chunk_rows(out, L), lch = chunk_rows(lse, L), gch = chunk_rows(gout, L);
+      Tensor dq = Tensor::zeros(out.shape(), adt, dev);
       Tensor dcq = fox ? Tensor::zeros(cq.shape(), adt, dev) : Tensor();  // FoX: dLoss/dc at the local rows
       Tensor dc;  // LogN's c, summed over the calls in step order
       RingBlock blk = own, acc;  // the block held and the gradient of its rows gathered so far
       RingTransfer acc_tr;
       RingBlock acc_in;  // what acc_tr receives
       for (int s = 0; s < N; ++s) {
-        const int owner = (r - s + N) % N;
+        const int owner = ring_owner(L, s);
         RingBlock nxt;
-        RingTransfer tr;
-        if (s + 1 < N) {
-          nxt = new_block((r - s - 1 + N) % N, dt, false);
-          tr = start_ring(grp, blk, nxt, next, prev);
-        }
+        RingTransfer tr = pass_on(grp, s, blk, nxt);
         RingBlock part = new_block(owner, adt, true);
         for (const RingPiece& p : ring_pieces(L, owner)) {
           const AttnConfig pc = piece_config(cfg, L, p);
-          const detail::PieceGrads pg = detail::piece_backward(
-              pc, qv.narrow(2, p.qoff, p.qlen).contiguous(), blk.kv.select(0, 0).narrow(2, p.koff, p.klen).contiguous(),
-              blk.kv.select(0, 1).narrow(2, p.koff, p.klen).contiguous(), out.narrow(2, p.qoff, p.qlen).contiguous(),
-              lse.narrow(2, p.qoff, p.qlen).contiguous(), gc.narrow(2, p.qoff, p.qlen).contiguous(), cval,
-              fox ? piece_fox(cq, blk.c, p, pc.q_offset) : Tensor(), want_c);
+          const int i = chunk(p);
+          const detail::PieceGrads pg =
+              detail::piece_backward(pc, qch[i], call_kv(blk, 0, p), call_kv(blk, 1, p), och[i], lch[i], gch[i], cval,
+                                     call_fox(blk, p, pc.q_offset), want_c);
           add_rows(dq, p.qoff, p.qlen, pg.dq);
           add_rows(part.kv.select(0, 0), p.koff, p.klen, pg.dk);
           add_rows(part.kv.select(0, 1), p.koff, p.klen, pg.dv);
@@ -450,7 +457,7 @@ ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const 
         if (N == 1) {
           acc_in = acc;
         } else {
-          acc_in = new_block(s + 1 < N ? (r - s - 1 + N) % N : r, adt, false);
+          acc_in = new_block(ring_owner(L, s + 1), adt, false);
           acc_tr = start_ring(grp, acc, acc_in, next, prev);
         }
         if (s + 1 < N) {
@@ -464,13 +471,7 @@ ag::Variable ring_attention(const ag::Variable& q, const ag::Variable& k, const 
       if (gr.needs(1)) gr.set(1, as_dt(acc_in.kv.select(0, 0)));
       if (gr.needs(2)) gr.set(2, as_dt(acc_in.kv.select(0, 1)));
       if (want_c) gr.set(ic, dc.to(cval.dtype()).to(cval.device()));
-      if (iz >= 0 && gr.needs(iz)) {  // dLoss/dz_h = -sum_i exp(z_h - lse_i) dO_i . O_i
-        const Tensor Dv = ops::sum(ops::mul(gc.to(adt), out), 3, false);
-        const Tensor p = ops::unary(UnaryOp::Exp, ops::sub(zval.to(dev).to(adt).view({1, H, 1}), lse));
-        gr.set(iz, ops::mul_scalar(ops::sum(ops::sum(ops::mul(p, Dv), 2, false), 0, false), -1.0)
-                       .to(zval.dtype())
-                       .to(zval.device()));
-      }
+      if (iz >= 0 && gr.needs(iz)) gr.set(iz, detail::sink_grad(zval, lse, out, gout).to(zdt).to(zdev));
       if (fox && gr.needs(ifx)) gr.set(ifx, ops::add(dcq, acc_in.c));  // queries' part + keys' part
     };
   });

@@ -150,7 +150,7 @@ void reset_attn_stats() {
   if (cuda::compiled()) detail::cuda_reset_stats();
 }
 
-namespace {
+namespace detail {
 
 // Sinks around the CUDA reference kernels (the CPU and tensor-core kernels fold the sink into their
 // epilogue and give its gradient from their backward's D_i pass):
@@ -172,6 +172,10 @@ Tensor sink_grad(const Tensor& z, const Tensor& lse, const Tensor& out, const Te
   const Tensor p = ops::unary(UnaryOp::Exp, ops::sub(z.view({1, z.numel(), 1}), lse));
   return ops::mul_scalar(ops::sum(ops::sum(ops::mul(p, Dv), 2, false), 0, false), -1.0);  // (H)
 }
+
+}  // namespace detail
+
+namespace {
 
 // What one call hands the kernels besides q, k, v: the CPU kernel's host terms, or on CUDA LogN's c
 // and the sink as device tensors in the accumulation dtype; FoX's c in the kernel's dtype (ct.fox_c).
@@ -196,7 +200,7 @@ Tensor run_forward(const AttnKernelParams& P, bool use_tc, const Tensor& qc, con
   } else {
     // sinks: the tensor-core epilogue folds them; around the reference kernels fold_sink does
     detail::cuda_forward(P, use_tc, qc, kc, vc, t.c_dev, t.ct.fox_c, P.sink && use_tc ? t.z_dev : Tensor(), out, lse);
-    if (P.sink && !use_tc) fold_sink(t.z_dev, out, lse);
+    if (P.sink && !use_tc) detail::fold_sink(t.z_dev, out, lse);
   }
   return out;
 }
@@ -243,7 +247,7 @@ KernelGrads run_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q
   }
   // per-row partials summed over rows, then over the batch, in a fixed order
   if (need_c) g.dc = ops::sum(ops::sum(dc_rows, 2, false), 0, false);
-  if (need_z) g.dz = tc_z ? ops::sum(ops::sum(dz_rows, 2, false), 0, false) : sink_grad(t.z_dev, lse, out, gc);
+  if (need_z) g.dz = tc_z ? ops::sum(ops::sum(dz_rows, 2, false), 0, false) : detail::sink_grad(t.z_dev, lse, out, gc);
   return g;
 }
 
@@ -302,58 +306,73 @@ void set_piece_fox(AttnKernelParams& P, KernelTerms& t, const Tensor& fox_c, Dev
 
 namespace detail {
 
+namespace {
+
+// A piece call's inputs as the kernels take them (piece_forward and piece_backward share it).
+struct PieceCall {
+  Tensor qc, kc, vc, doc_bounds;  // P points into doc_bounds
+  AttnKernelParams P;
+  KernelTerms t;
+  Device dev;
+  DType dt, adt, kdt;
+  bool use_tc, empty;
+};
+PieceCall piece_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
+                     const Tensor& fox_c) {
+  check_qkv(q, k, v);
+  PieceCall c;
+  c.qc = q.contiguous();
+  c.kc = k.contiguous();
+  c.vc = v.contiguous();
+  c.P = call_params(cfg, c.qc, c.kc, c.doc_bounds);
+  c.dev = c.qc.device();
+  c.dt = c.qc.dtype();
+  c.adt = acc_dtype(c.dt);
+  c.kdt = kernel_dtype(c.dt, c.dev);
+  if (cfg.logit == LogitKind::LogN) {
+    HZ_CHECK(logn_c.defined() && logn_c.numel() == c.P.H, ShapeError, "attention: logit 'logn' needs one c per query head");
+    set_logn_c(c.t, logn_c, c.dev, c.adt);
+  }
+  set_piece_fox(c.P, c.t, fox_c, c.dev, c.kdt, c.adt);
+  c.use_tc = c.dev.is_cuda() && use_tensor_core(cfg, c.dt, c.P.D, c.dev);
+  c.empty = c.qc.numel() == 0 || c.kc.numel() == 0;
+  return c;
+}
+
+}  // namespace
+
 Tensor piece_forward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
                      const Tensor& fox_c, Tensor& lse) {
-  check_qkv(q, k, v);
-  const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  Tensor doc_bounds;
-  AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
-  const Device dev = qc.device();
-  const DType adt = acc_dtype(qc.dtype());
-  KernelTerms t;
-  if (cfg.logit == LogitKind::LogN) {
-    HZ_CHECK(logn_c.defined() && logn_c.numel() == P.H, ShapeError, "attention: logit 'logn' needs one c per query head");
-    set_logn_c(t, logn_c, dev, adt);
+  const PieceCall c = piece_call(cfg, q, k, v, logn_c, fox_c);
+  if (c.empty) {
+    lse = Tensor::full({c.P.B, c.P.H, c.P.Tq}, -std::numeric_limits<double>::infinity(), c.adt, c.dev);
+    return Tensor::zeros(c.qc.shape(), c.adt, c.dev);
   }
-  set_piece_fox(P, t, fox_c, dev, kernel_dtype(qc.dtype(), dev), adt);
-  if (qc.numel() == 0 || kc.numel() == 0) {
-    lse = Tensor::full({P.B, P.H, P.Tq}, -std::numeric_limits<double>::infinity(), adt, dev);
-    return Tensor::zeros(qc.shape(), adt, dev);
-  }
-  const Tensor out = run_forward(P, dev.is_cuda() && use_tensor_core(cfg, qc.dtype(), P.D, dev), qc, kc, vc, t, lse);
-  return out.dtype() == adt ? out : out.to(adt);
+  const Tensor out = run_forward(c.P, c.use_tc, c.qc, c.kc, c.vc, c.t, lse);
+  return out.dtype() == c.adt ? out : out.to(c.adt);
 }
 
 PieceGrads piece_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
                           bool want_c) {
-  check_qkv(q, k, v);
-  const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  Tensor doc_bounds;
-  AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
-  const Device dev = qc.device();
-  const DType dt = qc.dtype(), adt = acc_dtype(dt), kdt = kernel_dtype(dt, dev);
-  const bool logn = cfg.logit == LogitKind::LogN;
-  KernelTerms t;
-  if (logn) set_logn_c(t, logn_c, dev, adt);
-  set_piece_fox(P, t, fox_c, dev, kdt, adt);
+  const PieceCall c = piece_call(cfg, q, k, v, logn_c, fox_c);
+  const bool need_c = cfg.logit == LogitKind::LogN && want_c;
   PieceGrads g;
-  if (qc.numel() == 0 || kc.numel() == 0) {
-    g.dq = Tensor::zeros(qc.shape(), adt, dev);
-    g.dk = Tensor::zeros(kc.shape(), adt, dev);
-    g.dv = Tensor::zeros(kc.shape(), adt, dev);
-    if (logn && want_c) g.dc = Tensor::zeros({P.H}, DType::F64);
-    if (P.fox) g.dfox = Tensor::zeros(fox_c.shape(), adt, dev);
+  if (c.empty) {
+    g.dq = Tensor::zeros(c.qc.shape(), c.adt, c.dev);
+    g.dk = Tensor::zeros(c.kc.shape(), c.adt, c.dev);
+    g.dv = Tensor::zeros(c.kc.shape(), c.adt, c.dev);
+    if (need_c) g.dc = Tensor::zeros({c.P.H}, DType::F64);
+    if (c.P.fox) g.dfox = Tensor::zeros(fox_c.shape(), c.adt, c.dev);
     return g;
   }
-  const KernelGrads kg = run_backward(P, dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev), qc, kc, vc,
-                                      out.to(kdt).contiguous(), lse.contiguous(), gout.to(kdt).contiguous(), t,
-                                      logn && want_c, false, P.fox);
-  g.dq = kg.dq.to(adt);
-  g.dk = kg.dk.to(adt);
-  g.dv = kg.dv.to(adt);
-  if (logn && want_c) g.dc = kg.dc.to(DType::F64).to(Device::cpu());
-  if (P.fox) g.dfox = kg.df.to(adt);
+  const KernelGrads kg = run_backward(c.P, c.use_tc, c.qc, c.kc, c.vc, out.to(c.kdt).contiguous(), lse.contiguous(),
+                                      gout.to(c.kdt).contiguous(), c.t, need_c, false, c.P.fox);
+  g.dq = kg.dq.to(c.adt);
+  g.dk = kg.dk.to(c.adt);
+  g.dv = kg.dv.to(c.adt);
+  if (need_c) g.dc = kg.dc.to(DType::F64).to(Device::cpu());
+  if (c.P.fox) g.dfox = kg.df.to(c.adt);
   return g;
 }
 

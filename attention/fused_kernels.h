@@ -14,6 +14,14 @@
 
 namespace hz::attn::detail {
 
+// ---- sinks composed around a call (fused.cpp) -----------------------------------------------------
+// z (H) in lse's dtype on its device. fold_sink: lse' = log(exp(lse) + exp(z_h)), out' = out
+// exp(lse - lse') (out keeps its dtype); a backward that reads (out', lse') is then exact, and
+// sink_grad gives dLoss/dz_h = -sum_i exp(z_h - lse'_i) dO_i . O'_i (H), in lse's dtype. Used around
+// the CUDA reference kernels and after the context-parallel ring's merge.
+void fold_sink(const Tensor& z, Tensor& out, Tensor& lse);
+Tensor sink_grad(const Tensor& z, const Tensor& lse, const Tensor& out, const Tensor& gout);
+
 // ---- pieces (fused.cpp) -------------------------------------------------------------------------
 // fused_attention without autograd, for a caller that splits each row's keys over several calls
 // and merges them itself (context.cpp's ring): no sink (the caller folds it after merging);

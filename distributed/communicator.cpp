@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include "core/ops.h"
 
@@ -225,9 +227,13 @@ void scale_average(Tensor& t, int world) {
   }
 }
 
+// Up to two posted MPI operations, complete at wait(); `finish` runs once with their statuses (the
+// all-reduce's averaging, send_recv's size check). Keeps the tensors alive until then.
 class MpiRequest : public Request {
  public:
-  MpiRequest(MPI_Request r, Tensor t, bool average, int world) : req_(r), t_(std::move(t)), average_(average), world_(world) {}
+  using Finish = std::function<void(const MPI_Status*)>;
+  MpiRequest(std::vector<MPI_Request> reqs, std::vector<Tensor> keep, Finish finish)
+      : reqs_(std::move(reqs)), keep_(std::move(keep)), finish_(std::move(finish)), st_(reqs_.size()) {}
   ~MpiRequest() override {
     if (!done_) {
       try {
@@ -238,13 +244,13 @@ class MpiRequest : public Request {
   }
   void wait() override {
     if (done_) return;
-    mpi_check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait");
+    mpi_check(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), st_.data()), "MPI_Waitall");
     finish();
   }
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    mpi_check(MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, st_.data()), "MPI_Testall");
     if (flag) finish();
     return done_;
   }
@@ -252,55 +258,12 @@ class MpiRequest : public Request {
  private:
   void finish() {
     done_ = true;
-    if (average_) scale_average(t_, world_);
+    if (finish_) finish_(st_.data());
   }
-  MPI_Request req_;
-  Tensor t_;
-  bool average_;
-  int world_;
-  bool done_ = false;
-};
-
-// A send and a receive posted together (send_recv_async); checks the received size at the end.
-class MpiPairRequest : public Request {
- public:
-  MpiPairRequest(MPI_Request s, MPI_Request r, Tensor send, Tensor recv, int64_t expect, int src)
-      : req_{s, r}, send_(std::move(send)), recv_(std::move(recv)), expect_(expect), src_(src) {}
-  ~MpiPairRequest() override {
-    if (!done_) {
-      try {
-        wait();
-      } catch (...) {
-      }
-    }
-  }
-  void wait() override {
-    if (done_) return;
-    MPI_Status st[2];
-    mpi_check(MPI_Waitall(2, req_, st), "MPI_Waitall");
-    finish(st[1]);
-  }
-  bool test() override {
-    if (done_) return true;
-    int flag = 0;
-    MPI_Status st[2];
-    mpi_check(MPI_Testall(2, req_, &flag, st), "MPI_Testall");
-    if (flag) finish(st[1]);
-    return done_;
-  }
-
- private:
-  void finish(const MPI_Status& st) {
-    done_ = true;
-    if (src_ < 0) return;
-    int got = 0;
-    MPI_Get_count(&st, MPI_BYTE, &got);
-    HZ_CHECK(got == expect_, ValueError, "send_recv: rank ", src_, " sent ", got, " bytes, ", expect_, " expected");
-  }
-  MPI_Request req_[2];
-  Tensor send_, recv_;
-  int64_t expect_;
-  int src_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<Tensor> keep_;
+  Finish finish_;
+  std::vector<MPI_Status> st_;
   bool done_ = false;
 };
 
@@ -345,7 +308,9 @@ class Mpi : public Communicator {
     mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), MPI_SUM,
                              comm_, &req),
               "MPI_Iallreduce");
-    return std::make_unique<MpiRequest>(req, t, op == ReduceOp::Average, size_);
+    MpiRequest::Finish avg;
+    if (op == ReduceOp::Average) avg = [t, n = size_](const MPI_Status*) mutable { scale_average(t, n); };
+    return std::make_unique<MpiRequest>(std::vector<MPI_Request>{req}, std::vector<Tensor>{t}, std::move(avg));
   }
   void broadcast(Tensor& t, int root) override {
     check_buffer(t);
@@ -363,22 +328,7 @@ class Mpi : public Communicator {
               "MPI_Allgather");
   }
   void send_recv(const Tensor& send, int dest, Tensor& recv, int src) override {
-    check_send_recv(send, dest, recv, src, size_);
-    if (dest >= 0) check_buffer(send);
-    if (src >= 0) check_buffer(recv);
-    const int64_t sb = dest >= 0 ? send.numel() * dtype_size(send.dtype()) : 0;
-    const int64_t rb = src >= 0 ? recv.numel() * dtype_size(recv.dtype()) : 0;
-    HZ_CHECK(sb <= INT32_MAX && rb <= INT32_MAX, ValueError, "send_recv: more bytes than MPI's int count; send in parts");
-    MPI_Status st;
-    mpi_check(MPI_Sendrecv(dest >= 0 ? send.raw_data() : nullptr, static_cast<int>(sb), MPI_BYTE,
-                           dest >= 0 ? dest : MPI_PROC_NULL, 7, src >= 0 ? recv.raw_data() : nullptr,
-                           static_cast<int>(rb), MPI_BYTE, src >= 0 ? src : MPI_PROC_NULL, 7, comm_, &st),
-              "MPI_Sendrecv");
-    if (src >= 0) {
-      int got = 0;
-      MPI_Get_count(&st, MPI_BYTE, &got);
-      HZ_CHECK(got == rb, ValueError, "send_recv: rank ", src, " sent ", got, " bytes, ", rb, " expected");
-    }
+    send_recv_async(send, dest, recv, src)->wait();
   }
   std::unique_ptr<Request> send_recv_async(const Tensor& send, int dest, Tensor& recv, int src) override {
     check_send_recv(send, dest, recv, src, size_);
@@ -391,7 +341,13 @@ class Mpi : public Communicator {
     if (src >= 0) mpi_check(MPI_Irecv(recv.raw_data(), static_cast<int>(rb), MPI_BYTE, src, 8, comm_, &rr), "MPI_Irecv");
     if (dest >= 0)
       mpi_check(MPI_Isend(send.raw_data(), static_cast<int>(sb), MPI_BYTE, dest, 8, comm_, &sr), "MPI_Isend");
-    return std::make_unique<MpiPairRequest>(sr, rr, send, recv, rb, src);
+    return std::make_unique<MpiRequest>(
+        std::vector<MPI_Request>{sr, rr}, std::vector<Tensor>{send, recv}, [rb, src](const MPI_Status* st) {
+          if (src < 0) return;
+          int got = 0;
+          MPI_Get_count(&st[1], MPI_BYTE, &got);
+          HZ_CHECK(got == rb, ValueError, "send_recv: rank ", src, " sent ", got, " bytes, ", rb, " expected");
+        });
   }
   std::unique_ptr<Communicator> split(int color) override {
     MPI_Comm sub;

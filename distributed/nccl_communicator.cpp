@@ -206,15 +206,7 @@ class Nccl : public Communicator {
       if (src >= 0) recv.copy_(d_recv);
       return;
     }
-    if (dest >= 0) check(send);
-    if (src >= 0) check(recv);
-    after_compute();
-    HZ_NCCL_CHECK(ncclGroupStart());
-    if (dest >= 0)
-      HZ_NCCL_CHECK(ncclSend(send.raw_data(), static_cast<size_t>(send.numel()), nccl_type(send.dtype()), dest, comm_, stream_));
-    if (src >= 0)
-      HZ_NCCL_CHECK(ncclRecv(recv.raw_data(), static_cast<size_t>(recv.numel()), nccl_type(recv.dtype()), src, comm_, stream_));
-    HZ_NCCL_CHECK(ncclGroupEnd());
+    post_send_recv(send, dest, recv, src);
     HZ_CUDA_OK(cudaStreamSynchronize(stream_));
   }
   std::unique_ptr<Request> send_recv_async(const Tensor& send, int dest, Tensor& recv, int src) override {
@@ -225,15 +217,7 @@ class Nccl : public Communicator {
       send_recv(send, dest, recv, src);  // staged through the device: complete on return
       return std::make_unique<DoneRequest>();
     }
-    if (dest >= 0) check(send);
-    if (src >= 0) check(recv);
-    after_compute();
-    HZ_NCCL_CHECK(ncclGroupStart());
-    if (dest >= 0)
-      HZ_NCCL_CHECK(ncclSend(send.raw_data(), static_cast<size_t>(send.numel()), nccl_type(send.dtype()), dest, comm_, stream_));
-    if (src >= 0)
-      HZ_NCCL_CHECK(ncclRecv(recv.raw_data(), static_cast<size_t>(recv.numel()), nccl_type(recv.dtype()), src, comm_, stream_));
-    HZ_NCCL_CHECK(ncclGroupEnd());
+    post_send_recv(send, dest, recv, src);
     cudaEvent_t done;
     HZ_CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     HZ_CUDA_OK(cudaEventRecord(done, stream_));
@@ -267,6 +251,19 @@ class Nccl : public Communicator {
     HZ_CHECK(t.is_contiguous(), ValueError, "collectives need contiguous tensors");
   }
   // the compute stream must have produced the buffer before the communication stream reads it
+  // Queues a send to dest and a receive from src (-1: none) on the communication stream, after the
+  // compute stream's queued work (device tensors).
+  void post_send_recv(const Tensor& send, int dest, Tensor& recv, int src) {
+    if (dest >= 0) check(send);
+    if (src >= 0) check(recv);
+    after_compute();
+    HZ_NCCL_CHECK(ncclGroupStart());
+    if (dest >= 0)
+      HZ_NCCL_CHECK(ncclSend(send.raw_data(), static_cast<size_t>(send.numel()), nccl_type(send.dtype()), dest, comm_, stream_));
+    if (src >= 0)
+      HZ_NCCL_CHECK(ncclRecv(recv.raw_data(), static_cast<size_t>(recv.numel()), nccl_type(recv.dtype()), src, comm_, stream_));
+    HZ_NCCL_CHECK(ncclGroupEnd());
+  }
   void after_compute() {
     cudaEvent_t ready;
     HZ_CUDA_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
