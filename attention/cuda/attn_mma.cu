@@ -53,8 +53,8 @@ void backward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
          "attention backward dQ (mma)");
   constexpr int kBq = mma::Config<D>::kDkvBq;
   using S = mma::DkvShape<D, kBq>;
-  launch(dkv_kernel<D, kBq>, P.B * P.Hkv * num_blocks(P.Tk, S::kBk), S::kSmem, s, P, a,
-         "attention backward dK/dV (mma)");
+  launch(a.fc != nullptr ? dkv_kernel<D, kBq, true> : dkv_kernel<D, kBq, false>,
+         P.B * P.Hkv * num_blocks(P.Tk, S::kBk), S::kSmem, s, P, a, "attention backward dK/dV (mma)");
 }
 
 }  // namespace

@@ -556,13 +556,15 @@ template <int D, int kBqB>
 struct DkvShape {
   static constexpr int kBk = 16 * kWarps, kBq = kBqB;
   static constexpr int kTab = kBq + kBk - 1;
-  // K, V (once), Q and dO (2 stages each), per-row lse2 / D / r / r*scale*log2e / FoX's c_i log2 e
-  // and the keys' c_j log2 e for the pair's head (2 stages), table
-  static constexpr int kRowData = 5 * kBq + kBk;
+  // K, V (once), Q and dO (2 stages each), per-row lse2 (with FoX: lse2 - c_i log2 e) / D / r /
+  // r*scale*log2e and FoX's key c_j log2 e for the pair's head (2 stages), table
+  static constexpr int kRowData = 4 * kBq + kBk;
   static constexpr int kSmem = (2 * kBk + 4 * kBq) * Tile<D>::kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
 
-template <int D, int kBqB, class X>
+// kFox: the FoX terms (a.fc set), a template argument because the D 128 kernel is at the 255-register
+// limit and the key sums' registers alone would make it spill when FoX is off.
+template <int D, int kBqB, bool kFox, class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   using S = DkvShape<D, kBqB>;
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
@@ -610,7 +612,6 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     load_tile<D>(x, sQ + stage * kBq * kPitch, a.q + hrow * D, q0, kBq, P.Tq);
     load_tile<D>(x, sG + stage * kBq * kPitch, a.gout + hrow * D, q0, kBq, P.Tq);
     float* rowd = sRow + stage * S::kRowData;
-    const float* fch = a.fc != nullptr ? a.fc + (b * P.H + h) * P.fox_T : nullptr;
     for (int r = tid; r < kBq; r += kThreads) {
       const int64_t i = q0 + r;
       const bool in = i < P.Tq;
@@ -619,10 +620,13 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       rowd[kBq + r] = in ? a.Dvec[hrow + i] : 0.0f;
       rowd[2 * kBq + r] = rr;
       rowd[3 * kBq + r] = rr * static_cast<float>(P.scale) * kLog2e;
-      rowd[4 * kBq + r] = fch != nullptr && in ? fch[P.q_offset + i] * kLog2e : 0.0f;
     }
-    for (int c = tid; c < kBk; c += kThreads)
-      rowd[5 * kBq + c] = fch != nullptr && j0 + c < P.Tk ? fch[j0 + c] * kLog2e : 0.0f;
+    if constexpr (kFox) {  // c_i joins the row's lse term (lse_i - c_i), the keys' c_j go in row 4
+      const float* fch = a.fc + (b * P.H + h) * P.fox_T;
+      for (int r = tid; r < kBq; r += kThreads)
+        if (q0 + r < P.Tq) rowd[r] -= fch[P.q_offset + q0 + r] * kLog2e;
+      for (int c = tid; c < kBk; c += kThreads) rowd[4 * kBq + c] = j0 + c < P.Tk ? fch[j0 + c] * kLog2e : 0.0f;
+    }
   };
 
   load_tile<D>(x, sK, a.k + krow * D, j0, kBk, P.Tk);
@@ -637,7 +641,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     HZ_UNROLL
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
   float dfk[2] = {0.0f, 0.0f};  // FoX: -sum_i dL_ij of this thread's keys, for the current head
-  const bool si = P.logit == LogitKind::ScaleInvariant, fox = a.fc != nullptr;
+  const bool si = P.logit == LogitKind::ScaleInvariant;
+  constexpr bool fox = kFox;
 
   for (int64_t n = 0; n < n_pairs; ++n) {
     const int st = static_cast<int>(n & 1);
@@ -663,6 +668,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       const int te0 = kBk - 1 - kloc;  // table entry of column r: te0 + r
       const int lo_c = static_cast<int>(imax(-1, imin(kBq, qr.lo - q0)));
       const int hi_c = static_cast<int>(imax(-1, imin(kBq, qr.hi - q0)));
+      const float cj = fox ? rowd[4 * kBq + kloc] : 0.0f;  // FoX: L_ij += c_i - c_j (c_i is in rowd[r])
       HZ_UNROLL
       for (int nt = 0; nt < kNT; ++nt)
         HZ_UNROLL
@@ -677,11 +683,11 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
             mul2 = rowd[3 * kBq + r];
           }
           if (P.alibi) add2 -= slope2 * (tb + static_cast<float>(r));
-          if (fox) add2 += rowd[4 * kBq + r] - rowd[5 * kBq + kloc];
+          if constexpr (fox) add2 -= cj;
           const bool vis = !masked || (r >= lo_c && r <= hi_c);
           const float p = vis ? x.exp2(mul2 * val + add2 - rowd[r]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - rowd[kBq + r]);
-          dfk[hh] -= ds;                         // FoX: dL_ij/dc_j = -1
+          if constexpr (fox) dfk[hh] -= ds;      // FoX: dL_ij/dc_j = -1
           val = p;                               // P^T for dV
           dp[nt][2 * hh + e] = ds * mul2 * kLn2;  // dS'^T for dK
         }

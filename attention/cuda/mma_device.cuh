@@ -80,11 +80,11 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const AttnKernelParams P, 
   DeviceCta x;
   dq_cta<D>(x, P, a, blockIdx.x, smem);
 }
-template <int D, int kBq>
+template <int D, int kBq, bool kFox>
 __global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
-  dkv_cta<D, kBq>(x, P, a, blockIdx.x, smem);
+  dkv_cta<D, kBq, kFox>(x, P, a, blockIdx.x, smem);
 }
 
 // D_i = dO_i . O_i in f32, one warp per row, lanes over D in a fixed order.

@@ -95,7 +95,12 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
            [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) { mma::dq_cta<D>(t, P, a, cta, s); });
   using K = mma::DkvShape<D, C::kDkvBq>;
   each_cta(p.B * p.Hkv * num_blocks(p.Tk, K::kBk), K::kSmem,
-           [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) { mma::dkv_cta<D, C::kDkvBq>(t, P, a, cta, s); });
+           [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+             if (a.fc != nullptr)
+               mma::dkv_cta<D, C::kDkvBq, true>(t, P, a, cta, s);
+             else
+               mma::dkv_cta<D, C::kDkvBq, false>(t, P, a, cta, s);
+           });
   Emulated e;
   e.r.out = from_bits(out);
   e.r.lse.assign(lse.begin(), lse.end());
