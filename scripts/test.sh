@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 
-scripts/setup.sh
+# the kernel lab (dev/cuda/, built only on demand) too, so a change to the kernels' interface that
+# breaks it fails here rather than on a GPU machine (no-op without CUDA)
+HZ_CMAKE_ARGS="-DHZ_KERNEL_LAB=ON ${HZ_CMAKE_ARGS:-}" scripts/setup.sh
 (cd "${HZ_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j "${HZ_JOBS:-2}")
 
 if [ "${HZ_SKIP_PORTABLE:-0}" != "1" ]; then

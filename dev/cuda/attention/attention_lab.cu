@@ -1,5 +1,5 @@
 // Horizon kernel lab: the fused attention's CUDA kernels, in the llm.c dev/cuda habit. Built only
-// on demand (cmake -DHZ_KERNEL_LAB=ON; scripts/gpu_check.sh lab), never by CI.
+// on demand (cmake -DHZ_KERNEL_LAB=ON; scripts/gpu_check.sh lab); CI compiles it (scripts/test.sh).
 //
 //   build-gpu/attention_lab [VARIANT ...] [--D 64] [--T 1024,4096,16384] [--mask causal] [--logit identity]
 //                           [--reps 20] [--no-validate]
@@ -129,7 +129,7 @@ Variant mma_variant(int id, const std::string& name) {
     HZ_CUDA_LAUNCHED("lab dot");
     launch(mma::dq_kernel<D>, P.B * P.H * num_blocks(P.Tq, mma::DqShape<D>::kBq), mma::DqShape<D>::kSmem, P, a);
     using K = mma::DkvShape<D, kBq>;
-    launch(mma::dkv_kernel<D, kBq>, P.B * P.Hkv * num_blocks(P.Tk, K::kBk), K::kSmem, P, a);
+    launch(mma::dkv_kernel<D, kBq, false>, P.B * P.Hkv * num_blocks(P.Tk, K::kBk), K::kSmem, P, a);
   };
   return v;
 }
@@ -141,23 +141,26 @@ std::vector<Variant> variants() {
   ref.fwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
     AttnKernelParams p = P;
     p.block_q = p.block_k = 64;
-    ci::ref_forward(p, b.q, b.k, b.v, p.logit == LogitKind::LogN ? b.c : Tensor(), b.out, b.lse, cnt,
+    ci::ref_forward(p, b.q, b.k, b.v, p.logit == LogitKind::LogN ? b.c : Tensor(), Tensor(), b.out, b.lse, cnt,
                     hz::cuda::stream(0));
   };
   ref.bwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
     AttnKernelParams p = P;
     p.block_q = p.block_k = 64;
-    ci::ref_backward(p, b.q, b.k, b.v, b.out, b.lse, b.gout, p.logit == LogitKind::LogN ? b.c : Tensor(), b.dq, b.dk,
-                     b.dv, p.logit == LogitKind::LogN ? &b.dc_rows : nullptr, cnt, hz::cuda::stream(0));
+    ci::ref_backward(p, b.q, b.k, b.v, b.out, b.lse, b.gout, p.logit == LogitKind::LogN ? b.c : Tensor(), Tensor(),
+                     b.dq, b.dk, b.dv, p.logit == LogitKind::LogN ? &b.dc_rows : nullptr, nullptr, nullptr, cnt,
+                     hz::cuda::stream(0));
   };
   v.push_back(ref);
   Variant lib{1, "tensor-core, promoted (mma::Config)", {}, {}};
   lib.fwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
-    ci::mma_forward(P, b.q, b.k, b.v, P.logit == LogitKind::LogN ? b.c : Tensor(), b.out, b.lse, cnt, hz::cuda::stream(0));
+    ci::mma_forward(P, b.q, b.k, b.v, P.logit == LogitKind::LogN ? b.c : Tensor(), Tensor(), Tensor(), b.out, b.lse, cnt,
+                    hz::cuda::stream(0));
   };
   lib.bwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
-    ci::mma_backward(P, b.q, b.k, b.v, b.out, b.lse, b.gout, P.logit == LogitKind::LogN ? b.c : Tensor(), b.dq, b.dk,
-                     b.dv, P.logit == LogitKind::LogN ? &b.dc_rows : nullptr, cnt, hz::cuda::stream(0));
+    ci::mma_backward(P, b.q, b.k, b.v, b.out, b.lse, b.gout, P.logit == LogitKind::LogN ? b.c : Tensor(), Tensor(),
+                     Tensor(), b.dq, b.dk, b.dv, P.logit == LogitKind::LogN ? &b.dc_rows : nullptr, nullptr, nullptr,
+                     nullptr, cnt, hz::cuda::stream(0));
   };
   v.push_back(lib);
   constexpr int kOtherMT = mma::Config<D>::kFwdMT == 1 ? 2 : 1;
