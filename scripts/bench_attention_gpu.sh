@@ -11,7 +11,10 @@
 # them; scripts/bench_table_gpu.py tabulates whatever is there). A failing length does not stop
 # the others.
 # Environment: HZ_BUILD_DIR (default build), HZ_PYTHON (default python3; needs torch with CUDA),
-# HZ_BENCH_DEADLINE (epoch seconds: no length starts within 20 s of it).
+# HZ_BENCH_DEADLINE (epoch seconds: no length starts within 20 s of it), HZ_BENCH_FLEX_T (the
+# lengths at which FlexAttention runs, default all: each of its cases costs a torch.compile of
+# tens of seconds; SDPA runs at every length), HZ_BENCH_RESUME=1 (a length and head dim whose
+# results are already in $HZ_BENCH_OUT are not measured again).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 TS=${1:-1024,2048,4096,8192,16384,32768}
@@ -27,10 +30,16 @@ have_torch=1
   echo "[bench_attention_gpu] $PY has no CUDA PyTorch: Horizon's side only" >&2
 }
 deadline=${HZ_BENCH_DEADLINE:-0}
+flex_t=${HZ_BENCH_FLEX_T:-all}
 for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before the next
   for D in ${DS//,/ }; do
     if [ "$deadline" != 0 ] && [ $(( deadline - $(date +%s) )) -lt 20 ]; then
       echo "[bench_attention_gpu] deadline: D=$D T=$T not run" >&2
+      continue
+    fi
+    if [ "${HZ_BENCH_RESUME:-0}" = 1 ] && [ -s "$out/hz_${D}_${T}.json" ] &&
+       { [ $have_torch = 0 ] || [ -s "$out/torch_${D}_${T}.json" ]; }; then
+      echo "[bench_attention_gpu] D=$D T=$T: measured by an earlier run" >&2
       continue
     fi
     echo "[bench_attention_gpu] D=$D T=$T" >&2
@@ -38,7 +47,9 @@ for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before t
       --masks causal,swa,scope,docs2048 --logits identity,scale_invariant --json "$out/hz_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon failed at D=$D T=$T" >&2
     if [ $have_torch = 1 ]; then
-      "$PY" scripts/bench_attention_gpu.py --D "$D" --T "$T" --reps "$REPS" > "$out/torch_${D}_${T}.json" \
+      flex=()
+      [ "$flex_t" = all ] || [[ ",$flex_t," == *",$T,"* ]] || flex=(--flex-cases "")
+      "$PY" scripts/bench_attention_gpu.py --D "$D" --T "$T" --reps "$REPS" "${flex[@]}" > "$out/torch_${D}_${T}.json" \
         2> "$out/torch_${D}_${T}.err" || echo "[bench_attention_gpu] PyTorch failed at D=$D T=$T (see $out/torch_${D}_${T}.err)" >&2
     fi
   done

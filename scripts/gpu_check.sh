@@ -6,20 +6,31 @@
 #
 # Every command first runs `preflight` (tool versions, libraries, the GPU as CUDA and PyTorch see
 # it) and `build` (a no-op when the machine is still warm, a full build when it went cold; `-k 0`
-# so one broken file does not hide the others), then the stages asked for, in this order:
+# so one broken file does not hide the others), then the stages asked for, in the order given:
 #   test             the CUDA cases of every suite, unbriefed (skip reasons show), each suite's
-#                    crash named and rerun alone with CUDA_LAUNCH_BLOCKING=1, the rest going on;
-#                    then, if time remains, the CPU cases (CI runs those too; here they check the
-#                    GPU build's configuration)
+#                    crash named and rerun alone with CUDA_LAUNCH_BLOCKING=1, the rest going on
+#   bench-train      training tokens/s and MFU vs PyTorch at the GPT-2-small shape: Horizon bf16,
+#                    PyTorch eager (SDPA), torch.compile when 2 minutes remain, then the extras
+#   bench-attention  Horizon vs SDPA-flash at every length and head dim, FlexAttention at the
+#                    lengths in HZ_GPU_FLEX_T (each of its cases costs a torch.compile), bf16
 #   memcheck         compute-sanitizer memcheck over the CUDA cases (kernel errors counted apart
 #                    from API errors; the out-of-memory test that asks for 4 TiB is left out)
 #   nccl             scripts/nccl_check.sh: the NCCL communicator on one rank and two
-#   lab              the kernel lab, one process per variant and head dim
+#   bench-terms      attention sinks and FoX forget gates vs plain causal attention
 #   racecheck        compute-sanitizer racecheck (and synccheck) on the attention's edge shapes
-#   bench-attention  Horizon vs SDPA-flash and FlexAttention, forward+backward, bf16
-#   bench-train      training tokens/s and MFU vs PyTorch (eager; torch.compile if time remains)
-# Presets: `tests` = test memcheck nccl; `kernels` = lab racecheck bench-attention;
-# `train` = bench-train; `all` = everything (fits only a warm machine).
+#   lab              the kernel lab, one process per variant and head dim
+#   test-cpu         the CPU cases of the same binaries (CI runs them too; here they check the GPU
+#                    build's configuration)
+# Presets:
+#   session  every stage but test-cpu, in the order above, leaving out the stages an earlier call
+#            already finished on this machine (recorded in $HZ_GPU_STATE, default /tmp/hz_gpu_state,
+#            which lives as long as the machine stays warm; the attention benchmark also keeps its
+#            finished lengths there and measures only the others). A session has 15 device-minutes:
+#            call `session` once (timeout 600), then at once again with the time left
+#            (HZ_GPU_DEADLINE) and it goes on where the first stopped, the build still warm.
+#   tests = test memcheck nccl; kernels = lab racecheck bench-attention bench-terms;
+#   train = bench-train; all = every stage, test-cpu last (fits only a long lease).
+# A stage counts as finished when nothing in it was cut off or skipped by the deadline.
 #
 # What comes back: the device tool returns at most 8 files, so $OUT (else ./gpu_report) holds
 # only gpu_report.md and gpu_logs.tar.gz; the logs live in a scratch folder ($HZ_GPU_LOGS, default
@@ -29,7 +40,8 @@
 # 10 minutes): every binary runs under `timeout` bounded by the time left, and a stage that would
 # start too late is skipped, saying so.
 # Environment: HZ_GPU_BUILD (build-gpu), HZ_GPU_JOBS (nproc), HZ_GPU_DEADLINE (540),
-# HZ_GPU_BENCH_T (1024,2048,4096,8192,16384,32768), HZ_GPU_BENCH_D (64,128).
+# HZ_GPU_BENCH_T (1024,2048,4096,8192,16384,32768), HZ_GPU_BENCH_D (64,128), HZ_GPU_FLEX_T (8192),
+# HZ_GPU_STATE (/tmp/hz_gpu_state).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -43,19 +55,32 @@ mkdir -p "$OUTDIR"
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 
 # ---- helpers ----------------------------------------------------------------------------------------
+STATE_DIR=${HZ_GPU_STATE:-/tmp/hz_gpu_state}
+STATE=$STATE_DIR/done
+mkdir -p "$STATE_DIR"
+ALL_STAGES=(test bench-train bench-attention memcheck nccl bench-terms racecheck lab test-cpu)
 stages=()
+add() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return; done; stages+=("$1"); }
+session=0
 for a in "$@"; do
   case "$a" in
-    tests) stages+=(test memcheck nccl) ;;
-    kernels) stages+=(lab racecheck bench-attention) ;;
-    train) stages+=(bench-train) ;;
-    all) stages+=(test memcheck nccl lab racecheck bench-attention bench-train) ;;
+    session) session=1; for s in "${ALL_STAGES[@]}"; do [ "$s" = test-cpu ] || add "$s"; done ;;
+    tests) add test; add memcheck; add nccl ;;
+    kernels) add lab; add racecheck; add bench-attention; add bench-terms ;;
+    train) add bench-train ;;
+    all) for s in "${ALL_STAGES[@]}"; do add "$s"; done ;;
     build|preflight) ;;  # always run
-    test|memcheck|nccl|lab|racecheck|bench-attention|bench-train) stages+=("$a") ;;
-    *) echo "gpu_check: unknown stage '$a'" >&2; exit 2 ;;
+    *) if [[ " ${ALL_STAGES[*]} " == *" $a "* ]]; then add "$a"; else echo "gpu_check: unknown stage '$a'" >&2; exit 2; fi ;;
   esac
 done
-has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+skipped_done=()
+if [ $session = 1 ] && [ -s "$STATE" ]; then  # what an earlier call on this warm machine finished
+  keep=()
+  for s in "${stages[@]}"; do
+    if grep -qx "$s" "$STATE"; then skipped_done+=("$s"); else keep+=("$s"); fi
+  done
+  stages=("${keep[@]}")
+fi
 say() { printf '%s\n' "$*" >> "$REPORT"; printf '%s\n' "$*"; }
 left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
 pack() {  # the logs so far, atomically replaced, so a kill leaves the last complete archive
@@ -65,24 +90,47 @@ pack() {  # the logs so far, atomically replaced, so a kill leaves the last comp
 # (10 s kept for packing); its exit code, 124 when it was cut off
 bounded() {
   local want=$1 log=$2; shift 2
-  local cap=$(( $(left) - 10 ))
-  [ "$cap" -lt "$want" ] && want=$cap
-  [ "$want" -lt 1 ] && { echo "(not started: deadline)" >> "$log"; return 124; }
+  local cap=$(( $(left) - 10 )) capped=0 rc
+  [ "$cap" -lt "$want" ] && { want=$cap; capped=1; }
+  [ "$want" -lt 1 ] && { echo "(not started: deadline)" >> "$log"; CUT=1; return 124; }
   timeout -k 5 "$want" "$@" >> "$log" 2>&1
+  rc=$?
+  [ $rc -eq 124 ] && [ $capped = 1 ] && CUT=1
+  return $rc
 }
+CUT=0  # set when the deadline cut something off in the current stage
 # starts NAME NEED: false (and says so) when fewer than NEED seconds are left
 starts() {
   local l; l=$(left)
+  CUT=0
   if [ "$l" -lt "$2" ]; then
-    say ""; say "- **$1 skipped**: ${l} s left of the ${DEADLINE} s deadline, it needs about $2 s (run it in its own command)"
+    say ""; say "- **$1 skipped**: ${l} s left of the ${DEADLINE} s deadline, it needs about $2 s (name it in a later call; a later session call goes on with it)"
     return 1
   fi
   say ""; say "## $1"; say ""
   return 0
 }
-ended() { say ""; say "_$1: done at $(( $(date +%s) - T0 )) s_"; pack; }
+# ended STAGE: the stage's time; recorded as finished (for `session`) unless the deadline cut it
+# errors LOG: the first distinct error lines of a log, into the report (a benchmark that measured
+# nothing says why)
+errors() {
+  local lines
+  lines=$(grep -E "error|Error|FAILED|failed|Traceback|Aborted|what\(\)" "$1" 2>/dev/null | awk '!seen[$0]++' | head -12)
+  [ -n "$lines" ] && { say "Errors in $(basename "$1"):"; say '```'; say "$lines"; say '```'; }
+}
+ended() {
+  say ""
+  if [ $CUT = 0 ]; then
+    echo "$1" >> "$STATE"
+    say "_$1: done at $(( $(date +%s) - T0 )) s_"
+  else
+    say "_$1: cut short by the deadline at $(( $(date +%s) - T0 )) s (\`session\` runs it again)_"
+  fi
+  pack
+}
 
-{ echo "# Horizon GPU check"; echo; echo "$(date -u +%FT%TZ), stages: ${stages[*]:-none} (deadline ${DEADLINE} s)"; } > "$REPORT"
+{ echo "# Horizon GPU check"; echo; echo "$(date -u +%FT%TZ), stages: ${stages[*]:-none} (deadline ${DEADLINE} s)"
+  [ ${#skipped_done[@]} -gt 0 ] && echo "(finished by an earlier call on this machine: ${skipped_done[*]})"; } > "$REPORT"
 
 # ---- preflight ----------------------------------------------------------------------------------------
 say ""; say "## preflight"; say ""; say '```'
@@ -128,7 +176,7 @@ else
   say "- **build failed** (configure exit $crc, build exit $brc$([ $brc -eq 124 ] && echo ': cut off by the deadline'), $(( $(date +%s) - b0 )) s); the real error lines:"
   say '```'
   grep -E "FAILED:|error:|Error |undefined reference|multiple definition|ld returned|CMake Error|cannot find" "$LOGS/build.log" |
-    grep -v '^ninja: build stopped' | awk '!seen[$0]++' | head -60 | tee -a "$REPORT" > /dev/null
+    grep -v '^ninja: build stopped' | awk '!seen[$0]++' | head -60 | tee -a "$REPORT"
   say '```'
   say "Stages go on with whatever binaries were built."
 fi
@@ -180,48 +228,46 @@ suite() {
 SUITES=(core autograd attention nn optim data io train hf study eval distributed nccl)
 GPU_FILTER='*Cuda*:*cuda*:*Gpu*:*GPU*:*Nccl*:MixedPrecision.*'
 
-# ---- tests ----------------------------------------------------------------------------------------------
-if has test && starts "tests (CUDA cases first)" 60; then
+# ---- stages ---------------------------------------------------------------------------------------------
+# the test table of one pass (FILTER over every suite that has a case in it)
+test_pass() {
+  local filter=$1 tag=$2 s b n
   say "| suite | passed | failed | skipped | seconds | notes |"
   say "|---|---|---|---|---|---|"
   for s in "${SUITES[@]}"; do
     b="$BUILD/hz_test_$s"
     [ -x "$b" ] || continue
+    [ "$(left)" -lt 40 ] && { say "| (the rest skipped: deadline) | | | | | |"; CUT=1; break; }
     # grep -c reads everything (grep -q would stop early, and under pipefail the binary's SIGPIPE
-    # would read as "no CUDA cases")
-    n=$("$b" --gtest_list_tests --gtest_filter="$GPU_FILTER" 2>/dev/null | grep -c '^  ')
+    # would read as "no cases")
+    n=$("$b" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | grep -c '^  ')
     [ "${n:-0}" -gt 0 ] || continue
-    suite "$b" "$GPU_FILTER" gpu
+    suite "$b" "$filter" "$tag"
   done
   say ""
   say "Skip reasons (count, suite: reason):"
-  say '```'; sort -u "$LOGS/gpu_skips.txt" 2>/dev/null | head -40 | tee -a "$REPORT" > /dev/null; say '```'
-  if [ -s "$LOGS/gpu_failures.txt" ]; then
-    say "Failed:"; say '```'; head -60 "$LOGS/gpu_failures.txt" | tee -a "$REPORT" > /dev/null; say '```'
+  say '```'; sort -u "$LOGS/${tag}_skips.txt" 2>/dev/null | head -40 | tee -a "$REPORT"; say '```'
+  if [ -s "$LOGS/${tag}_failures.txt" ]; then
+    say "Failed:"; say '```'; head -60 "$LOGS/${tag}_failures.txt" | tee -a "$REPORT"; say '```'
     say "First failure messages:"; say '```'
-    grep -h -B1 -A8 ': Failure$' "$LOGS"/gpu_*.log | head -80 | tee -a "$REPORT" > /dev/null; say '```'
+    grep -h -B1 -A8 ': Failure$' "$LOGS/${tag}"_*.log | head -80 | tee -a "$REPORT" > /dev/null; say '```'
   fi
-  pack
-  if [ "$(left)" -gt 150 ] && ls "$BUILD"/hz_test_* > /dev/null 2>&1; then
-    say ""; say "CPU cases of the same binaries (the GPU build's configuration; CI runs them too):"; say ""
-    say "| suite | passed | failed | skipped | seconds | notes |"
-    say "|---|---|---|---|---|---|"
-    for s in "${SUITES[@]}"; do
-      b="$BUILD/hz_test_$s"
-      [ -x "$b" ] || continue
-      [ "$(left)" -lt 60 ] && { say "| (the rest skipped: deadline) | | | | | |"; break; }
-      suite "$b" "*-$GPU_FILTER" cpu
-    done
-    [ -s "$LOGS/cpu_failures.txt" ] && { say "Failed:"; say '```'; head -40 "$LOGS/cpu_failures.txt" | tee -a "$REPORT" > /dev/null; say '```'; }
-  else
-    say ""; say "- CPU cases skipped: $(left) s left"
-  fi
-  ended tests
-fi
+}
 
-# ---- compute-sanitizer ------------------------------------------------------------------------------------
-# sanitize TOOL BIN FILTER: one line with kernel errors apart from API errors (an API error is a
-# CUDA call that returned an error, which a test may provoke on purpose)
+stage_test() {
+  starts "tests (the CUDA cases of every suite)" 60 || return
+  test_pass "$GPU_FILTER" gpu
+  ended test
+}
+
+stage_test_cpu() {
+  starts "CPU cases of the same binaries (the GPU build's configuration; CI runs them too)" 150 || return
+  test_pass "*-$GPU_FILTER" cpu
+  ended test-cpu
+}
+
+# sanitize TOOL BIN FILTER [SECONDS]: one line with kernel errors apart from API errors (an API
+# error is a CUDA call that returned an error, which a test may provoke on purpose)
 sanitize() {
   local tool=$1 bin=$2 filter=$3 log rc total api kern
   log="$LOGS/sanitize_${tool}_$(basename "$bin").log"
@@ -234,33 +280,36 @@ sanitize() {
   api=$(grep -c 'Program hit .* on CUDA API call' "$log")
   kern=$(grep -cE '^========= (Invalid|Out-of-range|Misaligned|Race|Uninitialized|Barrier|Malformed|Warp|.*[Hh]azard)' "$log")
   local ran; ran=$(grep -Eo '^\[==========\] [0-9]+ tests? from .* ran' "$log" | grep -Eo '[0-9]+' | head -1)
-  say "- $tool, $bin \`$filter\`: exit $rc$([ $rc -eq 124 ] && echo ' (cut off by the deadline)'), tests run ${ran:-?}, summary ${total:-none}, kernel errors $kern, API errors $api"
+  say "- $tool, $bin \`$filter\`: exit $rc$([ $rc -eq 124 ] && echo ' (cut off)'), tests run ${ran:-?}, summary ${total:-none}, kernel errors $kern, API errors $api"
   [ "$kern" -gt 0 ] && { say '```'; grep -m 12 -A4 -E '^========= (Invalid|Out-of-range|Misaligned|Race|Uninitialized|Barrier)' "$log" | tee -a "$REPORT" > /dev/null; say '```'; }
 }
-if has memcheck && starts "compute-sanitizer memcheck" 60; then
+
+stage_memcheck() {
+  starts "compute-sanitizer memcheck" 60 || return
   # the out-of-memory test asks for 4 TiB on purpose: its API error is the test, not a bug
   sanitize memcheck hz_test_attention '*FusedCuda*' 200
   sanitize memcheck hz_test_core '*Cuda*:*cuda*-CudaTest.ErrorsNameTheCallAndWhatToDo' 150
   sanitize memcheck hz_test_train 'CudaTrain.*' 100
   sanitize memcheck hz_test_nn '*Cuda*' 60
   ended memcheck
-fi
+}
 
-# ---- NCCL ------------------------------------------------------------------------------------------------
-if has nccl && starts "NCCL" 60; then
+stage_nccl() {
+  starts "NCCL" 60 || return
   if [ -x scripts/nccl_check.sh ]; then
     OUT="$LOGS/nccl" bounded 240 "$LOGS/nccl.log" scripts/nccl_check.sh "$BUILD"
-    rc=$?
+    local rc=$?
     cat "$LOGS/nccl/nccl_report.md" >> "$REPORT" 2>/dev/null || tail -30 "$LOGS/nccl.log" >> "$REPORT"
     say "- nccl_check: exit $rc"
   else
     say "- scripts/nccl_check.sh missing"
   fi
   ended nccl
-fi
+}
 
-# ---- kernel lab ------------------------------------------------------------------------------------------
-if has lab && starts "kernel lab (dev/cuda/attention)" 60; then
+stage_lab() {
+  starts "kernel lab (dev/cuda/attention)" 60 || return
+  local D v log rc
   say '```'
   for D in 64 128; do
     for v in 0 1 2 3; do
@@ -273,47 +322,62 @@ if has lab && starts "kernel lab (dev/cuda/attention)" 60; then
   done
   say '```'
   ended lab
-fi
+}
 
-# ---- racecheck -------------------------------------------------------------------------------------------
-if has racecheck && starts "compute-sanitizer racecheck / synccheck (attention edge shapes)" 40; then
-  edge='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128'
+stage_racecheck() {
+  starts "compute-sanitizer racecheck / synccheck (attention edge shapes)" 40 || return
+  local edge='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128'
   sanitize racecheck hz_test_attention "$edge" 150
   sanitize synccheck hz_test_attention "$edge" 60
   ended racecheck
-fi
+}
 
-# ---- benchmarks ------------------------------------------------------------------------------------------
-if has bench-attention && starts "fused attention vs PyTorch (SDPA flash, FlexAttention), forward+backward, bf16" 60; then
+stage_bench_attention() {
+  starts "fused attention vs PyTorch (SDPA flash, FlexAttention), forward+backward, bf16" 60 || return
   # lengths in order; a length that would start after the deadline is left out by the script
-  HZ_BUILD_DIR="$BUILD" HZ_BENCH_OUT="$LOGS/bench_attention" HZ_BENCH_DEADLINE=$(( T0 + DEADLINE - 25 )) \
+  # results kept on this machine across calls: a second call measures only the missing lengths
+  HZ_BUILD_DIR="$BUILD" HZ_BENCH_OUT="$STATE_DIR/bench_attention" HZ_BENCH_RESUME=1 \
+    HZ_BENCH_DEADLINE=$(( T0 + DEADLINE - 25 )) HZ_BENCH_FLEX_T="${HZ_GPU_FLEX_T:-8192}" \
     bounded 480 "$LOGS/bench_attention.log" scripts/bench_attention_gpu.sh \
     "${HZ_GPU_BENCH_T:-1024,2048,4096,8192,16384,32768}" "${HZ_GPU_BENCH_D:-64,128}" 10
-  rc=$?
+  local rc=$?
+  grep -q 'deadline:' "$LOGS/bench_attention.log" && CUT=1
   # the table from every result that arrived, also when the script was cut off
+  cp -r "$STATE_DIR/bench_attention" "$LOGS/" 2>/dev/null
   cat "$LOGS"/bench_attention/*.json 2>/dev/null | python3 scripts/bench_table_gpu.py >> "$REPORT" 2>> "$LOGS/bench_attention.log"
   say "(bench_attention_gpu.sh: exit $rc; progress in bench_attention.log)"
+  errors "$LOGS/bench_attention.log"
   ended bench-attention
-fi
-if has bench-attention && starts "attention sinks and FoX forget gates vs plain causal attention, bf16 (FoX: reference kernels)" 30; then
+}
+
+stage_bench_terms() {
+  starts "attention sinks and FoX forget gates vs plain causal attention, bf16" 30 || return
   say '```'
   bounded 90 "$LOGS/bench_terms.log" "$BUILD/horizon" bench attention --device cuda --T 4096,16384 --masks causal \
     --terms none,sink,fox,sink+fox --reps 5
-  rc=$?
+  local rc=$?
   tee -a "$REPORT" < "$LOGS/bench_terms.log" > /dev/null
   say '```'
   say "(horizon bench attention --terms: exit $rc)"
-  ended bench-attention
-fi
-if has bench-train && starts "training throughput vs PyTorch" 90; then
+  ended bench-terms
+}
+
+stage_bench_train() {
+  starts "training throughput vs PyTorch" 90 || return
   HZ_BUILD_DIR="$BUILD" HZ_BENCH_OUT="$LOGS/bench_train.jsonl" HZ_BENCH_DEADLINE=$(( T0 + DEADLINE - 25 )) \
     bounded 500 "$LOGS/bench_train.log" scripts/bench_train_gpu.sh 1
-  rc=$?
+  local rc=$?
+  # finished once the GPT-2-small runs all ran (the quickstart shape and its torch.compile are extras)
+  grep -q 'deadline: .* gpt2-small' "$LOGS/bench_train.log" && CUT=1
   python3 scripts/bench_train_table.py "$LOGS/bench_train.jsonl" >> "$REPORT" 2>> "$LOGS/bench_train.log"
   say "(bench_train_gpu.sh: exit $rc; progress in bench_train.log)"
+  errors "$LOGS/bench_train.log"
   ended bench-train
-fi
+}
+
+for s in "${stages[@]}"; do "stage_${s//-/_}"; done
 
 say ""
 say "total: $(( $(date +%s) - T0 )) s"
+[ $session = 1 ] && say "finished on this machine so far: $(sort -u "$STATE" 2>/dev/null | grep -v '^build$' | tr '\n' ' ')"
 pack
