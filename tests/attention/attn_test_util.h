@@ -2,7 +2,7 @@
 // (mask x position x logit x shapes), inputs, the op on a device, a naive double-precision
 // attention written from docs/methods.md (its own mask, independent of tiling.h) that optionally rounds
 // where a bf16 tensor-core pipeline rounds, and the precision-floor comparison
-//   max |x - ref| <= k * max |x_lowprec - ref| + atol_rel * max |ref|   (STYLE.md item 7).
+//   max |x - ref| <= k * max |x_lowprec - ref| + atol_rel * max |ref|   (the precision floor).
 #pragma once
 #include <gtest/gtest.h>
 

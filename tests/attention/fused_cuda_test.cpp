@@ -3,7 +3,7 @@
 // f32 / f64 (reference kernels) and bf16 (reference and tensor-core kernels), forward, lse and
 // every gradient (q, k, v and LogN's c); block counters, determinism and LaMPE on CUDA.
 //
-// Tolerances come from the precision floor (STYLE.md item 7): with ref the CPU op in f64,
+// Tolerances come from the precision floor: with ref the CPU op in f64,
 //   max |x - ref| <= k * max |x_lowprec - ref| + atol,
 // where x_lowprec is the same computation at the kernel's precision: the CPU op in f32 for the
 // f32 kernels, and for bf16 a naive double-precision attention written here from docs/methods.md (its own
