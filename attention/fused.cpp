@@ -298,6 +298,8 @@ void set_piece_fox(AttnKernelParams& P, KernelTerms& t, const Tensor& fox_c, Dev
   HZ_CHECK(fox_c.dim() == 3 && fox_c.size(0) == P.B && fox_c.size(1) == P.H && fox_c.size(2) >= P.Tk &&
                fox_c.size(2) >= P.q_offset + P.Tq,
            ShapeError, "attention: FoX's c ", shape_str(fox_c.shape()), " does not cover the keys and the queries");
+  HZ_CHECK(fox_c.device() == dev, DeviceError, "attention: FoX's c is on ", fox_c.device().str(), ", the queries on ",
+           dev.str());
   P.fox_T = fox_c.size(2);
   t.ct.fox_c = fox_c.to(dev.is_cpu() ? kdt : adt).contiguous();
 }
@@ -408,6 +410,8 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
              shape_str(terms.forget.shape()));
     HZ_CHECK(P.q_offset + P.Tq <= P.Tk, ShapeError, "attention: FoX needs the queries among the keys (q_offset ",
              P.q_offset, " + Tq ", P.Tq, " > Tk ", P.Tk, ")");
+    HZ_CHECK(terms.forget.value().device() == dev, DeviceError, "attention: FoX's log forget gates are on ",
+             terms.forget.value().device().str(), ", the queries on ", dev.str());
   }
   const bool empty = qc.numel() == 0 || kc.numel() == 0;
   const bool use_tc = dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev);

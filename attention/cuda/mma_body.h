@@ -701,7 +701,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         df += x.shfl_xor(df, 1);
         df += x.shfl_xor(df, 2);
         const int64_t j = j0 + warp * 16 + g + 8 * hh;
-        if (tig == 0 && j < P.Tk) a.dfox_k[(b * P.H + h) * P.Tk + j] = df;
+        // null when the gates need no gradient (the forward's c_i - c_j still shapes P)
+        if (a.dfox_k != nullptr && tig == 0 && j < P.Tk) a.dfox_k[(b * P.H + h) * P.Tk + j] = df;
         dfk[hh] = 0.0f;
       }
     }

@@ -230,6 +230,43 @@ TEST(FusedCuda, ForgetGatesOnTheTensorCoreKernels) {
   for (const Problem& x : ps) expect_tensor_core_at_the_floor(x, 83);
 }
 
+// FoX gates that need no gradient (frozen gates, gradients of the inputs only): both kernel
+// families get no dfox buffers and must neither write there nor change out, dq, dk or dv; gates on
+// another device than the queries are refused by name.
+TEST(FusedCuda, ForgetGatesThatNeedNoGradient) {
+  HZT_NEED_GPU();
+  const int64_t B = 2, H = 4, Hkv = 2, T = 150;
+  for (int64_t D : {64, 128})
+    for (AttnImpl impl : {AttnImpl::TensorCore, AttnImpl::Reference}) {
+      SCOPED_TRACE("D " + std::to_string(D) + (impl == AttnImpl::TensorCore ? " tensor-core" : " reference"));
+      AttnConfig cfg;
+      cfg.window = {0, 16, 0, 40};
+      cfg.impl = impl;
+      Generator g(67);
+      const Device dev = Device::cuda(0);
+      const Tensor q = g.normal({B, H, T, D}, 0, 1, DType::BF16).to(dev), k = g.normal({B, Hkv, T, D}, 0, 1, DType::BF16).to(dev),
+                   v = g.normal({B, Hkv, T, D}, 0, 1, DType::BF16).to(dev), gout = g.normal({B, H, T, D}, 0, 1, DType::BF16).to(dev),
+                   f = g.uniform({B, H, T}, -1.0, 0.0, DType::F32).to(dev);
+      auto run = [&](bool f_grad) {
+        std::vector<ag::Variable> x{ag::Variable(q, true), ag::Variable(k, true), ag::Variable(v, true)};
+        AttnTerms t;
+        t.forget = ag::Variable(f, f_grad);
+        const ag::Variable o = fused_attention(x[0], x[1], x[2], cfg, t).out;
+        o.backward(gout);
+        std::vector<std::vector<double>> r{o.value().to_vector()};
+        for (const ag::Variable& xi : x) r.push_back(xi.grad().to_vector());
+        EXPECT_EQ(t.forget.grad().defined(), f_grad);
+        return r;
+      };
+      const auto with = run(true), without = run(false);
+      ASSERT_EQ(with.size(), without.size());
+      for (size_t i = 0; i < with.size(); ++i) EXPECT_EQ(with[i], without[i]) << "tensor " << i;
+      AttnTerms elsewhere;
+      elsewhere.forget = ag::Variable(f.to(Device::cpu()));
+      EXPECT_THROW(fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(v), cfg, elsewhere), DeviceError);
+    }
+}
+
 // Sinks in the tensor-core kernels' epilogue (rows without keys included) against the CPU op in
 // float64 at the bf16 floor (MmaEmulator.SinksMatchTheCpuOp runs the same kernel code on the host).
 TEST(FusedCuda, SinksOnTheTensorCoreKernels) {

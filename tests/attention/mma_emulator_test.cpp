@@ -45,8 +45,9 @@ struct Emulated {
 };
 
 // The forward, the dO . O pre-pass (on the host, in f32) and both backward kernels, emulated.
+// fox_grad false: FoX's gates need no gradient (fused.cpp passes no dfox buffers).
 template <int D>
-Emulated run_emulated(const Problem& p, const Inputs& in) {
+Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) {
   const AttnConfig cfg = config_of(p);  // P points into its documents' bounds: keep it alive
   const AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
   const std::vector<uint16_t> q = to_bits(in.q), k = to_bits(in.k), v = to_bits(in.v), g = to_bits(in.g);
@@ -77,8 +78,8 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
   a.dv = dv.data();
   a.dc_rows = p.logit == LogitKind::LogN ? dc_rows.data() : nullptr;
   a.fc = p.fox ? fc.data() : nullptr;
-  a.dfox_q = p.fox ? dfox_q.data() : nullptr;
-  a.dfox_k = p.fox ? dfox_k.data() : nullptr;
+  a.dfox_q = p.fox && fox_grad ? dfox_q.data() : nullptr;
+  a.dfox_k = p.fox && fox_grad ? dfox_k.data() : nullptr;
   a.sink = p.sink ? z.data() : nullptr;
   a.dz_rows = p.sink ? dz_rows.data() : nullptr;
   a.counters = counters;
@@ -115,7 +116,7 @@ Emulated run_emulated(const Problem& p, const Inputs& in) {
     e.r.dz.assign(p.H, 0.0);
     for (int64_t row = 0; row < nq; ++row) e.r.dz[(row / p.Tq) % p.H] += dz_rows[row];
   }
-  if (p.fox) {  // dLoss/dc: the key sums, plus each row's sum at its query's position
+  if (p.fox && fox_grad) {  // dLoss/dc: the key sums, plus each row's sum at its query's position
     std::vector<double> dc(dfox_k.begin(), dfox_k.end());
     for (int64_t row = 0; row < nq; ++row) dc[(row / p.Tq) * p.Tk + P.q_offset + row % p.Tq] += dfox_q[row];
     e.r.df = reverse_cumsum_rows(dc, p.Tk);
@@ -297,6 +298,22 @@ TEST(MmaEmulator, ForgetGatesMatchTheCpuOp) {
   p = ps[1];
   p.D = 128;
   check<128>(p);
+}
+
+// FoX gates that need no gradient (frozen gates, gradients of the inputs only): the kernels get
+// no dfox buffers, write nothing there, and give the same out, lse, dq, dk and dv, bit for bit.
+TEST(MmaEmulator, ForgetGatesWithoutTheirGradient) {
+  Problem p;
+  p.fox = p.sink = true;
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 107, p.mask = MaskKind::Window;
+  const Inputs in = bf16_inputs(p, 23);
+  const Emulated with = run_emulated<64>(p, in), without = run_emulated<64>(p, in, false);
+  EXPECT_TRUE(without.r.df.empty());
+  for (auto [a, b] : {std::pair{&with.r.out, &without.r.out}, {&with.r.lse, &without.r.lse}, {&with.r.dq, &without.r.dq},
+                      {&with.r.dk, &without.r.dk}, {&with.r.dv, &without.r.dv}}) {
+    ASSERT_EQ(a->size(), b->size());
+    for (size_t i = 0; i < a->size(); ++i) ASSERT_EQ((*a)[i], (*b)[i]) << i;
+  }
 }
 
 // Sinks in the tensor-core kernels: folded into the forward's epilogue (rows without keys: out 0,
