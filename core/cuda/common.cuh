@@ -33,8 +33,14 @@ const char* cublas_hint(cublasStatus_t s);
     cublasStatus_t hz_s_ = (call);                                          \
     if (hz_s_ != CUBLAS_STATUS_SUCCESS) ::hz::cuda::throw_cublas(hz_s_, #call, __FILE__, __LINE__); \
   } while (0)
-// After a kernel launch: launch-configuration errors surface here (faults surface at the next sync).
-#define HZ_CUDA_LAUNCHED(name) HZ_CUDA_CHECK(cudaPeekAtLastError())
+// After a kernel launch: launch-configuration errors surface here, naming the kernel (faults
+// surface at the next sync). Any runtime call can leave its error as the "last error"
+// (cudaEventQuery's cudaErrorNotReady too), so calls whose error is expected clear it.
+#define HZ_CUDA_LAUNCHED(name)                                                      \
+  do {                                                                              \
+    cudaError_t hz_e_ = cudaPeekAtLastError();                                      \
+    if (hz_e_ != cudaSuccess) ::hz::cuda::throw_cuda(hz_e_, name, __FILE__, __LINE__); \
+  } while (0)
 
 // ---- devices and streams ----------------------------------------------------------------------
 void use_device(int device);        // cudaSetDevice when the calling thread is on another one
@@ -103,9 +109,11 @@ __device__ __forceinline__ T block_reduce(T v, T* scratch) {
   __syncthreads();  // scratch may still be read by a previous call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  T r = lane < nw ? scratch[lane] : (kMax ? scratch[0] : T(0));
-  if (warp == 0) r = kMax ? warp_max(r) : warp_sum(r);
-  if (threadIdx.x == 0) scratch[0] = r;
+  if (warp == 0) {  // only warp 0 reads the partials, so thread 0's write cannot race another warp's read
+    T r = lane < nw ? scratch[lane] : (kMax ? scratch[0] : T(0));
+    r = kMax ? warp_max(r) : warp_sum(r);  // the shuffles order warp 0's reads before the write
+    if (lane == 0) scratch[0] = r;
+  }
   __syncthreads();
   return scratch[0];
 }

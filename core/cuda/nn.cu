@@ -177,10 +177,11 @@ __global__ void rms_bwd_x_kernel(const T* __restrict__ x, const W* __restrict__ 
 constexpr int64_t kRowChunk = 256;
 template <class T>
 __global__ void rms_bwd_w_partial(const T* __restrict__ x, const math::acc_t<T>* __restrict__ rstd,
-                                  const T* __restrict__ g, double* __restrict__ part, int64_t R, int64_t C) {
+                                  const T* __restrict__ g, double* __restrict__ part, int64_t R, int64_t C,
+                                  int64_t chunk) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
-  const int64_t r0 = blockIdx.y * kRowChunk, r1 = min(R, r0 + kRowChunk);
+  const int64_t r0 = blockIdx.y * chunk, r1 = min(R, r0 + chunk);
   double acc = 0;
   for (int64_t r = r0; r < r1; ++r)
     acc += static_cast<double>(load(g[r * C + c])) * static_cast<double>(load(x[r * C + c]) * rstd[r]);
@@ -242,12 +243,14 @@ ops::RmsNormGrads rms_norm_backward(const Tensor& x_in, const Tensor& w_in, cons
     }
     if (need_gw && w.defined()) {
       res.gw = Tensor::empty({C}, w.dtype(), w.device());
-      const int64_t nchunks = std::max<int64_t>(1, (R + kRowChunk - 1) / kRowChunk);
+      // rows per chunk: kRowChunk, or more where the chunks would pass gridDim.y's 65535
+      const int64_t chunk = std::max<int64_t>(kRowChunk, (R + 65534) / 65535);
+      const int64_t nchunks = std::max<int64_t>(1, (R + chunk - 1) / chunk);
       Tensor part = Tensor::zeros({nchunks, C}, DType::F64, x.device());
       if (R > 0 && C > 0) {
         const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(nchunks));
         rms_bwd_w_partial<T><<<grid, kThreads, 0, stream(dev)>>>(ptr<const T>(x), ptr<const A>(rstd), ptr<const T>(g),
-                                                                 part.data<double>(), R, C);
+                                                                 part.data<double>(), R, C, chunk);
         HZ_CUDA_LAUNCHED("rms_norm_backward w partial");
       }
       if (C > 0) {
