@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 
 #ifdef HZ_HAVE_MPI
 #include <mpi.h>
@@ -53,15 +54,33 @@ class NcclRequest : public Request {
  public:
   NcclRequest(cudaEvent_t ev, Tensor t, cudaStream_t compute, Tensor t2 = Tensor())
       : ev_(ev), t_(std::move(t)), t2_(std::move(t2)), compute_(compute) {}
-  ~NcclRequest() override { cudaEventDestroy(ev_); }
+  // Dropped without wait() (an exception between posting and waiting): the compute stream still
+  // waits for the transfer before the buffers go back to its pool, where the next allocation could
+  // take them while NCCL writes.
+  ~NcclRequest() override {
+    if (!waited_ && cudaStreamWaitEvent(compute_, ev_, 0) != cudaSuccess) cudaGetLastError();
+    cudaEventDestroy(ev_);
+  }
   // Work queued on the compute stream from now on runs after the collective.
-  void wait() override { HZ_CUDA_OK(cudaStreamWaitEvent(compute_, ev_, 0)); }
-  bool test() override { return cudaEventQuery(ev_) == cudaSuccess; }
+  void wait() override {
+    HZ_CUDA_OK(cudaStreamWaitEvent(compute_, ev_, 0));
+    waited_ = true;
+  }
+  bool test() override {
+    const cudaError_t e = cudaEventQuery(ev_);
+    if (e == cudaSuccess) return true;
+    // "not ready" is left as the runtime's last error, which the next kernel launch's check would
+    // report as a failure: clear it
+    HZ_CHECK(e == cudaErrorNotReady, DeviceError, "cudaEventQuery on an NCCL transfer failed: ", cudaGetErrorName(e));
+    cudaGetLastError();
+    return false;
+  }
 
  private:
   cudaEvent_t ev_;
   Tensor t_, t2_;  // keep the buffers alive until the collective is done
   cudaStream_t compute_;
+  bool waited_ = false;
 };
 
 class DoneRequest : public Request {
@@ -117,6 +136,8 @@ class Nccl : public Communicator {
     }
     // 4. the communicator (collective: returns once every rank has joined)
     const ncclResult_t r = ncclCommInitRank(&comm_, size_, id, rank_);
+    // a failed start leaves no id file behind: a rerun's rank 1 must not read this one's id
+    if (r != ncclSuccess && !by_mpi && size_ > 1 && rank_ == 0) std::remove(env.id_file.c_str());
     if (r == ncclInvalidUsage)
       throw DeviceError(std::string("ncclCommInitRank failed: ") + ncclGetErrorString(r) + " (rank " +
                         std::to_string(rank_) + " of " + std::to_string(size_) + ", local rank " +
@@ -139,7 +160,13 @@ class Nccl : public Communicator {
     HZ_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
     HZ_NCCL_CHECK(ncclCommCount(comm_, &size_));
   }
-  ~Nccl() override { ncclCommDestroy(comm_); }
+  // Destroy waits for the communicator's queued work; while an exception unwinds (a rank that failed
+  // mid-step, a transfer posted that its peer will never match) that could wait forever before the
+  // error is printed, so the communicator is aborted instead.
+  ~Nccl() override {
+    if (std::uncaught_exceptions() > 0) ncclCommAbort(comm_);
+    else ncclCommDestroy(comm_);
+  }
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -256,13 +283,17 @@ class Nccl : public Communicator {
   void post_send_recv(const Tensor& send, int dest, Tensor& recv, int src) {
     if (dest >= 0) check(send);
     if (src >= 0) check(recv);
+    // the types first: a throw between ncclGroupStart and ncclGroupEnd would leave the group open
+    const ncclDataType_t st = dest >= 0 ? nccl_type(send.dtype()) : ncclFloat32;
+    const ncclDataType_t rt = src >= 0 ? nccl_type(recv.dtype()) : ncclFloat32;
     after_compute();
     HZ_NCCL_CHECK(ncclGroupStart());
-    if (dest >= 0)
-      HZ_NCCL_CHECK(ncclSend(send.raw_data(), static_cast<size_t>(send.numel()), nccl_type(send.dtype()), dest, comm_, stream_));
-    if (src >= 0)
-      HZ_NCCL_CHECK(ncclRecv(recv.raw_data(), static_cast<size_t>(recv.numel()), nccl_type(recv.dtype()), src, comm_, stream_));
-    HZ_NCCL_CHECK(ncclGroupEnd());
+    ncclResult_t r = ncclSuccess;
+    if (dest >= 0) r = ncclSend(send.raw_data(), static_cast<size_t>(send.numel()), st, dest, comm_, stream_);
+    if (r == ncclSuccess && src >= 0) r = ncclRecv(recv.raw_data(), static_cast<size_t>(recv.numel()), rt, src, comm_, stream_);
+    const ncclResult_t end = ncclGroupEnd();
+    HZ_NCCL_CHECK(r);
+    HZ_NCCL_CHECK(end);
   }
   void after_compute() {
     cudaEvent_t ready;

@@ -123,7 +123,9 @@ pair() {
   wait "${pids[0]}"; pair_rc0=$?
   wait "${pids[1]}"; pair_rc1=$?
 }
-duplicate_gpu() { grep -qE 'Duplicate GPU|two ranks on one GPU' "$REPORT_DIR/$1.rank0.log" "$REPORT_DIR/$1.rank1.log"; }
+# NCCL's refusal (its own WARN line, or Horizon's message for ncclInvalidUsage at init); not the
+# shared-GPU warning every rank on a shared GPU prints
+duplicate_gpu() { grep -qE 'Duplicate GPU detected|ncclCommInitRank failed: invalid usage' "$REPORT_DIR/$1.rank0.log" "$REPORT_DIR/$1.rank1.log"; }
 mode=plain
 mode_note=""
 
