@@ -577,11 +577,13 @@ ag::Variable context_attention(const ag::Variable& q, const ag::Variable& k, con
       const int64_t len = L.chunk_len(ch[i]), h = halo_len(L, W, ch[i]);
       ag::Variable kc = ag::narrow(k, 2, offs[i], len), vc = ag::narrow(v, 2, offs[i], len);
       ag::Variable fc = fox ? ag::narrow(f4, 2, offs[i], len) : ag::Variable();
-      if (h > 0) {
-        kc = ag::cat({ag::narrow(hk, 2, hoff, h), kc}, 2);
-        vc = ag::cat({ag::narrow(hv, 2, hoff, h), vc}, 2);
-        if (fox) fc = ag::cat({ag::narrow(hf, 2, hoff, h), fc}, 2);
-      }
+      // joined also when h is 0 (context rank 0's first chunk): every rank then builds the same
+      // graph, so its backward runs the same nodes in the same order and posts its transfers and the
+      // gradient hooks' all-reduces in the same order as the other ranks (one NCCL stream carries
+      // both: another order would deadlock)
+      kc = ag::cat({ag::narrow(hk, 2, hoff, h), kc}, 2);
+      vc = ag::cat({ag::narrow(hv, 2, hoff, h), vc}, 2);
+      if (fox) fc = ag::cat({ag::narrow(hf, 2, hoff, h), fc}, 2);
       hoff += h;
       AttnConfig c = cfg;
       c.q_offset = h;

@@ -9,6 +9,7 @@
 namespace hz::ag {
 
 namespace {
+thread_local std::vector<std::string>* backward_trace = nullptr;
 void accumulate(Tensor& dst, const Tensor& g) {
   if (!dst.defined()) {
     dst = g.is_contiguous() ? g.clone() : g.contiguous();  // own the buffer: never alias saved grads
@@ -17,6 +18,8 @@ void accumulate(Tensor& dst, const Tensor& g) {
   }
 }
 }  // namespace
+
+void set_backward_trace(std::vector<std::string>* trace) { backward_trace = trace; }
 
 void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
   HZ_CHECK(impl_ && impl_->requires_grad, ValueError,
@@ -71,6 +74,7 @@ void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
     HZ_CHECK(gout.shape() == n->out_shape, ShapeError, "internal: gradient for '", n->name,
              "' has shape ", shape_str(gout.shape()), ", expected ", shape_str(n->out_shape));
     Grads g(n->edges);
+    if (backward_trace) backward_trace->push_back(n->name);
     n->backward(gout, g);
     if (!retain_graph) n->backward = nullptr;  // free saved tensors now
     for (size_t i = 0; i < n->edges.size(); ++i) {

@@ -118,6 +118,12 @@ class EnableGradGuard {
 };
 bool grad_enabled();
 
+// While set (thread-local; null ends it), every backward on this thread appends the name of each
+// node it runs, in the order it runs them. That order is the order in which gradient hooks fire
+// and a backward's collectives are posted, which NCCL needs to be the same on every rank: the
+// context-parallel tests compare it across ranks.
+void set_backward_trace(std::vector<std::string>* trace);
+
 // Used by op implementations: wraps `value` as the output of a differentiable op over `inputs`.
 // When recording is on and any input requires grad, builds the Node; `make_backward` is only
 // called in that case (so forward-only calls capture nothing).

@@ -20,6 +20,7 @@
 #include "attention/context.h"
 #include "autograd/functions.h"
 #include "core/ops.h"
+#include "core/hash.h"
 #include "core/rng.h"
 #include "data/shard.h"
 #include "eval/eval.h"
@@ -279,7 +280,16 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
       const Tensor il = attn::local_rows(ids, 1, call.context->layout), tl = attn::local_rows(targets, 1, call.context->layout);
       const double here = loss_weight(tl, Tensor());
       ag::Variable loss = ag::mul_scalar(m.loss(il, tl, Tensor(), call), here / (2.0 * T));
+      std::vector<std::string> trace;
+      ag::set_backward_trace(&trace);
       loss.backward();
+      ag::set_backward_trace(nullptr);
+      // every rank runs the same nodes in the same order: NCCL (one communication stream for the
+      // context group's transfers and the gradient all-reduces that hooks post) deadlocks otherwise
+      uint64_t h = kFnvOffset;
+      for (const std::string& s : trace) h = fnv1a64(s.c_str(), s.size() + 1, h);
+      const std::vector<int64_t> hs = world().all_gather(static_cast<int64_t>(h >> 1));
+      for (int r = 1; r < N; ++r) EXPECT_EQ(hs[r], hs[0]) << "rank " << r << "'s backward runs another graph or order";
       EXPECT_NEAR(world().all_reduce_scalar(loss.item(), dist::ReduceOp::Sum), loss_full, 1e-12);
       size_t i = 0;
       for (auto& [n, p] : m.named_parameters()) {
