@@ -10,12 +10,18 @@ namespace hz::ag {
 
 namespace {
 thread_local std::vector<std::string>* backward_trace = nullptr;
-void accumulate(Tensor& dst, const Tensor& g) {
-  if (!dst.defined()) {
-    dst = g.is_contiguous() ? g.clone() : g.contiguous();  // own the buffer: never alias saved grads
-  } else {
+// Later gradients add into a leaf's grad in place, so its buffer must be its own: the first one is
+// kept as it is when nothing else can see its storage (a whole, contiguous, fresh result with one
+// owner: most op backwards return one), else copied. Saves a full copy of every parameter's (and
+// an attention benchmark's q/k/v) gradient per backward.
+void accumulate(Tensor& dst, Tensor&& g) {
+  if (dst.defined()) {
     ops::add_(dst, g);
+    return;
   }
+  const bool sole = g.is_contiguous() && g.offset() == 0 && g.storage() && g.storage().use_count() == 1 &&
+                    g.storage()->bytes() == static_cast<size_t>(g.numel()) * dtype_size(g.dtype());
+  dst = sole ? std::move(g) : (g.is_contiguous() ? g.clone() : g.contiguous());
 }
 }  // namespace
 
@@ -34,7 +40,7 @@ void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
   HZ_CHECK(seed.shape() == shape(), ShapeError, "backward(): gradient shape ",
            shape_str(seed.shape()), " != output shape ", shape_str(shape()));
   if (!impl_->grad_fn) {  // a leaf: its gradient is the seed
-    accumulate(impl_->grad, seed);
+    accumulate(impl_->grad, std::move(seed));
     return;
   }
   NoGradGuard no_grad;  // backward functions compute on Tensors; never record
@@ -88,7 +94,7 @@ void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
                  "' gradient for input ", i, " has shape ", shape_str(gi.shape()), ", expected ",
                  shape_str(e.leaf->value.shape()));
         // gradients accumulate in the parameter's own dtype (f32 master weights under bf16 compute)
-        accumulate(e.leaf->grad, gi.dtype() == e.leaf->value.dtype() ? gi : gi.to(e.leaf->value.dtype()));
+        accumulate(e.leaf->grad, gi.dtype() == e.leaf->value.dtype() ? std::move(gi) : gi.to(e.leaf->value.dtype()));
         if (--leaf_uses[e.leaf.get()] == 0 && e.leaf->grad_ready_hook) e.leaf->grad_ready_hook();
       } else {
         auto it = pending.find(e.node.get());

@@ -162,15 +162,22 @@ int bench_attention(const Args& args) {
             reset_peak_memory(dev);
             const auto t0 = std::chrono::steady_clock::now();
             attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, at);
-            sync();
-            const auto t1 = std::chrono::steady_clock::now();
-            o.out.backward(gout);
+            const auto t1 = std::chrono::steady_clock::now();  // the CPU's forward (the GPU's runs on)
+            o.out.backward(gout);  // on the GPU no sync between: the backward queues behind the forward
             sync();
             const auto t2 = std::chrono::steady_clock::now();
             peak = std::max(peak, memory_stats(dev).peak - base);
             if (r < 0) continue;
-            fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+            if (!gpu) fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
             tot.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+          }
+          for (int64_t r = -1; gpu && r < reps; ++r) {  // the GPU's forward alone, as PyTorch's (no graph)
+            ag::NoGradGuard no_grad;
+            sync();
+            const auto t0 = std::chrono::steady_clock::now();
+            attn::AttnOutput o = attn::fused_attention(q, k, v, cfg, at);
+            sync();
+            if (r >= 0) fwd.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
           }
           std::sort(fwd.begin(), fwd.end());
           std::sort(tot.begin(), tot.end());

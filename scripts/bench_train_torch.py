@@ -25,6 +25,9 @@ class RMSNorm(nn.Module):
 
 
 def rope(x, cos, sin):
+    # in the activations' dtype (bf16 under autocast), as transformers' Llama does: f32 tables would
+    # promote q and k to f32 and charge PyTorch for traffic its users do not pay
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     h = x.shape[-1] // 2
     x1, x2 = x[..., :h], x[..., h:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)

@@ -152,3 +152,40 @@ TEST(Engine, GradReadyHookFiresOnceWhenTheLeafIsComplete) {
   EXPECT_EQ(fired, 1);
   EXPECT_DOUBLE_EQ(seen, 15.0);
 }
+
+// A leaf's first gradient is kept without a copy only when nothing else can see its buffer; later
+// gradients add into it in place, so the seed, one gradient handed to two inputs, and views must
+// come out of that unchanged.
+TEST(Engine, FirstGradientIsCopiedOnlyWhenSomethingElseSeesIt) {
+  const Tensor seed = Tensor::from_vector({10.0, 20.0}, {2}, DType::F64);  // the leaves' dtype: no conversion
+  Variable x = leaf({1.0, 2.0}, {2});
+  reshape(x, {2}).backward(seed);  // the seed itself reaches x
+  reshape(x, {2}).backward(seed);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{20, 40}));
+  EXPECT_EQ(seed.to_vector(), (std::vector<double>{10, 20}));
+  Variable p = leaf({1.0, 2.0}, {2}), q = leaf({3.0, 4.0}, {2});
+  add(p, q).backward(seed);  // add hands the same gradient to both inputs
+  sum_all(mul_scalar(p, 1.0)).backward();
+  EXPECT_EQ(p.grad().to_vector(), (std::vector<double>{11, 21}));
+  EXPECT_EQ(q.grad().to_vector(), (std::vector<double>{10, 20}));
+  Variable a = leaf({1.0, 2.0}, {2});
+  add(a, a).backward(seed);
+  EXPECT_EQ(a.grad().to_vector(), (std::vector<double>{20, 40}));
+  EXPECT_EQ(seed.to_vector(), (std::vector<double>{10, 20}));
+}
+
+// ... and a fresh gradient is kept as it is: the backward of 2 x holds one buffer of x's size at
+// its peak, not two.
+TEST(Engine, FreshFirstGradientIsNotCopied) {
+  const int64_t n = 1 << 20;
+  Variable x(Tensor::ones({n}, DType::F32), true);
+  Variable y = mul_scalar(x, 2.0);
+  const Tensor seed = Tensor::ones({n}, DType::F32);
+  const int64_t base = memory_stats(Device::cpu()).allocated;
+  reset_peak_memory(Device::cpu());
+  y.backward(seed);
+  const int64_t extra = memory_stats(Device::cpu()).peak - base;
+  EXPECT_EQ(x.grad().at({0}), 2.0);
+  EXPECT_LT(extra, 2 * n * 4) << "the gradient was copied";
+  EXPECT_GE(extra, n * 4);
+}
