@@ -82,9 +82,10 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets,
 //   - With chunk 0 the loss and dh are bitwise those of cross_entropy(matmul(h, W^T)): each row's
 //     logits, NLL and gradient come from the same kernels, and the loss sums the rows' f64 NLL in
 //     row order as cross_entropy does.
-//   - dW sums dlogits_s^T h_s over fixed slices of kLossSlice rows in order; it differs from one
-//     GEMM over all N rows by round-off only (that GEMM's reduction over N is split by BLAS's own
-//     blocking, which no chunked computation can reproduce).
+//   - dW sums dlogits_s^T h_s over fixed slices of kLossSlice rows in order on the CPU, and one
+//     GEMM per chunk elsewhere; it differs from one GEMM over all N rows by round-off only (that
+//     GEMM's reduction over N is split by BLAS's own blocking, which no chunked computation can
+//     reproduce).
 //   - The chunk changes no bit where a GEMM row does not depend on how many rows the GEMM is
 //     given: f32 and bf16 on the CPU (tests/autograd/lm_head_loss_test.cpp). OpenBLAS's dgemm
 //     (f64) and cuBLAS may pick other kernels for other row counts: there the chunks agree to

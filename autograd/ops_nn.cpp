@@ -65,9 +65,13 @@ Variable lm_head_loss(const Variable& h, const Variable& w, const Tensor& target
         const Tensor lse = ops::cross_entropy(logits, tc, wc, ignore_index).lse;
         const Tensor dl = ops::cross_entropy_backward(logits, tc, wc, lse, den, ignore_index, gs);
         if (dh.defined()) dh.slice(0, c0, c1).copy_(ops::matmul(dl, wv));
+        // dW: on the CPU over fixed slices (the same sums for every chunk), elsewhere one GEMM per
+        // chunk (a GPU's GEMM rows depend on the row count anyway, and each slice's V x C partial
+        // and its f32 sum are memory traffic: 256-row slices would cost more than the GEMMs)
+        const int64_t slice = hv.device().is_cpu() ? kLossSlice : c1 - c0;
         if (dw.defined())
-          for (int64_t s0 = c0; s0 < c1; s0 += kLossSlice) {  // fixed slices: the same sums for every chunk
-            const int64_t s1 = std::min(c1, s0 + kLossSlice);
+          for (int64_t s0 = c0; s0 < c1; s0 += slice) {
+            const int64_t s1 = std::min(c1, s0 + slice);
             const Tensor part = ops::matmul(dl.slice(0, s0 - c0, s1 - c0), hv.slice(0, s0, s1), true, false);
             ops::add_(dw, part.dtype() == dw.dtype() ? part : part.to(dw.dtype()));
           }

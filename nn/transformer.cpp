@@ -167,8 +167,9 @@ ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const T
                           weights.defined() ? weights.to(dev).reshape({-1}) : Tensor(), loss_chunk);
 }
 
-int64_t Transformer::auto_loss_chunk(int64_t vocab_size) {
-  return std::max<int64_t>(ag::kLossSlice, (int64_t(64) << 20) / (4 * std::max<int64_t>(1, vocab_size)));
+int64_t Transformer::auto_loss_chunk(int64_t vocab_size, bool gpu) {
+  const int64_t budget = gpu ? int64_t(1) << 30 : int64_t(64) << 20;
+  return std::max<int64_t>(ag::kLossSlice, budget / (4 * std::max<int64_t>(1, vocab_size)));
 }
 
 Tensor Transformer::token_nll(const Tensor& ids, const Tensor& targets_in, AttnCall call, int64_t chunk) const {
@@ -180,7 +181,8 @@ Tensor Transformer::token_nll(const Tensor& ids, const Tensor& targets_in, AttnC
   const int64_t N = h.size(0);
   const Tensor targets = targets_in.reshape({-1}).to(h.device());
   // whole slices of ag::kLossSlice rows, as the training loss takes them
-  const int64_t step = ag::loss_chunk_step(chunk < 0 ? auto_loss_chunk(cfg.vocab_size) : chunk, N);
+  const int64_t step =
+      ag::loss_chunk_step(chunk < 0 ? auto_loss_chunk(cfg.vocab_size, h.device().is_cuda()) : chunk, N);
   Tensor nll = Tensor::empty({N}, DType::F64);
   double* out = nll.data<double>();
   for (int64_t r0 = 0; r0 < N; r0 += step) {

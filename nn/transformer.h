@@ -85,8 +85,10 @@ class Transformer : public Module {
   // lengths never hold the (B T, V) logits. The values are those of cross_entropy_rows(forward(ids)) row for row, bitwise where a GEMM row does not
   // depend on the row count (f32 and bf16 on the CPU; see ag::lm_head_loss).
   Tensor token_nll(const Tensor& ids, const Tensor& targets, AttnCall call = {}, int64_t chunk = -1) const;
-  // The automatic chunk: rows whose f32 logits take about 64 MiB, at least ag::kLossSlice.
-  static int64_t auto_loss_chunk(int64_t vocab_size);
+  // The automatic chunk: rows whose f32 logits take about 64 MiB on the CPU, 1 GiB on a GPU (where
+  // each chunk's dW is one GEMM, and fewer, larger ones keep the memory traffic of its partial
+  // sums small), at least ag::kLossSlice.
+  static int64_t auto_loss_chunk(int64_t vocab_size, bool gpu = false);
 
   ModelConfig cfg;
   // Mixed precision: the dtype forward() computes in (nn/autocast.h); parameters keep cfg.dtype.

@@ -212,7 +212,7 @@ void visit_fields(Recipe& r, V& v) {
                         "layer (only each block's input kept); gradients bitwise equal to none"),
                 nn::parse_recompute, static_cast<const char* (*)(nn::Recompute)>(nn::name));
   v("train.loss_chunk", r.train.loss_chunk,
-    run_opt("rows of LM-head logits alive at a time (-1 = automatic: about 64 MiB of them, 0 = all); "
+    run_opt("rows of LM-head logits alive at a time (-1 = automatic: about 64 MiB of them, 1 GiB on a GPU; 0 = all); "
             "f32/bf16 losses and gradients on the CPU are bitwise the same for every value").at_least(-1));
   v("train.log_every", r.train.log_every, run_opt("console / metrics.jsonl interval").at_least(1));
   v("train.bucket_mb", r.train.bucket_mb, run_opt("data parallel: gradient all-reduce bucket size in MiB").at_least(1));
@@ -783,7 +783,7 @@ std::vector<int64_t> Recipe::eval_lengths() const {
 
 int64_t Recipe::loss_chunk_rows() const {
   if (train.loss_chunk >= 0) return train.loss_chunk;
-  return nn::Transformer::auto_loss_chunk(model_config().vocab_size);
+  return nn::Transformer::auto_loss_chunk(model_config().vocab_size, run.device == DeviceType::CUDA);
 }
 
 eval::EvalOptions recipe_eval_defaults() {
