@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/device.h"
 #include "data/tokenizer.h"
 #include "eval/generate.h"
 #include "eval/inference.h"
@@ -186,17 +187,22 @@ int bench_generate_main(const std::vector<std::string>& a) {
     eval::ScopedInference si(m, inf, recipe.data.seq_len, L);
     std::vector<double> prefill, cached, full;
     int64_t kv = 0;
+    const Device dev = m.device();
+    auto settled = [&] {  // a GPU runs on after a call returns: the clock stops once it has finished
+      if (dev.is_cuda()) cuda::synchronize(dev.index);
+      return clock::now();
+    };
     for (int64_t r = 0; r < reps; ++r) {
       {  // A: prefill + cached steps
         nn::KVCache cache(m, L, recipe.data.seq_len);
         kv = cache.bytes();
-        auto t0 = clock::now();
+        auto t0 = settled();
         cache.prefill(prompt);
-        prefill.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+        prefill.push_back(std::chrono::duration<double>(settled() - t0).count());
         for (int64_t i = 0; i + 1 < n_new; ++i) {
-          t0 = clock::now();
+          t0 = settled();
           cache.step(static_cast<int32_t>(i % 200));
-          cached.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+          cached.push_back(std::chrono::duration<double>(settled() - t0).count());
         }
       }
       {  // B: one new token by recomputing the whole sequence (no cache)
@@ -206,9 +212,9 @@ int bench_generate_main(const std::vector<std::string>& a) {
         nn::AttnCall call;
         call.T = L;
         call.train_T = recipe.data.seq_len;
-        const auto t0 = clock::now();
+        const auto t0 = settled();
         m.forward(Tensor::from_vector(ids, {1, L - 1}, DType::I64), Tensor(), call);
-        full.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+        full.push_back(std::chrono::duration<double>(settled() - t0).count());
       }
     }
     const int64_t dense = 2 * L * m.cfg.kv_heads() * m.cfg.hdim() * m.cfg.n_layers *

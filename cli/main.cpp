@@ -209,9 +209,11 @@ int cmd_info(const std::vector<std::string>& a) {
       for (const auto& p : plans) fmt::print(" {:>12}", hz::train::format_bytes(p.rows()[i].second));
       fmt::print("\n");
     }
-    if (hz::cuda::available())
-      fmt::print("  GPU 0 holds {}: the plan {} there\n", hz::train::format_bytes(hz::cuda::memory_bytes(0)),
-                 plans[0].peak <= hz::cuda::memory_bytes(0) ? "fits" : "does not fit");
+    if (hz::cuda::available()) {
+      const int64_t usable = hz::cuda::memory_usable(0);
+      fmt::print("  GPU 0 holds {}, {} of it free: the plan {} there\n", hz::train::format_bytes(hz::cuda::memory_bytes(0)),
+                 hz::train::format_bytes(usable), plans[0].peak <= usable ? "fits" : "does not fit");
+    }
   }
   {  // context parallelism: what each layer exchanges (train/context_parallel.h)
     std::vector<int> groups{2, 4, 8};

@@ -27,6 +27,9 @@ bool available();            // compiled() && device_count() > 0
 std::string device_name(int device);  // "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)"
 int compute_capability(int device);    // 10 * major + minor: 90 on an H100/H200
 int64_t memory_bytes(int device);      // the device's global memory
+// What this process can still use there: the driver's free memory (other processes and the CUDA
+// context already taken out) plus what Horizon's pool holds (its tensors, live or cached).
+int64_t memory_usable(int device);
 // Each device has a compute stream (every kernel, cuBLASLt call, copy and allocation of Horizon
 // runs on it, in order) and a communication stream (NCCL collectives), both non-blocking with
 // respect to the legacy default stream; as cudaStream_t behind void*, so that callers need no

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/device.h"
 #include "data/sampling.h"
 #include "eval/inference.h"
 #include "nn/kv_cache.h"
@@ -71,10 +72,16 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
   ScopedInference inf(m, o.inference, train_T, g.context);
   nn::KVCache cache(m, g.context, train_T);
   g.kv_bytes = cache.bytes();
-  auto t0 = clock::now();
+  // a GPU runs on after a call returns: the clock stops once it has finished
+  const Device dev = m.device();
+  auto settled = [&] {
+    if (dev.is_cuda()) cuda::synchronize(dev.index);
+    return clock::now();
+  };
+  auto t0 = settled();
   Tensor lg = cache.prefill(visible);
   int32_t previous = visible.back();
-  g.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  g.prefill_seconds = std::chrono::duration<double>(settled() - t0).count();
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     double u = 0;
     if (o.temperature > 0) {
@@ -84,11 +91,11 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
     const int32_t tok = choose_token(lg.to_vector(), o.temperature, o.top_p, u);
     g.tokens.push_back(tok);
     if (tok == o.stop_token || i + 1 == o.max_new_tokens) break;
-    t0 = clock::now();
+    t0 = settled();
     // masked documents: the token after an EOS starts a new document, seen alone from position 0
     lg = masked && previous == o.eos ? cache.prefill({tok}) : cache.step(tok);
     previous = tok;
-    g.step_seconds.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    g.step_seconds.push_back(std::chrono::duration<double>(settled() - t0).count());
   }
   return g;
 }

@@ -95,7 +95,9 @@ std::string Optimizer::key(const ParamState& s, const std::string& buffer) const
 
 void Optimizer::state_dict(std::map<std::string, Tensor>& out) const {
   for (const auto& s : state_)
-    for (const auto& [b, t] : s.buffers) out[key(s, b)] = t.clone();
+    // straight to the host (a checkpoint's destination): a device copy first would need the
+    // optimizer state's size again on the GPU at every save
+    for (const auto& [b, t] : s.buffers) out[key(s, b)] = t.device().is_cpu() ? t.clone() : t.to(Device::cpu());
   out[step_key()] = Tensor::from_vector({static_cast<double>(step_)}, {}, DType::I64);
 }
 

@@ -351,11 +351,13 @@ class Trainer {
     plan_ = plan_memory(r_, *model_, world_);
     res_.mem_plan = plan_.peak;
     if (dev_.is_cuda()) {
-      const int64_t have = cuda::memory_bytes(dev_.index);
+      // free memory (not the card's total): other processes and the CUDA context are taken out
+      const int64_t have = cuda::memory_usable(dev_.index);
       HZ_CHECK(plan_.peak <= have, ValueError, "this run needs about ", format_bytes(plan_.peak), " on ", dev_.str(),
                " (parameters ", format_bytes(plan_.parameters), ", optimizer state ", format_bytes(plan_.optimizer),
-               ", activations ", format_bytes(plan_.activations), ", logits ", format_bytes(plan_.logits), ") but the "
-               "GPU has ", format_bytes(have), ": set train.recompute=layer, a smaller data.batch_size (with "
+               ", activations ", format_bytes(plan_.activations), ", logits ", format_bytes(plan_.logits), ") but ",
+               format_bytes(have), " of the GPU's ", format_bytes(cuda::memory_bytes(dev_.index)),
+               " are free for it: set train.recompute=layer, a smaller data.batch_size (with "
                "train.grad_accum), train.loss_chunk, or parallel.shard_optimizer=true over more ranks (horizon info "
                "RECIPE prints the plan)");
       reset_peak_memory(dev_);

@@ -137,6 +137,15 @@ int64_t memory_bytes(int device) {
   return static_cast<int64_t>(p.totalGlobalMem);
 }
 
+int64_t memory_usable(int device) {
+  use_device(device);
+  size_t free = 0, total = 0;
+  HZ_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  uint64_t reserved = 0;
+  HZ_CUDA_CHECK(cudaMemPoolGetAttribute(state(device).pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  return static_cast<int64_t>(free + reserved);
+}
+
 int compute_capability(int device) {
   int major = 0, minor = 0;
   HZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

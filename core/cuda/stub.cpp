@@ -15,6 +15,7 @@ bool available() { return false; }
 const Backend* backend_table() { return nullptr; }
 std::string device_name(int) { no_cuda(); }
 int64_t memory_bytes(int) { no_cuda(); }
+int64_t memory_usable(int) { no_cuda(); }
 int compute_capability(int) { no_cuda(); }
 void* compute_stream(int) { no_cuda(); }
 void* comm_stream(int) { no_cuda(); }

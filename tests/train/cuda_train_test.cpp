@@ -188,5 +188,9 @@ TEST_F(CudaTrain, RefusesARunWhosePlanExceedsTheGpu) {
     const std::string m = e.what();
     EXPECT_NE(m.find("this run needs about"), std::string::npos) << m;
     EXPECT_NE(m.find("train.recompute=layer"), std::string::npos) << m;
+    EXPECT_NE(m.find("are free for it"), std::string::npos) << m;  // free memory, not the card's total
   }
+  const int64_t usable = cuda::memory_usable(0);
+  EXPECT_GT(usable, 0);
+  EXPECT_LE(usable, cuda::memory_bytes(0));
 }
