@@ -110,14 +110,15 @@ starts() {
   say ""; say "## $1"; say ""
   return 0
 }
-# ended STAGE: the stage's time; recorded as finished (for `session`) unless the deadline cut it
 # errors LOG: the first distinct error lines of a log, into the report (a benchmark that measured
 # nothing says why)
 errors() {
   local lines
   lines=$(grep -E "error|Error|FAILED|failed|Traceback|Aborted|what\(\)" "$1" 2>/dev/null | awk '!seen[$0]++' | head -12)
   [ -n "$lines" ] && { say "Errors in $(basename "$1"):"; say '```'; say "$lines"; say '```'; }
+  return 0
 }
+# ended STAGE: the stage's time; recorded as finished (for `session`) unless the deadline cut it
 ended() {
   say ""
   if [ $CUT = 0 ]; then
