@@ -97,9 +97,7 @@ int bench_attention(const Args& args) {
   const std::string json = args.get("json", "");
   FILE* jf = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
   HZ_CHECK(json.empty() || jf, ValueError, "bench: cannot write ", json);
-  auto sync = [&] {
-    if (gpu) cuda::synchronize(0);
-  };
+  auto sync = [&] { synchronize(dev); };
   fmt::print("fused attention forward+backward on {}, {} H={} D={}, {}, median of {}{}\n",
              gpu ? cuda::device_name(0) : "cpu (" + std::to_string(cpu::num_threads()) + " threads)",
              B_arg > 0 ? "B=" + std::to_string(B_arg) : "B=16384/T", H, D, dts, reps, gpu ? " after a warm-up" : "");
@@ -260,9 +258,7 @@ int bench_train(const std::vector<std::string>& a) {
   const int64_t B = r.data.batch_size, T = r.data.seq_len, V = r.model.cfg.vocab_size;
   Generator g(1);
   std::vector<double> times, fwd, bwd, upd;
-  auto sync = [&] {
-    if (dev.is_cuda()) cuda::synchronize(dev.index);
-  };
+  auto sync = [&] { synchronize(dev); };
   for (int64_t i = 0; i < warmup + steps; ++i) {
     if (i == warmup && dev.is_cuda()) reset_peak_memory(dev);
     const Tensor u = g.uniform({B, T + 1}, 0, static_cast<double>(V), DType::F64);

@@ -188,8 +188,8 @@ int bench_generate_main(const std::vector<std::string>& a) {
     std::vector<double> prefill, cached, full;
     int64_t kv = 0;
     const Device dev = m.device();
-    auto settled = [&] {  // a GPU runs on after a call returns: the clock stops once it has finished
-      if (dev.is_cuda()) cuda::synchronize(dev.index);
+    auto settled = [&] {  // the clock stops once the device has finished
+      synchronize(dev);
       return clock::now();
     };
     for (int64_t r = 0; r < reps; ++r) {

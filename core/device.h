@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace hz {
 
 namespace cpu {
@@ -42,5 +44,11 @@ void synchronize(int device);
 void set_allow_tf32(bool on);
 bool allow_tf32();
 }  // namespace cuda
+
+// Waits on the host until device d has finished the work queued on it. A GPU runs on after a call
+// returns, so a timer reads this before it stops; on the CPU ops return finished (a no-op).
+inline void synchronize(const Device& d) {
+  if (d.is_cuda()) cuda::synchronize(d.index);
+}
 
 }  // namespace hz

@@ -72,10 +72,9 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
   ScopedInference inf(m, o.inference, train_T, g.context);
   nn::KVCache cache(m, g.context, train_T);
   g.kv_bytes = cache.bytes();
-  // a GPU runs on after a call returns: the clock stops once it has finished
   const Device dev = m.device();
-  auto settled = [&] {
-    if (dev.is_cuda()) cuda::synchronize(dev.index);
+  auto settled = [&] {  // the clock stops once the device has finished
+    synchronize(dev);
     return clock::now();
   };
   auto t0 = settled();
