@@ -13,7 +13,7 @@
 # Environment: HZ_BUILD_DIR (default build), HZ_PYTHON (default python3; needs torch with CUDA),
 # HZ_BENCH_DEADLINE (epoch seconds: no length starts within 20 s of it), HZ_BENCH_FLEX_T (the
 # lengths at which FlexAttention runs, default all: each of its cases costs a torch.compile of
-# tens of seconds; SDPA runs at every length), HZ_BENCH_RESUME=1 (a length and head dim whose
+# tens of seconds; SDPA runs at every length; empty: none), HZ_BENCH_RESUME=1 (a length and head dim whose
 # results are already in $HZ_BENCH_OUT are not measured again).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,7 @@ have_torch=1
   echo "[bench_attention_gpu] $PY has no CUDA PyTorch: Horizon's side only" >&2
 }
 deadline=${HZ_BENCH_DEADLINE:-0}
-flex_t=${HZ_BENCH_FLEX_T:-all}
+flex_t=${HZ_BENCH_FLEX_T-all}
 for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before the next
   for D in ${DS//,/ }; do
     if [ "$deadline" != 0 ] && [ $(( deadline - $(date +%s) )) -lt 20 ]; then
