@@ -3,6 +3,7 @@
 # tool's `run` starts in it, with `.deps` carried: scripts/gpu_deps.sh makes it here).
 #
 #   scripts/gpu_check.sh [STAGE|PRESET]...
+#   scripts/gpu_check.sh print-build     the device configuration's CMake options, then its targets
 #
 # Every command first runs `preflight` (tool versions, libraries, the GPU as CUDA and PyTorch see
 # it; a missing .deps or xz is said before any build starts) and `build` (only the binaries with
@@ -47,7 +48,7 @@
 # A deadline: the whole command ends inside HZ_GPU_DEADLINE seconds (default 540, under the tool's
 # 10 minutes): every binary runs under `timeout` bounded by the time left, and a stage that would
 # start too late is skipped, saying so.
-# Environment: HZ_GPU_BUILD (build-gpu), HZ_GPU_JOBS (nproc), HZ_GPU_DEADLINE (540),
+# Environment: HZ_GPU_BUILD (build-gpu), HZ_GPU_DEPS (.deps/gpu-deps.tar.xz), HZ_GPU_DEPS_DIR (/tmp/hzdeps), HZ_GPU_JOBS (nproc), HZ_GPU_DEADLINE (540),
 # HZ_GPU_BENCH_T (1024,2048,4096,8192,16384,32768), HZ_GPU_BENCH_D (64,128), HZ_GPU_FLEX_T (8192),
 # HZ_GPU_STATE (/tmp/hz_gpu_state), HZ_GPU_IDLE (60: seconds without output that make a case hung).
 set -uo pipefail
@@ -57,7 +58,24 @@ DEADLINE=${HZ_GPU_DEADLINE:-540}
 OUTDIR=${OUT:-gpu_report}
 LOGS=${HZ_GPU_LOGS:-/tmp/hz_gpu_logs}
 BUILD=${HZ_GPU_BUILD:-build-gpu}
+DEPS_TAR=${HZ_GPU_DEPS:-.deps/gpu-deps.tar.xz}  # scripts/gpu_deps.sh makes it
+DEPS_DIR=${HZ_GPU_DEPS_DIR:-/tmp/hzdeps}
 JOBS=${HZ_GPU_JOBS:-$(nproc)}
+# The device configuration: the bundled dependencies (HZ_DEPS_PREFIX, added at the build), no MPI,
+# the portable CPU GEMM, CUDA for Hopper, the lab. Built: only the suites with CUDA cases
+# (tests/gpu_check/gpu_check_test.sh checks that no other suite has one), horizon (NCCL, the
+# benchmarks) and the lab (hz_test_nccl and attention_lab when configured). scripts/test.sh builds the
+# same configuration and targets on every CI run (`scripts/gpu_check.sh print-build`).
+DEVICE_CFG=(-DCMAKE_BUILD_TYPE=Release -DHZ_MPI=OFF -DHZ_OPENBLAS=OFF -DHZ_DNNL=OFF -DHZ_CUDA=ON
+            -DCMAKE_CUDA_ARCHITECTURES=90 -DHZ_KERNEL_LAB=ON)
+SUITES=(core autograd attention nn train nccl)
+TARGETS=(horizon)
+for s in "${SUITES[@]}"; do [ "$s" = nccl ] || TARGETS+=("hz_test_$s"); done
+if [ "${1:-}" = print-build ]; then
+  echo "${DEVICE_CFG[*]}"
+  echo "${TARGETS[*]} hz_test_nccl attention_lab"
+  exit 0
+fi
 REPORT=$OUTDIR/gpu_report.md
 mkdir -p "$OUTDIR"
 rm -rf "$LOGS" && mkdir -p "$LOGS"
@@ -79,6 +97,7 @@ for a in "$@"; do
     train) add bench-train ;;
     all) for s in "${ALL_STAGES[@]}"; do add "$s"; done ;;
     build|preflight) ;;  # always run
+    print-build) echo "gpu_check: print-build comes alone" >&2; exit 2 ;;
     *) if [[ " ${ALL_STAGES[*]} " == *" $a "* ]]; then add "$a"; else echo "gpu_check: unknown stage '$a'" >&2; exit 2; fi ;;
   esac
 done
@@ -156,39 +175,36 @@ say ""; say "## preflight"; say ""; say '```'
   echo "libcublasLt: ${lt:-$(ldconfig -p 2>/dev/null | grep -m1 -o '/.*libcublasLt.so[.0-9]*' || echo MISSING)}"
   echo "torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA DEVICE")' 2>&1 | tail -1)"
   echo "cores: $(nproc), memory: $(free -g 2>/dev/null | awk '/Mem:/ {print $2 " GiB"}')"
-  echo "deps: $( [ -f .deps/gpu-deps.tar.xz ] && du -h .deps/gpu-deps.tar.xz | cut -f1 || echo 'MISSING: carry .deps (scripts/gpu_deps.sh)')"
+  echo "deps: $( [ -f "$DEPS_TAR" ] && du -h "$DEPS_TAR" | cut -f1 || echo "MISSING: $DEPS_TAR (carry .deps; scripts/gpu_deps.sh)")"
 } 2>&1 | tee -a "$REPORT"
 say '```'
 # what the build and the stages need, said now rather than after a minute of build
 for t in xz cmake ninja nvcc python3; do command -v $t > /dev/null || say "- **missing: $t** (the build or a stage needing it fails)"; done
-[ -f .deps/gpu-deps.tar.xz ] || say "- **missing: .deps/gpu-deps.tar.xz** (make it here with scripts/gpu_deps.sh and name .deps in the device tool's carry): no build"
+[ -f "$DEPS_TAR" ] || say "- **missing: $DEPS_TAR** (make it here with scripts/gpu_deps.sh and name .deps in the device tool's carry): no build"
 command -v compute-sanitizer > /dev/null || say "- missing: compute-sanitizer (racecheck, memcheck and the culprits' memcheck reruns are skipped)"
 NCCL_ROOT=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
 [ -n "$NCCL_ROOT" ] && say "NCCL: the PyTorch wheel's, $NCCL_ROOT"
 
 # ---- build --------------------------------------------------------------------------------------------
 say ""; say "## build"; say ""
-deps=/tmp/hzdeps
-if [ ! -f "$deps/lib/libhdf5_serial.a" ] && [ -f .deps/gpu-deps.tar.xz ]; then
-  mkdir -p "$deps" && tar -xJf .deps/gpu-deps.tar.xz -C "$deps"
+deps=$DEPS_DIR
+if [ ! -f "$deps/lib/libhdf5_serial.a" ] && [ -f "$DEPS_TAR" ] && command -v xz > /dev/null; then
+  mkdir -p "$deps" && tar -xJf "$DEPS_TAR" -C "$deps"
 fi
 b0=$(date +%s)
-# only what has CUDA cases, plus horizon (NCCL, benchmarks) and the lab
-TARGETS=(hz_test_core hz_test_autograd hz_test_attention hz_test_nn hz_test_train horizon)
-cfg=(-DCMAKE_BUILD_TYPE=Release -DHZ_DEPS_PREFIX="$deps" -DHZ_MPI=OFF -DHZ_OPENBLAS=OFF -DHZ_DNNL=OFF
-     -DHZ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DHZ_KERNEL_LAB=ON)
+cfg=("${DEVICE_CFG[@]}" -DHZ_DEPS_PREFIX="$deps")
 [ -n "$NCCL_ROOT" ] && cfg+=(-DHZ_NCCL_ROOT="$NCCL_ROOT")
 # the sources' hash (contents, not timestamps: the copied tree's may change between calls) and the
 # configuration; equal to the last successful build's on this warm machine: nothing to do
-src_hash=$( { printf '%s\n' "${cfg[@]}"; find . -path ./.git -prune -o -path "./$BUILD" -prune -o -path ./.deps -prune -o \
+src_hash=$( { printf '%s\n' "${cfg[@]}"; find . -path ./.git -prune -o -path "./$BUILD" -prune -o -path './build*' -prune -o -path ./.deps -prune -o \
              -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name 'CMakeLists.txt' -o -name '*.cmake' \) \
              -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
 crc=0; brc=0
-if [ -f .deps/gpu-deps.tar.xz ] && [ "$(cat "$STATE_DIR/build_hash" 2>/dev/null)" = "$src_hash" ] && [ -x "$BUILD/horizon" ]; then
+if [ -f "$DEPS_TAR" ] && [ "$(cat "$STATE_DIR/build_hash" 2>/dev/null)" = "$src_hash" ] && [ -x "$BUILD/horizon" ]; then
   say "- build: unchanged sources (hash $src_hash), the last build on this machine is used"
-elif [ ! -f .deps/gpu-deps.tar.xz ] || ! command -v xz > /dev/null; then
+elif [ ! -f "$DEPS_TAR" ] || ! command -v xz > /dev/null; then
   crc=1; brc=1
-  say "- **no build**: .deps/gpu-deps.tar.xz or xz is missing (see preflight)"
+  say "- **no build**: $DEPS_TAR or xz is missing (see preflight)"
 else
   rm -f "$STATE_DIR/build_hash"
   bounded 120 "$LOGS/build.log" cmake -S . -B "$BUILD" -G Ninja "${cfg[@]}"
@@ -217,7 +233,6 @@ ls "$BUILD"/hz_test_* > /dev/null 2>&1 && say "- built: $(cd "$BUILD" && ls hz_t
 ended build
 
 # ---- test runner ---------------------------------------------------------------------------------------
-SUITES=(core autograd attention nn optim data io train hf study eval distributed nccl)
 # the CUDA cases (MixedPrecision.* are CPU cases: CI runs them)
 GPU_FILTER='*Cuda*:*cuda*:*Gpu*:*GPU*:*Nccl*'
 

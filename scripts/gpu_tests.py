@@ -62,7 +62,8 @@ def run_watched(cmd, log, idle, hard, env=None):
     `idle` seconds without output or `hard` seconds in all. Returns (rc, lines, why) with why one
     of 'exit', 'idle', 'hard'."""
     with open(log, "ab") as f:
-        f.write(("$ " + " ".join(cmd) + "\n").encode())
+        line = " ".join(cmd)
+        f.write(("$ " + (line if len(line) < 400 else line[:400] + f" ... ({len(line)} characters)") + "\n").encode())
     try:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)
@@ -156,7 +157,7 @@ def parse(lines):
 
 
 def first_errors(lines, n=6):
-    keep = [l.strip() for l in lines if re.search(r"Failure|error|Error|what\(\)|Expected|Which is|terminate|Assert", l)]
+    keep = [l.strip() for l in lines if re.search(r"Failure|error|Error|exception|what\(\)|Expected|Which is|terminate|Assert", l)]
     seen, out = set(), []
     for l in keep:
         if l not in seen:

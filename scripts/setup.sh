@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs Horizon's system dependencies (Debian 12, apt) and builds build/horizon.
+# Installs Horizon's system dependencies (Debian 12, apt) and builds build/ (horizon and the tests).
 # Idempotent: packages already present are skipped, the build is incremental.
-# Environment: HZ_BUILD_DIR (default build), HZ_CMAKE_ARGS (extra -D options), HZ_JOBS (default 2).
+# Environment: HZ_BUILD_DIR (default build), HZ_CMAKE_ARGS (extra -D options), HZ_JOBS (default 2),
+# HZ_TARGETS (build only these targets; default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,8 @@ PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
       zlib1g-dev python3-h5py python3-matplotlib)
 # tokenizers: pre-tokenizer regexes, Unicode properties and normalization, tokenizer.json / JSONL, .model files
 PKGS+=(libpcre2-dev libutf8proc-dev nlohmann-json3-dev libsentencepiece-dev)
+# scripts/gpu_deps.sh packs the GPU machine's dependencies with xz
+PKGS+=(xz-utils)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -29,5 +32,6 @@ JOBS=${HZ_JOBS:-2}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${HZ_CMAKE_ARGS:-}
 fi
-cmake --build "$BUILD_DIR" -j "$JOBS"
-echo "[setup] built $BUILD_DIR/horizon"
+# shellcheck disable=SC2086  # HZ_TARGETS is a word list
+cmake --build "$BUILD_DIR" -j "$JOBS" ${HZ_TARGETS:+--target $HZ_TARGETS}
+echo "[setup] built $BUILD_DIR/${HZ_TARGETS:+: $HZ_TARGETS}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up (apt + build, via scripts/setup.sh) and runs every test through CTest.
 # Also builds a second, portable configuration (no OpenBLAS, no CUDA, no MPI) and runs the
-# numerical suites on it, so the fallback GEMM and the CPU-only build stay honest.
+# numerical suites on it, so the fallback GEMM and the CPU-only build stay honest; and a third, the
+# GPU machine's (scripts/gpu_check.sh), so that it compiles and links before a GPU session needs it.
 # Idempotent; each test is bounded by a CTest timeout. Set HZ_SKIP_PORTABLE=1 to skip the
 # portable configuration.
 set -euo pipefail
@@ -16,9 +17,29 @@ HZ_CMAKE_ARGS="-DHZ_KERNEL_LAB=ON ${HZ_CMAKE_ARGS:-}" scripts/setup.sh
 if [ "${HZ_SKIP_PORTABLE:-0}" != "1" ]; then
   echo "[test] portable configuration: HZ_OPENBLAS=OFF HZ_CUDA=OFF HZ_MPI=OFF"
   HZ_BUILD_DIR=build-portable HZ_CMAKE_ARGS="-DHZ_OPENBLAS=OFF -DHZ_CUDA=OFF -DHZ_MPI=OFF" \
-    scripts/setup.sh
+    HZ_TARGETS="horizon hz_test_core hz_test_autograd hz_test_attention hz_test_nn hz_test_optim" scripts/setup.sh
   # the suites whose code paths differ without OpenBLAS / CUDA (GEMM, kernels, gradients, models)
   (cd build-portable && ctest --output-on-failure --timeout 900 -j "${HZ_JOBS:-2}" \
      -R '^(hz_test_(core|autograd|attention|nn|optim)|cli_help|cli_info)$')
+fi
+# The GPU machine's configuration (scripts/gpu_check.sh): the bundled dependencies from .deps
+# (static archives, SentencePiece by rpath), no MPI, no OpenBLAS, CUDA, the lab, built here so that
+# a compile or link error in it shows in CI, not in a GPU session's first minutes; its binaries must
+# load and list their cases. Needs nvcc; HZ_SKIP_DEVICE=1 skips it.
+if [ "${HZ_SKIP_DEVICE:-0}" != "1" ] && { command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  echo "[test] the GPU machine's configuration (scripts/gpu_check.sh print-build)"
+  scripts/gpu_deps.sh
+  deps=$PWD/build-device/deps
+  if [ ! -f "$deps/.from" ] || [ "$(cat "$deps/.from")" != "$(sha256sum < .deps/gpu-deps.tar.xz)" ]; then
+    rm -rf "$deps" && mkdir -p "$deps" && tar -xJf .deps/gpu-deps.tar.xz -C "$deps"
+    sha256sum < .deps/gpu-deps.tar.xz > "$deps/.from"
+  fi
+  { read -r cfg; read -r targets; } < <(scripts/gpu_check.sh print-build)
+  HZ_BUILD_DIR=build-device HZ_CMAKE_ARGS="$cfg -DHZ_DEPS_PREFIX=$deps" HZ_TARGETS="$targets" scripts/setup.sh
+  build-device/horizon info > /dev/null
+  for t in $targets; do
+    case "$t" in hz_test_*) [ -x "build-device/$t" ] && "build-device/$t" --gtest_list_tests > /dev/null ;; esac
+  done
+  echo "[test] the GPU machine's configuration builds, and its binaries load"
 fi
 echo "[test] total time: $(( $(date +%s) - start )) s"

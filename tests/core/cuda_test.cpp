@@ -156,7 +156,7 @@ TEST_F(CudaTest, MatmulMatchesCpu) {
       {{33, 17}, {9, 33}, true, true, 2.0, DType::F64},
       {{300, 257}, {257, 65}, false, false, 1.0, DType::F32},
       {{4, 3, 17}, {4, 17, 5}, false, false, 1.0, DType::F32},
-      {{2, 3, 5, 4}, {2, 3, 4, 6}, false, true, 1.0, DType::F64},
+      {{2, 3, 5, 4}, {2, 3, 6, 4}, false, true, 1.0, DType::F64},
       {{1, 1}, {1, 1}, false, false, 1.0, DType::F32},
       {{6, 1}, {1, 4}, false, false, 1.0, DType::F32},
       {{64, 128}, {128, 96}, false, true, 1.0, DType::BF16},
@@ -199,7 +199,10 @@ bool noncontiguous_device_ops_ok() {
   Tensor da = a.to(Device::cuda()), db = b.to(Device::cuda());
   check(hz::ops::matmul(da, db), hz::ops::matmul(a, b));                       // 2-D b shared by the batch
   check(hz::ops::matmul(a2.to(Device::cuda()), b3.to(Device::cuda())), hz::ops::matmul(a2, b3));  // 2-D a
-  check(hz::ops::matmul(db.transpose(0, 1), db, true, false), hz::ops::matmul(b.transpose(0, 1), b, true, false));
+  // transposed views as operands, with and without the transpose flag: (6, 4) x (4, 6) and (6, 4)^T x (6, 4)
+  check(hz::ops::matmul(db.transpose(0, 1), db), hz::ops::matmul(b.transpose(0, 1), b));
+  check(hz::ops::matmul(db.transpose(0, 1), db.transpose(0, 1), true, false),
+        hz::ops::matmul(b.transpose(0, 1), b.transpose(0, 1), true, false));
   check(db.transpose(0, 1).contiguous(), b.transpose(0, 1));                    // strided device copy
   check(db.transpose(0, 1), b.transpose(0, 1));                                 // to(cpu) of a view
   return ok;

@@ -8,10 +8,10 @@ where behaviour is
                             same process fails the same way (a poisoned CUDA context);
   crash                     the process dies with SIGSEGV inside the case;
   hang                      the case never ends;
-  fault-once                a fault in a process that ran other cases before it, a pass alone.
 It understands --gtest_list_tests, --gtest_filter (exact names and Suite.* patterns, ':'-joined,
 with '-' negatives) and ignores the other --gtest_ flags. Every case it runs is appended to
-<build>/hz_test_<name>.ran, so a test can count how often each case ran."""
+<build>/hz_test_<name>.ran (with " blocking" when CUDA_LAUNCH_BLOCKING=1), so a test can count how
+often and how each case ran."""
 import fnmatch
 import os
 import signal
@@ -56,12 +56,10 @@ print(f"[==========] Running {len(chosen)} tests from 1 test suite.", flush=True
 poisoned = False
 failed = 0
 with open(me + ".ran", "a") as ran:
-    for i, (n, w) in enumerate(chosen):
+    for n, w in chosen:
         print(f"[ RUN      ] {n}", flush=True)
-        ran.write(n + "\n")
+        ran.write(n + (" blocking" if os.environ.get("CUDA_LAUNCH_BLOCKING") == "1" else "") + "\n")
         ran.flush()
-        if w == "fault-once":
-            w = "fault" if i > 0 else "pass"
         if poisoned or w == "fault":
             poisoned = True
             print("unknown file: Failure\nC++ exception with description \"cudaDeviceSynchronize() failed: "

@@ -1,5 +1,5 @@
 // Training on a GPU against the CPU: one full step (forward, backward, clipping, optimizer) of
-// whole models in fp32 matches the CPU; bf16 follows the CPU's fp32 loss curve within the bf16
+// whole models in fp32 matches the CPU (gradients, then the step from the same gradients); bf16 follows the CPU's fp32 loss curve within the bf16
 // floor; fp32 CUDA runs repeat bit for bit; checkpoints move between devices; the pool allocator
 // serves the steady state; the memory plan holds the pool's peak within 15% and a run that cannot
 // fit is refused before it starts. Every test skips itself without a usable GPU.
@@ -57,14 +57,6 @@ Recipe tiny(const std::string& yaml, const std::string& name, std::vector<std::s
   return parse_recipe(yaml, name + ".yaml", ov);
 }
 
-double max_rel(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  double m = 0, scale = 0;
-  for (double v : y) scale = std::max(scale, std::fabs(v));
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]) / (std::fabs(y[i]) + 1e-3 * scale + 1e-30));
-  return m;
-}
-
 TrainOptions quiet() {
   TrainOptions o;
   o.quiet = true;
@@ -73,7 +65,32 @@ TrainOptions quiet() {
 
 }  // namespace
 
+// One fp32 training step on the GPU against the CPU, in two parts, each with a bound that holds for
+// correct fp32 arithmetic in another order and fails for a wrong kernel:
+// (1) forward and backward: the loss within 1e-5 and every gradient (after clipping) within 1e-4 of
+//     that tensor's largest gradient (cuBLAS and the fused attention's online softmax sum in
+//     other orders than the CPU);
+// (2) the optimizer step from the same gradients (the CPU's, copied to the GPU): every parameter
+//     within 1e-4 of that tensor's largest update (f32 Newton-Schulz differs from f64 by 2e-6 of
+//     the update, measured on the CPU).
+// Parameters stepped from each device's own gradients are not compared: AdamW's first step,
+// lr g / (|g| + eps), turns a rounding-level difference d on a gradient near eps into an update
+// difference of lr d / eps, and Newton-Schulz multiplies small singular directions by up to
+// a^5 = 480. Measured on the CPU alone, a perturbation of 1e-7 of each gradient tensor's scale
+// moves parameters by up to 2e-3 (relative) after one AdamW step and 4e-4 after one Muon step: what
+// the first GPU run showed (up to 1e-1 where a gradient sat near eps), with no kernel at fault.
 TEST_F(CudaTrain, OneFp32StepMatchesTheCpu) {
+  auto max_abs = [](const Tensor& t) {
+    double m = 0;
+    for (double v : t.to_vector()) m = std::max(m, std::fabs(v));
+    return m;
+  };
+  auto max_diff = [](const Tensor& a, const Tensor& b) {
+    const std::vector<double> x = a.to_vector(), y = b.to_vector();
+    double m = x.size() == y.size() ? 0.0 : INFINITY;
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+    return m;
+  };
   for (const char* yaml : kModels)
     for (const char* opt : {"adamw", "muon"}) {
       SCOPED_TRACE(std::string(yaml) + opt);
@@ -86,32 +103,51 @@ TEST_F(CudaTrain, OneFp32StepMatchesTheCpu) {
       for (auto& x : v) x = std::floor(x);
       const Tensor ids = Tensor::from_vector(v, {8, 65}, DType::I64);
       const Tensor x = ids.narrow(1, 0, 64).contiguous(), y = ids.narrow(1, 1, 64).contiguous();
-      auto step = [&](nn::Transformer& m) {
-        auto named = m.named_parameters();
-        std::unique_ptr<optim::Optimizer> o;
-        if (std::string(opt) == "adamw") {
-          o = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{"all", named, 1e-2, 0.1}});
-        } else {
-          const optim::Partition p = optim::partition_for_muon(named);
-          o = std::make_unique<optim::Muon>(std::vector<optim::ParamGroup>{{"hidden", p.hidden_matrices, 0.02, 0.1}});
-        }
+      auto forward_backward = [&](nn::Transformer& m) {
         ag::Variable loss = m.loss(x, y);
         const double l = loss.item();
         loss.backward();
-        optim::clip_grad_norm(named, 1.0);
-        o->step();
+        optim::clip_grad_norm(m.named_parameters(), 1.0);
         return l;
       };
-      const double lc = step(cpu), lg = step(gpu);
+      auto optimizer = [&](nn::Transformer& m) -> std::unique_ptr<optim::Optimizer> {
+        auto named = m.named_parameters();
+        if (std::string(opt) == "adamw")
+          return std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{"all", named, 1e-2, 0.1}});
+        const optim::Partition p = optim::partition_for_muon(named);
+        return std::make_unique<optim::Muon>(std::vector<optim::ParamGroup>{{"hidden", p.hidden_matrices, 0.02, 0.1}});
+      };
+      const double lc = forward_backward(cpu), lg = forward_backward(gpu);
       EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
       const auto pc = cpu.named_parameters(), pg = gpu.named_parameters();
+      ASSERT_EQ(pc.size(), pg.size());
+      std::vector<Tensor> before(pc.size());
+      for (size_t i = 0; i < pc.size(); ++i) {
+        const Tensor &gc = pc[i].second->grad(), &gg = pg[i].second->grad();
+        before[i] = pc[i].second->value().clone();
+        ASSERT_EQ(gc.defined(), gg.defined()) << pc[i].first;
+        if (!gc.defined()) continue;
+        EXPECT_TRUE(gg.device().is_cuda()) << pc[i].first;
+        EXPECT_LE(max_diff(gg, gc), 1e-4 * max_abs(gc)) << "gradient of " << pc[i].first;
+        pg[i].second->grad() = gc.to(Device::cuda());  // (2) steps from the same gradients
+      }
+      optimizer(cpu)->step();
+      optimizer(gpu)->step();
       for (size_t i = 0; i < pc.size(); ++i) {
         EXPECT_TRUE(pg[i].second->value().device().is_cuda());
-        EXPECT_LT(max_rel(pg[i].second->value(), pc[i].second->value()), 1e-5) << pc[i].first;
+        const double update = max_diff(pc[i].second->value(), before[i]);
+        EXPECT_LE(max_diff(pg[i].second->value(), pc[i].second->value()), 1e-4 * update)
+            << pc[i].first << " (largest update " << update << ")";
       }
     }
 }
 
+// bf16 on the GPU follows the CPU's fp32 curve within the bf16 floor; fp32 on the GPU repeats bit
+// for bit, follows the CPU step for step while rounding differences are still small, and trains to
+// the same loss. Training is chaotic: measured on the CPU alone, a 1e-7 relative perturbation of the
+// parameters after step 1 moves these curves by < 3e-7 over the first 10 steps, then by up to 2% at
+// single later steps and 1e-3 on the mean of the last 10 (the first GPU run's fp32 curves were up
+// to 2% off at single steps: no bound on a single late step holds for correct code).
 TEST_F(CudaTrain, Bf16FollowsTheCpuFp32CurveAndFp32Repeats) {
   for (const char* yaml : kModels) {
     SCOPED_TRACE(yaml);
@@ -120,13 +156,18 @@ TEST_F(CudaTrain, Bf16FollowsTheCpuFp32CurveAndFp32Repeats) {
     const TrainResult f32a = hz::train::train(tiny(yaml, "curve_gpu_a", {"run.device=cuda"}), quiet());
     const TrainResult f32b = hz::train::train(tiny(yaml, "curve_gpu_b", {"run.device=cuda"}), quiet());
     EXPECT_EQ(f32a.losses, f32b.losses) << "fp32 CUDA runs must repeat bitwise";
-    double worst32 = 0, worst16 = 0;
-    for (size_t i = 0; i < cpu.losses.size(); ++i) {
-      worst32 = std::max(worst32, std::fabs(f32a.losses[i] - cpu.losses[i]) / cpu.losses[i]);
+    ASSERT_EQ(f32a.losses.size(), cpu.losses.size());
+    ASSERT_GE(cpu.losses.size(), 20u);
+    const size_t n = cpu.losses.size();
+    double early32 = 0, worst16 = 0, tail_cpu = 0, tail32 = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (i < 10) early32 = std::max(early32, std::fabs(f32a.losses[i] - cpu.losses[i]) / cpu.losses[i]);
+      if (i >= n - 10) tail_cpu += cpu.losses[i], tail32 += f32a.losses[i];
       worst16 = std::max(worst16, std::fabs(b16.losses[i] - cpu.losses[i]) / cpu.losses[i]);
     }
-    EXPECT_LT(worst32, 1e-3);        // f32 roundings differ per kernel; the trajectories stay together
-    EXPECT_LT(worst16, 8.0 / 256);   // 8 bf16 units, as the CPU bf16 test
+    EXPECT_LT(early32, 1e-4) << "fp32: the first 10 steps";
+    EXPECT_LT(std::fabs(tail32 - tail_cpu) / tail_cpu, 1e-2) << "fp32: the mean loss of the last 10 steps";
+    EXPECT_LT(worst16, 8.0 / 256);  // 8 bf16 units, as the CPU bf16 test
   }
 }
 
@@ -166,7 +207,8 @@ TEST_F(CudaTrain, MemoryPlanHoldsThePoolPeak) {
   int i = 0;
   for (const auto& c : cases) {
     std::vector<std::string> ov{"run.device=cuda", "model.d_model=256", "data.seq_len=512", "data.batch_size=4",
-                                "model.vocab_size=8192", "train.steps=3", "checkpoint.every=0"};
+                                "model.vocab_size=8192", "train.steps=3", "schedule.warmup_steps=1",
+                                "checkpoint.every=0"};
     ov.insert(ov.end(), c.begin(), c.end());
     TrainOptions o = quiet();
     o.stop_after = 2;
