@@ -82,7 +82,8 @@ def main():
     ap.add_argument("--masks", default="causal,swa,scope,docs2048")
     ap.add_argument("--logits", default="identity,scale_invariant")
     ap.add_argument("--flex-cases",
-                    default="swa:identity,scope:identity,causal:scale_invariant,scope:scale_invariant,docs2048:identity",
+                    default="causal:identity,swa:identity,scope:identity,causal:scale_invariant,scope:scale_invariant,"
+                            "docs2048:identity",
                     help="mask:logits pairs timed with FlexAttention (each costs a torch.compile)")
     ap.add_argument("--fwd", action="store_true", help="also time the forward alone (one more compile per case)")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script on a machine without a GPU")
@@ -163,7 +164,10 @@ def main():
                 same_doc = (q_idx // N == kv_idx // N) if N else True
                 return (t >= 0) & ((w == 0) | (t < w)) & same_doc
 
-            bm = create_block_mask(mask_mod, B=None, H=None if uniform else H, Q_LEN=T, KV_LEN=T, device=dev)
+            # compiled on a GPU: built block by block (a per-head mask at T 16K, H 32 otherwise
+            # materialises (H, T, T) and ran out of memory on an 80 GiB H100)
+            bm = create_block_mask(mask_mod, B=None, H=None if uniform else H, Q_LEN=T, KV_LEN=T, device=dev,
+                                   _compile=gpu)
             score_mod = None
             if logit == "scale_invariant":
                 tau = a.tau

@@ -275,15 +275,17 @@ sanitize() {
   [ -x "$BUILD/$bin" ] || { say "- $tool $bin: not built"; return; }
   command -v compute-sanitizer > /dev/null || { say "- $tool $bin: compute-sanitizer not found"; return; }
   bounded "${4:-240}" "$log" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-    "$BUILD/$bin" --gtest_brief=1 --gtest_color=no --gtest_filter="$filter"
+    "$BUILD/$bin" --gtest_color=no --gtest_filter="$filter"
   rc=$?
+  local inside=""  # the case a cut-off run was in
+  [ $rc -eq 124 ] && inside=$(grep -E '^\[ RUN      \]' "$log" | tail -1 | awk '{print $4}')
   # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: N hazards displayed (E errors,
   # W warnings)", each hazard an "Error: Race reported ..." or "Warning: Race reported ..." line
   total=$(grep -Eo '(ERROR|RACECHECK) SUMMARY: [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
   api=$(grep -c 'Program hit .* on CUDA API call' "$log")
   kern=$(grep -cE '^========= (Invalid|Out-of-range|Misaligned|Uninitialized|Barrier|Malformed|Warp|Error: Race reported|Warning: Race reported|Error: (Barrier|Divergent))' "$log")
   local ran; ran=$(grep -Eo '^\[==========\] [0-9]+ tests? from .* ran' "$log" | grep -Eo '[0-9]+' | head -1)
-  say "- $tool, $bin \`$filter\`: exit $rc$([ $rc -eq 124 ] && echo ' (cut off)'), tests run ${ran:-?}, summary ${total:-none}, kernel errors $kern, API errors $api"
+  say "- $tool, $bin \`$filter\`: exit $rc$([ $rc -eq 124 ] && echo " (cut off${inside:+ in $inside})"), tests run ${ran:-?}, summary ${total:-none}, kernel errors $kern, API errors $api"
   [ "$kern" -gt 0 ] && { say '```'; grep -m 12 -A4 -E '^========= (Invalid|Out-of-range|Misaligned|Uninitialized|Barrier|Malformed|Warp|Error: |Warning: Race)' "$log" | tee -a "$REPORT" > /dev/null; say '```'; }
 }
 
@@ -294,8 +296,9 @@ EDGE='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64
 stage_memcheck() {
   starts "compute-sanitizer memcheck" 60 || return
   sanitize memcheck hz_test_attention "$EDGE:FusedCuda.*" 120
-  # the out-of-memory test asks for 4 TiB on purpose: its API error is the test, not a bug
-  sanitize memcheck hz_test_core 'CudaTest.*-CudaTest.ErrorsNameTheCallAndWhatToDo' 60
+  # the out-of-memory test asks for 4 TiB on purpose: its API error is the test, not a bug; the
+  # death test re-executes the binary, which hung under the sanitizer (H100, 2026-11-26)
+  sanitize memcheck hz_test_core 'CudaTest.*-CudaTest.ErrorsNameTheCallAndWhatToDo:CudaTest.NonContiguousDeviceTensors' 60
   sanitize memcheck hz_test_train 'CudaTrain.*' 80
   sanitize memcheck hz_test_nn '*Cuda*' 40
   ended memcheck
