@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attention/fused_kernels.h"
+#include "attention/partial.h"
 #include "autograd/functions.h"
 #include "core/device.h"
 #include "core/ops.h"
@@ -150,31 +151,6 @@ void reset_attn_stats() {
   if (cuda::compiled()) detail::cuda_reset_stats();
 }
 
-namespace detail {
-
-// Sinks around the CUDA reference kernels (the CPU and tensor-core kernels fold the sink into their
-// epilogue and give its gradient from their backward's D_i pass):
-// lse' = log(exp(lse) + exp(z_h)), out' = out exp(lse - lse'); the backward kernels then read
-// (out', lse') and are exact, and dLoss/dz_h = -sum_i exp(z_h - lse'_i) dO_i . O'_i.
-void fold_sink(const Tensor& z, Tensor& out, Tensor& lse) {
-  const int64_t H = lse.size(1);
-  const Tensor zb = z.view({1, H, 1});
-  const Tensor m = ops::binary(BinaryOp::Maximum, lse, zb);
-  const Tensor total = ops::add(m, ops::unary(UnaryOp::Log, ops::add(ops::unary(UnaryOp::Exp, ops::sub(lse, m)),
-                                                                      ops::unary(UnaryOp::Exp, ops::sub(zb, m)))));
-  const Tensor factor = ops::unary(UnaryOp::Exp, ops::sub(lse, total)).unsqueeze(3);
-  out = ops::mul(out.to(lse.dtype()), factor).to(out.dtype());
-  lse = total;
-}
-Tensor sink_grad(const Tensor& z, const Tensor& lse, const Tensor& out, const Tensor& gout) {
-  const DType adt = lse.dtype();
-  const Tensor Dv = ops::sum(ops::mul(gout.to(adt), out.to(adt)), 3, false);  // (B, H, Tq)
-  const Tensor p = ops::unary(UnaryOp::Exp, ops::sub(z.view({1, z.numel(), 1}), lse));
-  return ops::mul_scalar(ops::sum(ops::sum(ops::mul(p, Dv), 2, false), 0, false), -1.0);  // (H)
-}
-
-}  // namespace detail
-
 namespace {
 
 // What one call hands the kernels besides q, k, v: the CPU kernel's host terms, or on CUDA LogN's c
@@ -200,7 +176,7 @@ Tensor run_forward(const AttnKernelParams& P, bool use_tc, const Tensor& qc, con
   } else {
     // sinks: the tensor-core epilogue folds them; around the reference kernels fold_sink does
     detail::cuda_forward(P, use_tc, qc, kc, vc, t.c_dev, t.ct.fox_c, P.sink && use_tc ? t.z_dev : Tensor(), out, lse);
-    if (P.sink && !use_tc) detail::fold_sink(t.z_dev, out, lse);
+    if (P.sink && !use_tc) fold_sink(t.z_dev, out, lse);
   }
   return out;
 }
@@ -247,7 +223,7 @@ KernelGrads run_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q
   }
   // per-row partials summed over rows, then over the batch, in a fixed order
   if (need_c) g.dc = ops::sum(ops::sum(dc_rows, 2, false), 0, false);
-  if (need_z) g.dz = tc_z ? ops::sum(ops::sum(dz_rows, 2, false), 0, false) : detail::sink_grad(t.z_dev, lse, out, gc);
+  if (need_z) g.dz = tc_z ? ops::sum(ops::sum(dz_rows, 2, false), 0, false) : sink_grad(t.z_dev, lse, out, gc);
   return g;
 }
 
@@ -291,8 +267,8 @@ void set_logn_c(KernelTerms& t, const Tensor& c, Device dev, DType adt) {
   else t.c_dev = c.to(dev).to(adt).contiguous();
 }
 
-// FoX's c for a piece call (P.fox, P.fox_T, the kernels' copy in their dtype).
-void set_piece_fox(AttnKernelParams& P, KernelTerms& t, const Tensor& fox_c, Device dev, DType kdt, DType adt) {
+// FoX's c for a part (P.fox, P.fox_T, the kernels' copy in their dtype).
+void set_part_fox(AttnKernelParams& P, KernelTerms& t, const Tensor& fox_c, Device dev, DType kdt, DType adt) {
   P.fox = fox_c.defined();
   if (!P.fox) return;
   HZ_CHECK(fox_c.dim() == 3 && fox_c.size(0) == P.B && fox_c.size(1) == P.H && fox_c.size(2) >= P.Tk &&
@@ -306,12 +282,10 @@ void set_piece_fox(AttnKernelParams& P, KernelTerms& t, const Tensor& fox_c, Dev
 
 }  // namespace
 
-namespace detail {
-
 namespace {
 
-// A piece call's inputs as the kernels take them (piece_forward and piece_backward share it).
-struct PieceCall {
+// A part's inputs as the kernels take them (partial_attention and its backward share it).
+struct PartCall {
   Tensor qc, kc, vc, doc_bounds;  // P points into doc_bounds
   AttnKernelParams P;
   KernelTerms t;
@@ -319,10 +293,10 @@ struct PieceCall {
   DType dt, adt, kdt;
   bool use_tc, empty;
 };
-PieceCall piece_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
+PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
                      const Tensor& fox_c) {
   check_qkv(q, k, v);
-  PieceCall c;
+  PartCall c;
   c.qc = q.contiguous();
   c.kc = k.contiguous();
   c.vc = v.contiguous();
@@ -335,7 +309,7 @@ PieceCall piece_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, co
     HZ_CHECK(logn_c.defined() && logn_c.numel() == c.P.H, ShapeError, "attention: logit 'logn' needs one c per query head");
     set_logn_c(c.t, logn_c, c.dev, c.adt);
   }
-  set_piece_fox(c.P, c.t, fox_c, c.dev, c.kdt, c.adt);
+  set_part_fox(c.P, c.t, fox_c, c.dev, c.kdt, c.adt);
   c.use_tc = c.dev.is_cuda() && use_tensor_core(cfg, c.dt, c.P.D, c.dev);
   c.empty = c.qc.numel() == 0 || c.kc.numel() == 0;
   return c;
@@ -343,23 +317,26 @@ PieceCall piece_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, co
 
 }  // namespace
 
-Tensor piece_forward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                     const Tensor& fox_c, Tensor& lse) {
-  const PieceCall c = piece_call(cfg, q, k, v, logn_c, fox_c);
+Partial partial_attention(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
+                          const Tensor& fox_c) {
+  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c);
+  Partial p;
   if (c.empty) {
-    lse = Tensor::full({c.P.B, c.P.H, c.P.Tq}, -std::numeric_limits<double>::infinity(), c.adt, c.dev);
-    return Tensor::zeros(c.qc.shape(), c.adt, c.dev);
+    p.lse = Tensor::full({c.P.B, c.P.H, c.P.Tq}, -std::numeric_limits<double>::infinity(), c.adt, c.dev);
+    p.out = Tensor::zeros(c.qc.shape(), c.adt, c.dev);
+    return p;
   }
-  const Tensor out = run_forward(c.P, c.use_tc, c.qc, c.kc, c.vc, c.t, lse);
-  return out.dtype() == c.adt ? out : out.to(c.adt);
+  const Tensor out = run_forward(c.P, c.use_tc, c.qc, c.kc, c.vc, c.t, p.lse);
+  p.out = out.dtype() == c.adt ? out : out.to(c.adt);
+  return p;
 }
 
-PieceGrads piece_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
-                          bool want_c) {
-  const PieceCall c = piece_call(cfg, q, k, v, logn_c, fox_c);
+PartialGrads partial_attention_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c,
+                                        const Tensor& fox_c, bool want_c) {
+  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c);
   const bool need_c = cfg.logit == LogitKind::LogN && want_c;
-  PieceGrads g;
+  PartialGrads g;
   if (c.empty) {
     g.dq = Tensor::zeros(c.qc.shape(), c.adt, c.dev);
     g.dk = Tensor::zeros(c.kc.shape(), c.adt, c.dev);
@@ -378,7 +355,6 @@ PieceGrads piece_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& 
   return g;
 }
 
-}  // namespace detail
 
 
 AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,

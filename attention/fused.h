@@ -59,7 +59,7 @@ struct AttnConfig {
   int64_t key_position = 0;
   // LogN's n counts the row's visible keys over the whole sequence from absolute position 0,
   // ignoring key_begin/key_end: a caller that splits a row's keys over several calls (context
-  // parallelism's ring, attention/context.h) gives every call the whole row's n.
+  // parallelism's ring, distributed/context/ring.h) gives every call the whole row's n.
   bool logn_whole_row = false;
   // Packed documents (attention/documents.h): keys visible only inside the query's document;
   // needs B equal to the documents' batch, key_position + Tk and key_position + q_offset + Tq at

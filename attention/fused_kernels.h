@@ -14,36 +14,6 @@
 
 namespace hz::attn::detail {
 
-// ---- sinks composed around a call (fused.cpp) -----------------------------------------------------
-// z (H) in lse's dtype on its device. fold_sink: lse' = log(exp(lse) + exp(z_h)), out' = out
-// exp(lse - lse') (out keeps its dtype); a backward that reads (out', lse') is then exact, and
-// sink_grad gives dLoss/dz_h = -sum_i exp(z_h - lse'_i) dO_i . O'_i (H), in lse's dtype. Used around
-// the CUDA reference kernels and after the context-parallel ring's merge.
-void fold_sink(const Tensor& z, Tensor& out, Tensor& lse);
-Tensor sink_grad(const Tensor& z, const Tensor& lse, const Tensor& out, const Tensor& gout);
-
-// ---- pieces (fused.cpp) -------------------------------------------------------------------------
-// fused_attention without autograd, for a caller that splits each row's keys over several calls
-// and merges them itself (context.cpp's ring): no sink (the caller folds it after merging);
-// cfg.logn_whole_row keeps LogN's n the whole row's. q/k/v of one device and storage dtype;
-// logn_c (H) or undefined; fox_c, FoX's c = cumsum(log f) itself (not log f), (B, H, fox_T) in the
-// accumulation dtype with the keys' c at [0, Tk) and the queries' at [q_offset, q_offset + Tq)
-// (fox_T >= both ends; what lies between is not read), or undefined.
-// piece_forward returns out (B, H, Tq, D) over this call's keys only and sets lse (B, H, Tq), both
-// in the accumulation dtype (-inf / 0 for rows that see none of these keys).
-Tensor piece_forward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                     const Tensor& fox_c, Tensor& lse);
-// The gradients of this call's share given the rows' final out and lse (merged over every call,
-// the sink folded in): exact, since p_ij = exp(L_ij - lse_i) and D_i = dO_i . O_i read only those.
-// dq, dk, dv in the accumulation dtype; dc (H, f64 on the CPU) LogN's c when want_c; dfox
-// dLoss/d(fox_c) (B, H, fox_T) in the accumulation dtype with fox_c.
-struct PieceGrads {
-  Tensor dq, dk, dv, dc, dfox;
-};
-PieceGrads piece_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
-                          bool want_c);
-
 // ---- CPU (fused_cpu.cpp) ---------------------------------------------------------------------
 struct CpuTerms {
   std::vector<double> logn_c;  // (H) with logit LogN

@@ -32,6 +32,7 @@
 #include "optim/optimizer.h"
 #include "core/device.h"
 #include "distributed/communicator.h"
+#include "study/hf_models.h"
 #include "train/memory_plan.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -231,7 +232,7 @@ int bench_train(const std::vector<std::string>& a) {
     else ov.push_back(a[i]);
   }
   HZ_CHECK(steps >= 1 && warmup >= 0, ValueError, "bench train: --steps must be >= 1 and --warmup >= 0");
-  const train::Recipe r = train::load_recipe(a[2], ov);
+  const train::Recipe r = study::load_recipe(a[2], ov);
   auto local = dist::make_local();
   const Device dev = train::train_device(r, *local);
   if (dev.is_cuda()) cuda::set_allow_tf32(r.run.tf32);
@@ -293,7 +294,7 @@ int bench_train(const std::vector<std::string>& a) {
   };
   const double med = median(times);
   const double tps = B * T / med;
-  const double flops = train::flops_per_token(m, T);
+  const double flops = m.flops_per_token(T);
   const double peak = train::peak_tflops(r, dev);
   const int64_t mem = dev.is_cuda() ? memory_stats(dev).peak : cpu_memory_stats().peak;
   fmt::print("{{\"impl\": \"horizon\", {}, \"device\": \"{}\", \"precision\": \"{}\", \"params\": {}, "

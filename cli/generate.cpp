@@ -18,6 +18,7 @@
 #include "eval/inference.h"
 #include "nn/kv_cache.h"
 #include "study/load_run.h"
+#include "study/hf_models.h"
 #include "train/trainer.h"
 
 namespace hz::cli {
@@ -158,7 +159,7 @@ int bench_generate_main(const std::vector<std::string>& a) {
   const std::vector<std::string> ov(f.positional.begin() + 1, f.positional.end());
   train::Recipe recipe;
   if (target.size() > 5 && target.substr(target.size() - 5) == ".yaml") {
-    recipe = train::load_recipe(target, ov);
+    recipe = study::load_recipe(target, ov);
     owned = std::make_unique<nn::Transformer>(recipe.model_config(), static_cast<uint64_t>(recipe.run.seed));
   } else {
     run = study::load_run(target, ov);

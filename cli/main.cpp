@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "data/shard.h"
 #include "distributed/communicator.h"
+#include "distributed/context/layout.h"
 #include "eval/eval.h"
 #include "study/evaluate_run.h"
 #include "study/hf_models.h"
@@ -102,13 +103,13 @@ int cmd_train(const std::vector<std::string>& a) {
   // ranks all-reduce with NCCL (bootstrapped over MPI, or without mpirun from HZ_WORLD_SIZE /
   // HZ_RANK / HZ_NCCL_ID_FILE: there a failing rank ends only itself; the launcher ends the
   // rest), CPU ranks with MPI.
-  const hz::train::Recipe r = hz::train::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+  const hz::train::Recipe r = hz::study::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
   std::unique_ptr<hz::dist::Communicator> comm = ranks_communicator(r.run.device);
   return on_every_rank(*comm, [&] {
     hz::train::TrainOptions opt;
     opt.comm = comm.get();
     opt.before_step = hz::train::fault_injection_from_env();
-    const auto res = hz::train::train(r, opt);
+    const auto res = hz::study::train(r, opt);  // checkpoint.init_from may name a Hugging Face directory
     if (comm->rank() == 0) fmt::print("run directory: {}\n", res.run_dir);
   });
 }
@@ -144,7 +145,7 @@ int cmd_data(const std::vector<std::string>& a) {
                "  Tokenizes the recipe's corpus (data.source) into train/val shards in data.cache_dir.\n");
     return wants_help(a) ? 0 : 2;
   }
-  const hz::train::Recipe r = hz::train::load_recipe(a[2], std::vector<std::string>(a.begin() + 3, a.end()));
+  const hz::train::Recipe r = hz::study::load_recipe(a[2], std::vector<std::string>(a.begin() + 3, a.end()));
   const auto [tp, vp] = hz::train::prepare_data(r, true);
   const auto t = hz::data::Shard::open(tp), v = hz::data::Shard::open(vp);
   fmt::print("train: {} ({} docs, {} tokens)\nval:   {} ({} docs, {} tokens)\n", tp, t->n_docs(), t->n_tokens(), vp,
@@ -173,7 +174,7 @@ int cmd_info(const std::vector<std::string>& a) {
   const std::vector<std::string> ov(a.begin() + 2, a.end());
   hz::train::Recipe r;
   if (fs::is_directory(a[1])) r = hz::train::load_recipe(a[1] + "/config.yaml", ov);
-  else r = hz::train::load_recipe(a[1], ov);
+  else r = hz::study::load_recipe(a[1], ov);  // its init_from may name a Hugging Face directory
   const hz::nn::Transformer m(r.model_config(), 0);
   fmt::print("\nrecipe {} (run {})\n  parameters: {}\n", r.source_file, r.run.name, m.num_parameters());
   for (size_t l = 0; l < m.layers.size(); ++l)
@@ -226,7 +227,7 @@ int cmd_info(const std::vector<std::string>& a) {
       int64_t total = 0;
       for (const auto& row : rows) total += row.bytes * row.count * r.train.grad_accum;
       fmt::print("  N = {}: {} per step ({} tokens per chunk)\n", N, hz::train::format_bytes(total),
-                 hz::attn::ZigzagLayout(r.data.seq_len, N, 0).min_chunk());
+                 hz::dist::ZigzagLayout(r.data.seq_len, N, 0).min_chunk());
       for (const auto& row : rows)
         fmt::print("    layers {:<8} {:<11} {:>12} per layer\n", row.layers, row.exchange,
                    hz::train::format_bytes(row.bytes * r.train.grad_accum));
@@ -266,7 +267,6 @@ int main(int argc, char** argv) {
     }
     const std::vector<std::string> args(argv + 1, argv + argc);
     const std::string& cmd = args[0];
-    hz::study::register_hf_models();  // checkpoint.init_from may name a Hugging Face directory
     if (cmd == "train") return cmd_train(args);
     if (cmd == "eval") return cmd_eval(args);
     if (cmd == "data") return cmd_data(args);

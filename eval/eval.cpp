@@ -6,12 +6,13 @@
 
 #include <fmt/core.h>
 
-#include "attention/context.h"
 #include "core/file.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
 #include "data/tokenizer.h"
+#include "distributed/context/route.h"
+#include "distributed/context/shard.h"
 #include "eval/inference.h"
 
 namespace hz::eval {
@@ -27,34 +28,21 @@ struct Scores {
 
 // Each token's NLL in a batch of L-token sequences split over a context-parallel group: this
 // rank scores its zigzag share (documents and positions stay global), then every rank's share is
-// gathered (padded to the longest share) and put back at its global positions, (B, L) in order.
+// put back at its global positions, (B, L) in order (distributed/context/shard.h).
 std::vector<double> context_nll(const nn::Transformer& m, const data::Batch& b, nn::AttnCall call,
-                                const std::shared_ptr<attn::ContextGroup>& group, attn::ContextExchange exchange) {
-  const int64_t B = b.tokens.size(0), L = b.tokens.size(1);
-  const int N = group->size();
+                                dist::Communicator& group, dist::ContextExchange exchange) {
+  const int64_t L = b.tokens.size(1);
+  const int N = group.size();
   HZ_CHECK(L >= 2 * N, ValueError, "eval: length ", L, " cannot be split over ", N,
            " context-parallel ranks (each holds two chunks: the length must be at least ", 2 * N, ")");
-  const attn::ZigzagLayout layout(L, N, group->rank());
-  call.context = std::make_shared<attn::ContextParallel>(attn::ContextParallel{group, layout, exchange});
-  const Tensor mine = m.token_nll(attn::local_rows(b.tokens, 1, layout), attn::local_rows(b.targets, 1, layout), call);
-  const int64_t Tl = layout.local_len(), Tmax = layout.max_local_len();
-  Tensor padded = Tensor::zeros({B, Tmax}, DType::F64);
-  padded.narrow(1, 0, Tl).copy_(mine.reshape({B, Tl}));
-  Tensor all = Tensor::empty({N, B, Tmax}, DType::F64);
-  group->all_gather_into(padded, all);
-  const double* g = all.data<double>();
-  std::vector<double> v(static_cast<size_t>(B * L));
-  for (int q = 0; q < N; ++q) {
-    const std::vector<int64_t> pos = layout.positions_of(q);
-    for (int64_t i = 0; i < B; ++i)
-      for (size_t j = 0; j < pos.size(); ++j) v[i * L + pos[j]] = g[(q * B + i) * Tmax + j];
-  }
-  return v;
+  const auto route = std::make_shared<dist::ContextRoute>(group, L, exchange);
+  call.route = route;
+  const data::Batch mine = dist::shard_batch(b, route->layout());
+  return dist::gather_shares(m.token_nll(mine.tokens, mine.targets, call), group, route->layout());
 }
 
 Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, int64_t L, int64_t train_T, bool by_pos,
-             const DocumentOptions& docs, const std::shared_ptr<attn::ContextGroup>& context,
-             attn::ContextExchange exchange) {
+             const DocumentOptions& docs, dist::Communicator* context, dist::ContextExchange exchange) {
   ag::NoGradGuard ng;
   Scores s;
   if (by_pos) s.pos_sum.assign(L, 0.0);
@@ -64,7 +52,7 @@ Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, 
   for (const auto& b : batches) {
     call.documents = batch_documents(b, docs);
     // the head in chunks of rows: long lengths never hold the (B L, V) logits
-    const std::vector<double> v = context ? context_nll(m, b, call, context, exchange) : m.token_nll(b.tokens, b.targets, call).to_vector();
+    const std::vector<double> v = context ? context_nll(m, b, call, *context, exchange) : m.token_nll(b.tokens, b.targets, call).to_vector();
     const std::vector<double> w = b.weights.to_vector();
     const int64_t B = b.tokens.size(0);
     for (int64_t i = 0; i < B; ++i)
@@ -102,7 +90,7 @@ double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, in
     return std::nan("");  // the validation split holds no full batch at this length
   }
   if (batches.empty()) return std::nan("");
-  const Scores s = score(m, batches, L, train_T, false, docs, nullptr, attn::ContextExchange::Ring);
+  const Scores s = score(m, batches, L, train_T, false, docs, nullptr, dist::ContextExchange::Ring);
   return s.n ? s.sum / s.n : std::nan("");
 }
 
@@ -189,8 +177,7 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
         io.drope_c = c;
         io.swan_a = as[ai];
         ScopedInference opts(m, io, train_T, L);
-        const Scores s = score(m, batches, L, train_T, by_pos, o.documents, o.context,
-                                 attn::parse_context_exchange(o.context_exchange));
+        const Scores s = score(m, batches, L, train_T, by_pos, o.documents, o.context, o.context_exchange);
         std::vector<double> pos = s.pos_sum;
         for (auto& x : pos) x /= std::max<int64_t>(1, s.pos_count);
         if (c == cs.front()) pos_by_a[ai] = pos;

@@ -10,10 +10,7 @@
 #include "attention/documents.h"
 #include "attention/spec.h"
 #include "data/needles.h"
-
-namespace hz::attn {
-class ContextGroup;
-}
+#include "distributed/context/exchange.h"
 
 namespace hz::eval {
 
@@ -60,12 +57,13 @@ struct EvalOptions {
   int64_t probe_sequences = 0;     // > 0: linear position probe per layer on this many sequences
   DocumentOptions documents;       // validation batches: stream, or masked documents as trained
   // Context parallelism: the loss and the NLL by position score each sequence split over this
-  // group's ranks (attention/context.h's zigzag layout, at each length), so a length no one rank
-  // holds can be measured; every rank gets the whole result. Null: each rank scores alone.
-  std::shared_ptr<attn::ContextGroup> context;
+  // group's ranks (distributed/context/: the zigzag layout at each length), so a length no one rank
+  // holds can be measured; every rank gets the whole result. Null: each rank scores alone. The
+  // communicator must outlive the evaluation.
+  dist::Communicator* context = nullptr;
   // how layers that read the whole sequence exchange keys over it (parallel.context_exchange);
   // a ring: keys and values go round the group, so no rank ever holds the whole sequence's
-  std::string context_exchange = "ring";
+  dist::ContextExchange context_exchange = dist::ContextExchange::Ring;
 };
 
 }  // namespace hz::eval

@@ -88,6 +88,22 @@ AttentionLayer::QKV AttentionLayer::project_qkv(const ag::Variable& x) const {
   return {q, k, v};
 }
 
+AttnShape AttentionLayer::shape(const CallShape& s) const {
+  return {s, dims.n_heads, dims.n_kv_heads, dims.head_dim, spec.forget};
+}
+
+ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) const {
+  const int64_t N = s.tokens(), a = s.act, C = dims.d_model, H = dims.n_heads, Hkv = dims.n_kv_heads,
+                D = dims.head_dim;
+  int64_t kept = N * C * a + N * (2 * H + 2 * Hkv) * D * a + N * H * 4;
+  if (spec.qk_norm != attn::QKNorm::None) kept += N * (H + Hkv) * D * a + N * (H + Hkv) * 4;
+  if (spec.gate != attn::OutputGate::None)
+    kept += 2 * N * (spec.gate == attn::OutputGate::Head ? H : H * D) * a + N * H * D * a;
+  if (spec.forget) kept += N * H * a + 3 * N * H * 4;
+  if (call.route) kept += call.route->kept_bytes(kernel_config(call), shape(s));
+  return {kept, 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4};
+}
+
 bool AttentionLayer::rotary() const {
   return spec.pos.kind == attn::PosKind::Rope || spec.pos.kind == attn::PosKind::PRope;
 }
@@ -119,16 +135,10 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
   ag::Variable o;
   HZ_CHECK(!(cfg.documents && cache), NotImplementedError,
            "attention: packed documents with a KV cache (decoding) are not supported; decode each document alone");
-  HZ_CHECK(!(call.context && (cache || uses_lampe(cfg))), NotImplementedError,
-           "attention: context parallelism splits a training or evaluation sequence; decoding with a KV cache and "
-           "LaMPE run on one rank");
-  if (call.context) {
-    if (rot) {
-      q = attn::apply_rope(q, positions, f);
-      k = attn::apply_rope(k, positions, f);
-    }
-    o = attn::context_attention(q, k, v, cfg, *call.context, terms(x));
-  } else if (uses_lampe(cfg)) {  // LaMPE rotates per region itself, for the input length l = call.T
+  HZ_CHECK(!(call.route && !call.route->whole_sequence() && (cache || uses_lampe(cfg))), NotImplementedError,
+           "attention: ", call.route ? call.route->name() : "", " splits a training or evaluation sequence; decoding "
+           "with a KV cache and LaMPE run on one rank");
+  if (uses_lampe(cfg)) {  // LaMPE rotates per region itself, for the input length l = call.T
     HZ_CHECK(!spec.sink && !spec.forget, NotImplementedError,
              "attention: LaMPE remaps RoPE positions per region and does not take sinks or FoX forget gates");
     HZ_CHECK(!cfg.documents, NotImplementedError,
@@ -147,8 +157,8 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
       q = attn::apply_rope(q, positions, f);
       k = attn::apply_rope(k, positions, f);
     }
-    const attn::AttnTerms tm = terms(x);
-    o = cache ? cache->attend(q, k.value(), v.value(), cfg, tm) : attn::fused_attention(q, k, v, cfg, tm).out;
+    AttentionRoute& route = cache ? *cache : call.route ? *call.route : fused_route();
+    o = route.attend(q, k, v, cfg, terms(x));
   }
   ag::Variable y = ag::reshape(ag::transpose(o, 1, 2), {B, T, H * D});
   if (wg) {  // gated attention: y * sigmoid(x W_g), a gate per head (broadcast over D) or per element
@@ -158,6 +168,22 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
             : ag::mul(ag::cast(y, g.dtype()), g);
   }
   return wo->forward(ag::cast(y, act));
+}
+
+namespace {
+class FusedRoute final : public AttentionRoute {
+ public:
+  std::string name() const override { return "the fused op"; }
+  ag::Variable attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v, const attn::AttnConfig& cfg,
+                      const attn::AttnTerms& terms) override {
+    return attn::fused_attention(q, k, v, cfg, terms).out;
+  }
+};
+}  // namespace
+
+AttentionRoute& fused_route() {
+  static FusedRoute r;
+  return r;
 }
 
 }  // namespace hz::nn

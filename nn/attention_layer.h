@@ -7,12 +7,12 @@
 #pragma once
 #include <optional>
 
-#include "attention/context.h"
 #include "attention/fused.h"
 #include "attention/lampe.h"
 #include "attention/rope.h"
 #include "attention/spec.h"
 #include "nn/layers.h"
+#include "nn/route.h"
 
 namespace hz::nn {
 
@@ -41,10 +41,9 @@ struct AttnCall {
   // Transformer::hidden, the positions. Null: one document per sequence.
   std::shared_ptr<const attn::Documents> documents;
   Recompute recompute = Recompute::None;  // applies while recording a graph without a KV cache
-  // Context parallelism (attention/context.h): the ids are this rank's rows of a sequence of
-  // context->layout.T tokens, split over a group of ranks; every layer attends through
-  // attn::context_attention. Null: the whole sequence is here.
-  std::shared_ptr<const attn::ContextParallel> context;
+  // How every layer reaches its keys (nn/route.h); null: the fused op over the call's own rows. A
+  // route that holds a share of the sequence (context parallelism) makes the ids that share.
+  std::shared_ptr<AttentionRoute> route;
 };
 
 class AttentionLayer : public Module {
@@ -56,6 +55,15 @@ class AttentionLayer : public Module {
   ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
                        LayerKV* cache = nullptr) const;
   attn::AttnConfig kernel_config(const AttnCall& call) const;  // windows, slopes, transform
+  // The memory this layer keeps and makes for a call of shape s (nn/cost.h), its route's share
+  // included (call.route; the fused op keeps nothing more). kept: its output's (B, T, C) copy; q, k,
+  // v after RoPE and the attention output; the rows' log-sum-exps; with QK-norm the pre-norm q and k
+  // and their statistics; with an output gate its logits, the gates and the gated output; with FoX
+  // the gate's logits, log f (f32), its transpose and c. transient: dO, dq, dk, dv, the gradients of
+  // its input and output, the rows' softmax statistics.
+  ActivationCost cost(const CallShape& s, const AttnCall& call) const;
+  // This layer's attention shape for a call (what a route's costs read).
+  AttnShape shape(const CallShape& s) const;
   // The projections with QK-norm, before any rotation: q (B, H, T, D), k and v (B, Hkv, T, D).
   // forward() and incremental decoding (nn/kv_cache.h) both start from here.
   struct QKV {

@@ -80,8 +80,10 @@ void LayerKV::store(Band& b, const Tensor& k, const Tensor& v, const Tensor& f, 
   b.len += n;
 }
 
-ag::Variable LayerKV::attend(const ag::Variable& q, const Tensor& k, const Tensor& v, const attn::AttnConfig& cfg,
-                             const attn::AttnTerms& terms) {
+ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, const ag::Variable& vvar,
+                             const attn::AttnConfig& cfg, const attn::AttnTerms& terms) {
+  const Tensor& k = kvar.value();  // kept as values: decoding records no graph through the cache
+  const Tensor& v = vvar.value();
   const int64_t n = k.size(2), p0 = length_;
   const ag::Variable& logn_c = terms.logn_c;
   // FoX's log f of the new tokens as (1, H, n, 1), stored beside the keys: the decay between a

@@ -36,9 +36,10 @@
 
 namespace hz::nn {
 
-// One layer's keys and values. AttentionLayer::forward(x, positions, call, kv) calls attend() with
-// the rotated (or, on LaMPE layers, unrotated) new keys and values.
-class LayerKV {
+// One layer's keys and values: the layer's route while decoding (nn/route.h). AttentionLayer::
+// forward(x, positions, call, kv) calls attend() with the rotated new keys and values (LaMPE layers:
+// append_all() with the unrotated ones).
+class LayerKV final : public AttentionRoute {
  public:
   // cfg: the layer's kernel config for T = context; keep_all: every key stays (LaMPE).
   // The buffers are allocated now, zeroed, in `dtype` on `dev` (keys of another dtype are cast).
@@ -49,8 +50,9 @@ class LayerKV {
   // keys and values, then returns the attention of the n queries over every key they can see
   // (1, H, n, D) with the op's logit transform and the layer's terms (LogN's c, sinks; FoX's log
   // forget gates (1, H, n) of the new tokens, kept beside their keys).
-  ag::Variable attend(const ag::Variable& q, const Tensor& k, const Tensor& v, const attn::AttnConfig& cfg,
-                      const attn::AttnTerms& terms);
+  ag::Variable attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v, const attn::AttnConfig& cfg,
+                      const attn::AttnTerms& terms) override;
+  std::string name() const override { return "a KV cache"; }
   // LaMPE layers: stores k and v (unrotated), then returns every key and value of the sequence so
   // far (1, Hkv, length(), D), the new ones last.
   std::pair<Tensor, Tensor> append_all(const Tensor& k, const Tensor& v);

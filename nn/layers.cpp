@@ -40,6 +40,12 @@ MLP::MLP(MlpKind k, int64_t dim, int64_t hidden, double init_std, double resid_s
   w2 = register_module("w2", std::make_shared<Linear>(hidden, dim, false, resid_std, dt));
 }
 
+ActivationCost MLP::cost(const CallShape& s) const {
+  const int64_t N = s.tokens(), C = w1->weight.size(1), F = w1->weight.size(0);
+  const bool swiglu = kind == MlpKind::SwiGLU;
+  return {N * F * s.act * (swiglu ? 4 : 2), 2 * N * C * s.act + (swiglu ? 2 : 1) * N * F * s.act};
+}
+
 ag::Variable MLP::forward(const ag::Variable& x) const {
   switch (kind) {
     case MlpKind::SwiGLU: return w2->forward(ag::mul(ag::silu(w1->forward(x)), w3->forward(x)));

@@ -2,6 +2,7 @@
 #pragma once
 #include "autograd/functions.h"
 #include "nn/autocast.h"
+#include "nn/cost.h"
 #include "nn/module.h"
 
 namespace hz::nn {
@@ -50,6 +51,10 @@ class MLP : public Module {
  public:
   MLP(MlpKind kind, int64_t dim, int64_t hidden, double init_std, double resid_std, DType dt);
   ag::Variable forward(const ag::Variable& x) const;
+  // kept: the hidden activations, N F x 4 (SwiGLU: both projections, the gate and the product) or
+  // x 2 (ReLU^2, GELU); transient: the gradients of its input and output (2 N C) and of the
+  // hidden layer (N F; SwiGLU 2 N F)
+  ActivationCost cost(const CallShape& s) const;
   MlpKind kind;
   std::shared_ptr<Linear> w1, w2, w3;
 };

@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "attention/accounting.h"
 #include "autograd/checkpoint.h"
 #include "nn/autocast.h"
 #include "nn/kv_cache.h"
@@ -76,6 +77,21 @@ Block::Block(const ModelConfig& cfg, const attn::AttentionSpec& spec) {
   mlp = register_module("mlp", std::make_shared<MLP>(cfg.mlp, cfg.d_model, cfg.hidden(), cfg.init_std, resid, cfg.dtype));
 }
 
+BlockCost Block::cost(const CallShape& s, const AttnCall& call) const {
+  const int64_t N = s.tokens(), C = norm1->weight.numel(), a = s.act;
+  const ActivationCost at = attn->cost(s, call), ml = mlp->cost(s);
+  BlockCost b;
+  b.full = 4 * N * C * a + 2 * N * 4 + at.kept + ml.kept;
+  b.kept_attention = 3 * N * C * a + ml.kept + N * 4;
+  b.kept_layer = N * C * a;
+  b.output = N * C * a;
+  b.mlp_kept = ml.kept;
+  b.after_mlp = 2 * N * C * a;
+  b.mlp_transient = ml.transient;
+  b.attention_transient = at.transient;
+  return b;
+}
+
 ag::Variable Block::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
                            LayerKV* cache) const {
   const bool recompute = call.recompute != Recompute::None && !cache && ag::grad_enabled();
@@ -133,11 +149,9 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   HZ_CHECK(ids_in.dim() == 2, ShapeError, "model: ids must be (B, T), got ", shape_str(ids_in.shape()));
   const Device dev = embed->weight.value().device();
   const Tensor ids = ids_in.to(dev);
-  // with context parallelism the ids are this rank's rows of a longer sequence (attn::ZigzagLayout)
-  const attn::ZigzagLayout* cp = call.context ? &call.context->layout : nullptr;
-  const int64_t T = cp ? cp->T : ids.size(1);
-  HZ_CHECK(!cp || ids.size(1) == cp->local_len(), ShapeError, "model: context-parallel rank ", cp ? cp->rank : 0,
-           " holds ", cp ? cp->local_len() : 0, " tokens of each sequence, got ids ", shape_str(ids.shape()));
+  // a route that holds a share of the sequence (context parallelism): the ids are that share of a
+  // longer sequence, and the positions the share's
+  const int64_t T = call.route ? call.route->sequence_length(ids.size(1)) : ids.size(1);
   HZ_CHECK(!(call.documents && positions_in.defined()), ValueError,
            "model: give positions or packed documents, not both (the documents define the positions)");
   if (call.documents)
@@ -146,7 +160,7 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   Tensor positions = call.documents        ? call.documents->positions(dev)
                      : positions_in.defined() ? positions_in.to(dev)
                                               : Tensor::arange(0, T, 1, DType::I64, dev);
-  if (cp && !positions_in.defined()) positions = attn::local_rows(positions, positions.dim() - 1, *cp);
+  if (call.route && !positions_in.defined()) positions = call.route->share(positions, positions.dim() - 1);
   ComputeScope scope(compute_dtype);
   if (call.T == 0) call.T = T;
   if (call.train_T == 0) call.train_T = cfg.train_context;
@@ -165,6 +179,28 @@ ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const T
   const Device dev = h.value().device();
   return ag::lm_head_loss(autocast_active() ? ag::cast(x, compute_dtype) : x, wc, targets.to(dev).reshape({-1}),
                           weights.defined() ? weights.to(dev).reshape({-1}) : Tensor(), loss_chunk);
+}
+
+HeadCost Transformer::head_cost(const CallShape& s, int64_t loss_chunk) const {
+  const int64_t N = s.tokens(), C = cfg.d_model, V = cfg.vocab_size, a = s.act;
+  const int64_t chunk = std::min(N, ag::loss_chunk_step(loss_chunk, N));
+  return {2 * N * C * a, 2 * chunk * V * a, 2 * V * C * 4 + N * C * a};
+}
+
+double Transformer::flops_per_token(int64_t T) const {
+  double n_mm = 0;
+  for (const auto& [name, v] : named_parameters())
+    if (v->dim() == 2) n_mm += static_cast<double>(v->numel());
+  if (!cfg.tie_embeddings) n_mm -= static_cast<double>(cfg.vocab_size * cfg.d_model);
+  double attn_flops = 0;
+  for (const auto& layer : layers) {
+    AttnCall call;
+    call.T = T;
+    call.train_T = T;
+    const attn::AttnConfig c = layer->attn->kernel_config(call);
+    attn_flops += 3.0 * attn::attention_cost(c, cfg.n_heads, T, T, cfg.hdim()).flops_fwd / static_cast<double>(T);
+  }
+  return 6.0 * n_mm + attn_flops;
 }
 
 int64_t Transformer::auto_loss_chunk(int64_t vocab_size, bool gpu) {

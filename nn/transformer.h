@@ -56,6 +56,10 @@ class Block : public Module {
   // cache: this layer's keys and values when decoding (nn/kv_cache.h), else null
   ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
                        LayerKV* cache = nullptr) const;
+  // What this block keeps and makes for a call of shape s (nn/cost.h): its own tensors (the block
+  // input, the normed input, the residual, the second normed input, the two norms' statistics)
+  // with the attention layer's (its route's included) and the MLP's.
+  BlockCost cost(const CallShape& s, const AttnCall& call) const;
   std::shared_ptr<RMSNorm> norm1, norm2;
   std::shared_ptr<AttentionLayer> attn;
   std::shared_ptr<MLP> mlp;
@@ -89,6 +93,13 @@ class Transformer : public Module {
   // each chunk's dW is one GEMM, and fewer, larger ones keep the memory traffic of its partial
   // sums small), at least ag::kLossSlice.
   static int64_t auto_loss_chunk(int64_t vocab_size, bool gpu = false);
+  // The final norm and the loss head for a call of shape s with loss chunks of loss_chunk rows
+  // (as loss() takes them; 0: every row at once) (nn/cost.h).
+  HeadCost head_cost(const CallShape& s, int64_t loss_chunk) const;
+  // Model FLOPs of one token at sequence length T, forward + backward (3x forward; recomputation
+  // not counted): 6 per GEMM weight (the tied head counts the embedding once; an untied embedding
+  // is a gather) plus the attention score and value products over each layer's exact visible pairs.
+  double flops_per_token(int64_t T) const;
 
   ModelConfig cfg;
   // Mixed precision: the dtype forward() computes in (nn/autocast.h); parameters keep cfg.dtype.

@@ -65,7 +65,7 @@ for r in sorted(rows, key=lambda r: (r["model"], r["T"], r["N"], r["exchange"]))
     plan = f"{r['plan_bytes'] / mib:.2f}" if r["N"] > 1 else "-"
     print(f"| {r['model']} | {r['T']} | {r['N']} | {r['exchange']} | {r['N']} x {r['threads']} | {r['step_s']:.1f} | "
           f"{r['mem_peak'] / gib:.2f} | {r['mem_plan'] / gib:.2f} | {sent} | {plan} |")
-# per layer kind, from the exchange rules (attention/context.h): an all-gather layer sends k and v,
+# per layer kind, from the exchange rules (distributed/context/exchange.h): an all-gather layer sends k and v,
 # (N - 1) x T / 2N x 2 rows each, forward, and as many gradient rows in backward; a ring layer sends
 # T - T / N rows of k and v forward and again backward, and T rows of dK/dV in f32; a window-W
 # layer sends at most 2 (W - 1) rows of each, both ways. 8 heads of 32 dims here (Hkv D = 256).

@@ -7,7 +7,6 @@
 #include "eval/eval.h"
 #include "eval/needles.h"
 #include "eval/probe.h"
-#include "train/context_parallel.h"
 #include "train/data.h"
 #include "train/run_dir.h"
 
@@ -19,8 +18,8 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm)
   if (lead) lock.emplace(run.run_dir, "eval");
   eval::EvalOptions eo = run.recipe.eval_options();
   if (split) {
-    eo.context = train::context_group(*comm);
-    eo.context_exchange = attn::name(run.recipe.parallel.context_exchange);
+    eo.context = comm;
+    eo.context_exchange = run.recipe.parallel.context_exchange;
     if (!lead) eo.passkey_examples = 0, eo.needles.tasks.clear(), eo.probe_sequences = 0;  // rank 0's alone
   }
   const int64_t T = run.recipe.data.seq_len;

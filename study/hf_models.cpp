@@ -6,33 +6,46 @@
 #include <filesystem>
 
 #include "hf/hf.h"
-#include "train/model_source.h"
 
 namespace fs = std::filesystem;
 
 namespace hz::study {
 
-void register_hf_models() {
-  train::ModelSource s;
-  s.name = "Hugging Face";
-  s.recognises = [](const std::string& path) { return hf::is_hf_dir(path); };
-  s.config = [](const std::string& dir) { return hf::import_config_dir(dir); };
-  s.tokenizer = [](const std::string& dir) { return hf::tokenizer_spec(dir); };
-  s.weights = [](const std::string& dir, const nn::ModelConfig& c) {
-    hf::ImportReport rep;
-    train::ForeignWeights fw;
-    fw.config = hf::import_config_dir(dir, &rep);
-    fw.weights = hf::import_weights(dir, c, DType::F32, &rep);
-    fw.config_file = dir + "/config.json";
-    fw.summary = fmt::format("Hugging Face {}, {} tensors{}", rep.architecture, rep.tensors.size(),
-                             rep.skipped.empty() ? std::string() : fmt::format(" ({} skipped)", rep.skipped.size()));
-    return fw;
-  };
-  train::register_model_source(std::move(s));
+train::Recipe resolve_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+  const std::string dir = train::model_fill_dir(text, file, overrides);
+  if (dir.empty() || !hf::is_hf_dir(dir)) return train::parse_recipe(text, file, overrides);
+  train::ModelFill fill;
+  try {
+    fill.model = hf::import_config_dir(dir);
+  } catch (const ValueError& e) {
+    throw train::RecipeError(file + ": checkpoint.init_from: " + e.what());
+  }
+  fill.tokenizer = hf::tokenizer_spec(dir);
+  return train::parse_recipe(text, file, overrides, &fill);
+}
+
+train::Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+  return resolve_recipe(train::read_recipe_file(path), path, overrides);
+}
+
+train::TrainResult train(const train::Recipe& r, train::TrainOptions opt) {
+  const std::string dir = r.checkpoint.init_from;
+  if (!dir.empty() && hf::is_hf_dir(dir) && !opt.init_weights) {
+    opt.init_weights = [dir](const nn::ModelConfig& c) {
+      hf::ImportReport rep;
+      train::ForeignWeights fw;
+      fw.config = hf::import_config_dir(dir, &rep);
+      fw.weights = hf::import_weights(dir, c, DType::F32, &rep);
+      fw.config_file = dir + "/config.json";
+      fw.summary = fmt::format("Hugging Face {}, {} tensors{}", rep.architecture, rep.tensors.size(),
+                               rep.skipped.empty() ? std::string() : fmt::format(" ({} skipped)", rep.skipped.size()));
+      return fw;
+    };
+  }
+  return train::train(r, opt);
 }
 
 train::Recipe hf_recipe(const std::string& dir, const std::vector<std::string>& overrides) {
-  register_hf_models();  // parse_recipe takes the model from the directory's config.json
   hf::ImportReport rep;
   hf::import_config_dir(dir, &rep);
   fs::path p = fs::path(dir).lexically_normal();
@@ -43,7 +56,7 @@ train::Recipe hf_recipe(const std::string& dir, const std::vector<std::string>& 
   doc["data"]["seq_len"] = rep.max_position_embeddings;
   YAML::Emitter e;
   e << doc;
-  return train::parse_recipe(e.c_str(), dir + "/config.json", overrides);
+  return resolve_recipe(e.c_str(), dir + "/config.json", overrides);
 }
 
 }  // namespace hz::study

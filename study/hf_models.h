@@ -1,19 +1,27 @@
 // Horizon: Hugging Face directories as the starting point of runs and evaluations. hf/ maps their
-// config.json and weights and knows no recipe; train/ knows recipes and no Hugging Face; this file
-// joins the two.
+// config.json and weights and knows no recipe; train/ knows recipes and no Hugging Face (its
+// parser reads nothing but the recipe's text); this file joins the two, a step above the parser:
+// a recipe whose checkpoint.init_from names a Hugging Face directory takes the model fields and the
+// tokenizer it leaves out from the directory, and its run the directory's weights.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "train/recipe.h"
+#include "train/trainer.h"
 
 namespace hz::study {
 
-// Lets train/ take a Hugging Face directory as checkpoint.init_from (train/model_source.h): the
-// model fields and the tokenizer a recipe leaves out come from its config.json and tokenizer files,
-// the weights from its safetensors. Idempotent; `horizon` calls it at startup, hf_recipe() and
-// load_run() call it themselves.
-void register_hf_models();
+// train::parse_recipe, and where checkpoint.init_from names a Hugging Face directory and the recipe
+// leaves out model fields or data.tokenizer, those from its config.json and tokenizer files
+// (precedence: command line > file > config.json > defaults). What `horizon` and the sweeps read.
+train::Recipe resolve_recipe(const std::string& yaml_text, const std::string& name,
+                             const std::vector<std::string>& overrides = {});
+train::Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// train::train, with checkpoint.init_from's weights read from a Hugging Face directory when it
+// names one (TrainOptions::init_weights).
+train::TrainResult train(const train::Recipe& r, train::TrainOptions opt = {});
 
 // The recipe of a Hugging Face directory: run.name = its name, the model from its config.json,
 // data.seq_len = max_position_embeddings, data.tokenizer = its tokenizer; then the overrides.

@@ -15,6 +15,7 @@
 #include "core/file.h"
 #include "core/json_guard.h"
 #include "study/evaluate_run.h"
+#include "study/hf_models.h"
 #include "study/load_run.h"
 #include "train/checkpoint.h"
 #include "train/run_dir.h"
@@ -112,7 +113,7 @@ SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& ex
   // every point must be a valid recipe before anything runs
   for (const SweepPoint& p : expand(s)) {
     try {
-      train::load_recipe(s.recipe, p.overrides);
+      load_recipe(s.recipe, p.overrides);
     } catch (const ValueError& e) {
       throw train::RecipeError(path + ": point " + std::to_string(p.index) + " (" + fmt::format("{}", fmt::join(p.values, ", ")) +
                         "): " + e.what());
@@ -187,13 +188,13 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
     }
     std::vector<std::string> ov = p.overrides;
     if (!train::find_latest_checkpoint(p.dir + "/checkpoints").empty()) ov.push_back("checkpoint.resume=latest");
-    const train::Recipe r = train::load_recipe(s.recipe, ov);
+    const train::Recipe r = load_recipe(s.recipe, ov);
     if (!o.quiet) fmt::print("[sweep] point {} of {}: {}\n", p.index, expand(s).size(), fmt::join(p.values, ", "));
     train::TrainOptions to;
     to.quiet = o.quiet;
     to.before_step = o.before_step;
     if (p.index == o.interrupt_point) to.stop_after = o.interrupt_after;
-    const train::TrainResult tr = train::train(r, to);
+    const train::TrainResult tr = study::train(r, to);
     row.resumed_from = tr.start_step;
     if (tr.end_step < r.train.steps) {  // interrupted (tests): stop the sweep here
       res.interrupted = true;

@@ -6,6 +6,7 @@
 
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "distributed/parallel.h"
 
 namespace fs = std::filesystem;
 
@@ -84,17 +85,17 @@ TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbos
   HZ_CHECK(tok->vocab_size() <= r.model.cfg.vocab_size, ValueError, "model.vocab_size (", r.model.cfg.vocab_size,
            ") is smaller than the vocabulary of tokenizer ", tok->name(), " (", tok->vocab_size(),
            " ids): set model.vocab_size to at least ", tok->vocab_size());
+  // each data-parallel replica reads its own share; the ranks of a context group read the same
+  const dist::ParallelDims dims(comm.size(), comm.rank(), static_cast<int>(r.parallel.context));
   if (is_synthetic(r.data.source)) {
     d.synth = std::make_unique<data::SyntheticLoader>(name(r.data.source), tok, r.data.seq_len, r.data.batch_size,
-                                                      r.run.seed, comm.rank() / r.parallel.context,
-                                                      comm.size() / r.parallel.context);
+                                                      r.run.seed, dims.data_rank(), dims.data());
     return d;
   }
   const auto [tp, vp] = prepare_data(r, comm, verbose);
   try {
     d.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size,
-                                                    r.run.seed, static_cast<int>(comm.rank() / r.parallel.context),
-                                                    static_cast<int>(comm.size() / r.parallel.context), tok->eos(), true);
+                                                    r.run.seed, dims.data_rank(), dims.data(), tok->eos(), true);
   } catch (const ValueError& e) {  // name what the user gave (the .bin / .jsonl files), not only the cache
     std::string given;
     for (const auto& f : r.data.files) given += (given.empty() ? "" : ", ") + f;

@@ -34,10 +34,10 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
   const bool bf16 = r.run.precision == nn::Precision::BF16;
   const int64_t a = bf16 ? 2 : p;  // an activation
   // context parallelism: a rank holds its zigzag share of each sequence (the longest share)
-  const int64_t ctx = r.parallel.context, T = r.data.seq_len;
-  const int64_t T_local = ctx > 1 ? attn::ZigzagLayout(T, static_cast<int>(ctx), 0).max_local_len() : T;
-  const int64_t N = r.data.batch_size * T_local, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(),
-                D = c.hdim(), F = c.hidden(), V = c.vocab_size, L = c.n_layers;
+  const auto route = planning_route(r, static_cast<int>(r.parallel.context));
+  const int64_t T = r.data.seq_len, T_local = route ? route->rows_held(T) : T;
+  const nn::CallShape shape{r.data.batch_size, T_local, a};
+  const int64_t N = shape.tokens(), C = c.d_model, L = c.n_layers;
   const int64_t P = m.num_parameters();
   // ---- static
   plan.parameters = P * p;
@@ -53,42 +53,22 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
   // bf16 copies of every matrix the forward multiplies by (the tied head casts the embedding)
   if (bf16) plan.weight_copies = (P - (c.tie_embeddings ? 0 : m.embed->num_parameters())) * 2;
   if (world > 1) plan.buckets = std::min<int64_t>(P * p, r.train.bucket_mb << 20);
-  // ---- activations, per block
-  const bool swiglu = c.mlp == nn::MlpKind::SwiGLU;
-  const int64_t mlp = N * F * a * (swiglu ? 4 : 2);
-  auto full_block = [&](size_t l) {
-    const attn::AttentionSpec& s = m.layers[l]->attn->spec;
-    int64_t b = 5 * N * C * a + N * (2 * H + 2 * Hkv) * D * a + mlp + 2 * N * 4 + N * H * 4;
-    if (s.qk_norm != attn::QKNorm::None) b += N * (H + Hkv) * D * a + N * (H + Hkv) * 4;  // pre-norm q, k and rstd
-    if (s.gate != attn::OutputGate::None)  // the gate's logits and sigmoid, the gated output
-      b += 2 * N * (s.gate == attn::OutputGate::Head ? H : H * D) * a + N * H * D * a;
-    if (s.forget) b += N * H * a + 3 * N * H * 4;  // FoX: the gate's logits, log f (f32), its transpose, c
-    if (ctx > 1) {  // the gathered keys and values (all-gather), the halos, or the ring's saved state
-      const attn::AttnConfig cfg = training_config(r, m, l);
-      const attn::ZigzagLayout lay(T, static_cast<int>(ctx), 0);
-      const int64_t kv_row = 2 * r.data.batch_size * Hkv * D * a;
-      switch (attn::context_exchange(cfg, lay, r.parallel.context_exchange)) {
-        case attn::ContextExchange::AllGather: b += kv_row * T; break;
-        case attn::ContextExchange::Halo: b += kv_row * 2 * attn::context_traffic(cfg, lay).fwd_rows; break;
-        case attn::ContextExchange::Ring:  // its packed own block, out and lse in the accumulation dtype
-          b += kv_row * T_local + (bf16 ? N * H * D * 4 : 0) + N * H * 4;
-          break;
-      }
-    }
-    return b;
-  };
-  auto kept = [&](size_t l) {
+  // ---- activations: what each block and the head say they keep (nn/cost.h)
+  nn::AttnCall call = training_call(r, m);
+  call.route = route;
+  std::vector<nn::BlockCost> blocks;
+  for (size_t l = 0; l < static_cast<size_t>(L); ++l) blocks.push_back(m.layers[l]->cost(shape, call));
+  auto kept = [&](const nn::BlockCost& b) {
     switch (r.train.recompute) {
-      case nn::Recompute::Layer: return N * C * a;
-      case nn::Recompute::Attention: return 3 * N * C * a + mlp + N * 4;
-      default: return full_block(l);
+      case nn::Recompute::Layer: return b.kept_layer;
+      case nn::Recompute::Attention: return b.kept_attention;
+      default: return b.full;
     }
   };
-  const int64_t head_kept = 2 * N * C * a;
-  const int64_t chunk = std::min(N, ag::loss_chunk_step(r.loss_chunk_rows(), N));
-  plan.logits = 2 * chunk * V * a;
-  int64_t all_kept = head_kept;
-  for (size_t l = 0; l < static_cast<size_t>(L); ++l) all_kept += kept(l);
+  const nn::HeadCost head = m.head_cost(shape, r.loss_chunk_rows());
+  plan.logits = head.logits;
+  int64_t all_kept = head.kept;
+  for (const nn::BlockCost& b : blocks) all_kept += kept(b);
   plan.activations = all_kept;
   // ---- the peak of backward: block l running backward, blocks above done. Two moments per block
   // (measured by tracing the allocator through the engine's nodes): inside the MLP's backward,
@@ -103,24 +83,25 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
   // lives from the head's backward on and each block's from its own.
   const bool accumulating = r.train.grad_accum > 1;
   const int64_t carried = accumulating ? P * p : 0;
+  const int64_t V = c.vocab_size;
   const int64_t head_grads = accumulating ? 0 : V * C * p + m.norm->num_parameters() * p;
-  const int64_t mlp_transient = 2 * N * C * a + (swiglu ? 2 : 1) * N * F * a;
-  const int64_t attn_transient = 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4;
   // the head's backward, per chunk: its logits and their gradient, the weight gradient (f32) and one
   // slice's V x C product added into it, dh
-  int64_t worst = carried + all_kept + plan.logits + 2 * V * C * 4 + N * C * a;
-  int64_t kept_below = all_kept - head_kept, grads_above = carried + head_grads;
+  int64_t worst = carried + all_kept + plan.logits + head.transient;
+  int64_t kept_below = all_kept - head.kept, grads_above = carried + head_grads;
   for (int64_t l = L - 1; l >= 0; --l) {
     const nn::Block& blk = *m.layers[l];
-    const int64_t full = full_block(l), own = kept(l);
-    const int64_t attn_internals = full - (3 * N * C * a + mlp + N * 4);  // what attention recomputation drops
+    const nn::BlockCost& b = blocks[l];
+    const int64_t own = kept(b);
+    const int64_t attn_internals = b.full - b.kept_attention;  // what attention recomputation drops
     // block l's tensors besides what it keeps: its recomputed forward (with the recomputed output)
-    const int64_t again = r.train.recompute == nn::Recompute::Layer ? full - own + N * C * a : 0;
+    const int64_t again = r.train.recompute == nn::Recompute::Layer ? b.full - own + b.output : 0;
     const int64_t mlp_grads = accumulating ? 0 : blk.mlp->num_parameters() * p;
-    const int64_t out_grad = accumulating ? 0 : C * F * p;  // the MLP's output projection's weight gradient
-    const int64_t at_mlp = kept_below + again + mlp_transient + grads_above + out_grad;
+    const int64_t out_grad = accumulating ? 0 : blk.mlp->w2->weight.numel() * p;  // the MLP's output projection's
+    const int64_t at_mlp = kept_below + again + b.mlp_transient + grads_above + out_grad;
     const int64_t attn_again = r.train.recompute == nn::Recompute::Attention ? attn_internals : again;
-    const int64_t at_attn = kept_below - mlp - 2 * N * C * a + attn_again + attn_transient + grads_above + mlp_grads;
+    const int64_t at_attn =
+        kept_below - b.mlp_kept - b.after_mlp + attn_again + b.attention_transient + grads_above + mlp_grads;
     worst = std::max({worst, at_mlp, at_attn});
     if (!accumulating) grads_above += blk.num_parameters() * p;
     kept_below -= own;

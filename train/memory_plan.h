@@ -3,38 +3,29 @@
 // is allocated, so that a run that cannot fit is refused up front (CUDA) and the settings that
 // matter (train.recompute, train.loss_chunk, parallel.shard_optimizer, parallel.context,
 // data.batch_size) can be weighed without trying them. With parallel.context T is the rank's
-// (longest) zigzag share, and each block also keeps the keys and values its attention received
-// (the whole sequence's for an all-gather layer, the halos for a window layer).
+// (longest) zigzag share, and each block also keeps what its route kept (the whole sequence's keys
+// and values for an all-gather layer, the halos for a window layer, the ring's own block).
 //
 // What is counted: the tensors Horizon allocates (the CPU allocator's and the CUDA pool's
 // high-water marks measure the same thing); not BLAS/cuBLAS workspaces, the CUDA context, or the
-// pool's cached but free blocks. With N = B T tokens per micro-batch, C the model width, H/Hkv the
-// query/key heads of width D, F the MLP width, a the bytes of an activation (4 f32, 2 bf16), p the
-// bytes of a parameter:
-//   static      parameters P p; optimizer state (AdamW 2 p per element, Muon p per hidden-matrix
-//               element) divided over the ranks by parallel.shard_optimizer; under bf16 the bf16
-//               copies of the weights the forward casts (2 bytes each, kept for backward); the
-//               gradient-sync buckets (train.bucket_mb, world > 1).
-//   per block   kept for backward (none): the block input, the normed input, q, k, v after RoPE,
-//               the attention output and its (B, T, C) copy, the residual, the second normed
-//               input (N C a each, q/k/v N H D a / N Hkv D a), the MLP's N F a x 4 (SwiGLU: both
-//               projections, the gate and the product) or x 2 (ReLU^2, GELU), norms' N x 4,
-//               log-sum-exp N H x 4, a gated output's logits, gates and product (2 N G a + N H D a,
-//               G = H or H D), FoX's gate logits, log f, its transpose and c (N H a + 3 N H x 4);
-//               attention recomputation keeps the block input, the residual,
-//               the second normed input and the MLP; layer recomputation the block input only.
+// pool's cached but free blocks. Each module states its own share, next to the code that allocates
+// it (nn/cost.h: MLP::cost, AttentionLayer::cost, Block::cost, Transformer::head_cost, and a route's
+// kept_bytes, e.g. the context-parallel exchanges' buffers); this file only adds them up:
+//   static      parameters P p (p the bytes of a parameter); optimizer state (AdamW 2 p per element,
+//               Muon p per hidden-matrix element) divided over the ranks by parallel.shard_optimizer;
+//               under bf16 the bf16 copies of the weights the forward casts (2 bytes each, kept for
+//               backward); the gradient-sync buckets (train.bucket_mb, world > 1).
+//   forward     every block's kept bytes under train.recompute, and the head's.
 //   backward    layers run from the top; while block l runs backward, blocks 0..l still hold
 //               what they keep, with the gradients of the parameters of blocks l+1..L-1 and of the
 //               head. Two moments of block l count: inside the MLP's backward (its whole forward
-//               again when recomputed by layer, plus 2 N C a + N F a of gradients, 2 N F a with
-//               SwiGLU, and the output projection's weight gradient), and inside the attention's
-//               backward (the MLP's activations, the residual and the second normed input freed,
-//               the attention internals again under attention or layer recomputation, plus
-//               dO, dq, dk, dv, 2 N C a + N (H + 2 Hkv) D a). The peak is the largest of these, of
-//               the head's backward and of the end of backward (every gradient). With
-//               train.grad_accum > 1 every gradient stays alive from the first micro-batch on.
-//   head        the final norm's input and output (2 N C a) and the loss's chunk of logits and
-//               their gradient (2 x chunk x V x a; chunk = N when train.loss_chunk is 0).
+//               again when recomputed by layer, plus the MLP's transient and its output projection's
+//               weight gradient), and inside the attention's backward (the MLP's activations, the
+//               residual and the second normed input freed, the attention's internals again under
+//               attention or layer recomputation, plus the attention's transient). The peak is the
+//               largest of these, of the head's backward and of the end of backward (every
+//               gradient). With train.grad_accum > 1 every gradient stays alive from the first
+//               micro-batch on.
 // tests/train/memory_plan_test.cpp holds the prediction to within 15% of the CPU allocator's
 // measured peak over several shapes; scripts/bench_memory.sh measures it at the 124M shape.
 #pragma once

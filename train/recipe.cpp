@@ -4,7 +4,6 @@
 
 #include "autograd/functions.h"
 #include "core/names.h"
-#include "train/model_source.h"
 #include "train/surgery.h"
 
 #include <cmath>
@@ -229,7 +228,7 @@ void visit_fields(Recipe& r, V& v) {
             "chunk) exchange keys under parallel.context. ring: key/value blocks go round the group, each transfer "
             "overlapping the attention of the block held, and nothing of the gathered sequence is kept; all_gather: "
             "every rank gathers the whole sequence's keys (kept for the backward)"),
-    attn::parse_context_exchange, static_cast<const char* (*)(attn::ContextExchange)>(attn::name));
+    dist::parse_context_exchange, static_cast<const char* (*)(dist::ContextExchange)>(dist::name));
   v("checkpoint.every", r.checkpoint.every, run_opt("checkpoint interval in steps (0 = only at the end)").at_least(0));
   v("checkpoint.keep_last", r.checkpoint.keep_last, run_opt("checkpoints kept").at_least(1));
   v("checkpoint.resume", r.checkpoint.resume, run_opt("'' | latest | path: continue a run exactly"));
@@ -638,19 +637,10 @@ std::string apply_override(YAML::Node& root, const std::string& ov) {
   return path;
 }
 
-// checkpoint.init_from naming a directory a registered model source recognises (train/model_source.h,
-// e.g. a Hugging Face directory) supplies every model field the recipe leaves out, and
-// data.tokenizer when the recipe gives none: precedence command line > file > the directory's
-// config (config.json) > defaults. A recipe whose model section is complete (a run's config.yaml)
-// never reads the directory.
-void fill_model_from_source(YAML::Node& root, const std::string& file) {
-  const YAML::Node& c = root;
+// The model fields a recipe (after its overrides) leaves out.
+std::vector<std::string> missing_model_fields(const YAML::Node& root) {
   auto is_map = [](const YAML::Node& n) { return n.IsDefined() && n.IsMap(); };  // (a missing key is invalid)
-  const YAML::Node ck = c["checkpoint"];
-  if (!is_map(ck) || !ck["init_from"] || !ck["init_from"].IsScalar()) return;
-  const std::string from = ck["init_from"].Scalar();
-  const YAML::Node model = c["model"];
-  if (model.IsDefined() && !model.IsNull() && !model.IsMap()) return;  // the parser reports it
+  const YAML::Node model = root["model"];
   Recipe defaults;
   Writer all;
   all.root = YAML::Node(YAML::NodeType::Map);
@@ -660,28 +650,39 @@ void fill_model_from_source(YAML::Node& root, const std::string& file) {
     const std::string key = it->first.as<std::string>();
     if (!is_map(model) || !model[key]) missing.push_back(key);
   }
-  if (missing.empty() || from.empty()) return;
-  const ModelSource* source = find_model_source(from);
-  if (!source) return;
+  return missing;
+}
+
+// checkpoint.init_from when it names a directory to fill the model from: set, and some model field
+// left out (a recipe whose model section is complete, such as a run's config.yaml, never needs it).
+std::string fill_dir_of(const YAML::Node& root) {
+  auto is_map = [](const YAML::Node& n) { return n.IsDefined() && n.IsMap(); };
+  const YAML::Node ck = root["checkpoint"];
+  if (!is_map(ck) || !ck["init_from"] || !ck["init_from"].IsScalar()) return "";
+  const YAML::Node model = root["model"];
+  if (model.IsDefined() && !model.IsNull() && !model.IsMap()) return "";  // the parser reports it
+  return missing_model_fields(root).empty() ? "" : ck["init_from"].Scalar();
+}
+
+// Every model field the recipe leaves out from fill.model, and data.tokenizer when it gives none.
+void fill_model(YAML::Node& root, const ModelFill& fill) {
+  const std::vector<std::string> missing = missing_model_fields(root);
+  if (missing.empty()) return;
   Recipe imported;
-  try {
-    imported.model.cfg = source->config(from);
-  } catch (const ValueError& e) {
-    throw RecipeError(file + ": checkpoint.init_from: " + e.what());
-  }
+  imported.model.cfg = fill.model;
   Writer w;
   w.root = YAML::Node(YAML::NodeType::Map);
   visit_fields(imported, w);
-  if (!is_map(model)) root["model"] = YAML::Node(YAML::NodeType::Map);
+  const YAML::Node model = root["model"];
+  if (!(model.IsDefined() && model.IsMap())) root["model"] = YAML::Node(YAML::NodeType::Map);
   YAML::Node m = root["model"];
   for (const auto& key : missing) m[key] = w.root["model"][key];
-  const YAML::Node data = c["data"];
-  if (!(is_map(data) && data["tokenizer"])) root["data"]["tokenizer"] = source->tokenizer(from);
+  const YAML::Node data = root["data"];
+  if (!(data.IsDefined() && data.IsMap() && data["tokenizer"])) root["data"]["tokenizer"] = fill.tokenizer;
 }
 
-}  // namespace
-
-Recipe parse_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+// The recipe's YAML with its overrides applied, its keys checked.
+Reader read_root(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
   Reader rd;
   rd.file = file;
   try {
@@ -693,7 +694,15 @@ Recipe parse_recipe(const std::string& text, const std::string& file, const std:
   if (!rd.root.IsMap()) throw RecipeError(file + ": a recipe must be a map of sections (run, model, data, ...)");
   check_keys(rd.root, "", file);
   for (const auto& ov : overrides) rd.overridden.insert(apply_override(rd.root, ov));
-  fill_model_from_source(rd.root, file);
+  return rd;
+}
+
+}  // namespace
+
+Recipe parse_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
+                    const ModelFill* fill) {
+  Reader rd = read_root(text, file, overrides);
+  if (fill) fill_model(rd.root, *fill);
   Recipe r;
   r.source_file = file;
   visit_fields(r, rd);
@@ -702,12 +711,20 @@ Recipe parse_recipe(const std::string& text, const std::string& file, const std:
   return r;
 }
 
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+std::string model_fill_dir(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+  return fill_dir_of(read_root(text, file, overrides).root);
+}
+
+std::string read_recipe_file(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw RecipeError("cannot open recipe '" + path + "': no such file or not readable");
   std::stringstream ss;
   ss << f.rdbuf();
-  return parse_recipe(ss.str(), path, overrides);
+  return ss.str();
+}
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_recipe(read_recipe_file(path), path, overrides);
 }
 
 std::string to_yaml(const Recipe& r_in) {

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "attention/context.h"
 #include "attention/documents.h"
 #include "attention/lampe.h"
 #include "attention/spec.h"
+#include "distributed/context/exchange.h"
 #include "eval/options.h"
 #include "nn/autocast.h"
 #include "nn/transformer.h"
@@ -104,7 +104,7 @@ struct TrainSection {
 struct ParallelSection {
   bool shard_optimizer = false;       // ZeRO-1: each data-parallel rank keeps 1/N of the optimizer state
   int64_t context = 1;                // context parallelism: ranks sharing each sequence (zigzag chunks)
-  attn::ContextExchange context_exchange = attn::ContextExchange::Ring;  // layers that read the whole sequence
+  dist::ContextExchange context_exchange = dist::ContextExchange::Ring;  // layers that read the whole sequence
 };
 
 struct CheckpointSection {
@@ -150,10 +150,29 @@ struct Recipe {
   int64_t loss_chunk_rows() const;
 };
 
-// Parse a recipe file, then apply overrides "a.b.c=value" (value parsed as YAML).
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+// What a step above the parser supplies for a recipe whose checkpoint.init_from names another
+// framework's model directory (study/hf_models.h reads Hugging Face ones): the model the directory
+// describes and its tokenizer. The recipe fills every model field and data.tokenizer it leaves out
+// from these: precedence command line > file > the directory > defaults.
+struct ModelFill {
+  nn::ModelConfig model;
+  std::string tokenizer;  // "" when the directory holds none
+};
+// Parse a recipe (YAML text; `name` for messages), then apply overrides "a.b.c=value" (value parsed
+// as YAML). Pure: reads nothing but the text; checkpoint.init_from is resolved a step above
+// (study::resolve_recipe), which hands a ModelFill here.
 Recipe parse_recipe(const std::string& yaml_text, const std::string& name,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {}, const ModelFill* fill = nullptr);
+// The directory a recipe's model is to be filled from: checkpoint.init_from when it is set and the
+// recipe (with its overrides) leaves out some model field or data.tokenizer; "" otherwise. Reads
+// nothing but the text.
+std::string model_fill_dir(const std::string& yaml_text, const std::string& name,
+                           const std::vector<std::string>& overrides = {});
+// The text of a recipe file (RecipeError when it cannot be read).
+std::string read_recipe_file(const std::string& path);
+// parse_recipe(read_recipe_file(path), path, overrides): a recipe whose model comes from a foreign
+// init_from directory goes through study::load_recipe instead.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 // The fully resolved recipe (every field, defaults included) as YAML; parse_recipe(to_yaml(r)) == r.
 std::string to_yaml(const Recipe& r);
 // Every field with its type, default and documentation (for `horizon train --schema`).

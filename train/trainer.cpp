@@ -20,7 +20,10 @@
 #include "core/device.h"
 #include "core/hash.h"
 #include "core/version.h"
+#include "distributed/context/route.h"
+#include "distributed/context/shard.h"
 #include "distributed/grad_sync.h"
+#include "distributed/parallel.h"
 #include "distributed/zero.h"
 #include "eval/eval.h"
 #include "optim/clip.h"
@@ -31,7 +34,6 @@
 #include "train/data.h"
 #include "train/context_parallel.h"
 #include "train/memory_plan.h"
-#include "train/model_source.h"
 #include "train/run_dir.h"
 #include "train/surgery.h"
 
@@ -110,9 +112,9 @@ optim::ScheduleConfig schedule_of(const Recipe& r, int64_t warmup, int64_t total
   return s;
 }
 
-// checkpoint.init_from: a Horizon run directory or step_<N>.h5 (weights by name), or a directory a
-// registered model source recognises (train/model_source.h; e.g. Hugging Face, weights mapped onto
-// the model `c` describes).
+// checkpoint.init_from: a Horizon run directory or step_<N>.h5 (weights by name), or another
+// framework's model directory whose weights the caller hands over (TrainOptions::init_weights;
+// study::train does for Hugging Face directories).
 // A recipe may override fields of the directory's config (a Hugging Face config.json): say which, so
 // a changed model is never silent (the recipe's model section, before SWAN / DroPE surgery).
 void log_model_overrides(const std::string& config_file, const nn::ModelConfig& theirs, const nn::ModelConfig& ours,
@@ -133,18 +135,15 @@ void log_model_overrides(const std::string& config_file, const nn::ModelConfig& 
   }
 }
 
-std::map<std::string, Tensor> load_init_weights(const std::string& from, const nn::ModelConfig& c,
-                                                const nn::ModelConfig& recipe_model, RunDir& run) {
+std::map<std::string, Tensor> load_init_weights(const std::string& from) {
   HZ_CHECK(fs::exists(from), ValueError, "checkpoint.init_from '", from, "' does not exist; give a Horizon run directory, a ",
            "step_<N>.h5 checkpoint, or a Hugging Face model directory (config.json + *.safetensors)");
-  if (const ModelSource* source = find_model_source(from)) {
-    ForeignWeights fw = source->weights(from, c);
-    run.log("init_from {}: {}", from, fw.summary);
-    log_model_overrides(fw.config_file, fw.config, recipe_model, run);
-    return std::move(fw.weights);
-  }
   std::string path = from;
   if (fs::is_directory(from)) {
+    HZ_CHECK(!fs::exists(from + "/config.json") || fs::exists(from + "/checkpoints") || fs::exists(from + "/config.yaml"),
+             ValueError, "checkpoint.init_from '", from, "' holds a config.json: another framework's model, whose ",
+             "weights train/ does not read; train through study::train (as `horizon train` does), which hands them over "
+             "(TrainOptions::init_weights)");
     path = find_latest_checkpoint(fs::exists(from + "/checkpoints") ? from + "/checkpoints" : from);
     HZ_CHECK(!path.empty(), ValueError, "init_from: no checkpoint found in '", from, "'");
   }
@@ -152,25 +151,6 @@ std::map<std::string, Tensor> load_init_weights(const std::string& from, const n
 }
 
 }  // namespace
-
-// Model FLOPs of one token, forward + backward (3x forward; no recomputation counted): 6 per
-// GEMM weight (the tied head counts the embedding once; an untied embedding is a gather) plus
-// the attention score and value products over the exact visible pairs of each layer.
-double flops_per_token(const nn::Transformer& m, int64_t T) {
-  double n_mm = 0;
-  for (const auto& [name, v] : m.named_parameters())
-    if (v->dim() == 2) n_mm += static_cast<double>(v->numel());
-  if (!m.cfg.tie_embeddings) n_mm -= static_cast<double>(m.cfg.vocab_size * m.cfg.d_model);
-  double attn = 0;
-  for (const auto& layer : m.layers) {
-    nn::AttnCall call;
-    call.T = T;
-    call.train_T = T;
-    const attn::AttnConfig cfg = layer->attn->kernel_config(call);
-    attn += 3.0 * attn::attention_cost(cfg, m.cfg.n_heads, T, T, m.cfg.hdim()).flops_fwd / static_cast<double>(T);
-  }
-  return 6.0 * n_mm + attn;
-}
 
 // Dense peak of the device for the run's precision (TFLOP/s), 0 when unknown.
 double peak_tflops(const Recipe& r, Device dev) {
@@ -200,7 +180,8 @@ class Trainer {
  public:
   Trainer(const Recipe& r, const TrainOptions& opt)
       : r_(r), opt_(opt), local_(dist::make_local()), comm_(opt.comm ? *opt.comm : *local_), rank_(comm_.rank()),
-        world_(comm_.size()), dev_(train_device(r, comm_)) {  // refuse a missing GPU before anything else
+        world_(comm_.size()), dims_(world_, rank_, static_cast<int>(r.parallel.context)),
+        dev_(train_device(r, comm_)) {  // refuse a missing GPU before anything else
 #ifdef _OPENMP
     if (r.run.threads > 0) omp_set_num_threads(static_cast<int>(r.run.threads));
 #endif
@@ -274,16 +255,12 @@ class Trainer {
 
   void build_data() { data_ = open_train_data(r_, comm_, !opt_.quiet); }  // train/data.h
 
-  // parallel.context: groups of N consecutive ranks share each sequence (train/context_parallel.h)
+  // parallel.context: groups of N consecutive ranks share each sequence (distributed/parallel.h),
+  // every layer attending through the group (distributed/context/route.h)
   void build_context() {
-    const int N = static_cast<int>(r_.parallel.context);
-    if (N == 1) return;
-    HZ_CHECK(world_ % N == 0, ValueError, "parallel.context=", N, " needs a number of ranks divisible by it; got ", world_,
-             " (mpirun -np = data-parallel ranks x ", N, ")");
-    context_comm_ = comm_.split(rank_ / N);
-    context_ = std::make_shared<attn::ContextParallel>(
-        attn::ContextParallel{context_group(*context_comm_), attn::ZigzagLayout(r_.data.seq_len, N, rank_ % N),
-                              r_.parallel.context_exchange});
+    context_comm_ = dist::context_group(comm_, dims_);
+    if (context_comm_)
+      context_ = std::make_shared<dist::ContextRoute>(*context_comm_, r_.data.seq_len, r_.parallel.context_exchange);
   }
 
   void build_model() {
@@ -295,15 +272,13 @@ class Trainer {
         data_.restore({ck_.counters.at(key + "/epoch"), ck_.counters.at(key + "/index")});
       } else {  // checkpoint.elastic: every rank's cursor was the same; go on from its global position
         data_.restore_resharded({ck_.counters.at("loader/rank0/epoch"), ck_.counters.at("loader/rank0/index")},
-                                saved_world_ / saved_context_, world_ / r_.parallel.context);
+                                saved_world_ / saved_context_, dims_.data());
         log("checkpoint.elastic: {} was written by {} rank(s), resumed by {}", resume_path_, saved_world_, world_);
       }
       res_.tokens_seen = ck_.tokens_seen;
       log("resumed from {} at step {}", resume_path_, start_);
     } else if (!r_.checkpoint.init_from.empty()) {
-      const SurgeryReport rep =
-          load_weights(*model_, load_init_weights(r_.checkpoint.init_from, model_->cfg, r_.model.cfg, *run_),
-                       r_.checkpoint.init_from);
+      const SurgeryReport rep = load_weights(*model_, init_weights(), r_.checkpoint.init_from);
       log("init_from {}: {} parameters loaded, {} new (kept their initialisation), {} dropped", r_.checkpoint.init_from,
           rep.loaded.size(), rep.added.size(), rep.dropped.size());
       for (const auto& n : rep.added) log("  new:     {}", n);
@@ -316,6 +291,16 @@ class Trainer {
           r_.run.tf32 ? " (TF32 GEMMs)" : "");
     else if (r_.run.precision == nn::Precision::BF16)
       log("device cpu, precision bf16");
+  }
+
+  // checkpoint.init_from's weights: a Horizon run or checkpoint's, or what the caller's
+  // TrainOptions::init_weights gives for another framework's directory (mapped onto the run's model)
+  std::map<std::string, Tensor> init_weights() {
+    if (!opt_.init_weights) return load_init_weights(r_.checkpoint.init_from);
+    ForeignWeights fw = opt_.init_weights(model_->cfg);
+    log("init_from {}: {}", r_.checkpoint.init_from, fw.summary);
+    log_model_overrides(fw.config_file, fw.config, r_.model.cfg, *run_);
+    return std::move(fw.weights);
   }
 
   // parameters on the run's device, forward at its precision
@@ -345,9 +330,9 @@ class Trainer {
   }
 
   void log_header() {
-    tokens_per_step_ = r_.data.batch_size * r_.data.seq_len * r_.train.grad_accum * world_ / r_.parallel.context;
+    tokens_per_step_ = r_.data.batch_size * r_.data.seq_len * r_.train.grad_accum * dims_.data();
     peak_ = peak_tflops(r_, dev_);
-    model_flops_ = flops_per_token(*model_, r_.data.seq_len);
+    model_flops_ = model_->flops_per_token(r_.data.seq_len);
     plan_ = plan_memory(r_, *model_, world_);
     res_.mem_plan = plan_.peak;
     if (dev_.is_cuda()) {
@@ -409,13 +394,13 @@ class Trainer {
       nn::AttnCall call;
       call.documents = eval::batch_documents(whole, docs_);  // null for stream documents
       call.recompute = r_.train.recompute;
-      call.context = context_;
-      const data::Batch b = context_ ? local_batch(whole, context_->layout) : whole;
+      call.route = context_;
+      const data::Batch b = context_ ? dist::shard_batch(whole, context_->layout()) : whole;
       ag::Variable loss = model_->loss(b.tokens, b.targets, b.weights, call);
       if (context_) {  // this rank's mean, weighted so that the group's average is the sequence's mean
         const double here = loss_weight(b.targets, b.weights);
         const double all = context_comm_->all_reduce_scalar(here, dist::ReduceOp::Sum);
-        loss = ag::mul_scalar(loss, all > 0 ? context_->layout.n * here / all : 0.0);
+        loss = ag::mul_scalar(loss, all > 0 ? context_->layout().n * here / all : 0.0);
       }
       loss_sum += loss.item();
       if (r_.train.grad_accum > 1) loss = ag::mul_scalar(loss, 1.0 / r_.train.grad_accum);
@@ -463,8 +448,8 @@ class Trainer {
     }
     if (context_) {  // k/v bytes the busiest rank of the group sent per step (forward and backward)
       const int64_t steps = std::max<int64_t>(1, tokens_since_log_ / std::max<int64_t>(1, tokens_per_step_));
-      const std::vector<int64_t> sent = context_comm_->all_gather((context_->group->bytes_sent - context_bytes_logged_) / steps);
-      context_bytes_logged_ = context_->group->bytes_sent;
+      const std::vector<int64_t> sent = context_comm_->all_gather((context_->bytes_sent() - context_bytes_logged_) / steps);
+      context_bytes_logged_ = context_->bytes_sent();
       jextra += fmt::format(", \"context_bytes\": {}", *std::max_element(sent.begin(), sent.end()));
     }
     if (peak_ > 0) {
@@ -549,6 +534,7 @@ class Trainer {
   std::unique_ptr<dist::Communicator> local_;
   dist::Communicator& comm_;
   const int rank_, world_;
+  const dist::ParallelDims dims_;  // data-parallel replicas x context-parallel groups
   const Device dev_;
   TrainResult res_;
   std::string resume_path_;
@@ -562,7 +548,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<dist::GradSync> gsync_;
   std::unique_ptr<dist::Communicator> context_comm_;  // this rank's context-parallel group
-  std::shared_ptr<attn::ContextParallel> context_;
+  std::shared_ptr<dist::ContextRoute> context_;  // the group as every layer's route
   double adam_lr_ = 0, comm_before_ = 0, peak_ = 0, model_flops_ = 0;
   int64_t sched_origin_ = 0, tokens_per_step_ = 0, tokens_since_log_ = 0;
   optim::ScheduleConfig sched_;

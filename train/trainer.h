@@ -10,6 +10,7 @@
 // uninterrupted trajectory bit for bit.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,14 @@
 
 namespace hz::train {
 
+// Another framework's model as the start of a run (TrainOptions::init_weights).
+struct ForeignWeights {
+  std::map<std::string, Tensor> weights;  // under Horizon parameter names, f32
+  nn::ModelConfig config;                 // the model the directory describes (before the recipe's changes)
+  std::string config_file;                // where that description is (messages), e.g. DIR/config.json
+  std::string summary;                    // for the run log, e.g. "Hugging Face LlamaForCausalLM, 20 tensors"
+};
+
 struct TrainOptions {
   bool quiet = false;       // no console progress (the log file is still written)
   int64_t stop_after = -1;  // >= 0: stop (without a final checkpoint) after this many steps: tests of resume
@@ -29,6 +38,10 @@ struct TrainOptions {
   std::function<void(int64_t step_done, nn::Transformer& model)> on_step;
   // Called on every rank before each step (after DroPE): fault injection, interruption tests.
   std::function<void(int64_t step, int rank)> before_step;
+  // checkpoint.init_from naming another framework's model directory: its weights for the run's
+  // model config (train/ reads only Horizon runs and checkpoints; study::train sets this for
+  // Hugging Face directories).
+  std::function<ForeignWeights(const nn::ModelConfig& c)> init_weights;
 };
 
 // The fault-injection hook of the failure tests, from the environment: HZ_FAULT_RANK and
@@ -57,10 +70,6 @@ nn::ModelConfig model_config_at(const Recipe& r, int64_t step);
 // The device a rank trains on: the CPU, or (run.device=cuda) the GPU of its local rank. Throws a
 // DeviceError saying what to do when CUDA is asked for but not there.
 Device train_device(const Recipe& r, const dist::Communicator& comm);
-
-// Model FLOPs per token of one training step (forward + backward = 3 forwards): 6 per GEMM
-// weight (a tied head counts the embedding once) plus attention over the exact visible pairs.
-double flops_per_token(const nn::Transformer& m, int64_t T);
 // Dense peak TFLOP/s for the MFU: run.peak_tflops, else the known peak of an H100/H200 for the
 // run's precision (989 bf16, 494.7 tf32, 66.9 fp32), else 0 (no MFU).
 double peak_tflops(const Recipe& r, Device dev);

@@ -1,7 +1,7 @@
 // Context parallelism (parallel.context), run by CTest under mpirun -np 2 and -np 4 (the whole
 // world is one group):
 //   - the zigzag layout covers every position once and balances causal work;
-//   - context_attention equals the single-rank fused op in float64, output and every gradient
+//   - the context route equals the single-rank fused op in float64, output and every gradient
 //     (q, k, v, LogN's c, sinks, FoX's gates), on the halo path, the ring and the all-gather: causal, sliding windows,
 //     SCOPE-style per-head windows, scale-invariant, LogN, ALiBi, SWAN rows, GQA, packed documents,
 //     T not divisible by 2N;
@@ -17,12 +17,13 @@
 #include <cmath>
 #include <filesystem>
 
-#include "attention/context.h"
 #include "autograd/functions.h"
 #include "core/ops.h"
 #include "core/hash.h"
 #include "core/rng.h"
 #include "data/shard.h"
+#include "distributed/context/route.h"
+#include "distributed/parallel.h"
 #include "eval/eval.h"
 #include "tests/distributed/dist_test_util.h"
 #include "train/context_parallel.h"
@@ -56,7 +57,7 @@ struct Case {
   bool alibi = false;
   int64_t Hkv = 4, T = 40;
   bool documents = false;
-  attn::ContextExchange expect_at_2 = attn::ContextExchange::AllGather;  // the path at N = 2
+  dist::ContextExchange expect_at_2 = dist::ContextExchange::AllGather;  // the path at N = 2
   bool position_reset = true;  // with documents
   bool sink = false, fox = false;  // attention sinks, FoX forget gates
   bool logn_position = false;      // LogN's n = position + 1
@@ -73,7 +74,7 @@ TEST(ContextLayout, ChunksCoverTheSequenceOnceAndBalanceCausalWork) {
       double most = 0, least = 1e300;
       int64_t longest = 0, shortest = T;
       for (int q = 0; q < n; ++q) {
-        const attn::ZigzagLayout L(T, n, q);
+        const dist::ZigzagLayout L(T, n, q);
         const std::vector<int64_t> p = L.positions();
         ASSERT_EQ(static_cast<int64_t>(p.size()), L.local_len());
         double work = 0;  // causal pairs of this rank's queries
@@ -93,15 +94,36 @@ TEST(ContextLayout, ChunksCoverTheSequenceOnceAndBalanceCausalWork) {
         EXPECT_LT(most / least, 1.01) << "T " << T << " n " << n;
       }
     }
-  EXPECT_THROW(attn::ZigzagLayout(7, 4, 0), ValueError);
-  EXPECT_THROW(attn::ZigzagLayout(64, 2, 2), ValueError);
+  EXPECT_THROW(dist::ZigzagLayout(7, 4, 0), ValueError);
+  EXPECT_THROW(dist::ZigzagLayout(64, 2, 2), ValueError);
+}
+
+TEST(ParallelDims, RanksSplitIntoDataReplicasOfContextGroups) {
+  // 6 ranks, context groups of 3: ranks 0-2 are replica 0, ranks 3-5 replica 1
+  for (int r = 0; r < 6; ++r) {
+    const dist::ParallelDims d(6, r, 3);
+    EXPECT_EQ(d.data(), 2);
+    EXPECT_EQ(d.data_rank(), r / 3);
+    EXPECT_EQ(d.context_rank(), r % 3);
+  }
+  const dist::ParallelDims one(4, 2, 1);  // no context parallelism: every rank its own replica
+  EXPECT_EQ(one.data(), 4);
+  EXPECT_EQ(one.data_rank(), 2);
+  EXPECT_EQ(one.context_rank(), 0);
+  try {
+    dist::ParallelDims(6, 0, 4);
+    ADD_FAILURE() << "4 does not divide 6";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("mpirun -np = data-parallel ranks x 4"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(dist::ParallelDims(2, 2, 1), ValueError);
 }
 
 TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
-  const int N = world().size(), me = world().rank();
+  const int N = world().size();
   const int64_t B = 2, H = 4, D = 8;
   using LK = attn::LogitKind;
-  using EX = attn::ContextExchange;
+  using EX = dist::ContextExchange;
   const std::vector<Case> cases = {
       {"causal", {0, 0, 0, 0}},
       {"swa", {6, 6, 6, 6}, LK::Identity, false, 4, 40, false, EX::Halo},
@@ -139,12 +161,11 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       {"sinks scope with an unbounded head", {1, 3, 9, 0}, LK::ScaleInvariant, true, 4, 40, false, EX::AllGather, true,
        true},
   };
-  auto group = context_group(world());
   for (const Case& c : cases)
     for (EX global : {EX::Ring, EX::AllGather}) {
-    SCOPED_TRACE(c.name + " (global layers: " + attn::name(global) + ")");
+    SCOPED_TRACE(c.name + " (global layers: " + dist::name(global) + ")");
     const int64_t T = c.T, Hkv = c.Hkv;
-    attn::ContextParallel cp{group, attn::ZigzagLayout(T, N, me), global};
+    dist::ContextRoute route(world(), T, global);
     attn::AttnConfig cfg;
     cfg.window = c.window;
     cfg.logit = c.logit;
@@ -162,7 +183,7 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       cfg.train_T = 9;
     }
     cfg.block_q = cfg.block_k = 4;
-    const EX path = attn::context_exchange(cfg, cp.layout, global);
+    const EX path = dist::exchange_for(cfg, route.layout(), global);
     if (path == EX::Halo && global == EX::AllGather) continue;  // the same run as with the ring
     if (N == 2) {
       EXPECT_EQ(path, c.expect_at_2 == EX::Halo ? EX::Halo : global);
@@ -178,17 +199,16 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg, tf).out;
     of.backward(gout);
     // this rank's share
-    const attn::ZigzagLayout& L = cp.layout;
-    ag::Variable ql(attn::local_rows(q, 2, L), true), kl(attn::local_rows(k, 2, L), true),
-        vl(attn::local_rows(v, 2, L), true), cl(c0, true), zl(z0, true), fl(attn::local_rows(f0, 2, L), true);
-    group->bytes_sent = 0;
+    const dist::ZigzagLayout& L = route.layout();
+    ag::Variable ql(dist::local_rows(q, 2, L), true), kl(dist::local_rows(k, 2, L), true),
+        vl(dist::local_rows(v, 2, L), true), cl(c0, true), zl(z0, true), fl(dist::local_rows(f0, 2, L), true);
     attn::AttnTerms tl{cl, c.sink ? zl : ag::Variable(), c.fox ? fl : ag::Variable()};
-    const ag::Variable ol = attn::context_attention(ql, kl, vl, cfg, cp, tl);
-    ol.backward(attn::local_rows(gout, 2, L));
-    EXPECT_LE(max_diff(ol.value(), attn::local_rows(of.value(), 2, L)), 1e-12);
-    EXPECT_LE(max_diff(ql.grad(), attn::local_rows(qf.grad(), 2, L)), 1e-11);
-    EXPECT_LE(max_diff(kl.grad(), attn::local_rows(kf.grad(), 2, L)), 1e-11);
-    EXPECT_LE(max_diff(vl.grad(), attn::local_rows(vf.grad(), 2, L)), 1e-11);
+    const ag::Variable ol = route.attend(ql, kl, vl, cfg, tl);
+    ol.backward(dist::local_rows(gout, 2, L));
+    EXPECT_LE(max_diff(ol.value(), dist::local_rows(of.value(), 2, L)), 1e-12);
+    EXPECT_LE(max_diff(ql.grad(), dist::local_rows(qf.grad(), 2, L)), 1e-11);
+    EXPECT_LE(max_diff(kl.grad(), dist::local_rows(kf.grad(), 2, L)), 1e-11);
+    EXPECT_LE(max_diff(vl.grad(), dist::local_rows(vf.grad(), 2, L)), 1e-11);
     if (c.logit == LK::LogN) {  // each rank holds its rows' share of dc
       Tensor dc = cl.grad().clone();
       world().all_reduce(dc, dist::ReduceOp::Sum);
@@ -200,26 +220,26 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       EXPECT_LE(max_diff(dz, zf.grad()), 1e-10);
     }
     if (c.fox) {
-      EXPECT_LE(max_diff(fl.grad(), attn::local_rows(ff.grad(), 2, L)), 1e-10);
+      EXPECT_LE(max_diff(fl.grad(), dist::local_rows(ff.grad(), 2, L)), 1e-10);
     }
     // the bytes: a halo layer sends at most (W - 1) / chunk of what the all-gather sends
     const int64_t row = B * Hkv * D * 8 + (c.fox ? B * H * 8 / 2 : 0);  // FoX: log f (B H) beside k and v
     const int64_t gather = 2 * 2 * (N - 1) * L.max_local_len() * row;  // k and v, forward and backward
-    const int64_t sent = group->bytes_sent;
+    const int64_t sent = route.bytes_sent();
     const auto most = world().all_gather(sent);
     if (path == EX::Halo) {
       int64_t W = 0;
       for (int64_t w : c.window) W = std::max(W, w);
       for (int q2 = 0; q2 < N; ++q2) {
         EXPECT_LE(static_cast<double>(most[q2]), static_cast<double>(W - 1) / L.min_chunk() * gather) << "rank " << q2;
-        const attn::ContextTraffic t = attn::context_traffic(cfg, attn::ZigzagLayout(T, N, q2));
+        const dist::ContextTraffic t = dist::context_traffic(cfg, dist::ZigzagLayout(T, N, q2));
         EXPECT_EQ(t.fwd_rows, t.bwd_rows);
         EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows) * row) << "rank " << q2;
       }
     } else if (path == EX::Ring) {  // k and v round twice, dK/dV home once: (2 (T - next's rows) + T) rows
       for (int q2 = 0; q2 < N; ++q2) {  // FoX: c with each row, and the chunk totals of log f and dc
-        const attn::ZigzagLayout Lq(T, N, q2);
-        const attn::ContextTraffic t = attn::context_traffic(cfg, Lq, global, c.fox);
+        const dist::ZigzagLayout Lq(T, N, q2);
+        const dist::ContextTraffic t = dist::context_traffic(cfg, Lq, global, c.fox);
         EXPECT_EQ(t.fwd_rows, T - Lq.local_len_of((q2 + 1) % N));
         EXPECT_EQ(t.fox_totals, c.fox ? 4 * (N - 1) : 0);
         EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows + t.bwd_acc_rows) * row + t.fox_totals * B * H * 8)
@@ -232,7 +252,7 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
 }
 
 TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
-  const int N = world().size(), me = world().rank();
+  const int N = world().size();
   const std::vector<std::pair<std::string, std::string>> models = {
       {"rope", "    k: {pos: rope, mask: causal}\n  pattern: [k]\n"},
       {"nope alibi", "    a: {pos: none, mask: causal}\n    b: {pos: alibi, mask: causal}\n  pattern: [a, b]\n"},
@@ -251,8 +271,8 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
   for (const auto& [name, kinds] : models)
     for (int64_t T : {40, 37}) {
       // the global layers over the ring at T 40, the all-gather at T 37
-      const attn::ContextExchange global = T == 40 ? attn::ContextExchange::Ring : attn::ContextExchange::AllGather;
-      SCOPED_TRACE(name + " T " + std::to_string(T) + " " + attn::name(global));
+      const dist::ContextExchange global = T == 40 ? dist::ContextExchange::Ring : dist::ContextExchange::AllGather;
+      SCOPED_TRACE(name + " T " + std::to_string(T) + " " + dist::name(global));
       const Recipe r = parse_recipe("model:\n  layer_kinds:\n" + kinds, "ctx.yaml",
                                     {"model.d_model=32", "model.n_layers=2", "model.n_heads=4",
                                      name == "swa rope" ? "model.n_kv_heads=2" : "model.n_kv_heads=0",
@@ -275,9 +295,9 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
       m.zero_grad();
       // this rank's share: its mean weighted by its share of the tokens, gradients summed over the group
       nn::AttnCall call;
-      call.context = std::make_shared<attn::ContextParallel>(
-          attn::ContextParallel{context_group(world()), attn::ZigzagLayout(T, N, me), global});
-      const Tensor il = attn::local_rows(ids, 1, call.context->layout), tl = attn::local_rows(targets, 1, call.context->layout);
+      const auto route = std::make_shared<dist::ContextRoute>(world(), T, global);
+      call.route = route;
+      const Tensor il = dist::local_rows(ids, 1, route->layout()), tl = dist::local_rows(targets, 1, route->layout());
       const double here = loss_weight(tl, Tensor());
       ag::Variable loss = ag::mul_scalar(m.loss(il, tl, Tensor(), call), here / (2.0 * T));
       std::vector<std::string> trace;
@@ -339,7 +359,7 @@ TEST_F(Context, EvaluationSplitOverTheGroupEqualsOneRank) {
       if (name == "swan stack") o.fit_swan_a = {4, 16};  // SWAN row scaling on the global NoPE layer, fitted
       if (documents) o.documents.mode = attn::DocumentMode::Masked;
       const eval::EvalReport one = eval::evaluate(m, *val, o);
-      o.context = context_group(world());
+      o.context = &world();
       const eval::EvalReport split = eval::evaluate(m, *val, o);
       ASSERT_EQ(split.lengths.size(), one.lengths.size());
       for (size_t i = 0; i < one.lengths.size(); ++i) {
@@ -360,7 +380,7 @@ TEST_F(Context, EvaluationSplitOverTheGroupEqualsOneRank) {
   o.lengths = {2 * N - 1};
   o.batch_size = 1;
   o.batches = 1;
-  o.context = context_group(world());
+  o.context = &world();
   nn::ModelConfig mc = tiny("ctx_eval_refuse", 1).model_config();
   nn::Transformer m(mc, 1);
   try {

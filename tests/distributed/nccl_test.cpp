@@ -22,14 +22,13 @@
 #include <thread>
 #include <vector>
 
-#include "attention/context.h"
 #include "autograd/functions.h"
 #include "core/device.h"
 #include "core/ops.h"
 #include "distributed/communicator.h"
 #include "distributed/grad_sync.h"
 #include "core/rng.h"
-#include "train/context_parallel.h"
+#include "distributed/context/route.h"
 
 using namespace hz;
 
@@ -421,21 +420,19 @@ TEST_F(NcclTwoRanks, SendRecvBothWays) {
   }
 }
 
-// context_attention over NCCL (f32 on the GPU, reference kernels) against the whole sequence on
+// the context route over NCCL (f32 on the GPU, reference kernels) against the whole sequence on
 // one rank (the CPU op in float64): the ring, the all-gather and the halo, with LogN, a sink and
 // FoX's forget gates.
 TEST_F(NcclTwoRanks, ContextAttentionOnTheGpuEqualsOneRank) {
-  const int r = comm().rank();
   const int64_t B = 2, H = 4, Hkv = 2, D = 16, T = 40;
-  auto group = train::context_group(comm());
   for (const bool window : {false, true})
-    for (attn::ContextExchange global : {attn::ContextExchange::Ring, attn::ContextExchange::AllGather}) {
-      SCOPED_TRACE(std::string(window ? "window 6" : "causal") + ", " + attn::name(global));
+    for (dist::ContextExchange global : {dist::ContextExchange::Ring, dist::ContextExchange::AllGather}) {
+      SCOPED_TRACE(std::string(window ? "window 6" : "causal") + ", " + dist::name(global));
       attn::AttnConfig cfg;
       cfg.window = window ? std::vector<int64_t>{6, 6, 6, 6} : std::vector<int64_t>{0, 0, 0, 0};
       cfg.logit = attn::LogitKind::LogN;
       cfg.impl = attn::AttnImpl::Reference;
-      attn::ContextParallel cp{group, attn::ZigzagLayout(T, 2, r), global};
+      dist::ContextRoute route(comm(), T, global);
       Generator g(11);
       const Tensor q = g.normal({B, H, T, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, T, D}, 0, 1, DType::F64),
                    v = g.normal({B, Hkv, T, D}, 0, 1, DType::F64), gout = g.normal({B, H, T, D}, 0, 1, DType::F64);
@@ -444,11 +441,11 @@ TEST_F(NcclTwoRanks, ContextAttentionOnTheGpuEqualsOneRank) {
       ag::Variable qf(q, true), kf(k, true), vf(v, true), cf(c0, true), zf(z0, true), ff(f0, true);
       const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg, {cf, zf, ff}).out;
       of.backward(gout);
-      const attn::ZigzagLayout& L = cp.layout;
-      auto local = [&](const Tensor& t) { return attn::local_rows(t, 2, L).to(DType::F32).to(dev()); };
+      const dist::ZigzagLayout& L = route.layout();
+      auto local = [&](const Tensor& t) { return dist::local_rows(t, 2, L).to(DType::F32).to(dev()); };
       ag::Variable ql(local(q), true), kl(local(k), true), vl(local(v), true), cl(c0.to(DType::F32).to(dev()), true),
           zl(z0.to(DType::F32).to(dev()), true), fl(local(f0), true);
-      const ag::Variable ol = attn::context_attention(ql, kl, vl, cfg, cp, {cl, zl, fl});
+      const ag::Variable ol = route.attend(ql, kl, vl, cfg, {cl, zl, fl});
       ol.backward(local(gout));
       auto diff = [](const Tensor& a, const Tensor& b) {
         const std::vector<double> x = a.to(Device::cpu()).to_vector(), y = b.to_vector();
@@ -456,7 +453,7 @@ TEST_F(NcclTwoRanks, ContextAttentionOnTheGpuEqualsOneRank) {
         for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
         return m;
       };
-      auto rows = [&](const Tensor& t) { return attn::local_rows(t, 2, L); };
+      auto rows = [&](const Tensor& t) { return dist::local_rows(t, 2, L); };
       EXPECT_LE(diff(ol.value(), rows(of.value())), 1e-5);
       EXPECT_LE(diff(ql.grad(), rows(qf.grad())), 1e-4);
       EXPECT_LE(diff(kl.grad(), rows(kf.grad())), 1e-4);

@@ -386,19 +386,20 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
 }
 
 TEST(HfImport, RecipeTakesTheModelFromInitFrom) {
-  hz::study::register_hf_models();  // train/ reads Hugging Face directories through the source study/ registers
+  // the step above the parser (study/hf_models.h) reads the directory; train::parse_recipe reads nothing
+  using hz::study::resolve_recipe;
   const std::string yaml = "checkpoint: {init_from: " + kHF + "qwen2}\ndata: {seq_len: 16}\n";
-  const Recipe r = parse_recipe(yaml, "r.yaml");
+  const Recipe r = resolve_recipe(yaml, "r.yaml");
   EXPECT_TRUE(r.model.cfg.qkv_bias);
   EXPECT_EQ(r.model.cfg.n_layers, 3);
   EXPECT_EQ(r.model.cfg.vocab_size, 96);
   EXPECT_EQ(r.data.tokenizer, "");  // the directory has no tokenizer
   // fields the recipe gives win over config.json
-  const Recipe o = parse_recipe(yaml, "r.yaml", {"model.n_layers=1"});
+  const Recipe o = resolve_recipe(yaml, "r.yaml", {"model.n_layers=1"});
   EXPECT_EQ(o.model.cfg.n_layers, 1);
   EXPECT_TRUE(o.model.cfg.qkv_bias);
   // the resolved recipe (a run's config.yaml) parses to the same model without reading config.json
-  const Recipe again = parse_recipe(to_yaml(r), "config.yaml", {"checkpoint.init_from=/nonexistent"});
+  const Recipe again = resolve_recipe(to_yaml(r), "config.yaml", {"checkpoint.init_from=/nonexistent"});
   Recipe ma, mb;
   ma.model = r.model;
   mb.model = again.model;
@@ -408,15 +409,22 @@ TEST(HfImport, RecipeTakesTheModelFromInitFrom) {
   TempDir d;
   fs::copy_file(kHF + "llama/config.json", d.file("config.json"));
   std::ofstream(d.file("tokenizer.json")) << "{}";
-  EXPECT_EQ(parse_recipe("checkpoint: {init_from: " + d.path() + "}\n", "r.yaml").data.tokenizer, d.file("tokenizer.json"));
+  EXPECT_EQ(resolve_recipe("checkpoint: {init_from: " + d.path() + "}\n", "r.yaml").data.tokenizer, d.file("tokenizer.json"));
   std::ofstream(d.file("tokenizer.json"), std::ios::trunc) << hf::byte_tokenizer_json();
-  EXPECT_EQ(parse_recipe("checkpoint: {init_from: " + d.path() + "}\n", "r.yaml").data.tokenizer, "byte");
-  EXPECT_EQ(parse_recipe("checkpoint: {init_from: " + d.path() + "}\ndata: {tokenizer: x.model}\n", "r.yaml").data.tokenizer,
+  EXPECT_EQ(resolve_recipe("checkpoint: {init_from: " + d.path() + "}\n", "r.yaml").data.tokenizer, "byte");
+  EXPECT_EQ(resolve_recipe("checkpoint: {init_from: " + d.path() + "}\ndata: {tokenizer: x.model}\n", "r.yaml").data.tokenizer,
             "x.model");  // the recipe wins
   // a Horizon checkpoint in init_from leaves the recipe's model section alone
-  const Recipe plain = parse_recipe("checkpoint: {init_from: runs/x}\n", "r.yaml");
+  const Recipe plain = resolve_recipe("checkpoint: {init_from: runs/x}\n", "r.yaml");
   EXPECT_EQ(plain.model.cfg.n_layers, hz::nn::ModelConfig().n_layers);
   EXPECT_EQ(plain.data.tokenizer, "byte");
+  // the parser alone reads nothing: the same text gets the defaults, and says which directory a
+  // step above must fill the model from
+  const Recipe pure = parse_recipe(yaml, "r.yaml");
+  EXPECT_FALSE(pure.model.cfg.qkv_bias);
+  EXPECT_EQ(pure.model.cfg.n_layers, hz::nn::ModelConfig().n_layers);
+  EXPECT_EQ(hz::train::model_fill_dir(yaml, "r.yaml"), kHF + "qwen2");
+  EXPECT_EQ(hz::train::model_fill_dir(to_yaml(r), "config.yaml"), "");  // a complete model section needs none
 }
 
 TEST(HfImport, ShapesWithoutBuildingTheModel) {

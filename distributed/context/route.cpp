@@ -1,0 +1,142 @@
+// Horizon: context parallelism as a layer's route (see route.h).
+#include "distributed/context/route.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "autograd/functions.h"
+#include "distributed/context/ring.h"
+
+namespace hz::dist {
+
+ContextRoute::ContextRoute(Communicator& group, int64_t T, ContextExchange global)
+    : link_(std::make_shared<ContextLink>(ContextLink{&group, ZigzagLayout(T, group.size(), group.rank()), 0})),
+      global_(global) {
+  HZ_CHECK(global != ContextExchange::Halo, ValueError, "context parallel: the halo is not a global exchange");
+}
+
+ContextRoute::ContextRoute(Planning, int64_t T, int N, ContextExchange global)
+    : link_(std::make_shared<ContextLink>(ContextLink{nullptr, ZigzagLayout(T, N, 0), 0})), global_(global) {
+  HZ_CHECK(global != ContextExchange::Halo, ValueError, "context parallel: the halo is not a global exchange");
+}
+
+std::shared_ptr<ContextRoute> ContextRoute::planning(int64_t T, int N, ContextExchange global) {
+  return std::make_shared<ContextRoute>(Planning{}, T, N, global);
+}
+
+int64_t ContextRoute::rows_held(int64_t T) const {
+  HZ_CHECK(T == layout().T, ValueError, "context parallel: a route over ", layout().T, " tokens asked about ", T);
+  return layout().max_local_len();
+}
+
+int64_t ContextRoute::kept_bytes(const attn::AttnConfig& cfg, const nn::AttnShape& s) const {
+  const ZigzagLayout L = layout().of_rank(0);
+  const int64_t a = s.call.act, B = s.call.batch, T_local = L.max_local_len(), N = B * T_local;
+  const int64_t kv_row = 2 * B * s.kv_heads * s.head_dim * a;  // k and v of one position
+  switch (exchange_for(cfg, L, global_)) {
+    case ContextExchange::AllGather: return kv_row * L.T;
+    case ContextExchange::Halo: return kv_row * 2 * context_traffic(cfg, L).fwd_rows;
+    case ContextExchange::Ring:  // its packed own block, out (f32 under bf16) and lse
+      return kv_row * T_local + (a == 2 ? N * s.heads * s.head_dim * 4 : 0) + N * s.heads * 4;
+    case ContextExchange::Count: break;
+  }
+  return 0;
+}
+
+int64_t ContextRoute::traffic_bytes(const attn::AttnConfig& cfg, const nn::AttnShape& s) const {
+  const int64_t a = s.call.act, B = s.call.batch;
+  const int64_t fa = a == 2 ? 4 : a;  // the accumulation dtype: f32 under bf16
+  const int64_t kv_row = B * s.kv_heads * s.head_dim * 2;  // elements of k and v per row
+  const int64_t fox_row = s.fox ? B * s.heads * fa : 0;    // FoX's log f or c (B H per row)
+  int64_t bytes = 0;
+  for (int q = 0; q < layout().n; ++q) {
+    const ContextTraffic t = context_traffic(cfg, layout().of_rank(q), global_, s.fox);
+    bytes = std::max(bytes, (t.fwd_rows + t.bwd_rows) * (kv_row * a + fox_row) + t.bwd_acc_rows * (kv_row * fa + fox_row) +
+                                t.fox_totals * B * s.heads * fa);
+  }
+  return bytes;
+}
+
+std::string ContextRoute::name() const {
+  return fmt::format("context parallelism over {} ranks ({})", layout().n, dist::name(global_));
+}
+
+int64_t ContextRoute::sequence_length(int64_t rows) const {
+  HZ_CHECK(rows == layout().local_len(), ShapeError, "model: context-parallel rank ", layout().rank, " holds ",
+           layout().local_len(), " tokens of each ", layout().T, "-token sequence, got ", rows);
+  return layout().T;
+}
+
+ag::Variable ContextRoute::attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
+                                  const attn::AttnConfig& cfg, const attn::AttnTerms& terms) {
+  HZ_CHECK(link_->comm, ValueError, "context parallel: a planning route attends nothing (it has no ranks)");
+  const ZigzagLayout& L = layout();
+  HZ_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(2) == L.local_len() && k.size(2) == L.local_len(), ShapeError,
+           "context parallel: q and k must hold this rank's ", L.local_len(), " rows of a ", L.T, "-token sequence");
+  HZ_CHECK(cfg.q_offset == -1 && cfg.key_begin == 0 && cfg.key_end == -1 && cfg.min_distance == 0 &&
+               cfg.key_position == 0, ValueError,
+           "context parallel: q_offset, key limits, min_distance and key_position are set per chunk; ",
+           "leave them at their defaults");
+  HZ_CHECK(!cfg.documents || cfg.documents->seq_len() == L.T, ShapeError, "context parallel: documents over ",
+           cfg.documents ? cfg.documents->seq_len() : 0, " positions, the sequence has ", L.T);
+  const bool fox = terms.forget.defined();
+  HZ_CHECK(!fox || (terms.forget.dim() == 3 && terms.forget.size(2) == L.local_len()), ShapeError,
+           "context parallel: FoX's log forget gates must hold this rank's ", L.local_len(), " rows");
+  const ContextExchange ex = exchange_for(cfg, L, global_);
+  if (ex == ContextExchange::Ring) {
+    // FoX's c over the whole sequence at the local rows, in the accumulation dtype
+    const DType adt = acc_dtype(q.dtype());
+    const ag::Variable c =
+        fox ? fox_prefix(terms.forget.dtype() == adt ? terms.forget : ag::cast(terms.forget, adt), link_) : ag::Variable();
+    return std::make_shared<Ring>(link_, cfg)->attend(q, k, v, terms, c);
+  }
+  // FoX's log f travels with k and v (as a (B, H, Tl, 1) tensor): the decay c_i - c_j is a sum of
+  // log f over positions (j, i], so any buffer holding the keys' rows gives it by a prefix sum
+  const ag::Variable f4 = fox ? ag::unsqueeze(terms.forget, 3) : ag::Variable();
+  auto chunk_terms = [&](const ag::Variable& f) {
+    attn::AttnTerms t = terms;
+    if (fox) t.forget = ag::squeeze(f, 3);
+    return t;
+  };
+  const auto ch = L.chunks();
+  const int64_t offs[2] = {0, L.chunk_len(ch[0])};
+  std::vector<ag::Variable> outs;
+  if (ex == ContextExchange::Halo) {
+    const int64_t W = max_window(cfg);
+    const ag::Variable hk = exchange_halo(k, W, link_), hv = exchange_halo(v, W, link_);
+    const ag::Variable hf = fox ? exchange_halo(f4, W, link_) : ag::Variable();
+    int64_t hoff = 0;
+    for (int i = 0; i < 2; ++i) {
+      const int64_t len = L.chunk_len(ch[i]), h = halo_len(L, W, ch[i]);
+      ag::Variable kc = ag::narrow(k, 2, offs[i], len), vc = ag::narrow(v, 2, offs[i], len);
+      ag::Variable fc = fox ? ag::narrow(f4, 2, offs[i], len) : ag::Variable();
+      // joined also when h is 0 (context rank 0's first chunk): every rank then builds the same
+      // graph, so its backward runs the same nodes in the same order and posts its transfers and the
+      // gradient hooks' all-reduces in the same order as the other ranks (one NCCL stream carries
+      // both: another order would deadlock)
+      kc = ag::cat({ag::narrow(hk, 2, hoff, h), kc}, 2);
+      vc = ag::cat({ag::narrow(hv, 2, hoff, h), vc}, 2);
+      if (fox) fc = ag::cat({ag::narrow(hf, 2, hoff, h), fc}, 2);
+      hoff += h;
+      attn::AttnConfig c = cfg;
+      c.q_offset = h;
+      c.key_position = L.chunk_begin(ch[i]) - h;  // the buffer's first key, for documents and SWAN's row
+      outs.push_back(attn::fused_attention(ag::contiguous(ag::narrow(q, 2, offs[i], len)), ag::contiguous(kc),
+                                           ag::contiguous(vc), c, chunk_terms(fc)).out);
+    }
+  } else {
+    const ag::Variable K = gather_sequence(k, link_), V = gather_sequence(v, link_);
+    const ag::Variable F = fox ? gather_sequence(f4, link_) : ag::Variable();
+    for (int i = 0; i < 2; ++i) {
+      attn::AttnConfig c = cfg;
+      c.q_offset = L.chunk_begin(ch[i]);
+      c.key_end = L.chunk_end(ch[i]);
+      outs.push_back(attn::fused_attention(ag::contiguous(ag::narrow(q, 2, offs[i], L.chunk_len(ch[i]))), K, V, c,
+                                           chunk_terms(F)).out);
+    }
+  }
+  return ag::cat(outs, 2);
+}
+
+}  // namespace hz::dist
