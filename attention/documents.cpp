@@ -31,6 +31,13 @@ Documents::Documents(int64_t B, int64_t T, std::vector<int64_t> cu_seqlens, bool
   HZ_CHECK(k == cu_.size(), ValueError, "documents: cumulative lengths past B T");
 }
 
+std::shared_ptr<const Documents> Documents::of_batch(int64_t B, int64_t T, const std::vector<int64_t>& cu_seqlens,
+                                                     const DocumentOptions& opts) {
+  if (opts.mode == DocumentMode::Stream) return nullptr;
+  if (cu_seqlens.empty()) return std::make_shared<Documents>(Documents::whole(B, T, opts.position_reset));
+  return std::make_shared<Documents>(B, T, cu_seqlens, opts.position_reset);
+}
+
 Documents Documents::whole(int64_t B, int64_t T, bool position_reset) {
   std::vector<int64_t> cu(B + 1);
   for (int64_t b = 0; b <= B; ++b) cu[b] = b * T;

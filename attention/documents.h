@@ -24,6 +24,13 @@ enum class DocumentMode : uint8_t { Stream, Masked, Count };
 const char* name(DocumentMode m);
 DocumentMode parse_document_mode(const std::string& s);  // "stream" | "masked"
 
+// How a training or evaluation call treats a batch's documents: as one stream (no mask) or masked,
+// with or without position reset (recipe data.documents, data.position_reset).
+struct DocumentOptions {
+  DocumentMode mode = DocumentMode::Stream;
+  bool position_reset = false;
+};
+
 class Documents {
  public:
   Documents() = default;
@@ -32,6 +39,11 @@ class Documents {
   Documents(int64_t B, int64_t T, std::vector<int64_t> cu_seqlens, bool position_reset);
   // One sequence per document (each row of a batch of B whole documents of length T).
   static Documents whole(int64_t B, int64_t T, bool position_reset = true);
+  // The documents of a batch of B sequences of T tokens with these cumulative lengths (a loader's
+  // batch, data/loader.h), as a call with these options sees them: null for stream documents;
+  // masked: one document per sequence when the batch gives no lengths.
+  static std::shared_ptr<const Documents> of_batch(int64_t B, int64_t T, const std::vector<int64_t>& cu_seqlens,
+                                                   const DocumentOptions& opts);
 
   bool defined() const { return B_ > 0; }
   int64_t batch() const { return B_; }

@@ -16,17 +16,17 @@
 
 namespace hz::attn {
 
-AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t T, int64_t train_T) {
+AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t T, int64_t train_len) {
   AttnConfig cfg;
   cfg.window = spec.windows(n_heads, T);
   if (spec.pos.kind == PosKind::Alibi) cfg.alibi_slope = alibi_slopes(n_heads);
   cfg.logit = spec.logit.kind;
   cfg.tau = spec.logit.tau;
   cfg.swan_a = spec.logit.swan_a;
-  const double s = train_T > 0 ? static_cast<double>(T) / static_cast<double>(train_T) : 1.0;
+  const double s = train_len > 0 ? static_cast<double>(T) / static_cast<double>(train_len) : 1.0;
   cfg.beta = spec.logit.temp_c != 0.0 ? temperature_beta(spec.logit.temp_c, s) : spec.logit.beta;
   cfg.temp_c = spec.logit.temp_c;
-  cfg.train_T = train_T;
+  cfg.train_len = train_len;
   cfg.logn_position = spec.logit.logn_position;
   cfg.qtemp_alpha = spec.logit.qtemp_alpha;
   cfg.qtemp_beta = spec.logit.qtemp_beta;
@@ -86,7 +86,7 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
   p.qtemp_alpha = cfg.qtemp_alpha;
   p.qtemp_beta = cfg.qtemp_beta;
   p.temp_c = cfg.temp_c;
-  p.temp_train_T = cfg.train_T;
+  p.temp_train_len = cfg.train_len;
   if (cfg.documents) {
     const Documents& d = *cfg.documents;
     HZ_CHECK(d.batch() == B && cfg.key_position + Tk <= d.seq_len(), ShapeError, "attention: documents of ",

@@ -66,7 +66,7 @@ struct AttnConfig {
   // most their sequence length, and min_distance 0. With position reset, SWAN's row index counts from the document's start.
   std::shared_ptr<const Documents> documents;
   double temp_c = 0.0;   // temperature: DroPE's c, for a per-document beta (documents only)
-  int64_t train_T = 0;   // its C_train
+  int64_t train_len = 0;   // its C_train
   // Tiles of the CPU kernel and the CUDA reference kernels; the tensor-core kernels have their
   // own (attn_tiles()).
   int64_t block_q = 64, block_k = 64;
@@ -75,9 +75,9 @@ struct AttnConfig {
 
 // The op's config for a layer spec at sequence length T: one window per query head (SCOPE scopes
 // follow T unless frozen), ALiBi slopes, the logit transform (temperature's beta = 1 + c ln s with
-// s = T / train_T when the spec gives temp_c). Tiles and alignment keep their defaults. The one
+// s = T / train_len when the spec gives temp_c). Tiles and alignment keep their defaults. The one
 // place an AttentionSpec becomes kernel-level settings (nn/attention_layer.cpp and tests use it).
-AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t T, int64_t train_T = 0);
+AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t T, int64_t train_len = 0);
 
 // The kernel parameters of one call: the config resolved against the shapes (q_offset, key
 // limits, scale, per-head windows and slopes). Throws ShapeError / ValueError saying what to

@@ -39,7 +39,7 @@ AttnOutput lampe_attention(const ag::Variable& q, const ag::Variable& k, const a
                            const RopeFreqs& freqs, const LampeConfig& cfg, AttnConfig base) {
   const int64_t H = q.size(1), Tq = q.size(2), Tk = k.size(2);
   HZ_CHECK(cfg.s_local >= 1 && cfg.s_sink >= 0, ValueError, "lampe: need s_local >= 1 and s_sink >= 0");
-  HZ_CHECK(cfg.L > 0, ValueError, "lampe: the mapping scale L must be positive (about 3/4 of the training context)");
+  HZ_CHECK(cfg.L > 0, ValueError, "lampe: the mapping scale L must be positive (about 3/4 of the training length)");
   for (int64_t w : base.window)
     HZ_CHECK(w == 0, ValueError, "lampe: the base config must be causal (unbounded windows)");
   base.window.assign(H, 0);

@@ -66,8 +66,8 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
       if (cfg.logit == LogitKind::SwanRow) r = std::log(cfg.swan_a + row) / std::log(cfg.swan_a);
       if (cfg.logit == LogitKind::Temperature) {
         r = cfg.beta;
-        if (docs && cfg.temp_c != 0.0 && cfg.train_T > 0) {
-          const double sc = static_cast<double>(doc_len[b * Tk + p]) / static_cast<double>(cfg.train_T);
+        if (docs && cfg.temp_c != 0.0 && cfg.train_len > 0) {
+          const double sc = static_cast<double>(doc_len[b * Tk + p]) / static_cast<double>(cfg.train_len);
           r = sc > 1.0 ? 1.0 + cfg.temp_c * std::log(sc) : 1.0;
         }
       }

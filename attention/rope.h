@@ -12,7 +12,7 @@
 //   yarn        w'_m = (1 - k_m) w_m / s + k_m w_m, cos/sin times mscale (0.1 ln s + 1 unless
 //               yarn_mscale is given), with the share k_m of the original frequency kept:
 //                 ramp "rotations" (docs/methods.md, the paper): k_m = clamp((r_m - alpha)/(beta - alpha), 0, 1),
-//                   r_m = C w_m / (2 pi) rotations over the training context;
+//                   r_m = C w_m / (2 pi) rotations over the training length;
 //                 ramp "index" (transformers and the YaRN reference code): k_m = 1 - clamp((m - lo) /
 //                   (hi - lo), 0, 1) with lo, hi the pair indices where r_m equals beta and alpha,
 //                   lo = D ln(C / (2 pi beta)) / (2 ln base), hi likewise with alpha, rounded outward
@@ -38,7 +38,7 @@ struct RopeFreqs {
 // rope_select), as a mask over the D/2 pairs.
 std::vector<bool> rotating_pairs(const PositionSpec& pos, int64_t half);
 
-// Frequencies for `pos` at current sequence length T (pairs that do not rotate: 0). C_train = the training context (for
+// Frequencies for `pos` at current sequence length T (pairs that do not rotate: 0). C_train = the training length (for
 // YaRN/dynamic NTK; 0 means pos.original_context, which then must be set).
 RopeFreqs rope_frequencies(const PositionSpec& pos, int64_t head_dim, int64_t T);
 

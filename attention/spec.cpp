@@ -89,7 +89,7 @@ std::vector<int64_t> AttentionSpec::windows(int64_t H, int64_t T) const {
     case MaskKind::Window: return std::vector<int64_t>(H, mask.window);
     case MaskKind::Scope: {
       if (!mask.scopes.empty()) return mask.scopes;
-      const int64_t t = mask.freeze_scopes && mask.scope_train_T > 0 ? mask.scope_train_T : T;
+      const int64_t t = mask.freeze_scopes && mask.scope_train_len > 0 ? mask.scope_train_len : T;
       return scope_windows(H, t, mask.scope_gamma, mask.scope_min, mask.scope_max);
     }
     default: throw ValueError("bad mask kind");

@@ -81,7 +81,7 @@ struct MaskSpec {
   int64_t scope_max = 0;           // SCOPE: largest scope (0 = T)
   std::vector<int64_t> scopes;     // SCOPE: explicit list, one per query head (overrides gamma)
   bool freeze_scopes = false;      // SCOPE: keep the training scopes when T grows (extrapolation tests)
-  int64_t scope_train_T = 0;       // T the frozen scopes were computed for
+  int64_t scope_train_len = 0;       // T the frozen scopes were computed for
 };
 
 struct LogitSpec {

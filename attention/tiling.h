@@ -42,7 +42,7 @@
 //   swan_row        r = ln(swan_a + n) / ln(swan_a), n = key_position + p_i (the absolute position),
 //                   or p_i - start_b(p_i) (the position inside the document) with position reset;
 //   temperature     r = beta; with documents and DroPE's beta = 1 + c ln s (temp_c != 0), s is
-//                   each row's document length over train_T (s <= 1: beta = 1), the s the
+//                   each row's document length over train_len (s <= 1: beta = 1), the s the
 //                   document would get evaluated alone;
 //   ALiBi (position encoding alibi) adds -slope_h * t to any of them; Llama 4's temperature
 //   multiplies r by 1 + alpha ln(floor((P_i + 1) / beta) + 1) (qtemp_alpha != 0). P_i, the row's
@@ -75,7 +75,7 @@ struct AttnKernelParams {
   double temp_c = 0.0;                // temperature beta = 1 + c ln s per document (documents only)
   bool logn_position = false;         // logn's n: the position + 1 instead of the visible keys
   double qtemp_alpha = 0.0, qtemp_beta = 8192.0;  // Llama 4's position temperature (0 = off)
-  int64_t temp_train_T = 0;
+  int64_t temp_train_len = 0;
   // Packed documents (null: one document per sequence). Device pointers on CUDA; row b of each is
   // sequence b's start_b / end_b over positions [0, Tk). The op keeps the tensors alive.
   const int32_t* doc_start = nullptr;
@@ -319,11 +319,11 @@ HZ_HD F row_factor(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
       r = swan_scale<F>(static_cast<F>(p.swan_a), static_cast<F>(row_position(p, b, i)));
       break;
     case LogitKind::Temperature: {
-      if (!has_documents(p) || p.temp_c == 0.0 || p.temp_train_T <= 0) {
+      if (!has_documents(p) || p.temp_c == 0.0 || p.temp_train_len <= 0) {
         r = static_cast<F>(p.beta);
         break;
       }
-      const F s = static_cast<F>(doc_end_of(p, b, pos) - doc_start_of(p, b, pos)) / static_cast<F>(p.temp_train_T);
+      const F s = static_cast<F>(doc_end_of(p, b, pos) - doc_start_of(p, b, pos)) / static_cast<F>(p.temp_train_len);
       r = s > F(1) ? F(1) + static_cast<F>(p.temp_c) * math::log_(s) : F(1);
       break;
     }

@@ -9,8 +9,8 @@
 // device above the inputs, visible pairs, the speedups against dense causal next to the
 // visible-pair ratios, and TFLOP/s counted on visible pairs (4 D per pair forward, 3.5x that
 // forward+backward). On CUDA the defaults follow FlashAttention's benchmark: bf16, H = 2048 / D,
-// B = 16384 / T. scripts/bench_attention.sh runs the CPU side by side with naive PyTorch,
-// scripts/bench_attention_gpu.sh the GPU side by side with PyTorch's SDPA and FlexAttention.
+// B = 16384 / T. scripts/bench/bench_attention.sh runs the CPU side by side with naive PyTorch,
+// scripts/bench/bench_attention_gpu.sh the GPU side by side with PyTorch's SDPA and FlexAttention.
 #include "cli/bench.h"
 
 #include <fmt/core.h>
@@ -25,13 +25,18 @@
 #include <sstream>
 
 #include "attention/accounting.h"
+#include "cli/flags.h"
 #include "attention/fused.h"
 #include "autograd/functions.h"
 #include "core/rng.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "core/device.h"
+#include "cli/tokenize.h"
 #include "distributed/communicator.h"
+#include "eval/inference.h"
+#include "nn/kv_cache.h"
+#include "study/load_run.h"
 #include "study/hf_models.h"
 #include "train/memory_plan.h"
 #include "train/recipe.h"
@@ -41,35 +46,7 @@ namespace hz::cli {
 
 namespace {
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
-struct Args {
-  std::map<std::string, std::string> kv;
-  std::string get(const std::string& k, const std::string& def) const {
-    auto it = kv.find(k);
-    return it == kv.end() ? def : it->second;
-  }
-  int64_t geti(const std::string& k, int64_t def) const { return std::stoll(get(k, std::to_string(def))); }
-};
-
-Args parse(const std::vector<std::string>& a, size_t from) {
-  Args r;
-  for (size_t i = from; i < a.size(); ++i) {
-    HZ_CHECK(a[i].rfind("--", 0) == 0 && i + 1 < a.size(), ValueError, "bench: expected --key value, got '",
-             a[i], "'");
-    r.kv[a[i].substr(2)] = a[i + 1];
-    ++i;
-  }
-  return r;
-}
-
-int bench_attention(const Args& args) {
+int bench_attention(const Flags& args) {
   const std::string device = args.get("device", "cpu");
   HZ_CHECK(device == "cpu" || device == "cuda", ValueError, "bench: --device cpu or cuda, got '", device, "'");
   const bool gpu = device == "cuda";
@@ -80,15 +57,15 @@ int bench_attention(const Args& args) {
   HZ_CHECK(dts == "f32" || dts == "bf16" || dts == "f64", ValueError, "bench: --dtype f32, bf16 or f64");
   const DType dt = dts == "bf16" ? DType::BF16 : dts == "f64" ? DType::F64 : DType::F32;
   std::vector<int64_t> Ts;
-  for (const auto& s : split(args.get("T", gpu ? "1024,2048,4096,8192,16384,32768" : "1024,2048,4096,8192,16384")))
+  for (const auto& s : split_list(args.get("T", gpu ? "1024,2048,4096,8192,16384,32768" : "1024,2048,4096,8192,16384")))
     Ts.push_back(std::stoll(s));
   const int64_t D = args.geti("D", 64), H = args.geti("H", gpu ? 2048 / D : 8);
   const int64_t B_arg = args.geti("B", gpu ? 0 : 1);  // 0: 16k tokens per batch, as FlashAttention's benchmark
   const int64_t W = args.geti("window", 512), reps = args.geti("reps", gpu ? 10 : 3);
-  const auto masks = split(args.get("masks", "causal,swa,scope"));
-  const auto logits = split(args.get("logits", "identity"));
+  const auto masks = split_list(args.get("masks", "causal,swa,scope"));
+  const auto logits = split_list(args.get("logits", "identity"));
   // the softmax additions: none, sink, fox or sink+fox (timed against none at the same mask)
-  const auto term_sets = split(args.get("terms", "none"));
+  const auto term_sets = split_list(args.get("terms", "none"));
   for (const auto& t : term_sets)
     HZ_CHECK(t == "none" || t == "sink" || t == "fox" || t == "sink+fox", ValueError, "bench: --terms takes none, sink, "
              "fox and sink+fox, got '", t, "'");
@@ -217,8 +194,8 @@ int bench_attention(const Args& args) {
 // synchronised at each phase boundary), MFU, the peak memory (CUDA: the pool's since the warm-up;
 // CPU: the allocator's high-water mark of the whole run, parameters and optimizer state included)
 // next to the memory plan's prediction. With --max-gib G a run whose plan exceeds G GiB is not
-// started: one {"skipped": ...} line says so. The PyTorch twin is scripts/bench_train_torch.py;
-// scripts/bench_memory.sh sweeps lengths and recompute settings.
+// started: one {"skipped": ...} line says so. The PyTorch twin is scripts/bench/bench_train_torch.py;
+// scripts/bench/bench_memory.sh sweeps lengths and recompute settings.
 int bench_train(const std::vector<std::string>& a) {
   HZ_CHECK(a.size() >= 3, ValueError,
            "usage: horizon bench train RECIPE.yaml [--steps N] [--warmup N] [--max-gib G] [key=value ...]");
@@ -288,10 +265,6 @@ int bench_train(const std::vector<std::string>& a) {
       upd.push_back(sec(t2, t3));
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   const double med = median(times);
   const double tps = B * T / med;
   const double flops = m.flops_per_token(T);
@@ -322,10 +295,6 @@ int bench_optimizer(const std::vector<std::string>& a) {
   p.grad() = g.normal({n}, 0.0, 1.0);
   optim::AdamW opt({{"all", {{"p", &p}}, 1e-3, 0.1}});
   Tensor x = Tensor::zeros({n}), y = Tensor::ones({n}), z = Tensor::ones({n});
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   std::vector<double> ta, tt;
   for (int64_t r = 0; r < reps + 1; ++r) {
     using clk = std::chrono::steady_clock;
@@ -352,10 +321,102 @@ int bench_optimizer(const std::vector<std::string>& a) {
   return 0;
 }
 
+// The KV cache against recomputing every token by a full forward, per length.
+int bench_generate(const std::vector<std::string>& a) {
+  if (std::find(a.begin(), a.end(), "--help") != a.end() || a.size() < 3) {
+    fmt::print("{}",
+        "usage: horizon bench generate RECIPE.yaml|RUN_DIR [--lengths 256,512,1024,2048] [--new 16] [--reps 3]\n"
+        "  Per length: prefill time of the prompt, median time per generated token with the KV cache,\n"
+        "  the same token recomputed by a full forward (no cache), and the cache's memory next to a cache\n"
+        "  that keeps every key. Runs alternate (cached, uncached, cached, ...) so machine noise hits both.\n");
+    return a.size() < 3 ? 2 : 0;
+  }
+  const std::vector<std::string> rest(a.begin() + 1, a.end());
+  const Flags f = parse_flags(rest, {"lengths", "new", "reps"}, {});
+  HZ_CHECK(!f.positional.empty(), ValueError, "bench generate: give a recipe or a run directory");
+  std::unique_ptr<nn::Transformer> owned;
+  study::LoadedRun run;
+  const std::string target = f.positional[0];
+  const std::vector<std::string> ov(f.positional.begin() + 1, f.positional.end());
+  train::Recipe recipe;
+  if (target.size() > 5 && target.substr(target.size() - 5) == ".yaml") {
+    recipe = study::load_recipe(target, ov);
+    owned = std::make_unique<nn::Transformer>(recipe.model_config(), static_cast<uint64_t>(recipe.run.seed));
+  } else {
+    run = study::load_run(target, ov);
+    recipe = run.recipe;
+    owned = std::move(run.model);
+  }
+  nn::Transformer& m = *owned;
+  std::vector<int64_t> lengths;
+  {
+    std::stringstream ss(f.get("lengths", "256,512,1024,2048"));
+    std::string item;
+    while (std::getline(ss, item, ',')) lengths.push_back(std::stoll(item));
+  }
+  const int64_t n_new = std::stoll(f.get("new", "16")), reps = std::stoll(f.get("reps", "3"));
+  const int64_t V = m.cfg.vocab_size;
+  const auto inf = recipe.eval_options().inference;
+  using clock = std::chrono::steady_clock;
+  fmt::print("model: {} parameters, {} layers, d_model {}, heads {}/{}, trained at T = {}\n", m.num_parameters(),
+             m.cfg.n_layers, m.cfg.d_model, m.cfg.n_heads, m.cfg.kv_heads(), recipe.data.seq_len);
+  fmt::print("{:>8} {:>12} {:>14} {:>16} {:>8} {:>12} {:>14}\n", "length", "prefill ms", "cached ms/tok",
+             "full fwd ms/tok", "speedup", "KV MiB", "KV MiB dense");
+  for (int64_t L : lengths) {
+    HZ_CHECK(L > n_new, ValueError, "bench generate: length ", L, " must exceed --new ", n_new);
+    std::vector<int32_t> prompt(L - n_new);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 31 + 7) % std::min<int64_t>(V, 250));
+    eval::ScopedInference si(m, inf, recipe.data.seq_len, L);
+    std::vector<double> prefill, cached, full;
+    int64_t kv = 0;
+    const Device dev = m.device();
+    auto settled = [&] {  // the clock stops once the device has finished
+      synchronize(dev);
+      return clock::now();
+    };
+    for (int64_t r = 0; r < reps; ++r) {
+      {  // A: prefill + cached steps
+        nn::KVCache cache(m, L, recipe.data.seq_len);
+        kv = cache.bytes();
+        auto t0 = settled();
+        cache.prefill(prompt);
+        prefill.push_back(std::chrono::duration<double>(settled() - t0).count());
+        for (int64_t i = 0; i + 1 < n_new; ++i) {
+          t0 = settled();
+          cache.step(static_cast<int32_t>(i % 200));
+          cached.push_back(std::chrono::duration<double>(settled() - t0).count());
+        }
+      }
+      {  // B: one new token by recomputing the whole sequence (no cache)
+        ag::NoGradGuard ng;
+        std::vector<double> ids(prompt.begin(), prompt.end());
+        ids.resize(L - 1, 5.0);
+        nn::AttnCall call;
+        call.T = L;
+        call.train_len = recipe.data.seq_len;
+        const auto t0 = settled();
+        m.forward(Tensor::from_vector(ids, {1, L - 1}, DType::I64), Tensor(), call);
+        full.push_back(std::chrono::duration<double>(settled() - t0).count());
+      }
+    }
+    const int64_t dense = 2 * L * m.cfg.kv_heads() * m.cfg.hdim() * m.cfg.n_layers *
+                          static_cast<int64_t>(dtype_size(m.cfg.dtype));
+    const double c = median(cached), u = median(full);
+    fmt::print("{:>8} {:>12.2f} {:>14.3f} {:>16.2f} {:>7.1f}x {:>12.3f} {:>14.3f}\n", L, 1e3 * median(prefill), 1e3 * c,
+               1e3 * u, u / std::max(c, 1e-12), kv / 1048576.0, dense / 1048576.0);
+    (void)V;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int bench_main(const std::vector<std::string>& args) {
-  if (args.size() < 2 || args[1] == "--help") {
+  const bool help = std::find(args.begin(), args.end(), "--help") != args.end() ||
+                    std::find(args.begin(), args.end(), "-h") != args.end();
+  if (args.size() >= 2 && args[1] == "generate") return bench_generate(args);  // its own usage
+  if (args.size() >= 2 && args[1] == "tokenizer") return bench_tokenizer_main(args);
+  if (args.size() < 2 || help) {
     fmt::print("{}", "usage: horizon bench train RECIPE.yaml [--steps 20] [--warmup 3] [--max-gib G] [key=value ...]\n"
                "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
                "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]\n"
@@ -363,13 +424,21 @@ int bench_main(const std::vector<std::string>& args) {
                "                               [--block-q 64] [--block-k 64] [--masks causal,swa,scope,docsN]\n"
                "                               [--logits identity,scale_invariant,logn,swan_row,temperature]\n"
                "                               [--terms none,sink,fox,sink+fox] [--json FILE]\n"
-               "         (cuda defaults: bf16, H = 2048/D, B = 16384/T, T up to 32768, 10 reps)\n");
+               "         (cuda defaults: bf16, H = 2048/D, B = 16384/T, T up to 32768, 10 reps)\n"
+               "       horizon bench generate RECIPE.yaml|RUN_DIR [...]   (horizon bench generate --help)\n"
+               "       horizon bench tokenizer TOKENIZER DOCS.jsonl [...] (horizon bench tokenizer --help)\n");
     return args.size() < 2 ? 2 : 0;
   }
-  if (args[1] == "attention") return bench_attention(parse(args, 2));
+  if (args[1] == "attention") {
+    const Flags f = parse_flags(args, {"device", "dtype", "impl", "T", "B", "H", "D", "window", "reps", "block-q",
+                                       "block-k", "masks", "logits", "terms", "json"}, {}, 2);
+    HZ_CHECK(f.positional.empty(), ValueError, "bench attention: unexpected argument '", f.positional.empty() ? "" : f.positional[0],
+             "'; see horizon bench --help");
+    return bench_attention(f);
+  }
   if (args[1] == "train") return bench_train(args);
   if (args[1] == "optimizer") return bench_optimizer(args);
-  throw ValueError("unknown benchmark '" + args[1] + "'; available: attention, train, optimizer");
+  throw ValueError("unknown benchmark '" + args[1] + "'; available: train, attention, optimizer, generate, tokenizer");
 }
 
 }  // namespace hz::cli

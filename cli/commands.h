@@ -7,9 +7,8 @@
 
 namespace hz::cli {
 int generate_main(const std::vector<std::string>& args);        // horizon generate
-int bench_generate_main(const std::vector<std::string>& args);  // horizon bench generate
 int sweep_main(const std::vector<std::string>& args);           // horizon sweep
 int report_main(const std::vector<std::string>& args);          // horizon report
 int simulate_main(const std::vector<std::string>& args);        // horizon simulate
-int probe_main(const std::vector<std::string>& args);           // horizon probe
+int info_main(const std::vector<std::string>& args);            // horizon info
 }  // namespace hz::cli

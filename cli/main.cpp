@@ -48,10 +48,8 @@ void usage() {
       "  sweep GRID.yaml                          train + evaluate a recipe over a grid (resumable)\n"
       "  report RUN_DIR... -o DIR                 markdown page with tables and PNG plots\n"
       "  simulate order-awareness [...]           SCOPE's order-awareness simulation\n"
-      "  bench attention|generate [...]           benchmarks (see horizon bench --help)\n"
+      "  bench train|attention|optimizer|generate|tokenizer [...]  benchmarks (horizon bench --help)\n"
       "  tokenize TOKENIZER [FILE] [--decode]     ids of a text (or text of ids) with byte / tokenizer.json / .model\n"
-      "  bench tokenizer TOKENIZER DOCS.jsonl     encoding throughput (MB/s, 1 and 2 threads)\n"
-      "  bench attention|generate [...]           benchmarks (see horizon bench --help)\n"
       "  convert hf HF_DIR OUT.h5                 import a Hugging Face Llama/Mistral/Qwen2/SmolLM3 checkpoint\n"
       "  convert to-hf CKPT|RUN_DIR OUT_DIR       export to a Hugging Face directory (transformers)\n"
       "  score MODEL FILE [--json] [--bos]        mean NLL of FILE's tokens 2..n given their prefix\n"
@@ -154,106 +152,6 @@ int cmd_data(const std::vector<std::string>& a) {
   return 0;
 }
 
-int cmd_info(const std::vector<std::string>& a) {
-  if (wants_help(a)) {
-    fmt::print("{}", "usage: horizon info [RECIPE.yaml|RUN_DIR] [key=value ...]\n");
-    return 0;
-  }
-  fmt::print("horizon {}\n", hz::version());
-  fmt::print("  cpu threads (OpenMP): {}\n", hz::cpu::num_threads());
-#ifdef HZ_HAVE_OPENBLAS_CLI
-  fmt::print("  cpu gemm: OpenBLAS\n");
-#else
-  fmt::print("  cpu gemm: portable\n");
-#endif
-  fmt::print("  cuda: {}{}\n", hz::cuda::compiled() ? "compiled" : "not compiled",
-             hz::cuda::compiled() ? fmt::format(", {} device(s) visible", hz::cuda::device_count()) : std::string());
-  fmt::print("  mpi: {}, nccl: {}\n", hz::dist::mpi_compiled() ? "compiled" : "not compiled",
-             hz::dist::nccl_compiled() ? "compiled (libnccl " + hz::dist::nccl_version() + ")" : "not compiled");
-  if (a.size() < 2) return 0;
-  const std::vector<std::string> ov(a.begin() + 2, a.end());
-  hz::train::Recipe r;
-  if (fs::is_directory(a[1])) r = hz::train::load_recipe(a[1] + "/config.yaml", ov);
-  else r = hz::study::load_recipe(a[1], ov);  // its init_from may name a Hugging Face directory
-  const hz::nn::Transformer m(r.model_config(), 0);
-  fmt::print("\nrecipe {} (run {})\n  parameters: {}\n", r.source_file, r.run.name, m.num_parameters());
-  for (size_t l = 0; l < m.layers.size(); ++l)
-    fmt::print("  layer {:>2}: {:<12} {}\n", l, m.cfg.layer_kind_names()[l], m.layers[l]->attn->spec.describe());
-  fmt::print("\nattention cost per sequence (all layers): visible pairs and forward FLOPs\n");
-  fmt::print("{:>8} {:>16} {:>12} {:>10}\n", "T", "visible pairs", "GFLOP fwd", "vs dense");
-  for (int64_t T : r.eval_lengths()) {
-    int64_t pairs = 0;
-    double flops = 0, dense = 0;
-    for (const auto& b : m.layers) {
-      hz::nn::AttnCall call;
-      call.T = T;
-      call.train_T = r.data.seq_len;
-      const auto c = hz::attn::attention_cost(b->attn->kernel_config(call), m.cfg.n_heads, T, T, m.cfg.hdim());
-      pairs += c.visible_pairs;
-      flops += c.flops_fwd;
-      dense += 4.0 * m.cfg.hdim() * m.cfg.n_heads * T * (T + 1) / 2.0;
-    }
-    fmt::print("{:>8} {:>16} {:>12.3f} {:>9.1f}%\n", T, pairs, flops / 1e9, 100.0 * flops / dense);
-  }
-  {  // the memory plan per rank, by world size (the optimizer state and buckets depend on it)
-    fmt::print("\nmemory plan per rank (train/memory_plan.h): B {} x T {}, {}, recompute {}, loss_chunk {}, "
-               "shard_optimizer {}\n", r.data.batch_size, r.data.seq_len, hz::nn::name(r.run.precision),
-               hz::nn::name(r.train.recompute), r.loss_chunk_rows(), r.parallel.shard_optimizer ? "true" : "false");
-    const std::vector<int> worlds{1, 2, 4, 8};
-    std::vector<hz::train::MemoryPlan> plans;
-    for (int w : worlds) plans.push_back(hz::train::plan_memory(r, m, w));
-    fmt::print("  {:<24}", "ranks");
-    for (int w : worlds) fmt::print(" {:>12}", w);
-    fmt::print("\n");
-    for (size_t i = 0; i < plans[0].rows().size(); ++i) {
-      fmt::print("  {:<24}", plans[0].rows()[i].first);
-      for (const auto& p : plans) fmt::print(" {:>12}", hz::train::format_bytes(p.rows()[i].second));
-      fmt::print("\n");
-    }
-    if (hz::cuda::available()) {
-      const int64_t usable = hz::cuda::memory_usable(0);
-      fmt::print("  GPU 0 holds {}, {} of it free: the plan {} there\n", hz::train::format_bytes(hz::cuda::memory_bytes(0)),
-                 hz::train::format_bytes(usable), plans[0].peak <= usable ? "fits" : "does not fit");
-    }
-  }
-  {  // context parallelism: what each layer exchanges (train/context_parallel.h)
-    std::vector<int> groups{2, 4, 8};
-    if (r.parallel.context > 1) groups = {static_cast<int>(r.parallel.context)};
-    fmt::print("\ncontext parallelism (parallel.context = N): bytes one rank sends per step (k and v, forward and "
-               "backward, {} micro-batch(es) of B {} x T {})\n", r.train.grad_accum, r.data.batch_size, r.data.seq_len);
-    for (int N : groups) {
-      if (r.data.seq_len < 2 * N) continue;
-      const auto rows = hz::train::context_plan(r, m, N);
-      int64_t total = 0;
-      for (const auto& row : rows) total += row.bytes * row.count * r.train.grad_accum;
-      fmt::print("  N = {}: {} per step ({} tokens per chunk)\n", N, hz::train::format_bytes(total),
-                 hz::dist::ZigzagLayout(r.data.seq_len, N, 0).min_chunk());
-      for (const auto& row : rows)
-        fmt::print("    layers {:<8} {:<11} {:>12} per layer\n", row.layers, row.exchange,
-                   hz::train::format_bytes(row.bytes * r.train.grad_accum));
-    }
-  }
-  if (r.data.documents == hz::attn::DocumentMode::Masked) {  // what a training batch looks like
-    auto comm = hz::dist::make_local();
-    hz::train::TrainData data = hz::train::open_train_data(r, *comm, false);
-    const hz::data::Batch b = data.next();
-    const auto docs = hz::eval::batch_documents(b, {r.data.documents, r.data.position_reset});
-    fmt::print("\nfirst training batch (data.documents: masked): {}\n", docs->describe());
-    int64_t pairs = 0, stream = 0;
-    for (const auto& layer : m.layers) {
-      hz::nn::AttnCall call;
-      call.T = r.data.seq_len;
-      call.train_T = r.data.seq_len;
-      hz::attn::AttnConfig cfg = layer->attn->kernel_config(call);
-      stream += b.tokens.size(0) * hz::attn::attention_cost(cfg, m.cfg.n_heads, call.T, call.T, m.cfg.hdim()).visible_pairs;
-      cfg.documents = docs;
-      pairs += hz::attn::attention_cost(cfg, m.cfg.n_heads, call.T, call.T, m.cfg.hdim()).visible_pairs;
-    }
-    fmt::print("  visible pairs (all layers): {} masked vs {} stream ({:.1f}%)\n", pairs, stream,
-               100.0 * static_cast<double>(pairs) / static_cast<double>(std::max<int64_t>(1, stream)));
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -270,10 +168,8 @@ int main(int argc, char** argv) {
     if (cmd == "train") return cmd_train(args);
     if (cmd == "eval") return cmd_eval(args);
     if (cmd == "data") return cmd_data(args);
-    if (cmd == "info") return cmd_info(args);
+    if (cmd == "info") return hz::cli::info_main(args);
     if (cmd == "tokenize") return hz::cli::tokenize_main(args);
-    if (cmd == "bench" && args.size() > 1 && args[1] == "tokenizer") return hz::cli::bench_tokenizer_main(args);
-    if (cmd == "bench" && args.size() > 1 && args[1] == "generate") return hz::cli::bench_generate_main(args);
     if (cmd == "bench") return hz::cli::bench_main(args);
     if (cmd == "convert") return hz::cli::convert_main(args);
     if (cmd == "score") return hz::cli::score_main(args);

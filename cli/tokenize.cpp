@@ -1,5 +1,5 @@
 // Horizon: `horizon tokenize` (encode / decode with any tokenizer) and `horizon bench tokenizer`
-// (encoding throughput, compared with the `tokenizers` library by scripts/bench_tokenizer.sh).
+// (encoding throughput, compared with the `tokenizers` library by scripts/bench/bench_tokenizer.sh).
 #include "cli/tokenize.h"
 
 #include <fmt/core.h>

@@ -43,7 +43,17 @@ void synchronize(int device);
 // TF32 for f32 GEMMs (off by default: f32 parity tests compare to the CPU).
 void set_allow_tf32(bool on);
 bool allow_tf32();
+// A CUDA runtime error (its cudaError_t code) as a DeviceError naming the call, where it was made and
+// what to do about it; HZ_CUDA_CHECK throws it, for CUDA code in any layer (its file includes the
+// CUDA runtime header itself).
+[[noreturn]] void throw_error(int code, const char* call, const char* file, int line);
 }  // namespace cuda
+
+#define HZ_CUDA_CHECK(call)                                                                        \
+  do {                                                                                             \
+    const auto hz_e_ = (call);                                                                     \
+    if (static_cast<int>(hz_e_) != 0) ::hz::cuda::throw_error(static_cast<int>(hz_e_), #call, __FILE__, __LINE__); \
+  } while (0)
 
 // Waits on the host until device d has finished the work queued on it. A GPU runs on after a call
 // returns, so a timer reads this before it stops; on the CPU ops return finished (a no-op).

@@ -26,7 +26,7 @@ namespace hz::data {
 namespace {
 
 // The 66 books in canonical order, each the name of its Document and of its "## " header in
-// assets/kjv/kjv.txt.gz (the same names as scripts/make_kjv_asset.py's BOOKS).
+// assets/kjv/kjv.txt.gz (the same names as scripts/fixtures/make_kjv_asset.py's BOOKS).
 constexpr const char* kBookNames[] = {
     "Genesis",         "Exodus",          "Leviticus",       "Numbers",         "Deuteronomy",
     "Joshua",          "Judges",          "Ruth",            "1 Samuel",        "2 Samuel",
@@ -49,7 +49,7 @@ static_assert(kBookCount == 66, "the Bible has 66 books");
 constexpr std::string_view kHeader = "## ";  // starts a book's header line (no verse starts so)
 constexpr const char* kRegenerate =
     "; rebuild Horizon from an intact assets/kjv/kjv.txt.gz (regenerate it with "
-    "python3 scripts/make_kjv_asset.py, see assets/kjv/README.md)";
+    "python3 scripts/fixtures/make_kjv_asset.py, see assets/kjv/README.md)";
 
 // The bytes of one gzip member, decompressed with zlib; throws hz::Error when they are not one.
 std::string gunzip(const unsigned char* data, size_t size, const std::string& what) {

@@ -2,7 +2,7 @@
 //
 // A corpus is a list of Documents (a name and its text). The default corpus is the King James
 // Bible (public domain), embedded in the binary (assets/kjv/kjv.txt.gz, made from Debian's
-// bible-kjv by scripts/make_kjv_asset.py), one document per book, so a train/validation split by
+// bible-kjv by scripts/fixtures/make_kjv_asset.py), one document per book, so a train/validation split by
 // document never cuts a book in half.
 #pragma once
 #include <string>

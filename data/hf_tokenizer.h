@@ -31,7 +31,7 @@
 // id after the model's vocabulary), which is what the "id" fields of a consistent file say.
 //
 // Known differences from the library (none on the fixtures nor on 20,000 random texts per layout,
-// scripts/gen_tokenizer_fixtures.py --fuzz):
+// scripts/fixtures/gen_tokenizer_fixtures.py --fuzz):
 // - Unicode versions: the regexes run on Debian 12's PCRE2 (Unicode 14 properties) and the
 //   normalizers on utf8proc (Unicode 15), while the library's Oniguruma knows Unicode 16 and its
 //   NFC / NFKC, StripAccents and Punctuation use Unicode 9-era tables. Text with characters

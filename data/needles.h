@@ -12,7 +12,7 @@
 // Formats: "ruler" uses RULER's instruction, needle sentence, question and answer prefix; "short"
 // drops the instruction and the question: needles read "The magic number for KEY is VALUE." and
 // the prompt ends with the answer prefix "The magic number for KEY is" (for byte-level models with
-// short training contexts).
+// short training lengths).
 //
 // The haystack is consecutive Bible verses (one per line) from a seeded start; needles are
 // whole lines between verses. The asked needle (for multi-query: the first asked key's needle;

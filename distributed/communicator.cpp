@@ -208,6 +208,8 @@ MPI_Datatype mpi_type(DType t) {
   }
 }
 
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }  // Mean: a sum, then scaled
+
 void check_buffer(const Tensor& t) {
   HZ_CHECK(t.device().is_cpu(), DeviceError, "the MPI communicator works on CPU tensors; use NCCL for ", t.device().str());
   HZ_CHECK(t.is_contiguous(), ValueError, "collectives need contiguous tensors");
@@ -297,19 +299,19 @@ class Mpi : public Communicator {
   int local_rank() const override { return local_rank_; }
   void all_reduce(Tensor& t, ReduceOp op) override {
     check_buffer(t);
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), MPI_SUM,
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), mpi_op(op),
                             comm_),
               "MPI_Allreduce");
-    if (op == ReduceOp::Average) scale_average(t, size_);
+    if (op == ReduceOp::Mean) scale_average(t, size_);
   }
   std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) override {
     check_buffer(t);
     MPI_Request req;
-    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), MPI_SUM,
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), mpi_op(op),
                              comm_, &req),
               "MPI_Iallreduce");
     MpiRequest::Finish avg;
-    if (op == ReduceOp::Average) avg = [t, n = size_](const MPI_Status*) mutable { scale_average(t, n); };
+    if (op == ReduceOp::Mean) avg = [t, n = size_](const MPI_Status*) mutable { scale_average(t, n); };
     return std::make_unique<MpiRequest>(std::vector<MPI_Request>{req}, std::vector<Tensor>{t}, std::move(avg));
   }
   void broadcast(Tensor& t, int root) override {

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "core/op_kinds.h"  // ReduceOp: Sum, Mean (the average over ranks), Max
 #include "core/tensor.h"
 
 namespace hz::dist {
 
-enum class ReduceOp : uint8_t { Sum, Average, Count };
 
 class Request {
  public:
@@ -39,7 +39,8 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual int local_rank() const = 0;
-  // t contiguous; f32/f64/i32/i64 (NCCL adds bf16); Average only for floating types
+  // t contiguous; f32/f64/i32/i64 (NCCL adds bf16); Mean (the average over ranks) only for
+  // floating types
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
   virtual std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) = 0;  // t stays alive until wait()
   virtual void broadcast(Tensor& t, int root) = 0;

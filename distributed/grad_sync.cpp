@@ -57,7 +57,7 @@ void GradSync::launch(Bucket& b) {
     else dst.zero_();  // a parameter this rank did not use
     off += n;
   }
-  b.req = comm_.all_reduce_async(b.flat, ReduceOp::Average);
+  b.req = comm_.all_reduce_async(b.flat, ReduceOp::Mean);
   b.launched = true;
   comm_seconds_ += now() - t0;
 }

@@ -33,11 +33,6 @@ namespace {
     ncclResult_t r_ = (call);                                                                 \
     HZ_CHECK(r_ == ncclSuccess, DeviceError, #call, " failed: ", ncclGetErrorString(r_));    \
   } while (0)
-#define HZ_CUDA_OK(call)                                                                      \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    HZ_CHECK(e_ == cudaSuccess, DeviceError, #call, " failed: ", cudaGetErrorString(e_));    \
-  } while (0)
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -63,7 +58,7 @@ class NcclRequest : public Request {
   }
   // Work queued on the compute stream from now on runs after the collective.
   void wait() override {
-    HZ_CUDA_OK(cudaStreamWaitEvent(compute_, ev_, 0));
+    HZ_CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_, 0));
     waited_ = true;
   }
   bool test() override {
@@ -120,7 +115,7 @@ class Nccl : public Communicator {
                    "horizon: rank %d (local rank %d) shares CUDA device %d with local rank %d: %d device(s) visible "
                    "for more local ranks; NCCL may refuse two ranks on one GPU\n",
                    rank_, local_rank_, device_, local_rank_ - ndev, ndev);
-    HZ_CUDA_OK(cudaSetDevice(device_));
+    HZ_CUDA_CHECK(cudaSetDevice(device_));
     compute_ = static_cast<cudaStream_t>(cuda::compute_stream(device_));
     stream_ = static_cast<cudaStream_t>(cuda::comm_stream(device_));
     // 3. the unique id, from rank 0
@@ -185,13 +180,13 @@ class Nccl : public Communicator {
       return std::make_unique<DoneRequest>();
     }
     check(t);
-    HZ_CHECK(op != ReduceOp::Average || is_floating(t.dtype()), DTypeError, "average of an integer tensor");
+    HZ_CHECK(op != ReduceOp::Mean || is_floating(t.dtype()), DTypeError, "average of an integer tensor");
     after_compute();
     HZ_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
-                                op == ReduceOp::Average ? ncclAvg : ncclSum, comm_, stream_));
+                                op == ReduceOp::Mean ? ncclAvg : op == ReduceOp::Max ? ncclMax : ncclSum, comm_, stream_));
     cudaEvent_t done;
-    HZ_CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    HZ_CUDA_OK(cudaEventRecord(done, stream_));
+    HZ_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    HZ_CUDA_CHECK(cudaEventRecord(done, stream_));
     return std::make_unique<NcclRequest>(done, t, compute_);
   }
   void broadcast(Tensor& t, int root) override {
@@ -204,7 +199,7 @@ class Nccl : public Communicator {
     after_compute();
     HZ_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
                                 comm_, stream_));
-    HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+    HZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void all_gather_into(const Tensor& in, Tensor& out) override {
     if (in.device().is_cpu()) {
@@ -221,7 +216,7 @@ class Nccl : public Communicator {
     after_compute();
     HZ_NCCL_CHECK(ncclAllGather(in.raw_data(), out.raw_data(), static_cast<size_t>(in.numel()), nccl_type(in.dtype()),
                                 comm_, stream_));
-    HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+    HZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void send_recv(const Tensor& send, int dest, Tensor& recv, int src) override {
     check_send_recv(send, dest, recv, src, size_);
@@ -234,7 +229,7 @@ class Nccl : public Communicator {
       return;
     }
     post_send_recv(send, dest, recv, src);
-    HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+    HZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   std::unique_ptr<Request> send_recv_async(const Tensor& send, int dest, Tensor& recv, int src) override {
     check_send_recv(send, dest, recv, src, size_);
@@ -246,8 +241,8 @@ class Nccl : public Communicator {
     }
     post_send_recv(send, dest, recv, src);
     cudaEvent_t done;
-    HZ_CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    HZ_CUDA_OK(cudaEventRecord(done, stream_));
+    HZ_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    HZ_CUDA_CHECK(cudaEventRecord(done, stream_));
     return std::make_unique<NcclRequest>(done, send, compute_, recv);
   }
   std::unique_ptr<Communicator> split(int color) override {
@@ -261,7 +256,7 @@ class Nccl : public Communicator {
     // a one-element all-reduce completes only once every rank has reached it
     Tensor one = Tensor::zeros({1}, DType::F32, Device::cuda(device_));
     all_reduce_async(one, ReduceOp::Sum);
-    HZ_CUDA_OK(cudaStreamSynchronize(stream_));
+    HZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   [[noreturn]] void abort(int code) noexcept override {
     ncclCommAbort(comm_);
@@ -297,9 +292,9 @@ class Nccl : public Communicator {
   }
   void after_compute() {
     cudaEvent_t ready;
-    HZ_CUDA_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    HZ_CUDA_OK(cudaEventRecord(ready, compute_));
-    HZ_CUDA_OK(cudaStreamWaitEvent(stream_, ready, 0));
+    HZ_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    HZ_CUDA_CHECK(cudaEventRecord(ready, compute_));
+    HZ_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     cudaEventDestroy(ready);
   }
   // A CPU tensor through NCCL: copy to the device (compute stream), run `op` on the copy, copy back

@@ -41,16 +41,16 @@ std::vector<double> context_nll(const nn::Transformer& m, const data::Batch& b, 
   return dist::gather_shares(m.token_nll(mine.tokens, mine.targets, call), group, route->layout());
 }
 
-Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, int64_t L, int64_t train_T, bool by_pos,
-             const DocumentOptions& docs, dist::Communicator* context, dist::ContextExchange exchange) {
+Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, int64_t L, int64_t train_len, bool by_pos,
+             const attn::DocumentOptions& docs, dist::Communicator* context, dist::ContextExchange exchange) {
   ag::NoGradGuard ng;
   Scores s;
   if (by_pos) s.pos_sum.assign(L, 0.0);
   nn::AttnCall call;
   call.T = L;
-  call.train_T = train_T;
+  call.train_len = train_len;
   for (const auto& b : batches) {
-    call.documents = batch_documents(b, docs);
+    call.documents = attn::Documents::of_batch(b.tokens.size(0), b.tokens.size(1), b.cu_seqlens, docs);
     // the head in chunks of rows: long lengths never hold the (B L, V) logits
     const std::vector<double> v = context ? context_nll(m, b, call, *context, exchange) : m.token_nll(b.tokens, b.targets, call).to_vector();
     const std::vector<double> w = b.weights.to_vector();
@@ -74,15 +74,8 @@ Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, 
 
 }  // namespace
 
-std::shared_ptr<const attn::Documents> batch_documents(const data::Batch& b, const DocumentOptions& docs) {
-  if (docs.mode == attn::DocumentMode::Stream) return nullptr;
-  const int64_t B = b.tokens.size(0), T = b.tokens.size(1);
-  if (b.cu_seqlens.empty()) return std::make_shared<attn::Documents>(attn::Documents::whole(B, T, docs.position_reset));
-  return std::make_shared<attn::Documents>(B, T, b.cu_seqlens, docs.position_reset);
-}
-
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
-                 int64_t train_T, const DocumentOptions& docs) {
+                 int64_t train_len, const attn::DocumentOptions& docs) {
   std::vector<data::Batch> batches;
   try {
     batches = data::eval_batches(val, L, batch, max_batches);
@@ -90,7 +83,7 @@ double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, in
     return std::nan("");  // the validation split holds no full batch at this length
   }
   if (batches.empty()) return std::nan("");
-  const Scores s = score(m, batches, L, train_T, false, docs, nullptr, dist::ContextExchange::Ring);
+  const Scores s = score(m, batches, L, train_len, false, docs, nullptr, dist::ContextExchange::Ring);
   return s.n ? s.sum / s.n : std::nan("");
 }
 
@@ -98,7 +91,7 @@ std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions&
   std::vector<PasskeyCell> cells;
   if (o.passkey_examples <= 0) return cells;
   const auto tok = data::make_tokenizer(o.tokenizer);
-  const int64_t train_T = o.train_T, V = m.cfg.vocab_size;
+  const int64_t train_len = o.train_len, V = m.cfg.vocab_size;
   ag::NoGradGuard ng;
   for (int64_t L : o.lengths) {
     try {  // lengths too short for needle + question are left out of the grid
@@ -107,10 +100,10 @@ std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions&
     } catch (const ValueError&) {
       continue;
     }
-    ScopedInference opts(m, o.inference, train_T, L);
+    ScopedInference opts(m, o.inference, train_len, L);
     nn::AttnCall call;
     call.T = L;
-    call.train_T = train_T;
+    call.train_len = train_len;
     for (size_t di = 0; di < o.passkey_depths.size(); ++di) {
       PasskeyCell cell;
       cell.length = L;
@@ -151,7 +144,7 @@ std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions&
 
 EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOptions& o, bool with_nll) {
   EvalReport rep;
-  const int64_t train_T = o.train_T;
+  const int64_t train_len = o.train_len;
   HZ_CHECK(!o.lengths.empty(), ValueError, "eval: no evaluation lengths given");
   const int64_t longest = *std::max_element(o.lengths.begin(), o.lengths.end());
   for (int64_t L : o.lengths) {
@@ -160,7 +153,7 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
              " tokens) is too small for one batch of ", o.batch_size, " x ", L,
              " tokens; lower eval.batch_size or eval.lengths, or raise data.val_fraction");
     std::vector<double> cs{o.inference.drope_c};
-    if (!o.fit_drope_c.empty() && L > train_T) cs = o.fit_drope_c;
+    if (!o.fit_drope_c.empty() && L > train_len) cs = o.fit_drope_c;
     std::vector<double> as{o.inference.swan_a};
     if (!o.fit_swan_a.empty()) {
       as = o.fit_swan_a;
@@ -176,8 +169,8 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
         InferenceOptions io = o.inference;
         io.drope_c = c;
         io.swan_a = as[ai];
-        ScopedInference opts(m, io, train_T, L);
-        const Scores s = score(m, batches, L, train_T, by_pos, o.documents, o.context, o.context_exchange);
+        ScopedInference opts(m, io, train_len, L);
+        const Scores s = score(m, batches, L, train_len, by_pos, o.documents, o.context, o.context_exchange);
         std::vector<double> pos = s.pos_sum;
         for (auto& x : pos) x /= std::max<int64_t>(1, s.pos_count);
         if (c == cs.front()) pos_by_a[ai] = pos;
@@ -227,13 +220,13 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
   return rep;
 }
 
-std::string report_table(const EvalReport& r, int64_t train_T) {
+std::string report_table(const EvalReport& r, int64_t train_len) {
   std::ostringstream os;
   os << fmt::format("{:>8} {:>6} {:>10} {:>10} {:>12} {:>10} {:>8} {:>8}\n", "length", "x", "loss", "ppl",
                     "last256 loss", "tokens", "drope_c", "swan_a");
   for (const auto& l : r.lengths)
     os << fmt::format("{:>8} {:>6.1f} {:>10.4f} {:>10.3f} {:>12.4f} {:>10} {:>8.3f} {:>8g}\n", l.length,
-                      static_cast<double>(l.length) / train_T, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c,
+                      static_cast<double>(l.length) / train_len, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c,
                       l.swan_a);
   if (!r.swan_fit.empty()) {
     os << "\nSWAN a fitted per window (mean NLL with the best a / without row scaling)\n";
@@ -252,13 +245,13 @@ std::string report_table(const EvalReport& r, int64_t train_T) {
   return os.str();
 }
 
-void write_report(const EvalReport& r, const std::string& dir, int64_t train_T) {
+void write_report(const EvalReport& r, const std::string& dir, int64_t train_len) {
   std::ostringstream csv, js;
   csv << "length,extension,loss,ppl,last256_loss,tokens,drope_c,swan_a\n";
-  js << "{\"train_length\": " << train_T << ", \"lengths\": [";
+  js << "{\"train_length\": " << train_len << ", \"lengths\": [";
   for (size_t i = 0; i < r.lengths.size(); ++i) {
     const auto& l = r.lengths[i];
-    csv << fmt::format("{},{:.4f},{:.6f},{:.6f},{:.6f},{},{},{}\n", l.length, double(l.length) / train_T, l.loss, l.ppl,
+    csv << fmt::format("{},{:.4f},{:.6f},{:.6f},{:.6f},{},{},{}\n", l.length, double(l.length) / train_len, l.loss, l.ppl,
                        l.last256_loss, l.tokens, l.drope_c, l.swan_a);
     js << (i ? ", " : "")
        << fmt::format("{{\"length\": {}, \"loss\": {:.6f}, \"ppl\": {:.6f}, \"last256_loss\": {:.6f}, \"tokens\": {}, \"drope_c\": {}, \"swan_a\": {}}}",

@@ -54,12 +54,7 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
 
 // Mean loss on one set of batches at length L (no inference options). For training-time checks.
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
-                 int64_t train_T, const DocumentOptions& docs = {});
-
-// The packed documents of a batch for the model (AttnCall::documents): null for stream documents;
-// with masked documents, the batch's cumulative lengths (one document per sequence when the batch
-// has none). The one place batches become documents, for training and evaluation alike.
-std::shared_ptr<const attn::Documents> batch_documents(const data::Batch& b, const DocumentOptions& docs);
+                 int64_t train_len, const attn::DocumentOptions& docs = {});
 
 // Passkey retrieval (docs/methods.md, needles): for each length and depth, examples from
 // data::make_passkey scored teacher-forced: an example counts when the argmax at every answer
@@ -67,8 +62,8 @@ std::shared_ptr<const attn::Documents> batch_documents(const data::Batch& b, con
 // out. (eval/needles.h scores generated answers in RULER's formats.)
 std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions& o);
 
-std::string report_table(const EvalReport& r, int64_t train_T);
+std::string report_table(const EvalReport& r, int64_t train_len);
 // eval.json, eval.csv, nll_by_position.csv (+ passkey.csv, swan_fit.csv when present)
-void write_report(const EvalReport& r, const std::string& dir, int64_t train_T);
+void write_report(const EvalReport& r, const std::string& dir, int64_t train_len);
 
 }  // namespace hz::eval

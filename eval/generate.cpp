@@ -53,13 +53,13 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
              m.cfg.vocab_size, "); the tokenizer does not match the model");
   using clock = std::chrono::steady_clock;
   Generation g;
-  const int64_t train_T = o.train_T > 0 ? o.train_T : m.cfg.train_context;
+  const int64_t train_len = o.train_len > 0 ? o.train_len : m.cfg.train_len;
   const bool masked = o.documents.mode == attn::DocumentMode::Masked;
   std::vector<int32_t> visible = prompt;
   if (masked) {
     HZ_CHECK(o.documents.position_reset, NotImplementedError,
              "generate: masked documents without position reset are not supported (the cache restarts at position 0 "
-             "at each document); generate with the whole prompt as one context instead");
+             "at each document); generate with the whole prompt as one sequence instead");
     HZ_CHECK(o.eos >= 0, ValueError, "generate: masked documents need the tokenizer's EOS id");
     // a document is its tokens and its EOS: the last one starts after the last EOS before the final token
     size_t start = 0;
@@ -67,10 +67,10 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
       if (prompt[i] == o.eos) start = i + 1;
     visible.assign(prompt.begin() + static_cast<std::ptrdiff_t>(start), prompt.end());
   }
-  g.prompt_context = static_cast<int64_t>(visible.size());
-  g.context = static_cast<int64_t>(visible.size()) + o.max_new_tokens;
-  ScopedInference inf(m, o.inference, train_T, g.context);
-  nn::KVCache cache(m, g.context, train_T);
+  g.prompt_kept = static_cast<int64_t>(visible.size());
+  g.capacity = static_cast<int64_t>(visible.size()) + o.max_new_tokens;
+  ScopedInference inf(m, o.inference, train_len, g.capacity);
+  nn::KVCache cache(m, g.capacity, train_len);
   g.kv_bytes = cache.bytes();
   const Device dev = m.device();
   auto settled = [&] {  // the clock stops once the device has finished

@@ -6,7 +6,7 @@
 // any thread count. Nucleus: the smallest set of most likely tokens whose probability reaches
 // top_p (ties broken by token id), renormalised.
 //
-// One generation is one context of prompt + max_new_tokens tokens: every length-dependent
+// One generation holds prompt + max_new_tokens tokens (its capacity): every length-dependent
 // choice (SCOPE scopes, dynamic NTK, DroPE temperature, LaMPE's mapping) is resolved for it, so
 // greedy tokens equal the argmax of the full forward over the same tokens at that T. Inference
 // options (eval/inference.h) are applied for that length while generating.
@@ -26,22 +26,22 @@ struct GenerateOptions {
   double top_p = 1.0;        // nucleus sampling mass in (0, 1]
   uint64_t seed = 0;
   int32_t stop_token = -1;   // >= 0: stop after generating it (e.g. the tokenizer's EOS)
-  int64_t train_T = 0;       // training context (0 = the model's train_context)
+  int64_t train_len = 0;       // training length (0 = the model's train_len)
   InferenceOptions inference;
   // Packed documents (masked, with position reset, as trained with data.documents: masked and
   // data.position_reset): the prompt's documents end at each `eos`; only the last one is visible
   // to what follows, so the cache holds it alone, from position 0; a generated eos ends the
-  // document and the cache restarts after it. Stream: the whole prompt is one context.
-  DocumentOptions documents;
+  // document and the cache restarts after it. Stream: the whole prompt is one sequence.
+  attn::DocumentOptions documents;
   int32_t eos = -1;
 };
 
 struct Generation {
   std::vector<int32_t> tokens;  // the continuation only
-  int64_t prompt_context = 0;   // prompt tokens the cache held (the last document with masked documents)
+  int64_t prompt_kept = 0;   // prompt tokens the cache held (the last document with masked documents)
   double prefill_seconds = 0;
   std::vector<double> step_seconds;  // one per decoding step after the prefill
-  int64_t context = 0;               // prompt + max_new_tokens
+  int64_t capacity = 0;               // prompt + max_new_tokens
   int64_t kv_bytes = 0;              // the cache's keys and values
 };
 

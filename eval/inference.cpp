@@ -2,17 +2,17 @@
 
 namespace hz::eval {
 
-ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, int64_t train_T, int64_t L) : m_(m) {
+ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, int64_t train_len, int64_t L) : m_(m) {
   for (auto& b : m.layers) saved_.push_back({b->attn->spec, b->attn->lampe});
-  const double s = static_cast<double>(L) / train_T;
+  const double s = static_cast<double>(L) / train_len;
   int n_rope = 0, n_swan = 0, n_temp = 0, n_lampe = 0;  // layers each option reached
   for (auto& b : m.layers) {
     attn::AttentionSpec& sp = b->attn->spec;
     if (e.rope_scaling && sp.pos.kind == attn::PosKind::Rope) {
       sp.pos.scaling = *e.rope_scaling;
-      // dynamic NTK derives s from the length itself (factor 1: s = L / train_T)
+      // dynamic NTK derives s from the length itself (factor 1: s = L / train_len)
       sp.pos.factor = sp.pos.scaling == attn::RopeScaling::DynamicNTK ? 1.0 : std::max(1.0, s);
-      sp.pos.original_context = train_T;
+      sp.pos.original_context = train_len;
       ++n_rope;
     }
     if (e.swan_a > 0 && sp.pos.kind == attn::PosKind::None && sp.mask.kind == attn::MaskKind::Causal) {
@@ -27,7 +27,7 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
     }
     if (e.lampe && sp.pos.kind == attn::PosKind::Rope) {
       attn::LampeConfig lc;
-      lc.L = e.lampe_L > 0 ? e.lampe_L : 0.75 * train_T;
+      lc.L = e.lampe_L > 0 ? e.lampe_L : 0.75 * train_len;
       lc.a = e.lampe_a;
       lc.b = e.lampe_b;
       lc.s_local = e.lampe_local;

@@ -1,6 +1,6 @@
 // Horizon: applying inference-time options (eval/options.h) to a trained model for one
 // evaluation length L, and restoring the layers afterwards:
-//   rope_scaling  RoPE layers get PI / NTK / dynamic NTK / YaRN with s = L / train_T;
+//   rope_scaling  RoPE layers get PI / NTK / dynamic NTK / YaRN with s = L / train_len;
 //   swan_a        global NoPE layers (pos none, causal) get SWAN row scaling g(n) = ln(a + n) / ln(a);
 //   drope_c       identity-logit layers get the temperature beta = 1 + c ln s;
 //   lampe         RoPE layers attend through LaMPE (attention/lampe.h).
@@ -19,7 +19,7 @@ namespace hz::eval {
 
 class ScopedInference {
  public:
-  ScopedInference(nn::Transformer& m, const InferenceOptions& o, int64_t train_T, int64_t L);
+  ScopedInference(nn::Transformer& m, const InferenceOptions& o, int64_t train_len, int64_t L);
   ~ScopedInference();
   ScopedInference(const ScopedInference&) = delete;
   ScopedInference& operator=(const ScopedInference&) = delete;

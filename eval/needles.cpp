@@ -49,7 +49,7 @@ NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o) {
           GenerateOptions go;
           go.max_new_tokens = static_cast<int64_t>(ex.answer.size()) + 4;
           go.stop_token = tok->eos();
-          go.train_T = o.train_T;
+          go.train_len = o.train_len;
           go.inference = o.inference;
           const Generation gen = generate(m, ex.prompt, go);
           const std::string out = tok->decode(gen.tokens);

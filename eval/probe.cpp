@@ -136,7 +136,7 @@ std::vector<ProbeResult> fit_position_probes(const std::vector<std::vector<doubl
 }
 
 std::vector<ProbeResult> position_probe(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t sequences,
-                                        uint64_t seed, int64_t train_T) {
+                                        uint64_t seed, int64_t train_len) {
   HZ_CHECK(sequences >= 1, ValueError, "probe: need at least one sequence");
   const auto batches = data::eval_batches(val, L, 1, sequences);
   HZ_CHECK(static_cast<int64_t>(batches.size()) == sequences, ValueError, "probe: the validation split holds ",
@@ -147,7 +147,7 @@ std::vector<ProbeResult> position_probe(const nn::Transformer& m, const data::Sh
   std::vector<std::vector<double>> feats(m.layers.size() + 1);
   nn::AttnCall call;
   call.T = L;
-  call.train_T = train_T;
+  call.train_len = train_len;
   const Tensor positions = Tensor::arange(0, L);
   for (const auto& b : batches) {
     ag::Variable x = m.embed->forward(b.tokens);

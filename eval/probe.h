@@ -27,7 +27,7 @@ struct ProbeResult {
 // `sequences` sequences of length L from the validation shard. Throws ValueError when the shard
 // holds fewer.
 std::vector<ProbeResult> position_probe(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t sequences,
-                                        uint64_t seed, int64_t train_T);
+                                        uint64_t seed, int64_t train_len);
 
 // The same from given hidden states: feats[layer] is (N, C) row-major with N = sequences * L
 // (sequence-major), the target of row n is n % L.

@@ -3,7 +3,7 @@
 
 namespace hz::eval {
 
-std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_t>& ids, int64_t train_T,
+std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_t>& ids, int64_t train_len,
                               int64_t chunk_rows) {
   const int64_t n = static_cast<int64_t>(ids.size());
   HZ_CHECK(n >= 2, ValueError, "score: need at least 2 tokens to score the second given the first, got ", n);
@@ -16,7 +16,7 @@ std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_
   next.push_back(-100);  // the last position has no next token: ignored
   nn::AttnCall call;
   call.T = n;
-  call.train_T = train_T > 0 ? train_T : m.cfg.train_context;
+  call.train_len = train_len > 0 ? train_len : m.cfg.train_len;
   std::vector<double> nll = m.token_nll(Tensor::from_vector(flat, {1, n}, DType::I64),
                                         Tensor::from_vector(next, {1, n}, DType::I64), call, chunk_rows)
                                 .to_vector();

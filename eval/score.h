@@ -10,9 +10,9 @@
 
 namespace hz::eval {
 
-// nll[i] = -ln p(ids[i+1] | ids[0..i]) in nats, i = 0..n-2. train_T: the training context the
-// attention call reports (temperature / dynamic scalings; 0 = the model's train_context).
-std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_t>& ids, int64_t train_T = 0,
+// nll[i] = -ln p(ids[i+1] | ids[0..i]) in nats, i = 0..n-2. train_len: the training length the
+// attention call reports (temperature / dynamic scalings; 0 = the model's train_len).
+std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_t>& ids, int64_t train_len = 0,
                               int64_t chunk_rows = -1);
 
 }  // namespace hz::eval

@@ -435,7 +435,7 @@ nn::ModelConfig import_config_impl(const std::string& text, const std::string& w
   if (!(m.init_std >= 0)) c.fail("initializer_range", "must be >= 0, got " + num(m.init_std));
   c.mapped("initializer_range", num(m.init_std), "model.init_std (initialises only parameters Horizon adds)");
   const int64_t max_pos = positive("max_position_embeddings", c.integer("max_position_embeddings", A->max_pos_default));
-  m.train_context = max_pos;
+  m.train_len = max_pos;
   r.max_position_embeddings = max_pos;
   c.mapped("max_position_embeddings", std::to_string(max_pos), "data.seq_len of a converted checkpoint");
   const double dropout = c.number("attention_dropout", 0.0);
@@ -609,11 +609,11 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
   json rp = json::object();  // rope_parameters (transformers 5)
   const double theta_default = 10000.0;
   double theta = rope ? rope->rope_base : theta_default;
-  int64_t max_pos = c.train_context;
+  int64_t max_pos = c.train_len;
   if (rope) {
     const attn::PositionSpec& p = *rope;
     const int64_t D = c.hdim();
-    const int64_t orig = p.original_context > 0 ? p.original_context : c.train_context;
+    const int64_t orig = p.original_context > 0 ? p.original_context : c.train_len;
     switch (p.scaling) {
       case attn::RopeScaling::None: rp["rope_type"] = "default"; break;
       case attn::RopeScaling::PI:
@@ -646,7 +646,7 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
                 {"beta_slow", p.yarn_alpha},
                 {"truncate", p.yarn_truncate}};
           if (p.yarn_mscale > 0) rp["attention_factor"] = p.yarn_mscale;
-          max_pos = std::max<int64_t>(c.train_context, static_cast<int64_t>(std::llround(orig * p.factor)));
+          max_pos = std::max<int64_t>(c.train_len, static_cast<int64_t>(std::llround(orig * p.factor)));
         } else {
           rp["rope_type"] = "default";
         }
@@ -658,7 +658,7 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
               {"high_freq_factor", p.llama3_high_freq_factor},
               {"original_max_position_embeddings", orig}};
         if (p.factor <= 1.0) rp = {{"rope_type", "default"}};
-        max_pos = std::max<int64_t>(c.train_context, static_cast<int64_t>(std::llround(orig * p.factor)));
+        max_pos = std::max<int64_t>(c.train_len, static_cast<int64_t>(std::llround(orig * p.factor)));
         break;
       default: break;
     }

@@ -68,7 +68,7 @@ struct ImportReport {
   std::string str() const;              // the report, one line per field
 };
 
-// config.json text -> model config (train_context = max_position_embeddings). `where` names the
+// config.json text -> model config (train_len = max_position_embeddings). `where` names the
 // file in messages. Throws HfError.
 nn::ModelConfig import_config(const std::string& config_json_text, const std::string& where,
                               ImportReport* report = nullptr);

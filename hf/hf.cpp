@@ -276,7 +276,7 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
                      {"add_bos_token", false},
                      {"add_eos_token", false},
                      {"clean_up_tokenization_spaces", false},
-                     {"model_max_length", c.train_context}};
+                     {"model_max_length", c.train_len}};
     write_text(d / "tokenizer_config.json", tc.dump(2) + "\n");
     rep.files.push_back((d / "tokenizer.json").string());
     rep.files.push_back((d / "tokenizer_config.json").string());

@@ -394,4 +394,41 @@ bool is_hdf5(const std::string& path) {
   return r > 0;
 }
 
+// ---- Horizon's dtypes in a file ----------------------------------------------------------------
+hid_t file_type(DType t) {
+  switch (t) {
+    case DType::F32: return H5T_IEEE_F32LE;
+    case DType::F64: return H5T_IEEE_F64LE;
+    case DType::BF16: return H5T_STD_U16LE;
+    case DType::I32: return H5T_STD_I32LE;
+    case DType::I64: return H5T_STD_I64LE;
+    default: break;
+  }
+  throw DTypeError(std::string("HDF5: no type for dtype ") + dtype_name(t));
+}
+hid_t memory_type(DType t) {
+  switch (t) {
+    case DType::F32: return H5T_NATIVE_FLOAT;
+    case DType::F64: return H5T_NATIVE_DOUBLE;
+    case DType::BF16: return H5T_NATIVE_UINT16;
+    case DType::I32: return H5T_NATIVE_INT32;
+    case DType::I64: return H5T_NATIVE_INT64;
+    default: break;
+  }
+  throw DTypeError(std::string("HDF5: no type for dtype ") + dtype_name(t));
+}
+
+bool stores(const Dataset& d, DType t) {
+  const H5T_class_t cls = d.type_class();
+  const size_t size = d.type_size();
+  switch (t) {
+    case DType::F32: return cls == H5T_FLOAT && size == 4;
+    case DType::F64: return cls == H5T_FLOAT && size == 8;
+    case DType::BF16: return cls == H5T_INTEGER && size == 2 && !d.type_signed();
+    case DType::I32: return cls == H5T_INTEGER && size == 4 && d.type_signed();
+    case DType::I64: return cls == H5T_INTEGER && size == 8 && d.type_signed();
+    default: return false;
+  }
+}
+
 }  // namespace hz::io::h5

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace hz::io::h5 {
@@ -145,6 +146,13 @@ class File {
   Group root_;
   std::string path_;
 };
+
+// Horizon's dtypes in a file: each stored as a little-endian HDF5 type (bf16 as its 16 bits, an
+// unsigned integer), read and written through the matching native type; DTypeError for a dtype
+// with no mapping. stores(d, t): the dataset's stored type is what `t` is written as.
+hid_t file_type(DType t);
+hid_t memory_type(DType t);
+bool stores(const Dataset& d, DType t);
 
 // Raw helpers, also used by tests.
 // True when the file starts with the HDF5 signature (H5Fis_hdf5 > 0); false for other files.

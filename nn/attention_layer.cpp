@@ -60,8 +60,8 @@ void AttentionLayer::move_buffers(Device dev) {
     logn_c = ag::Variable(logn_c.value().to(dev));
 }
 
-attn::AttnConfig AttentionLayer::kernel_config(const AttnCall& call) const {
-  attn::AttnConfig cfg = attn::make_attn_config(spec, dims.n_heads, call.T, call.train_T);
+attn::AttnConfig AttentionLayer::attn_config(const AttnCall& call) const {
+  attn::AttnConfig cfg = attn::make_attn_config(spec, dims.n_heads, call.T, call.train_len);
   cfg.block_q = call.block_q;
   cfg.block_k = call.block_k;
   cfg.documents = call.documents;
@@ -100,7 +100,7 @@ ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) co
   if (spec.gate != attn::OutputGate::None)
     kept += 2 * N * (spec.gate == attn::OutputGate::Head ? H : H * D) * a + N * H * D * a;
   if (spec.forget) kept += N * H * a + 3 * N * H * 4;
-  if (call.route) kept += call.route->kept_bytes(kernel_config(call), shape(s));
+  if (call.route) kept += call.route->kept_bytes(attn_config(call), shape(s));
   return {kept, 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4};
 }
 
@@ -110,7 +110,7 @@ bool AttentionLayer::rotary() const {
 
 attn::RopeFreqs AttentionLayer::rope_freqs(const AttnCall& call) const {
   attn::PositionSpec ps = spec.pos;
-  if (ps.original_context == 0) ps.original_context = call.train_T > 0 ? call.train_T : call.T;
+  if (ps.original_context == 0) ps.original_context = call.train_len > 0 ? call.train_len : call.T;
   return attn::rope_frequencies(ps, dims.head_dim, call.T);
 }
 
@@ -128,7 +128,7 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
   // bf16 activations go through attention as they are: the fused op takes bf16 (f32 arithmetic
   // on the CPU, tensor cores with fp32 accumulation on a GPU; lse and LogN's c stay f32)
   const DType act = q.dtype();
-  const attn::AttnConfig cfg = kernel_config(call);
+  const attn::AttnConfig cfg = attn_config(call);
   const bool rot = rotary();
   attn::RopeFreqs f;
   if (rot) f = rope_freqs(call);

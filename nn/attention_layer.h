@@ -24,18 +24,18 @@ struct AttentionDims {
 };
 
 // Per-call context: the stage's sequence length T (SCOPE scopes follow it) and the training
-// context (extension factor s = T / train_T for temperature and dynamic scalings).
+// context (extension factor s = T / train_len for temperature and dynamic scalings).
 // Activation recomputation in training (recipe train.recompute): none keeps every activation for
 // backward; attention keeps each block's input to attention and recomputes norm1 + the attention
 // sublayer (projections, RoPE, the fused op) in backward; layer keeps only each block's input and
-// recomputes the whole block. Gradients are bitwise those of none (autograd/checkpoint.h).
+// recomputes the whole block. Gradients are bitwise those of none (autograd/recompute.h).
 enum class Recompute : uint8_t { None, Attention, Layer, Count };
 const char* name(Recompute r);
 Recompute parse_recompute(const std::string& s);
 
 struct AttnCall {
   int64_t T = 0;
-  int64_t train_T = 0;
+  int64_t train_len = 0;
   int64_t block_q = 64, block_k = 64;
   // Packed documents of the batch (attention/documents.h): the mask of every layer and, through
   // Transformer::hidden, the positions. Null: one document per sequence.
@@ -54,7 +54,7 @@ class AttentionLayer : public Module {
   // into it and the queries attend to everything it keeps (nn/kv_cache.h).
   ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
                        LayerKV* cache = nullptr) const;
-  attn::AttnConfig kernel_config(const AttnCall& call) const;  // windows, slopes, transform
+  attn::AttnConfig attn_config(const AttnCall& call) const;  // windows, slopes, transform
   // The memory this layer keeps and makes for a call of shape s (nn/cost.h), its route's share
   // included (call.route; the fused op keeps nothing more). kept: its output's (B, T, C) copy; q, k,
   // v after RoPE and the attention output; the rows' log-sum-exps; with QK-norm the pre-norm q and k
@@ -73,7 +73,7 @@ class AttentionLayer : public Module {
   bool rotary() const;  // RoPE or p-RoPE
   // Whether a call with this kernel config runs as LaMPE: a LaMPE setting on a causal RoPE layer.
   bool uses_lampe(const attn::AttnConfig& cfg) const;
-  // This layer's rotary frequencies for a call (RoPE scalings resolved against call.T/train_T).
+  // This layer's rotary frequencies for a call (RoPE scalings resolved against call.T/train_len).
   attn::RopeFreqs rope_freqs(const AttnCall& call) const;
 
   AttentionDims dims;

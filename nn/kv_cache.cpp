@@ -18,18 +18,18 @@ attn::AttnConfig heads_config(const attn::AttnConfig& cfg, int64_t h0, int64_t h
 
 }  // namespace
 
-LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t context, bool keep_all, DType dt,
+LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t capacity, bool keep_all, DType dt,
                  Device dev)
-    : context_(context) {
+    : capacity_(capacity) {
   const int64_t H = static_cast<int64_t>(cfg.window.size());
-  HZ_CHECK(context >= 1, ValueError, "kv cache: the context must hold at least one token, got ", context);
+  HZ_CHECK(capacity >= 1, ValueError, "kv cache: the capacity must hold at least one token, got ", capacity);
   HZ_CHECK(Hkv > 0 && H % Hkv == 0, ShapeError, "kv cache: ", H, " query heads do not group over ", Hkv,
            " key/value heads");
   G_ = H / Hkv;
   cap_.assign(Hkv, 0);
   for (int64_t h = 0; h < H; ++h) {
     const int64_t w = cfg.window[h];
-    cap_[h / G_] = std::max(cap_[h / G_], keep_all || w <= 0 ? context : std::min(w, context));
+    cap_[h / G_] = std::max(cap_[h / G_], keep_all || w <= 0 ? capacity : std::min(w, capacity));
   }
   for (int64_t g = 0; g < Hkv;) {
     Band b;
@@ -37,7 +37,7 @@ LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t co
     b.cap = cap_[g];
     while (g < Hkv && cap_[g] == b.cap) ++g;
     b.kv1 = g;
-    b.rows = b.cap < context ? std::min(context, b.cap + (b.cap + 7) / 8) : context;
+    b.rows = b.cap < capacity ? std::min(capacity, b.cap + (b.cap + 7) / 8) : capacity;
     b.k = Tensor::zeros({1, b.kv1 - b.kv0, b.rows, D}, dt, dev);
     b.v = Tensor::zeros({1, b.kv1 - b.kv0, b.rows, D}, dt, dev);
     bands_.push_back(std::move(b));
@@ -92,7 +92,7 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, co
   const Tensor fnew = fox ? terms.forget.value().unsqueeze(3) : Tensor();
   HZ_CHECK(k.dim() == 4 && k.size(0) == 1 && k.size(1) == static_cast<int64_t>(cap_.size()), ShapeError,
            "kv cache: keys must be (1, ", cap_.size(), ", n, D), got ", shape_str(k.shape()));
-  HZ_CHECK(p0 + n <= context_, ValueError, "kv cache: ", p0 + n, " tokens do not fit the context of ", context_);
+  HZ_CHECK(p0 + n <= capacity_, ValueError, "kv cache: ", p0 + n, " tokens do not fit the capacity of ", capacity_);
   const bool whole = bands_.size() == 1;
   // A decoding step has one query row: the CPU kernel's cost is then two small GEMMs per key block,
   // so it visits the keys in blocks of 512 rather than 64 (fewer calls; the same keys and logits).
@@ -154,30 +154,30 @@ void LayerKV::reset() {
 
 std::pair<Tensor, Tensor> LayerKV::append_all(const Tensor& k, const Tensor& v) {
   const int64_t n = k.size(2);
-  HZ_CHECK(bands_.size() == 1 && bands_[0].rows == context_, ValueError,
+  HZ_CHECK(bands_.size() == 1 && bands_[0].rows == capacity_, ValueError,
            "kv cache: this layer keeps a window of keys, not all of them");
-  HZ_CHECK(length_ + n <= context_, ValueError, "kv cache: ", length_ + n, " tokens do not fit the context of ",
-           context_);
+  HZ_CHECK(length_ + n <= capacity_, ValueError, "kv cache: ", length_ + n, " tokens do not fit the capacity of ",
+           capacity_);
   Band& b = bands_[0];
   store(b, k, v, Tensor(), length_);
   length_ += n;
   return {b.k.narrow(2, 0, b.len), b.v.narrow(2, 0, b.len)};
 }
 
-KVCache::KVCache(const Transformer& m, int64_t context, int64_t train_T)
-    : m_(m), context_(context), train_T_(train_T > 0 ? train_T : m.cfg.train_context) {
-  HZ_CHECK(context >= 1, ValueError, "kv cache: the context must hold at least one token, got ", context);
+KVCache::KVCache(const Transformer& m, int64_t capacity, int64_t train_len)
+    : m_(m), capacity_(capacity), train_len_(train_len > 0 ? train_len : m.cfg.train_len) {
+  HZ_CHECK(capacity >= 1, ValueError, "kv cache: the capacity must hold at least one token, got ", capacity);
   const Device dev = m.embed->weight.value().device();
   const DType act = m.compute_dtype == DType::BF16 ? DType::BF16 : m.cfg.dtype;  // what the layers compute in
   AttnCall c;
-  c.T = context_;
-  c.train_T = train_T_;
+  c.T = capacity_;
+  c.train_len = train_len_;
   for (const auto& block : m.layers) {
     const AttentionLayer& A = *block->attn;
-    const attn::AttnConfig cfg = A.kernel_config(c);
+    const attn::AttnConfig cfg = A.attn_config(c);
     const bool lampe = A.uses_lampe(cfg);
-    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), context_, lampe, act, dev);
-    info_.push_back({kv_.back().capacity(), lampe, kv_.back().bytes()});
+    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), capacity_, lampe, act, dev);
+    info_.push_back({kv_.back().keys_kept(), lampe, kv_.back().bytes()});
   }
 }
 
@@ -191,8 +191,8 @@ Tensor KVCache::run(const std::vector<int32_t>& ids) {
   ag::NoGradGuard ng;
   const int64_t n = static_cast<int64_t>(ids.size());
   AttnCall call;
-  call.T = context_;
-  call.train_T = train_T_;
+  call.T = capacity_;
+  call.train_len = train_len_;
   const std::vector<double> idv(ids.begin(), ids.end());
   const ag::Variable h = m_.hidden(Tensor::from_vector(idv, {1, n}, DType::I64), Tensor::arange(length_, length_ + n),
                                    call, this);
@@ -202,8 +202,8 @@ Tensor KVCache::run(const std::vector<int32_t>& ids) {
 
 Tensor KVCache::prefill(const std::vector<int32_t>& ids) {
   const int64_t P = static_cast<int64_t>(ids.size());
-  HZ_CHECK(P >= 1 && P <= context_, ValueError, "kv cache: a prompt of ", P, " tokens does not fit a context of ",
-           context_, " tokens");
+  HZ_CHECK(P >= 1 && P <= capacity_, ValueError, "kv cache: a prompt of ", P, " tokens does not fit a capacity of ",
+           capacity_, " tokens");
   for (LayerKV& kv : kv_) kv.reset();  // a new sequence
   length_ = 0;
   return run(ids);
@@ -211,8 +211,8 @@ Tensor KVCache::prefill(const std::vector<int32_t>& ids) {
 
 Tensor KVCache::step(int32_t id) {
   HZ_CHECK(length_ >= 1, ValueError, "kv cache: call prefill() with the prompt before step()");
-  HZ_CHECK(length_ < context_, ValueError, "kv cache: the context of ", context_,
-           " tokens is full; create the cache with a larger context");
+  HZ_CHECK(length_ < capacity_, ValueError, "kv cache: the capacity of ", capacity_,
+           " tokens is full; create the cache with a larger capacity");
   return run({id});
 }
 

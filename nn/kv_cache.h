@@ -1,26 +1,26 @@
 // Horizon: incremental decoding with a per-layer key/value cache, through the model's own layers
 // and the fused attention op (no attention code of its own).
 //
-// One generation is one context of `context` tokens (prompt + new tokens). Everything in a layer
-// that depends on the sequence length is resolved once for that context, exactly as a full
-// forward over `context` tokens resolves it: SCOPE scopes follow T = context (or stay frozen),
-// dynamic NTK and the DroPE temperature use s = context / train_T, and LaMPE maps relative
-// positions for the input length l = context. prefill() and step() run Transformer::hidden with
+// One generation holds at most `capacity` tokens (prompt + new tokens). Everything in a layer
+// that depends on the sequence length is resolved once for that length, exactly as a full
+// forward over `capacity` tokens resolves it: SCOPE scopes follow T = capacity (or stay frozen),
+// dynamic NTK and the DroPE temperature use s = capacity / train_len, and LaMPE maps relative
+// positions for the input length l = capacity. prefill() and step() run Transformer::hidden with
 // the cache, so each Block, its AttentionLayer (projections, QK-norm, RoPE at the tokens'
 // positions) and the MLP are the model's; the attention layer hands its new keys and values to
 // its LayerKV, which attends with attn::fused_attention over what is kept. So the logits of every
 // decoding step equal those of Transformer::forward over the same tokens with AttnCall{T =
-// context} (tested for every layer kind), on the CPU and on CUDA alike: the buffers live on the
+// capacity} (tested for every layer kind), on the CPU and on CUDA alike: the buffers live on the
 // model's device, in the dtype the layer computes in.
 //
 // What a layer keeps (legend: H query heads, Hkv key/value heads, G = H / Hkv, D head dim, w_h the
 // window of query head h, 0 = unbounded). Key/value head g needs the last
-//   cap_g = max over its query heads h of (w_h ? min(w_h, context) : context)
+//   cap_g = max over its query heads h of (w_h ? min(w_h, capacity) : capacity)
 // keys. Consecutive kv heads of equal cap form a band, stored as one (1, heads, S, D) buffer
 // holding the keys of positions [base, base + len) in order, S = cap + slack with
-// slack = ceil(cap / 8) when cap < context (else S = context, nothing ever moves). A sliding-window
+// slack = ceil(cap / 8) when cap < capacity (else S = capacity, nothing ever moves). A sliding-window
 // layer therefore holds W keys (+ W/8), a SCOPE kv head its largest scope, a global head the whole
-// context. When the buffer is full, its last cap - 1 keys move to the front (base advances): one
+// capacity. When the buffer is full, its last cap - 1 keys move to the front (base advances): one
 // copy of cap - 1 rows every slack + 1 tokens. The new queries attend to the buffer with the op's
 // alignment: q_offset = their position - base, key_end = len, so the window rule, the distances
 // t of scale-invariant / ALiBi and LogN's visible count are those of the full sequence, and
@@ -41,9 +41,9 @@ namespace hz::nn {
 // append_all() with the unrotated ones).
 class LayerKV final : public AttentionRoute {
  public:
-  // cfg: the layer's kernel config for T = context; keep_all: every key stays (LaMPE).
+  // cfg: the layer's kernel config for T = capacity; keep_all: every key stays (LaMPE).
   // The buffers are allocated now, zeroed, in `dtype` on `dev` (keys of another dtype are cast).
-  LayerKV(const attn::AttnConfig& cfg, int64_t n_kv_heads, int64_t head_dim, int64_t context, bool keep_all,
+  LayerKV(const attn::AttnConfig& cfg, int64_t n_kv_heads, int64_t head_dim, int64_t capacity, bool keep_all,
           DType dtype, Device dev);
 
   // q (1, H, n, D), k and v (1, Hkv, n, D) of positions length() .. length() + n - 1: stores the
@@ -59,7 +59,7 @@ class LayerKV final : public AttentionRoute {
 
   void reset();  // forgets every key: the next token is position 0
   int64_t length() const { return length_; }
-  const std::vector<int64_t>& capacity() const { return cap_; }  // per kv head
+  const std::vector<int64_t>& keys_kept() const { return cap_; }  // per kv head
   int64_t bytes() const;  // allocated keys + values
 
  private:
@@ -74,31 +74,31 @@ class LayerKV final : public AttentionRoute {
   void store(Band& b, const Tensor& k, const Tensor& v, const Tensor& f, int64_t first);
   std::vector<Band> bands_;
   std::vector<int64_t> cap_;
-  int64_t context_ = 0, length_ = 0, G_ = 1;
+  int64_t capacity_ = 0, length_ = 0, G_ = 1;
 };
 
 // Memory and shape of one layer's cache.
 struct LayerCacheInfo {
-  std::vector<int64_t> capacity;  // per key/value head: the keys it must keep
+  std::vector<int64_t> keys_kept;  // per key/value head: the keys it must keep
   bool unrotated_keys = false;    // LaMPE layer
   int64_t bytes = 0;              // allocated (capacity + slack rows, keys and values)
 };
 
 class KVCache {
  public:
-  // `context`: tokens this generation may hold in total (prompt + new). `train_T`: the training
-  // context (0 = m.cfg.train_context). The model's layer specs (and LaMPE settings) are read now;
+  // `capacity`: tokens this generation may hold in total (prompt + new). `train_len`: the training
+  // length (0 = m.cfg.train_len). The model's layer specs (and LaMPE settings) are read now;
   // keep them unchanged while the cache lives. Batch size 1.
-  KVCache(const Transformer& m, int64_t context, int64_t train_T = 0);
+  KVCache(const Transformer& m, int64_t capacity, int64_t train_len = 0);
 
-  // Encodes the prompt (1 <= ids.size() <= context) and fills the cache; returns the logits (V) of
+  // Encodes the prompt (1 <= ids.size() <= capacity) and fills the cache; returns the logits (V) of
   // the last prompt position, on the model's device. Starts a new sequence.
   Tensor prefill(const std::vector<int32_t>& ids);
   // Appends one token at position length() and returns its logits (V).
   Tensor step(int32_t id);
 
   int64_t length() const { return length_; }
-  int64_t context() const { return context_; }
+  int64_t capacity() const { return capacity_; }
   int64_t bytes() const;  // keys + values held by all layers (allocated rows)
   const std::vector<LayerCacheInfo>& layers() const { return info_; }
   LayerKV& layer(size_t l) { return kv_[l]; }
@@ -106,7 +106,7 @@ class KVCache {
  private:
   Tensor run(const std::vector<int32_t>& ids);  // the new tokens through the model -> last logits
   const Transformer& m_;
-  int64_t context_, train_T_, length_ = 0;
+  int64_t capacity_, train_len_, length_ = 0;
   std::vector<LayerKV> kv_;
   std::vector<LayerCacheInfo> info_;
 };

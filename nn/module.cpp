@@ -54,6 +54,7 @@ LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool
   const std::string from = source.empty() ? std::string() : source + ": ";
   LoadReport r;
   std::map<std::string, bool> used;
+  std::vector<std::pair<ag::Variable*, const Tensor*>> copies;
   for (auto& [name, v] : named_parameters()) {
     auto it = sd.find(name);
     if (it == sd.end()) {
@@ -62,7 +63,9 @@ LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool
     }
     HZ_CHECK(it->second.shape() == v->shape(), ShapeError, from, "parameter '", name, "': checkpoint has shape ",
              shape_str(it->second.shape()), " but the model expects ", shape_str(v->shape()));
-    v->value().copy_(it->second);
+    HZ_CHECK(is_floating(it->second.dtype()), DTypeError, from, "parameter '", name, "': checkpoint holds ",
+             dtype_name(it->second.dtype()), " values, the model ", dtype_name(v->dtype()));
+    copies.emplace_back(v, &it->second);
     r.loaded.push_back(name);
     used[name] = true;
   }
@@ -74,6 +77,7 @@ LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool
     HZ_CHECK(r.unexpected.empty(), ValueError, from, "state dict has unexpected parameter '",
              r.unexpected.front(), "' (", r.unexpected.size(), " unexpected)");
   }
+  for (auto& [v, t] : copies) v->value().copy_(*t);  // copy_ converts the dtype
   return r;
 }
 

@@ -38,9 +38,11 @@ class Module {
   void zero_grad();
 
   std::map<std::string, Tensor> state_dict() const;  // name -> value (shared, not copied)
-  // Copies values by name. Shape or dtype mismatches throw ShapeError naming the parameter;
-  // with strict, missing or unexpected names throw too. `source` (the file the values came from)
-  // leads every such message when given.
+  // Copies values by name, converting floating values to the parameter's dtype (an f32
+  // checkpoint loads into an f64 model); a shape mismatch throws ShapeError and a non-floating
+  // value DTypeError, naming the parameter; with strict, missing or unexpected names throw too.
+  // Everything is checked before anything is copied: a refused load changes no parameter.
+  // `source` (the file the values came from) leads every such message when given.
   LoadReport load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true,
                              const std::string& source = "");
 

@@ -3,7 +3,7 @@
 #include <tuple>
 
 #include "attention/accounting.h"
-#include "autograd/checkpoint.h"
+#include "autograd/recompute.h"
 #include "nn/autocast.h"
 #include "nn/kv_cache.h"
 
@@ -61,7 +61,7 @@ void ModelConfig::validate() const {
   const auto names = layer_kind_names();
   for (int64_t l = 0; l < n_layers; ++l) {
     try {
-      kind(names[l]).attn.validate(n_heads, kv_heads(), hdim(), train_context);
+      kind(names[l]).attn.validate(n_heads, kv_heads(), hdim(), train_len);
     } catch (const ValueError& e) {
       throw ValueError("model: layer " + std::to_string(l) + " (kind '" + names[l] + "'): " + e.what());
     }
@@ -99,7 +99,7 @@ ag::Variable Block::forward(const ag::Variable& x, const Tensor& positions, cons
   if (recompute && call.recompute == Recompute::Layer) {
     AttnCall inner = call;
     inner.recompute = Recompute::None;
-    return ag::checkpoint(
+    return ag::recompute(
         [this, positions, inner, dt](const std::vector<ag::Variable>& in) {
           ComputeScope scope(dt);
           return forward(in[0], positions, inner, nullptr);
@@ -108,7 +108,7 @@ ag::Variable Block::forward(const ag::Variable& x, const Tensor& positions, cons
   }
   ag::Variable a;
   if (recompute && call.recompute == Recompute::Attention) {
-    a = ag::checkpoint(
+    a = ag::recompute(
         [this, positions, call, dt](const std::vector<ag::Variable>& in) {
           ComputeScope scope(dt);
           return attn->forward(norm1->forward(in[0]), positions, call, nullptr);
@@ -163,7 +163,7 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   if (call.route && !positions_in.defined()) positions = call.route->share(positions, positions.dim() - 1);
   ComputeScope scope(compute_dtype);
   if (call.T == 0) call.T = T;
-  if (call.train_T == 0) call.train_T = cfg.train_context;
+  if (call.train_len == 0) call.train_len = cfg.train_len;
   ag::Variable x = embed->forward(ids);
   for (size_t l = 0; l < layers.size(); ++l) x = layers[l]->forward(x, positions, call, cache ? &cache->layer(l) : nullptr);
   return norm->forward(x);
@@ -196,8 +196,8 @@ double Transformer::flops_per_token(int64_t T) const {
   for (const auto& layer : layers) {
     AttnCall call;
     call.T = T;
-    call.train_T = T;
-    const attn::AttnConfig c = layer->attn->kernel_config(call);
+    call.train_len = T;
+    const attn::AttnConfig c = layer->attn->attn_config(call);
     attn_flops += 3.0 * attn::attention_cost(c, cfg.n_heads, T, T, cfg.hdim()).flops_fwd / static_cast<double>(T);
   }
   return 6.0 * n_mm + attn_flops;

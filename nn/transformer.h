@@ -34,8 +34,8 @@ struct ModelConfig {
   bool qkv_bias = false;     // biases on the q/k/v projections (Qwen2)
   double norm_eps = 1e-6;
   double init_std = 0.02;
-  int64_t train_context = 256;  // the training context T: windows are validated against it, and a call without
-                               // AttnCall::train_T uses it as the context s = T / train_context is measured from
+  int64_t train_len = 256;  // the training length T: windows are validated against it, and a call without
+                               // AttnCall::train_len uses it as the context s = T / train_len is measured from
   DType dtype = DType::F32;
   std::vector<LayerKind> kinds{{"default", {}}};
   std::vector<std::string> pattern{"default"};  // repeated over the layers

@@ -11,7 +11,7 @@ PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
       zlib1g-dev python3-h5py python3-matplotlib)
 # tokenizers: pre-tokenizer regexes, Unicode properties and normalization, tokenizer.json / JSONL, .model files
 PKGS+=(libpcre2-dev libutf8proc-dev nlohmann-json3-dev libsentencepiece-dev)
-# scripts/gpu_deps.sh packs the GPU machine's dependencies with xz
+# scripts/gpu/gpu_deps.sh packs the GPU machine's dependencies with xz
 PKGS+=(xz-utils)
 
 missing=()

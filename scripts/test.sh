@@ -2,7 +2,7 @@
 # Sets up (apt + build, via scripts/setup.sh) and runs every test through CTest.
 # Also builds a second, portable configuration (no OpenBLAS, no CUDA, no MPI) and runs the
 # numerical suites on it, so the fallback GEMM and the CPU-only build stay honest; and a third, the
-# GPU machine's (scripts/gpu_check.sh), so that it compiles and links before a GPU session needs it.
+# GPU machine's (scripts/gpu/gpu_check.sh), so that it compiles and links before a GPU session needs it.
 # Idempotent; each test is bounded by a CTest timeout. Set HZ_SKIP_PORTABLE=1 to skip the
 # portable configuration.
 set -euo pipefail
@@ -22,19 +22,19 @@ if [ "${HZ_SKIP_PORTABLE:-0}" != "1" ]; then
   (cd build-portable && ctest --output-on-failure --timeout 900 -j "${HZ_JOBS:-2}" \
      -R '^(hz_test_(core|autograd|attention|nn|optim)|cli_help|cli_info)$')
 fi
-# The GPU machine's configuration (scripts/gpu_check.sh): the bundled dependencies from .deps
+# The GPU machine's configuration (scripts/gpu/gpu_check.sh): the bundled dependencies from .deps
 # (static archives, SentencePiece by rpath), no MPI, no OpenBLAS, CUDA, the lab, built here so that
 # a compile or link error in it shows in CI, not in a GPU session's first minutes; its binaries must
 # load and list their cases. Needs nvcc; HZ_SKIP_DEVICE=1 skips it.
 if [ "${HZ_SKIP_DEVICE:-0}" != "1" ] && { command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
-  echo "[test] the GPU machine's configuration (scripts/gpu_check.sh print-build)"
-  scripts/gpu_deps.sh
+  echo "[test] the GPU machine's configuration (scripts/gpu/gpu_check.sh print-build)"
+  scripts/gpu/gpu_deps.sh
   deps=$PWD/build-device/deps
   if [ ! -f "$deps/.from" ] || [ "$(cat "$deps/.from")" != "$(sha256sum < .deps/gpu-deps.tar.xz)" ]; then
     rm -rf "$deps" && mkdir -p "$deps" && tar -xJf .deps/gpu-deps.tar.xz -C "$deps"
     sha256sum < .deps/gpu-deps.tar.xz > "$deps/.from"
   fi
-  { read -r cfg; read -r targets; } < <(scripts/gpu_check.sh print-build)
+  { read -r cfg; read -r targets; } < <(scripts/gpu/gpu_check.sh print-build)
   HZ_BUILD_DIR=build-device HZ_CMAKE_ARGS="$cfg -DHZ_DEPS_PREFIX=$deps" HZ_TARGETS="$targets" scripts/setup.sh
   build-device/horizon info > /dev/null
   for t in $targets; do

@@ -60,9 +60,9 @@ std::string method_of(const nn::ModelConfig& c) {
 
 std::string find_script(const std::string& given) {
   if (!given.empty()) return given;
-  for (const std::string& p : {std::string("scripts/report_plots.py"), std::string(HZ_SOURCE_DIR) + "/scripts/report_plots.py"})
+  for (const std::string& p : {std::string("scripts/tools/report_plots.py"), std::string(HZ_SOURCE_DIR) + "/scripts/tools/report_plots.py"})
     if (fs::exists(p)) return p;
-  throw ValueError("report: scripts/report_plots.py not found; run from the Horizon checkout or pass --script PATH");
+  throw ValueError("report: scripts/tools/report_plots.py not found; run from the Horizon checkout or pass --script PATH");
 }
 
 }  // namespace
@@ -138,8 +138,8 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
       for (const auto& b : m.layers) {
         nn::AttnCall call;
         call.T = T;
-        call.train_T = r.data.seq_len;
-        flops += attn::attention_cost(b->attn->kernel_config(call), m.cfg.n_heads, T, T, m.cfg.hdim()).flops_fwd;
+        call.train_len = r.data.seq_len;
+        flops += attn::attention_cost(b->attn->attn_config(call), m.cfg.n_heads, T, T, m.cfg.hdim()).flops_fwd;
       }
       fl.push_back({T, flops});
     }

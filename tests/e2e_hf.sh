@@ -2,7 +2,7 @@
 # End-to-end CLI test of Hugging Face checkpoints: import (convert hf), score, DroPE and SWAN
 # recipes starting from an imported model at reduced size, export (convert to-hf) and re-import,
 # and the refusals (QK-norm on export, a truncated safetensors file, an unknown config field).
-# The fixture is a tiny LlamaForCausalLM written by transformers (scripts/make_hf_fixtures.py).
+# The fixture is a tiny LlamaForCausalLM written by transformers (scripts/fixtures/make_hf_fixtures.py).
 set -euo pipefail
 # (grep without -q: it reads its whole input, so a writer never dies of SIGPIPE under pipefail)
 HZ=$1; SRC=$2; OUT=$(mktemp -d)
@@ -26,7 +26,7 @@ grep -q '"tokens":55' "$OUT/a.json"
 "$HZ" score "$OUT/llama.h5" "$OUT/text.txt" --bos data.tokenizer=byte | grep "tokens:    56" >/dev/null
 
 # a directory with its own BPE tokenizer.json: score tokenizes the text as `tokenizers` did and
-# matches transformers' log-probabilities (scripts/make_hf_fixtures.py)
+# matches transformers' log-probabilities (scripts/fixtures/make_hf_fixtures.py)
 python3 -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))["text"])' "$FIX/llama_bpe/expected_logprobs.json" > "$OUT/bpe.txt"
 "$HZ" score "$FIX/llama_bpe" "$OUT/bpe.txt" --json > "$OUT/bpe.json"
 python3 - "$OUT/bpe.json" "$FIX/llama_bpe/expected_logprobs.json" <<'PY'

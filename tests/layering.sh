@@ -4,7 +4,10 @@
 #   2. nothing above core/ includes a backend's headers (core/cpu/, core/cuda/), except op kernels
 #      that are backend code themselves (the fused attention's CPU and CUDA kernels, the kernel lab)
 #      and core's own tests;
-#   3. every top-level folder of code appears in README.md's layout table.
+#   3. every top-level folder of code appears in README.md's layout table;
+#   4. every project header an include names exists (no include of a moved or deleted file).
+# Beside the floors: cli/ may include every library, dev/ (the kernel lab) core, autograd and
+# attention, tests/ every library; no library includes cli/, dev/ or tests/.
 set -u
 cd "$(dirname "$0")/.."
 declare -A allowed=(
@@ -20,6 +23,10 @@ declare -A allowed=(
   [hf]="core autograd attention nn data io hf"
   [train]="core autograd attention nn data io optim distributed eval train"
   [study]="core autograd attention nn data io optim distributed eval hf train study"
+  # beside the floors: the executable, the kernel lab, the tests (no library includes these)
+  [cli]="core autograd attention nn data io optim distributed eval hf train study cli"
+  [dev]="core autograd attention dev"
+  [tests]="core autograd attention nn data io optim distributed eval hf train study tests"
 )
 fail=0
 for dir in "${!allowed[@]}"; do
@@ -44,5 +51,9 @@ for d in */; do
   ls "$d"/*.cpp "$d"/*.h "$d"/*.cu "$d"/*/*.cu > /dev/null 2>&1 || continue
   grep -qE "^\| \`$d/\`" README.md || { echo "layering: $d/ is missing from README.md's layout table"; fail=1; }
 done
+while IFS=: read -r file inc; do
+  [ -f "$inc" ] || { echo "layering: $file includes \"$inc\", which does not exist"; fail=1; }
+done < <(grep -rHoE '^#include "[a-z_]+/[^"]+"' "${!allowed[@]}" --include='*.h' --include='*.cpp' --include='*.cu' \
+           --include='*.cuh' | sed -E 's/#include "([^"]+)"/\1/')
 [ $fail -eq 0 ] && echo "layering: ok"
 exit $fail

@@ -89,50 +89,13 @@ uint64_t checksum_of(int64_t format_version, int64_t step, int64_t tokens_seen,
 }
 
 // ---- dtypes in the file -------------------------------------------------------------------------
-hid_t file_type_of(DType t) {
-  switch (t) {
-    case DType::F32: return H5T_IEEE_F32LE;
-    case DType::F64: return H5T_IEEE_F64LE;
-    case DType::BF16: return H5T_STD_U16LE;
-    case DType::I32: return H5T_STD_I32LE;
-    case DType::I64: return H5T_STD_I64LE;
-    default: break;
-  }
-  throw DTypeError(std::string("checkpoint: no HDF5 type for dtype ") + dtype_name(t));
-}
-hid_t mem_type_of(DType t) {
-  switch (t) {
-    case DType::F32: return H5T_NATIVE_FLOAT;
-    case DType::F64: return H5T_NATIVE_DOUBLE;
-    case DType::BF16: return H5T_NATIVE_UINT16;
-    case DType::I32: return H5T_NATIVE_INT32;
-    case DType::I64: return H5T_NATIVE_INT64;
-    default: break;
-  }
-  throw DTypeError(std::string("checkpoint: no HDF5 type for dtype ") + dtype_name(t));
-}
-
-// Does the dataset's stored type match what `t` is written as?
-bool file_type_matches(const h5::Dataset& d, DType t) {
-  const H5T_class_t cls = d.type_class();
-  const size_t size = d.type_size();
-  switch (t) {
-    case DType::F32: return cls == H5T_FLOAT && size == 4;
-    case DType::F64: return cls == H5T_FLOAT && size == 8;
-    case DType::BF16: return cls == H5T_INTEGER && size == 2 && !d.type_signed();
-    case DType::I32: return cls == H5T_INTEGER && size == 4 && d.type_signed();
-    case DType::I64: return cls == H5T_INTEGER && size == 8 && d.type_signed();
-    default: return false;
-  }
-}
-
 DType dtype_from_file(const h5::Dataset& d) {
   if (d.has_attr("dtype")) {
     const std::string name = d.read_attr_string("dtype");
     for (int i = 0; i < static_cast<int>(DType::Count); ++i) {
       const auto t = static_cast<DType>(i);
       if (name != dtype_name(t)) continue;
-      if (!file_type_matches(d, t))
+      if (!h5::stores(d, t))
         throw CheckpointError(d.name() + ": attribute dtype=\"" + name +
                               "\" does not match the stored HDF5 type");
       return t;
@@ -141,7 +104,7 @@ DType dtype_from_file(const h5::Dataset& d) {
                           "\" (supported: f32, f64, bf16, i32, i64)");
   }
   for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64})
-    if (file_type_matches(d, t)) return t;
+    if (h5::stores(d, t)) return t;
   throw CheckpointError(d.name() +
                         ": unsupported HDF5 element type (need f32, f64, i32, i64, or u16 with "
                         "attribute dtype=\"bf16\")");
@@ -277,8 +240,8 @@ std::string parent_dir(const std::string& path) {
 
 void write_tensors(h5::Group& g, const TensorMap& m) {
   for (const auto& [key, t] : m) {
-    h5::Dataset d = g.create_dataset(escape_key(key), file_type_of(t.dtype()), t.shape());
-    d.write(mem_type_of(t.dtype()), t.raw_data());
+    h5::Dataset d = g.create_dataset(escape_key(key), h5::file_type(t.dtype()), t.shape());
+    d.write(h5::memory_type(t.dtype()), t.raw_data());
     d.write_attr_string("key", key);
     d.write_attr_string("dtype", dtype_name(t.dtype()));
     d.close();
@@ -312,7 +275,7 @@ TensorMap read_tensors(const h5::Group& g) {
       throw CheckpointError(d.name() + ": its shape needs " + std::to_string(n) + " elements of " + dtype_name(dt) +
                             " but the file stores " + std::to_string(d.storage_size()) + " bytes for it: the header is damaged");
     Tensor t = Tensor::empty(d.dims(), dt);
-    d.read(mem_type_of(dt), t.raw_data());
+    d.read(h5::memory_type(dt), t.raw_data());
     out.emplace(key, std::move(t));
   }
   return out;

@@ -17,14 +17,14 @@ double loss_weight(const Tensor& targets, const Tensor& weights) {
 nn::AttnCall training_call(const Recipe& r, const nn::Transformer& m) {
   nn::AttnCall call;
   call.T = r.data.seq_len;
-  call.train_T = m.cfg.train_context;
+  call.train_len = m.cfg.train_len;
   if (r.data.documents == attn::DocumentMode::Masked)
     call.documents = std::make_shared<attn::Documents>(attn::Documents::whole(r.data.batch_size, r.data.seq_len));
   return call;
 }
 
 attn::AttnConfig training_config(const Recipe& r, const nn::Transformer& m, size_t layer) {
-  return m.layers[layer]->attn->kernel_config(training_call(r, m));
+  return m.layers[layer]->attn->attn_config(training_call(r, m));
 }
 
 int64_t activation_bytes(const Recipe& r, const nn::Transformer& m) {

@@ -27,7 +27,7 @@
 //               gradient). With train.grad_accum > 1 every gradient stays alive from the first
 //               micro-batch on.
 // tests/train/memory_plan_test.cpp holds the prediction to within 15% of the CPU allocator's
-// measured peak over several shapes; scripts/bench_memory.sh measures it at the 124M shape.
+// measured peak over several shapes; scripts/bench/bench_memory.sh measures it at the 124M shape.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -2,7 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "attention/spec_fields.h"
 #include "autograd/functions.h"
+#include "core/fields.h"
 #include "core/names.h"
 #include "train/surgery.h"
 
@@ -30,114 +32,12 @@ DataSource parse_data_source(const std::string& s) { return parse_name<DataSourc
 OptimizerKind parse_optimizer(const std::string& s) { return parse_name<OptimizerKind>(s, kOptimizers, "optim.name"); }
 bool is_file_source(DataSource s) { return s == DataSource::Files || s == DataSource::Jsonl || s == DataSource::Tokens; }
 bool is_synthetic(DataSource s) { return s != DataSource::Bible && !is_file_source(s); }
-bool is_synthetic_source(const std::string& s) { return is_synthetic(parse_data_source(s)); }
 
 namespace {
-
-// ---- the one list of fields ---------------------------------------------------------------
-// Each field carries a Field: its documentation, its role and, for numbers (and each element of
-// a list of numbers), its range.
-//   architecture    what the weights were trained as: a checkpoint's own; evaluation and resume
-//                   refuse to change it (surgery recipes change it on purpose: DroPE, SWAN)
-//   inference-time  how a trained model is run (RoPE scalings, freeze_scopes, eval.*): free to change
-//   run             how the run trains, where it writes (free to change)
-enum class Role : uint8_t { Architecture, Inference, Run };
-const char* role_name(Role r) {
-  return r == Role::Architecture ? "architecture" : r == Role::Inference ? "inference-time" : "run";
-}
-
-struct Field {
-  const char* doc;
-  Role role;
-  double lo = -HUGE_VAL, hi = HUGE_VAL;
-  bool lo_open = false, hi_open = false;
-  Field at_least(double v) const { Field f = *this; f.lo = v; return f; }
-  Field above(double v) const { Field f = *this; f.lo = v; f.lo_open = true; return f; }
-  Field in(double a, double b, bool open_hi = false) const {
-    Field f = *this;
-    f.lo = a;
-    f.hi = b;
-    f.hi_open = open_hi;
-    return f;
-  }
-  bool bounded() const { return lo != -HUGE_VAL || hi != HUGE_VAL; }
-  bool contains(double x) const {
-    if (std::isnan(x)) return false;
-    return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
-  }
-  static std::string num(double x) {
-    std::ostringstream s;
-    s << x;
-    return s.str();
-  }
-  // ">= 1", "> 0", "in [0, 1)"; "" when unbounded
-  std::string range() const {
-    if (!bounded()) return "";
-    if (hi == HUGE_VAL) return (lo_open ? "> " : ">= ") + num(lo);
-    if (lo == -HUGE_VAL) return (hi_open ? "< " : "<= ") + num(hi);
-    return std::string("in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
-  }
-};
-Field arch(const char* d) { return {d, Role::Architecture}; }
-Field infer(const char* d) { return {d, Role::Inference}; }
-Field run_opt(const char* d) { return {d, Role::Run}; }
 
 // V provides: operator()(path, T& value, doc) for int64_t, double, bool, std::string and vectors
 // of int64_t/double/std::string, a map<int64_t, std::string>, and
 // enumeration(path, E& value, doc, parse, name) for enums, and kinds(path, kinds, doc).
-
-template <class V>
-void visit_kind(const std::string& p, attn::AttentionSpec& s, V& v) {
-  v.enumeration(p + ".pos", s.pos.kind, arch("position encoding: none | rope | prope | alibi"), attn::parse_pos,
-                static_cast<const char* (*)(attn::PosKind)>(attn::name));
-  v(p + ".rope_base", s.pos.rope_base, arch("RoPE base (w_m = base^(-2m/d))").above(0));
-  v.enumeration(p + ".rope_scaling", s.pos.scaling, infer("RoPE scaling: none | pi | ntk | dynamic_ntk | yarn | llama3"),
-                attn::parse_scaling, static_cast<const char* (*)(attn::RopeScaling)>(attn::name));
-  v(p + ".rope_factor", s.pos.factor, infer("extension factor s for pi / ntk / yarn / llama3; dynamic_ntk: s = factor T/C - (factor - 1)").above(0));
-  v(p + ".rope_original_context", s.pos.original_context, infer("C_train for yarn / llama3 / dynamic_ntk (0 = data.seq_len)").at_least(0));
-  v(p + ".yarn_alpha", s.pos.yarn_alpha, infer("YaRN: pairs under alpha rotations over C_train are interpolated (beta_slow)").at_least(0));
-  v(p + ".yarn_beta", s.pos.yarn_beta, infer("YaRN: pairs over beta rotations keep their frequency (beta_fast)").at_least(0));
-  v.enumeration(p + ".yarn_ramp", s.pos.yarn_ramp, infer("YaRN ramp: rotations (docs/methods.md) | index (transformers)"),
-                attn::parse_yarn_ramp, static_cast<const char* (*)(attn::YarnRamp)>(attn::name));
-  v(p + ".yarn_truncate", s.pos.yarn_truncate, infer("YaRN index ramp: round its ends outward (transformers' truncate)"));
-  v(p + ".yarn_mscale", s.pos.yarn_mscale, infer("YaRN cos/sin multiplier (0 = 0.1 ln s + 1)").at_least(0));
-  v(p + ".llama3_low_freq_factor", s.pos.llama3_low_freq_factor, infer("llama3: pairs under this many rotations over C_train are divided by s").above(0));
-  v(p + ".llama3_high_freq_factor", s.pos.llama3_high_freq_factor, infer("llama3: pairs over this many rotations keep their frequency").above(0));
-  v(p + ".prope_fraction", s.pos.prope_fraction, arch("p-RoPE: fraction of pairs that rotate").in(0, 1));
-  v(p + ".prope_base_eff", s.pos.prope_base_eff, arch("p-RoPE: frequencies log-spaced in [1/base_eff, 1]").above(0));
-  v(p + ".rope_pairs", s.pos.rope_pairs, arch("partial RoPE: the frequency pairs that rotate (0 = fastest; empty = by rope_fraction)").at_least(0));
-  v(p + ".rope_fraction", s.pos.rope_fraction, arch("partial RoPE / HoPE: fraction of the D/2 pairs that rotate, the rest are NoPE dims").in(0, 1));
-  v.enumeration(p + ".rope_select", s.pos.rope_select, arch("which pairs rope_fraction keeps: high (HoPE) | low | uniform"),
-                attn::parse_rope_select, static_cast<const char* (*)(attn::RopeSelect)>(attn::name));
-  v.enumeration(p + ".mask", s.mask.kind, arch("mask: causal | window | scope"), attn::parse_mask,
-                static_cast<const char* (*)(attn::MaskKind)>(attn::name));
-  v(p + ".window", s.mask.window, arch("sliding window W (mask: window)").at_least(0));
-  v(p + ".scope_gamma", s.mask.scope_gamma, arch("SCOPE gamma (0 = auto, T^(1/H))").at_least(0));
-  v(p + ".scope_min", s.mask.scope_min, arch("SCOPE minimum scope").at_least(1));
-  v(p + ".scope_max", s.mask.scope_max, arch("SCOPE maximum scope (0 = T)").at_least(0));
-  v(p + ".scopes", s.mask.scopes, arch("SCOPE explicit scopes, one per query head (overrides gamma)").at_least(1));
-  v(p + ".freeze_scopes", s.mask.freeze_scopes, infer("SCOPE: keep the training scopes at longer T"));
-  v.enumeration(p + ".logit", s.logit.kind, arch("logit transform: identity | scale_invariant | logn (= ssmax) | swan_row | temperature"),
-                attn::parse_logit, static_cast<const char* (*)(attn::LogitKind)>(attn::name));
-  v(p + ".tau", s.logit.tau, arch("scale_invariant tau").above(0));
-  v(p + ".logn_c", s.logit.logn_c, arch("logn: initial (or fixed) c"));
-  v(p + ".logn_learnable", s.logit.logn_learnable, arch("logn: c is a learned scalar per head"));
-  v(p + ".swan_a", s.logit.swan_a, arch("swan_row: g(n) = ln(a + n) / ln(a)").above(1));
-  v(p + ".beta", s.logit.beta, arch("temperature: beta").above(0));
-  v(p + ".temp_c", s.logit.temp_c, arch("temperature: beta = 1 + c ln s when != 0"));
-  v(p + ".logn_position", s.logit.logn_position,
-    arch("logn: n = the query's position + 1 (LogN) instead of its visible keys (SSMax; logit: ssmax)"));
-  v(p + ".qtemp_alpha", s.logit.qtemp_alpha,
-    arch("Llama 4 NoPE temperature: logits x 1 + alpha ln(floor((p + 1) / beta) + 1) (0 = off)").at_least(0));
-  v(p + ".qtemp_beta", s.logit.qtemp_beta, arch("Llama 4 NoPE temperature: beta (positions per step)").above(0));
-  v.enumeration(p + ".qk_norm", s.qk_norm, arch("QK-norm: none | full | per_head"), attn::parse_qknorm,
-                static_cast<const char* (*)(attn::QKNorm)>(attn::name));
-  v.enumeration(p + ".gate", s.gate, arch("gated attention output: none | head | element (o * sigmoid(x W_g) before wo)"),
-                attn::parse_gate, static_cast<const char* (*)(attn::OutputGate)>(attn::name));
-  v(p + ".sink", s.sink, arch("attention sinks: a learned logit per head joins every row's softmax denominator (gpt-oss)"));
-  v(p + ".forget", s.forget, arch("FoX forget gate: logits gain sum_{j<m<=i} log sigmoid(x_m w_h + b_h)"));
-  v(p + ".forget_bias", s.forget_bias, arch("FoX: initial forget-gate bias b_h (0 as in FoX; larger = longer memory at init)"));
-}
 
 template <class V>
 void visit_fields(Recipe& r, V& v) {
@@ -180,7 +80,7 @@ void visit_fields(Recipe& r, V& v) {
   v("data.token_format", r.data.token_format, run_opt("tokens: auto | llmc (256-int32 header) | nanogpt (raw uint16); documents cut at EOS/BOS"));
   v("data.tokenizer", r.data.tokenizer, run_opt("tokenizer: byte | PATH/tokenizer.json (Hugging Face BPE) | PATH.model (SentencePiece)"));
   v("data.val_fraction", r.data.val_fraction, run_opt("share of documents held out for validation").in(0, 1, /*hi_open=*/true));
-  v("data.seq_len", r.data.seq_len, run_opt("training context length T").at_least(2));
+  v("data.seq_len", r.data.seq_len, run_opt("training length T").at_least(2));
   v("data.batch_size", r.data.batch_size, run_opt("sequences per step per rank (before accumulation)").at_least(1));
   v.enumeration("data.documents", r.data.documents,
                 run_opt("packed documents: stream (attend across them) | masked (each token sees its own document only; "
@@ -428,7 +328,7 @@ struct Reader {
       nn::LayerKind k;
       k.name = convert<std::string>(it->first, path, "a kind name");
       if (!it->second.IsMap() && !it->second.IsNull()) fail(it->second, path + "." + k.name, "expected a map of attention fields");
-      visit_kind(path + "." + k.name, k.attn, *this);
+      attn::visit_spec_fields(path + "." + k.name, k.attn, *this);
       kinds.push_back(k);
     }
   }
@@ -504,7 +404,7 @@ struct Writer {
     n = v ? std::string(name(*v)) : std::string();
   }
   void kinds(const std::string& path, std::vector<nn::LayerKind>& kinds, const Field&) {
-    for (auto& k : kinds) visit_kind(path + "." + k.name, k.attn, *this);
+    for (auto& k : kinds) attn::visit_spec_fields(path + "." + k.name, k.attn, *this);
   }
 };
 
@@ -545,7 +445,7 @@ struct Doc {
   void kinds(const std::string& p, std::vector<nn::LayerKind>&, const Field& f) {
     os << "  " << p << " (map, default {default: rope causal identity}; " << role_name(f.role) << ")\n      " << f.doc << "\n";
     attn::AttentionSpec s;
-    visit_kind(p + ".<kind>", s, *this);
+    attn::visit_spec_fields(p + ".<kind>", s, *this);
   }
 };
 
@@ -609,7 +509,7 @@ struct Flatten {
     std::string names;
     for (auto& k : kinds) names += (names.empty() ? "" : ", ") + k.name;
     put(p, f, "{" + names + "}");
-    for (auto& k : kinds) visit_kind(p + "." + k.name, k.attn, *this);
+    for (auto& k : kinds) attn::visit_spec_fields(p + "." + k.name, k.attn, *this);
   }
 };
 
@@ -784,12 +684,12 @@ void check_architecture(const Recipe& trained, const Recipe& now, const std::str
 
 nn::ModelConfig Recipe::model_config() const {
   nn::ModelConfig c = model.cfg;
-  c.train_context = data.seq_len;
+  c.train_len = data.seq_len;
   if (swan.enabled) c = swan_config(c, swan);
   // SCOPE layers remember the training length, so freeze_scopes keeps the training scopes when
   // a run is evaluated or fine-tuned at another length
   for (auto& k : c.kinds)
-    if (k.attn.mask.kind == attn::MaskKind::Scope) k.attn.mask.scope_train_T = data.seq_len;
+    if (k.attn.mask.kind == attn::MaskKind::Scope) k.attn.mask.scope_train_len = data.seq_len;
   return c;
 }
 
@@ -812,7 +712,7 @@ eval::EvalOptions recipe_eval_defaults() {
 
 eval::EvalOptions Recipe::eval_options() const {
   eval::EvalOptions o = eval.opts;
-  o.train_T = data.seq_len;
+  o.train_len = data.seq_len;
   o.seed = static_cast<uint64_t>(run.seed);
   o.tokenizer = data.tokenizer;
   o.lengths = eval_lengths();

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "attention/documents.h"
-#include "attention/lampe.h"
 #include "attention/spec.h"
 #include "distributed/context/exchange.h"
 #include "eval/options.h"
@@ -40,7 +39,6 @@ OptimizerKind parse_optimizer(const std::string& s);
 bool is_synthetic(DataSource s);
 // Sources read from data.files (text, JSON Lines, token files).
 bool is_file_source(DataSource s);
-bool is_synthetic_source(const std::string& s);
 
 struct RunSection {
   std::string name = "run";
@@ -117,7 +115,7 @@ struct CheckpointSection {
 
 // What `horizon eval` (and the end-of-run evaluation) does: eval::EvalOptions itself, with the
 // recipe's defaults; Recipe::eval_options() fills in what comes from the rest of the recipe
-// (train_T = data.seq_len, seed, tokenizer, lengths [] = 1x 2x 4x 8x, batch_size 0 = data.batch_size).
+// (train_len = data.seq_len, seed, tokenizer, lengths [] = 1x 2x 4x 8x, batch_size 0 = data.batch_size).
 eval::EvalOptions recipe_eval_defaults();
 
 struct EvalSection {
@@ -141,7 +139,7 @@ struct Recipe {
 
   // Impossible configurations refused before training (names the field and what to change).
   void validate() const;
-  // The model config the run starts with (SWAN conversion applied; train_context = data.seq_len).
+  // The model config the run starts with (SWAN conversion applied; train_len = data.seq_len).
   nn::ModelConfig model_config() const;
   std::vector<int64_t> eval_lengths() const;
   // What `horizon eval` does with this recipe (eval/ takes no recipe).

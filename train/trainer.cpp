@@ -203,6 +203,8 @@ class Trainer {
     build_data();
     build_model();
     build_optimizer();
+    plan_step();
+    check_memory();
     log_header();
   }
 
@@ -329,12 +331,18 @@ class Trainer {
       gsync_ = std::make_unique<dist::GradSync>(comm_, model_->named_parameters(), bucket_bytes, r_.train.overlap_comm);
   }
 
-  void log_header() {
+  // what a step costs: tokens, FLOPs, the memory plan
+  void plan_step() {
     tokens_per_step_ = r_.data.batch_size * r_.data.seq_len * r_.train.grad_accum * dims_.data();
     peak_ = peak_tflops(r_, dev_);
     model_flops_ = model_->flops_per_token(r_.data.seq_len);
     plan_ = plan_memory(r_, *model_, world_);
     res_.mem_plan = plan_.peak;
+  }
+
+  // a run whose plan does not fit the GPU's free memory is refused before its first step; the
+  // allocator's high-water mark starts here
+  void check_memory() {
     if (dev_.is_cuda()) {
       // free memory (not the card's total): other processes and the CUDA context are taken out
       const int64_t have = cuda::memory_usable(dev_.index);
@@ -349,6 +357,9 @@ class Trainer {
     } else {
       reset_cpu_peak_memory();
     }
+  }
+
+  void log_header() {
     log("run {}: {} parameters, {} layers [{}], {} steps", r_.run.name, model_->num_parameters(), r_.model.cfg.n_layers,
         fmt::format("{}", fmt::join(model_->cfg.layer_kind_names(), ", ")), r_.train.steps);
     log("global batch = {} sequences/rank x {} accumulation x {} rank(s) = {} sequences of {} tokens = {} tokens/step{}",
@@ -392,14 +403,14 @@ class Trainer {
     for (int64_t micro = 0; micro < r_.train.grad_accum; ++micro) {
       const data::Batch whole = data_.next();
       nn::AttnCall call;
-      call.documents = eval::batch_documents(whole, docs_);  // null for stream documents
+      call.documents = attn::Documents::of_batch(whole.tokens.size(0), whole.tokens.size(1), whole.cu_seqlens, docs_);
       call.recompute = r_.train.recompute;
       call.route = context_;
       const data::Batch b = context_ ? dist::shard_batch(whole, context_->layout()) : whole;
       ag::Variable loss = model_->loss(b.tokens, b.targets, b.weights, call);
       if (context_) {  // this rank's mean, weighted so that the group's average is the sequence's mean
         const double here = loss_weight(b.targets, b.weights);
-        const double all = context_comm_->all_reduce_scalar(here, dist::ReduceOp::Sum);
+        const double all = context_comm_->all_reduce_scalar(here, ReduceOp::Sum);
         loss = ag::mul_scalar(loss, all > 0 ? context_->layout().n * here / all : 0.0);
       }
       loss_sum += loss.item();
@@ -408,7 +419,7 @@ class Trainer {
       loss.backward();
     }
     if (gsync_) gsync_->finish();  // gradients are now the average over ranks
-    s.loss = comm_.all_reduce_scalar(loss_sum / r_.train.grad_accum, dist::ReduceOp::Average);
+    s.loss = comm_.all_reduce_scalar(loss_sum / r_.train.grad_accum, ReduceOp::Mean);
     HZ_CHECK(std::isfinite(s.loss), ValueError, "loss became ", s.loss, " at step ", step,
              "; lower optim.lr or enable optim.grad_clip");
     auto params = model_->named_parameters();
@@ -418,7 +429,7 @@ class Trainer {
     s.lr_mult = optim::lr_multiplier(sched_, step - sched_origin_);
     optimizer_->step(s.lr_mult);
     model_->zero_grad();
-    res_.mem_peak = dev_.is_cuda() ? memory_stats(dev_).peak : cpu_memory_stats().peak;
+    res_.mem_peak = std::max(res_.mem_peak, allocator_peak());
     if (opt_.on_step) opt_.on_step(step + 1, *model_);
     return s;
   }
@@ -437,14 +448,21 @@ class Trainer {
     std::string extra, jextra;
     if (dev_.is_cuda()) {
       const DeviceMemoryStats ms = memory_stats(dev_);
-      extra = fmt::format("  mem {:.2f}/{:.2f} GiB", ms.peak / 1073741824.0, ms.reserved / 1073741824.0);
-      jextra = fmt::format(", \"gpu_mem_peak\": {}, \"gpu_mem_reserved\": {}, \"mem_plan\": {}", ms.peak, ms.reserved,
+      const int64_t peak = std::max(res_.mem_peak, ms.peak);  // the steps'; evaluation's apart
+      extra = fmt::format("  mem {:.2f}/{:.2f} GiB (plan {:.2f}{})", peak / 1073741824.0, ms.reserved / 1073741824.0,
+                          plan_.peak / 1073741824.0,
+                          eval_mem_peak_ > 0 ? fmt::format(", eval {:.2f}", eval_mem_peak_ / 1073741824.0) : std::string());
+      jextra = fmt::format(", \"gpu_mem_peak\": {}, \"gpu_mem_reserved\": {}, \"mem_plan\": {}", peak, ms.reserved,
                            plan_.peak);
+      if (eval_mem_peak_ > 0) jextra += fmt::format(", \"eval_mem_peak\": {}", eval_mem_peak_);
     } else {  // the CPU allocator's high-water mark since the start (train_step), the highest rank's, next to the plan
       const std::vector<int64_t> all = world_ > 1 ? comm_.all_gather(res_.mem_peak) : std::vector<int64_t>{res_.mem_peak};
       const int64_t peak = *std::max_element(all.begin(), all.end());
-      extra = fmt::format("  mem {} (plan {})", format_bytes(peak), format_bytes(plan_.peak));
+      // the steps' peak against a step's plan; evaluation's apart (rank 0 evaluates)
+      extra = fmt::format("  mem {} (plan {}{})", format_bytes(peak), format_bytes(plan_.peak),
+                          eval_mem_peak_ > 0 ? ", eval " + format_bytes(eval_mem_peak_) : std::string());
       jextra = fmt::format(", \"mem_peak\": {}, \"mem_plan\": {}", peak, plan_.peak);
+      if (eval_mem_peak_ > 0) jextra += fmt::format(", \"eval_mem_peak\": {}", eval_mem_peak_);
     }
     if (context_) {  // k/v bytes the busiest rank of the group sent per step (forward and backward)
       const int64_t steps = std::max<int64_t>(1, tokens_since_log_ / std::max<int64_t>(1, tokens_per_step_));
@@ -465,9 +483,22 @@ class Trainer {
     tokens_since_log_ = 0;
   }
 
-  // held-out loss at every eval length (rank 0); returns the loss at the training length
+  int64_t allocator_peak() const { return dev_.is_cuda() ? memory_stats(dev_).peak : cpu_memory_stats().peak; }
+
+  // held-out loss at every eval length (rank 0); returns the loss at the training length. Its
+  // memory is kept apart from the steps' (the plan is a step's): the steps' high-water mark so far
+  // is taken before, evaluation's after, and the mark restarts from what is allocated.
   double evaluate(int64_t step_done) {
     if (!data_.val || rank_ != 0) return std::nan("");
+    res_.mem_peak = std::max(res_.mem_peak, allocator_peak());
+    struct Apart {
+      Trainer& t;
+      ~Apart() {
+        t.eval_mem_peak_ = std::max(t.eval_mem_peak_, t.allocator_peak());
+        if (t.dev_.is_cuda()) reset_peak_memory(t.dev_);
+        else reset_cpu_peak_memory();
+      }
+    } apart{*this};
     const int64_t eb = r_.eval.opts.batch_size > 0 ? r_.eval.opts.batch_size : r_.data.batch_size;
     std::string line = fmt::format("{{\"step\": {}, \"eval\": {{", step_done);
     double at_train = std::nan("");
@@ -540,7 +571,8 @@ class Trainer {
   std::string resume_path_;
   CheckpointData ck_;
   int64_t start_ = 0, saved_world_ = 1, saved_context_ = 1, context_bytes_logged_ = 0;
-  const eval::DocumentOptions docs_{r_.data.documents, r_.data.position_reset};
+  int64_t eval_mem_peak_ = 0;  // the allocator's high-water mark inside in-run evaluations
+  const attn::DocumentOptions docs_{r_.data.documents, r_.data.position_reset};
   std::unique_ptr<RunLock> lock_;  // declared before run_: released after it
   std::unique_ptr<RunDir> run_;
   TrainData data_;

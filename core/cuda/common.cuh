@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/device.h"
 #include "core/kernel_util.h"
 #include "core/cuda/runtime.h"
 #include "core/math.h"
@@ -23,11 +24,6 @@ const char* cublas_hint(cublasStatus_t s);
 [[noreturn]] void throw_cuda(cudaError_t e, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas(cublasStatus_t s, const char* call, const char* file, int line);
 
-#define HZ_CUDA_CHECK(call)                                                 \
-  do {                                                                      \
-    cudaError_t hz_e_ = (call);                                             \
-    if (hz_e_ != cudaSuccess) ::hz::cuda::throw_cuda(hz_e_, #call, __FILE__, __LINE__); \
-  } while (0)
 #define HZ_CUBLAS_CHECK(call)                                               \
   do {                                                                      \
     cublasStatus_t hz_s_ = (call);                                          \

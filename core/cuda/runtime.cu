@@ -58,6 +58,9 @@ void throw_cuda(cudaError_t e, const char* call, const char* file, int line) {
   cudaGetLastError();  // clear a non-sticky error so the process can report and continue
   throw DeviceError(msg);
 }
+void throw_error(int code, const char* call, const char* file, int line) {
+  throw_cuda(static_cast<cudaError_t>(code), call, file, line);
+}
 void throw_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
   throw DeviceError(std::string(call) + " failed with cuBLAS status " + std::to_string(static_cast<int>(s)) + " at " +
                     file + ":" + std::to_string(line) + "; " + cublas_hint(s));

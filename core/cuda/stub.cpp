@@ -22,4 +22,5 @@ void* comm_stream(int) { no_cuda(); }
 void synchronize(int) { no_cuda(); }
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
+void throw_error(int, const char*, const char*, int) { no_cuda(); }
 }  // namespace hz::cuda

@@ -51,7 +51,7 @@ AttentionSpec spec_of(const Combo& c) {
 }
 
 AttnConfig config_of(const Combo& c, int64_t T, std::shared_ptr<const Documents> d) {
-  AttnConfig cfg = make_attn_config(spec_of(c), kH, T, /*train_T=*/5);
+  AttnConfig cfg = make_attn_config(spec_of(c), kH, T, /*train_len=*/5);
   cfg.block_q = 4;
   cfg.block_k = 3;
   cfg.documents = std::move(d);

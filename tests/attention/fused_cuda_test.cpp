@@ -32,7 +32,7 @@ namespace {
 #define HZT_NEED_GPU()                                                                                   \
   if (!cuda::available())                                                                                \
   GTEST_SKIP() << "no usable CUDA device (" << (cuda::compiled() ? "no GPU/driver visible" : "HZ_CUDA=OFF build") \
-               << "); scripts/gpu_check.sh runs these on a GPU machine"
+               << "); scripts/gpu/gpu_check.sh runs these on a GPU machine"
 
 // ---- f32 (reference kernels) and f64 --------------------------------------------------------------
 class FusedCudaF32 : public ::testing::TestWithParam<Problem> {};

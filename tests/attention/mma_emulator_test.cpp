@@ -4,7 +4,7 @@
 // kernels compile, in the configuration they use (mma::Config), so index, masking, softmax, pipeline
 // and barrier mistakes show up here without a GPU; what the emulator cannot show (real timing,
 // races between asynchronous copies and other warps, the hardware's own reading of the PTX) is left
-// to scripts/gpu_check.sh.
+// to scripts/gpu/gpu_check.sh.
 #include <gtest/gtest.h>
 
 #include <algorithm>

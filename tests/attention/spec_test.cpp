@@ -38,7 +38,7 @@ TEST(SpecVectors, ScopeScopes) {
   s.mask.kind = MaskKind::Scope;
   EXPECT_EQ(s.windows(4, 64).back(), 64);
   s.mask.freeze_scopes = true;
-  s.mask.scope_train_T = 16;
+  s.mask.scope_train_len = 16;
   EXPECT_EQ(s.windows(4, 64), (std::vector<int64_t>{2, 4, 8, 16}));
 }
 
@@ -106,7 +106,7 @@ TEST(RopeFrequencies, YarnRampsAndTemperature) {
   const double two_pi = 2 * M_PI;
   int fast = 0, slow = 0, mid = 0;
   for (int m = 0; m < D / 2; ++m) {
-    const double r = 1024 * g.inv_freq[m] / two_pi;  // rotations over the training context
+    const double r = 1024 * g.inv_freq[m] / two_pi;  // rotations over the training length
     if (r >= 32) { EXPECT_DOUBLE_EQ(f.inv_freq[m], g.inv_freq[m]); ++fast; }
     else if (r <= 1) { EXPECT_NEAR(f.inv_freq[m], g.inv_freq[m] / 4, 1e-18); ++slow; }
     else {

@@ -62,7 +62,7 @@ TEST(BibleKjv, SixtySixBooksWithKnownTextAndSize) {
   EXPECT_EQ(docs[64].name, "Jude");
   EXPECT_EQ(docs[64].text.compare(0, 5, "Jude,"), 0);
   // Every byte: FNV-1a 64 of the 66 texts concatenated without separators, as computed by
-  // scripts/make_kjv_asset.py from the output of Debian's `bible -f` (bible-kjv 4.38), the program
+  // scripts/fixtures/make_kjv_asset.py from the output of Debian's `bible -f` (bible-kjv 4.38), the program
   // this corpus was read from before it was embedded; assets/kjv/README.md gives its SHA-256.
   uint64_t h = hz::data::fnv1a64("", 0);
   for (const auto& d : docs) h = hz::data::fnv1a64(d.text.data(), d.text.size(), h);
@@ -123,7 +123,7 @@ TEST(BibleKjv, ParserRejectsAnyDeviation) {
   };
   std::string msg = error_of("");
   EXPECT_TRUE(has(msg, "empty")) << msg;
-  EXPECT_TRUE(has(msg, "scripts/make_kjv_asset.py")) << msg;  // says how to get an intact file
+  EXPECT_TRUE(has(msg, "scripts/fixtures/make_kjv_asset.py")) << msg;  // says how to get an intact file
   msg = error_of(good.substr(0, good.size() - 1));
   EXPECT_TRUE(has(msg, "does not end with a newline")) << msg;
   msg = error_of("v0\n" + good);

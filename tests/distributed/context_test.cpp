@@ -178,9 +178,9 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     if (c.documents)  // documents of 7, 13, 20 | 40 tokens (37: 7, 13, 17 | 37)
       cfg.documents = std::make_shared<attn::Documents>(
           B, T, std::vector<int64_t>{0, 7, 20, T, 2 * T}, c.position_reset);
-    if (c.logit == LK::Temperature) {  // DroPE's per-document beta = 1 + c ln(length / train_T)
+    if (c.logit == LK::Temperature) {  // DroPE's per-document beta = 1 + c ln(length / train_len)
       cfg.temp_c = 0.4;
-      cfg.train_T = 9;
+      cfg.train_len = 9;
     }
     cfg.block_q = cfg.block_k = 4;
     const EX path = dist::exchange_for(cfg, route.layout(), global);
@@ -211,12 +211,12 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     EXPECT_LE(max_diff(vl.grad(), dist::local_rows(vf.grad(), 2, L)), 1e-11);
     if (c.logit == LK::LogN) {  // each rank holds its rows' share of dc
       Tensor dc = cl.grad().clone();
-      world().all_reduce(dc, dist::ReduceOp::Sum);
+      world().all_reduce(dc, ReduceOp::Sum);
       EXPECT_LE(max_diff(dc, cf.grad()), 1e-10);
     }
     if (c.sink) {  // likewise the sinks'
       Tensor dz = zl.grad().clone();
-      world().all_reduce(dz, dist::ReduceOp::Sum);
+      world().all_reduce(dz, ReduceOp::Sum);
       EXPECT_LE(max_diff(dz, zf.grad()), 1e-10);
     }
     if (c.fox) {
@@ -310,11 +310,11 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
       for (const std::string& s : trace) h = fnv1a64(s.c_str(), s.size() + 1, h);
       const std::vector<int64_t> hs = world().all_gather(static_cast<int64_t>(h >> 1));
       for (int r = 1; r < N; ++r) EXPECT_EQ(hs[r], hs[0]) << "rank " << r << "'s backward runs another graph or order";
-      EXPECT_NEAR(world().all_reduce_scalar(loss.item(), dist::ReduceOp::Sum), loss_full, 1e-12);
+      EXPECT_NEAR(world().all_reduce_scalar(loss.item(), ReduceOp::Sum), loss_full, 1e-12);
       size_t i = 0;
       for (auto& [n, p] : m.named_parameters()) {
         Tensor gr = p->grad().clone();
-        world().all_reduce(gr, dist::ReduceOp::Sum);
+        world().all_reduce(gr, ReduceOp::Sum);
         EXPECT_LE(max_diff(gr, full[i]), 1e-11 * (1 + max_abs(full[i]))) << n;
         ++i;
       }
@@ -352,7 +352,7 @@ TEST_F(Context, EvaluationSplitOverTheGroupEqualsOneRank) {
       mc.dtype = DType::F64;
       nn::Transformer m(mc, 9);
       eval::EvalOptions o;
-      o.train_T = 32;
+      o.train_len = 32;
       o.lengths = {37, 64};
       o.batch_size = 2;
       o.batches = 2;

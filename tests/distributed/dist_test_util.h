@@ -10,6 +10,7 @@
 
 #include "core/hash.h"
 #include "distributed/communicator.h"
+#include "tests/train/train_test_util.h"
 #include "train/trainer.h"
 
 namespace hz::train::test {
@@ -33,14 +34,12 @@ inline std::string root() {
   return r;
 }
 
+// tests/train/train_test_util.h's small run, smaller (d 32, 2 heads, 32 tokens, 20 steps at lr 5e-3)
 inline Recipe tiny(const std::string& name, int64_t batch, std::vector<std::string> extra = {}) {
-  std::vector<std::string> ov{"run.name=" + name, "run.out_dir=" + root(), "data.cache_dir=" + root() + "/data",
-                              "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "data.seq_len=32",
-                              "data.batch_size=" + std::to_string(batch), "train.steps=20", "train.log_every=10",
-                              "schedule.warmup_steps=2", "optim.lr=5e-3", "eval.every=0", "eval.batches=1",
-                              "eval.lengths=[32]", "checkpoint.every=6"};
-  ov.insert(ov.end(), extra.begin(), extra.end());
-  return parse_recipe("model:\n  layer_kinds:\n    rope: {pos: rope}\n  pattern: [rope]\n", "tiny.yaml", ov);
+  extra.insert(extra.begin(), {"model.d_model=32", "model.n_heads=2", "data.seq_len=32",
+                               "data.batch_size=" + std::to_string(batch), "train.steps=20", "train.log_every=10",
+                               "optim.lr=5e-3", "eval.batches=1", "eval.lengths=[32]"});
+  return hz::test::tiny_recipe(root(), name, extra);
 }
 
 inline uint64_t checksum(nn::Transformer& m) {

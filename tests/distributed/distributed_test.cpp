@@ -30,6 +30,20 @@ class TwoRanks : public ::testing::Test {
 
 }  // namespace
 
+TEST_F(TwoRanks, AllReduceSumsAveragesAndTakesTheMaximum) {
+  // rank r holds (r + 1) x (1, -2, 3): sum 3 x, mean 1.5 x, max elementwise over the two ranks
+  const double f = world().rank() + 1.0;
+  const std::vector<double> sum{3, -6, 9}, mean{1.5, -3, 4.5}, max{2, -2, 6};
+  for (const auto& [op, want] : {std::pair{ReduceOp::Sum, sum}, {ReduceOp::Mean, mean}, {ReduceOp::Max, max}}) {
+    Tensor t = Tensor::from_vector({f, -2 * f, 3 * f}, {3}, DType::F64);
+    world().all_reduce(t, op);
+    EXPECT_EQ(t.to_vector(), want);
+    Tensor a = Tensor::from_vector({f, -2 * f, 3 * f}, {3}, DType::F64);
+    world().all_reduce_async(a, op)->wait();
+    EXPECT_EQ(a.to_vector(), want);
+  }
+}
+
 TEST_F(TwoRanks, MatchOneRankWithDoubleBatchAndStayIdentical) {
   TrainOptions o = on(&world());
   int64_t checks = 0;

@@ -5,7 +5,7 @@
 //  - NcclOneRank also: send_recv_async to itself;
 //  - NcclTwoRanks: point-to-point both ways (blocking and async), and context-parallel attention
 //    (ring, all-gather, halo) on the GPU equal to the single-rank CPU op in float64;
-//    skips unless HZ_WORLD_SIZE=2; scripts/nccl_check.sh starts the binary twice
+//    skips unless HZ_WORLD_SIZE=2; scripts/gpu/nccl_check.sh starts the binary twice
 //    (HZ_RANK=0/1, one HZ_NCCL_ID_FILE) with --gtest_filter='NcclTwoRanks.*'.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -224,7 +224,7 @@ TEST_F(NcclOneRank, AllReduceCudaF32AndBf16) {
   std::vector<double> v;
   for (int i = 0; i < 1000; ++i) v.push_back((i % 37) * 0.5 - 4);  // exact in bf16
   for (DType dt : {DType::F32, DType::BF16}) {
-    for (dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Average}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max}) {
       Tensor t = Tensor::from_vector(v, {10, 100}, dt, dev());
       comm().all_reduce(t, op);
       EXPECT_EQ(values(t), v) << dtype_name(dt);
@@ -239,13 +239,13 @@ TEST_F(NcclOneRank, AllReduceCudaF32AndBf16) {
 TEST_F(NcclOneRank, CpuTensorsGoThroughTheDevice) {
   Tensor i64 = Tensor::from_vector({0, 1, -5, 1099511627776.0 + 3, -4398046511104.0}, {5}, DType::I64);
   const std::vector<double> want = values(i64);
-  comm().all_reduce(i64, dist::ReduceOp::Sum);
+  comm().all_reduce(i64, ReduceOp::Sum);
   EXPECT_TRUE(i64.device().is_cpu());
   EXPECT_EQ(values(i64), want);
   Tensor i32 = Tensor::from_vector({7, -8, 9}, {3}, DType::I32);
-  comm().all_reduce(i32, dist::ReduceOp::Sum);
+  comm().all_reduce(i32, ReduceOp::Sum);
   EXPECT_EQ(values(i32), (std::vector<double>{7, -8, 9}));
-  for (auto op : {dist::ReduceOp::Sum, dist::ReduceOp::Average}) {
+  for (auto op : {ReduceOp::Sum, ReduceOp::Mean}) {
     Tensor f64 = Tensor::from_vector({0.1, 1e300, -2.5}, {3}, DType::F64);
     comm().all_reduce(f64, op);
     EXPECT_EQ(values(f64), (std::vector<double>{0.1, 1e300, -2.5}));
@@ -255,9 +255,9 @@ TEST_F(NcclOneRank, CpuTensorsGoThroughTheDevice) {
     req->wait();
     EXPECT_EQ(values(f32), (std::vector<double>{0.25, 3}));
   }
-  EXPECT_DOUBLE_EQ(comm().all_reduce_scalar(2.75, dist::ReduceOp::Average), 2.75);
+  EXPECT_DOUBLE_EQ(comm().all_reduce_scalar(2.75, ReduceOp::Mean), 2.75);
   Tensor ints = Tensor::from_vector({1, 2}, {2}, DType::I64);
-  EXPECT_THROW(comm().all_reduce(ints, dist::ReduceOp::Average), DTypeError);
+  EXPECT_THROW(comm().all_reduce(ints, ReduceOp::Mean), DTypeError);
 }
 
 // test() on a transfer still queued behind compute: cudaEventQuery's "not ready" must not stay as
@@ -269,7 +269,7 @@ TEST_F(NcclOneRank, AnUnfinishedTransferLeavesNoErrorBehind) {
     Tensor busy = a;
     for (int k = 0; k < 8; ++k) busy = ops::matmul(busy, a);  // the all-reduce waits for these
     Tensor t = Tensor::full({1000}, 2.0, DType::F32, dev());
-    auto req = comm().all_reduce_async(t, dist::ReduceOp::Sum);
+    auto req = comm().all_reduce_async(t, ReduceOp::Sum);
     if (!req->test()) ++not_ready;
     Tensor y;
     EXPECT_NO_THROW(y = ops::add_scalar(a, 1.0));  // a launch, checked
@@ -332,14 +332,14 @@ TEST_F(NcclOneRank, GradSyncMissingGradIsZeroOnTheDevice) {
   for (bool overlap : {false, true}) grad_sync_missing_grad(comm(), dev(), overlap, 0, 0.0);
 }
 
-// ---- two ranks (scripts/nccl_check.sh) --------------------------------------------------------
+// ---- two ranks (scripts/gpu/nccl_check.sh) --------------------------------------------------------
 
 class NcclTwoRanks : public ::testing::Test {
  protected:
   void SetUp() override {
     const char* s = std::getenv("HZ_WORLD_SIZE");
     if (s == nullptr || std::string(s) != "2")
-      GTEST_SKIP() << "needs HZ_WORLD_SIZE=2 with HZ_RANK=0/1 and HZ_NCCL_ID_FILE (scripts/nccl_check.sh)";
+      GTEST_SKIP() << "needs HZ_WORLD_SIZE=2 with HZ_RANK=0/1 and HZ_NCCL_ID_FILE (scripts/gpu/nccl_check.sh)";
     if (!cuda::available()) GTEST_SKIP() << "no CUDA device (NCCL needs a GPU)";
   }
   static dist::Communicator& comm() {
@@ -366,17 +366,17 @@ TEST_F(NcclTwoRanks, AllReduce) {
   }
   for (DType dt : {DType::F32, DType::BF16}) {
     Tensor t = Tensor::from_vector(v, {3000}, dt, dev());
-    comm().all_reduce(t, dist::ReduceOp::Sum);
+    comm().all_reduce(t, ReduceOp::Sum);
     EXPECT_EQ(values(t), sum) << dtype_name(dt);
     Tensor a = Tensor::from_vector(v, {3000}, dt, dev());
-    comm().all_reduce_async(a, dist::ReduceOp::Average)->wait();
+    comm().all_reduce_async(a, ReduceOp::Mean)->wait();
     EXPECT_EQ(values(a), avg) << dtype_name(dt);
   }
   // CPU tensors (staged through the device)
   Tensor i64 = Tensor::from_vector({double(r + 1), double((int64_t{1} << 40) * (r + 1))}, {2}, DType::I64);
-  comm().all_reduce(i64, dist::ReduceOp::Sum);
+  comm().all_reduce(i64, ReduceOp::Sum);
   EXPECT_EQ(values(i64), (std::vector<double>{3, double((int64_t{1} << 40) * 3)}));
-  EXPECT_DOUBLE_EQ(comm().all_reduce_scalar(r == 0 ? 1.0 : 2.0, dist::ReduceOp::Average), 1.5);
+  EXPECT_DOUBLE_EQ(comm().all_reduce_scalar(r == 0 ? 1.0 : 2.0, ReduceOp::Mean), 1.5);
 }
 
 // How many elements differ from `want`. Two-rank tests check with EXPECT, never ASSERT, before
@@ -459,8 +459,8 @@ TEST_F(NcclTwoRanks, ContextAttentionOnTheGpuEqualsOneRank) {
       EXPECT_LE(diff(kl.grad(), rows(kf.grad())), 1e-4);
       EXPECT_LE(diff(vl.grad(), rows(vf.grad())), 1e-4);
       Tensor dc = cl.grad().clone(), dz = zl.grad().clone();  // each rank holds its rows' share
-      comm().all_reduce(dc, dist::ReduceOp::Sum);
-      comm().all_reduce(dz, dist::ReduceOp::Sum);
+      comm().all_reduce(dc, ReduceOp::Sum);
+      comm().all_reduce(dz, ReduceOp::Sum);
       EXPECT_LE(diff(dc, cf.grad()), 1e-3);
       EXPECT_LE(diff(dz, zf.grad()), 1e-3);
       EXPECT_LE(diff(fl.grad(), rows(ff.grad())), 1e-4);

@@ -1,6 +1,6 @@
 // eval/generate: token choice (greedy, temperature, nucleus), reproducible sampling, stop tokens,
 // inference options applied to prefill and decode alike (greedy tokens = argmax of the full
-// forward under the same options at T = context), and the needle grid's shape.
+// forward under the same options at T = capacity), and the needle grid's shape.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,7 +22,7 @@ nn::ModelConfig small(DType dt) {
   c.n_heads = 4;
   c.n_kv_heads = 2;
   c.mlp_hidden = 64;
-  c.train_context = 16;
+  c.train_len = 16;
   c.init_std = 0.2;
   c.dtype = dt;
   return c;
@@ -71,7 +71,7 @@ TEST(Generate, SamplingIsReproducibleAndSeeded) {
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.tokens.size(), 24u);
   EXPECT_EQ(a.step_seconds.size(), 23u);
-  EXPECT_EQ(a.context, 29);
+  EXPECT_EQ(a.capacity, 29);
   o.seed = 2;
   EXPECT_NE(generate(m, prompt, o).tokens, a.tokens);
   // stop token: generation ends right after it
@@ -86,7 +86,7 @@ TEST(Generate, SamplingIsReproducibleAndSeeded) {
 
 TEST(Generate, InferenceOptionsMatchTheFullForward) {
   // LaMPE + YaRN + DroPE temperature at 3x the training length, float64: greedy tokens are the
-  // argmax of the full forward over the same tokens under the same options at T = context
+  // argmax of the full forward over the same tokens under the same options at T = capacity
   nn::Transformer m(small(DType::F64), 4);
   InferenceOptions io;
   io.rope_scaling = attn::RopeScaling::YaRN;
@@ -97,18 +97,18 @@ TEST(Generate, InferenceOptionsMatchTheFullForward) {
   GenerateOptions o;
   o.max_new_tokens = 30;
   o.inference = io;
-  o.train_T = 16;
+  o.train_len = 16;
   const std::vector<int32_t> prompt{10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150, 160, 170, 180};
   const Generation g = generate(m, prompt, o);
   ASSERT_EQ(g.tokens.size(), 30u);
   std::vector<double> ids(prompt.begin(), prompt.end());
   for (int32_t t : g.tokens) ids.push_back(t);
   const int64_t T = static_cast<int64_t>(ids.size());
-  ASSERT_EQ(T, g.context);
+  ASSERT_EQ(T, g.capacity);
   ScopedInference si(m, io, 16, T);
   nn::AttnCall call;
   call.T = T;
-  call.train_T = 16;
+  call.train_len = 16;
   ag::NoGradGuard ng;
   const std::vector<double> lg = m.forward(Tensor::from_vector(ids, {1, T}, DType::I64), Tensor(), call).value().to_vector();
   for (size_t s = 0; s < g.tokens.size(); ++s) {
@@ -123,7 +123,7 @@ TEST(Generate, InferenceOptionsMatchTheFullForward) {
 TEST(Generate, NeedleGridShape) {
   nn::Transformer m(small(DType::F32), 5);
   EvalOptions o;
-  o.train_T = 16;
+  o.train_len = 16;
   o.lengths = {120, 400};
   o.needles.tasks = {"passkey", "niah_multikey"};
   o.needles.samples = 2;
@@ -160,7 +160,7 @@ TEST(Generate, MaskedDocumentsSeeOnlyTheLastDocument) {
   o.documents = {attn::DocumentMode::Masked, true};
   o.eos = eos;
   const Generation gp = generate(m, packed, o);
-  EXPECT_EQ(gp.prompt_context, 3);
+  EXPECT_EQ(gp.prompt_kept, 3);
   GenerateOptions alone = o;
   alone.documents = {};
   EXPECT_EQ(gp.tokens, generate(m, last, alone).tokens);
@@ -170,7 +170,7 @@ TEST(Generate, MaskedDocumentsSeeOnlyTheLastDocument) {
   const int64_t T = static_cast<int64_t>(all.size());
   std::vector<double> ids(all.begin(), all.end());
   nn::AttnCall call;
-  call.T = 3 + o.max_new_tokens;  // the context the generation resolved its length-dependent choices for
+  call.T = 3 + o.max_new_tokens;  // the capacity the generation resolved its length-dependent choices for
   call.documents = std::make_shared<attn::Documents>(1, T, std::vector<int64_t>{0, 5, T}, true);
   const Tensor lg = m.forward(Tensor::from_vector(ids, {1, T}, DType::I64), Tensor(), call).value().reshape({T, c.vocab_size});
   for (size_t k = 0; k < gp.tokens.size(); ++k) {
@@ -186,7 +186,7 @@ TEST(Generate, MaskedDocumentsSeeOnlyTheLastDocument) {
   one.max_new_tokens = 3;
   const Generation ge = generate(m, ends, one);
   ASSERT_EQ(ge.tokens.size(), 3u);
-  EXPECT_EQ(ge.prompt_context, 5);
+  EXPECT_EQ(ge.prompt_kept, 5);
   const Generation fresh = generate(m, {ge.tokens[0]}, [&] { GenerateOptions x = alone; x.max_new_tokens = 2; return x; }());
   EXPECT_EQ(std::vector<int32_t>(ge.tokens.begin() + 1, ge.tokens.end()), fresh.tokens);
   GenerateOptions no_reset = o;

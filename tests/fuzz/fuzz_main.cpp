@@ -347,7 +347,7 @@ Outcome run_one(const Target& t, const std::string& path, std::string& why) {
   if (pid == 0) {
     // AddressSanitizer reserves terabytes of address space for its shadow memory, so an address-space
     // cap only breaks it; under ASan an oversized allocation is caught by the sanitizer instead
-    // (scripts/sanitize.sh sets allocator_may_return_null=1: it surfaces as std::bad_alloc, a failure).
+    // (scripts/gpu/sanitize.sh sets allocator_may_return_null=1: it surfaces as std::bad_alloc, a failure).
 #if !defined(__SANITIZE_ADDRESS__)
     rlimit lim{kMemCap, kMemCap};
     setrlimit(RLIMIT_AS, &lim);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A stand-in for a GoogleTest binary with CUDA cases, for testing scripts/gpu_check.sh and
-scripts/gpu_tests.py without a GPU. Installed as <build>/hz_test_<name> (a copy of this file);
+"""A stand-in for a GoogleTest binary with CUDA cases, for testing scripts/gpu/gpu_check.sh and
+scripts/gpu/gpu_tests.py without a GPU. Installed as <build>/hz_test_<name> (a copy of this file);
 its cases come from the file <build>/hz_test_<name>.cases, one per line: `Suite.Case behaviour`
 where behaviour is
   pass | fail | skip        what gtest prints for those;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh and scripts/gpu_tests.py without a GPU, against stand-in tools: a fake
+# scripts/gpu/gpu_check.sh and scripts/gpu/gpu_tests.py without a GPU, against stand-in tools: a fake
 # nvidia-smi, cmake (configure and build write stand-in binaries), compute-sanitizer (runs the
 # program, prints a clean summary) and gtest binaries (tests/gpu_check/fake_gtest.py) with a
 # faulting case (poisons the cases after it), a crashing one, a hanging one, a failure, a skip, CPU
@@ -112,7 +112,7 @@ run() {  # run OUTDIR STATE DEADLINE IDLE STAGE...
   PATH="$W/bin:$PATH" OUT="$out" HZ_FAKE_SRC="$SRC" HZ_FAKE_CASES="$W/cases" HZ_GPU_BUILD="$W/build" \
     HZ_GPU_STATE="$state" HZ_GPU_LOGS="$W/logs" HZ_GPU_DEPS="$W/deps.tar.xz" HZ_GPU_DEPS_DIR="$W/depsdir" \
     HZ_GPU_DEADLINE="$deadline" HZ_GPU_IDLE="$idle" HZ_GPU_JOBS=1 HZ_GPU_FLEX_T= \
-    "$SRC/scripts/gpu_check.sh" "$@" > "$out.console" 2>&1
+    "$SRC/scripts/gpu/gpu_check.sh" "$@" > "$out.console" 2>&1
 }
 files_at_most_2() { [ "$(find "$1" -type f | wc -l)" -le 2 ]; }
 
@@ -163,8 +163,8 @@ check "\$OUT holds at most 2 files (deadline)" files_at_most_2 "$W/out3"
 # ---- the suites the GPU check builds are every suite with a CUDA case ---------------------------
 # (with the project's build folder as $1: every other test binary lists no case under the filter)
 if [ -n "${1:-}" ]; then
-  suites=$(grep -oE '^SUITES=\(.*\)' "$SRC/scripts/gpu_check.sh" | sed 's/SUITES=(//; s/)//')
-  filter=$(grep -oE "^GPU_FILTER='[^']*'" "$SRC/scripts/gpu_check.sh" | sed "s/GPU_FILTER=//; s/'//g")
+  suites=$(grep -oE '^SUITES=\(.*\)' "$SRC/scripts/gpu/gpu_check.sh" | sed 's/SUITES=(//; s/)//')
+  filter=$(grep -oE "^GPU_FILTER='[^']*'" "$SRC/scripts/gpu/gpu_check.sh" | sed "s/GPU_FILTER=//; s/'//g")
   others=""
   for b in "$1"/hz_test_*; do
     [ -x "$b" ] || continue

@@ -1,4 +1,4 @@
-// Hugging Face import / export. The fixtures (scripts/make_hf_fixtures.py) are tiny random models
+// Hugging Face import / export. The fixtures (scripts/fixtures/make_hf_fixtures.py) are tiny random models
 // saved by transformers with the log-probabilities transformers computes from the saved directory
 // (fp32, eager attention). Horizon must reproduce them per token to 1e-5, reproduce transformers'
 // RoPE frequencies for every scaling, round-trip the weights bit for bit, and refuse what it
@@ -365,7 +365,7 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
   auto arch = [](const std::function<void(C&)>& f) {
     C c;
     c.n_layers = 4;
-    c.train_context = 256;
+    c.train_len = 256;
     hz::attn::AttentionSpec rope, swa, nope;
     swa.mask.kind = hz::attn::MaskKind::Window;
     swa.mask.window = 64;

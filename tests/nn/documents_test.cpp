@@ -83,7 +83,7 @@ ModelConfig config_for(const Kind& k) {
   c.n_heads = 4;
   c.n_kv_heads = 2;
   c.mlp_hidden = 16;
-  c.train_context = 8;
+  c.train_len = 8;
   c.dtype = DType::F64;
   c.kinds = {{"k", k.spec}};
   c.pattern = {"k"};

@@ -1,5 +1,5 @@
 // The whole model against golden values produced by an independent implementation:
-// scripts/golden_torch.py builds the same decoders in PyTorch (float64) with seeded weights and
+// scripts/fixtures/golden_torch.py builds the same decoders in PyTorch (float64) with seeded weights and
 // records the loss, every parameter's gradient norm, gradient entries and logits. Horizon loads
 // those weights by name and must reproduce them to float64 precision.
 #include <gtest/gtest.h>
@@ -38,7 +38,7 @@ TEST_P(Golden, LossGradientsAndLogitsMatchPyTorch) {
   cfg.mlp_hidden = c["mlp_hidden"].as<int64_t>();
   cfg.mlp = nn::parse_mlp(c["mlp"].as<std::string>());
   cfg.tie_embeddings = c["tie_embeddings"].as<bool>();
-  cfg.train_context = g["seq_len"].as<int64_t>();
+  cfg.train_len = g["seq_len"].as<int64_t>();
   cfg.dtype = DType::F64;
   cfg.kinds.clear();
   for (auto it = c["kinds"].begin(); it != c["kinds"].end(); ++it)

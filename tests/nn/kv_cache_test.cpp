@@ -1,7 +1,7 @@
 // nn/kv_cache: incremental decoding equals the full forward, for every layer kind. Each case
 // builds a float64 model, decodes greedily with the cache (prefill + one step per token) and
 // compares every step's logits with Transformer::forward over the whole final sequence at
-// T = context, then the argmax tokens one by one. Rings that wrap (SWA, SCOPE), GQA groups with
+// T = capacity, then the argmax tokens one by one. Rings that wrap (SWA, SCOPE), GQA groups with
 // different scopes, LaMPE squeezing, and length-dependent options (dynamic NTK, temperature,
 // SCOPE scopes at T > training length) are all exercised.
 #include <gtest/gtest.h>
@@ -24,7 +24,7 @@ ModelConfig base_config() {
   c.n_heads = 4;
   c.n_kv_heads = 4;
   c.mlp_hidden = 48;
-  c.train_context = 16;  // the "training" length; contexts below go beyond it
+  c.train_len = 16;  // the "training" length; contexts below go beyond it
   c.init_std = 0.2;    // peaked attention, so a wrong key or logit shows
   c.dtype = DType::F64;
   return c;
@@ -60,17 +60,17 @@ void check_case(const Case& cs, int64_t prompt_len = 9, int64_t n_new = 14) {
   if (cs.lampe)
     for (auto& b : m.layers) {
       attn::LampeConfig lc;
-      lc.L = 10;  // mapping length ~10 < context: the middle region is squeezed
+      lc.L = 10;  // mapping length ~10 < capacity: the middle region is squeezed
       lc.a = 0;
       lc.b = 10;
       lc.s_local = 4;
       lc.s_sink = 2;
       b->attn->lampe = lc;
     }
-  const int64_t V = c.vocab_size, context = prompt_len + n_new;
+  const int64_t V = c.vocab_size, capacity = prompt_len + n_new;
   std::vector<int32_t> seq;
   for (int64_t i = 0; i < prompt_len; ++i) seq.push_back(static_cast<int32_t>((i * 7 + 3) % V));
-  KVCache cache(m, context);
+  KVCache cache(m, capacity);
   std::vector<std::vector<double>> step_logits;
   Tensor lg = cache.prefill(seq);
   for (int64_t s = 0; s < n_new; ++s) {
@@ -79,13 +79,13 @@ void check_case(const Case& cs, int64_t prompt_len = 9, int64_t n_new = 14) {
     seq.push_back(tok);
     if (s + 1 < n_new) lg = cache.step(tok);
   }
-  EXPECT_EQ(cache.length(), context - 1);
-  // the full forward over the final sequence, T = context
+  EXPECT_EQ(cache.length(), capacity - 1);
+  // the full forward over the final sequence, T = capacity
   std::vector<double> ids(seq.begin(), seq.end());
   AttnCall call;
-  call.T = context;
+  call.T = capacity;
   const std::vector<double> full =
-      m.forward(Tensor::from_vector(ids, {1, context}, DType::I64), Tensor(), call).value().to_vector();
+      m.forward(Tensor::from_vector(ids, {1, capacity}, DType::I64), Tensor(), call).value().to_vector();
   for (int64_t s = 0; s < n_new; ++s) {
     const int64_t row = prompt_len - 1 + s;
     double maxdiff = 0, scale = 0;
@@ -151,10 +151,10 @@ TEST(KVCache, SlidingWindowRingWraps) {
 
 TEST(KVCache, ScopeWithGqaAndFreeze) {
   attn::AttentionSpec s = nope();
-  s.mask.kind = attn::MaskKind::Scope;  // scopes follow T = context (23 > training 16)
+  s.mask.kind = attn::MaskKind::Scope;  // scopes follow T = capacity (23 > training 16)
   attn::AttentionSpec f = s;
   f.mask.freeze_scopes = true;  // scopes of T = 16
-  f.mask.scope_train_T = 16;
+  f.mask.scope_train_len = 16;
   check_case({"scope", {s, f}, /*n_kv_heads=*/2});
 }
 
@@ -202,9 +202,9 @@ TEST(KVCache, GqaSwanRowDynamicNtkTemperature) {
   g.logit.kind = attn::LogitKind::SwanRow;
   g.logit.swan_a = 20;
   attn::AttentionSpec d = rope();
-  d.pos.scaling = attn::RopeScaling::DynamicNTK;  // s = context / 16 > 1
+  d.pos.scaling = attn::RopeScaling::DynamicNTK;  // s = capacity / 16 > 1
   d.logit.kind = attn::LogitKind::Temperature;
-  d.logit.temp_c = 0.4;  // beta = 1 + 0.4 ln(context / 16)
+  d.logit.temp_c = 0.4;  // beta = 1 + 0.4 ln(capacity / 16)
   check_case({"swan_ntk_temp", {g, d, d}, 1});
 }
 
@@ -214,19 +214,19 @@ TEST(KVCache, PromptLongerThanWindowAndMemory) {
   s.mask.window = 4;
   check_case({"long_prompt", {s, s}}, /*prompt_len=*/13, /*n_new=*/6);
   // memory: a window layer needs W keys per kv head (and holds W + ceil(W / 8) rows, the slack that
-  // lets it shift its keys once every ceil(W / 8) + 1 tokens), a causal one the whole context
+  // lets it shift its keys once every ceil(W / 8) + 1 tokens), a causal one the whole capacity
   ModelConfig c = base_config();
   c.kinds = {{"w", s}, {"g", rope()}};
   c.pattern = {"w", "g"};
   Transformer m(c, 1);
   KVCache cache(m, 40);
   ASSERT_EQ(cache.layers().size(), 2u);
-  EXPECT_EQ(cache.layers()[0].capacity, std::vector<int64_t>(4, 4));
-  EXPECT_EQ(cache.layers()[1].capacity, std::vector<int64_t>(4, 40));
+  EXPECT_EQ(cache.layers()[0].keys_kept, std::vector<int64_t>(4, 4));
+  EXPECT_EQ(cache.layers()[1].keys_kept, std::vector<int64_t>(4, 40));
   const int64_t D = 8;
   EXPECT_EQ(cache.bytes(), 2 * (4 * (4 + 1) + 4 * 40) * D * 8);
   EXPECT_THROW(cache.step(1), ValueError);  // no prefill yet
-  EXPECT_THROW(cache.prefill(std::vector<int32_t>(41, 1)), ValueError);  // longer than the context
+  EXPECT_THROW(cache.prefill(std::vector<int32_t>(41, 1)), ValueError);  // longer than the capacity
 }
 
 // A layer whose logits depend on the query's absolute position (SWAN row scaling) keeps every key
@@ -245,7 +245,7 @@ TEST(KVCache, SwanRowUnderAWindowKeepsOnlyTheWindow) {
   c.pattern = {"s"};
   Transformer m(c, 1);
   KVCache cache(m, 30);
-  EXPECT_EQ(cache.layers()[0].capacity, std::vector<int64_t>(4, 3));
+  EXPECT_EQ(cache.layers()[0].keys_kept, std::vector<int64_t>(4, 3));
 }
 
 // A CUDA model decodes on the GPU, cache included: the same steps as the CPU's cache, whose
@@ -253,7 +253,7 @@ TEST(KVCache, SwanRowUnderAWindowKeepsOnlyTheWindow) {
 TEST(KVCacheCuda, DecodesOnTheGpuAsOnTheCpu) {
   if (!cuda::available())
     GTEST_SKIP() << "no usable CUDA device (" << (cuda::compiled() ? "no GPU/driver visible" : "HZ_CUDA=OFF build")
-                 << "); scripts/gpu_check.sh runs this on a GPU machine";
+                 << "); scripts/gpu/gpu_check.sh runs this on a GPU machine";
   attn::AttentionSpec w = rope();
   w.mask.kind = attn::MaskKind::Window;
   w.mask.window = 5;
@@ -268,8 +268,8 @@ TEST(KVCacheCuda, DecodesOnTheGpuAsOnTheCpu) {
   c.pattern = {"w", "s", "g"};
   Transformer cpu(c, 5), gpu(c, 5);
   gpu.to(Device::cuda(0));
-  const int64_t context = 40;
-  KVCache a(cpu, context), b(gpu, context);
+  const int64_t capacity = 40;
+  KVCache a(cpu, capacity), b(gpu, capacity);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 11; ++i) prompt.push_back((i * 5 + 2) % 29);
   Tensor la = a.prefill(prompt), lb = b.prefill(prompt);

@@ -46,7 +46,7 @@ ModelConfig config(const attn::AttentionSpec& s) {
   c.n_heads = 4;
   c.n_kv_heads = 2;
   c.mlp_hidden = 48;
-  c.train_context = 16;
+  c.train_len = 16;
   c.kinds = {{"k", s}};
   c.pattern = {"k"};
   return c;

@@ -20,7 +20,7 @@ ModelConfig tiny(DType dt = DType::F32) {
   c.n_heads = 2;
   c.n_kv_heads = 1;
   c.mlp_hidden = 8;
-  c.train_context = 6;
+  c.train_len = 6;
   c.dtype = dt;
   return c;
 }
@@ -84,6 +84,21 @@ TEST(Module, NamesCountsAndStateDict) {
   auto partial = m.state_dict();
   partial.erase("norm.weight");
   partial["extra.weight"] = Tensor::zeros({1});
+  // a refused load changes nothing: the strict check runs before any value is copied
+  Transformer fresh(c, 3);
+  const std::vector<double> before = fresh.forward(ids).value().to_vector();
+  EXPECT_THROW(fresh.load_state_dict(partial), ValueError);
+  EXPECT_EQ(fresh.forward(ids).value().to_vector(), before);
+  auto ints = m.state_dict();
+  ints["norm.weight"] = Tensor::zeros({C}, DType::I64);
+  EXPECT_THROW(fresh.load_state_dict(ints), DTypeError);
+  EXPECT_EQ(fresh.forward(ids).value().to_vector(), before);
+  // floating values of another dtype are converted: f64 values load into the f32 model
+  auto f64 = m.state_dict();
+  for (auto& [n, t] : f64) t = t.to(DType::F64);
+  fresh.load_state_dict(f64);
+  EXPECT_EQ(fresh.forward(ids).value().to_vector(), m.forward(ids).value().to_vector());
+  EXPECT_EQ(fresh.embed->weight.dtype(), DType::F32);
   EXPECT_THROW(other.load_state_dict(partial), ValueError);
   LoadReport lr = other.load_state_dict(partial, /*strict=*/false);
   EXPECT_EQ(lr.missing, std::vector<std::string>{"norm.weight"});
@@ -135,7 +150,7 @@ TEST(ModelConfig, PatternsAndOverrides) {
     EXPECT_NE(std::string(e.what()).find("'mystery' is not defined"), std::string::npos);
   }
   c.pattern = {"swa_rope"};
-  c.kinds[1].attn.mask.window = 64;  // > train_context
+  c.kinds[1].attn.mask.window = 64;  // > train_len
   try {
     c.validate();
     FAIL();

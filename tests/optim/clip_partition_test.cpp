@@ -102,7 +102,7 @@ TEST(Partition, RealTransformerNames) {
     c.n_heads = 2;
     c.n_kv_heads = 1;
     c.mlp_hidden = 8;
-    c.train_context = 4;
+    c.train_len = 4;
     c.tie_embeddings = tied;
     nn::Transformer m(c, 0);
     auto named = m.named_parameters();

@@ -44,7 +44,7 @@ double loss_at(const Recipe& r, int64_t T, const eval::InferenceOptions& io = {}
   const Tensor x = ids(T + 1);
   nn::AttnCall call;
   call.T = T;
-  call.train_T = r.data.seq_len;
+  call.train_len = r.data.seq_len;
   return m.loss(x.narrow(1, 0, T).contiguous(), x.narrow(1, 1, T).contiguous(), Tensor(), call).item();
 }
 
@@ -52,8 +52,8 @@ std::vector<int64_t> windows_at(const Recipe& r, int64_t T, int64_t layer = 0) {
   nn::Transformer m(r.model_config(), 5);
   nn::AttnCall call;
   call.T = T;
-  call.train_T = r.data.seq_len;
-  return m.layers[layer]->attn->kernel_config(call).window;
+  call.train_len = r.data.seq_len;
+  return m.layers[layer]->attn->attn_config(call).window;
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ std::string tmp_root() {
   return root;
 }
 
-// The model kinds the issue lists, at test size.
+// Layer kinds of every family (RoPE; NoPE + SWA RoPE; SCOPE; scale-invariant p-RoPE), at test size.
 const char* kModels[] = {
     "model:\n  layer_kinds:\n    rope: {pos: rope}\n  pattern: [rope]\n",
     "model:\n  layer_kinds:\n    g: {pos: none}\n    l: {pos: rope, mask: window, window: 16}\n  pattern: [g, l]\n",
@@ -47,21 +47,13 @@ const char* kModels[] = {
     "model:\n  layer_kinds:\n    si: {pos: prope, logit: scale_invariant, qk_norm: per_head}\n  pattern: [si]\n",
 };
 
-Recipe tiny(const std::string& yaml, const std::string& name, std::vector<std::string> extra = {}) {
-  std::vector<std::string> ov{"run.name=" + name, "run.out_dir=" + tmp_root(), "data.cache_dir=" + tmp_root() + "/data",
-                              "model.d_model=64", "model.n_layers=2", "model.n_heads=4", "data.seq_len=64",
-                              "data.batch_size=8", "train.steps=50", "train.log_every=10", "schedule.warmup_steps=5",
-                              "optim.lr=1e-2", "eval.every=0", "eval.batches=2", "eval.lengths=[64]",
-                              "checkpoint.every=25"};
-  ov.insert(ov.end(), extra.begin(), extra.end());
-  return parse_recipe(yaml, name + ".yaml", ov);
+Recipe tiny(const std::string& yaml, const std::string& name, std::vector<std::string> extra = {}) {  // 50 steps
+  extra.insert(extra.begin(), {"train.steps=50", "train.log_every=10", "schedule.warmup_steps=5", "eval.lengths=[64]",
+                               "checkpoint.every=25"});
+  return test::tiny_recipe(tmp_root(), name, extra, yaml);
 }
 
-TrainOptions quiet() {
-  TrainOptions o;
-  o.quiet = true;
-  return o;
-}
+using test::quiet;
 
 }  // namespace
 

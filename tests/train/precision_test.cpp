@@ -9,6 +9,7 @@
 
 #include "core/device.h"
 #include "train/checkpoint.h"
+#include "tests/train/train_test_util.h"
 #include "train/trainer.h"
 
 using namespace hz;
@@ -25,21 +26,13 @@ std::string tmp_root() {
   return root;
 }
 
-Recipe tiny(const std::string& name, std::vector<std::string> extra = {}) {
-  std::vector<std::string> ov{"run.name=" + name, "run.out_dir=" + tmp_root(), "data.cache_dir=" + tmp_root() + "/data",
-                              "model.d_model=64", "model.n_layers=2", "model.n_heads=4", "data.seq_len=64",
-                              "data.batch_size=8", "train.steps=40", "train.log_every=10", "schedule.warmup_steps=4",
-                              "optim.lr=1e-2", "eval.every=0", "eval.batches=2", "eval.lengths=[64]",
-                              "checkpoint.every=20"};
-  ov.insert(ov.end(), extra.begin(), extra.end());
-  return parse_recipe("model:\n  layer_kinds:\n    rope: {pos: rope}\n  pattern: [rope]\n", "tiny.yaml", ov);
+Recipe tiny(const std::string& name, std::vector<std::string> extra = {}) {  // 40 steps
+  extra.insert(extra.begin(), {"train.steps=40", "train.log_every=10", "schedule.warmup_steps=4", "eval.lengths=[64]",
+                               "checkpoint.every=20"});
+  return test::tiny_recipe(tmp_root(), name, extra);
 }
 
-TrainOptions quiet() {
-  TrainOptions o;
-  o.quiet = true;
-  return o;
-}
+using test::quiet;
 
 // bf16 keeps 8 significant bits: one rounding is at most 2^-8 relative.
 constexpr double kBf16Unit = 1.0 / 256;

@@ -27,21 +27,10 @@ std::string tmp_root() {
   return root;
 }
 
-Recipe tiny(const std::string& name, std::vector<std::string> extra = {}) {
-  std::vector<std::string> ov{"run.name=" + name, "run.out_dir=" + tmp_root(), "data.cache_dir=" + tmp_root() + "/data",
-                              "model.d_model=64", "model.n_layers=2", "model.n_heads=4", "data.seq_len=64",
-                              "data.batch_size=8", "train.steps=12", "train.log_every=4", "schedule.warmup_steps=2",
-                              "optim.lr=1e-2", "eval.every=0", "eval.batches=2", "eval.lengths=[64, 128]",
-                              "checkpoint.every=6"};
-  ov.insert(ov.end(), extra.begin(), extra.end());
-  return parse_recipe("model:\n  layer_kinds:\n    rope: {pos: rope}\n  pattern: [rope]\n", "tiny.yaml", ov);
+Recipe tiny(const std::string& name, const std::vector<std::string>& extra = {}) {
+  return test::tiny_recipe(tmp_root(), name, extra);
 }
-
-TrainOptions quiet() {
-  TrainOptions o;
-  o.quiet = true;
-  return o;
-}
+using test::quiet;
 
 }  // namespace
 

@@ -1,5 +1,5 @@
 // Horizon kernel lab: the fused attention's CUDA kernels, in the llm.c dev/cuda habit. Built only
-// on demand (cmake -DHZ_KERNEL_LAB=ON; scripts/gpu_check.sh lab); CI compiles it (scripts/test.sh).
+// on demand (cmake -DHZ_KERNEL_LAB=ON; scripts/gpu/gpu_check.sh lab); CI compiles it (scripts/test.sh).
 //
 //   build-gpu/attention_lab [VARIANT ...] [--D 64] [--T 1024,4096,16384] [--mask causal] [--logit identity]
 //                           [--reps 20] [--no-validate]
@@ -302,7 +302,7 @@ int run(const std::vector<int>& chosen, const std::vector<int64_t>& Ts, const st
     std::printf("variant %d: %s\n", v.id, v.name.c_str());
     std::fflush(stdout);
     // One variant's failure (a wrong result, a thrown launch error) does not end the lab. A fault
-    // that poisons the CUDA context would end the process: scripts/gpu_check.sh therefore runs
+    // that poisons the CUDA context would end the process: scripts/gpu/gpu_check.sh therefore runs
     // every variant in a process of its own.
     try {
       if (check && v.id != 0 && !validate(v, vs[0], vs[1], D)) {

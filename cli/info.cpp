@@ -1,0 +1,129 @@
+// Horizon: `horizon info [RECIPE|RUN_DIR]`: the build (threads, GEMM, CUDA, MPI, NCCL), and for a
+// recipe its layers, the attention cost per evaluation length, the memory plan per rank by world
+// size, the context-parallel traffic per layer and, with masked documents, a training batch.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "attention/accounting.h"
+#include "cli/commands.h"
+#include "core/device.h"
+#include "core/version.h"
+#include "distributed/communicator.h"
+#include "distributed/context/layout.h"
+#include "study/hf_models.h"
+#include "train/context_parallel.h"
+#include "train/data.h"
+#include "train/memory_plan.h"
+#include "train/recipe.h"
+
+namespace fs = std::filesystem;
+
+namespace hz::cli {
+
+int info_main(const std::vector<std::string>& a) {
+  if (std::find(a.begin(), a.end(), "--help") != a.end() || std::find(a.begin(), a.end(), "-h") != a.end()) {
+    fmt::print("{}", "usage: horizon info [RECIPE.yaml|RUN_DIR] [key=value ...]\n");
+    return 0;
+  }
+  fmt::print("horizon {}\n", version());
+  fmt::print("  cpu threads (OpenMP): {}\n", cpu::num_threads());
+#ifdef HZ_HAVE_OPENBLAS_CLI
+  fmt::print("  cpu gemm: OpenBLAS\n");
+#else
+  fmt::print("  cpu gemm: portable\n");
+#endif
+  fmt::print("  cuda: {}{}\n", cuda::compiled() ? "compiled" : "not compiled",
+             cuda::compiled() ? fmt::format(", {} device(s) visible", cuda::device_count()) : std::string());
+  fmt::print("  mpi: {}, nccl: {}\n", dist::mpi_compiled() ? "compiled" : "not compiled",
+             dist::nccl_compiled() ? "compiled (libnccl " + dist::nccl_version() + ")" : "not compiled");
+  if (a.size() < 2) return 0;
+  const std::vector<std::string> ov(a.begin() + 2, a.end());
+  train::Recipe r;
+  if (fs::is_directory(a[1])) r = train::load_recipe(a[1] + "/config.yaml", ov);
+  else r = study::load_recipe(a[1], ov);  // its init_from may name a Hugging Face directory
+  const nn::Transformer m(r.model_config(), 0);
+  fmt::print("\nrecipe {} (run {})\n  parameters: {}\n", r.source_file, r.run.name, m.num_parameters());
+  for (size_t l = 0; l < m.layers.size(); ++l)
+    fmt::print("  layer {:>2}: {:<12} {}\n", l, m.cfg.layer_kind_names()[l], m.layers[l]->attn->spec.describe());
+  fmt::print("\nattention cost per sequence (all layers): visible pairs and forward FLOPs\n");
+  fmt::print("{:>8} {:>16} {:>12} {:>10}\n", "T", "visible pairs", "GFLOP fwd", "vs dense");
+  for (int64_t T : r.eval_lengths()) {
+    int64_t pairs = 0;
+    double flops = 0, dense = 0;
+    for (const auto& b : m.layers) {
+      nn::AttnCall call;
+      call.T = T;
+      call.train_len = r.data.seq_len;
+      const auto c = attn::attention_cost(b->attn->attn_config(call), m.cfg.n_heads, T, T, m.cfg.hdim());
+      pairs += c.visible_pairs;
+      flops += c.flops_fwd;
+      dense += 4.0 * m.cfg.hdim() * m.cfg.n_heads * T * (T + 1) / 2.0;
+    }
+    fmt::print("{:>8} {:>16} {:>12.3f} {:>9.1f}%\n", T, pairs, flops / 1e9, 100.0 * flops / dense);
+  }
+  {  // the memory plan per rank, by world size (the optimizer state and buckets depend on it)
+    fmt::print("\nmemory plan per rank (train/memory_plan.h): B {} x T {}, {}, recompute {}, loss_chunk {}, "
+               "shard_optimizer {}\n", r.data.batch_size, r.data.seq_len, nn::name(r.run.precision),
+               nn::name(r.train.recompute), r.loss_chunk_rows(), r.parallel.shard_optimizer ? "true" : "false");
+    const std::vector<int> worlds{1, 2, 4, 8};
+    std::vector<train::MemoryPlan> plans;
+    for (int w : worlds) plans.push_back(train::plan_memory(r, m, w));
+    fmt::print("  {:<24}", "ranks");
+    for (int w : worlds) fmt::print(" {:>12}", w);
+    fmt::print("\n");
+    for (size_t i = 0; i < plans[0].rows().size(); ++i) {
+      fmt::print("  {:<24}", plans[0].rows()[i].first);
+      for (const auto& p : plans) fmt::print(" {:>12}", train::format_bytes(p.rows()[i].second));
+      fmt::print("\n");
+    }
+    if (cuda::available()) {
+      const int64_t usable = cuda::memory_usable(0);
+      fmt::print("  GPU 0 holds {}, {} of it free: the plan {} there\n", train::format_bytes(cuda::memory_bytes(0)),
+                 train::format_bytes(usable), plans[0].peak <= usable ? "fits" : "does not fit");
+    }
+  }
+  {  // context parallelism: what each layer exchanges (train/context_parallel.h)
+    std::vector<int> groups{2, 4, 8};
+    if (r.parallel.context > 1) groups = {static_cast<int>(r.parallel.context)};
+    fmt::print("\ncontext parallelism (parallel.context = N): bytes one rank sends per step (k and v, forward and "
+               "backward, {} micro-batch(es) of B {} x T {})\n", r.train.grad_accum, r.data.batch_size, r.data.seq_len);
+    for (int N : groups) {
+      if (r.data.seq_len < 2 * N) continue;
+      const auto rows = train::context_plan(r, m, N);
+      int64_t total = 0;
+      for (const auto& row : rows) total += row.bytes * row.count * r.train.grad_accum;
+      fmt::print("  N = {}: {} per step ({} tokens per chunk)\n", N, train::format_bytes(total),
+                 dist::ZigzagLayout(r.data.seq_len, N, 0).min_chunk());
+      for (const auto& row : rows)
+        fmt::print("    layers {:<8} {:<11} {:>12} per layer\n", row.layers, row.exchange,
+                   train::format_bytes(row.bytes * r.train.grad_accum));
+    }
+  }
+  if (r.data.documents == attn::DocumentMode::Masked) {  // what a training batch looks like
+    auto comm = dist::make_local();
+    train::TrainData data = train::open_train_data(r, *comm, false);
+    const data::Batch b = data.next();
+    const auto docs = attn::Documents::of_batch(b.tokens.size(0), b.tokens.size(1), b.cu_seqlens,
+                                                     {r.data.documents, r.data.position_reset});
+    fmt::print("\nfirst training batch (data.documents: masked): {}\n", docs->describe());
+    int64_t pairs = 0, stream = 0;
+    for (const auto& layer : m.layers) {
+      nn::AttnCall call;
+      call.T = r.data.seq_len;
+      call.train_len = r.data.seq_len;
+      attn::AttnConfig cfg = layer->attn->attn_config(call);
+      stream += b.tokens.size(0) * attn::attention_cost(cfg, m.cfg.n_heads, call.T, call.T, m.cfg.hdim()).visible_pairs;
+      cfg.documents = docs;
+      pairs += attn::attention_cost(cfg, m.cfg.n_heads, call.T, call.T, m.cfg.hdim()).visible_pairs;
+    }
+    fmt::print("  visible pairs (all layers): {} masked vs {} stream ({:.1f}%)\n", pairs, stream,
+               100.0 * static_cast<double>(pairs) / static_cast<double>(std::max<int64_t>(1, stream)));
+  }
+  return 0;
+}
+
+}  // namespace hz::cli
