@@ -91,7 +91,7 @@ class Nccl : public Communicator {
     const bool by_mpi = launched_by_mpirun() && mpi_compiled();
     HZ_CHECK(by_mpi || !launched_by_mpirun() || launched_by_env(), Error,
              "launched by mpirun but this Horizon build has no MPI support: rebuild with -DHZ_MPI=ON, or launch "
-             "the ranks with HZ_RANK / HZ_WORLD_SIZE / HZ_NCCL_ID_FILE instead (README: several ranks)");
+             "the ranks with HZ_RANK / HZ_WORLD_SIZE / HZ_NCCL_ID_FILE instead (docs/parallel.md: CUDA ranks without MPI)");
     EnvWorld env;
     if (by_mpi) {
       mpi_ = make_mpi();

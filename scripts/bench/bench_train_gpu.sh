@@ -23,7 +23,7 @@ time_for() { [ "$deadline" = 0 ] || [ $(( deadline - $(date +%s) )) -ge "$1" ]; 
 declare -A recipe=([gpt2-small]=recipes/bench/gpt2_small.yaml [quickstart]=recipes/quickstart.yaml)
 declare -A shape=([gpt2-small]="--V 50304 --d 768 --L 12 --H 12 --hidden 3072 --T 1024 --B 16 --mlp gelu"
                   [quickstart]="--V 259 --d 128 --L 4 --H 4 --hidden 344 --T 256 --B 8 --mlp swiglu")
-# The runs of one round in priority order (a short lease keeps the first): what the README's table
+# The runs of one round in priority order (a short lease keeps the first): what docs/performance.md's table
 # needs (GPT-2-small bf16, Horizon vs PyTorch eager, then torch.compile), then the extras.
 # impl | shape | seconds it needs before the deadline | precision or PyTorch flags
 runs=("horizon|gpt2-small|30|bf16" "torch|gpt2-small|30|--attn sdpa" "torch|gpt2-small|120|--attn sdpa --compile"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # NCCL without MPI, on a GPU machine (torchrun-style launch: HZ_RANK / HZ_WORLD_SIZE /
-# HZ_NCCL_ID_FILE, README "Several ranks"). Run from anywhere; every step runs even when an
+# HZ_NCCL_ID_FILE, docs/parallel.md "CUDA ranks without MPI"). Run from anywhere; every step runs even when an
 # earlier one failed, each under `timeout`, and its exit code is reported:
 #   0. build: when BUILD_DIR has no hz_test_nccl, reconfigures BUILD_DIR (an existing CMake build,
 #      e.g. scripts/gpu/gpu_check.sh's build-gpu) with -DHZ_NCCL_ROOT=<NCCL prefix> and builds

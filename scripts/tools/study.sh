@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The small extrapolation study of the README, end to end with Horizon's commands:
+# The small extrapolation study of docs/study.md, end to end with Horizon's commands:
 #   1. pretraining sweep: RoPE, NoPE, SCOPE, SWAN stack (recipes/study/study.sweep.yaml) -> runs/study/p0*
 #      (each point evaluated at 1x-8x with the needle grid and the position probe)
 #   2. DroPE recalibration of the RoPE point, evaluated with a fitted temperature c
