@@ -355,8 +355,6 @@ PartialGrads partial_attention_backward(const AttnConfig& cfg, const Tensor& q, 
   return g;
 }
 
-
-
 AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
                            const AttnConfig& cfg, const AttnTerms& terms) {
   const Tensor& qv = q.value();

@@ -1,6 +1,7 @@
 // Horizon: the command line of the subcommands: --flag value pairs, bare --flags, positional
 // arguments (recipes, runs, key=value overrides), and the median of timings.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>

@@ -491,14 +491,6 @@ class Trainer {
   double evaluate(int64_t step_done) {
     if (!data_.val || rank_ != 0) return std::nan("");
     res_.mem_peak = std::max(res_.mem_peak, allocator_peak());
-    struct Apart {
-      Trainer& t;
-      ~Apart() {
-        t.eval_mem_peak_ = std::max(t.eval_mem_peak_, t.allocator_peak());
-        if (t.dev_.is_cuda()) reset_peak_memory(t.dev_);
-        else reset_cpu_peak_memory();
-      }
-    } apart{*this};
     const int64_t eb = r_.eval.opts.batch_size > 0 ? r_.eval.opts.batch_size : r_.data.batch_size;
     std::string line = fmt::format("{{\"step\": {}, \"eval\": {{", step_done);
     double at_train = std::nan("");
@@ -515,6 +507,9 @@ class Trainer {
       first = false;
     }
     run_->metrics(line + "}}");
+    eval_mem_peak_ = std::max(eval_mem_peak_, allocator_peak());
+    if (dev_.is_cuda()) reset_peak_memory(dev_);
+    else reset_cpu_peak_memory();
     return at_train;
   }
 

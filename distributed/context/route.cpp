@@ -10,19 +10,16 @@
 
 namespace hz::dist {
 
-ContextRoute::ContextRoute(Communicator& group, int64_t T, ContextExchange global)
-    : link_(std::make_shared<ContextLink>(ContextLink{&group, ZigzagLayout(T, group.size(), group.rank()), 0})),
-      global_(global) {
+ContextRoute::ContextRoute(Communicator* group, const ZigzagLayout& layout, ContextExchange global)
+    : link_(std::make_shared<ContextLink>(ContextLink{group, layout, 0})), global_(global) {
   HZ_CHECK(global != ContextExchange::Halo, ValueError, "context parallel: the halo is not a global exchange");
 }
 
-ContextRoute::ContextRoute(Planning, int64_t T, int N, ContextExchange global)
-    : link_(std::make_shared<ContextLink>(ContextLink{nullptr, ZigzagLayout(T, N, 0), 0})), global_(global) {
-  HZ_CHECK(global != ContextExchange::Halo, ValueError, "context parallel: the halo is not a global exchange");
-}
+ContextRoute::ContextRoute(Communicator& group, int64_t T, ContextExchange global)
+    : ContextRoute(&group, ZigzagLayout(T, group.size(), group.rank()), global) {}
 
 std::shared_ptr<ContextRoute> ContextRoute::planning(int64_t T, int N, ContextExchange global) {
-  return std::make_shared<ContextRoute>(Planning{}, T, N, global);
+  return std::shared_ptr<ContextRoute>(new ContextRoute(nullptr, ZigzagLayout(T, N, 0), global));
 }
 
 int64_t ContextRoute::rows_held(int64_t T) const {

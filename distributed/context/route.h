@@ -15,10 +15,7 @@
 namespace hz::dist {
 
 class ContextRoute final : public nn::AttentionRoute {
-  struct Planning {};
-
  public:
-  ContextRoute(Planning, int64_t T, int N, ContextExchange global);
   // group: the context-parallel group's communicator (it must outlive every graph recorded through
   // the route); T: the whole sequence; global: how layers that read the whole sequence exchange
   // keys (Ring or AllGather).
@@ -53,6 +50,7 @@ class ContextRoute final : public nn::AttentionRoute {
   void reset_bytes_sent() { link_->bytes_sent = 0; }
 
  private:
+  ContextRoute(Communicator* group, const ZigzagLayout& layout, ContextExchange global);  // group null: planning
   std::shared_ptr<ContextLink> link_;
   ContextExchange global_;
 };
