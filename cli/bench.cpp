@@ -213,6 +213,7 @@ int bench_train(const std::vector<std::string>& a) {
   auto local = dist::make_local();
   const Device dev = train::train_device(r, *local);
   if (dev.is_cuda()) cuda::set_allow_tf32(r.run.tf32);
+  cpu::set_flush_denormals(r.run.flush_denormals);
   reset_cpu_peak_memory();
   nn::Transformer m(r.model_config(), 1);
   const train::MemoryPlan plan = train::plan_memory(r, m, 1);
@@ -273,10 +274,11 @@ int bench_train(const std::vector<std::string>& a) {
   fmt::print("{{\"impl\": \"horizon\", {}, \"device\": \"{}\", \"precision\": \"{}\", \"params\": {}, "
              "\"step_ms\": {:.2f}, \"tok_per_s\": {:.1f}, \"threads\": {}, \"forward_ms\": {:.2f}, "
              "\"backward_ms\": {:.2f}, \"update_ms\": {:.2f}, \"flops_per_token\": {:.4g}, \"mfu\": {:.4f}, "
-             "\"peak_mem_bytes\": {}, \"plan_bytes\": {}}}\n",
+             "\"peak_mem_bytes\": {}, \"plan_bytes\": {}, \"gemm\": \"{}\", \"flush_denormals\": {}, \"omp_wait\": \"{}\"}}\n",
              setting, dev.str(), nn::name(r.run.precision), m.num_parameters(), med * 1e3, tps, cpu::num_threads(),
              median(fwd) * 1e3, median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0,
-             mem, plan.peak);
+             mem, plan.peak, r.run.precision == nn::Precision::BF16 ? cpu::gemm_setup().bf16 : cpu::gemm_setup().f32,
+             cpu::flush_denormals() ? "true" : "false", cpu::omp_wait());
   return 0;
 }
 

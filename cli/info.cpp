@@ -30,12 +30,7 @@ int info_main(const std::vector<std::string>& a) {
     return 0;
   }
   fmt::print("horizon {}\n", version());
-  fmt::print("  cpu threads (OpenMP): {}\n", cpu::num_threads());
-#ifdef HZ_HAVE_OPENBLAS_CLI
-  fmt::print("  cpu gemm: OpenBLAS\n");
-#else
-  fmt::print("  cpu gemm: portable\n");
-#endif
+  for (const std::string& line : cpu::runtime_report(true)) fmt::print("  {}\n", line);
   fmt::print("  cuda: {}{}\n", cuda::compiled() ? "compiled" : "not compiled",
              cuda::compiled() ? fmt::format(", {} device(s) visible", cuda::device_count()) : std::string());
   fmt::print("  mpi: {}, nccl: {}\n", dist::mpi_compiled() ? "compiled" : "not compiled",

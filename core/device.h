@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -18,6 +19,34 @@ namespace hz {
 
 namespace cpu {
 int num_threads();  // the OpenMP threads the CPU kernels use (1 without OpenMP)
+
+// The libraries behind the CPU's matrix products (core/cpu/matmul.cpp), chosen once per process:
+// each chosen f32 GEMM is first checked against a double-precision reference.
+struct GemmSetup {
+  std::string f32;       // "oneDNN 2.6.3 sgemm (avx512_core_amx), checked"
+  std::string bf16;      // "oneDNN 2.6.3 bf16 matmul (...)" or "widened to f32: ..."
+  std::string openblas;  // OpenBLAS's kernel against the CPU's ISA ("" without OpenBLAS)
+  std::string warning;   // what runs below the CPU's speed or failed its check ("" when nothing)
+};
+const GemmSetup& gemm_setup();
+// A square product of size n in dt (F32 or BF16) timed on all threads: GFLOP/s, best of a few.
+double gemm_gflops(DType dt, int64_t n = 512);
+
+// Denormal (subnormal) floats cost a microcode assist per operation on x86 cores, tens of times
+// an ordinary multiply-add; a model whose activations, gradients or Adam moments underflow slows
+// to a crawl. Flushing sets MXCSR's FTZ (results below FLT_MIN become 0) and DAZ (such inputs
+// read as 0) on the calling thread and on every OpenMP thread (OpenBLAS's and oneDNN's included,
+// which run on Horizon's OpenMP threads); training enables it unless run.flush_denormals is
+// false. Values below 1.2e-38 then read as zero: IEEE results differ only there.
+void set_flush_denormals(bool on);
+bool flush_denormals();  // the calling thread's setting
+
+// The OpenMP threads' waiting at the end of a parallel region, as configured for this process
+// ("GOMP_SPINCOUNT=3000 (Horizon's default)", "OMP_WAIT_POLICY=PASSIVE (environment)").
+std::string omp_wait();
+// Lines describing the CPU runtime for `horizon info` and the training log: threads, the GEMM
+// libraries (with measured GFLOP/s when measure), denormal flushing, OpenMP waiting.
+std::vector<std::string> runtime_report(bool measure);
 }  // namespace cpu
 
 // The CUDA runtime. In a CPU-only build (HZ_CUDA=OFF) compiled() and available() are false and

@@ -45,6 +45,9 @@ void visit_fields(Recipe& r, V& v) {
   v("run.out_dir", r.run.out_dir, run_opt("directory holding run directories"));
   v("run.seed", r.run.seed, run_opt("seed of initialisation, data split and shuffling").at_least(0));
   v("run.threads", r.run.threads, run_opt("OpenMP threads (0 = OMP_NUM_THREADS or all cores)").at_least(0));
+  v("run.flush_denormals", r.run.flush_denormals,
+    run_opt("CPU: flush subnormal floats to zero (FTZ+DAZ) on every thread; they otherwise cost a microcode assist "
+            "each, and a model whose values underflow runs many times slower. false keeps IEEE subnormals"));
   v.enumeration("run.device", r.run.device, run_opt("cpu | cuda (several ranks: each uses the GPU of its local rank; NCCL all-reduces)"),
                 parse_device_type, static_cast<const char* (*)(DeviceType)>(hz::name));
   v.enumeration("run.precision", r.run.precision,

@@ -45,6 +45,7 @@ struct RunSection {
   std::string out_dir = "runs";
   int64_t seed = 1234;
   int64_t threads = 0;  // OpenMP threads; 0 = OMP_NUM_THREADS / all cores
+  bool flush_denormals = true;  // CPU: FTZ+DAZ on every thread (core/device.h); false keeps IEEE subnormals
   DeviceType device = DeviceType::CPU;          // cpu | cuda (several ranks: the GPU of the local rank)
   nn::Precision precision = nn::Precision::FP32;  // fp32 | bf16 (f32 master weights and optimizer state, bf16 activations/GEMMs)
   bool tf32 = false;               // CUDA: f32 GEMMs on TF32 tensor cores (fp32 runs only)

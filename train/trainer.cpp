@@ -185,6 +185,7 @@ class Trainer {
 #ifdef _OPENMP
     if (r.run.threads > 0) omp_set_num_threads(static_cast<int>(r.run.threads));
 #endif
+    cpu::set_flush_denormals(r.run.flush_denormals);
     res_.run_dir = r.run.out_dir + "/" + r.run.name;
     // every rank looks for the resume point only once rank 0 has finished writing (a previous
     // run's last checkpoint may still be in progress on rank 0)
@@ -360,6 +361,8 @@ class Trainer {
   }
 
   void log_header() {
+    if (dev_.is_cpu())
+      for (const std::string& line : cpu::runtime_report(true)) log("{}", line);
     log("run {}: {} parameters, {} layers [{}], {} steps", r_.run.name, model_->num_parameters(), r_.model.cfg.n_layers,
         fmt::format("{}", fmt::join(model_->cfg.layer_kind_names(), ", ")), r_.train.steps);
     log("global batch = {} sequences/rank x {} accumulation x {} rank(s) = {} sequences of {} tokens = {} tokens/step{}",

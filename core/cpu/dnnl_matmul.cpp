@@ -1,6 +1,7 @@
-// Horizon CPU kernel: bf16 GEMM through oneDNN's matmul primitive (Debian's libdnnl 2.6), which
-// runs on the cores' bf16 dot-product instructions (AVX512-BF16, or AMX where the CPU has it)
-// with f32 accumulation and one rounding of the result to bf16.
+// Horizon CPU kernel: GEMMs through oneDNN (Debian's libdnnl 2.6). f32: its sgemm, whose kernels
+// are generated at run time for the CPU found (core/cpu/matmul.cpp decides when to use it). bf16:
+// its matmul primitive, which runs on the cores' bf16 dot-product instructions (AVX512-BF16, or
+// AMX where the CPU has it) with f32 accumulation and one rounding of the result to bf16.
 //
 // Shapes as cpu::matmul: op(A) (M, K), op(B) (K, N), C (batch..., M, N) contiguous. Operands are
 // described to oneDNN with their real strides (transposed views are not copied); batch dims that
@@ -12,6 +13,7 @@
 
 #ifdef HZ_HAVE_DNNL
 #include <dnnl.hpp>
+#include <oneapi/dnnl/dnnl_debug.h>
 
 #include <map>
 #include <mutex>
@@ -56,6 +58,28 @@ std::map<Key, Prim> g_prims;
 }  // namespace
 
 bool dnnl_available() { return true; }
+
+std::string dnnl_version_string() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+std::string dnnl_isa() {
+  std::string s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
+  return s.rfind("cpu_isa_", 0) == 0 ? s.substr(8) : s;
+}
+
+bool dnnl_has_amx() {
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+}
+
+void dnnl_sgemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  HZ_CHECK(st == dnnl_success, Error, "internal: oneDNN sgemm failed (status ", static_cast<int>(st), ") for M ", M,
+           " N ", N, " K ", K);
+}
 
 Tensor dnnl_matmul_bf16(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double alpha, const Shape& batch_shape) {
   const int64_t nb = static_cast<int64_t>(batch_shape.size());
@@ -110,6 +134,13 @@ Tensor dnnl_matmul_bf16(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb
 
 namespace hz::cpu {
 bool dnnl_available() { return false; }
+std::string dnnl_version_string() { return ""; }
+std::string dnnl_isa() { return ""; }
+bool dnnl_has_amx() { return false; }
+void dnnl_sgemm_rm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                   float*, int64_t) {
+  throw NotImplementedError("this build has no oneDNN (HZ_DNNL=OFF)");
+}
 Tensor dnnl_matmul_bf16(const Tensor&, const Tensor&, bool, bool, double, const Shape&) {
   throw NotImplementedError("this build has no oneDNN (HZ_DNNL=OFF)");
 }

@@ -6,7 +6,11 @@ MFU computed like Horizon's. Prints one JSON line.
 
   --device cpu|cuda   --dtype fp32|bf16 (torch.autocast, f32 master weights, as Horizon's bf16)
   --attn naive|sdpa   (sdpa = scaled_dot_product_attention: FlashAttention on a GPU)
-  --compile           (torch.compile of the model)   --peak TFLOP/s for the MFU (0: none)"""
+  --compile           (torch.compile of the model)   --peak TFLOP/s for the MFU (0: none)
+  --init gpt2|torch   gpt2 (default): Horizon's initialisation, N(0, 0.02) with the residual
+                      projections at 0.02 / sqrt(2 L); torch: PyTorch's module defaults
+  --flush-denormal    torch.set_flush_denormal(True) (PyTorch's switch for FTZ/DAZ)
+  AdamW is fused (one kernel over all parameters) on the CPU and on CUDA."""
 import argparse, json, math, time
 
 import torch
@@ -86,6 +90,8 @@ def main():
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--attn", default="naive", choices=["naive", "sdpa"])
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--init", default="gpt2", choices=["gpt2", "torch"])
+    ap.add_argument("--flush-denormal", action="store_true")
     ap.add_argument("--peak", type=float, default=0.0)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -95,10 +101,19 @@ def main():
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    m = Model(a.V, a.d, a.L, a.H, a.hidden, a.mlp, a.attn).to(dev)
+    if a.flush_denormal:
+        torch.set_flush_denormal(True)
+    m = Model(a.V, a.d, a.L, a.H, a.hidden, a.mlp, a.attn)
+    if a.init == "gpt2":
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if p.dim() == 2:
+                    resid = name.endswith("wo.weight") or name.endswith("w2.weight")
+                    p.normal_(0.0, 0.02 / math.sqrt(2 * a.L) if resid else 0.02)
+    m = m.to(dev)
     step_model = torch.compile(m) if a.compile else m
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
-                            fused=cuda)
+                            fused=True)
     D = a.d // a.H
     pos = torch.arange(a.T).float()[:, None] * (10000.0 ** (-torch.arange(D // 2).float() * 2 / D))[None, :]
     cos, sin = pos.cos().to(dev), pos.sin().to(dev)
@@ -133,6 +148,7 @@ def main():
     tps = a.B * a.T / med(times)
     print(json.dumps({"impl": "torch" + ("+compile" if a.compile else "") + ("+sdpa" if a.attn == "sdpa" else ""),
                       "device": a.device, "precision": a.dtype,
+                      "init": a.init, "flush_denormal": a.flush_denormal,
                       "params": sum(p.numel() for p in m.parameters()), "step_ms": med(times) * 1e3,
                       "tok_per_s": tps, "forward_ms": med(fwd) * 1e3, "backward_ms": med(bwd) * 1e3,
                       "update_ms": med(upd) * 1e3, "flops_per_token": flops,

@@ -1,0 +1,94 @@
+// The CPU runtime (core/device.h): denormal flushing reaches every OpenMP thread and the GEMM
+// libraries' threads, and the chosen f32 GEMM agrees with a double-precision product at the
+// model's shapes (tests/nn/denormal_test.cpp: a model whose values underflow).
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "core/device.h"
+#include "core/ops.h"
+#include "core/rng.h"
+
+using namespace hz;
+
+namespace {
+
+int64_t subnormals(const Tensor& t) {
+  int64_t n = 0;
+  for (double v : t.to(DType::F64).to_vector())
+    if (v != 0 && std::fpclassify(static_cast<float>(v)) == FP_SUBNORMAL) ++n;
+  return n;
+}
+
+// restores the process's setting whatever a test does
+struct FlushGuard {
+  bool was = cpu::flush_denormals();
+  ~FlushGuard() { cpu::set_flush_denormals(was); }
+};
+
+}  // namespace
+
+TEST(CpuRuntime, FlushReachesEveryThreadOfElementwiseKernels) {
+  FlushGuard guard;
+  // 1e-20 * 1e-20 = 1e-40 is below FLT_MIN (1.18e-38): subnormal under IEEE, 0 flushed; the
+  // tensor is large enough that every OpenMP thread computes a part of it
+  const Tensor a = Tensor::full({1 << 18}, 1e-20), b = Tensor::full({1 << 18}, 1e-20);
+  cpu::set_flush_denormals(false);
+  EXPECT_FALSE(cpu::flush_denormals());
+  EXPECT_EQ(subnormals(ops::mul(a, b)), 1 << 18);
+  cpu::set_flush_denormals(true);
+  EXPECT_TRUE(cpu::flush_denormals());
+  const Tensor c = ops::mul(a, b);
+  EXPECT_EQ(subnormals(c), 0);
+  EXPECT_EQ(ops::max_all(c).item(), 0.0);
+  // DAZ: a subnormal input reads as zero (made while not flushing: the conversion would flush it)
+  cpu::set_flush_denormals(false);
+  const Tensor d = Tensor::full({1 << 18}, 1e-40), big = Tensor::full({1 << 18}, 1e30);
+  EXPECT_EQ(subnormals(d), 1 << 18);
+  EXPECT_GT(ops::sum_all(ops::mul(d, big)).item(), 0.0);
+  cpu::set_flush_denormals(true);
+  EXPECT_EQ(ops::sum_all(ops::mul(d, big)).item(), 0.0);
+}
+
+TEST(CpuRuntime, FlushReachesTheGemmLibrary) {
+  FlushGuard guard;
+  const Tensor a = Tensor::full({256, 384}, 1e-21), b = Tensor::full({384, 512}, 1e-21);  // sums ~4e-40
+  cpu::set_flush_denormals(false);
+  EXPECT_EQ(subnormals(ops::matmul(a, b)), 256 * 512);
+  cpu::set_flush_denormals(true);
+  EXPECT_EQ(subnormals(ops::matmul(a, b)), 0);
+}
+
+TEST(CpuRuntime, ChosenF32GemmMatchesDoublePrecision) {
+  const cpu::GemmSetup& s = cpu::gemm_setup();
+  EXPECT_NE(s.f32.find("checked"), std::string::npos) << s.f32;
+  EXPECT_FALSE(s.bf16.empty());
+  Generator g(5);
+  for (const auto& mnk : std::vector<std::array<int64_t, 3>>{{2048, 384, 128}, {256, 2304, 768}, {64, 64, 64}, {7, 300, 5}}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const int64_t M = mnk[0], N = mnk[1], K = mnk[2];
+      const Tensor a = g.normal(ta ? Shape{K, M} : Shape{M, K}), b = g.normal(tb ? Shape{N, K} : Shape{K, N});
+      const Tensor c = ops::matmul(a, b, ta, tb);
+      const Tensor ref = ops::matmul(a.to(DType::F64), b.to(DType::F64), ta, tb);
+      double err = 0;
+      const std::vector<double> cv = c.to_vector(), rv = ref.to_vector();
+      for (size_t i = 0; i < cv.size(); ++i) err = std::max(err, std::abs(cv[i] - rv[i]));
+      EXPECT_LT(err, 2e-6 * std::sqrt(static_cast<double>(K)) * 4) << M << "x" << N << "x" << K << " t" << t;
+    }
+  }
+}
+
+TEST(CpuRuntime, ReportNamesTheLibrariesAndMeasuresThem) {
+  const auto lines = cpu::runtime_report(true);
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  EXPECT_NE(all.find("cpu gemm f32: "), std::string::npos) << all;
+  EXPECT_NE(all.find("GFLOP/s measured"), std::string::npos) << all;
+  EXPECT_NE(all.find("denormals: "), std::string::npos) << all;
+  EXPECT_GT(cpu::gemm_gflops(DType::F32, 256), 0.1);
+}
