@@ -67,9 +67,10 @@ struct AttnConfig {
   std::shared_ptr<const Documents> documents;
   double temp_c = 0.0;   // temperature: DroPE's c, for a per-document beta (documents only)
   int64_t train_len = 0;   // its C_train
-  // Tiles of the CPU kernel and the CUDA reference kernels; the tensor-core kernels have their
-  // own (attn_tiles()).
-  int64_t block_q = 64, block_k = 64;
+  // Tiles of the CPU kernel and the CUDA reference kernels (0: the device's own: 64 x 64 on CUDA;
+  // on the CPU 128 query rows by 128 keys, 256 from 4096 keys on, where the per-tile GEMMs' fixed
+  // costs are amortised); the tensor-core kernels have their own (attn_tiles()).
+  int64_t block_q = 0, block_k = 0;
   AttnImpl impl = AttnImpl::Auto;
 };
 
@@ -87,7 +88,10 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
                                     int64_t Tk, int64_t D);
 
 // The tiles a call runs with on a device (AttnTiles, tiling.h).
-AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D);
+AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int64_t Tk = 0);
+// The CPU kernel's tiles for a call with Tk keys when the config leaves them at 0.
+int64_t cpu_block_q(const AttnConfig& cfg);
+int64_t cpu_block_k(const AttnConfig& cfg, int64_t Tk);
 
 // Block counters, summed over calls and devices since the last reset (tests, benchmarks).
 // Forward pairs are counted by the forward kernel; backward pairs once per (query block, key

@@ -62,7 +62,8 @@ void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq
     const int64_t pos = P.q_offset + i0 + i;
     const T r = static_cast<T>(rs[i]);
     if (simple) {
-      for (int64_t jj = 0; jj < nk; ++jj) si[jj] *= r;
+      if (r != T(1))
+        for (int64_t jj = 0; jj < nk; ++jj) si[jj] *= r;
     } else {
       for (int64_t jj = 0; jj < nk; ++jj) {
         const int64_t t = pos - (j0 + jj);
@@ -130,19 +131,13 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
         block_logits(C, b, h, i0, nq, j0, nk, Bk, boundary, rf.data(), fc, s);
         for (int64_t i = 0; i < nq; ++i) {
           T* si = s + i * Bk;
-          T mx = mrow[i];
-          for (int64_t jj = 0; jj < nk; ++jj) mx = std::max(mx, si[jj]);
+          const T mx = std::max(mrow[i], cpu::row_max(si, nk));
           if (mx == ninf) {  // row fully masked so far: contributes nothing
             for (int64_t jj = 0; jj < nk; ++jj) si[jj] = T(0);
             continue;
           }
           const T corr = cpu::fast_exp(mrow[i] - mx);
-          T sum = T(0);
-          for (int64_t jj = 0; jj < nk; ++jj) {
-            const T e = cpu::fast_exp(si[jj] - mx);
-            si[jj] = e;
-            sum += e;
-          }
+          const T sum = cpu::exp_shift_sum(si, nk, mx);
           lrow[i] = lrow[i] * corr + sum;
           mrow[i] = mx;
           if (corr != T(1)) {
@@ -266,7 +261,9 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
           for (int64_t i = 0; i < nq; ++i) {
             const T l = lh[i0 + i];
             T* pi = pr + i * Bk;
-            for (int64_t jj = 0; jj < nk; ++jj) pi[jj] = l == ninf ? T(0) : cpu::fast_exp(pi[jj] - l);
+            if (l == ninf) std::fill(pi, pi + nk, T(0));
+            else
+              for (int64_t jj = 0; jj < nk; ++jj) pi[jj] = cpu::fast_exp(pi[jj] - l);
           }
           // dV_blk (nk, D) += P^T dO_blk
           cpu::gemm<T>(true, false, nk, P.D, nq, T(1), pr, Bk, gh + i0 * P.D, P.D, T(1), dvh + j0 * P.D, P.D);
@@ -279,6 +276,10 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
             const T Di = Dvec[i0 + i];
             const T rsc = static_cast<T>(rf[i]) * scale;
             const int64_t pos = P.q_offset + i0 + i;
+            if (!C.has_tables && !logn && !dfc) {  // plain logits: one vectorized pass
+              for (int64_t jj = 0; jj < nk; ++jj) pi[jj] = pi[jj] * (di[jj] - Di) * rsc;
+              continue;
+            }
             T drow = T(0);
             for (int64_t jj = 0; jj < nk; ++jj) {
               const T dl = pi[jj] * (di[jj] - Di);  // dLoss/dL_ij

@@ -1,7 +1,7 @@
 // Horizon: benchmarks printed as tables.
 //   horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]
 //                           [--T 1024,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]
-//                           [--block-q 64] [--block-k 64] [--masks causal,swa,scope,docs2048]
+//                           [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docs2048]
 //                           [--logits identity,scale_invariant,...] [--terms none,sink,fox,sink+fox] [--json FILE]
 // Forward+backward of the fused attention op per mask, logit transform and length (docsN: causal
 // inside packed documents of N tokens, positions reset; the block-diagonal): median time
@@ -90,8 +90,8 @@ int bench_attention(const Flags& args) {
         double causal_ms = 0, causal_pairs = 0;
         for (const auto& m : masks) {
           attn::AttnConfig cfg;
-          cfg.block_q = args.geti("block-q", 64);
-          cfg.block_k = args.geti("block-k", 64);
+          cfg.block_q = args.geti("block-q", 0);
+          cfg.block_k = args.geti("block-k", 0);
           cfg.logit = attn::parse_logit(lg);
           cfg.impl = impl == "reference" ? attn::AttnImpl::Reference
                      : impl == "tensor_core" ? attn::AttnImpl::TensorCore : attn::AttnImpl::Auto;
@@ -116,7 +116,7 @@ int bench_attention(const Flags& args) {
             cost.flops_fwd /= B;
             cost.flops_fwd_bwd /= B;
           }
-          const bool tc = attn::attn_tiles(cfg, dev, dt, D).tensor_core;
+          const bool tc = attn::attn_tiles(cfg, dev, dt, D, T).tensor_core;
           Generator g(1);
           ag::Variable q(g.normal({B, H, T, D}, 0, 1, dt, dev), true), k(g.normal({B, H, T, D}, 0, 1, dt, dev), true),
               v(g.normal({B, H, T, D}, 0, 1, dt, dev), true);
@@ -423,10 +423,10 @@ int bench_main(const std::vector<std::string>& args) {
                "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
                "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]\n"
                "                               [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]\n"
-               "                               [--block-q 64] [--block-k 64] [--masks causal,swa,scope,docsN]\n"
+               "                               [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docsN]\n"
                "                               [--logits identity,scale_invariant,logn,swan_row,temperature]\n"
                "                               [--terms none,sink,fox,sink+fox] [--json FILE]\n"
-               "         (cuda defaults: bf16, H = 2048/D, B = 16384/T, T up to 32768, 10 reps)\n"
+               "         (block 0: the device's tiles; cuda defaults: bf16, H = 2048/D, B = 16384/T, T up to 32768, 10 reps)\n"
                "       horizon bench generate RECIPE.yaml|RUN_DIR [...]   (horizon bench generate --help)\n"
                "       horizon bench tokenizer TOKENIZER DOCS.jsonl [...] (horizon bench tokenizer --help)\n");
     return args.size() < 2 ? 2 : 0;

@@ -101,7 +101,11 @@ ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) co
     kept += 2 * N * (spec.gate == attn::OutputGate::Head ? H : H * D) * a + N * H * D * a;
   if (spec.forget) kept += N * H * a + 3 * N * H * 4;
   if (call.route) kept += call.route->kept_bytes(attn_config(call), shape(s));
-  return {kept, 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4};
+  // no grad: q, k, v with one rotated copy being made, the output and its (B, T, H D) copy with
+  // the rows' statistics, the output projection; gates add their sigmoid and product
+  int64_t inference = N * (H + 2 * Hkv) * D * a + N * (H + Hkv) * D * a + 2 * N * H * D * a + N * H * 4 + N * C * a;
+  if (spec.gate != attn::OutputGate::None) inference += 2 * N * (spec.gate == attn::OutputGate::Head ? H : H * D) * 4;
+  return {kept, 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4, inference};
 }
 
 bool AttentionLayer::rotary() const {

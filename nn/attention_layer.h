@@ -36,7 +36,7 @@ Recompute parse_recompute(const std::string& s);
 struct AttnCall {
   int64_t T = 0;
   int64_t train_len = 0;
-  int64_t block_q = 64, block_k = 64;
+  int64_t block_q = 0, block_k = 0;  // the attention kernels' tiles (0: the device's, attention/fused.h)
   // Packed documents of the batch (attention/documents.h): the mask of every layer and, through
   // Transformer::hidden, the positions. Null: one document per sequence.
   std::shared_ptr<const attn::Documents> documents;

@@ -6,7 +6,9 @@
 // tokens, activations of `act` bytes (4 f32, 2 bf16, 8 f64), a module reports:
 //   kept       the bytes its forward keeps for its backward without recomputation;
 //   transient  the bytes its backward holds on top of that at its peak (the gradients it makes and
-//              frees before returning).
+//              frees before returning);
+//   inference  the bytes a forward without gradients (evaluation) holds at its peak on top of the
+//              module's input, its output included.
 // Norms' statistics, log-sum-exps and FoX's f32 tensors count 4 bytes each.
 #pragma once
 #include <cstdint>
@@ -21,7 +23,7 @@ struct CallShape {
 };
 
 struct ActivationCost {
-  int64_t kept = 0, transient = 0;
+  int64_t kept = 0, transient = 0, inference = 0;
 };
 
 // One layer's attention as a route sees it (nn/route.h): the call, the layer's q/k/v heads and
@@ -43,13 +45,16 @@ struct BlockCost {
   int64_t mlp_kept = 0;        // the MLP's activations
   int64_t after_mlp = 0;       // freed when the MLP's backward is done: the residual, the second normed input
   int64_t mlp_transient = 0, attention_transient = 0;
+  int64_t inference = 0;       // a no-grad forward's peak on top of the block's input
 };
 
 // The final norm and the loss head (nn/transformer.h): the norm's input and output kept, the
 // loss's chunk of logits and their gradient, and the head's backward (the weight gradient in f32
-// and one slice's product added into it, dh).
+// and one slice's product added into it, dh). inference: scoring without gradients
+// (Transformer::token_nll): the last block's output and the normed hidden states, one chunk of
+// logits (bf16 ones with the loss rows' f32 working copy), and the per-token losses (f64).
 struct HeadCost {
-  int64_t kept = 0, logits = 0, transient = 0;
+  int64_t kept = 0, logits = 0, transient = 0, inference = 0;
 };
 
 }  // namespace hz::nn

@@ -43,7 +43,9 @@ MLP::MLP(MlpKind k, int64_t dim, int64_t hidden, double init_std, double resid_s
 ActivationCost MLP::cost(const CallShape& s) const {
   const int64_t N = s.tokens(), C = w1->weight.size(1), F = w1->weight.size(0);
   const bool swiglu = kind == MlpKind::SwiGLU;
-  return {N * F * s.act * (swiglu ? 4 : 2), 2 * N * C * s.act + (swiglu ? 2 : 1) * N * F * s.act};
+  // no grad: the hidden products live until the output projection returns (its output included)
+  return {N * F * s.act * (swiglu ? 4 : 2), 2 * N * C * s.act + (swiglu ? 2 : 1) * N * F * s.act,
+          N * F * s.act * (swiglu ? 4 : 2) + N * C * s.act};
 }
 
 ag::Variable MLP::forward(const ag::Variable& x) const {

@@ -1,13 +1,13 @@
 #include "nn/transformer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "attention/accounting.h"
 #include "autograd/recompute.h"
 #include "nn/autocast.h"
 #include "nn/kv_cache.h"
-
-#include <cmath>
 
 namespace hz::nn {
 
@@ -89,6 +89,9 @@ BlockCost Block::cost(const CallShape& s, const AttnCall& call) const {
   b.after_mlp = 2 * N * C * a;
   b.mlp_transient = ml.transient;
   b.attention_transient = at.transient;
+  // no grad: the attention's moment (the normed input and its working set), or the MLP's (the
+  // attention's output, the residual, the second normed input and the MLP's working set)
+  b.inference = std::max(N * C * a + at.inference, 3 * N * C * a + ml.inference);
   return b;
 }
 
@@ -184,7 +187,7 @@ ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const T
 HeadCost Transformer::head_cost(const CallShape& s, int64_t loss_chunk) const {
   const int64_t N = s.tokens(), C = cfg.d_model, V = cfg.vocab_size, a = s.act;
   const int64_t chunk = std::min(N, ag::loss_chunk_step(loss_chunk, N));
-  return {2 * N * C * a, 2 * chunk * V * a, 2 * V * C * 4 + N * C * a};
+  return {2 * N * C * a, 2 * chunk * V * a, 2 * V * C * 4 + N * C * a, 2 * N * C * a + chunk * V * (a < 4 ? a + 4 : a) + N * 8};
 }
 
 double Transformer::flops_per_token(int64_t T) const {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up (apt + build, via scripts/setup.sh) and runs every test through CTest.
-# Also builds a second, portable configuration (no OpenBLAS, no CUDA, no MPI) and runs the
+# Also builds a second, portable configuration (no OpenBLAS, no oneDNN, no CUDA, no MPI) and runs the
 # numerical suites on it, so the fallback GEMM and the CPU-only build stay honest; and a third, the
 # GPU machine's (scripts/gpu/gpu_check.sh), so that it compiles and links before a GPU session needs it.
 # Idempotent; each test is bounded by a CTest timeout. Set HZ_SKIP_PORTABLE=1 to skip the
@@ -15,10 +15,10 @@ HZ_CMAKE_ARGS="-DHZ_KERNEL_LAB=ON ${HZ_CMAKE_ARGS:-}" scripts/setup.sh
 (cd "${HZ_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j "${HZ_JOBS:-2}")
 
 if [ "${HZ_SKIP_PORTABLE:-0}" != "1" ]; then
-  echo "[test] portable configuration: HZ_OPENBLAS=OFF HZ_CUDA=OFF HZ_MPI=OFF"
-  HZ_BUILD_DIR=build-portable HZ_CMAKE_ARGS="-DHZ_OPENBLAS=OFF -DHZ_CUDA=OFF -DHZ_MPI=OFF" \
+  echo "[test] portable configuration: HZ_OPENBLAS=OFF HZ_DNNL=OFF HZ_CUDA=OFF HZ_MPI=OFF"
+  HZ_BUILD_DIR=build-portable HZ_CMAKE_ARGS="-DHZ_OPENBLAS=OFF -DHZ_DNNL=OFF -DHZ_CUDA=OFF -DHZ_MPI=OFF" \
     HZ_TARGETS="horizon hz_test_core hz_test_autograd hz_test_attention hz_test_nn hz_test_optim" scripts/setup.sh
-  # the suites whose code paths differ without OpenBLAS / CUDA (GEMM, kernels, gradients, models)
+  # the suites whose code paths differ without OpenBLAS, oneDNN or CUDA (GEMM, kernels, gradients, models)
   (cd build-portable && ctest --output-on-failure --timeout 900 -j "${HZ_JOBS:-2}" \
      -R '^(hz_test_(core|autograd|attention|nn|optim)|cli_help|cli_info)$')
 fi

@@ -24,7 +24,8 @@ std::vector<std::pair<std::string, int64_t>> MemoryPlan::rows() const {
           {"activations kept", activations},
           {"backward (peak extra)", backward},
           {"logits chunk", logits},
-          {"predicted peak", peak}};
+          {"predicted peak (step)", peak},
+          {"evaluation peak", eval}};
 }
 
 MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
@@ -110,6 +111,20 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
   worst = std::max(worst, P * p + N * C * a + V * C * p);
   plan.backward = worst - all_kept;
   plan.peak = plan.parameters + plan.optimizer + plan.weight_copies + plan.buckets + worst;
+  // ---- the evaluation: a no-grad forward of the eval batch at the longest length on rank 0
+  if (r.eval.every > 0 || r.eval.final) {
+    const auto lengths = r.eval_lengths();
+    const int64_t eb = r.eval.opts.batch_size > 0 ? r.eval.opts.batch_size : r.data.batch_size;
+    const nn::CallShape es{eb, *std::max_element(lengths.begin(), lengths.end()), a};
+    nn::AttnCall ec;
+    ec.T = es.rows;
+    ec.train_len = r.data.seq_len;
+    int64_t e = m.head_cost(es, r.loss_chunk_rows()).inference;
+    for (const auto& blk : m.layers) e = std::max(e, es.tokens() * C * a + blk->cost(es, ec).inference);
+    if (bf16) e += c.vocab_size * C * 2;  // the largest weight's bf16 cast (the head's)
+    plan.eval_tokens = es.tokens();
+    plan.eval = plan.parameters + plan.optimizer + plan.buckets + e;
+  }
   return plan;
 }
 

@@ -26,6 +26,11 @@
 //               largest of these, of the head's backward and of the end of backward (every
 //               gradient). With train.grad_accum > 1 every gradient stays alive from the first
 //               micro-batch on.
+//   evaluation  the in-run and final validation (rank 0): parameters, optimizer state and buckets
+//               stay; gradients are gone; a forward without gradients of eval.batch_size sequences
+//               at the longest of eval.lengths, each block's no-grad working set on top of its
+//               input, the head scoring in chunks of the loss's rows, and under bf16 the largest
+//               weight's cast. 0 when the run never evaluates (eval.every 0, eval.final false).
 // tests/train/memory_plan_test.cpp holds the prediction to within 15% of the CPU allocator's
 // measured peak over several shapes; scripts/bench/bench_memory.sh measures it at the 124M shape.
 #pragma once
@@ -44,6 +49,9 @@ struct MemoryPlan {
   int64_t backward = 0;     // on top of the static parts at the peak of backward
   int64_t logits = 0;       // the loss's chunk of logits and their gradient
   int64_t peak = 0;         // the prediction: static + the peak of a step
+  int64_t eval = 0;         // the evaluation's peak (0: the run does not evaluate)
+  int64_t eval_tokens = 0;  // the evaluation batch: eval.batch_size x the longest eval length
+  int64_t run_peak() const { return peak > eval ? peak : eval; }
   // (label, bytes) rows for a table
   std::vector<std::pair<std::string, int64_t>> rows() const;
 };

@@ -140,6 +140,8 @@ void visit_fields(Recipe& r, V& v) {
             "(rounded up to a whole share per rank); the steps that follow are not those the old world size would take"));
   v("checkpoint.init_from", r.checkpoint.init_from, run_opt("start from another run's weights (checkpoint or run dir)"));
   v("eval.every", r.eval.every, run_opt("validation interval in steps (0 = only at the end)").at_least(0));
+  v("eval.final", r.eval.final,
+    run_opt("validate after the last step (false with eval.every 0: the run never evaluates; horizon eval can, later)"));
   v("eval.batches", r.eval.opts.batches, infer("validation batches per length").at_least(1));
   v("eval.batch_size", r.eval.opts.batch_size, infer("validation batch size (0 = data.batch_size)").at_least(0));
   v("eval.lengths", r.eval.opts.lengths, infer("evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)").at_least(2));

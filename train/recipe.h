@@ -121,6 +121,7 @@ eval::EvalOptions recipe_eval_defaults();
 
 struct EvalSection {
   int64_t every = 100;                // periodic validation during training (0: only at the end)
+  bool final = true;                  // validation after the last step (false with every 0: none)
   eval::EvalOptions opts = recipe_eval_defaults();
 };
 

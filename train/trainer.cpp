@@ -347,13 +347,14 @@ class Trainer {
     if (dev_.is_cuda()) {
       // free memory (not the card's total): other processes and the CUDA context are taken out
       const int64_t have = cuda::memory_usable(dev_.index);
-      HZ_CHECK(plan_.peak <= have, ValueError, "this run needs about ", format_bytes(plan_.peak), " on ", dev_.str(),
+      HZ_CHECK(plan_.run_peak() <= have, ValueError, "this run needs about ", format_bytes(plan_.run_peak()), " on ", dev_.str(),
                " (parameters ", format_bytes(plan_.parameters), ", optimizer state ", format_bytes(plan_.optimizer),
-               ", activations ", format_bytes(plan_.activations), ", logits ", format_bytes(plan_.logits), ") but ",
+               ", activations ", format_bytes(plan_.activations), ", logits ", format_bytes(plan_.logits),
+               ", evaluation ", format_bytes(plan_.eval), ") but ",
                format_bytes(have), " of the GPU's ", format_bytes(cuda::memory_bytes(dev_.index)),
                " are free for it: set train.recompute=layer, a smaller data.batch_size (with "
-               "train.grad_accum), train.loss_chunk, or parallel.shard_optimizer=true over more ranks (horizon info "
-               "RECIPE prints the plan)");
+               "train.grad_accum), train.loss_chunk, parallel.shard_optimizer=true over more ranks, or for the "
+               "evaluation shorter eval.lengths or a smaller eval.batch_size (horizon info RECIPE prints the plan)");
       reset_peak_memory(dev_);
     } else {
       reset_cpu_peak_memory();
@@ -371,9 +372,12 @@ class Trainer {
         world_ > 1 ? fmt::format(" ({} communicator, {} gradient buckets, overlap {})", comm_.name(),
                                  gsync_->num_buckets(), r_.train.overlap_comm ? "on" : "off")
                    : std::string());
-    log("memory plan per rank: {} predicted peak (parameters {}, optimizer {}, activations {}, backward {}, logits {})",
+    log("memory plan per rank: {} predicted peak (parameters {}, optimizer {}, activations {}, backward {}, logits {}){}",
         format_bytes(plan_.peak), format_bytes(plan_.parameters), format_bytes(plan_.optimizer),
-        format_bytes(plan_.activations), format_bytes(plan_.backward), format_bytes(plan_.logits));
+        format_bytes(plan_.activations), format_bytes(plan_.backward), format_bytes(plan_.logits),
+        plan_.eval > 0 ? fmt::format("; evaluation {} ({} tokens a batch, no gradients)", format_bytes(plan_.eval),
+                                     plan_.eval_tokens)
+                       : std::string("; no evaluation"));
     if (const auto* z = dynamic_cast<const dist::ZeroOptimizer*>(optimizer_.get()))
       log("optimizer state sharded over {} rank(s) (ZeRO-1): {:.1f} MiB on this rank of {:.1f} MiB in all", world_,
           z->state_bytes(rank_) / 1048576.0, z->state_bytes(-1) / 1048576.0);
@@ -494,6 +498,8 @@ class Trainer {
   double evaluate(int64_t step_done) {
     if (!data_.val || rank_ != 0) return std::nan("");
     res_.mem_peak = std::max(res_.mem_peak, allocator_peak());
+    if (dev_.is_cuda()) reset_peak_memory(dev_);  // the evaluation's own high-water mark, apart from the steps'
+    else reset_cpu_peak_memory();
     const int64_t eb = r_.eval.opts.batch_size > 0 ? r_.eval.opts.batch_size : r_.data.batch_size;
     std::string line = fmt::format("{{\"step\": {}, \"eval\": {{", step_done);
     double at_train = std::nan("");
@@ -509,8 +515,12 @@ class Trainer {
       log("  eval step {:>6}  length {:>6}  loss {:.4f}  ppl {:.3f}", step_done, L, l, std::exp(l));
       first = false;
     }
-    run_->metrics(line + "}}");
-    eval_mem_peak_ = std::max(eval_mem_peak_, allocator_peak());
+    const int64_t eval_peak = allocator_peak();
+    log("  eval step {:>6}  memory peak {} (plan {})", step_done, format_bytes(eval_peak), format_bytes(plan_.eval));
+    run_->metrics(line + fmt::format("}}, \"eval_mem_peak\": {}, \"eval_mem_plan\": {}}}", eval_peak, plan_.eval));
+    eval_mem_peak_ = std::max(eval_mem_peak_, eval_peak);
+    res_.eval_mem_peak = eval_mem_peak_;
+    res_.eval_mem_plan = plan_.eval;
     if (dev_.is_cuda()) reset_peak_memory(dev_);
     else reset_cpu_peak_memory();
     return at_train;
@@ -551,10 +561,10 @@ class Trainer {
     if (const auto* z = dynamic_cast<const dist::ZeroOptimizer*>(optimizer_.get()); z && world_ > 1)
       log("communication: {:.2f} s in the sharded optimizer's parameter all-gathers and state gathers", z->comm_seconds());
     if (step != r_.train.steps) return;  // stopped early (stop_after): no final evaluation or checkpoint
-    res_.final_val_loss = evaluate(step);
+    res_.final_val_loss = r_.eval.final ? evaluate(step) : std::nan("");
     save(step);
     log("done: {} steps, {:.0f} tok/s, final val loss {}", step - start_, res_.tokens_per_second,
-        std::isnan(res_.final_val_loss) ? std::string("n/a (no validation split)")
+        std::isnan(res_.final_val_loss) ? std::string(r_.eval.final ? "n/a (no validation split)" : "n/a (eval.final false)")
                                          : fmt::format("{:.4f}", res_.final_val_loss));
   }
 

@@ -60,6 +60,8 @@ struct TrainResult {
   double comm_seconds = 0;  // of which spent launching / waiting for gradient all-reduces
   int64_t mem_peak = 0;     // this rank's allocator high-water mark over the steps (CPU allocator or CUDA pool)
   int64_t mem_plan = 0;     // what the memory plan (train/memory_plan.h) predicted for it
+  int64_t eval_mem_peak = 0;  // rank 0's high-water mark inside evaluations (0: none ran)
+  int64_t eval_mem_plan = 0;  // the plan's evaluation peak
 };
 
 TrainResult train(const Recipe& r, const TrainOptions& opt = {});

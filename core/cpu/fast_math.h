@@ -8,6 +8,7 @@
 //   result that depends only on n (deterministic, whatever the thread count).
 #pragma once
 #include <cstdint>
+#include <limits>
 
 #include "core/bf16.h"
 #include "core/math.h"
@@ -34,6 +35,38 @@ double lane_sum(int64_t n, F term) {
   for (; i + kLanes <= n; i += kLanes)
     for (int j = 0; j < kLanes; ++j) acc[j] += term(i + j);
   for (int j = 0; i < n; ++i, ++j) acc[j] += term(i);
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+// The largest of x[0..n) (-inf for n == 0), in kLanes independent lanes so that the loop
+// vectorizes (a max is exact, so the result is the sequential one).
+template <class T>
+T row_max(const T* x, int64_t n) {
+  constexpr int kLanes = 16;
+  T m[kLanes];
+  for (int j = 0; j < kLanes; ++j) m[j] = -std::numeric_limits<T>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+  for (int j = 0; i < n; ++i, ++j) m[j] = x[i] > m[j] ? x[i] : m[j];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) m[j] = m[j + w] > m[j] ? m[j + w] : m[j];
+  return m[0];
+}
+
+// x[j] = exp(x[j] - shift) in place (-inf entries become 0); returns their sum, added in kLanes
+// lanes combined pairwise (the loop vectorizes; the order depends only on n: deterministic).
+template <class T>
+T exp_shift_sum(T* x, int64_t n, T shift) {
+  for (int64_t i = 0; i < n; ++i) x[i] = fast_exp(x[i] - shift);
+  constexpr int kLanes = 16;
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j];
+  for (int j = 0; i < n; ++i, ++j) acc[j] += x[i];
   for (int w = kLanes / 2; w > 0; w /= 2)
     for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
   return acc[0];

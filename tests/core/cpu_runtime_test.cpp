@@ -12,25 +12,11 @@
 #include "core/device.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "tests/core/test_util.h"
 
 using namespace hz;
 
-namespace {
-
-int64_t subnormals(const Tensor& t) {
-  int64_t n = 0;
-  for (double v : t.to(DType::F64).to_vector())
-    if (v != 0 && std::fpclassify(static_cast<float>(v)) == FP_SUBNORMAL) ++n;
-  return n;
-}
-
-// restores the process's setting whatever a test does
-struct FlushGuard {
-  bool was = cpu::flush_denormals();
-  ~FlushGuard() { cpu::set_flush_denormals(was); }
-};
-
-}  // namespace
+using hzt::FlushGuard;
 
 TEST(CpuRuntime, FlushReachesEveryThreadOfElementwiseKernels) {
   FlushGuard guard;
@@ -39,16 +25,16 @@ TEST(CpuRuntime, FlushReachesEveryThreadOfElementwiseKernels) {
   const Tensor a = Tensor::full({1 << 18}, 1e-20), b = Tensor::full({1 << 18}, 1e-20);
   cpu::set_flush_denormals(false);
   EXPECT_FALSE(cpu::flush_denormals());
-  EXPECT_EQ(subnormals(ops::mul(a, b)), 1 << 18);
+  EXPECT_EQ(hzt::count_subnormals(ops::mul(a, b)), 1 << 18);
   cpu::set_flush_denormals(true);
   EXPECT_TRUE(cpu::flush_denormals());
   const Tensor c = ops::mul(a, b);
-  EXPECT_EQ(subnormals(c), 0);
+  EXPECT_EQ(hzt::count_subnormals(c), 0);
   EXPECT_EQ(ops::max_all(c).item(), 0.0);
   // DAZ: a subnormal input reads as zero (made while not flushing: the conversion would flush it)
   cpu::set_flush_denormals(false);
   const Tensor d = Tensor::full({1 << 18}, 1e-40), big = Tensor::full({1 << 18}, 1e30);
-  EXPECT_EQ(subnormals(d), 1 << 18);
+  EXPECT_EQ(hzt::count_subnormals(d), 1 << 18);
   EXPECT_GT(ops::sum_all(ops::mul(d, big)).item(), 0.0);
   cpu::set_flush_denormals(true);
   EXPECT_EQ(ops::sum_all(ops::mul(d, big)).item(), 0.0);
@@ -58,9 +44,9 @@ TEST(CpuRuntime, FlushReachesTheGemmLibrary) {
   FlushGuard guard;
   const Tensor a = Tensor::full({256, 384}, 1e-21), b = Tensor::full({384, 512}, 1e-21);  // sums ~4e-40
   cpu::set_flush_denormals(false);
-  EXPECT_EQ(subnormals(ops::matmul(a, b)), 256 * 512);
+  EXPECT_EQ(hzt::count_subnormals(ops::matmul(a, b)), 256 * 512);
   cpu::set_flush_denormals(true);
-  EXPECT_EQ(subnormals(ops::matmul(a, b)), 0);
+  EXPECT_EQ(hzt::count_subnormals(ops::matmul(a, b)), 0);
 }
 
 TEST(CpuRuntime, ChosenF32GemmMatchesDoublePrecision) {

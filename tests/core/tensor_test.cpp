@@ -591,3 +591,21 @@ TEST(HostMemory, LargeBlocksAreReusedAndZerosStillZero) {
   const Tensor c = Tensor::zeros({n + 1000}, DType::F32);  // a fresh large block
   EXPECT_EQ(hz::ops::sum_all(hz::ops::unary(hz::UnaryOp::Abs, c)).item(), 0.0);
 }
+
+// The cache never takes the process above the tensors' all-time high-water mark: blocks of a new
+// size (an evaluation's, after the steps') first push out cached ones.
+TEST(HostMemory, TheCacheStaysWithinTheHighWaterMark) {
+  const int64_t n = (64 << 20) / 4;  // 64 MiB of f32
+  {
+    std::vector<Tensor> steps;
+    for (int i = 0; i < 4; ++i) steps.push_back(Tensor::zeros({n}, DType::F32));
+  }  // 256 MiB of blocks cached
+  const hz::DeviceMemoryStats before = hz::memory_stats(hz::Device::cpu());
+  EXPECT_GE(before.reserved - before.allocated, 4 * n * 4) << "the steps' blocks are cached";
+  std::vector<Tensor> eval;
+  for (int i = 0; i < 3; ++i) eval.push_back(Tensor::zeros({n + (1 << 20)}, DType::F32));  // 68 MiB: other sizes
+  const hz::DeviceMemoryStats after = hz::memory_stats(hz::Device::cpu());
+  // held = tensors + cache; it may reach the earlier high (256 MiB + whatever else was live) but
+  // not the 256 + 204 MiB an unbounded cache would hold
+  EXPECT_LE(after.reserved, before.reserved + (8 << 20)) << "cached " << (after.reserved - after.allocated);
+}

@@ -402,4 +402,17 @@ inline std::vector<double> ref_matmul(const std::vector<double>& a, const Shape&
   return c;
 }
 
+// Denormal flushing (core/device.h): the subnormal f32 values of a tensor, and a guard that puts
+// the process's setting back whatever a test does.
+inline int64_t count_subnormals(const hz::Tensor& t) {
+  int64_t n = 0;
+  for (double v : t.to(hz::DType::F64).to_vector())
+    if (v != 0 && std::fpclassify(static_cast<float>(v)) == FP_SUBNORMAL) ++n;
+  return n;
+}
+struct FlushGuard {
+  bool was = hz::cpu::flush_denormals();
+  ~FlushGuard() { hz::cpu::set_flush_denormals(was); }
+};
+
 }  // namespace hzt

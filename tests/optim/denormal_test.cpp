@@ -13,22 +13,13 @@
 #include "core/device.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
+#include "tests/core/test_util.h"
 
 using namespace hz;
 
+using hzt::FlushGuard;
+
 namespace {
-
-int64_t subnormals(const Tensor& t) {
-  int64_t n = 0;
-  for (double v : t.to(DType::F64).to_vector())
-    if (v != 0 && std::fpclassify(static_cast<float>(v)) == FP_SUBNORMAL) ++n;
-  return n;
-}
-
-struct FlushGuard {
-  bool was = cpu::flush_denormals();
-  ~FlushGuard() { cpu::set_flush_denormals(was); }
-};
 
 // Subnormal values in the optimizer state after two training steps of the underflowing model.
 int64_t subnormal_state(bool flush) {
@@ -55,7 +46,7 @@ int64_t subnormal_state(bool flush) {
   std::map<std::string, Tensor> state;
   opt.state_dict(state);
   int64_t n = 0;
-  for (const auto& kv : state) n += subnormals(kv.second);
+  for (const auto& kv : state) n += hzt::count_subnormals(kv.second);
   return n;
 }
 
