@@ -1,5 +1,6 @@
 // Horizon: the CPU backend table (core/backend.h) and host memory with usage statistics.
 #include <malloc.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,17 +25,27 @@ const bool g_malloc_tuned = [] {
 std::atomic<int64_t> g_current{0}, g_peak{0}, g_allocs{0};
 std::atomic<int64_t> g_high{0};  // the all-time high of g_current (never reset)
 
-// Blocks above that threshold are mmap'd by glibc whatever the settings, so each one would come
-// back zero-filled by the kernel on every step (measured: 15% of a GPT-2-124M bf16 step in page
-// faults; the embedding gradient alone is 154 MB). Freed large blocks are kept by size (rounded to
-// 2 MiB) and handed out again, like the CUDA pool; at most kMaxCached bytes are kept, and the cache
-// is emptied before an allocation is refused. The cache never lets the process hold more than the
-// tensors' all-time high-water mark: a new block that would take tensors plus cache above it first
-// frees cached blocks (the largest first). Without that bound a phase with other sizes (an
-// evaluation at 8x the training length after the steps) added its own blocks to the steps' cached
-// ones, and the process's memory rose 28% above the memory plan (a 124M model at T 8192).
-constexpr size_t kLarge = size_t{32} << 20, kGranule = size_t{2} << 20;
+// Blocks of 1 MiB and more are mapped from the kernel directly and, once freed, kept by size
+// (rounded to 64 KiB, 2 MiB from 32 MiB on) and handed out again, like the CUDA pool: training frees
+// and reallocates the same sizes every step, and a fresh mapping comes back zero-filled by the
+// kernel page by page (measured: 15% of a GPT-2-124M bf16 step in page faults; the embedding
+// gradient alone is 154 MB). Below 1 MiB glibc's heap serves them. At most kMaxCached bytes are
+// kept, and the cache is emptied before an allocation is refused. The cache never lets the process
+// hold more than the tensors' all-time high-water mark: a new block that would take tensors plus
+// cache above it first unmaps cached blocks (the largest first). Without that bound a phase with
+// other sizes (an evaluation at other lengths after the steps) added its blocks to the steps'
+// cached ones; and with blocks up to 32 MiB left in glibc's heap (its arenas fragment, and keep
+// what is freed) a 124M model's step at T 8192 held 9.3 GB of memory for 6.7 GiB of tensors.
+constexpr size_t kLarge = size_t{1} << 20;
 constexpr size_t kMaxCached = size_t{4} << 30;
+size_t round_block(size_t n) {
+  const size_t g = n >= (size_t{32} << 20) ? size_t{2} << 20 : size_t{64} << 10;
+  return (n + g - 1) / g * g;
+}
+void* map_block(size_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
 std::mutex g_cache_mu;
 // rounded size -> free block. Never destroyed: a tensor freed during static destruction may still
 // return its block here, and the cached blocks stay reachable (not "leaked") until the process ends.
@@ -45,7 +56,7 @@ void trim_cache(size_t keep) {  // callers hold g_cache_mu
   while (!g_cache.empty() && static_cast<size_t>(g_cached.load()) > keep) {
     auto it = std::prev(g_cache.end());  // the largest first
     g_cached.fetch_sub(static_cast<int64_t>(it->first));
-    std::free(it->second);
+    munmap(it->second, it->first);
     g_cache.erase(it);
   }
 }
@@ -54,7 +65,7 @@ void* cpu_alloc(size_t bytes, int) {
   const size_t n = std::max<size_t>(bytes, 1);
   void* p = nullptr;
   if (n >= kLarge) {
-    const size_t rounded = (n + kGranule - 1) / kGranule * kGranule;
+    const size_t rounded = round_block(n);
     std::lock_guard<std::mutex> lock(g_cache_mu);
     if (auto it = g_cache.find(rounded); it != g_cache.end()) {
       p = it->second;
@@ -64,10 +75,10 @@ void* cpu_alloc(size_t bytes, int) {
       const int64_t after = g_current.load() + static_cast<int64_t>(rounded);
       const int64_t room = std::max(g_high.load(), after) - after;  // what the cache may keep
       if (g_cached.load() > room) trim_cache(static_cast<size_t>(std::max<int64_t>(room, 0)));
-      p = std::aligned_alloc(kGranule, rounded);
+      p = map_block(rounded);
       if (!p) {
         trim_cache(0);
-        p = std::aligned_alloc(kGranule, rounded);
+        p = map_block(rounded);
       }
       if (p) g_allocs.fetch_add(1);
     }
@@ -88,7 +99,7 @@ void* cpu_alloc(size_t bytes, int) {
 void cpu_release(void* p, size_t bytes, int) {
   g_current.fetch_sub(static_cast<int64_t>(bytes));
   if (std::max<size_t>(bytes, 1) >= kLarge) {
-    const size_t rounded = (bytes + kGranule - 1) / kGranule * kGranule;
+    const size_t rounded = round_block(bytes);
     std::lock_guard<std::mutex> lock(g_cache_mu);
     g_cache.emplace(rounded, p);
     g_cached.fetch_add(static_cast<int64_t>(rounded));
