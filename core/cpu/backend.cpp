@@ -8,6 +8,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/cpu/kernels.h"
 
@@ -23,20 +24,25 @@ const bool g_malloc_tuned = [] {
   return true;
 }();
 std::atomic<int64_t> g_current{0}, g_peak{0}, g_allocs{0};
-std::atomic<int64_t> g_high{0};  // the all-time high of g_current (never reset)
+// the mapped (rounded) bytes of live large blocks, and their all-time high: the cache's bound
+std::atomic<int64_t> g_large_live{0}, g_large_high{0};
 
-// Blocks of 1 MiB and more are mapped from the kernel directly and, once freed, kept by size
+// Blocks of 8 MiB and more are mapped from the kernel directly and, once freed, kept by size
 // (rounded to 64 KiB, 2 MiB from 32 MiB on) and handed out again, like the CUDA pool: training frees
 // and reallocates the same sizes every step, and a fresh mapping comes back zero-filled by the
 // kernel page by page (measured: 15% of a GPT-2-124M bf16 step in page faults; the embedding
-// gradient alone is 154 MB). Below 1 MiB glibc's heap serves them. At most kMaxCached bytes are
-// kept, and the cache is emptied before an allocation is refused. The cache never lets the process
-// hold more than the tensors' all-time high-water mark: a new block that would take tensors plus
-// cache above it first unmaps cached blocks (the largest first). Without that bound a phase with
-// other sizes (an evaluation at other lengths after the steps) added its blocks to the steps'
-// cached ones; and with blocks up to 32 MiB left in glibc's heap (its arenas fragment, and keep
-// what is freed) a 124M model's step at T 8192 held 9.3 GB of memory for 6.7 GiB of tensors.
-constexpr size_t kLarge = size_t{1} << 20;
+// gradient alone is 154 MB). A request takes a cached block of its size, or the smallest one at
+// most 1.25x it. At most kMaxCached bytes are kept, and the cache is emptied before an allocation
+// is refused. The cache never lets the process hold more than 12.5% above its all-time high of
+// live large blocks (counted as mapped): a new block that would go past that first unmaps cached
+// blocks (the largest first). Without the bound a phase with other sizes (an evaluation at other
+// lengths after the steps) stacked its blocks on the steps' cached ones; without the slack a step
+// whose sizes come and go kept evicting what its next phase needed.
+// Below 8 MiB glibc's heap serves them (kept in it, see above). With everything below 32 MiB there,
+// the arenas fragmented: a 124M model's step at T 8192 (25 MB activations) held 9.3 GB for 6.7 GiB
+// of tensors, 7.2 GB now; with 1 MiB the bf16 step of the 124M shape at T 64 lost 15-25% to page
+// faults on its 1-5 MB blocks, which the heap reuses without them.
+constexpr size_t kLarge = size_t{8} << 20;
 constexpr size_t kMaxCached = size_t{4} << 30;
 size_t round_block(size_t n) {
   const size_t g = n >= (size_t{32} << 20) ? size_t{2} << 20 : size_t{64} << 10;
@@ -51,6 +57,8 @@ std::mutex g_cache_mu;
 // return its block here, and the cached blocks stay reachable (not "leaked") until the process ends.
 std::multimap<size_t, void*>& g_cache = *new std::multimap<size_t, void*>();
 std::atomic<int64_t> g_cached{0};
+// the mapped size of every live large block (a cached block up to 1.25x the request may serve it)
+std::unordered_map<void*, size_t>& g_mapped = *new std::unordered_map<void*, size_t>();
 
 void trim_cache(size_t keep) {  // callers hold g_cache_mu
   while (!g_cache.empty() && static_cast<size_t>(g_cached.load()) > keep) {
@@ -67,13 +75,16 @@ void* cpu_alloc(size_t bytes, int) {
   if (n >= kLarge) {
     const size_t rounded = round_block(n);
     std::lock_guard<std::mutex> lock(g_cache_mu);
-    if (auto it = g_cache.find(rounded); it != g_cache.end()) {
-      p = it->second;
+    size_t got = rounded;
+    if (auto it = g_cache.lower_bound(rounded); it != g_cache.end() && it->first <= rounded / 4 * 5) {
+      p = it->second;  // the same size, or the smallest cached block at most 1.25x it
+      got = it->first;
       g_cache.erase(it);
-      g_cached.fetch_sub(static_cast<int64_t>(rounded));
+      g_cached.fetch_sub(static_cast<int64_t>(got));
     } else {
-      const int64_t after = g_current.load() + static_cast<int64_t>(rounded);
-      const int64_t room = std::max(g_high.load(), after) - after;  // what the cache may keep
+      const int64_t after = g_large_live.load() + static_cast<int64_t>(rounded);
+      const int64_t bound = std::max(g_large_high.load(), after) / 8 * 9;  // 12.5% slack: see above
+      const int64_t room = bound - after;                                   // what the cache may keep
       if (g_cached.load() > room) trim_cache(static_cast<size_t>(std::max<int64_t>(room, 0)));
       p = map_block(rounded);
       if (!p) {
@@ -81,6 +92,11 @@ void* cpu_alloc(size_t bytes, int) {
         p = map_block(rounded);
       }
       if (p) g_allocs.fetch_add(1);
+    }
+    if (p) {
+      g_mapped[p] = got;
+      const int64_t live = g_large_live.fetch_add(static_cast<int64_t>(got)) + static_cast<int64_t>(got);
+      if (live > g_large_high.load()) g_large_high.store(live);  // under g_cache_mu
     }
   } else {
     p = std::aligned_alloc(64, (n + 63) / 64 * 64);
@@ -91,18 +107,18 @@ void* cpu_alloc(size_t bytes, int) {
   int64_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
   }
-  int64_t high = g_high.load();
-  while (now > high && !g_high.compare_exchange_weak(high, now)) {
-  }
   return p;
 }
 void cpu_release(void* p, size_t bytes, int) {
   g_current.fetch_sub(static_cast<int64_t>(bytes));
   if (std::max<size_t>(bytes, 1) >= kLarge) {
-    const size_t rounded = round_block(bytes);
     std::lock_guard<std::mutex> lock(g_cache_mu);
-    g_cache.emplace(rounded, p);
-    g_cached.fetch_add(static_cast<int64_t>(rounded));
+    const auto it = g_mapped.find(p);
+    const size_t size = it != g_mapped.end() ? it->second : round_block(bytes);
+    if (it != g_mapped.end()) g_mapped.erase(it);
+    g_large_live.fetch_sub(static_cast<int64_t>(size));
+    g_cache.emplace(size, p);
+    g_cached.fetch_add(static_cast<int64_t>(size));
     trim_cache(kMaxCached);
     return;
   }

@@ -592,7 +592,7 @@ TEST(HostMemory, LargeBlocksAreReusedAndZerosStillZero) {
   EXPECT_EQ(hz::ops::sum_all(hz::ops::unary(hz::UnaryOp::Abs, c)).item(), 0.0);
 }
 
-// The cache never takes the process above the tensors' all-time high-water mark: blocks of a new
+// The cache never takes the process much above its all-time high of live blocks: blocks of a new
 // size (an evaluation's, after the steps') first push out cached ones.
 TEST(HostMemory, TheCacheStaysWithinTheHighWaterMark) {
   const int64_t n = (64 << 20) / 4;  // 64 MiB of f32
@@ -605,7 +605,7 @@ TEST(HostMemory, TheCacheStaysWithinTheHighWaterMark) {
   std::vector<Tensor> eval;
   for (int i = 0; i < 3; ++i) eval.push_back(Tensor::zeros({n + (1 << 20)}, DType::F32));  // 68 MiB: other sizes
   const hz::DeviceMemoryStats after = hz::memory_stats(hz::Device::cpu());
-  // held = tensors + cache; it may reach the earlier high (256 MiB + whatever else was live) but
-  // not the 256 + 204 MiB an unbounded cache would hold
-  EXPECT_LE(after.reserved, before.reserved + (8 << 20)) << "cached " << (after.reserved - after.allocated);
+  // held = tensors + cache; it may reach the earlier high (256 MiB + whatever else was live) and
+  // the allocator's 12.5% slack, but not the 256 + 204 MiB an unbounded cache would hold
+  EXPECT_LE(after.reserved, before.reserved / 8 * 9 + (8 << 20)) << "cached " << (after.reserved - after.allocated);
 }
