@@ -7,8 +7,8 @@
 // OpenBLAS picks its kernel from a table of CPUs known at its release, and a CPU newer than the
 // table silently gets the SSE3 "Prescott" fallback at a quarter of the speed (Debian 12's 0.3.21
 // on an Emerald Rapids Xeon). Measured on a 2-core Sapphire-Rapids-class Xeon, oneDNN's sgemm ran
-// 1.0-1.6x OpenBLAS's own SkylakeX kernel at the model's shapes (scripts/bench: horizon bench
-// gemm), so it is the default even where OpenBLAS chose right. HZ_CPU_GEMM=onednn|openblas|
+// 1.0-1.6x OpenBLAS's own SkylakeX kernel at the model's shapes but one (0.8x;
+// docs/performance.md, "The CPU runtime"), so it is the default even where OpenBLAS chose right. HZ_CPU_GEMM=onednn|openblas|
 // portable overrides. Whatever is chosen first multiplies a few matrices (every transpose, alpha,
 // beta) and is compared against a double-precision reference; a library that computes wrong
 // results is passed over with a warning. f64 products (gradient checks) use OpenBLAS's dgemm.
