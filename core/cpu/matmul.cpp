@@ -151,11 +151,10 @@ const Chosen& chosen() {
     Chosen r;
     const char* env = std::getenv("HZ_CPU_GEMM");
     const std::string want = env ? env : "auto";
-    std::vector<F32Gemm> order;
-    if (want == "onednn") order = {F32Gemm::OneDNN, F32Gemm::OpenBLAS, F32Gemm::Portable};
-    else if (want == "openblas") order = {F32Gemm::OpenBLAS, F32Gemm::OneDNN, F32Gemm::Portable};
-    else if (want == "portable") order = {F32Gemm::Portable};
-    else order = {F32Gemm::OneDNN, F32Gemm::OpenBLAS, F32Gemm::Portable};
+    // the libraries to try, in order (Portable always last: it cannot fail its check)
+    F32Gemm order[3] = {F32Gemm::OneDNN, F32Gemm::OpenBLAS, F32Gemm::Portable};
+    if (want == "openblas") order[0] = F32Gemm::OpenBLAS, order[1] = F32Gemm::OneDNN;
+    else if (want == "portable") order[0] = order[1] = F32Gemm::Portable;
     if (want != "auto" && want != "onednn" && want != "openblas" && want != "portable")
       std::fprintf(stderr, "horizon: warning: HZ_CPU_GEMM=%s is not auto, onednn, openblas or portable; using auto\n",
                    want.c_str());
@@ -179,7 +178,7 @@ const Chosen& chosen() {
     }
     if (!core.empty()) {
       const int cl = cpu_level(), ol = openblas_level(core);
-      r.setup.openblas = "kernel " + core + " (" + level_name(ol) + ") on a " + level_name(cl) + " CPU";
+      r.setup.openblas = "kernel " + core + " (" + level_name(ol) + ") on an " + level_name(cl) + " CPU";
       if (ol < cl) {
         r.setup.openblas += ": OpenBLAS's CPU table predates this CPU";
         if (r.f32 == F32Gemm::OpenBLAS)
@@ -194,6 +193,8 @@ const Chosen& chosen() {
                    : !dnnl_available() ? "widened to f32 (no oneDNN in this build)"
                    : bwant == "f32" ? "widened to f32 (HZ_CPU_BF16_GEMM=f32)"
                                     : "widened to f32: no AMX on this CPU, where oneDNN's bf16 kernels run slower than f32";
+    while (!r.setup.warning.empty() && (r.setup.warning.back() == ' ' || r.setup.warning.back() == ';'))
+      r.setup.warning.pop_back();
     if (!r.setup.warning.empty()) std::fprintf(stderr, "horizon: warning: %s\n", r.setup.warning.c_str());
     return r;
   }();

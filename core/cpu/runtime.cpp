@@ -86,8 +86,8 @@ std::vector<std::string> runtime_report(bool measure) {
   out.push_back("cpu gemm f32: " + s.f32 + (measure ? rate(g32) : ""));
   out.push_back("cpu gemm bf16: " + s.bf16 + (measure ? rate(g16) : ""));
   if (measure && g16 < 1.2 * g32)  // bf16 also pays its casts: without a clear GEMM gain it trains slower
-    out.push_back("note: bf16 products are not faster than f32 on this CPU (no AMX): run.precision=fp32 trains "
-                  "faster here; bf16 still halves the activations' memory");
+    out.push_back("note: bf16 products are not faster than f32 here (the line above says why): run.precision=fp32 "
+                  "trains faster on this machine; bf16 still halves the activations' memory");
   if (!s.openblas.empty()) out.push_back("openblas: " + s.openblas + " (f64 products)");
   out.push_back(std::string("denormals: ") + (flush_denormals() ? "flushed to zero (FTZ+DAZ)"
                                                                    : "IEEE in this process (training and bench train flush them "
