@@ -7,11 +7,11 @@
 // OpenBLAS picks its kernel from a table of CPUs known at its release, and a CPU newer than the
 // table silently gets the SSE3 "Prescott" fallback at a quarter of the speed (Debian 12's 0.3.21
 // on an Emerald Rapids Xeon). Measured on a 2-core Sapphire-Rapids-class Xeon, oneDNN's sgemm ran
-// 1.0-1.6x OpenBLAS's own SkylakeX kernel at the model's shapes but one (0.8x;
-// docs/performance.md, "The CPU runtime"), so it is the default even where OpenBLAS chose right. HZ_CPU_GEMM=onednn|openblas|
-// portable overrides. Whatever is chosen first multiplies a few matrices (every transpose, alpha,
-// beta) and is compared against a double-precision reference; a library that computes wrong
-// results is passed over with a warning. f64 products (gradient checks) use OpenBLAS's dgemm.
+// 1.0-1.6x OpenBLAS's own SkylakeX kernel at the model's shapes but one (0.8x; docs/performance.md,
+// "The CPU runtime"), so it is the default even where OpenBLAS chose right.
+// HZ_CPU_GEMM=onednn|openblas|portable overrides. Whatever is chosen first multiplies a few
+// matrices (every transpose, alpha, beta) and is compared against a double-precision reference; a
+// library that computes wrong results is passed over with a warning. f64 products (gradient checks) use OpenBLAS's dgemm.
 // bf16 products go to oneDNN's bf16 matmul where the CPU has AMX; without AMX its bf16 kernels
 // (AVX512-BF16 dot products) run slower than the f32 ones, so bf16 operands are widened and
 // multiplied in f32 (the same arithmetic: bf16 inputs are exact in f32, f32 accumulation, one
