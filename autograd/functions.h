@@ -93,8 +93,10 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets,
 // Memory: chunk x V logits (and their gradient) instead of N x V.
 constexpr int64_t kLossSlice = 256;
 // The rows lm_head_loss (and every chunked use of the head) takes at a time for N rows: all of
-// them for chunk <= 0, else chunk rounded up to whole kLossSlice slices.
+// them for chunk <= 0, else chunk rounded up to whole kLossSlice slices (a chunk beyond 2^40 rows
+// is taken as 2^40: the round-up cannot overflow).
 inline int64_t loss_chunk_step(int64_t chunk, int64_t N) {
+  if (chunk > (int64_t{1} << 40)) chunk = int64_t{1} << 40;
   return chunk <= 0 ? (N > 1 ? N : 1) : (chunk + kLossSlice - 1) / kLossSlice * kLossSlice;
 }
 Variable lm_head_loss(const Variable& h, const Variable& w, const Tensor& targets, const Tensor& weights = Tensor(),

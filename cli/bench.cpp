@@ -58,7 +58,7 @@ int bench_attention(const Flags& args) {
   const DType dt = dts == "bf16" ? DType::BF16 : dts == "f64" ? DType::F64 : DType::F32;
   std::vector<int64_t> Ts;
   for (const auto& s : split_list(args.get("T", gpu ? "1024,2048,4096,8192,16384,32768" : "1024,2048,4096,8192,16384")))
-    Ts.push_back(std::stoll(s));
+    Ts.push_back(parse_int(s, "--T", 1, int64_t{1} << 24));
   const int64_t D = args.geti("D", 64), H = args.geti("H", gpu ? 2048 / D : 8);
   const int64_t B_arg = args.geti("B", gpu ? 0 : 1);  // 0: 16k tokens per batch, as FlashAttention's benchmark
   const int64_t W = args.geti("window", 512), reps = args.geti("reps", gpu ? 10 : 3);
@@ -100,7 +100,7 @@ int bench_attention(const Flags& args) {
           else if (m == "scope") cfg.window = attn::scope_windows(H, T);
           else if (m.rfind("docs", 0) == 0 && m.size() > 4 && std::isdigit(static_cast<unsigned char>(m[4]))) {
             // causal within packed documents of N tokens (the last one of a sequence shorter)
-            const int64_t N = std::stoll(m.substr(4));
+            const int64_t N = parse_int(m.substr(4), "the mask " + m, 1, int64_t{1} << 24);
             HZ_CHECK(N >= 1, ValueError, "bench: docsN needs N >= 1");
             cfg.window.assign(H, 0);
             std::vector<int64_t> cu{0};
@@ -203,9 +203,9 @@ int bench_train(const std::vector<std::string>& a) {
   double max_gib = 0;
   std::vector<std::string> ov;
   for (size_t i = 3; i < a.size(); ++i) {
-    if (a[i] == "--steps" && i + 1 < a.size()) steps = std::stoll(a[++i]);
-    else if (a[i] == "--warmup" && i + 1 < a.size()) warmup = std::stoll(a[++i]);
-    else if (a[i] == "--max-gib" && i + 1 < a.size()) max_gib = std::stod(a[++i]);
+    if (a[i] == "--steps" && i + 1 < a.size()) steps = parse_int(a[++i], "--steps", 1, int64_t{1} << 30);
+    else if (a[i] == "--warmup" && i + 1 < a.size()) warmup = parse_int(a[++i], "--warmup", 0, int64_t{1} << 30);
+    else if (a[i] == "--max-gib" && i + 1 < a.size()) max_gib = parse_number(a[++i], "--max-gib", 0, 1e6);
     else ov.push_back(a[i]);
   }
   HZ_CHECK(steps >= 1 && warmup >= 0, ValueError, "bench train: --steps must be >= 1 and --warmup >= 0");
@@ -288,8 +288,8 @@ int bench_train(const std::vector<std::string>& a) {
 int bench_optimizer(const std::vector<std::string>& a) {
   int64_t n = 124000000, reps = 5;
   for (size_t i = 2; i + 1 < a.size(); i += 2) {
-    if (a[i] == "--params") n = std::stoll(a[i + 1]);
-    else if (a[i] == "--reps") reps = std::stoll(a[i + 1]);
+    if (a[i] == "--params") n = parse_int(a[i + 1], "--params", 1, int64_t{1} << 40);
+    else if (a[i] == "--reps") reps = parse_int(a[i + 1], "--reps", 1, 1 << 20);
     else throw ValueError("bench optimizer: unknown option " + a[i]);
   }
   ag::Variable p(Tensor::zeros({n}, DType::F32), true, "p");
@@ -354,9 +354,9 @@ int bench_generate(const std::vector<std::string>& a) {
   {
     std::stringstream ss(f.get("lengths", "256,512,1024,2048"));
     std::string item;
-    while (std::getline(ss, item, ',')) lengths.push_back(std::stoll(item));
+    while (std::getline(ss, item, ',')) lengths.push_back(parse_int(item, "--lengths", 1, int64_t{1} << 24));
   }
-  const int64_t n_new = std::stoll(f.get("new", "16")), reps = std::stoll(f.get("reps", "3"));
+  const int64_t n_new = f.geti("new", 16, 1, int64_t{1} << 24), reps = f.geti("reps", 3, 1, 1 << 20);
   const int64_t V = m.cfg.vocab_size;
   const auto inf = recipe.eval_options().inference;
   using clock = std::chrono::steady_clock;

@@ -1,6 +1,13 @@
 #include "cli/flags.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
@@ -10,6 +17,46 @@ namespace hz::cli {
 std::string Flags::get(const std::string& k, const std::string& def) const {
   auto it = kv.find(k);
   return it == kv.end() ? def : it->second;
+}
+
+int64_t parse_int(const std::string& s, const std::string& what, int64_t lo, int64_t hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = s.empty() ? 0 : std::strtoll(s.c_str(), &end, 10);
+  HZ_CHECK(!s.empty() && end && *end == '\0' && errno != ERANGE, ValueError, what, ": expected a whole number, got '", s,
+           "'");
+  HZ_CHECK(v >= lo && v <= hi, ValueError, what, " must be in [", lo, ", ", hi, "], got ", s);
+  return v;
+}
+
+double parse_number(const std::string& s, const std::string& what, double lo, double hi) {
+  char* end = nullptr;
+  const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+  HZ_CHECK(!s.empty() && end && *end == '\0', ValueError, what, ": expected a number, got '", s, "'");
+  HZ_CHECK(std::isfinite(v) && v >= lo && v <= hi, ValueError, what, " must be a finite number in [", lo, ", ", hi,
+           "], got ", s);
+  return v;
+}
+
+int64_t Flags::geti(const std::string& k, int64_t def, int64_t lo, int64_t hi) const {
+  return has(k) ? parse_int(get(k), "--" + k, lo, hi) : def;
+}
+double Flags::getd(const std::string& k, double def, double lo, double hi) const {
+  return has(k) ? parse_number(get(k), "--" + k, lo, hi) : def;
+}
+
+std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+  struct stat st {};
+  HZ_CHECK(::stat(path.c_str(), &st) == 0, ValueError, what, ": cannot read '", path, "': ", std::strerror(errno));
+  HZ_CHECK(S_ISREG(st.st_mode), ValueError, what, ": '", path, "' is not a regular file (a device or a directory)");
+  HZ_CHECK(st.st_size <= max_bytes, ValueError, what, ": '", path, "' holds ", st.st_size, " bytes, more than the ",
+           max_bytes, " this reads");
+  std::ifstream in(path, std::ios::binary);
+  HZ_CHECK(in.good(), ValueError, what, ": cannot read '", path, "'");
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
 }
 
 Flags parse_flags(const std::vector<std::string>& a, const std::vector<std::string>& with_value,

@@ -46,13 +46,11 @@ int generate_main(const std::vector<std::string>& a) {
   HZ_CHECK(!f.positional.empty(), ValueError, "generate: give a run directory or checkpoint");
   HZ_CHECK(f.has("prompt") != f.has("file"), ValueError, "generate: give exactly one of --prompt TEXT and --file F");
   std::string text = f.get("prompt");
-  if (f.has("file")) {
-    std::ifstream in(f.get("file"), std::ios::binary);
-    HZ_CHECK(in.good(), ValueError, "generate: cannot read prompt file '", f.get("file"), "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
+  if (f.has("file")) text = read_input_file(f.get("file"), "generate --file");
+  // the numbers first: a bad one is refused before the model loads
+  const int64_t max_new = f.geti("max-new-tokens", 64, 1, int64_t{1} << 24);
+  const double temperature = f.getd("temperature", 0, 0, 1e6), top_p = f.getd("top-p", 1, 0, 1);
+  const int64_t seed = f.geti("seed", 0, 0);
   study::LoadedRun run = study::load_run(f.positional[0], std::vector<std::string>(f.positional.begin() + 1, f.positional.end()));
   const auto tok = data::make_tokenizer(run.recipe.data.tokenizer);
   eval::GenerateOptions o;
@@ -74,10 +72,10 @@ int generate_main(const std::vector<std::string>& a) {
     prompt = tok->encode(text);
   }
   o.eos = tok->eos();
-  o.max_new_tokens = std::stoll(f.get("max-new-tokens", "64"));
-  o.temperature = std::stod(f.get("temperature", "0"));
-  o.top_p = std::stod(f.get("top-p", "1"));
-  o.seed = std::stoull(f.get("seed", "0"));
+  o.max_new_tokens = max_new;
+  o.temperature = temperature;
+  o.top_p = top_p;
+  o.seed = static_cast<uint64_t>(seed);
   o.stop_token = f.has("stop-at-eos") ? tok->eos() : -1;
   o.train_len = run.recipe.data.seq_len;
   o.inference = run.recipe.eval_options().inference;

@@ -157,7 +157,10 @@ int cmd_eval(const std::vector<std::string>& a) {
       fmt::print("evaluating {} (step {}), trained at length {}{}\n", run.checkpoint, run.step, run.recipe.data.seq_len,
                  comm->size() > 1 ? fmt::format(", each sequence split over {} ranks", comm->size()) : "");
     const std::string tables = hz::study::evaluate_run(run, true, comm.get());
-    if (lead) fmt::print("{}wrote the results to {}\n", tables, run.run_dir);
+    if (lead)
+      fmt::print("{}{}\n", tables,
+                 run.results_written ? "wrote the results to " + run.run_dir
+                                     : run.run_dir + " is read-only: the results above were not written");
   });
 }
 
@@ -179,36 +182,68 @@ int cmd_data(const std::vector<std::string>& a) {
 
 }  // namespace
 
+namespace {
+int dispatch(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string& cmd = args[0];
+  if (cmd == "train") return cmd_train(args);
+  if (cmd == "eval") return cmd_eval(args);
+  if (cmd == "data") return cmd_data(args);
+  if (cmd == "info") return hz::cli::info_main(args);
+  if (cmd == "tokenize") return hz::cli::tokenize_main(args);
+  if (cmd == "bench") return hz::cli::bench_main(args);
+  if (cmd == "convert") return hz::cli::convert_main(args);
+  if (cmd == "score") return hz::cli::score_main(args);
+  if (cmd == "generate") return hz::cli::generate_main(args);
+  if (cmd == "simulate") return hz::cli::simulate_main(args);
+  if (cmd == "sweep") return hz::cli::sweep_main(args);
+  if (cmd == "report") return hz::cli::report_main(args);
+  fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);
+  return 2;
+}
+
+// Standard output that could not be written (`> /dev/full`, a closed pipe's disk): an input error
+// (exit 1) naming the reason, never an internal error or a silent exit 0 with nothing written.
+// err: errno when the failure was seen (fmt throws std::system_error with errno set); fflush's own
+// errno replaces it when the final flush is what fails.
+bool stdout_failed(int& err) {
+  errno = 0;
+  if (std::fflush(stdout) != 0) err = errno;
+  return std::ferror(stdout);
+}
+int stdout_error(int err) {
+  fmt::print(stderr, "horizon: error: cannot write to standard output: {}\n",
+             err ? std::strerror(err) : "write error");
+  return 1;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   bound_omp_spinning(argv);
   // progress lines go out one by one also when stdout is a file or a pipe (nohup, mpirun, batch jobs)
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  int rc = 0;
   try {
-    if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-      usage();
-      return argc < 2 ? 2 : 0;
-    }
-    const std::vector<std::string> args(argv + 1, argv + argc);
-    const std::string& cmd = args[0];
-    if (cmd == "train") return cmd_train(args);
-    if (cmd == "eval") return cmd_eval(args);
-    if (cmd == "data") return cmd_data(args);
-    if (cmd == "info") return hz::cli::info_main(args);
-    if (cmd == "tokenize") return hz::cli::tokenize_main(args);
-    if (cmd == "bench") return hz::cli::bench_main(args);
-    if (cmd == "convert") return hz::cli::convert_main(args);
-    if (cmd == "score") return hz::cli::score_main(args);
-    if (cmd == "generate") return hz::cli::generate_main(args);
-    if (cmd == "simulate") return hz::cli::simulate_main(args);
-    if (cmd == "sweep") return hz::cli::sweep_main(args);
-    if (cmd == "report") return hz::cli::report_main(args);
-    fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);
-    return 2;
+    rc = dispatch(argc, argv);
   } catch (const hz::Error& e) {
+    int err = errno;
+    if (stdout_failed(err)) return stdout_error(err);
+    fmt::print(stderr, "horizon: error: {}\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {  // a path the user gave that cannot be used
     fmt::print(stderr, "horizon: error: {}\n", e.what());
     return 1;
   } catch (const std::exception& e) {
+    int err = errno;
+    if (stdout_failed(err)) return stdout_error(err);
     fmt::print(stderr, "horizon: internal error: {}\n", e.what());
     return 3;
   }
+  int err = errno;
+  if (stdout_failed(err)) return stdout_error(err);
+  return rc;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "core/error.h"
 #include "study/report.h"
 
@@ -30,10 +31,10 @@ int report_main(const std::vector<std::string>& a) {
     else if (s == "--no-plots") o.plots = false;
     else if (s == "--python") o.python = value();
     else if (s == "--script") o.script = value();
-    else if (s == "--oa-T") o.oa_T = std::stoll(value());
-    else if (s == "--oa-heads") o.oa_heads = std::stoll(value());
-    else if (s == "--oa-layers") o.oa_layers = std::stoll(value());
-    else if (s == "--oa-trials") o.oa_trials = std::stoll(value());
+    else if (s == "--oa-T") o.oa_T = parse_int(value(), "--oa-T", 2, int64_t{1} << 24);
+    else if (s == "--oa-heads") o.oa_heads = parse_int(value(), "--oa-heads", 1, 1 << 16);
+    else if (s == "--oa-layers") o.oa_layers = parse_int(value(), "--oa-layers", 1, 1 << 16);
+    else if (s == "--oa-trials") o.oa_trials = parse_int(value(), "--oa-trials", 1, 1 << 20);
     else if (s.rfind("-", 0) == 0) throw ValueError("report: unknown option " + s + "; see --help");
     else runs.push_back(s);
   }

@@ -3,7 +3,8 @@
 // the model's tokenizer (data.tokenizer of its recipe; no BOS unless --bos), or read as
 // whitespace-separated token ids with --ids. Prints the mean negative log-likelihood (nats) of
 // tokens 2..n given their prefix; --json prints one object {"tokens": n, "mean_nll": x, "nll": [...]}.
-// --f64 runs the same weights in double precision.
+// --f64 runs the same weights in double precision. Packed documents are scored as the model trained
+// on them: with data.documents=masked each document ends at an EOS token and sees only itself.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include "cli/convert.h"
+#include "cli/flags.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "eval/score.h"
@@ -43,14 +45,11 @@ int score_main(const std::vector<std::string>& a) {
                "  and prints the mean negative log-likelihood (nats) of tokens 2..n given their prefix, in one\n"
                "  forward pass. --json: {\"tokens\": n, \"mean_nll\": x, \"nll\": [per-token values]}.\n"
                "  --f64: compute in double precision (a reference for the float32 numbers).\n"
+               "  Packed documents are scored as the model trained (data.documents=masked: each ends at EOS).\n"
                "  Overrides apply to the model's recipe (e.g. data.tokenizer=PATH).\n");
     return help ? 0 : 2;
   }
-  std::ifstream in(pos[1], std::ios::binary);
-  HZ_CHECK(in, ValueError, "cannot read '", pos[1], "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_input_file(pos[1], "score");
   study::LoadedRun run = study::load_run(pos[0], overrides);
   std::vector<int64_t> ids;
   std::unique_ptr<data::Tokenizer> tok;
@@ -86,7 +85,11 @@ int score_main(const std::vector<std::string>& a) {
     m->compute_dtype = DType::F64;
     run.model = std::move(m);
   }
-  const std::vector<double> nll = eval::token_nll(*run.model, ids, run.recipe.data.seq_len);
+  // packed documents scored as the model trained on them (data.documents / data.position_reset)
+  const attn::DocumentOptions docs = run.recipe.eval_options().documents;
+  if (docs.mode == attn::DocumentMode::Masked && !tok) tok = data::make_tokenizer(spec);
+  const std::vector<double> nll =
+      eval::token_nll(*run.model, ids, run.recipe.data.seq_len, -1, docs, tok ? tok->eos() : -1);
   double sum = 0;
   for (double x : nll) sum += x;
   const double mean = sum / static_cast<double>(nll.size());

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "core/error.h"
 #include "eval/order_awareness.h"
 
@@ -32,13 +33,15 @@ int simulate_main(const std::vector<std::string>& a) {
     HZ_CHECK(kv.count(k), ValueError, "simulate: unknown option --", k, "; see --help");
     kv[k] = a[++i];
   }
-  const int64_t T = std::stoll(kv["T"]), H = std::stoll(kv["heads"]), L = std::stoll(kv["layers"]);
-  const int64_t trials = std::stoll(kv["trials"]);
+  const int64_t T = parse_int(kv["T"], "--T", 2, int64_t{1} << 24), H = parse_int(kv["heads"], "--heads", 1, 1 << 16),
+                L = parse_int(kv["layers"], "--layers", 1, 1 << 16);
+  const int64_t trials = parse_int(kv["trials"], "--trials", 1, 1 << 20);
+  const auto seed = static_cast<uint64_t>(parse_int(kv["seed"], "--seed", 0));
   std::vector<std::pair<std::string, std::vector<double>>> rows;
   std::stringstream ss(kv["schemes"]);
   for (std::string s; std::getline(ss, s, ',');) {
     const eval::OaScheme sc = eval::parse_oa_scheme(s);
-    rows.push_back({s, eval::order_awareness(eval::oa_windows(sc, T, H), T, L, trials, std::stoull(kv["seed"]))});
+    rows.push_back({s, eval::order_awareness(eval::oa_windows(sc, T, H), T, L, trials, seed)});
   }
   fmt::print("order awareness r (distinct values / T) at T = {}, H = {}, {} trial(s)\n{:<8}", T, H, trials, "layers");
   for (int64_t l = 1; l <= L; ++l) fmt::print(" {:>6}", l);

@@ -1,6 +1,7 @@
 // Horizon: `horizon tokenize` (encode / decode with any tokenizer) and `horizon bench tokenizer`
 // (encoding throughput, compared with the `tokenizers` library by scripts/bench/bench_tokenizer.sh).
 #include "cli/tokenize.h"
+#include "cli/flags.h"
 
 #include <fmt/core.h>
 
@@ -133,9 +134,9 @@ int bench_tokenizer_main(const std::vector<std::string>& args) {
       threads.clear();
       std::stringstream ss(next());
       std::string t;
-      while (std::getline(ss, t, ',')) threads.push_back(std::stoi(t));
+      while (std::getline(ss, t, ',')) threads.push_back(static_cast<int>(parse_int(t, "--threads", 1, 4096)));
     } else if (a == "--reps") {
-      reps = std::stoi(next());
+      reps = static_cast<int>(parse_int(next(), "--reps", 1, 1 << 20));
     } else if (a == "--text-field") {
       field = next();
     } else if (a == "--help" || a == "-h") {

@@ -44,6 +44,9 @@ bool flush_denormals();  // the calling thread's setting
 // The OpenMP threads' waiting at the end of a parallel region, as configured for this process
 // ("GOMP_SPINCOUNT=3000 (Horizon's default)", "OMP_WAIT_POLICY=PASSIVE (environment)").
 std::string omp_wait();
+// The machine's physical memory in bytes (0 when unknown): what a job that cannot fit is measured
+// against before it allocates (a prompt of millions of tokens, `horizon generate`).
+int64_t physical_memory();
 // Lines describing the CPU runtime for `horizon info` and the training log: threads, the GEMM
 // libraries (with measured GFLOP/s when measure), denormal flushing, OpenMP waiting.
 std::vector<std::string> runtime_report(bool measure);

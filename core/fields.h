@@ -11,7 +11,9 @@
 namespace hz {
 
 // Each field carries a Field: its documentation, its role and, for numbers (and each element of
-// a list of numbers), its range.
+// a list of numbers), its range. Numbers are finite; an integer field without an upper bound takes at
+// most kIntCeiling (2^40: no count, size or step Horizon handles comes near, and products of two such
+// fields stay far from int64 overflow).
 //   architecture    what the weights were trained as: a checkpoint's own; evaluation and resume
 //                   refuse to change it (surgery recipes change it on purpose: DroPE, SWAN)
 //   inference-time  how a trained model is run (RoPE scalings, freeze_scopes, eval.*): free to change
@@ -21,12 +23,15 @@ inline const char* role_name(Role r) {
   return r == Role::Architecture ? "architecture" : r == Role::Inference ? "inference-time" : "run";
 }
 
+constexpr double kIntCeiling = 1099511627776.0;  // 2^40
+
 struct Field {
   const char* doc;
   Role role;
   double lo = -HUGE_VAL, hi = HUGE_VAL;
   bool lo_open = false, hi_open = false;
   Field at_least(double v) const { Field f = *this; f.lo = v; return f; }
+  Field at_most(double v) const { Field f = *this; f.hi = v; return f; }
   Field above(double v) const { Field f = *this; f.lo = v; f.lo_open = true; return f; }
   Field in(double a, double b, bool open_hi = false) const {
     Field f = *this;
@@ -36,11 +41,13 @@ struct Field {
     return f;
   }
   bool bounded() const { return lo != -HUGE_VAL || hi != HUGE_VAL; }
+  // Every number is finite (an infinity passes no field's check: `optim.eps: .inf` used to pass "> 0").
   bool contains(double x) const {
-    if (std::isnan(x)) return false;
+    if (!std::isfinite(x)) return false;
     return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
   }
   static std::string num(double x) {
+    if (x == std::floor(x) && std::fabs(x) < 9.2e18) return std::to_string(static_cast<int64_t>(x));  // 16777216, not 1.67772e+07
     std::ostringstream s;
     s << x;
     return s.str();

@@ -30,4 +30,61 @@ void write_file_atomic(const std::string& path, std::initializer_list<std::strin
   }
 }
 
+namespace {
+constexpr const char* kJournal = "/.results.pending";
+constexpr const char* kSetTmp = ".set.tmp";
+
+void write_whole(const std::string& path, const std::string& content, const std::string& shown) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  HZ_CHECK(f != nullptr, Error, "cannot create '", path, "': ", std::strerror(errno),
+           "; check that the directory exists and is writable");
+  bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && std::fflush(f) == 0;
+  const int err = errno;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(path.c_str());
+    throw Error(detail::concat_msg("writing '", shown, "' failed: ", std::strerror(err), "; is the disk full?"));
+  }
+}
+}  // namespace
+
+void finish_file_set(const std::string& dir) {
+  std::FILE* j = std::fopen((dir + kJournal).c_str(), "rb");
+  if (!j) return;
+  std::string names;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, j)) > 0 && names.size() < (1 << 20);) names.append(buf, n);
+  std::fclose(j);
+  size_t at = 0;
+  while (at < names.size()) {
+    size_t end = names.find('\n', at);
+    if (end == std::string::npos) end = names.size();
+    const std::string name = names.substr(at, end - at);
+    at = end + 1;
+    if (name.empty() || name.find('/') != std::string::npos) continue;
+    const std::string tmp = dir + "/" + name + kSetTmp;
+    if (std::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0 && errno != ENOENT)
+      throw Error(detail::concat_msg("cannot rename '", tmp, "' into place: ", std::strerror(errno)));
+  }
+  std::remove((dir + kJournal).c_str());
+}
+
+void write_files_atomic(const std::string& dir, const FileSet& files) {
+  finish_file_set(dir);  // an earlier writer's set first
+  std::string names;
+  try {
+    for (const auto& [name, content] : files) {
+      HZ_CHECK(!name.empty() && name.find('/') == std::string::npos && name.find('\n') == std::string::npos, Error,
+               "write_files_atomic: '", name, "' is not a plain file name");
+      write_whole(dir + "/" + name + kSetTmp, content, dir + "/" + name);
+      names += name + "\n";
+    }
+  } catch (...) {
+    for (const auto& [name, content] : files) std::remove((dir + "/" + name + kSetTmp).c_str());
+    throw;
+  }
+  write_file_atomic(dir + kJournal, names);
+  finish_file_set(dir);
+}
+
 }  // namespace hz

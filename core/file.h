@@ -5,10 +5,20 @@
 // writer) sees the previous file or the new one, never a mix or a truncated one. On failure the
 // ".tmp" is removed, `path` is untouched, and an hz::Error names the file and the reason.
 // Several parts (a header and a payload) are written one after the other, without joining them.
+//
+// A result set (several files that belong together: eval.json with its nll_by_position.csv, ...)
+// is written with write_files_atomic(dir, files): every file goes to "<name>.set.tmp" first; only
+// when all are complete does a journal (dir/.results.pending, the names) appear, then the renames
+// follow and the journal goes. A writer stopped before the journal leaves the previous set whole;
+// one stopped after it leaves complete files that finish_file_set(dir) renames into place (the
+// next writer does it first, and a reader calls it before reading). So readers see the old set or
+// the new one, never a mix.
 #pragma once
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace hz {
 
@@ -16,5 +26,9 @@ void write_file_atomic(const std::string& path, std::initializer_list<std::strin
 inline void write_file_atomic(const std::string& path, const std::string& content) {
   write_file_atomic(path, {std::string_view(content)});
 }
+
+using FileSet = std::vector<std::pair<std::string, std::string>>;  // (name in the directory, content)
+void write_files_atomic(const std::string& dir, const FileSet& files);
+void finish_file_set(const std::string& dir);
 
 }  // namespace hz

@@ -197,6 +197,23 @@ std::vector<double> Tensor::to_vector() const {
   for (int64_t i = 0; i < c.numel(); ++i) v[i] = load_as_double(c.raw_data(), c.dtype_, i);
   return v;
 }
+int64_t Tensor::first_non_finite() const {
+  if (!is_floating(dtype_)) return -1;
+  const Tensor c = contiguous().to(Device::cpu());
+  const int64_t n = c.numel();
+  // a float is finite unless its exponent bits are all ones
+  auto scan = [n](auto* p, auto exp_mask) -> int64_t {
+    for (int64_t i = 0; i < n; ++i)
+      if ((p[i] & exp_mask) == exp_mask) return i;
+    return -1;
+  };
+  switch (dtype_) {
+    case DType::F32: return scan(static_cast<const uint32_t*>(c.raw_data()), uint32_t{0x7f800000u});
+    case DType::F64: return scan(static_cast<const uint64_t*>(c.raw_data()), uint64_t{0x7ff0000000000000ull});
+    case DType::BF16: return scan(static_cast<const uint16_t*>(c.raw_data()), uint16_t{0x7f80u});
+    default: return -1;
+  }
+}
 double Tensor::item() const {
   HZ_CHECK(numel() == 1, ShapeError, "item() needs exactly one element, tensor has shape ",
            shape_str(shape_));

@@ -103,6 +103,9 @@ class Tensor {
   double at_flat(int64_t i) const;                        // i-th element in row-major order
   void set(std::initializer_list<int64_t> idx, double v);  // CPU only
   std::vector<double> to_vector() const;                   // row-major values
+  // Row-major index of the first NaN or +-Inf element, -1 when all are finite (and for integer
+  // dtypes); copies from the GPU. Loaders use it to refuse non-finite weights, naming the tensor.
+  int64_t first_non_finite() const;
 
   // ---- views (no copies) ----------------------------------------------------------------
   Tensor view(const Shape& shape) const;     // requires a compatible layout; one dim may be -1

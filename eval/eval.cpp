@@ -245,7 +245,8 @@ std::string report_table(const EvalReport& r, int64_t train_len) {
   return os.str();
 }
 
-void write_report(const EvalReport& r, const std::string& dir, int64_t train_len) {
+FileSet report_files(const EvalReport& r, int64_t train_len) {
+  FileSet files;
   std::ostringstream csv, js;
   csv << "length,extension,loss,ppl,last256_loss,tokens,drope_c,swan_a\n";
   js << "{\"train_length\": " << train_len << ", \"lengths\": [";
@@ -258,27 +259,32 @@ void write_report(const EvalReport& r, const std::string& dir, int64_t train_len
                       l.length, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c, l.swan_a);
   }
   js << "], \"nll_length\": " << r.nll_length << "}\n";
-  write_file_atomic(dir + "/eval.csv", csv.str());
-  write_file_atomic(dir + "/eval.json", js.str());
+  files.emplace_back("eval.csv", csv.str());
+  files.emplace_back("eval.json", js.str());
   if (!r.passkey.empty()) {
     std::ostringstream pk;
     pk << "length,depth,examples,correct,accuracy,digit_accuracy\n";
     for (const auto& c : r.passkey)
       pk << fmt::format("{},{},{},{},{:.4f},{:.4f}\n", c.length, c.depth, c.examples, c.correct,
                         static_cast<double>(c.correct) / std::max<int64_t>(1, c.examples), c.digit_accuracy);
-    write_file_atomic(dir + "/passkey.csv", pk.str());
+    files.emplace_back("passkey.csv", pk.str());
   }
   if (!r.swan_fit.empty()) {
     std::ostringstream sf;
     sf << "length,begin,end,best_a,nll_best,nll_off\n";
     for (const auto& f : r.swan_fit)
       sf << fmt::format("{},{},{},{},{:.6f},{:.6f}\n", f.length, f.begin, f.end, f.best_a, f.nll_best, f.nll_off);
-    write_file_atomic(dir + "/swan_fit.csv", sf.str());
+    files.emplace_back("swan_fit.csv", sf.str());
   }
   std::ostringstream pos;
   pos << "position,nll\n";
   for (size_t t = 0; t < r.nll_by_position.size(); ++t) pos << t << "," << fmt::format("{:.6f}", r.nll_by_position[t]) << "\n";
-  write_file_atomic(dir + "/nll_by_position.csv", pos.str());
+  files.emplace_back("nll_by_position.csv", pos.str());
+  return files;
+}
+
+void write_report(const EvalReport& r, const std::string& dir, int64_t train_len) {
+  write_files_atomic(dir, report_files(r, train_len));
 }
 
 }  // namespace hz::eval

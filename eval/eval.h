@@ -5,6 +5,7 @@
 // temperature c (the DroPE paper) per length, and SWAN's row-scaling a (the SWAN paper) per length and per
 // 128-token window.
 #pragma once
+#include "core/file.h"
 #include <string>
 #include <vector>
 
@@ -64,6 +65,9 @@ std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions&
 
 std::string report_table(const EvalReport& r, int64_t train_len);
 // eval.json, eval.csv, nll_by_position.csv (+ passkey.csv, swan_fit.csv when present)
+// The report's files (eval.csv, eval.json, passkey.csv, swan_fit.csv, nll_by_position.csv) as one
+// result set (core/file.h); write_report writes them so.
+FileSet report_files(const EvalReport& r, int64_t train_len);
 void write_report(const EvalReport& r, const std::string& dir, int64_t train_len);
 
 }  // namespace hz::eval

@@ -1,5 +1,7 @@
 #include "eval/generate.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -45,6 +47,32 @@ int32_t choose_token(const std::vector<double>& lg, double temperature, double t
   return order[keep - 1];
 }
 
+namespace {
+// Refuses a prompt whose prefill and cache cannot fit before anything is allocated (a 10 MB prompt
+// used to grow to 6 GB before failing): the keys and values of every layer for `capacity` tokens
+// (an upper bound: window layers keep fewer) plus the largest block's no-grad working set over the
+// prompt and the hidden states around it (nn/cost.h), against the host's memory on the CPU.
+void check_fits(const nn::Transformer& m, int64_t prompt, int64_t capacity, int64_t train_len) {
+  const Device dev = m.device();
+  if (!dev.is_cpu()) return;  // the CUDA pool refuses an allocation it cannot make with a DeviceError
+  const int64_t act = m.compute_dtype == DType::BF16 ? 2 : static_cast<int64_t>(dtype_size(m.cfg.dtype));
+  const double kv = 2.0 * static_cast<double>(m.cfg.n_layers) * static_cast<double>(m.cfg.kv_heads()) *
+                    static_cast<double>(m.cfg.hdim()) * static_cast<double>(capacity) * static_cast<double>(act);
+  nn::AttnCall call;
+  call.T = capacity;
+  call.train_len = train_len;
+  double block = 0;
+  for (const auto& b : m.layers)
+    block = std::max(block, static_cast<double>(b->cost(nn::CallShape{1, prompt, act}, call).inference));
+  const double need = kv + block + 2.0 * static_cast<double>(prompt) * static_cast<double>(m.cfg.d_model * act);
+  const double have = static_cast<double>(cpu::physical_memory());
+  HZ_CHECK(have <= 0 || need <= 0.9 * have, ValueError, "generate: a prompt of ", prompt, " tokens with ",
+           capacity - prompt, " new ones needs about ", fmt::format("{:.1f}", need / double(1 << 30)),
+           " GiB for its prefill and key/value cache, more than this machine's ",
+           fmt::format("{:.1f}", have / double(1 << 30)), " GiB allow; shorten the prompt");
+}
+}  // namespace
+
 Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, const GenerateOptions& o) {
   HZ_CHECK(!prompt.empty(), ValueError, "generate: the prompt is empty; give at least one token");
   HZ_CHECK(o.max_new_tokens >= 1, ValueError, "generate: max_new_tokens must be >= 1");
@@ -69,6 +97,7 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
   }
   g.prompt_kept = static_cast<int64_t>(visible.size());
   g.capacity = static_cast<int64_t>(visible.size()) + o.max_new_tokens;
+  check_fits(m, g.prompt_kept, g.capacity, train_len);
   ScopedInference inf(m, o.inference, train_len, g.capacity);
   nn::KVCache cache(m, g.capacity, train_len);
   g.kv_bytes = cache.bytes();

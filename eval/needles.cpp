@@ -81,8 +81,8 @@ std::string needle_table(const NeedleReport& r) {
   return os.str();
 }
 
-void write_needles(const NeedleReport& r, const std::string& dir) {
-  if (r.cells.empty() && r.skipped.empty()) return;
+FileSet needle_files(const NeedleReport& r) {
+  if (r.cells.empty() && r.skipped.empty()) return {};
   std::ostringstream csv;
   csv << "task,length,depth,samples,correct,accuracy,score\n";
   nlohmann::json j;
@@ -98,8 +98,13 @@ void write_needles(const NeedleReport& r, const std::string& dir) {
     j["examples"].push_back({{"task", s.task}, {"length", s.length}, {"depth", s.depth}, {"prompt_tokens", s.prompt_tokens},
                              {"answers", s.answers}, {"output", s.output}});
   j["skipped"] = r.skipped;
-  write_file_atomic(dir + "/needles.csv", csv.str());
-  write_file_atomic(dir + "/needles.json", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  return {{"needles.csv", csv.str()},
+          {"needles.json", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"}};
+}
+
+void write_needles(const NeedleReport& r, const std::string& dir) {
+  const FileSet files = needle_files(r);
+  if (!files.empty()) write_files_atomic(dir, files);
 }
 
 }  // namespace hz::eval

@@ -5,6 +5,7 @@
 // t 10^9 + L 10^4 + d 10^2 + s), so cells are reproducible and independent of each other. The generation budget per example is the canonical answer's
 // token count + 4, reserved inside the length, so prompt + answer never exceed it.
 #pragma once
+#include "core/file.h"
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct NeedleReport {
 NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o);
 
 std::string needle_table(const NeedleReport& r);
-void write_needles(const NeedleReport& r, const std::string& dir);  // needles.csv, needles.json
+FileSet needle_files(const NeedleReport& r);  // needles.csv, needles.json; none without cells
+void write_needles(const NeedleReport& r, const std::string& dir);
 
 }  // namespace hz::eval

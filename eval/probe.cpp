@@ -172,10 +172,11 @@ std::string probe_table(const std::vector<ProbeResult>& r) {
   return os.str();
 }
 
-void write_probes(const std::vector<ProbeResult>& r, const std::string& dir) {
+FileSet probe_files(const std::vector<ProbeResult>& r) {
   std::string f = "layer,r2_heldout,r2_fit,lambda\n";
   for (const auto& p : r) f += fmt::format("{},{:.6f},{:.6f},{}\n", p.layer, p.r2_heldout, p.r2_fit, p.lambda);
-  write_file_atomic(dir + "/probes.csv", f);
+  return {{"probes.csv", f}};
 }
+void write_probes(const std::vector<ProbeResult>& r, const std::string& dir) { write_files_atomic(dir, probe_files(r)); }
 
 }  // namespace hz::eval

@@ -6,6 +6,7 @@
 // fitting positions, then refitted on all of them) and R^2 is reported on the held-out
 // positions: 1 = position is linearly decodable, 0 = no better than the mean.
 #pragma once
+#include "core/file.h"
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ std::vector<ProbeResult> fit_position_probes(const std::vector<std::vector<doubl
                                              uint64_t seed);
 
 std::string probe_table(const std::vector<ProbeResult>& r);
-void write_probes(const std::vector<ProbeResult>& r, const std::string& dir);  // probes.csv
+FileSet probe_files(const std::vector<ProbeResult>& r);  // probes.csv
+void write_probes(const std::vector<ProbeResult>& r, const std::string& dir);
 
 }  // namespace hz::eval

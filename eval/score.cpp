@@ -4,7 +4,7 @@
 namespace hz::eval {
 
 std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_t>& ids, int64_t train_len,
-                              int64_t chunk_rows) {
+                              int64_t chunk_rows, const attn::DocumentOptions& docs, int64_t eos) {
   const int64_t n = static_cast<int64_t>(ids.size());
   HZ_CHECK(n >= 2, ValueError, "score: need at least 2 tokens to score the second given the first, got ", n);
   HZ_CHECK(chunk_rows >= -1, ValueError, "score: chunk_rows must be -1 (automatic), 0 (all) or positive");
@@ -17,6 +17,14 @@ std::vector<double> token_nll(const nn::Transformer& m, const std::vector<int64_
   nn::AttnCall call;
   call.T = n;
   call.train_len = train_len > 0 ? train_len : m.cfg.train_len;
+  if (docs.mode == attn::DocumentMode::Masked) {
+    HZ_CHECK(eos >= 0, ValueError, "score: masked documents are cut at the tokenizer's EOS, and this one has none");
+    std::vector<int64_t> cu{0};
+    for (int64_t i = 0; i + 1 < n; ++i)
+      if (ids[i] == eos) cu.push_back(i + 1);
+    cu.push_back(n);
+    call.documents = attn::Documents::of_batch(1, n, cu, docs);
+  }
   std::vector<double> nll = m.token_nll(Tensor::from_vector(flat, {1, n}, DType::I64),
                                         Tensor::from_vector(next, {1, n}, DType::I64), call, chunk_rows)
                                 .to_vector();

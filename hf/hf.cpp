@@ -90,7 +90,15 @@ std::map<std::string, Tensor> import_weights(const std::string& dir, const nn::M
     if (e.shape != want)
       throw HfError(set.file_of(hf) + ": tensor '" + hf + "' has shape " + shape_str(e.shape) + " but the model (" +
                     dir + "/config.json, or the recipe's model section) implies " + shape_str(want));
+    if (e.dtype != "F32" && e.dtype != "F64" && e.dtype != "BF16" && e.dtype != "F16")
+      throw HfError(set.file_of(hf) + ": tensor '" + hf + "' holds " + e.dtype +
+                    " values; a weight is a float (F32, F64, BF16 or F16): casting integers would load nonsense");
     Tensor t = set.load(hf);
+    const int64_t bad = t.first_non_finite();
+    if (bad >= 0)
+      throw HfError(set.file_of(hf) + ": tensor '" + hf + "' element " + std::to_string(bad) + " of " +
+                    shape_str(t.shape()) + " is " + std::to_string(t.at_flat(bad)) +
+                    ": weights must be finite (a diverged or damaged model)");
     out[hz] = t.dtype() == dtype ? t : t.to(dtype);
     used.insert(hf);
   }

@@ -97,12 +97,7 @@ Id utf8_fixed_string_type(const std::string& v, const std::string& what) {
   return t;
 }
 
-// Variable-length strings of old files are read with an allocator that refuses any length above
-// kMaxStringBytes, so a corrupt length is an error, not an allocation of gigabytes.
-void* capped_malloc(size_t n, void*) { return n > kMaxStringBytes ? nullptr : std::malloc(n); }
-void capped_free(void* p, void*) { std::free(p); }
-
-// Reads one string (VL or fixed length) through `read(mem_type, buf)`; the memory type takes the
+// Reads one fixed-length string through `read(mem_type, buf)`; the memory type takes the
 // file's character set (HDF5 refuses to convert between ASCII and UTF-8).
 // storage: the bytes the object occupies in the file (H5Aget_storage_size / H5Dget_storage_size),
 // which bounds a fixed-length string's size before anything is allocated.
@@ -117,18 +112,9 @@ std::string read_one_string(hid_t file_type, hid_t space, uint64_t storage, cons
   check(H5Tset_cset(mem.get(), cset), what);
   const htri_t vl = H5Tis_variable_str(file_type);
   if (vl < 0) fail(what);
-  if (vl) {
-    check(H5Tset_size(mem.get(), H5T_VARIABLE), what);
-    char* buf = nullptr;
-    check(read(mem.get(), static_cast<void*>(&buf)), what);
-    std::string out = buf ? std::string(buf) : std::string();
-#if H5_VERSION_GE(1, 12, 0)
-    H5Treclaim(mem.get(), space, H5P_DEFAULT, &buf);
-#else
-    H5Dvlen_reclaim(mem.get(), space, H5P_DEFAULT, &buf);
-#endif
-    return out;
-  }
+  // A variable-length string lives in the file's global heap, which libhdf5 reads without bounds
+  // checks (a flipped bit there crashes or hangs it): Horizon writes and reads fixed-length ones only.
+  if (vl) throw HDF5Error(what + ": a variable-length string, which Horizon does not read (it writes fixed-length ones)");
   const size_t size = H5Tget_size(file_type);
   if (size == 0) fail(what);
   if (size > kMaxStringBytes || size > storage)
@@ -271,10 +257,8 @@ std::string Dataset::read_string() const {
   const std::string what = "reading string dataset " + name_;
   Id type(check_id(H5Dget_type(id()), what), H5Tclose);
   Id space(check_id(H5Dget_space(id()), what), H5Sclose);
-  Id dxpl(check_id(H5Pcreate(H5P_DATASET_XFER), what), H5Pclose);
-  check(H5Pset_vlen_mem_manager(dxpl.get(), capped_malloc, nullptr, capped_free, nullptr), what);
   return read_one_string(type.get(), space.get(), storage_size(), what, [&](hid_t mem, void* buf) {
-    return H5Dread(id(), mem, H5S_ALL, H5S_ALL, dxpl.get(), buf);
+    return H5Dread(id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   });
 }
 
@@ -285,9 +269,57 @@ Id utf8_link_plist(const std::string& what) {
   check(H5Pset_char_encoding(lcpl.get(), H5T_CSET_UTF8), what);
   return lcpl;
 }
-herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* out) {
-  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+struct LinkList {
+  std::vector<std::string> names;
+  std::string not_hard;  // the first link that is not a hard link
+};
+herr_t collect_link(hid_t, const char* name, const H5L_info_t* info, void* out) {
+  auto* l = static_cast<LinkList*>(out);
+  if (info->type != H5L_TYPE_HARD && l->not_hard.empty()) l->not_hard = name;
+  l->names.emplace_back(name);
   return 0;
+}
+const char* link_kind(H5L_type_t t) {
+  switch (t) {
+    case H5L_TYPE_SOFT: return "a soft link";
+    case H5L_TYPE_EXTERNAL: return "an external link (to another file)";
+    default: return "a user-defined link";
+  }
+}
+// Soft, external and user-defined links make libhdf5 follow a path Horizon did not write (an
+// external link opens another file): only hard links are opened.
+void require_hard_link(hid_t group, const std::string& link, const std::string& path) {
+  H5L_info_t info{};
+  if (H5Lget_info(group, link.c_str(), &info, H5P_DEFAULT) < 0) fail("reading the link " + path);
+  if (info.type != H5L_TYPE_HARD)
+    throw HDF5Error(path + " is " + link_kind(info.type) + ", which Horizon does not follow (it writes hard links only)");
+}
+// A dataset Horizon reads: contiguous or compact storage in this file (no external raw-data files, no
+// virtual layout mapping other files, no filters), of a fixed-size integer, float or string type.
+void require_plain_dataset(hid_t d, const std::string& path) {
+  const std::string what = "checking dataset " + path;
+  Id dcpl(check_id(H5Dget_create_plist(d), what), H5Pclose);
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout != H5D_CONTIGUOUS && layout != H5D_COMPACT)
+    throw HDF5Error(path + ": " +
+                    (layout == H5D_VIRTUAL ? std::string("a virtual dataset (its values live in other files)")
+                     : layout == H5D_CHUNKED ? std::string("a chunked dataset")
+                                             : "a dataset of unknown layout") +
+                    ", which Horizon does not read (it writes contiguous datasets)");
+  const int external = H5Pget_external_count(dcpl.get());
+  if (external != 0)
+    throw HDF5Error(path + ": its values are stored in " +
+                    (external > 0 ? std::to_string(external) + " external file(s)" : std::string("an unreadable place")) +
+                    ", which Horizon does not read (it writes every value inside the checkpoint)");
+  if (H5Pget_nfilters(dcpl.get()) != 0) throw HDF5Error(path + ": a filtered (compressed) dataset, which Horizon does not read");
+  Id type(check_id(H5Dget_type(d), what), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const htri_t vl = cls == H5T_STRING ? H5Tis_variable_str(type.get()) : 0;
+  if (vl < 0) fail(what);
+  if ((cls != H5T_INTEGER && cls != H5T_FLOAT && cls != H5T_STRING) || vl)
+    throw HDF5Error(path + ": " +
+                    (vl ? std::string("a variable-length string") : "an element type of class " + std::to_string(int(cls))) +
+                    ", which Horizon does not read (it writes fixed-size integers, floats and fixed-length strings)");
 }
 }  // namespace
 
@@ -297,11 +329,12 @@ bool Group::has(const std::string& link) const {
   return r > 0;
 }
 std::vector<std::string> Group::links() const {
-  std::vector<std::string> out;
+  LinkList out;
   hsize_t idx = 0;
   check(H5Literate(id(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_link, &out),
         "listing the members of " + name_);
-  return out;
+  if (!out.not_hard.empty()) require_hard_link(id(), out.not_hard, join(name_, out.not_hard));
+  return out.names;
 }
 Group Group::create_group(const std::string& link) {
   const std::string path = join(name_, link);
@@ -314,6 +347,7 @@ Group Group::create_group(const std::string& link) {
 Group Group::open_group(const std::string& link) const {
   const std::string path = join(name_, link);
   if (!has(link)) throw HDF5Error("no group " + path);
+  require_hard_link(id(), link, path);
   return Group(
       Id(check_id(H5Gopen2(id(), link.c_str(), H5P_DEFAULT), "opening group " + path), H5Gclose),
       path);
@@ -332,9 +366,10 @@ Dataset Group::create_dataset(const std::string& link, hid_t file_type, const Di
 Dataset Group::open_dataset(const std::string& link) const {
   const std::string path = join(name_, link);
   if (!has(link)) throw HDF5Error("no dataset " + path);
-  return Dataset(
-      Id(check_id(H5Dopen2(id(), link.c_str(), H5P_DEFAULT), "opening dataset " + path), H5Dclose),
-      path);
+  require_hard_link(id(), link, path);
+  Id d(check_id(H5Dopen2(id(), link.c_str(), H5P_DEFAULT), "opening dataset " + path), H5Dclose);
+  require_plain_dataset(d.get(), path);
+  return Dataset(std::move(d), path);
 }
 Dataset Group::write_string(const std::string& link, const std::string& value) {
   const std::string what = "writing string dataset " + join(name_, link);

@@ -15,10 +15,15 @@
 // datasets of fixed-size numeric types with any rank (0-d = scalar dataspace, empty = zero dims),
 // UTF-8 string datasets and attributes, scalar i64/u64 attributes.
 // Strings are written fixed-length (NUL-terminated, the stored size = length + 1) so a reader
-// allocates exactly what the file stores; variable-length strings of older files are still read.
-// Limits when reading: a string holds at most kMaxStringBytes (a fixed-length one also at most the
-// object's storage size; a variable-length dataset string through an allocator that refuses more);
-// a dataset's element count must fit 64 bits (Dataset::numel throws otherwise).
+// allocates exactly what the file stores.
+// Reading treats a file as untrusted: libhdf5 is only asked to walk structures this wrapper writes.
+// Refused before anything is read from them: soft, external and user-defined links (Group::links,
+// open_group, open_dataset follow hard links only); datasets that are chunked, filtered, virtual
+// (values in other files) or stored in external raw-data files; element types other than fixed-size
+// integers, floats and fixed-length strings; variable-length strings (attributes and datasets: they
+// live in the global heap, which libhdf5 1.10 reads without bounds checks). A string holds at most
+// kMaxStringBytes and at most the object's storage size; a dataset's element count must fit 64 bits
+// (Dataset::numel throws otherwise).
 // The serial HDF5 library is not thread-safe: use these objects from one thread at a time.
 #pragma once
 #include <hdf5.h>
@@ -79,7 +84,7 @@ class Object {
   void write_attr_string(const std::string& attr, const std::string& v);  // fixed-length UTF-8, scalar
   int64_t read_attr_i64(const std::string& attr) const;  // any integer type that fits
   uint64_t read_attr_u64(const std::string& attr) const;
-  std::string read_attr_string(const std::string& attr) const;  // VL or fixed, ASCII or UTF-8
+  std::string read_attr_string(const std::string& attr) const;  // fixed-length, ASCII or UTF-8
 
  protected:
   Object() = default;
@@ -104,7 +109,7 @@ class Dataset : public Object {
   // between the memory and file types. Nothing is transferred for a zero-element dataset.
   void write(hid_t mem_type, const void* data);
   void read(hid_t mem_type, void* data) const;
-  std::string read_string() const;  // scalar string dataset (VL or fixed, ASCII or UTF-8)
+  std::string read_string() const;  // scalar fixed-length string dataset (ASCII or UTF-8)
   void close() { id_.close(); }
 };
 
@@ -113,7 +118,7 @@ class Group : public Object {
   Group(Id id, std::string name) : Object(std::move(id), std::move(name)) {}
 
   bool has(const std::string& link) const;  // a link of that name exists in this group
-  std::vector<std::string> links() const;   // link names, in name order
+  std::vector<std::string> links() const;   // link names, in name order (HDF5Error if one is not a hard link)
   Group create_group(const std::string& link);
   Group open_group(const std::string& link) const;
 

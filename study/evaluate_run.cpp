@@ -14,8 +14,18 @@ namespace hz::study {
 
 std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm) {
   const bool split = comm && comm->size() > 1, lead = !split || comm->rank() == 0;
-  std::optional<train::RunLock> lock;  // one evaluation writes the run's results at a time
-  if (lead) lock.emplace(run.run_dir, "eval");
+  // One evaluation writes the run's results at a time. The lock is for writers: a run directory on
+  // read-only storage (a published checkpoint) is evaluated all the same, its tables printed only.
+  bool writable = lead;
+  std::optional<train::RunLock> lock;
+  if (lead) {
+    try {
+      lock.emplace(run.run_dir, "eval");
+    } catch (const train::ReadOnlyDirError&) {
+      writable = false;
+    }
+  }
+  run.results_written = false;
   eval::EvalOptions eo = run.recipe.eval_options();
   if (split) {
     eo.context = comm;
@@ -42,16 +52,20 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm)
                "no results written");
   }
   if (!lead) return "";
+  // every result of this evaluation is one set, written when all are known: an interrupted
+  // evaluation leaves the previous set whole (core/file.h)
   std::string out = eval::report_table(rep, T);
-  eval::write_report(rep, run.run_dir, T);
+  FileSet files = eval::report_files(rep, T);
   const eval::NeedleReport needles = eval::evaluate_needles(*run.model, eo);
   out += eval::needle_table(needles);
-  eval::write_needles(needles, run.run_dir);
+  for (auto& f : eval::needle_files(needles)) files.push_back(std::move(f));
   if (eo.probe_sequences > 0 && val) {
     const auto probes = eval::position_probe(*run.model, *val, T, eo.probe_sequences, eo.seed, T);
     out += eval::probe_table(probes);
-    eval::write_probes(probes, run.run_dir);
+    for (auto& f : eval::probe_files(probes)) files.push_back(std::move(f));
   }
+  if (writable) write_files_atomic(run.run_dir, files);
+  run.results_written = writable;
   return out;
 }
 

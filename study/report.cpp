@@ -70,12 +70,22 @@ std::string find_script(const std::string& given) {
 ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o) {
   HZ_CHECK(!runs.empty(), ValueError, "report: give at least one run directory");
   HZ_CHECK(!o.out_dir.empty(), ValueError, "report: give the output directory (-o DIR)");
-  fs::create_directories(o.out_dir);
+  {
+    std::error_code ec;
+    fs::create_directories(o.out_dir, ec);
+    HZ_CHECK(!ec && fs::is_directory(o.out_dir), ValueError, "report: cannot create the output directory '", o.out_dir,
+             "': ", ec ? ec.message() : std::string("a file of that name is in the way"));
+  }
   json data;
   data["runs"] = json::array();
   std::set<int64_t> all_lengths;
   for (const std::string& dir : runs) {
     HZ_CHECK(fs::exists(dir + "/config.yaml"), ValueError, "report: '", dir, "' is not a run directory (no config.yaml)");
+    try {
+      finish_file_set(dir);  // an evaluation stopped between its renames: its complete files go into place
+    } catch (const Error&) {
+      // read-only: the previous set is still whole, read it
+    }
     HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
              "' has not been evaluated; run horizon eval ", dir, " first");
     const train::Recipe r = train::load_recipe(dir + "/config.yaml");

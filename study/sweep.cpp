@@ -73,12 +73,12 @@ SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& ex
   SweepSpec s;
   s.file = path;
   YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw train::RecipeError("cannot open grid file '" + path + "'");
-  } catch (const YAML::ParserException& e) {
-    throw train::RecipeError(path + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw train::RecipeError("cannot open grid file '" + path + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
+    root = train::load_yaml_document(text.str(), path);
   }
   if (!root.IsMap()) throw train::RecipeError(path + ": a grid file is a map with recipe, name, grid, ...");
   for (auto it = root.begin(); it != root.end(); ++it) {

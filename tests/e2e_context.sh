@@ -31,6 +31,12 @@ rc=$?
 set -e
 [ "$rc" -ne 0 ] || fail "resuming a parallel.context=2 checkpoint with parallel.context=1 was accepted"
 grep -q "parallel.context=2" "$OUT/other.log" || fail "the refusal does not name parallel.context: $(tail -3 "$OUT/other.log")"
+# 2b. the width alone (2 ranks x parallel.context=2 -> 1 rank x 1: one data-parallel replica both times)
+#     reads the same data: accepted, and it goes on to step 12
+"$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" run.name=ctx_width train.steps=12 \
+  checkpoint.resume="$RUN/checkpoints/step_10.h5" > "$OUT/width.log" 2>&1 \
+  || fail "resuming a parallel.context=2 checkpoint on one rank (the same replica) was refused: $(tail -3 "$OUT/width.log")"
+grep -q '"step": 12' "$OUT/ctx_width/metrics.jsonl" || fail "the width-changed resume did not reach step 12"
 # 3. the checkpoint loads into a single-rank evaluation
 "$HZ" eval "$RUN" > "$OUT/eval1.log" 2>&1 || fail "single-rank eval of the context-parallel run: $(tail -5 "$OUT/eval1.log")"
 cp "$RUN/eval.json" "$OUT/eval1.json"; cp "$RUN/nll_by_position.csv" "$OUT/nll1.csv"

@@ -4,7 +4,8 @@
 # file:line, one run per directory (two runs at once: exactly one trains; a killed run's stale
 # lock is taken over), resume=latest says what it found, metrics.jsonl keeps one record per step
 # across a resume, a checkpoint's architecture cannot be overridden by eval or resume, and an
-# evaluation runs beside its run's training but not beside a second evaluation of the same run.
+# evaluation runs beside its run's training but not beside a second evaluation of the same run;
+# issue 36's lock, read-only, standard-output and flag cases.
 set -euo pipefail
 HZ=$1; SRC=$2; OUT=$(mktemp -d)
 pids=()
@@ -47,7 +48,7 @@ expect 1 "train.log_every: must be >= 1" -- "$HZ" train "$SRC/recipes/quickstart
 expect 1 "data.position_reset needs data.documents: masked" -- "$HZ" train "$SRC/recipes/quickstart.yaml" data.position_reset=true
 expect 1 "data.documents: masked needs a corpus" -- "$HZ" train "$SRC/recipes/quickstart.yaml" data.documents=masked data.source=passkey
 expect 1 "unknown data.documents mode 'packed'" -- "$HZ" train "$SRC/recipes/quickstart.yaml" data.documents=packed
-expect 0 "train.log_every (int, default 10, >= 1; run)" "model.n_heads (int, default 4, >= 1; architecture)" -- "$HZ" train --schema
+expect 0 "train.log_every (int, default 10, >= 1; run)" "model.n_heads (int, default 4, in [1, 65536]; architecture)" -- "$HZ" train --schema
 
 # 3. resume=latest without a checkpoint says so
 expect 0 "resume=latest: no checkpoint in $OUT/fresh/checkpoints, starting from step 0" -- \
@@ -113,4 +114,30 @@ if command -v flock > /dev/null; then
   ls "$OUT/res"/*.tmp > /dev/null 2>&1 && fail "an evaluation left a .tmp file"
   unlock "$pl"
 fi
+
+# 8. issue 36: a lock path is never followed through a planted symlink; a read-only run directory
+#    (a published checkpoint) is evaluated without writing; standard output that cannot be written
+#    is exit 1, never exit 3 or a silent 0; command-line numbers are parsed whole
+echo secret > "$OUT/victim"
+rm -f "$OUT/res/.lock" && ln -s "$OUT/victim" "$OUT/res/.lock"
+expect 1 "is a symbolic link, which Horizon does not follow" -- \
+  "$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" run.name=res train.steps=25 checkpoint.resume=latest
+[ "$(cat "$OUT/victim")" = secret ] || fail "the planted lock symlink's target was overwritten"
+rm "$OUT/res/.lock"
+# root writes anywhere: the read-only case runs as nobody when the test runs as root
+as_reader() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; else "$@"; fi; }
+chmod 755 "$OUT"
+chmod -R a-w "$OUT/res"
+before=$(md5sum "$OUT/res/eval.json" 2>/dev/null || true)
+expect 0 "is read-only: the results above were not written" -- as_reader "$HZ" eval "$OUT/res" eval.lengths=[32]
+chmod -R u+w "$OUT/res"
+[ "$(md5sum "$OUT/res/eval.json" 2>/dev/null || true)" = "$before" ] || fail "the read-only evaluation changed eval.json"
+for c in "train --schema" "info $SRC/recipes/quickstart.yaml" "tokenize --info byte" "score $OUT/res $OUT/victim"; do
+  expect 1 "cannot write to standard output" -- sh -c "'$HZ' $c > /dev/full"
+done
+expect 1 "--max-new-tokens: expected a whole number, got '1e3'" -- "$HZ" generate "$OUT/res" --prompt hi --max-new-tokens 1e3
+expect 1 "--seed: expected a whole number" -- "$HZ" generate "$OUT/res" --prompt hi --seed 99999999999999999999
+expect 1 "--temperature must be a finite number" -- "$HZ" generate "$OUT/res" --prompt hi --temperature inf
+expect 1 "'/dev/zero' is not a regular file" -- "$HZ" generate "$OUT/res" --file /dev/zero
+expect 1 "cannot create the run directory '/proc/x'" -- "$HZ" train "$SRC/recipes/quickstart.yaml" run.out_dir=/proc run.name=x
 echo "e2e_runs: ok"

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/hash.h"
+#include "core/isolate.h"
 #include "io/hdf5.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -196,8 +197,9 @@ void seal(const std::string& tmp, const std::string& ckpt) {
   if (!err.empty()) throw CheckpointError(ckpt + ": could not write the checksum block: " + err + "; check free disk space");
 }
 
-// Verifies the user block of a sealed checkpoint before libhdf5 sees the file; files from before
-// issue 19 (the HDF5 signature at byte 0, no user block) pass unverified.
+// Verifies the user block of a sealed checkpoint before libhdf5 sees the file. A file without it (the
+// HDF5 signature at byte 0: written before checkpoints were sealed, or its block stripped) is refused:
+// libhdf5 would read it unverified.
 void verify_seal(const std::string& path, uint64_t size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw CheckpointError(path + ": cannot read the checkpoint: " + errno_text());
@@ -217,6 +219,10 @@ void verify_seal(const std::string& path, uint64_t size) {
     bad = "truncated (" + std::to_string(size) + " bytes, the checksum block incomplete); use an earlier checkpoint";
   } else if (sig_at_block && !(has_head && std::memcmp(head, kHdf5Sig, 8) == 0)) {
     bad = "the checksum block at the start of the file is damaged: the file is corrupted; use an earlier checkpoint";
+  } else if (has_head && std::memcmp(head, kHdf5Sig, 8) == 0) {
+    bad = "an HDF5 file without Horizon's checksum block (written before checkpoints were sealed, or its first " +
+          std::to_string(kUserblock) + " bytes removed): Horizon reads only sealed checkpoints, since libhdf5 "
+          "cannot read an unverified file safely; h5py still reads it";
   }
   ::close(fd);
   if (!bad.empty()) throw CheckpointError(path + ": " + bad);
@@ -258,27 +264,6 @@ std::string member_key(const Obj& o, const std::string& link) {
     throw CheckpointError(o.name() + ": its key attribute \"" + key +
                           "\" does not match the dataset name");
   return key;
-}
-
-TensorMap read_tensors(const h5::Group& g) {
-  TensorMap out;
-  for (const auto& link : g.links()) {
-    h5::Dataset d = g.open_dataset(link);
-    const std::string key = member_key(d, link);
-    const DType dt = dtype_from_file(d);
-    // The shape comes from the file: check it against the bytes the file stores before allocating
-    // (a flipped bit in a dimension must not make the reader allocate gigabytes).
-    const int64_t n = d.numel();
-    uint64_t need = 0;
-    if (__builtin_mul_overflow(static_cast<uint64_t>(n), static_cast<uint64_t>(dtype_size(dt)), &need) ||
-        (n > 0 && d.storage_size() != need))
-      throw CheckpointError(d.name() + ": its shape needs " + std::to_string(n) + " elements of " + dtype_name(dt) +
-                            " but the file stores " + std::to_string(d.storage_size()) + " bytes for it: the header is damaged");
-    Tensor t = Tensor::empty(d.dims(), dt);
-    d.read(h5::memory_type(dt), t.raw_data());
-    out.emplace(key, std::move(t));
-  }
-  return out;
 }
 
 bool starts_with(const std::string& s, const std::string& p) {
@@ -360,6 +345,18 @@ std::string unescape_key(const std::string& link) {
   return out;
 }
 
+void seal_checkpoint_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError(path + ": cannot read it: " + errno_text());
+  unsigned char sig[8] = {};
+  const bool ok = ::pread(fd, sig, 8, kUserblock) == 8 && std::memcmp(sig, kHdf5Sig, 8) == 0;
+  ::close(fd);
+  if (!ok)
+    throw CheckpointError(path + ": no HDF5 signature at byte " + std::to_string(kUserblock) +
+                          ": only a file created with a " + std::to_string(kUserblock) + "-byte user block can be sealed");
+  seal(path, path);
+}
+
 // ---- checksum ---------------------------------------------------------------------------------
 uint64_t checkpoint_checksum(const CheckpointData& c) {
   return checksum_of(c.format_version, c.step, c.tokens_seen, host_contiguous(c.model),
@@ -433,69 +430,138 @@ void save_checkpoint(const std::string& path, const CheckpointData& c) {
 }
 
 // ---- load -------------------------------------------------------------------------------------
-CheckpointData load_checkpoint(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw CheckpointError(path + ": cannot read the checkpoint: " + errno_text() +
-                          "; check the path (find_latest_checkpoint(dir) finds the newest one)");
-  if (S_ISDIR(st.st_mode))
-    throw CheckpointError(path +
-                          ": is a directory, not a checkpoint file; pass one of its "
-                          "step_<N>.h5 files (find_latest_checkpoint(dir) finds the newest)");
-  verify_seal(path, static_cast<uint64_t>(st.st_size));
+// libhdf5 reads in a child process (core/isolate.h): the child streams what it read through an
+// in-memory file as records, the parent rebuilds the tensors, checks them and the checksum. A file
+// that crashes libhdf5 or keeps it busy past the deadline is then refused like any damaged file.
+namespace {
+
+enum Record : char { kHeader = 'H', kTensor = 'T', kCounter = 'C', kMeta = 'M', kEnd = 'E' };
+
+class RecordWriter {
+ public:
+  explicit RecordWriter(int fd) : fd_(fd) {}
+  void u64(uint64_t v) { raw(&v, 8); }
+  void str(const std::string& s) {
+    u64(s.size());
+    raw(s.data(), s.size());
+  }
+  void raw(const void* p, size_t n) {
+    if (buf_.size() + n > kBuf) flush();
+    if (n >= kBuf) write_all(fd_, p, n);
+    else buf_.append(static_cast<const char*>(p), n);
+  }
+  void flush() {
+    if (!buf_.empty()) write_all(fd_, buf_.data(), buf_.size());
+    buf_.clear();
+  }
+
+ private:
+  static constexpr size_t kBuf = 1 << 20;
+  int fd_;
+  std::string buf_;
+};
+
+class RecordReader {
+ public:
+  RecordReader(const char* p, size_t n, const std::string& path) : p_(p), n_(n), path_(path) {}
+  uint64_t u64() {
+    uint64_t v;
+    std::memcpy(&v, take(8), 8);
+    return v;
+  }
+  std::string str() {
+    const uint64_t n = u64();
+    return std::string(take(n), n);
+  }
+  const char* take(uint64_t n) {
+    if (n > n_ - at_) throw CheckpointError(path_ + ": the isolated reader's output is cut short");
+    const char* p = p_ + at_;
+    at_ += n;
+    return p;
+  }
+
+ private:
+  const char* p_;
+  size_t n_, at_ = 0;
+  const std::string& path_;
+};
+
+// Streams one group's datasets as tensor records (section 0 model, 1 optimizer).
+void stream_tensors(const h5::Group& g, char section, RecordWriter& w) {
+  for (const auto& link : g.links()) {
+    h5::Dataset d = g.open_dataset(link);
+    const std::string key = member_key(d, link);
+    const DType dt = dtype_from_file(d);
+    // The shape comes from the file: check it against the bytes the file stores before allocating
+    // (a flipped bit in a dimension must not make the reader allocate gigabytes).
+    const int64_t n = d.numel();
+    uint64_t need = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(n), static_cast<uint64_t>(dtype_size(dt)), &need) ||
+        (n > 0 && d.storage_size() != need))
+      throw CheckpointError(d.name() + ": its shape needs " + std::to_string(n) + " elements of " + dtype_name(dt) +
+                            " but the file stores " + std::to_string(d.storage_size()) + " bytes for it: the header is damaged");
+    const h5::Dims dims = d.dims();
+    std::vector<char> buf(need);
+    d.read(h5::memory_type(dt), buf.data());
+    const char head[3] = {kTensor, section, static_cast<char>(dt)};
+    w.raw(head, 3);
+    w.str(key);
+    w.u64(dims.size());
+    for (auto x : dims) w.u64(static_cast<uint64_t>(x));
+    w.u64(need);
+    w.raw(buf.data(), need);
+  }
+}
+
+// The child's part: everything libhdf5 does, streamed to fd.
+void read_hdf5(const std::string& path, int64_t size, int fd) {
   if (!h5::is_hdf5(path)) {
     static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     unsigned char head[8] = {};
     std::ifstream in(path, std::ios::binary);
     in.read(reinterpret_cast<char*>(head), 8);
     const auto got = static_cast<size_t>(in.gcount());
-    if (st.st_size == 0)
-      throw CheckpointError(path +
-                            ": empty file (0 bytes), not a checkpoint; use an earlier "
-                            "checkpoint");
-    if (std::memcmp(head, sig, got) == 0)
-      throw CheckpointError(path + ": truncated or damaged HDF5 file (" +
-                            std::to_string(st.st_size) +
+    if (size == 0)
+      throw CheckpointError(path + ": empty file (0 bytes), not a checkpoint; use an earlier checkpoint");
+    if (std::memcmp(head, sig, got) == 0 || std::memcmp(head, kSumMagic, std::min<size_t>(got, 8)) == 0)
+      throw CheckpointError(path + ": truncated or damaged HDF5 file (" + std::to_string(size) +
                             " bytes, header unreadable); use an earlier checkpoint");
-    throw CheckpointError(path +
-                          ": not an HDF5 file (no HDF5 signature); a checkpoint is a "
-                          "step_<N>.h5 written by Horizon");
+    throw CheckpointError(path + ": not an HDF5 file (no HDF5 signature); a checkpoint is a step_<N>.h5 written by Horizon");
   }
-
   std::optional<h5::File> file;
   try {
     file.emplace(h5::File::open(path));
   } catch (const h5::HDF5Error& e) {
-    throw CheckpointError(path + ": cannot open the HDF5 file: it is truncated or damaged (" +
-                          e.what() + "); use an earlier checkpoint");
+    throw CheckpointError(path + ": cannot open the HDF5 file: it is truncated or damaged (" + e.what() +
+                          "); use an earlier checkpoint");
   }
-  CheckpointData c;
-  uint64_t stored = 0;
+  RecordWriter w(fd);
   try {
     const h5::Group& root = file->root();
     if (!root.has_attr("format_version"))
-      throw CheckpointError(path +
-                            ": not a Horizon checkpoint (no format_version attribute on "
-                            "/); pass a step_<N>.h5 written by Horizon");
-    c.format_version = root.read_attr_i64("format_version");
-    if (c.format_version != kCheckpointFormatVersion)
-      throw CheckpointError(
-          path + ": unsupported checkpoint format_version " + std::to_string(c.format_version) +
-          "; this build reads format_version " + std::to_string(kCheckpointFormatVersion) +
-          " (use the Horizon version that wrote it)");
+      throw CheckpointError(path + ": not a Horizon checkpoint (no format_version attribute on /); pass a step_<N>.h5 "
+                                   "written by Horizon");
+    const int64_t version = root.read_attr_i64("format_version");
+    if (version != kCheckpointFormatVersion)
+      throw CheckpointError(path + ": unsupported checkpoint format_version " + std::to_string(version) +
+                            "; this build reads format_version " + std::to_string(kCheckpointFormatVersion) +
+                            " (use the Horizon version that wrote it)");
     for (const char* g : {"model", "optimizer", "counters", "meta"})
       if (!root.has(g))
-        throw CheckpointError(path + ": not a complete Horizon checkpoint (group /" +
-                              std::string(g) + " is missing); use an earlier checkpoint");
+        throw CheckpointError(path + ": not a complete Horizon checkpoint (group /" + std::string(g) +
+                              " is missing); use an earlier checkpoint");
     for (const char* a : {"step", "tokens_seen", "checksum"})
       if (!root.has_attr(a))
-        throw CheckpointError(path + ": not a complete Horizon checkpoint (attribute " +
-                              std::string(a) + " on / is missing); use an earlier checkpoint");
-    c.step = root.read_attr_i64("step");
-    c.tokens_seen = root.read_attr_i64("tokens_seen");
-    stored = root.read_attr_u64("checksum");
-    c.model = read_tensors(root.open_group("model"));
-    c.optimizer = read_tensors(root.open_group("optimizer"));
+        throw CheckpointError(path + ": not a complete Horizon checkpoint (attribute " + std::string(a) +
+                              " on / is missing); use an earlier checkpoint");
+    const char head = kHeader;
+    w.raw(&head, 1);
+    w.u64(static_cast<uint64_t>(version));
+    w.u64(static_cast<uint64_t>(root.read_attr_i64("step")));
+    w.u64(static_cast<uint64_t>(root.read_attr_i64("tokens_seen")));
+    w.u64(root.read_attr_u64("checksum"));
+    stream_tensors(root.open_group("model"), 0, w);
+    stream_tensors(root.open_group("optimizer"), 1, w);
     {
       const h5::Group g = root.open_group("counters");
       for (const auto& link : g.links()) {
@@ -505,21 +571,27 @@ CheckpointData load_checkpoint(const std::string& path) {
           throw CheckpointError(d.name() + ": a counter must be a scalar integer");
         int64_t v = 0;
         d.read(H5T_NATIVE_INT64, &v);
-        c.counters.emplace(key, v);
+        const char r = kCounter;
+        w.raw(&r, 1);
+        w.str(key);
+        w.u64(static_cast<uint64_t>(v));
       }
     }
     {
       const h5::Group g = root.open_group("meta");
       for (const auto& link : g.links()) {
         h5::Dataset d = g.open_dataset(link);
-        c.meta.emplace(member_key(d, link), d.read_string());
+        const std::string key = member_key(d, link), value = d.read_string();
+        const char r = kMeta;
+        w.raw(&r, 1);
+        w.str(key);
+        w.str(value);
       }
     }
     file->close();
   } catch (const h5::HDF5Error& e) {
     throw CheckpointError(path + ": cannot read the checkpoint: " + e.what() +
-                          "; the file is damaged or was not written by Horizon; use an earlier "
-                          "checkpoint");
+                          "; the file is damaged or was not written by Horizon; use an earlier checkpoint");
   } catch (const ValueError& e) {  // malformed escaped name
     throw CheckpointError(path + ": " + e.what());
   } catch (const CheckpointError& e) {
@@ -527,10 +599,88 @@ CheckpointData load_checkpoint(const std::string& path) {
     if (starts_with(msg, path + ":")) throw;
     throw CheckpointError(path + ": " + msg + "; use an earlier checkpoint");
   }
-  if (checkpoint_checksum(c) != stored)
+  const char end = kEnd;
+  w.raw(&end, 1);
+  w.flush();
+}
+
+}  // namespace
+
+CheckpointData load_checkpoint(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw CheckpointError(path + ": cannot read the checkpoint: " + errno_text() +
+                          "; check the path (find_latest_checkpoint(dir) finds the newest one)");
+  if (S_ISDIR(st.st_mode))
     throw CheckpointError(path +
-                          ": checksum mismatch: the file is corrupted; use an earlier "
-                          "checkpoint");
+                          ": is a directory, not a checkpoint file; pass one of its "
+                          "step_<N>.h5 files (find_latest_checkpoint(dir) finds the newest)");
+  if (st.st_size > 0) verify_seal(path, static_cast<uint64_t>(st.st_size));
+
+  // a generous deadline: 2 minutes plus 10 MB/s
+  const double budget = 120.0 + static_cast<double>(st.st_size) / 10e6;
+  IsolatedResult r = run_isolated([&](int fd) { read_hdf5(path, st.st_size, fd); }, budget);
+  switch (r.status) {
+    case IsolatedResult::Status::Ok: break;
+    case IsolatedResult::Status::Refused: throw CheckpointError(r.message);
+    case IsolatedResult::Status::Crashed:
+      throw CheckpointError(path + ": libhdf5 crashed reading it (" + r.message +
+                            "): the file is damaged or crafted; use an earlier checkpoint");
+    case IsolatedResult::Status::TimedOut:
+      throw CheckpointError(path + ": reading it " + r.message +
+                            " (libhdf5 is looping in it): the file is damaged or crafted; use an earlier checkpoint");
+    default: throw CheckpointError(path + ": the checkpoint reader failed: " + r.message);
+  }
+
+  CheckpointData c;
+  uint64_t stored = 0;
+  RecordReader in(r.output.data(), r.output.size(), path);
+  for (bool done = false; !done;) {
+    const char kind = *in.take(1);
+    switch (kind) {
+      case kHeader:
+        c.format_version = static_cast<int64_t>(in.u64());
+        c.step = static_cast<int64_t>(in.u64());
+        c.tokens_seen = static_cast<int64_t>(in.u64());
+        stored = in.u64();
+        break;
+      case kTensor: {
+        const char* h = in.take(2);
+        const char section = h[0];
+        const auto dt = static_cast<DType>(h[1]);
+        const std::string key = in.str();
+        Shape shape(in.u64());
+        for (auto& x : shape) x = static_cast<int64_t>(in.u64());
+        const uint64_t nbytes = in.u64();
+        Tensor t = Tensor::empty(shape, dt);
+        if (nbytes != static_cast<uint64_t>(t.numel()) * dtype_size(dt))
+          throw CheckpointError(path + ": the isolated reader's output is inconsistent");
+        if (nbytes) std::memcpy(t.raw_data(), in.take(nbytes), nbytes);
+        const int64_t bad = t.first_non_finite();
+        if (bad >= 0)
+          throw CheckpointError(path + ": /" + (section ? "optimizer/" : "model/") + escape_key(key) + " ('" + key +
+                                "'): element " + std::to_string(bad) + " of " + shape_str(t.shape()) + " is " +
+                                std::to_string(t.at_flat(bad)) +
+                                ": a checkpoint holds finite values only (a diverged run, or a damaged file)");
+        (section ? c.optimizer : c.model).emplace(key, std::move(t));
+        break;
+      }
+      case kCounter: {
+        const std::string key = in.str();
+        c.counters.emplace(key, static_cast<int64_t>(in.u64()));
+        break;
+      }
+      case kMeta: {
+        const std::string key = in.str();
+        c.meta.emplace(key, in.str());
+        break;
+      }
+      case kEnd: done = true; break;
+      default: throw CheckpointError(path + ": the isolated reader's output is inconsistent");
+    }
+  }
+  if (checkpoint_checksum(c) != stored)
+    throw CheckpointError(path + ": checksum mismatch: the file is corrupted; use an earlier checkpoint");
   return c;
 }
 

@@ -7,10 +7,10 @@
 //   /optimizer/<escaped>    are scalar dataspaces, empty tensors have zero-length dims) and type:
 //                           f32 -> IEEE f32 LE, f64 -> IEEE f64 LE, i32 -> i32 LE, i64 -> i64 LE,
 //                           bf16 -> u16 LE holding the raw bf16 bits.
-//                           attributes: key (the original key, VL UTF-8 string), dtype ("f32",
+//                           attributes: key (the original key, fixed-length UTF-8), dtype ("f32",
 //                           "f64", "bf16", "i32", "i64")
 //   /counters/<escaped key> scalar i64 dataset; attribute key
-//   /meta/<escaped key>     scalar variable-length UTF-8 string dataset; attribute key
+//   /meta/<escaped key>     scalar fixed-length UTF-8 string dataset; attribute key
 //
 // ---- Key escaping (escape_key / unescape_key) ---------------------------------------------------
 // Keys may contain '/' (HDF5's path separator) and '.', so each key is stored under an escaped
@@ -25,8 +25,13 @@
 // ---- Whole-file checksum (since issue 19) -----------------------------------------------------
 // The file starts with a 512-byte HDF5 user block (HDF5 data follows at byte 512; h5py reads it
 // as usual): "HZSUM001", u64 file size, u64 FNV-1a 64 of bytes [512, size), zeros. load_checkpoint
-// verifies it before libhdf5 reads anything (libhdf5 can crash on a damaged file); files without
-// the block (written before issue 19) are read unverified, as before.
+// verifies it before libhdf5 reads anything (libhdf5 can crash on a damaged file) and refuses a file
+// without the block (written before issue 19, or stripped). The checksum is unkeyed, so it stops
+// damage, not a crafted file: for those the reader asks libhdf5 only for what Horizon writes (hard
+// links; contiguous, unfiltered datasets inside the file; fixed-size numbers and fixed-length
+// strings; no variable-length data, whose global heap libhdf5 reads unchecked; io/hdf5.h), refuses
+// non-finite tensor values naming the tensor, and runs libhdf5 in a child process (core/isolate.h)
+// with a deadline of 2 minutes plus 10 MB/s: a file that crashes it or keeps it looping is refused.
 //
 // ---- Checksum -----------------------------------------------------------------------------------
 // FNV-1a 64 (offset basis 0xcbf29ce484222325, prime 0x100000001b3) over this byte stream, with
@@ -83,6 +88,9 @@ CheckpointData load_checkpoint(const std::string& path);
 
 // The checksum save_checkpoint stores (exposed for tests and tools).
 uint64_t checkpoint_checksum(const CheckpointData& c);
+// Writes the whole-file checksum block of an HDF5 file created with a 512-byte user block (what
+// save_checkpoint does last; tests and the fuzzer use it to build well-formed files with wrong content).
+void seal_checkpoint_file(const std::string& path);
 
 // Key <-> HDF5 link name (see "Key escaping").
 std::string escape_key(const std::string& key);

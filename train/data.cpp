@@ -1,6 +1,7 @@
 #include "train/data.h"
 
 #include <filesystem>
+#include <tuple>
 
 #include <fmt/core.h>
 
@@ -92,7 +93,14 @@ TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbos
                                                       r.run.seed, dims.data_rank(), dims.data());
     return d;
   }
-  const auto [tp, vp] = prepare_data(r, comm, verbose);
+  std::string tp, vp;
+  try {
+    std::tie(tp, vp) = prepare_data(r, comm, verbose);
+  } catch (const ValueError& e) {  // a glob that matches nothing, an unreadable file: name the key
+    const std::string m = e.what();
+    if (m.rfind("data.", 0) == 0) throw;
+    throw ValueError(std::string(r.data.val_files.empty() ? "data.files" : "data.files / data.val_files") + ": " + m);
+  }
   try {
     d.shard_loader = std::make_unique<data::Loader>(data::Shard::open(tp), r.data.seq_len, r.data.batch_size,
                                                     r.run.seed, dims.data_rank(), dims.data(), tok->eos(), true);
@@ -104,6 +112,17 @@ TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbos
                                         ": ", e.what(), " (the shard is prepared from them)"));
   }
   d.val = data::Shard::open(vp);
+  // a run that evaluates needs one validation batch at the training length: refused before training,
+  // not reported as "no validation split" at its end
+  const int64_t eb = r.eval.opts.batch_size > 0 ? r.eval.opts.batch_size : r.data.batch_size;
+  if (r.eval.final || r.eval.every > 0) {
+    try {
+      (void)data::eval_batches(*d.val, r.data.seq_len, eb, 1, tok->eos());
+    } catch (const ValueError& e) {
+      throw ValueError(detail::concat_msg("eval.batch_size ", eb, " x data.seq_len ", r.data.seq_len, ": ", e.what(),
+                                          " (or set eval.final=false and eval.every=0: the run then never evaluates)"));
+    }
+  }
   return d;
 }
 

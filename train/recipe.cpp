@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <type_traits>
 #include <sstream>
 
 namespace hz::train {
@@ -43,8 +44,8 @@ template <class V>
 void visit_fields(Recipe& r, V& v) {
   v("run.name", r.run.name, run_opt("run name: outputs go to <out_dir>/<name>/"));
   v("run.out_dir", r.run.out_dir, run_opt("directory holding run directories"));
-  v("run.seed", r.run.seed, run_opt("seed of initialisation, data split and shuffling").at_least(0));
-  v("run.threads", r.run.threads, run_opt("OpenMP threads (0 = OMP_NUM_THREADS or all cores)").at_least(0));
+  v("run.seed", r.run.seed, run_opt("seed of initialisation, data split and shuffling").in(0, 9e18));
+  v("run.threads", r.run.threads, run_opt("OpenMP threads (0 = OMP_NUM_THREADS or all cores)").in(0, 4096));
   v("run.flush_denormals", r.run.flush_denormals,
     run_opt("CPU: flush subnormal floats to zero (FTZ+DAZ) on every thread; they otherwise cost a microcode assist "
             "each, and a model whose values underflow runs many times slower. false keeps IEEE subnormals"));
@@ -58,13 +59,13 @@ void visit_fields(Recipe& r, V& v) {
   v("run.peak_tflops", r.run.peak_tflops,
     run_opt("peak TFLOP/s for the logged MFU (0 = the GPU's known dense peak for the precision; no MFU on CPU)").at_least(0));
   nn::ModelConfig& m = r.model.cfg;
-  v("model.vocab_size", m.vocab_size, arch("vocabulary size: at least the tokenizer's (byte: 259; horizon tokenize --info TOKENIZER)").at_least(1));
-  v("model.d_model", m.d_model, arch("residual width C").at_least(1));
-  v("model.n_layers", m.n_layers, arch("number of blocks").at_least(1));
-  v("model.n_heads", m.n_heads, arch("query heads H").at_least(1));
-  v("model.n_kv_heads", m.n_kv_heads, arch("key/value heads (0 = n_heads; must divide n_heads)").at_least(0));
-  v("model.head_dim", m.head_dim, arch("head dim D (0 = d_model / n_heads)").at_least(0));
-  v("model.mlp_hidden", m.mlp_hidden, arch("MLP hidden width (0 = 4C, or 8C/3 rounded to 8 for swiglu)").at_least(0));
+  v("model.vocab_size", m.vocab_size, arch("vocabulary size: at least the tokenizer's (byte: 259; horizon tokenize --info TOKENIZER)").in(1, 2147483647));
+  v("model.d_model", m.d_model, arch("residual width C").in(1, 1 << 20));
+  v("model.n_layers", m.n_layers, arch("number of blocks").in(1, 1 << 16));
+  v("model.n_heads", m.n_heads, arch("query heads H").in(1, 1 << 16));
+  v("model.n_kv_heads", m.n_kv_heads, arch("key/value heads (0 = n_heads; must divide n_heads)").in(0, 1 << 16));
+  v("model.head_dim", m.head_dim, arch("head dim D (0 = d_model / n_heads)").in(0, 1 << 16));
+  v("model.mlp_hidden", m.mlp_hidden, arch("MLP hidden width (0 = 4C, or 8C/3 rounded to 8 for swiglu)").in(0, 1 << 24));
   v.enumeration("model.mlp", m.mlp, arch("MLP: swiglu | relu2 | gelu"), nn::parse_mlp, nn::mlp_name);
   v("model.tie_embeddings", m.tie_embeddings, arch("output head shares the embedding matrix"));
   v("model.qkv_bias", m.qkv_bias, arch("additive biases on the q, k and v projections (Qwen2)"));
@@ -83,8 +84,8 @@ void visit_fields(Recipe& r, V& v) {
   v("data.token_format", r.data.token_format, run_opt("tokens: auto | llmc (256-int32 header) | nanogpt (raw uint16); documents cut at EOS/BOS"));
   v("data.tokenizer", r.data.tokenizer, run_opt("tokenizer: byte | PATH/tokenizer.json (Hugging Face BPE) | PATH.model (SentencePiece)"));
   v("data.val_fraction", r.data.val_fraction, run_opt("share of documents held out for validation").in(0, 1, /*hi_open=*/true));
-  v("data.seq_len", r.data.seq_len, run_opt("training length T").at_least(2));
-  v("data.batch_size", r.data.batch_size, run_opt("sequences per step per rank (before accumulation)").at_least(1));
+  v("data.seq_len", r.data.seq_len, run_opt("training length T").in(2, 1 << 24));
+  v("data.batch_size", r.data.batch_size, run_opt("sequences per step per rank (before accumulation)").in(1, 1 << 24));
   v.enumeration("data.documents", r.data.documents,
                 run_opt("packed documents: stream (attend across them) | masked (each token sees its own document only; "
                         "training and evaluation batches alike)"),
@@ -117,7 +118,7 @@ void visit_fields(Recipe& r, V& v) {
     run_opt("rows of LM-head logits alive at a time (-1 = automatic: about 64 MiB of them, 1 GiB on a GPU; 0 = all); "
             "f32/bf16 losses and gradients on the CPU are bitwise the same for every value").at_least(-1));
   v("train.log_every", r.train.log_every, run_opt("console / metrics.jsonl interval").at_least(1));
-  v("train.bucket_mb", r.train.bucket_mb, run_opt("data parallel: gradient all-reduce bucket size in MiB").at_least(1));
+  v("train.bucket_mb", r.train.bucket_mb, run_opt("data parallel: gradient all-reduce bucket size in MiB").in(1, 1 << 20));
   v("train.overlap_comm", r.train.overlap_comm, run_opt("data parallel: all-reduce buckets during backward (false: after it)"));
   v("parallel.shard_optimizer", r.parallel.shard_optimizer,
     run_opt("ZeRO-1: each data-parallel rank keeps and updates 1/N of the optimizer state (AdamW by element, Muon by "
@@ -125,7 +126,7 @@ void visit_fields(Recipe& r, V& v) {
   v("parallel.context", r.parallel.context,
     run_opt("context parallelism: N consecutive ranks share each sequence, cut into 2N zigzag chunks (rank r holds "
             "chunks r and 2N-1-r); window layers exchange a halo, the others parallel.context_exchange; mpirun -np = "
-            "data-parallel ranks x N").at_least(1));
+            "data-parallel ranks x N").in(1, 1 << 16));
   v.enumeration("parallel.context_exchange", r.parallel.context_exchange,
     run_opt("ring | all_gather: how layers that read the whole sequence (an unbounded head, a window longer than a "
             "chunk) exchange keys under parallel.context. ring: key/value blocks go round the group, each transfer "
@@ -143,8 +144,8 @@ void visit_fields(Recipe& r, V& v) {
   v("eval.final", r.eval.final,
     run_opt("validate after the last step (false with eval.every 0: the run never evaluates; horizon eval can, later)"));
   v("eval.batches", r.eval.opts.batches, infer("validation batches per length").at_least(1));
-  v("eval.batch_size", r.eval.opts.batch_size, infer("validation batch size (0 = data.batch_size)").at_least(0));
-  v("eval.lengths", r.eval.opts.lengths, infer("evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)").at_least(2));
+  v("eval.batch_size", r.eval.opts.batch_size, infer("validation batch size (0 = data.batch_size)").in(0, 1 << 24));
+  v("eval.lengths", r.eval.opts.lengths, infer("evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)").in(2, 1 << 24));
   v.enumeration("eval.rope_scaling", r.eval.opts.inference.rope_scaling,
                 infer("inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn | llama3"), attn::parse_scaling,
                 static_cast<const char* (*)(attn::RopeScaling)>(attn::name));
@@ -242,7 +243,11 @@ struct Reader {
   template <class T>
   T in_range(const YAML::Node& n, const std::string& path, T x, const Field& f) const {
     if (!f.contains(static_cast<double>(x)))
-      fail(n, path, "must be " + f.range() + ", got " + n.Scalar() + " (horizon train --schema lists each field's range)");
+      fail(n, path, "must be " + (f.bounded() ? f.range() : std::string("finite")) + ", got " + n.Scalar() +
+                        " (horizon train --schema lists each field's range)");
+    if constexpr (std::is_integral_v<T>)
+      if (f.hi == HUGE_VAL && static_cast<double>(x) > kIntCeiling)
+        fail(n, path, "must be at most 2^40 = 1099511627776 (no integer field takes more), got " + n.Scalar());
     return x;
   }
   void operator()(const std::string& path, int64_t& v, const Field& f) {
@@ -586,15 +591,29 @@ void fill_model(YAML::Node& root, const ModelFill& fill) {
   if (!(data.IsDefined() && data.IsMap() && data["tokenizer"])) root["data"]["tokenizer"] = fill.tokenizer;
 }
 
+}  // namespace
+
+YAML::Node load_yaml_document(const std::string& text, const std::string& file) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::ParserException& e) {
+    throw RecipeError(file + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
+  }
+  if (docs.size() > 1)
+    throw RecipeError(file + ":" + std::to_string(docs[1].Mark().line + 1) +
+                      ": a second YAML document (after '---' or '...'); a recipe is one document: remove it or "
+                      "merge its fields into the first");
+  return docs.empty() ? YAML::Node(YAML::NodeType::Null) : docs[0];
+}
+
+namespace {
+
 // The recipe's YAML with its overrides applied, its keys checked.
 Reader read_root(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
   Reader rd;
   rd.file = file;
-  try {
-    rd.root = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
-    throw RecipeError(file + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
-  }
+  rd.root = load_yaml_document(text, file);
   if (rd.root.IsNull()) rd.root = YAML::Node(YAML::NodeType::Map);
   if (!rd.root.IsMap()) throw RecipeError(file + ": a recipe must be a map of sections (run, model, data, ...)");
   check_keys(rd.root, "", file);

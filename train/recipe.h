@@ -20,6 +20,10 @@
 #include "optim/schedule.h"
 #include "train/surgery_options.h"  // DropeSection, SwanSection
 
+namespace YAML {
+class Node;
+}
+
 namespace hz::train {
 
 struct RecipeError : hz::ValueError {
@@ -170,6 +174,10 @@ std::string model_fill_dir(const std::string& yaml_text, const std::string& name
                            const std::vector<std::string>& overrides = {});
 // The text of a recipe file (RecipeError when it cannot be read).
 std::string read_recipe_file(const std::string& path);
+// The one YAML document of a recipe or grid file (Null when empty). RecipeError with file:line for a
+// syntax error and for a second document (after '---', or anything after '...'), which YAML::Load
+// would silently drop.
+YAML::Node load_yaml_document(const std::string& text, const std::string& file);
 // parse_recipe(read_recipe_file(path), path, overrides): a recipe whose model comes from a foreign
 // init_from directory goes through study::load_recipe instead.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});

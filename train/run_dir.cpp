@@ -31,6 +31,17 @@ std::string read_fd(int fd) {
   return s;
 }
 
+// fs::create_directories, with the failure as a ValueError naming the directory (a std::filesystem
+// error escaping would be an internal error).
+void make_dirs(const std::string& dir, const char* what) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw ValueError(std::string("cannot create ") + what + " '" + dir + "': " +
+                     (ec ? ec.message() : std::string("a file of that name is in the way")) +
+                     "; check run.out_dir and its permissions");
+}
+
 // Keeps metrics.jsonl's records of steps <= step (the rest are trained again), atomically.
 void drop_metrics_after(const std::string& path, int64_t step) {
   std::ifstream in(path);
@@ -53,11 +64,23 @@ void drop_metrics_after(const std::string& path, int64_t step) {
 
 RunLock::RunLock(const std::string& dir, const std::string& role)
     : path_(dir + (role == "run" ? std::string("/.lock") : "/." + role + ".lock")) {
-  fs::create_directories(dir);
+  make_dirs(dir, "the run directory");
   for (int attempt = 0; attempt < 5; ++attempt) {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    HZ_CHECK(fd_ >= 0, ValueError, "cannot create the run lock '", path_, "': ", std::strerror(errno),
-             "; check run.out_dir and its permissions");
+    // O_NOFOLLOW: a symbolic link planted at the lock's path (a shared run directory) would make
+    // the holder overwrite its target and echo the target's first line
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd_ < 0 && (errno == EROFS || errno == EACCES || errno == EPERM))
+      throw ReadOnlyDirError("cannot create the run lock '" + path_ + "': " + std::strerror(errno) +
+                             "; check run.out_dir and its permissions");
+    HZ_CHECK(fd_ >= 0, ValueError, "cannot create the run lock '", path_, "': ",
+             errno == ELOOP ? std::string("it is a symbolic link, which Horizon does not follow; remove it")
+                            : std::string(std::strerror(errno)) + "; check run.out_dir and its permissions");
+    struct stat kind {};
+    if (fstat(fd_, &kind) != 0 || !S_ISREG(kind.st_mode)) {
+      ::close(fd_);
+      fd_ = -1;
+      throw ValueError("the run lock '" + path_ + "' is not a regular file; remove it");
+    }
     if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       std::string holder = read_fd(fd_);
@@ -98,7 +121,7 @@ RunLock::~RunLock() {
 RunDir::RunDir(const Recipe& r, bool lead, bool quiet, int64_t resumed_step)
     : dir_(r.run.out_dir + "/" + r.run.name), lead_(lead), quiet_(quiet) {
   if (!lead_) return;
-  fs::create_directories(checkpoint_dir());
+  make_dirs(checkpoint_dir(), "the checkpoint directory");
   const bool resuming = resumed_step > 0;
   if (resuming) drop_metrics_after(dir_ + "/metrics.jsonl", resumed_step);
   const auto mode = resuming ? std::ios::app : std::ios::trunc;

@@ -25,6 +25,10 @@ namespace hz::train {
 // but may work beside a training run: "eval" locks <dir>/.eval.lock (evaluating a checkpoint while
 // the run goes on training is allowed; two evaluations writing the same eval.json are not), and
 // "sweep" a sweep's own directory.
+// The lock cannot be created because the directory is not writable (read-only storage, no write
+// permission): an evaluation goes on without writing; a run cannot.
+struct ReadOnlyDirError : ValueError { using ValueError::ValueError; };
+
 class RunLock {
  public:
   explicit RunLock(const std::string& dir, const std::string& role = "run");

@@ -247,13 +247,28 @@ class Trainer {
                          "checkpoint.resume " + resume_path_);
     saved_world_ = ck_.counters.count("world_size") ? ck_.counters.at("world_size") : 1;
     saved_context_ = ck_.counters.count("parallel_context") ? ck_.counters.at("parallel_context") : 1;
-    HZ_CHECK(saved_world_ == world_ || r_.checkpoint.elastic, ValueError, resume_path_, " was written by a run with ",
-             saved_world_, " rank(s); resume it with the same world size (mpirun -np ", saved_world_, "): each rank's "
-             "loader cursor covers its own shard of the data, so a different world size would not continue the same "
-             "trajectory (checkpoint.elastic=true resumes anyway, the data going on from the same global position)");
-    HZ_CHECK(saved_context_ == r_.parallel.context || r_.checkpoint.elastic, ValueError, resume_path_,
-             " was written with parallel.context=", saved_context_, "; resume it with the same value (the data-parallel "
-             "ranks, and so each one's share of the data, depend on it), or set checkpoint.elastic=true");
+    HZ_CHECK(saved_world_ >= 1 && saved_context_ >= 1 && saved_world_ % saved_context_ == 0, ValueError, resume_path_,
+             ": its counters world_size=", saved_world_, " and parallel_context=", saved_context_,
+             " do not describe a run (the context width must divide the world size): the checkpoint is damaged");
+    // What each rank reads depends on the data-parallel replicas (world / parallel.context), not on the
+    // context width: a run may change the width alone and go on with the same trajectory.
+    const int64_t saved_dp = saved_world_ / saved_context_, dp = world_ / r_.parallel.context;
+    HZ_CHECK(saved_dp == dp || r_.checkpoint.elastic, ValueError, resume_path_, " was written by a run with ", saved_dp,
+             " data-parallel replica(s) (", saved_world_, " rank(s), parallel.context=", saved_context_,
+             "); this run has ", dp, " (", world_, " rank(s), parallel.context=", r_.parallel.context,
+             "). Each replica's loader cursor covers its own shard of the data, so another number would not continue "
+             "the same trajectory: resume with ", saved_dp, " replica(s) (mpirun -np ", saved_dp * r_.parallel.context,
+             " with parallel.context=", r_.parallel.context, "), or set checkpoint.elastic=true (the data go on from the "
+             "same global position)");
+  }
+
+  // A counter the resume needs, refused by name when the checkpoint lacks it.
+  int64_t counter(const std::string& key) const {
+    const auto it = ck_.counters.find(key);
+    HZ_CHECK(it != ck_.counters.end(), ValueError, resume_path_, ": the checkpoint has no counter '", key,
+             "' (the data loader's position), so the run cannot continue its data order; resume a checkpoint written by "
+             "horizon train, or start from its weights with checkpoint.init_from");
+    return it->second;
   }
 
   void build_data() { data_ = open_train_data(r_, comm_, !opt_.quiet); }  // train/data.h
@@ -270,11 +285,12 @@ class Trainer {
     model_ = std::make_unique<nn::Transformer>(model_config_at(r_, start_), static_cast<uint64_t>(r_.run.seed));
     if (!resume_path_.empty()) {
       model_->load_state_dict(ck_.model, /*strict=*/true, resume_path_);
-      if (saved_world_ == world_ && saved_context_ == r_.parallel.context) {
-        const std::string key = "loader/rank" + std::to_string(rank_);
-        data_.restore({ck_.counters.at(key + "/epoch"), ck_.counters.at(key + "/index")});
+      if (saved_world_ / saved_context_ == dims_.data()) {
+        // the same replicas: this rank reads what the first rank of its replica read before
+        const std::string key = "loader/rank" + std::to_string(int64_t{dims_.data_rank()} * saved_context_);
+        data_.restore({counter(key + "/epoch"), counter(key + "/index")});
       } else {  // checkpoint.elastic: every rank's cursor was the same; go on from its global position
-        data_.restore_resharded({ck_.counters.at("loader/rank0/epoch"), ck_.counters.at("loader/rank0/index")},
+        data_.restore_resharded({counter("loader/rank0/epoch"), counter("loader/rank0/index")},
                                 saved_world_ / saved_context_, dims_.data());
         log("checkpoint.elastic: {} was written by {} rank(s), resumed by {}", resume_path_, saved_world_, world_);
       }

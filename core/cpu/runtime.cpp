@@ -1,6 +1,8 @@
 // Horizon: the CPU runtime as a user sees it: the GEMM libraries' measured rate, denormal
 // flushing across the OpenMP threads, the OpenMP threads' waiting policy, and the report that
 // `horizon info` and the training log print (declarations and rationale in core/device.h).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -76,6 +78,11 @@ std::string omp_wait() {
   if (pol) return std::string("OMP_WAIT_POLICY=") + pol + (spin ? std::string(", GOMP_SPINCOUNT=") + spin : "");
   if (spin) return std::string("GOMP_SPINCOUNT=") + spin + (dflt ? " (Horizon's default: bounded spinning)" : " (environment)");
   return "the OpenMP runtime's default";
+}
+
+int64_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : 0;
 }
 
 std::vector<std::string> runtime_report(bool measure) {

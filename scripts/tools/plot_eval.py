@@ -47,7 +47,9 @@ def main():
     ax2.set_ylabel(f"mean NLL (moving average of {a.smooth})")
     ax2.set_title("NLL by position at the longest length")
     fig.tight_layout()
-    fig.savefig(a.out, dpi=110)
+    tmp = a.out + ".tmp.png"  # written whole, then renamed: an interrupted run leaves the old plot
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, a.out)
     print("wrote", a.out)
 
 

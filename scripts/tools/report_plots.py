@@ -32,9 +32,19 @@ def label_axes(ax, xlabel, ylabel, title, legend_size=8):
     ax.legend(fontsize=legend_size)
 
 
-def save(fig, out, name):
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, name), dpi=110)
+def save(fig, out, name, tight=True):
+    """Writes out/name whole or not at all: matplotlib writes in place, so it goes to a temporary
+    name first and is renamed over the old plot (an interrupted report leaves no 0-byte PNG)."""
+    if tight:
+        fig.tight_layout()
+    path = os.path.join(out, name)
+    tmp = path + ".tmp.png"
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
     plt.close(fig)
 
 
@@ -104,8 +114,7 @@ def main():
             ax.set_title(task, fontsize=9)
         fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="accuracy")
         fig.suptitle(f"needle accuracy: {r['name']}")
-        fig.savefig(os.path.join(out, f"needles_{r['name']}.png"), dpi=110)
-        plt.close(fig)
+        save(fig, out, f"needles_{r['name']}.png", tight=False)
 
     with_probe = [r for r in runs if r.get("probes")]
     if with_probe:

@@ -8,6 +8,7 @@
 #include "eval/generate.h"
 #include "eval/inference.h"
 #include "eval/needles.h"
+#include "eval/score.h"
 
 using namespace hz;
 using namespace hz::eval;
@@ -192,4 +193,27 @@ TEST(Generate, MaskedDocumentsSeeOnlyTheLastDocument) {
   GenerateOptions no_reset = o;
   no_reset.documents.position_reset = false;
   EXPECT_THROW(generate(m, packed, no_reset), NotImplementedError);
+}
+
+// issue 36: `horizon score` ignored data.documents=masked and scored packed documents as one. With
+// masked documents and position reset, a document's scores are those it gets scored alone.
+TEST(Score, MaskedDocumentsScoreEachDocumentAlone) {
+  nn::Transformer m(small(DType::F64), 6);
+  m.compute_dtype = DType::F64;
+  const int64_t eos = 257;
+  const std::vector<int64_t> a{10, 20, 30, 40, eos}, b{50, 60, 70, 80, 90, 100};
+  std::vector<int64_t> packed = a;
+  packed.insert(packed.end(), b.begin(), b.end());
+  const attn::DocumentOptions masked{attn::DocumentMode::Masked, true};
+  const std::vector<double> both = token_nll(m, packed, 0, -1, masked, eos);
+  const std::vector<double> alone_a = token_nll(m, a), alone_b = token_nll(m, b);
+  ASSERT_EQ(both.size(), packed.size() - 1);
+  for (size_t i = 0; i < alone_a.size(); ++i) EXPECT_NEAR(both[i], alone_a[i], 1e-12) << i;
+  for (size_t j = 0; j < alone_b.size(); ++j) EXPECT_NEAR(both[a.size() + j], alone_b[j], 1e-12) << j;
+  // streamed, the second document sees the first: its scores differ
+  const std::vector<double> stream = token_nll(m, packed);
+  double diff = 0;
+  for (size_t j = 0; j < alone_b.size(); ++j) diff = std::max(diff, std::abs(stream[a.size() + j] - alone_b[j]));
+  EXPECT_GT(diff, 1e-6);
+  EXPECT_THROW(token_nll(m, packed, 0, -1, masked, -1), ValueError);
 }

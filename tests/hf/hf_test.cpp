@@ -244,6 +244,19 @@ TEST(HfImport, RefusesWeightsThatDoNotMatchTheConfig) {
   t["model.layers.0.self_attn.q_proj.lora_A.weight"] = Tensor::ones({2, 2});
   write(t);
   EXPECT_TRUE(has(error(dir), "have no place in the model")) << error(dir);
+  // issue 36: integer weights were cast (eval loss 127 instead of 5.5); +inf in q_proj scored finite
+  t = all;
+  t["model.layers.0.self_attn.q_proj.weight"] = all.at("model.layers.0.self_attn.q_proj.weight").to(hz::DType::I32);
+  write(t);
+  EXPECT_TRUE(has(error(dir), "tensor 'model.layers.0.self_attn.q_proj.weight' holds I32 values")) << error(dir);
+  for (const double bad : {INFINITY, -INFINITY, NAN}) {
+    t = all;
+    Tensor q = all.at("model.layers.1.self_attn.q_proj.weight").clone();
+    q.set({3, 5}, bad);
+    t["model.layers.1.self_attn.q_proj.weight"] = q;
+    write(t);
+    EXPECT_TRUE(has(error(dir), "tensor 'model.layers.1.self_attn.q_proj.weight' element 101 of (32, 32) is")) << error(dir);
+  }
   write(all);
   json cfg = read_json(dir + "/config.json");
   cfg["intermediate_size"] = 40;

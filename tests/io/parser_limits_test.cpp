@@ -105,7 +105,9 @@ TEST(Hdf5Strings, WrittenFixedLengthAndReadBack) {
   H5Aclose(a);
 }
 
-TEST(Hdf5Strings, OldVariableLengthStringsStillRead) {
+TEST(Hdf5Strings, VariableLengthStringsAreRefused) {
+  // they live in the global heap, which libhdf5 1.10 reads without bounds checks (a flipped bit there
+  // crashed it in H5HG_read or looped forever): refused from the type, before the heap is touched
   TmpDir d;
   const std::string p = d.file("vl.h5");
   {
@@ -126,6 +128,6 @@ TEST(Hdf5Strings, OldVariableLengthStringsStillRead) {
     H5Fclose(f);
   }
   h5::File f = h5::File::open(p);
-  EXPECT_EQ(f.root().read_attr_string("key"), "old value");
-  EXPECT_EQ(f.root().open_dataset("meta").read_string(), "old value");
+  EXPECT_NE(refusal([&] { (void)f.root().read_attr_string("key"); }).find("variable-length string"), std::string::npos);
+  EXPECT_NE(refusal([&] { (void)f.root().open_dataset("meta"); }).find("variable-length string"), std::string::npos);
 }

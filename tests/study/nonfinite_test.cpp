@@ -1,5 +1,6 @@
-// A model whose weights are not finite gives no numbers: horizon eval (evaluate_run) and
-// horizon score refuse it (exit 1) instead of reporting mean_nll: -nan with exit 0 (issue 19).
+// A model whose weights are not finite gives no numbers: loading it is refused naming the tensor
+// (issue 36), and a model whose finite weights overflow in the forward pass is refused by horizon eval
+// (evaluate_run) and horizon score (exit 1) instead of reporting mean_nll: -nan with exit 0 (issue 19).
 #include <gtest/gtest.h>
 
 #include "tests/train/train_test_util.h"
@@ -32,8 +33,23 @@ TEST(NonFinite, EvalAndScoreRefuseNaNWeights) {
   ASSERT_FALSE(good.empty());
   train::CheckpointData ck = train::load_checkpoint(good);
   Tensor& w = ck.model.begin()->second;
+  const float w0 = w.data<float>()[0];
   w.data<float>()[0] = std::nanf("");
-  const std::string bad = root + "/nan/checkpoints/step_2.h5";
+  const std::string nan_ckpt = root + "/nan/checkpoints/step_2.h5";
+  train::save_checkpoint(nan_ckpt, ck);
+  try {
+    (void)study::load_run(nan_ckpt, {});
+    FAIL() << "a NaN weight was loaded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(nan_ckpt), std::string::npos) << m;
+    EXPECT_NE(m.find("'" + ck.model.begin()->first + "'): element 0"), std::string::npos) << m;
+  }
+  // finite weights whose forward pass overflows (the final norm's gains near FLT_MAX: logits of +-inf)
+  w.data<float>()[0] = w0;
+  Tensor& g = ck.model.at("norm.weight");
+  for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] = 3e38f;
+  const std::string bad = root + "/big/checkpoints/step_2.h5";
   train::save_checkpoint(bad, ck);
 
   study::LoadedRun run = study::load_run(bad, {});
@@ -46,7 +62,7 @@ TEST(NonFinite, EvalAndScoreRefuseNaNWeights) {
     EXPECT_NE(m.find("not finite"), std::string::npos) << m;
     EXPECT_NE(m.find("non-finite weights"), std::string::npos) << m;
   }
-  EXPECT_FALSE(fs::exists(root + "/nan/eval.json"));
+  EXPECT_FALSE(fs::exists(root + "/big/eval.json"));
 
   const std::string hz_bin = std::string(HZ_BINARY_DIR) + "/horizon";
   if (!fs::exists(hz_bin)) GTEST_SKIP() << "build/horizon not built";

@@ -8,9 +8,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <thread>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "io/hdf5.h"
@@ -20,6 +24,45 @@ namespace fs = std::filesystem;
 namespace h5 = hz::io::h5;
 
 namespace {
+std::string refusal_of(const std::string& p) {
+  try {
+    (void)hz::train::load_checkpoint(p);
+  } catch (const hz::train::CheckpointError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(p, 0), 0u) << "the refusal does not start with the file: " << msg;
+    return msg;
+  }
+  ADD_FAILURE() << p << " was accepted";
+  return {};
+}
+
+// A sealed checkpoint (valid checksum block) whose /model group also holds what `add` puts there:
+// well-formed HDF5 with content Horizon never writes, as a crafted file would be.
+void write_crafted(const std::string& p, const std::function<void(hid_t model)>& add) {
+  {
+    h5::File f = h5::File::create(p, 512);
+    h5::Group& root = f.root();
+    {
+      h5::Group g = root.create_group("model");
+      add(g.id());
+    }
+    for (const char* g : {"optimizer", "counters", "meta"}) (void)root.create_group(g);
+    root.write_attr_i64("format_version", hz::train::kCheckpointFormatVersion);
+    root.write_attr_i64("step", 1);
+    root.write_attr_i64("tokens_seen", 0);
+    root.write_attr_u64("checksum", 0);
+    f.close();
+  }
+  hz::train::seal_checkpoint_file(p);
+}
+hid_t f32_dataset(hid_t loc, const char* name, hid_t dcpl = H5P_DEFAULT) {
+  const hsize_t dims[1] = {4};
+  const hid_t sp = H5Screate_simple(1, dims, nullptr);
+  const hid_t d = H5Dcreate2(loc, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Sclose(sp);
+  return d;
+}
+
 struct TmpDir {
   std::string path;
   TmpDir() {
@@ -35,22 +78,12 @@ TEST(CheckpointDamage, ShapeLargerThanTheStoredBytesIsRefusedBeforeAllocating) {
   // file does not hold; used to drive eval to 4.3 GB before failing
   TmpDir d;
   const std::string p = d.path + "/step_1.h5";
-  {
-    h5::File f = h5::File::create(p);
-    h5::Group& root = f.root();
-    {
-      h5::Group g = root.create_group("model");
-      h5::Dataset ds = g.create_dataset("w", H5T_IEEE_F32LE, {int64_t{1} << 30});  // never written: no storage
-      ds.write_attr_string("key", "w");
-      ds.write_attr_string("dtype", "f32");
-    }
-    for (const char* g : {"optimizer", "counters", "meta"}) (void)root.create_group(g);
-    root.write_attr_i64("format_version", hz::train::kCheckpointFormatVersion);
-    root.write_attr_i64("step", 1);
-    root.write_attr_i64("tokens_seen", 0);
-    root.write_attr_u64("checksum", 0);
-    f.close();
-  }
+  write_crafted(p, [](hid_t model) {  // well-formed, with the content a flipped bit would give
+    h5::Group g(h5::Id(H5Gopen2(model, ".", H5P_DEFAULT), H5Gclose), "/model");
+    h5::Dataset ds = g.create_dataset("w", H5T_IEEE_F32LE, {int64_t{1} << 30});  // never written: no storage
+    ds.write_attr_string("key", "w");
+    ds.write_attr_string("dtype", "f32");
+  });
   try {
     (void)hz::train::load_checkpoint(p);
     ADD_FAILURE() << "accepted";
@@ -116,4 +149,116 @@ TEST(CheckpointDamage, WriteErrorExitsCleanly) {
   EXPECT_EQ(WEXITSTATUS(status), 1);
   EXPECT_FALSE(fs::exists(p + ".tmp"));
   EXPECT_FALSE(fs::exists(p));
+}
+
+// Issue 36: a checkpoint is untrusted input. The checksum block stops damage, not a crafted file
+// (anyone can recompute it), so libhdf5 is asked only for structures Horizon writes.
+TEST(CheckpointCrafted, UnsealedFilesAreRefused) {
+  TmpDir d;
+  hz::train::CheckpointData c;
+  c.step = 4;
+  c.model["w"] = hz::Tensor::zeros({2, 2}, hz::DType::F32);
+  const std::string sealed = d.path + "/step_4.h5", bare = d.path + "/step_5.h5";
+  hz::train::save_checkpoint(sealed, c);
+  // the same HDF5 bytes without the 512-byte checksum block in front
+  std::ifstream in(sealed, std::ios::binary);
+  in.seekg(512);
+  std::ofstream(bare, std::ios::binary) << in.rdbuf();
+  ASSERT_TRUE(h5::is_hdf5(bare));
+  EXPECT_NE(refusal_of(bare).find("without Horizon's checksum block"), std::string::npos);
+  EXPECT_EQ(hz::train::load_checkpoint(sealed).step, 4);
+}
+
+TEST(CheckpointCrafted, LinksOtherThanHardLinksAreNotFollowed) {
+  TmpDir d;
+  const std::string victim = d.path + "/other.h5";
+  {  // a file the crafted checkpoint points at
+    h5::File f = h5::File::create(victim);
+    (void)f.root().create_dataset("secret", H5T_IEEE_F32LE, {4});
+    f.close();
+  }
+  const std::string ext = d.path + "/step_1.h5", soft = d.path + "/step_2.h5";
+  write_crafted(ext, [&](hid_t model) {
+    H5Lcreate_external(victim.c_str(), "/secret", model, "w", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  write_crafted(soft, [&](hid_t model) {
+    H5Lcreate_soft("/model/x", model, "w", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  const std::string e = refusal_of(ext), s = refusal_of(soft);
+  EXPECT_NE(e.find("/model/w is an external link"), std::string::npos) << e;
+  EXPECT_NE(s.find("/model/w is a soft link"), std::string::npos) << s;
+}
+
+TEST(CheckpointCrafted, DatasetsStoredElsewhereOrFilteredAreRefused) {
+  TmpDir d;
+  const std::string raw = d.path + "/raw.bin";
+  std::ofstream(raw, std::ios::binary) << std::string(16, '\0');
+  const std::string ext = d.path + "/step_1.h5", chunked = d.path + "/step_2.h5", virt = d.path + "/step_3.h5";
+  write_crafted(ext, [&](hid_t model) {
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_external(dcpl, raw.c_str(), 0, 16);
+    H5Dclose(f32_dataset(model, "w", dcpl));
+    H5Pclose(dcpl);
+  });
+  write_crafted(chunked, [&](hid_t model) {
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    const hsize_t chunk[1] = {2};
+    H5Pset_chunk(dcpl, 1, chunk);
+    H5Pset_deflate(dcpl, 6);
+    H5Dclose(f32_dataset(model, "w", dcpl));
+    H5Pclose(dcpl);
+  });
+  write_crafted(virt, [&](hid_t model) {
+    const hsize_t dims[1] = {4};
+    const hid_t sp = H5Screate_simple(1, dims, nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_virtual(dcpl, sp, (d.path + "/other.h5").c_str(), "/secret", sp);
+    H5Dclose(f32_dataset(model, "w", dcpl));
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+  });
+  const std::string e = refusal_of(ext), c = refusal_of(chunked), v = refusal_of(virt);
+  EXPECT_NE(e.find("external file"), std::string::npos) << e;
+  EXPECT_NE(c.find("chunked dataset"), std::string::npos) << c;
+  EXPECT_NE(v.find("virtual dataset"), std::string::npos) << v;
+}
+
+TEST(CheckpointCrafted, VariableLengthStringsAreRefusedWithoutReadingTheHeap) {
+  TmpDir d;
+  const std::string p = d.path + "/step_1.h5";
+  write_crafted(p, [&](hid_t model) {
+    const hid_t ds = f32_dataset(model, "w");
+    const float v[4] = {1, 2, 3, 4};
+    H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    const hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    const hid_t sp = H5Screate(H5S_SCALAR);
+    const char* s = "w";
+    const hid_t a = H5Acreate2(ds, "key", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, t, &s);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    H5Dclose(ds);
+  });
+  const std::string m = refusal_of(p);
+  EXPECT_NE(m.find("attribute 'key' of /model/w: a variable-length string"), std::string::npos) << m;
+}
+
+TEST(CheckpointCrafted, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  TmpDir d;
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    for (const hz::DType dt : {hz::DType::F32, hz::DType::BF16}) {
+      hz::train::CheckpointData c;
+      c.step = 1;
+      hz::Tensor w = hz::Tensor::zeros({3, 4}, hz::DType::F32);
+      w.set({2, 1}, bad);
+      c.model["layers.0.attn.wq.weight"] = w.to(dt);
+      c.model["norm.weight"] = hz::Tensor::ones({4}, dt);
+      const std::string p = d.path + "/step_1.h5";
+      hz::train::save_checkpoint(p, c);  // the checksum vouches for the bytes, not their sense
+      const std::string m = refusal_of(p);
+      EXPECT_NE(m.find("'layers.0.attn.wq.weight'): element 9 of (3, 4) is"), std::string::npos) << m;
+    }
+  }
 }

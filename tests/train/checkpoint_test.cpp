@@ -363,16 +363,20 @@ TEST(Checkpoint, MissingOrForeignFilesAreRefusedWithTheirPath) {
   msg = checkpoint_error_of([&] { load_checkpoint(dir.path); });
   EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
 
-  // An HDF5 file that is not a Horizon checkpoint.
-  const std::string foreign = dir / "foreign.h5";
-  {
-    h5::File f = h5::File::create(foreign);
+  // An HDF5 file that is not a Horizon checkpoint: refused unread without the checksum block,
+  // and for its layout with one.
+  const std::string foreign = dir / "foreign.h5", sealed = dir / "sealed.h5";
+  for (const std::string& p : {foreign, sealed}) {
+    h5::File f = h5::File::create(p, p == sealed ? 512 : 0);
     h5::Dataset d = f.root().create_dataset("x", H5T_IEEE_F32LE, {3});
     const float v[3] = {1, 2, 3};
     d.write(H5T_NATIVE_FLOAT, v);
   }
+  hz::train::seal_checkpoint_file(sealed);
   msg = checkpoint_error_of([&] { load_checkpoint(foreign); });
-  EXPECT_NE(msg.find(foreign + ": not a Horizon checkpoint"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(foreign + ": an HDF5 file without Horizon's checksum block"), std::string::npos) << msg;
+  msg = checkpoint_error_of([&] { load_checkpoint(sealed); });
+  EXPECT_NE(msg.find(sealed + ": not a Horizon checkpoint"), std::string::npos) << msg;
   EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0) << "HDF5 handles left open";
 }
 

@@ -162,13 +162,27 @@ TEST(Recipe, NumbersOutsideTheirRangeAreRefused) {
                         Case{"train:\n  log_every: 0\n", "train.log_every", ">= 1"},
                         Case{"optim:\n  beta2: 1.5\n", "optim.beta2", "in [0, 1)"},
                         Case{"model:\n  norm_eps: -1e308\n", "model.norm_eps", "> 0"},
-                        Case{"model:\n  norm_eps: .nan\n", "model.norm_eps", "> 0"}}) {
+                        Case{"model:\n  norm_eps: .nan\n", "model.norm_eps", "> 0"},
+                        // issue 36: infinities passed "> 0"; integers beyond what the code takes overflowed later
+                        Case{"optim:\n  eps: .inf\n", "optim.eps", "> 0"},
+                        Case{"train:\n  bucket_mb: 8796093022208\n", "train.bucket_mb", "in [1, 1048576]"},
+                        Case{"run:\n  threads: 100000\n", "run.threads", "in [0, 4096]"},
+                        Case{"train:\n  loss_chunk: 9223372036854775807\n", "train.loss_chunk", "at most 2^40"},
+                        Case{"eval:\n  lengths: [9223372036854775807]\n", "eval.lengths[0]", "in [2, 16777216]"}}) {
     const std::string e = error_of(c.yaml);
     EXPECT_TRUE(has(e, "test.yaml:2")) << c.yaml << " -> " << e;
     EXPECT_TRUE(has(e, std::string(c.key) + ": must be " + c.range)) << c.yaml << " -> " << e;
   }
   std::string e = error_of("eval:\n  lengths: [64, 1]\n");
-  EXPECT_TRUE(has(e, "eval.lengths[1]: must be >= 2")) << e;
+  EXPECT_TRUE(has(e, "eval.lengths[1]: must be in [2, 16777216]")) << e;
+  // issue 36: a second document was ignored whole
+  e = error_of("train:\n  steps: 5\n---\ntrain:\n  steps: 6\n");
+  EXPECT_TRUE(has(e, "test.yaml:4: a second YAML document")) << e;
+  e = error_of("train:\n  steps: 5\n...\njunk: [\n");
+  EXPECT_TRUE(has(e, "test.yaml:")) << e;
+  EXPECT_TRUE(has(e, "YAML syntax error") || has(e, "a second YAML document")) << e;
+  e = error_of("train:\n  steps: 5\n...\nrun: {seed: 3}\n");
+  EXPECT_TRUE(has(e, "a second YAML document")) << e;
   e = error_of("", {"eval.batches=-3"});
   EXPECT_TRUE(has(e, "command-line override eval.batches")) << e;
   // the schema shows each range and role
