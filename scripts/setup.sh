@@ -8,9 +8,11 @@ cd "$(dirname "$0")/.."
 
 PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
       libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libfmt-dev libdnnl-dev
-      zlib1g-dev python3-h5py python3-matplotlib)
+      zlib1g-dev python3-h5py python3-matplotlib python3-venv)
 # tokenizers: pre-tokenizer regexes, Unicode properties and normalization, tokenizer.json / JSONL, .model files
 PKGS+=(libpcre2-dev libutf8proc-dev nlohmann-json3-dev libsentencepiece-dev)
+# TensorBoard event files (io/tensorboard.h): protobuf messages, records framed with CRC32C (ISA-L)
+PKGS+=(protobuf-compiler libprotobuf-dev libisal-dev)
 # scripts/gpu/gpu_deps.sh packs the GPU machine's dependencies with xz
 PKGS+=(xz-utils)
 

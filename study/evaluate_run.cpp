@@ -1,16 +1,57 @@
 #include "study/evaluate_run.h"
 
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "data/shard.h"
 #include "eval/eval.h"
 #include "eval/needles.h"
 #include "eval/probe.h"
+#include "io/tensorboard.h"
 #include "train/data.h"
 #include "train/run_dir.h"
 
 namespace hz::study {
+
+namespace {
+// RULER's effective length: the longest length up to which every length scores at least the
+// threshold RULER takes (85.6%, Llama-2-7B's score at 4K); 0 when the shortest fails.
+constexpr double kEffectiveThreshold = 0.856;
+
+// horizon eval's numbers in a TensorBoard event file of the run (at the checkpoint's step), apart
+// from the in-run evaluations' "eval/..." tags: horizon_eval/<length>/{loss,ppl,last256_loss},
+// passkey/<length>/accuracy, needles/<task>/<length>/accuracy (mean over depths) and
+// needles/<task>/effective_length.
+void write_eval_events(const std::string& dir, int64_t step, const eval::EvalReport& rep,
+                       const eval::NeedleReport& needles) {
+  io::EventWriter w(dir, ".eval");
+  for (const auto& l : rep.lengths) {
+    const std::string t = "horizon_eval/" + std::to_string(l.length) + "/";
+    w.scalar(t + "loss", l.loss, step);
+    w.scalar(t + "ppl", l.ppl, step);
+    w.scalar(t + "last256_loss", l.last256_loss, step);
+  }
+  std::map<int64_t, std::pair<int64_t, int64_t>> pk;  // length -> (correct, examples)
+  for (const auto& c : rep.passkey) pk[c.length].first += c.correct, pk[c.length].second += c.examples;
+  for (const auto& [L, ce] : pk)
+    w.scalar("passkey/" + std::to_string(L) + "/accuracy", ce.second ? double(ce.first) / double(ce.second) : 0.0, step);
+  std::map<std::string, std::map<int64_t, std::pair<int64_t, int64_t>>> nd;  // task -> length -> (correct, samples)
+  for (const auto& c : needles.cells) nd[c.task][c.length].first += c.correct, nd[c.task][c.length].second += c.samples;
+  for (const auto& [task, by_len] : nd) {
+    int64_t effective = 0;
+    bool holding = true;
+    for (const auto& [L, cs] : by_len) {
+      const double acc = cs.second ? double(cs.first) / double(cs.second) : 0.0;
+      w.scalar("needles/" + task + "/" + std::to_string(L) + "/accuracy", acc, step);
+      holding = holding && acc >= kEffectiveThreshold;
+      if (holding) effective = L;
+    }
+    w.scalar("needles/" + task + "/effective_length", static_cast<double>(effective), step);
+  }
+  w.flush();
+}
+}  // namespace
 
 std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm) {
   const bool split = comm && comm->size() > 1, lead = !split || comm->rank() == 0;
@@ -64,7 +105,11 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm)
     out += eval::probe_table(probes);
     for (auto& f : eval::probe_files(probes)) files.push_back(std::move(f));
   }
-  if (writable) write_files_atomic(run.run_dir, files);
+  if (writable) {
+    write_files_atomic(run.run_dir, files);
+    if (run.recipe.metrics.tensorboard && io::tensorboard_available())
+      write_eval_events(run.run_dir, run.step, rep, needles);
+  }
   run.results_written = writable;
   return out;
 }

@@ -140,6 +140,10 @@ void visit_fields(Recipe& r, V& v) {
     run_opt("resume a checkpoint written under another world size: the data continue from the same global position "
             "(rounded up to a whole share per rank); the steps that follow are not those the old world size would take"));
   v("checkpoint.init_from", r.checkpoint.init_from, run_opt("start from another run's weights (checkpoint or run dir)"));
+  v("metrics.tensorboard", r.metrics.tensorboard,
+    run_opt("TensorBoard event files in the run directory (events.out.tfevents.*): every number of metrics.jsonl at "
+            "its step, each evaluation's, and the resolved recipe as text; a resume starts a new file (builds "
+            "without protobuf write none and say so)"));
   v("eval.every", r.eval.every, run_opt("validation interval in steps (0 = only at the end)").at_least(0));
   v("eval.final", r.eval.final,
     run_opt("validate after the last step (false with eval.every 0: the run never evaluates; horizon eval can, later)"));

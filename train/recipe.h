@@ -118,6 +118,11 @@ struct CheckpointSection {
   bool elastic = false;               // resume under another world size (the data continue at the same global position)
 };
 
+// What a run records besides metrics.jsonl and train.log.
+struct MetricsSection {
+  bool tensorboard = true;            // TensorBoard event files beside metrics.jsonl (io/tensorboard.h)
+};
+
 // What `horizon eval` (and the end-of-run evaluation) does: eval::EvalOptions itself, with the
 // recipe's defaults; Recipe::eval_options() fills in what comes from the rest of the recipe
 // (train_len = data.seq_len, seed, tokenizer, lengths [] = 1x 2x 4x 8x, batch_size 0 = data.batch_size).
@@ -139,6 +144,7 @@ struct Recipe {
   TrainSection train;
   ParallelSection parallel;
   CheckpointSection checkpoint;
+  MetricsSection metrics;
   EvalSection eval;
   DropeSection drope;
   SwanSection swan;

@@ -12,6 +12,8 @@
 
 #include "core/file.h"
 
+#include <nlohmann/json.hpp>
+
 namespace fs = std::filesystem;
 
 namespace hz::train {
@@ -130,12 +132,30 @@ RunDir::RunDir(const Recipe& r, bool lead, bool quiet, int64_t resumed_step)
   write_file_atomic(dir_ + "/config.yaml", to_yaml(r));
   HZ_CHECK(log_.good() && metrics_.good(), ValueError, "cannot write into the run directory '", dir_,
            "'; check run.out_dir and its permissions");
+  if (r.metrics.tensorboard) {
+    if (!io::tensorboard_available()) {
+      log("metrics.tensorboard: this build writes no TensorBoard event files (configured without protobuf/ISA-L); "
+          "metrics.jsonl holds every number");
+      return;
+    }
+    events_ = std::make_unique<io::EventWriter>(dir_);
+    if (resuming) events_->session_start(resumed_step + 1);
+    events_->text("recipe", "```\n" + to_yaml(r) + "```", resumed_step);
+    events_->flush();
+  }
 }
+
+RunDir::~RunDir() = default;
 
 void RunDir::metrics(const std::string& line) {
   if (!lead_) return;
   metrics_ << line << "\n";
   metrics_.flush();
+  HZ_CHECK(metrics_.good(), ValueError, "writing '", dir_, "/metrics.jsonl' failed; is the disk full?");
+  if (events_) {
+    events_->record(nlohmann::json::parse(line));
+    events_->flush();
+  }
 }
 
 void RunDir::save(int64_t step, const CheckpointData& c, int64_t keep_last) {

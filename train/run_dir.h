@@ -3,6 +3,8 @@
 //   train.log       every progress line (also printed to stdout unless quiet)
 //   metrics.jsonl   one JSON object per logged step and per evaluation
 //   checkpoints/    step_<N>.h5, the last `keep_last` kept (train/checkpoint.h)
+//   events.out.tfevents.*  TensorBoard event files (metrics.tensorboard): one per start, the
+//                   numbers of metrics.jsonl at their steps and the recipe as text (io/tensorboard.h)
 //   .lock           while a run trains in it: the holder's host and pid (RunLock below)
 //   .eval.lock      while `horizon eval` (or a sweep's evaluation) writes its results in it
 // Only rank 0 writes; on the other ranks every method is a no-op.
@@ -10,8 +12,10 @@
 #include <fmt/core.h>
 
 #include <fstream>
+#include <memory>
 #include <string>
 
+#include "io/tensorboard.h"
 #include "train/checkpoint.h"
 #include "train/recipe.h"
 
@@ -49,7 +53,11 @@ class RunDir {
   // Creates the directories (lead only). Resuming (resumed_step > 0) appends to train.log and
   // metrics.jsonl, first dropping metrics records of steps after resumed_step (steps the resumed
   // run trains again: one record per step).
+  // With metrics.tensorboard (and a build that has the writer) a new TensorBoard event file holds
+  // the resolved recipe as text and, at a resume, a session start at resumed_step + 1; every
+  // metrics record then goes there too.
   RunDir(const Recipe& r, bool lead, bool quiet, int64_t resumed_step);
+  ~RunDir();
 
   const std::string& path() const { return dir_; }
   std::string checkpoint_dir() const { return dir_ + "/checkpoints"; }
@@ -64,7 +72,7 @@ class RunDir {
     log_ << s << "\n";
     log_.flush();
   }
-  void metrics(const std::string& json_line);  // appends one line to metrics.jsonl
+  void metrics(const std::string& json_line);  // appends one line to metrics.jsonl (and its numbers to TensorBoard)
   // Writes checkpoints/step_<step>.h5 atomically and prunes to keep_last.
   void save(int64_t step, const CheckpointData& c, int64_t keep_last);
 
@@ -72,6 +80,7 @@ class RunDir {
   std::string dir_;
   bool lead_, quiet_;
   std::ofstream log_, metrics_;
+  std::unique_ptr<io::EventWriter> events_;
 };
 
 }  // namespace hz::train

@@ -477,7 +477,7 @@ class Trainer {
                           eval_mem_peak_ > 0 ? fmt::format(", eval {:.2f}", eval_mem_peak_ / 1073741824.0) : std::string());
       jextra = fmt::format(", \"gpu_mem_peak\": {}, \"gpu_mem_reserved\": {}, \"mem_plan\": {}", peak, ms.reserved,
                            plan_.peak);
-      if (eval_mem_peak_ > 0) jextra += fmt::format(", \"eval_mem_peak\": {}", eval_mem_peak_);
+      if (eval_mem_peak_ > 0) jextra += fmt::format(", \"eval_mem_peak_max\": {}", eval_mem_peak_);  // the evaluations' highest so far
     } else {  // the CPU allocator's high-water mark since the start (train_step), the highest rank's, next to the plan
       const std::vector<int64_t> all = world_ > 1 ? comm_.all_gather(res_.mem_peak) : std::vector<int64_t>{res_.mem_peak};
       const int64_t peak = *std::max_element(all.begin(), all.end());
@@ -485,7 +485,7 @@ class Trainer {
       extra = fmt::format("  mem {} (plan {}{})", format_bytes(peak), format_bytes(plan_.peak),
                           eval_mem_peak_ > 0 ? ", eval " + format_bytes(eval_mem_peak_) : std::string());
       jextra = fmt::format(", \"mem_peak\": {}, \"mem_plan\": {}", peak, plan_.peak);
-      if (eval_mem_peak_ > 0) jextra += fmt::format(", \"eval_mem_peak\": {}", eval_mem_peak_);
+      if (eval_mem_peak_ > 0) jextra += fmt::format(", \"eval_mem_peak_max\": {}", eval_mem_peak_);  // the evaluations' highest so far
     }
     if (context_) {  // k/v bytes the busiest rank of the group sent per step (forward and backward)
       const int64_t steps = std::max<int64_t>(1, tokens_since_log_ / std::max<int64_t>(1, tokens_per_step_));

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Creates (once) the Python virtual environment the reference scripts use: fixture generators
 # (tokenizers, sentencepiece, transformers, safetensors) and the PyTorch benchmark twins. Current
-# releases from PyPI, never Debian's python3-torch 1.13. Never needed by the build or the tests:
-# fixtures are committed.
+# releases from PyPI, never Debian's python3-torch 1.13. Not needed by the build; the tests' fixtures
+# are committed, and the tests that read outputs back through PyPI libraries get their own light venv.
 #
 #   scripts/tools/venv.sh            # creates .venv/ (ignored) if missing, prints its python
 #   HZ_VENV=/path scripts/tools/venv.sh   # use (and complete) a venv elsewhere
+#   HZ_VENV=build/test-venv HZ_VENV_PKGS=tensorboard scripts/tools/venv.sh
+#                                    # another set of packages: scripts/test.sh's light venv for the tests
+#                                    # that read Horizon's outputs with the libraries defining the formats
 #
 # Usage from another script:  PY=$(scripts/tools/venv.sh)  then  "$PY" script.py
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${HZ_VENV:-.venv}
-PKGS=(torch transformers tokenizers sentencepiece safetensors numpy matplotlib)
+read -r -a PKGS <<< "${HZ_VENV_PKGS:-torch transformers tokenizers sentencepiece safetensors numpy matplotlib}"
 if [ ! -x "$VENV/bin/python" ]; then
-  echo "[venv] creating $VENV (PyTorch from PyPI is ~3 GB, a few minutes)" >&2
-  python3 -m venv "$VENV"
+  echo "[venv] creating $VENV (${PKGS[*]})" >&2
+  mkdir -p "$(dirname "$VENV")"
+  python3 -m venv "$VENV" >&2
 fi
 missing=()
 for p in "${PKGS[@]}"; do
