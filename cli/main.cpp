@@ -87,8 +87,8 @@ bool wants_help(const std::vector<std::string>& a) {
   return false;
 }
 
-// The ranks of this job (mpirun, or HZ_WORLD_SIZE for NCCL ranks without MPI); a single process
-// outside them. CUDA ranks communicate over NCCL, CPU ranks over MPI.
+// The ranks of this job (mpirun, or for NCCL ranks without MPI a launcher's variables: Horizon's,
+// torchrun's or an srun step's; distributed/communicator.h); a single process outside them. CUDA ranks communicate over NCCL, CPU ranks over MPI.
 std::unique_ptr<hz::dist::Communicator> ranks_communicator(hz::DeviceType device) {
   const bool ranks = hz::dist::launched_by_mpirun() || hz::dist::launched_by_env();
   return ranks && device == hz::DeviceType::CUDA ? hz::dist::make_nccl() : hz::dist::from_environment();
@@ -122,9 +122,9 @@ int cmd_train(const std::vector<std::string>& a) {
     return a.size() < 2 ? 2 : 0;
   }
   // Under mpirun every rank runs this; a failing rank takes the whole job down (no hangs). CUDA
-  // ranks all-reduce with NCCL (bootstrapped over MPI, or without mpirun from HZ_WORLD_SIZE /
-  // HZ_RANK / HZ_NCCL_ID_FILE: there a failing rank ends only itself; the launcher ends the
-  // rest), CPU ranks with MPI.
+  // ranks all-reduce with NCCL (bootstrapped over MPI, or without mpirun from torchrun's, srun's or
+  // Horizon's variables and a TCP rendezvous or id file: there a failing rank ends only itself; the
+  // launcher ends the rest), CPU ranks with MPI.
   const hz::train::Recipe r = hz::study::load_recipe(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
   std::unique_ptr<hz::dist::Communicator> comm = ranks_communicator(r.run.device);
   return on_every_rank(*comm, [&] {

@@ -41,8 +41,6 @@ bool launched_by_mpirun() {
          std::getenv("PMIX_RANK") != nullptr;
 }
 
-bool launched_by_env() { return std::getenv("HZ_WORLD_SIZE") != nullptr; }
-
 namespace {
 
 // An integer environment variable; `fallback` when unset. Throws on anything but a whole number.
@@ -57,26 +55,74 @@ long env_int(const char* name, long fallback) {
   return x;
 }
 
-}  // namespace
+// One launcher's variables: its world size, rank and local rank.
+struct Launcher {
+  const char* name;
+  const char* size;
+  const char* rank;
+  const char* local;
+};
+constexpr Launcher kHorizon{"Horizon's", "HZ_WORLD_SIZE", "HZ_RANK", "HZ_LOCAL_RANK"};
+constexpr Launcher kTorchrun{"torchrun's", "WORLD_SIZE", "RANK", "LOCAL_RANK"};
+// an srun step's tasks (SLURM_STEP_NUM_TASKS: set by srun, not in the batch script itself)
+constexpr Launcher kSlurm{"Slurm's", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID"};
 
-EnvWorld env_world() {
-  EnvWorld w;
-  const long size = env_int("HZ_WORLD_SIZE", 1);
-  HZ_CHECK(size >= 1, ValueError, "HZ_WORLD_SIZE=", size, ": the number of ranks must be at least 1");
-  HZ_CHECK(size == 1 || std::getenv("HZ_RANK") != nullptr, ValueError, "HZ_WORLD_SIZE=", size,
-           " but HZ_RANK is not set: give every process its rank (0 .. ", size - 1, ")");
-  const long rank = env_int("HZ_RANK", 0);
-  HZ_CHECK(rank >= 0 && rank < size, ValueError, "HZ_RANK=", rank, " is outside 0 .. ", size - 1, " (HZ_WORLD_SIZE=",
-           size, std::getenv("HZ_WORLD_SIZE") ? "" : ", unset", ")");
-  const long local = env_int("HZ_LOCAL_RANK", rank);
-  HZ_CHECK(local >= 0 && local < size, ValueError, "HZ_LOCAL_RANK=", local, " is outside 0 .. ", size - 1,
-           " (HZ_WORLD_SIZE=", size, ")");
+bool present(const Launcher& l) { return std::getenv(l.size) != nullptr; }
+
+// Reads and checks one launcher's variables into w (rank required when the size is above 1).
+void read_launcher(const Launcher& l, EnvWorld& w) {
+  const long size = env_int(l.size, 1);
+  HZ_CHECK(size >= 1, ValueError, l.size, "=", size, ": the number of ranks must be at least 1");
+  HZ_CHECK(size == 1 || std::getenv(l.rank) != nullptr, ValueError, l.size, "=", size, " but ", l.rank,
+           " is not set: give every process its rank (0 .. ", size - 1, ")");
+  const long rank = env_int(l.rank, 0);
+  HZ_CHECK(rank >= 0 && rank < size, ValueError, l.rank, "=", rank, " is outside 0 .. ", size - 1, " (", l.size, "=",
+           size, std::getenv(l.size) ? "" : ", unset", ")");
+  const long local = env_int(l.local, rank);
+  HZ_CHECK(local >= 0 && local < size, ValueError, l.local, "=", local, " is outside 0 .. ", size - 1, " (", l.size,
+           "=", size, ")");
   w.size = static_cast<int>(size);
   w.rank = static_cast<int>(rank);
   w.local_rank = static_cast<int>(local);
+  w.launcher = l.name;
+}
+
+}  // namespace
+
+bool launched_by_env() { return present(kHorizon) || present(kTorchrun) || present(kSlurm); }
+
+EnvWorld env_world() {
+  EnvWorld w;
+  // Horizon's own variables, else torchrun's, else an srun step's. torchrun's win over Slurm's
+  // without a check: `srun torchrun` makes Slurm's describe the per-node agent, not the worker.
+  // Horizon's set by hand beside another launcher's must agree with them.
+  if (present(kHorizon)) {
+    read_launcher(kHorizon, w);
+    for (const Launcher* other : {&kTorchrun, &kSlurm}) {
+      if (!present(*other)) continue;
+      EnvWorld o;
+      read_launcher(*other, o);
+      HZ_CHECK(o.size == w.size && o.rank == w.rank, ValueError, kHorizon.size, "=", w.size, " ", kHorizon.rank, "=",
+               w.rank, " disagree with ", other->name, " ", other->size, "=", o.size, " ", other->rank, "=", o.rank,
+               ": one launcher starts the ranks; unset the other's variables");
+      if (other == &kTorchrun) break;  // Slurm's then describe torchrun's agent (srun torchrun)
+    }
+  } else if (present(kTorchrun)) {
+    read_launcher(kTorchrun, w);
+  } else if (present(kSlurm)) {
+    read_launcher(kSlurm, w);
+  }
   if (const char* f = std::getenv("HZ_NCCL_ID_FILE")) w.id_file = f;
-  HZ_CHECK(size == 1 || !w.id_file.empty(), ValueError, "HZ_WORLD_SIZE=", size,
-           " needs HZ_NCCL_ID_FILE: a path every rank can see, where rank 0 writes the NCCL unique id");
+  if (const char* a = std::getenv("MASTER_ADDR")) w.master_addr = a;
+  if (std::getenv("MASTER_PORT")) {
+    const long port = env_int("MASTER_PORT", 0);
+    HZ_CHECK(port >= 1 && port <= 65535, ValueError, "MASTER_PORT=", port, " is not a TCP port (1 .. 65535)");
+    w.master_port = static_cast<int>(port);
+  }
+  HZ_CHECK(w.size == 1 || !w.id_file.empty() || (!w.master_addr.empty() && w.master_port > 0), ValueError,
+           w.launcher, " world of ", w.size, " ranks needs a way to share the NCCL unique id: MASTER_ADDR and MASTER_PORT "
+           "(rank 0's host and a free port: a TCP rendezvous, as torchrun sets them) or HZ_NCCL_ID_FILE (a path every "
+           "rank sees)");
   if (const char* t = std::getenv("HZ_NCCL_ID_TIMEOUT")) {
     char* end = nullptr;
     w.id_timeout_s = std::strtod(t, &end);
@@ -405,8 +451,9 @@ std::unique_ptr<Communicator> from_environment() {
   }
   if (launched_by_env()) {
     const EnvWorld w = env_world();
-    HZ_CHECK(w.size == 1, Error, "HZ_WORLD_SIZE=", w.size, " launches ranks through NCCL, which needs CUDA tensors "
-             "(run.device=cuda); CPU ranks run under mpirun");
+    HZ_CHECK(w.size == 1, Error, w.launcher, " world of ", w.size, " ranks (", w.launcher == "Horizon's" ? "HZ_WORLD_SIZE"
+             : w.launcher == "torchrun's" ? "WORLD_SIZE" : "SLURM_STEP_NUM_TASKS", "=", w.size, ") launches ranks through "
+             "NCCL, which needs CUDA tensors (run.device=cuda); CPU ranks run under mpirun (or srun --mpi=pmix)");
   }
   return make_local();
 }

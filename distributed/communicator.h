@@ -5,13 +5,21 @@
 // sub-communicators (split), barrier and a non-blocking all-reduce.
 // Implementations: Local (world size 1, no MPI needed: plain `horizon train`), MPI (CPU tensors;
 // launched by mpirun) and NCCL (CUDA tensors; one GPU per local rank). NCCL bootstraps over MPI
-// when launched by mpirun in a build with MPI, else from the environment, torchrun-style:
-//   HZ_WORLD_SIZE   number of ranks (unset: 1)
-//   HZ_RANK         this rank, 0 <= HZ_RANK < HZ_WORLD_SIZE (unset: 0; required when the size > 1)
-//   HZ_LOCAL_RANK   rank on this host, picks the GPU (local rank % visible devices; unset: HZ_RANK)
-//   HZ_NCCL_ID_FILE a path every rank sees (shared filesystem): rank 0 writes the ncclUniqueId there
-//                   (temp name + atomic rename, removed once every rank has joined), the others
-//                   wait for it (HZ_NCCL_ID_TIMEOUT seconds, default 120). Not needed for size 1.
+// when launched by mpirun in a build with MPI, else from the environment. The ranks come from one
+// launcher's variables (size, rank, local rank; the local rank picks the GPU: local rank % visible
+// devices, and defaults to the rank):
+//   Horizon's   HZ_WORLD_SIZE, HZ_RANK, HZ_LOCAL_RANK
+//   torchrun's  WORLD_SIZE, RANK, LOCAL_RANK
+//   Slurm's     SLURM_STEP_NUM_TASKS, SLURM_PROCID, SLURM_LOCALID (an srun step's tasks)
+// in that precedence: Horizon's set beside another launcher's must agree with them (else refused);
+// torchrun's win over Slurm's (under `srun torchrun` Slurm's describe the per-node agent). A world
+// of more than one rank shares rank 0's ncclUniqueId either
+//   over TCP   MASTER_ADDR, MASTER_PORT: rank 0 listens there and hands the id to every rank that
+//              connects (distributed/rendezvous.h), or
+//   by file    HZ_NCCL_ID_FILE, a path every rank sees (shared filesystem): rank 0 writes the id
+//              there (temp name + atomic rename, removed once every rank has joined), the others
+//              wait for it;
+// the file when both are given. Either waits HZ_NCCL_ID_TIMEOUT seconds (default 120).
 // Every rank must issue the same collectives in the same order.
 #pragma once
 #include <cstdint>
@@ -81,8 +89,8 @@ std::unique_ptr<Communicator> make_mpi();
 // Throws without CUDA + NCCL support.
 std::unique_ptr<Communicator> make_nccl();
 bool launched_by_mpirun();  // OMPI_COMM_WORLD_SIZE / PMI_SIZE in the environment
-bool launched_by_env();     // HZ_WORLD_SIZE in the environment (NCCL without mpirun)
-// MPI when launched by mpirun (and built with MPI), else local. Refuses HZ_WORLD_SIZE > 1 without
+bool launched_by_env();     // a launcher's world size in the environment (HZ_, torchrun's or srun's; NCCL without mpirun)
+// MPI when launched by mpirun (and built with MPI), else local. Refuses a launcher's world > 1 without
 // mpirun: environment launches are NCCL's (run.device=cuda; make_nccl()).
 std::unique_ptr<Communicator> from_environment();
 bool mpi_compiled();
@@ -97,7 +105,10 @@ void check_send_recv(const Tensor& send, int dest, const Tensor& recv, int src, 
 // The environment bootstrap's pieces (used by make_nccl(); exposed for tests).
 struct EnvWorld {
   int rank = 0, size = 1, local_rank = 0;
-  std::string id_file;  // HZ_NCCL_ID_FILE; empty when unset
+  std::string launcher = "no launcher's";  // whose variables: "Horizon's", "torchrun's", "Slurm's"
+  std::string id_file;      // HZ_NCCL_ID_FILE; empty when unset
+  std::string master_addr;  // MASTER_ADDR; empty when unset
+  int master_port = 0;      // MASTER_PORT; 0 when unset
   double id_timeout_s = 120;  // HZ_NCCL_ID_TIMEOUT
 };
 // Reads and validates the variables; throws ValueError naming the variable and its value.

@@ -23,6 +23,7 @@
 
 #include "core/device.h"
 #include "distributed/communicator.h"
+#include "distributed/rendezvous.h"
 
 namespace hz::dist {
 
@@ -125,14 +126,16 @@ class Nccl : public Communicator {
 #ifdef HZ_HAVE_MPI
       MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
 #endif
-    } else if (size_ > 1) {
+    } else if (size_ > 1 && !env.id_file.empty()) {
       if (rank_ == 0) publish_id_file(env.id_file, &id, sizeof(id));
       else read_id_file(env.id_file, &id, sizeof(id), env.id_timeout_s);
+    } else if (size_ > 1) {  // MASTER_ADDR / MASTER_PORT (env_world() checked one of the two is given)
+      tcp_rendezvous(env.master_addr, env.master_port, rank_, size_, &id, sizeof(id), env.id_timeout_s);
     }
     // 4. the communicator (collective: returns once every rank has joined)
     const ncclResult_t r = ncclCommInitRank(&comm_, size_, id, rank_);
     // a failed start leaves no id file behind: a rerun's rank 1 must not read this one's id
-    if (r != ncclSuccess && !by_mpi && size_ > 1 && rank_ == 0) std::remove(env.id_file.c_str());
+    if (r != ncclSuccess && !by_mpi && size_ > 1 && rank_ == 0 && !env.id_file.empty()) std::remove(env.id_file.c_str());
     if (r == ncclInvalidUsage)
       throw DeviceError(std::string("ncclCommInitRank failed: ") + ncclGetErrorString(r) + " (rank " +
                         std::to_string(rank_) + " of " + std::to_string(size_) + ", local rank " +
@@ -146,7 +149,7 @@ class Nccl : public Communicator {
     HZ_CHECK(r == ncclSuccess, DeviceError, "ncclCommInitRank failed: ", ncclGetErrorString(r), " (rank ", rank_,
              " of ", size_, ", CUDA device ", device_, "; NCCL_DEBUG=WARN says more)");
     // every rank has read the id: rank 0 removes the file, so a later job cannot pick up a stale one
-    if (!by_mpi && size_ > 1 && rank_ == 0) std::remove(env.id_file.c_str());
+    if (!by_mpi && size_ > 1 && rank_ == 0 && !env.id_file.empty()) std::remove(env.id_file.c_str());
   }
   // a sub-communicator (split)
   Nccl(ncclComm_t comm, std::unique_ptr<Communicator> mpi, int local_rank, int device, cudaStream_t compute,

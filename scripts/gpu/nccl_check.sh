@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# NCCL without MPI, on a GPU machine (torchrun-style launch: HZ_RANK / HZ_WORLD_SIZE /
-# HZ_NCCL_ID_FILE, docs/parallel.md "CUDA ranks without MPI"). Run from anywhere; every step runs even when an
+# NCCL without MPI, on a GPU machine (Horizon's variables with an id file, and torchrun's with the
+# TCP rendezvous at MASTER_ADDR / MASTER_PORT; docs/parallel.md "CUDA ranks without MPI"). Run from anywhere; every step runs even when an
 # earlier one failed, each under `timeout`, and its exit code is reported:
 #   0. build: when BUILD_DIR has no hz_test_nccl, reconfigures BUILD_DIR (an existing CMake build,
 #      e.g. scripts/gpu/gpu_check.sh's build-gpu) with -DHZ_NCCL_ROOT=<NCCL prefix> and builds
 #      hz_test_nccl + horizon (else only brings them up to date);
 #   1. one rank: hz_test_nccl EnvBootstrap.* + NcclOneRank.* (prints the libnccl version);
 #   2. two ranks: hz_test_nccl NcclTwoRanks.* started twice (HZ_RANK=0/1, one id file);
-#   3. two ranks training: horizon train recipes/quickstart.yaml train.steps=20 run.device=cuda
-#      (both ranks exit 0, rank 0 prints its final loss);
+#   3. two ranks training: horizon train recipes/quickstart.yaml train.steps=20 run.device=cuda,
+#      started with torchrun's variables and the TCP rendezvous (both ranks exit 0, rank 0 prints
+#      its final loss);
 #   4. context parallelism: the same run on one rank, and on two ranks sharing each sequence
 #      (parallel.context=2: the ring, then the all-gather): the step-20 losses agree to 1e-3.
 # With fewer GPUs than ranks NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); the
@@ -38,7 +39,8 @@ row() { summary+=("| $1 | $2 | $3 | $4 | $5 |"); }
 log() { echo "[nccl_check] $*" >&2; }
 # NCCL's own warnings (e.g. "Duplicate GPU detected") in the logs, unless the caller chose a level
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-unset HZ_RANK HZ_WORLD_SIZE HZ_LOCAL_RANK HZ_NCCL_ID_FILE
+unset HZ_RANK HZ_WORLD_SIZE HZ_LOCAL_RANK HZ_NCCL_ID_FILE RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT \
+  SLURM_STEP_NUM_TASKS SLURM_PROCID SLURM_LOCALID
 
 # ---- 0. build -----------------------------------------------------------------------------------
 t0=$(date +%s)
@@ -103,20 +105,23 @@ else
 fi
 
 # ---- two ranks ----------------------------------------------------------------------------------
-# pair NAME MODE CMD...: starts CMD as rank 0 and rank 1 (HZ_WORLD_SIZE=2, a fresh id file), each
-# under `timeout 120`, logs NAME.rank{0,1}.log; MODE "hostid" gives each rank its own NCCL_HOSTID.
-# Sets pair_rc0 / pair_rc1.
+# pair NAME MODE CMD...: starts CMD as rank 0 and rank 1 (HZ_WORLD_SIZE=2, a fresh id file; with
+# PAIR_LAUNCH=tcp torchrun's WORLD_SIZE / RANK / LOCAL_RANK and MASTER_ADDR=localhost, a fresh
+# MASTER_PORT), each under `timeout 120`, logs NAME.rank{0,1}.log; MODE "hostid" gives each rank its
+# own NCCL_HOSTID. Sets pair_rc0 / pair_rc1.
 pair() {
   local name=$1 mode=$2
   shift 2
   local id=$TMP/$name.$mode.id
   local extra=()
   [ "$mode" = hostid ] && extra=(NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1)
-  local r pids=()
+  local r pids=() port=$(( 29500 + RANDOM % 10000 ))
   for r in 0 1; do
     local h=()
     [ "$mode" = hostid ] && h=(NCCL_HOSTID="hz-nccl-check-rank$r")
-    env HZ_WORLD_SIZE=2 HZ_RANK=$r HZ_LOCAL_RANK=$r HZ_NCCL_ID_FILE="$id" ${extra[@]+"${extra[@]}"} ${h[@]+"${h[@]}"} \
+    local launch=(HZ_WORLD_SIZE=2 HZ_RANK=$r HZ_LOCAL_RANK=$r HZ_NCCL_ID_FILE="$id")
+    [ "${PAIR_LAUNCH:-file}" = tcp ] && launch=(WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r MASTER_ADDR=localhost MASTER_PORT=$port)
+    env "${launch[@]}" ${extra[@]+"${extra[@]}"} ${h[@]+"${h[@]}"} \
       timeout 120 "$@" > "$REPORT_DIR/$name.rank$r.log" 2>&1 &
     pids+=($!)
   done
@@ -161,17 +166,17 @@ if [ ! -x "$HZ" ]; then
 elif [ "${ngpu:-0}" -lt 1 ]; then
   row "two ranks (horizon train)" "skipped" "-" 0 "no GPU"
 else
-  pair train "$mode" "$HZ" "${train_args[@]}"
+  PAIR_LAUNCH=tcp pair train "$mode" "$HZ" "${train_args[@]}"
   if [ "$mode" = plain ] && [ $pair_rc0 -ne 0 ] && duplicate_gpu train; then
     for r in 0 1; do mv "$REPORT_DIR/train.rank$r.log" "$REPORT_DIR/train.plain.rank$r.log"; done
     mode=hostid
     mode_note="NCCL refused two ranks on one GPU (Duplicate GPU detected): ran with NCCL_HOSTID per rank (sockets over lo)"
-    pair train hostid "$HZ" "${train_args[@]}"
+    PAIR_LAUNCH=tcp pair train hostid "$HZ" "${train_args[@]}"
   fi
   last=$(grep -E 'step +20/20 .*loss' "$REPORT_DIR/train.rank0.log" | tail -1 | grep -Eo 'loss [0-9.]+')
   comm=$(grep -Eo '\(nccl communicator[^)]*\)' "$REPORT_DIR/train.rank0.log" | head -1)
   res=$([ $pair_rc0 -eq 0 ] && [ $pair_rc1 -eq 0 ] && [ -n "$last" ] && echo pass || echo FAIL)
-  row "two ranks (horizon train quickstart, 20 steps, $mode)" "$res" "$pair_rc0 / $pair_rc1" \
+  row "two ranks (horizon train quickstart, 20 steps, torchrun variables + TCP rendezvous, $mode)" "$res" "$pair_rc0 / $pair_rc1" \
     "$(( $(date +%s) - t0 ))" "rank 0 final ${last:-loss missing} ${comm}; $data_note"
 fi
 

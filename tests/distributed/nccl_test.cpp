@@ -54,13 +54,11 @@ class EnvGuard {
 
  private:
   static constexpr const char* kNames[] = {"HZ_RANK", "HZ_WORLD_SIZE", "HZ_LOCAL_RANK", "HZ_NCCL_ID_FILE",
-                                           "HZ_NCCL_ID_TIMEOUT"};
+                                           "HZ_NCCL_ID_TIMEOUT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                           "SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID", "MASTER_ADDR",
+                                           "MASTER_PORT"};
   std::map<std::string, std::string> saved_;
 };
-
-std::string temp_path(const std::string& stem) {
-  return (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(getpid()))).string();
-}
 
 template <class E, class F>
 std::string error_of(F f) {
@@ -79,62 +77,7 @@ bool two_rank_launch() {
   return s != nullptr && std::string(s) != "1";
 }
 
-// ---- the environment bootstrap (no GPU) -------------------------------------------------------
-
-TEST(EnvBootstrap, DefaultsToAWorldOfOne) {
-  EnvGuard g;
-  EnvGuard::clear();
-  EXPECT_FALSE(dist::launched_by_env());
-  const dist::EnvWorld w = dist::env_world();
-  EXPECT_EQ(w.rank, 0);
-  EXPECT_EQ(w.size, 1);
-  EXPECT_EQ(w.local_rank, 0);
-  EXPECT_TRUE(w.id_file.empty());
-  EXPECT_EQ(w.id_timeout_s, 120);
-}
-
-TEST(EnvBootstrap, ReadsTheVariables) {
-  EnvGuard g;
-  EnvGuard::clear();
-  setenv("HZ_WORLD_SIZE", "4", 1);
-  setenv("HZ_RANK", "3", 1);
-  setenv("HZ_NCCL_ID_FILE", "/shared/id", 1);
-  EXPECT_TRUE(dist::launched_by_env());
-  dist::EnvWorld w = dist::env_world();
-  EXPECT_EQ(w.rank, 3);
-  EXPECT_EQ(w.size, 4);
-  EXPECT_EQ(w.local_rank, 3);  // defaults to the rank
-  EXPECT_EQ(w.id_file, "/shared/id");
-  setenv("HZ_LOCAL_RANK", "1", 1);
-  setenv("HZ_NCCL_ID_TIMEOUT", "2.5", 1);
-  w = dist::env_world();
-  EXPECT_EQ(w.local_rank, 1);
-  EXPECT_DOUBLE_EQ(w.id_timeout_s, 2.5);
-}
-
-TEST(EnvBootstrap, RefusesBadValuesByName) {
-  EnvGuard g;
-  const auto err = [](std::map<std::string, std::string> vars) {
-    EnvGuard::clear();
-    for (auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
-    return error_of<ValueError>([] { dist::env_world(); });
-  };
-  EXPECT_NE(err({{"HZ_WORLD_SIZE", "two"}}).find("HZ_WORLD_SIZE='two' is not an integer"), std::string::npos);
-  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2x"}, {"HZ_RANK", "0"}}).find("not an integer"), std::string::npos);
-  EXPECT_NE(err({{"HZ_WORLD_SIZE", ""}}).find("not an integer"), std::string::npos);
-  EXPECT_NE(err({{"HZ_WORLD_SIZE", "0"}}).find("at least 1"), std::string::npos);
-  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_NCCL_ID_FILE", "/x"}}).find("HZ_RANK is not set"), std::string::npos);
-  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_RANK", "2"}, {"HZ_NCCL_ID_FILE", "/x"}}).find("HZ_RANK=2 is outside 0 .. 1"),
-            std::string::npos);
-  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_RANK", "-1"}, {"HZ_NCCL_ID_FILE", "/x"}}).find("HZ_RANK=-1"),
-            std::string::npos);
-  EXPECT_NE(err({{"HZ_RANK", "1"}}).find("HZ_RANK=1 is outside 0 .. 0"), std::string::npos);
-  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_RANK", "1"}, {"HZ_LOCAL_RANK", "x"}, {"HZ_NCCL_ID_FILE", "/x"}})
-                .find("HZ_LOCAL_RANK='x'"),
-            std::string::npos);
-  EXPECT_NE(err({{"HZ_WORLD_SIZE", "2"}, {"HZ_RANK", "1"}}).find("needs HZ_NCCL_ID_FILE"), std::string::npos);
-  EXPECT_NE(err({{"HZ_NCCL_ID_TIMEOUT", "-3"}}).find("HZ_NCCL_ID_TIMEOUT"), std::string::npos);
-}
+// ---- the environment bootstrap (the variables alone, and the id exchange: tests/launch/) ----------
 
 TEST(EnvBootstrap, MakeNcclAndFromEnvironmentCheckTheVariablesFirst) {
   EnvGuard g;
@@ -142,47 +85,12 @@ TEST(EnvBootstrap, MakeNcclAndFromEnvironmentCheckTheVariablesFirst) {
   setenv("HZ_WORLD_SIZE", "2", 1);
   setenv("HZ_RANK", "0", 1);
   // before any GPU is touched: the same message with or without a device
-  EXPECT_NE(error_of<ValueError>([] { dist::make_nccl(); }).find("needs HZ_NCCL_ID_FILE"), std::string::npos);
+  EXPECT_NE(error_of<ValueError>([] { dist::make_nccl(); }).find("needs a way to share the NCCL unique id"),
+            std::string::npos);
   setenv("HZ_NCCL_ID_FILE", "/tmp/unused", 1);
   EXPECT_NE(error_of<Error>([] { dist::from_environment(); }).find("run.device=cuda"), std::string::npos);
   setenv("HZ_WORLD_SIZE", "1", 1);
   EXPECT_EQ(dist::from_environment()->name(), "local");
-}
-
-TEST(EnvBootstrap, IdFileRoundTripAndTimeout) {
-  const std::string path = temp_path("hz_nccl_id_test");
-  std::filesystem::remove(path);
-  std::vector<unsigned char> id(128), got(128, 0);
-  for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<unsigned char>(i * 7 + 3);
-  // the reader starts first and polls until rank 0's file appears
-  std::thread writer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    dist::publish_id_file(path, id.data(), id.size());
-  });
-  dist::read_id_file(path, got.data(), got.size(), 10.0);
-  writer.join();
-  EXPECT_EQ(got, id);
-  for (auto& e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
-    EXPECT_EQ(e.path().string().find(path + ".tmp"), std::string::npos) << "temporary left behind: " << e.path();
-  // a second publish replaces it atomically
-  id[0] = 99;
-  dist::publish_id_file(path, id.data(), id.size());
-  dist::read_id_file(path, got.data(), got.size(), 1.0);
-  EXPECT_EQ(got[0], 99);
-  // not an id file
-  { std::ofstream(path, std::ios::binary) << std::string(300, 'x'); }
-  EXPECT_NE(error_of<Error>([&] { dist::read_id_file(path, got.data(), got.size(), 1.0); }).find("300 bytes"),
-            std::string::npos);
-  std::filesystem::remove(path);
-  // never written: a clear error naming the file
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string msg = error_of<Error>([&] { dist::read_id_file(path, got.data(), got.size(), 0.3); });
-  EXPECT_NE(msg.find("no NCCL id file '" + path + "'"), std::string::npos) << msg;
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
-  // an unwritable place
-  EXPECT_NE(error_of<Error>([&] { dist::publish_id_file("/nonexistent_dir_hz/id", id.data(), id.size()); })
-                .find("cannot write the NCCL id file"),
-            std::string::npos);
 }
 
 TEST(EnvBootstrap, ReportsTheNcclVersion) {
