@@ -132,12 +132,22 @@ before=$(md5sum "$OUT/res/eval.json" 2>/dev/null || true)
 expect 0 "is read-only: the results above were not written" -- as_reader "$HZ" eval "$OUT/res" eval.lengths=[32]
 chmod -R u+w "$OUT/res"
 [ "$(md5sum "$OUT/res/eval.json" 2>/dev/null || true)" = "$before" ] || fail "the read-only evaluation changed eval.json"
-for c in "train --schema" "info $SRC/recipes/quickstart.yaml" "tokenize --info byte" "score $OUT/res $OUT/victim"; do
+for c in "train --schema" "info $SRC/recipes/quickstart.yaml" "tokenize --info byte" "tokenize byte $OUT/victim" \
+         "score $OUT/res $OUT/victim" "generate $OUT/res --prompt hi --max-new-tokens 2"; do
   expect 1 "cannot write to standard output" -- sh -c "'$HZ' $c > /dev/full"
 done
 expect 1 "--max-new-tokens: expected a whole number, got '1e3'" -- "$HZ" generate "$OUT/res" --prompt hi --max-new-tokens 1e3
 expect 1 "--seed: expected a whole number" -- "$HZ" generate "$OUT/res" --prompt hi --seed 99999999999999999999
 expect 1 "--temperature must be a finite number" -- "$HZ" generate "$OUT/res" --prompt hi --temperature inf
+expect 1 "--seed must be in [0, " -- "$HZ" generate "$OUT/res" --prompt hi --seed -1
+# a prompt whose prefill and cache could not fit: refused before the forward pass (200 MB of text:
+# hundreds of GiB at this model's size on any machine)
+head -c 200000000 /dev/zero | tr '\0' 'a' > "$OUT/big_prompt.txt"
+expect 1 "generate: a prompt of 200000000 tokens" "shorten the prompt" -- "$HZ" generate "$OUT/res" --file "$OUT/big_prompt.txt"
+rm -f "$OUT/big_prompt.txt"
+# a run that evaluates needs one validation batch at its length: refused before training
+expect 1 "eval.batch_size 100000 x data.seq_len 32" "eval.final=false" -- \
+  "$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" run.name=noval eval.batch_size=100000
 expect 1 "'/dev/zero' is not a regular file" -- "$HZ" generate "$OUT/res" --file /dev/zero
 expect 1 "cannot create the run directory '/proc/x'" -- "$HZ" train "$SRC/recipes/quickstart.yaml" run.out_dir=/proc run.name=x
 echo "e2e_runs: ok"
