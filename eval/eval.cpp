@@ -245,7 +245,7 @@ std::string report_table(const EvalReport& r, int64_t train_len) {
   return os.str();
 }
 
-FileSet report_files(const EvalReport& r, int64_t train_len) {
+FileSet report_files(const EvalReport& r, int64_t train_len, const std::map<std::string, int64_t>& effective) {
   FileSet files;
   std::ostringstream csv, js;
   csv << "length,extension,loss,ppl,last256_loss,tokens,drope_c,swan_a\n";
@@ -258,7 +258,14 @@ FileSet report_files(const EvalReport& r, int64_t train_len) {
        << fmt::format("{{\"length\": {}, \"loss\": {:.6f}, \"ppl\": {:.6f}, \"last256_loss\": {:.6f}, \"tokens\": {}, \"drope_c\": {}, \"swan_a\": {}}}",
                       l.length, l.loss, l.ppl, l.last256_loss, l.tokens, l.drope_c, l.swan_a);
   }
-  js << "], \"nll_length\": " << r.nll_length << "}\n";
+  js << "], \"nll_length\": " << r.nll_length;
+  if (!effective.empty()) {
+    js << ", \"effective_length\": {";
+    bool first = true;
+    for (const auto& [task, L] : effective) js << (first ? "" : ", ") << "\"" << task << "\": " << L, first = false;
+    js << "}";
+  }
+  js << "}\n";
   files.emplace_back("eval.csv", csv.str());
   files.emplace_back("eval.json", js.str());
   if (!r.passkey.empty()) {

@@ -6,6 +6,7 @@
 // 128-token window.
 #pragma once
 #include "core/file.h"
+#include <map>
 #include <string>
 #include <vector>
 
@@ -67,7 +68,8 @@ std::string report_table(const EvalReport& r, int64_t train_len);
 // eval.json, eval.csv, nll_by_position.csv (+ passkey.csv, swan_fit.csv when present)
 // The report's files (eval.csv, eval.json, passkey.csv, swan_fit.csv, nll_by_position.csv) as one
 // result set (core/file.h); write_report writes them so.
-FileSet report_files(const EvalReport& r, int64_t train_len);
+// effective: the needle tasks' effective lengths (eval/needles.h), written into eval.json when given.
+FileSet report_files(const EvalReport& r, int64_t train_len, const std::map<std::string, int64_t>& effective = {});
 void write_report(const EvalReport& r, const std::string& dir, int64_t train_len);
 
 }  // namespace hz::eval

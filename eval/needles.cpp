@@ -69,6 +69,34 @@ NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o) {
   return rep;
 }
 
+int64_t effective_length(const std::map<int64_t, double>& accuracy_by_length) {
+  if (accuracy_by_length.empty()) return 0;
+  const double base = accuracy_by_length.begin()->second;
+  if (base <= 0) return 0;
+  int64_t effective = 0;
+  for (const auto& [L, acc] : accuracy_by_length) {
+    if (acc < kEffectiveShare * base) break;
+    effective = L;
+  }
+  return effective;
+}
+
+std::map<std::string, int64_t> effective_lengths(const NeedleReport& r) {
+  std::map<std::string, std::map<int64_t, std::pair<int64_t, int64_t>>> pooled;  // task -> L -> (correct, samples)
+  for (const auto& c : r.cells) {
+    auto& p = pooled[c.task][c.length];
+    p.first += c.correct;
+    p.second += c.samples;
+  }
+  std::map<std::string, int64_t> out;
+  for (const auto& [task, byL] : pooled) {
+    std::map<int64_t, double> acc;
+    for (const auto& [L, cs] : byL) acc[L] = cs.second ? static_cast<double>(cs.first) / static_cast<double>(cs.second) : 0.0;
+    out[task] = effective_length(acc);
+  }
+  return out;
+}
+
 std::string needle_table(const NeedleReport& r) {
   std::ostringstream os;
   if (r.cells.empty() && r.skipped.empty()) return "";
@@ -77,6 +105,8 @@ std::string needle_table(const NeedleReport& r) {
   for (const auto& c : r.cells)
     os << fmt::format("{:<20} {:>8} {:>7.2f} {:>8} {:>8.1f}% {:>8.3f}\n", c.task, c.length, c.depth, c.samples,
                       100.0 * c.correct / std::max<int64_t>(1, c.samples), c.score);
+  for (const auto& [task, L] : effective_lengths(r))
+    os << fmt::format("effective length of {} (accuracy >= 85% of its shortest length's): {}\n", task, L);
   for (const auto& s : r.skipped) os << "skipped: " << s << "\n";
   return os.str();
 }
@@ -98,6 +128,7 @@ FileSet needle_files(const NeedleReport& r) {
     j["examples"].push_back({{"task", s.task}, {"length", s.length}, {"depth", s.depth}, {"prompt_tokens", s.prompt_tokens},
                              {"answers", s.answers}, {"output", s.output}});
   j["skipped"] = r.skipped;
+  j["effective_length"] = effective_lengths(r);
   return {{"needles.csv", csv.str()},
           {"needles.json", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"}};
 }

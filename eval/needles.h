@@ -6,6 +6,7 @@
 // token count + 4, reserved inside the length, so prompt + answer never exceed it.
 #pragma once
 #include "core/file.h"
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,15 @@ struct NeedleReport {
 };
 
 NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o);
+
+// Effective length (NoLiMa's definition): the longest evaluated length up to which every length's
+// accuracy keeps at least 85% of the model's own accuracy at its shortest length; 0 when that
+// shortest accuracy is 0 or a length falls short of the bound. accuracy_by_length: length -> accuracy
+// (all values found), averaged over depths.
+constexpr double kEffectiveShare = 0.85;
+int64_t effective_length(const std::map<int64_t, double>& accuracy_by_length);
+// Per task, from the cells (correct / samples pooled over depths).
+std::map<std::string, int64_t> effective_lengths(const NeedleReport& r);
 
 std::string needle_table(const NeedleReport& r);
 FileSet needle_files(const NeedleReport& r);  // needles.csv, needles.json; none without cells

@@ -15,14 +15,10 @@
 namespace hz::study {
 
 namespace {
-// RULER's effective length: the longest length up to which every length scores at least the
-// threshold RULER takes (85.6%, Llama-2-7B's score at 4K); 0 when the shortest fails.
-constexpr double kEffectiveThreshold = 0.856;
-
 // horizon eval's numbers in a TensorBoard event file of the run (at the checkpoint's step), apart
 // from the in-run evaluations' "eval/..." tags: horizon_eval/<length>/{loss,ppl,last256_loss},
-// passkey/<length>/accuracy, needles/<task>/<length>/accuracy (mean over depths) and
-// needles/<task>/effective_length.
+// passkey/<length>/accuracy, needles/<task>/<length>/accuracy (pooled over depths) and
+// needles/<task>/effective_length (eval/needles.h: NoLiMa's definition).
 void write_eval_events(const std::string& dir, int64_t step, const eval::EvalReport& rep,
                        const eval::NeedleReport& needles) {
   io::EventWriter w(dir, ".eval");
@@ -38,17 +34,12 @@ void write_eval_events(const std::string& dir, int64_t step, const eval::EvalRep
     w.scalar("passkey/" + std::to_string(L) + "/accuracy", ce.second ? double(ce.first) / double(ce.second) : 0.0, step);
   std::map<std::string, std::map<int64_t, std::pair<int64_t, int64_t>>> nd;  // task -> length -> (correct, samples)
   for (const auto& c : needles.cells) nd[c.task][c.length].first += c.correct, nd[c.task][c.length].second += c.samples;
-  for (const auto& [task, by_len] : nd) {
-    int64_t effective = 0;
-    bool holding = true;
-    for (const auto& [L, cs] : by_len) {
-      const double acc = cs.second ? double(cs.first) / double(cs.second) : 0.0;
-      w.scalar("needles/" + task + "/" + std::to_string(L) + "/accuracy", acc, step);
-      holding = holding && acc >= kEffectiveThreshold;
-      if (holding) effective = L;
-    }
-    w.scalar("needles/" + task + "/effective_length", static_cast<double>(effective), step);
-  }
+  for (const auto& [task, by_len] : nd)
+    for (const auto& [L, cs] : by_len)
+      w.scalar("needles/" + task + "/" + std::to_string(L) + "/accuracy",
+               cs.second ? double(cs.first) / double(cs.second) : 0.0, step);
+  for (const auto& [task, L] : eval::effective_lengths(needles))
+    w.scalar("needles/" + task + "/effective_length", static_cast<double>(L), step);
   w.flush();
 }
 }  // namespace
@@ -96,8 +87,8 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm)
   // every result of this evaluation is one set, written when all are known: an interrupted
   // evaluation leaves the previous set whole (core/file.h)
   std::string out = eval::report_table(rep, T);
-  FileSet files = eval::report_files(rep, T);
   const eval::NeedleReport needles = eval::evaluate_needles(*run.model, eo);
+  FileSet files = eval::report_files(rep, T, eval::effective_lengths(needles));
   out += eval::needle_table(needles);
   for (auto& f : eval::needle_files(needles)) files.push_back(std::move(f));
   if (eo.probe_sequences > 0 && val) {

@@ -14,6 +14,7 @@
 
 #include "attention/accounting.h"
 #include "core/file.h"
+#include "eval/needles.h"
 #include "eval/order_awareness.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -196,11 +197,14 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   bool any_needles = false;
   for (const auto& run : data["runs"]) any_needles |= !run["needles"].empty();
   if (any_needles) {
-    md << "## Needles (greedy decoding, exact containment; accuracy averaged over depths)\n\n| run | task |";
+    md << "## Needles (greedy decoding, exact containment; accuracy averaged over depths)\n\n"
+       << "Effective length (NoLiMa's): the longest length up to which every length keeps at least 85% of the run's "
+          "own accuracy at its shortest length.\n\n| run | task |";
     for (int64_t L : all_lengths) md << " " << L << " |";
-    md << "\n|---|---|";
+    md << " effective length |\n|---|---|";
     for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
-    md << "\n";
+    md << "---|\n";
+    json data_effective = json::object();
     for (const auto& run : data["runs"]) {
       std::map<std::string, std::map<int64_t, std::pair<double, int>>> acc;
       for (const auto& c : run["needles"]) {
@@ -210,13 +214,18 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
       }
       for (const auto& [task, byL] : acc) {
         md << "| " << run["name"].get<std::string>() << " | " << task << " |";
+        std::map<int64_t, double> mean;
+        for (const auto& [L, a] : byL) mean[L] = a.first / a.second;
         for (int64_t L : all_lengths) {
-          auto it = byL.find(L);
-          md << " " << (it == byL.end() ? std::string("-") : fmt::format("{:.0f}%", 100.0 * it->second.first / it->second.second)) << " |";
+          auto it = mean.find(L);
+          md << " " << (it == mean.end() ? std::string("-") : fmt::format("{:.0f}%", 100.0 * it->second)) << " |";
         }
-        md << "\n";
+        const int64_t eff = eval::effective_length(mean);
+        md << " " << eff << " |\n";
+        data_effective[run["name"].get<std::string>()][task] = eff;
       }
     }
+    data["effective_length"] = data_effective;  // report.json: run -> task -> length
     md << "\n";
     for (const auto& run : data["runs"])
       if (!run["needles"].empty()) md << "![needles " << run["name"].get<std::string>() << "](needles_" << run["name"].get<std::string>() << ".png)\n\n";

@@ -217,3 +217,20 @@ TEST(Score, MaskedDocumentsScoreEachDocumentAlone) {
   EXPECT_GT(diff, 1e-6);
   EXPECT_THROW(token_nll(m, packed, 0, -1, masked, -1), ValueError);
 }
+
+// NoLiMa's effective length: the longest length up to which every length keeps 85% of the model's
+// own accuracy at the shortest length.
+TEST(Needles, EffectiveLength) {
+  EXPECT_EQ(effective_length({{1000, 0.9}, {2000, 0.8}, {4000, 0.7}, {8000, 0.9}}), 2000);  // 0.7 < 0.765: stops
+  EXPECT_EQ(effective_length({{1000, 0.4}, {2000, 0.35}, {4000, 0.34}}), 4000);  // relative to its own 0.4
+  EXPECT_EQ(effective_length({{1000, 0.0}, {2000, 0.0}}), 0);
+  EXPECT_EQ(effective_length({}), 0);
+  NeedleReport r;  // pooled over depths: 3/4 at 256, then (1 + 0)/4 at 512
+  r.cells = {{"passkey", 256, 0.0, 2, 2, 1.0}, {"passkey", 256, 1.0, 2, 1, 0.5},
+             {"passkey", 512, 0.0, 2, 1, 0.5}, {"passkey", 512, 1.0, 2, 0, 0.0}};
+  EXPECT_EQ(effective_lengths(r).at("passkey"), 256);
+  r.cells[2].correct = 2;  // 3/4 at 512 too
+  r.cells[3].correct = 1;
+  EXPECT_EQ(effective_lengths(r).at("passkey"), 512);
+  EXPECT_NE(needle_table(r).find("effective length of passkey"), std::string::npos);
+}

@@ -4,6 +4,8 @@
 // and every plot exist and are non-empty.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/train/train_test_util.h"
 
 #include <filesystem>
@@ -126,6 +128,11 @@ TEST(Report, FilesExistAndAreNonEmpty) {
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("| p00-2 | rope(base=10000) causal identity |"), std::string::npos) << text;
   EXPECT_NE(text.find("## Needles"), std::string::npos);
+  EXPECT_NE(text.find("effective length |"), std::string::npos) << text;
+  std::ifstream rj(r.json_path);
+  const nlohmann::json report = nlohmann::json::parse(rj);
+  ASSERT_TRUE(report.contains("effective_length")) << report.dump().substr(0, 300);
+  EXPECT_TRUE(report["effective_length"].contains("p00-2"));
   EXPECT_NE(text.find("![order awareness](order_awareness.png)"), std::string::npos);
   EXPECT_THROW(make_report({tmp_root()}, o), ValueError);  // not a run directory
 }
