@@ -58,6 +58,9 @@ std::string read_text(int fd) {
   return s;
 }
 [[noreturn]] void child(const std::function<void(int)>& work, int out, int err) {
+  // a crash is reported by its signal (the parent's handlers, a sanitizer's included, would turn it
+  // into an exit status)
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, SIG_DFL);
   int code = 0;
   std::string msg;
   try {
@@ -112,8 +115,9 @@ IsolatedResult run_isolated(const std::function<void(int fd)>& work, double seco
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (code != 0) {
-    r.status = code == 1 ? IsolatedResult::Status::Refused : IsolatedResult::Status::Failed;
     r.message = read_text(err.fd);
+    // a refusal says why; an exit 1 without a message is something else's (a sanitizer's report)
+    r.status = code == 1 && !r.message.empty() ? IsolatedResult::Status::Refused : IsolatedResult::Status::Failed;
     if (r.message.empty()) r.message = "exit status " + std::to_string(code);
     return r;
   }

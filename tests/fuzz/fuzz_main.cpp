@@ -259,7 +259,9 @@ void mutate_json(nlohmann::json& j, Rng& r) {
       case 0:
       case 1: v = edge_json(r); break;
       case 2:  // a number nudged, or a string made one
-        if (v.is_number_integer()) v = v.get<int64_t>() + (r.below(2) ? 1 : -1) * static_cast<int64_t>(1 + r.below(3));
+        if (v.is_number_integer())  // wrapping: the edge values are the point
+          v = static_cast<int64_t>(static_cast<uint64_t>(v.get<int64_t>()) +
+                                   (r.below(2) ? 1 : static_cast<uint64_t>(-1)) * (1 + r.below(3)));
         else v = r.below(2) ? nlohmann::json(ps.size()) : nlohmann::json("F32");
         break;
       case 3:  // a key removed or a list entry dropped
