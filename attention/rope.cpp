@@ -40,6 +40,11 @@ RopeFreqs rope_frequencies(const PositionSpec& pos, int64_t D, int64_t T) {
     for (int64_t m = 0; m < D / 2; ++m)
       if (!on[m]) f.inv_freq[m] = 0.0;
   }
+  if (!pos.rope_freq_factors.empty()) {  // per-pair factors, after every scaling
+    HZ_CHECK(static_cast<int64_t>(pos.rope_freq_factors.size()) == D / 2, ValueError, "rope_freq_factors has ",
+             pos.rope_freq_factors.size(), " values for ", D / 2, " frequency pairs");
+    for (int64_t m = 0; m < D / 2; ++m) f.inv_freq[m] *= pos.rope_freq_factors[m];
+  }
   return f;
 }
 

@@ -21,6 +21,8 @@
 //               the ramp it was trained with.
 //   llama3      the rotations ramp with alpha = low_freq_factor, beta = high_freq_factor and no
 //               temperature (transformers' "llama3", identical to its wavelength formulation).
+// Then pairs left out by rope_pairs / rope_fraction get 0, and rope_freq_factors (one per pair)
+// multiply what remains: w_m <- w_m * m_m.
 #pragma once
 #include <vector>
 

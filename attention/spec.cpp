@@ -112,7 +112,15 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
     for (int64_t m : pos.rope_pairs)
       HZ_CHECK(m >= 0 && m < D / 2, ValueError, "attention: rope_pairs lists pair ", m, "; head_dim ", D, " has pairs 0..",
                D / 2 - 1);
+    HZ_CHECK(pos.rope_freq_factors.empty() || static_cast<int64_t>(pos.rope_freq_factors.size()) == D / 2, ValueError,
+             "attention: rope_freq_factors has ", pos.rope_freq_factors.size(), " values; head_dim ", D, " has ", D / 2,
+             " frequency pairs, one factor each");
+    for (double m : pos.rope_freq_factors)
+      HZ_CHECK(std::isfinite(m) && m >= 0, ValueError, "attention: rope_freq_factors must be finite and >= 0, got ", m);
   }
+  HZ_CHECK(pos.rope_freq_factors.empty() || pos.kind == PosKind::Rope || pos.kind == PosKind::PRope, ValueError,
+           "attention: rope_freq_factors multiply RoPE's frequencies, but the layer's position encoding is '",
+           name(pos.kind), "'");
   if (pos.kind == PosKind::PRope) {
     HZ_CHECK(pos.prope_fraction > 0 && pos.prope_fraction <= 1, ValueError,
              "attention: prope_fraction must be in (0, 1], got ", pos.prope_fraction);
@@ -173,6 +181,8 @@ std::string AttentionSpec::describe() const {
     if (pos.rope_pairs.empty()) os << ", pairs=" << name(pos.rope_select) << " " << pos.rope_fraction;
     else os << ", pairs=" << pos.rope_pairs.size() << " listed";
   }
+  if ((pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) && !pos.rope_freq_factors.empty())
+    os << ", freq factors x" << pos.rope_freq_factors.size();
   if (pos.kind == PosKind::Rope && pos.scaling != RopeScaling::None) {
     os << ", " << name(pos.scaling) << " x" << pos.factor;
     if (pos.original_context > 0) os << " of " << pos.original_context;

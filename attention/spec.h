@@ -71,6 +71,11 @@ struct PositionSpec {
   double rope_fraction = 1.0;
   RopeSelect rope_select = RopeSelect::High;
   bool partial() const { return !rope_pairs.empty() || rope_fraction < 1.0; }
+  // Per-pair frequency factors: w_m <- w_m * rope_freq_factors[m] (D/2 values >= 0; empty: none),
+  // after any scaling and pair selection. m = 1/s everywhere is PI; LongRoPE's searched factors,
+  // clipped RoPE's taper of the slowest pairs and hard clipping (0 below a cut) are vectors of it.
+  // Inference-time: a trained model can be evaluated with another vector.
+  std::vector<double> rope_freq_factors;
 };
 
 struct MaskSpec {

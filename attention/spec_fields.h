@@ -32,6 +32,10 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
   v(p + ".prope_base_eff", s.pos.prope_base_eff, arch("p-RoPE: frequencies log-spaced in [1/base_eff, 1]").above(0));
   v(p + ".rope_pairs", s.pos.rope_pairs, arch("partial RoPE: the frequency pairs that rotate (0 = fastest; empty = by rope_fraction)").at_least(0));
   v(p + ".rope_fraction", s.pos.rope_fraction, arch("partial RoPE / HoPE: fraction of the D/2 pairs that rotate, the rest are NoPE dims").in(0, 1));
+  v(p + ".rope_freq_factors", s.pos.rope_freq_factors,
+    infer("per-pair RoPE frequency factors m (head_dim/2 values, pair 0 the fastest): w_m <- w_m * m_m after any "
+          "scaling ([] = none; 1/s everywhere = pi; LongRoPE factors, clipped RoPE's taper, 0 = a pair that stops "
+          "rotating)").at_least(0));
   v.enumeration(p + ".rope_select", s.pos.rope_select, arch("which pairs rope_fraction keeps: high (HoPE) | low | uniform"),
                 parse_rope_select, static_cast<const char* (*)(RopeSelect)>(name));
   v.enumeration(p + ".mask", s.mask.kind, arch("mask: causal | window | scope"), parse_mask,

@@ -563,6 +563,8 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
     }
     if (s.pos.kind == attn::PosKind::Rope && s.pos.partial())
       why.push_back(at + "partial RoPE (rope_pairs / rope_fraction): the Llama family rotates every frequency pair");
+    if (!s.pos.rope_freq_factors.empty())
+      why.push_back(at + "per-pair RoPE frequency factors (rope_freq_factors): no stock config carries them exactly");
     if (s.pos.kind == attn::PosKind::Rope) {
       if (!rope) rope = &s.pos;
       else if (s.pos.rope_base != rope->rope_base || s.pos.scaling != rope->scaling || s.pos.factor != rope->factor ||

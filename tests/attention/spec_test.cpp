@@ -199,6 +199,48 @@ TEST(RopeFrequencies, ChosenPairsRotateTheRestAreNoPE) {
   EXPECT_THROW(s.validate(4, 4, 16, 32), ValueError);
 }
 
+// Per-pair frequency factors (issue 38): w_m <- w_m * m_m after every scaling and pair selection.
+TEST(RopeFrequencies, PerPairFactorsMultiplyEachFrequency) {
+  PositionSpec p;
+  p.rope_base = 500.0;
+  const RopeFreqs plain = rope_frequencies(p, 16, 32);
+  p.rope_freq_factors = {1.0, 0.5, 0.25, 1.0, 2.0, 0.0, 1.0, 0.125};
+  const RopeFreqs f = rope_frequencies(p, 16, 32);
+  for (int64_t m = 0; m < 8; ++m) EXPECT_EQ(f.inv_freq[m], plain.inv_freq[m] * p.rope_freq_factors[m]) << m;
+  EXPECT_EQ(f.inv_freq[5], 0.0);  // a factor 0 stops the pair: it acts as a NoPE dimension
+  // 1/s everywhere is position interpolation, to rounding
+  PositionSpec pi, by_factors;
+  pi.scaling = RopeScaling::PI;
+  pi.factor = 4;
+  by_factors.rope_freq_factors.assign(8, 0.25);
+  const RopeFreqs a = rope_frequencies(pi, 16, 64), b = rope_frequencies(by_factors, 16, 64);
+  for (int64_t m = 0; m < 8; ++m) EXPECT_NEAR(b.inv_freq[m], a.inv_freq[m], 1e-16 * std::abs(a.inv_freq[m]) + 1e-300) << m;
+  // after a scaling and a pair selection: the factors multiply what they leave
+  PositionSpec y;
+  y.scaling = RopeScaling::YaRN;
+  y.factor = 4;
+  y.original_context = 16;
+  y.rope_fraction = 0.5;
+  const RopeFreqs ya = rope_frequencies(y, 16, 64);
+  y.rope_freq_factors.assign(8, 3.0);
+  const RopeFreqs yf = rope_frequencies(y, 16, 64);
+  for (int64_t m = 0; m < 8; ++m) EXPECT_EQ(yf.inv_freq[m], ya.inv_freq[m] * 3.0) << m;
+  EXPECT_EQ(yf.mscale, ya.mscale);
+  // validation: one factor per pair, finite, >= 0, on a RoPE layer
+  AttentionSpec s;
+  s.pos.rope_freq_factors = {1, 1, 1};
+  EXPECT_THROW(s.validate(4, 4, 16, 32), ValueError);
+  s.pos.rope_freq_factors.assign(8, 1.0);
+  EXPECT_NO_THROW(s.validate(4, 4, 16, 32));
+  s.pos.rope_freq_factors[2] = -1;
+  EXPECT_THROW(s.validate(4, 4, 16, 32), ValueError);
+  s.pos.rope_freq_factors[2] = NAN;
+  EXPECT_THROW(s.validate(4, 4, 16, 32), ValueError);
+  s.pos.rope_freq_factors[2] = 1;
+  s.pos.kind = PosKind::None;
+  EXPECT_THROW(s.validate(4, 4, 16, 32), ValueError);
+}
+
 TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
   Generator g(3);
   const Tensor q = g.normal({1, 1, 1, 16}, 0, 1, DType::F64), k = g.normal({1, 1, 1, 16}, 0, 1, DType::F64);

@@ -357,6 +357,8 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::Alibi; }), "ALiBi"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::PRope; }), "p-RoPE"));
   EXPECT_TRUE(has(refusal([](C& c) { c.mlp = hz::nn::MlpKind::ReLU2; }), "MLP relu2"));
+  EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.rope_freq_factors.assign(c.hdim() / 2, 0.5); }),
+                  "per-pair RoPE frequency factors"));
   EXPECT_TRUE(has(refusal([](C& c) {
                     c.kinds[0].attn.pos.scaling = hz::attn::RopeScaling::YaRN;
                     c.kinds[0].attn.pos.factor = 4;

@@ -109,6 +109,14 @@ attn::AttentionSpec nope() {
 
 TEST(KVCache, RopeCausal) { check_case({"rope", {rope(), rope()}}); }
 
+TEST(KVCache, PerPairRopeFrequencyFactors) {  // issue 38: decoding reads the same frequencies
+  attn::AttentionSpec f = rope();
+  f.pos.rope_freq_factors.assign(4, 1.0);  // check_case's head_dim 8: four pairs
+  f.pos.rope_freq_factors[0] = 0.5;
+  f.pos.rope_freq_factors[3] = 0.0;
+  check_case({"freq_factors", {f, rope()}});
+}
+
 TEST(KVCache, GatedOutputPerHeadAndPerElement) {
   attn::AttentionSpec h = rope(), e = nope();
   h.gate = attn::OutputGate::Head;

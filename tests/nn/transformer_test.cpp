@@ -280,6 +280,35 @@ TEST(Transformer, CausalityNoFutureLeak) {
   EXPECT_NE(la.at({0, 3, 0}), lb.at({0, 3, 0}));
 }
 
+// Per-pair RoPE frequency factors of 1/s everywhere are position interpolation by s: the same
+// logits (float64, to rounding); a factor vector that is not uniform differs from both.
+TEST(Transformer, RopeFrequencyFactorsOfOneOverSAreInterpolation) {
+  ModelConfig pi = tiny(DType::F64), by_factors = tiny(DType::F64), tapered = tiny(DType::F64);
+  attn::AttentionSpec a = rope(), b = rope(), t = rope();
+  a.pos.scaling = attn::RopeScaling::PI;
+  a.pos.factor = 4;
+  const int64_t half = pi.hdim() / 2;
+  b.pos.rope_freq_factors.assign(half, 0.25);
+  t.pos.rope_freq_factors.assign(half, 1.0);
+  t.pos.rope_freq_factors.back() = 0.0;  // the slowest pair stops rotating
+  pi.kinds = {{"rope", a}};
+  by_factors.kinds = {{"rope", b}};
+  tapered.kinds = {{"rope", t}};
+  for (ModelConfig* c : {&pi, &by_factors, &tapered}) c->pattern = {"rope"};
+  Transformer ma(pi, 7), mb(by_factors, 7), mt(tapered, 7);
+  ma.compute_dtype = mb.compute_dtype = mt.compute_dtype = DType::F64;
+  const Tensor ids = ids_of({1, 5, 2, 7, 3, 9, 4, 11}, 1, 8);
+  const std::vector<double> la = ma.forward(ids).value().to_vector(), lb = mb.forward(ids).value().to_vector(),
+                            lt = mt.forward(ids).value().to_vector();
+  double worst = 0, apart = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    worst = std::max(worst, std::abs(la[i] - lb[i]));
+    apart = std::max(apart, std::abs(la[i] - lt[i]));
+  }
+  EXPECT_LT(worst, 1e-12);
+  EXPECT_GT(apart, 1e-6);
+}
+
 namespace {
 // The plain-loop layer tests' last step: want = y wo^T (y (T, HD) the heads' outputs, wo (C, HD)),
 // compared with the layer's output to 1e-12; the weights are initialised, so a zero layer fails.
