@@ -68,6 +68,148 @@ std::string find_script(const std::string& given) {
 
 }  // namespace
 
+namespace {
+
+// The two-sided 95% quantile of Student's t with df degrees of freedom (df >= 1).
+double t975(int64_t df) {
+  static const double q[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                             2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                             2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  return df <= 30 ? q[df - 1] : df <= 60 ? 2.000 : df <= 120 ? 1.980 : 1.960;
+}
+}  // namespace
+
+// Mean and the half-width of its 95% confidence interval (t-distribution over the n values; 0 for one).
+std::pair<double, double> mean_ci95(const std::vector<double>& v) {
+  const auto n = static_cast<int64_t>(v.size());
+  if (n == 0) return {std::nan(""), std::nan("")};
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(n);
+  if (n == 1) return {mean, 0.0};
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  const double sd = std::sqrt(ss / static_cast<double>(n - 1));
+  return {mean, t975(n - 1) * sd / std::sqrt(static_cast<double>(n))};
+}
+
+namespace {
+// Runs of one method trained with several seeds (recipes equal but for run.seed, names and
+// directories): mean and 95% interval of the loss and last-256 loss at each length and of each
+// needle task's accuracy, and the effective length of the mean accuracy. Adds data["groups"];
+// returns the markdown section ("" when no method has two seeds).
+std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
+  std::vector<std::string> keys;
+  std::map<std::string, std::vector<size_t>> members;
+  for (size_t i = 0; i < data["runs"].size(); ++i) {
+    const std::string k = data["runs"][i]["group_key"].get<std::string>();
+    if (!members.count(k)) keys.push_back(k);
+    members[k].push_back(i);
+  }
+  json groups = json::array();
+  std::ostringstream md;
+  std::map<std::string, int> named;
+  for (const std::string& k : keys) {
+    const auto& idx = members[k];
+    if (idx.size() < 2) continue;
+    json g;
+    std::string name = data["runs"][idx[0]]["method"].get<std::string>();
+    if (named[name]++) name += " #" + std::to_string(named[name]);
+    g["name"] = name;
+    g["runs"] = json::array();
+    g["seeds"] = json::array();
+    for (size_t i : idx) g["runs"].push_back(data["runs"][i]["name"]), g["seeds"].push_back(data["runs"][i]["seed"]);
+    g["lengths"] = json::array();
+    for (int64_t L : all_lengths) {
+      std::vector<double> loss, last;
+      for (size_t i : idx)
+        if (data["runs"][i].contains("lengths"))
+          for (const auto& l : data["runs"][i]["lengths"])
+            if (l["length"].get<int64_t>() == L) loss.push_back(l["loss"].get<double>()), last.push_back(l["last256_loss"].get<double>());
+      if (loss.size() != idx.size()) continue;  // a seed without this length: no interval
+      const auto [lm, lc] = mean_ci95(loss);
+      const auto [am, ac] = mean_ci95(last);
+      g["lengths"].push_back({{"length", L}, {"loss_mean", lm}, {"loss_ci95", lc}, {"last256_mean", am}, {"last256_ci95", ac}});
+    }
+    // needles: each seed's accuracy per (task, length) pooled over depths, then mean and interval
+    std::map<std::string, std::map<int64_t, std::vector<double>>> acc;
+    for (size_t i : idx) {
+      std::map<std::string, std::map<int64_t, std::pair<double, double>>> pooled;  // correct, samples
+      for (const auto& c : data["runs"][i]["needles"]) {
+        auto& p = pooled[c["task"].get<std::string>()][c["length"].get<int64_t>()];
+        const double n = c["samples"].get<double>();
+        p.first += c["accuracy"].get<double>() * n;
+        p.second += n;
+      }
+      for (const auto& [task, byL] : pooled)
+        for (const auto& [L, p] : byL) acc[task][L].push_back(p.second > 0 ? p.first / p.second : 0.0);
+    }
+    g["needles"] = json::array();
+    g["effective_length"] = json::object();
+    for (const auto& [task, byL] : acc) {
+      std::map<int64_t, double> mean;
+      for (const auto& [L, v] : byL) {
+        if (v.size() != idx.size()) continue;
+        const auto [m, c] = mean_ci95(v);
+        mean[L] = m;
+        g["needles"].push_back({{"task", task}, {"length", L}, {"accuracy_mean", m}, {"accuracy_ci95", c}});
+      }
+      g["effective_length"][task] = eval::effective_length(mean);
+    }
+    groups.push_back(g);
+  }
+  data["groups"] = groups;
+  for (auto& run : data["runs"]) run.erase("group_key");  // the recipe text served the grouping only
+  if (groups.empty()) return "";
+  md << "## Seeds: mean and 95% interval\n\nRuns whose recipes differ only in `run.seed` are one method; "
+     << "each cell is the mean over its seeds +- the half-width of the 95% interval (Student's t). Intervals that "
+        "do not overlap separate two methods (a conservative test); overlapping ones do not settle it at this "
+        "number of seeds.\n\n| method | seeds |";
+  for (int64_t L : all_lengths) md << " loss@" << L << " |";
+  for (int64_t L : all_lengths) md << " last256@" << L << " |";
+  md << "\n|---|---|";
+  for (size_t i = 0; i < 2 * all_lengths.size(); ++i) md << "---|";
+  md << "\n";
+  for (const auto& g : groups) {
+    md << "| " << g["name"].get<std::string>() << " | " << g["seeds"].size() << " |";
+    for (const char* key : {"loss", "last256"})
+      for (int64_t L : all_lengths) {
+        std::string cell = "-";
+        for (const auto& l : g["lengths"])
+          if (l["length"].get<int64_t>() == L)
+            cell = fmt::format("{:.4f} +- {:.4f}", l[std::string(key) + "_mean"].get<double>(),
+                               l[std::string(key) + "_ci95"].get<double>());
+        md << " " << cell << " |";
+      }
+    md << "\n";
+  }
+  bool any_needles = false;
+  for (const auto& g : groups) any_needles |= !g["needles"].empty();
+  if (any_needles) {
+    md << "\n| method | task |";
+    for (int64_t L : all_lengths) md << " " << L << " |";
+    md << " effective length |\n|---|---|";
+    for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
+    md << "---|\n";
+    for (const auto& g : groups)
+      for (const auto& [task, eff] : g["effective_length"].items()) {
+        md << "| " << g["name"].get<std::string>() << " | " << task << " |";
+        for (int64_t L : all_lengths) {
+          std::string cell = "-";
+          for (const auto& c : g["needles"])
+            if (c["task"] == task && c["length"].get<int64_t>() == L)
+              cell = fmt::format("{:.0f}% +- {:.0f}", 100 * c["accuracy_mean"].get<double>(),
+                                 100 * c["accuracy_ci95"].get<double>());
+          md << " " << cell << " |";
+        }
+        md << " " << eff.get<int64_t>() << " |\n";
+      }
+  }
+  md << "\n";
+  return md.str();
+}
+}  // namespace
+
 ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o) {
   HZ_CHECK(!runs.empty(), ValueError, "report: give at least one run directory");
   HZ_CHECK(!o.out_dir.empty(), ValueError, "report: give the output directory (-o DIR)");
@@ -92,6 +234,16 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     const train::Recipe r = train::load_recipe(dir + "/config.yaml");
     const nn::ModelConfig mc = train::model_config_at(r, r.train.steps);  // after DroPE when the run dropped
     json run;
+    {  // runs whose resolved recipes differ only in seed, name and directories are seeds of one method
+      train::Recipe k = r;
+      k.run.seed = 0;
+      k.run.name.clear();
+      k.run.out_dir.clear();
+      k.data.cache_dir.clear();
+      k.source_file.clear();
+      run["group_key"] = train::to_yaml(k);
+      run["seed"] = r.run.seed;
+    }
     run["name"] = fs::path(dir).filename().string();
     if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
     run["dir"] = dir;
@@ -193,6 +345,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   md << "## Main table\n\n" << res.main_table << "\n";
   md << "![loss vs length](loss_vs_length.png)\n\n![NLL by position](nll_by_position.png)\n\n"
      << "![training loss](training_loss.png)\n\n";
+  md << seed_groups(data, all_lengths);
   // needles: accuracy per task and length, averaged over depths
   bool any_needles = false;
   for (const auto& run : data["runs"]) any_needles |= !run["needles"].empty();

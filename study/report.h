@@ -6,11 +6,15 @@
 //   plots             loss and last-256 loss vs length, NLL by position, training loss, needle
 //                     accuracy heatmaps (length x depth per task), probe R^2 per layer,
 //                     attention FLOPs per method vs length, SCOPE order-awareness curves
-//   other tables      needles (accuracy per task and length), probe R^2, SWAN a per window,
-//                     attention FLOPs, order awareness
+//   seeds             runs whose recipes differ only in run.seed (and names, directories) are one
+//                     method: mean and 95% interval (Student's t) of loss and last-256 loss per
+//                     length and of needle accuracy, and the effective length of the mean accuracy
+//   other tables      needles (accuracy per task and length, effective length), probe R^2, SWAN a
+//                     per window, attention FLOPs, order awareness
 // Every number also goes to DIR/report.json (what the plot script reads).
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hz::study {
@@ -30,5 +34,8 @@ struct ReportResult {
 };
 
 ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o);
+// The mean of v and the half-width of its 95% confidence interval (Student's t, n - 1 degrees of
+// freedom; 0 for a single value).
+std::pair<double, double> mean_ci95(const std::vector<double>& v);
 
 }  // namespace hz::study

@@ -8,6 +8,7 @@
 
 #include "tests/train/train_test_util.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -135,4 +136,53 @@ TEST(Report, FilesExistAndAreNonEmpty) {
   EXPECT_TRUE(report["effective_length"].contains("p00-2"));
   EXPECT_NE(text.find("![order awareness](order_awareness.png)"), std::string::npos);
   EXPECT_THROW(make_report({tmp_root()}, o), ValueError);  // not a run directory
+}
+
+// Issue 40: runs of one method with several seeds are grouped, with the mean and a 95% interval
+// (Student's t) of each number and the effective length of the mean needle accuracy.
+TEST(Report, SeedsOfOneMethodAreGroupedWithIntervals) {
+  EXPECT_DOUBLE_EQ(mean_ci95({1.0, 1.2, 1.4}).first, 1.2);
+  EXPECT_NEAR(mean_ci95({1.0, 1.2, 1.4}).second, 4.303 * 0.2 / std::sqrt(3.0), 1e-12);
+  EXPECT_EQ(mean_ci95({2.5}).second, 0.0);
+  const std::string root = tmp_root() + "/seeds";
+  auto make_run = [&](const std::string& name, int64_t seed, int64_t d_model, double loss, double acc_long) {
+    const std::string dir = root + "/" + name;
+    fs::create_directories(dir);
+    const train::Recipe r = train::parse_recipe(
+        "model: {d_model: " + std::to_string(d_model) + ", n_layers: 1, n_heads: 2}\ndata: {seq_len: 32}\n", "t.yaml",
+        {"run.seed=" + std::to_string(seed), "run.name=" + name, "run.out_dir=" + root});
+    std::ofstream(dir + "/config.yaml") << train::to_yaml(r);
+    std::ofstream(dir + "/eval.json") << "{\"train_length\": 32, \"lengths\": [{\"length\": 32, \"loss\": " << loss
+                                      << ", \"ppl\": 1, \"last256_loss\": " << loss + 0.5
+                                      << ", \"tokens\": 10, \"drope_c\": 0, \"swan_a\": 0}], \"nll_length\": 32}\n";
+    std::ofstream(dir + "/needles.csv") << "task,length,depth,samples,correct,accuracy,score\n"
+                                        << "passkey,32,0.5,4,4,1.0,1.0\npasskey,64,0.5,4,0," << acc_long << "," << acc_long << "\n";
+  };
+  make_run("rope-s1", 1, 32, 1.0, 0.5);
+  make_run("rope-s2", 2, 32, 1.2, 1.0);
+  make_run("rope-s3", 3, 32, 1.4, 1.0);
+  make_run("wide-s1", 1, 64, 0.9, 0.0);  // another method, one seed: no group
+  ReportOptions o;
+  o.out_dir = root + "/report";
+  o.plots = false;
+  o.oa_T = 16;
+  o.oa_heads = 4;
+  o.oa_layers = 2;
+  const ReportResult r = make_report({root + "/rope-s1", root + "/rope-s2", root + "/rope-s3", root + "/wide-s1"}, o);
+  std::ifstream rj(r.json_path);
+  const nlohmann::json j = nlohmann::json::parse(rj);
+  ASSERT_EQ(j["groups"].size(), 1u) << j["groups"].dump();
+  const auto& g = j["groups"][0];
+  EXPECT_EQ(g["seeds"], nlohmann::json({1, 2, 3}));
+  const auto& l = g["lengths"][0];
+  EXPECT_EQ(l["length"], 32);
+  EXPECT_NEAR(l["loss_mean"].get<double>(), 1.2, 1e-12);
+  EXPECT_NEAR(l["loss_ci95"].get<double>(), 4.303 * 0.2 / std::sqrt(3.0), 1e-9);
+  EXPECT_NEAR(l["last256_mean"].get<double>(), 1.7, 1e-12);
+  // needle accuracy at 64: seeds 0.5, 1, 1 -> mean 5/6 >= 0.85 x 1? no: 0.833 < 0.85, effective 32
+  EXPECT_EQ(g["effective_length"]["passkey"], 32);
+  std::ifstream md(r.markdown_path);
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("## Seeds: mean and 95% interval"), std::string::npos);
+  EXPECT_NE(text.find("1.2000 +- 0.4969"), std::string::npos) << text;
 }
