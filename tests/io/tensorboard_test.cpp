@@ -19,18 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tests/data/data_test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
-struct TmpDir {
-  std::string path;
-  TmpDir() {
-    char t[] = "/tmp/hz_tb_XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TmpDir() { fs::remove_all(path); }
-};
 uint32_t le32(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24; }
 }  // namespace
 
@@ -43,10 +36,10 @@ TEST(TensorBoard, MaskedCrc32cOfTheCheckString) {
 
 TEST(TensorBoard, EveryRecordIsFramedWithItsChecksums) {
   if (!hz::io::tensorboard_available()) GTEST_SKIP() << "built without HZ_TENSORBOARD";
-  TmpDir d;
+  hzdt::TempDir d;
   std::string path;
   {
-    hz::io::EventWriter w(d.path);
+    hz::io::EventWriter w(d.path());
     path = w.path();
     EXPECT_NE(fs::path(path).filename().string().find("events.out.tfevents."), std::string::npos);
     w.scalar("loss", 2.5, 1);
@@ -79,7 +72,7 @@ TEST(TensorBoard, EveryRecordIsFramedWithItsChecksums) {
 
 TEST(TensorBoard, AFullDiskIsAnErrorNamingTheFile) {
   if (!hz::io::tensorboard_available()) GTEST_SKIP() << "built without HZ_TENSORBOARD";
-  TmpDir d;
+  hzdt::TempDir d;
   std::fflush(nullptr);
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -90,14 +83,14 @@ TEST(TensorBoard, AFullDiskIsAnErrorNamingTheFile) {
     setrlimit(RLIMIT_FSIZE, &lim);
     int code = 5;
     try {
-      hz::io::EventWriter w(d.path);
+      hz::io::EventWriter w(d.path());
       for (int i = 0; i < 100000; ++i) {
         w.scalar("loss", i, i);
         if (i % 10 == 0) w.flush();
       }
       w.flush();
     } catch (const hz::Error& e) {
-      code = std::strstr(e.what(), "is the disk full") && std::strstr(e.what(), d.path.c_str()) ? 1 : 6;
+      code = std::strstr(e.what(), "is the disk full") && std::strstr(e.what(), d.path().c_str()) ? 1 : 6;
     } catch (...) {
       code = 7;
     }
