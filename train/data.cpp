@@ -112,6 +112,12 @@ TrainData open_train_data(const Recipe& r, dist::Communicator& comm, bool verbos
                                         ": ", e.what(), " (the shard is prepared from them)"));
   }
   d.val = data::Shard::open(vp);
+  if (!r.data.mix_task.empty()) {
+    d.mix = std::make_unique<data::SyntheticLoader>(r.data.mix_task, tok, r.data.seq_len, r.data.batch_size, r.run.seed,
+                                                    dims.data_rank(), dims.data());
+    d.mix_share = r.data.mix_share;
+    d.mix_batch = r.data.batch_size;
+  }
   // a run that evaluates needs one validation batch at the training length: refused before training,
   // not reported as "no validation split" at its end
   const int64_t eb = r.eval.opts.batch_size > 0 ? r.eval.opts.batch_size : r.data.batch_size;

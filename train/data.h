@@ -3,6 +3,7 @@
 // split (so changing any of them prepares new shards), and the training stream of one rank over
 // them (or over a synthetic task) with the cursor a checkpoint saves.
 #pragma once
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,11 +22,32 @@ std::pair<std::string, std::string> prepare_data(const Recipe& r, bool verbose);
 std::pair<std::string, std::string> prepare_data(const Recipe& r, dist::Communicator& comm, bool verbose);
 
 // Training data behind one interface: shards (bible / files) or synthetic retrieval.
+// A corpus run with a retrieval mixture (data.mix_task, data.mix_share s) also holds `mix`: micro-
+// batch m is the task's when floor((m + 1) s) > floor(m s), so the task's batches are spread evenly
+// and m alone says which source each batch came from and where the task's stream is (floor(m s)
+// batches in); the corpus cursor, saved in checkpoints as before, moves on the corpus's batches only.
 struct TrainData {
   std::unique_ptr<data::Loader> shard_loader;
   std::unique_ptr<data::SyntheticLoader> synth;
   std::shared_ptr<const data::Shard> val;
-  data::Batch next() { return shard_loader ? shard_loader->next() : synth->next(); }
+  std::unique_ptr<data::SyntheticLoader> mix;
+  double mix_share = 0;
+  int64_t mix_batch = 0;  // examples per batch of the task
+  int64_t micro = 0;      // micro-batches drawn so far
+  bool mixed(int64_t m) const {
+    return mix && std::floor(static_cast<double>(m + 1) * mix_share) > std::floor(static_cast<double>(m) * mix_share);
+  }
+  data::Batch next() {
+    if (shard_loader && mix) return mixed(micro++) ? mix->next() : shard_loader->next();
+    return shard_loader ? shard_loader->next() : synth->next();
+  }
+  // After a restore: the run had drawn m micro-batches (steps x train.grad_accum); puts the
+  // mixture's task stream where those left it.
+  void set_micro(int64_t m) {
+    micro = m;
+    if (mix)
+      mix->restore({0, static_cast<int64_t>(std::floor(static_cast<double>(m) * mix_share)) * mix_batch});
+  }
   data::LoaderCursor cursor() const { return shard_loader ? shard_loader->cursor() : synth->cursor(); }
   void restore(const data::LoaderCursor& c) {
     if (shard_loader) shard_loader->restore(c);

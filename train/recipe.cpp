@@ -92,6 +92,10 @@ void visit_fields(Recipe& r, V& v) {
                 attn::parse_document_mode, static_cast<const char* (*)(attn::DocumentMode)>(attn::name));
   v("data.position_reset", r.data.position_reset,
     run_opt("masked documents: positions (RoPE, SWAN rows) restart at each document's start"));
+  v("data.mix_task", r.data.mix_task,
+    run_opt("retrieval mixture of a corpus run: '' | passkey | kv | niah | niah_short; data.mix_share of the training "
+            "batches are that synthetic task's (whole batches, spread evenly over the steps), the rest the corpus's"));
+  v("data.mix_share", r.data.mix_share, run_opt("share of the training batches from data.mix_task").in(0, 1));
   v("data.cache_dir", r.data.cache_dir, run_opt("prepared shards ('' = <out_dir>/_data/<source>-<tokenizer tag>[-<corpus hash>]-s<seed>-v<val_fraction>)"));
   v.enumeration("optim.name", r.optim.name, run_opt("adamw | muon (Muon on hidden matrices, AdamW on the rest)"), parse_optimizer,
                 static_cast<const char* (*)(OptimizerKind)>(name));
@@ -777,6 +781,19 @@ void Recipe::validate() const {
   if (data.documents == attn::DocumentMode::Masked && !file_source && data.source != DataSource::Bible)
     bad("data.documents: masked needs a corpus; the synthetic '" + src + "' sequences hold one example each");
   if (data.source == DataSource::Jsonl && data.text_field.empty()) bad("data.text_field must name the JSON field holding the text");
+  if (!data.mix_task.empty()) {
+    DataSource mix = DataSource::Bible;
+    try {
+      mix = parse_data_source(data.mix_task);
+    } catch (const ValueError& e) {
+      bad(std::string("data.mix_task: ") + e.what());
+    }
+    if (!is_synthetic(mix)) bad("data.mix_task '" + data.mix_task + "' is a corpus; the mixture takes a synthetic task: passkey kv niah niah_short");
+    if (is_synthetic(data.source)) bad("data.mix_task mixes a synthetic task into a corpus run; data.source is already the synthetic '" + src + "'");
+    if (data.mix_share <= 0 || data.mix_share >= 1) bad("data.mix_task needs data.mix_share in (0, 1), got " + std::to_string(data.mix_share));
+  } else if (data.mix_share != 0) {
+    bad("data.mix_share is set but data.mix_task is empty: name the synthetic task to mix in");
+  }
   if (data.token_format != "auto" && data.token_format != "llmc" && data.token_format != "nanogpt")
     bad("data.token_format '" + data.token_format + "' is not one of: auto llmc nanogpt");
   if (optim.lr <= 0 || optim.muon_lr <= 0) bad("optim.lr and optim.muon_lr must be positive");

@@ -75,6 +75,10 @@ struct DataSection {
   attn::DocumentMode documents = attn::DocumentMode::Stream;
   bool position_reset = false;        // masked: positions restart at each document's start
   std::string cache_dir = "";         // prepared shards ("" = <out_dir>/_data/<source>-<tokenizer tag>-...)
+  // A corpus run's retrieval mixture: this share of the training batches are the synthetic task's
+  // (train/data.h: which batches is a function of the micro-batch count, so resuming repeats it)
+  std::string mix_task = "";          // "" | passkey | kv | niah | niah_short
+  double mix_share = 0.0;
 };
 
 struct OptimSection {

@@ -294,6 +294,7 @@ class Trainer {
                                 saved_world_ / saved_context_, dims_.data());
         log("checkpoint.elastic: {} was written by {} rank(s), resumed by {}", resume_path_, saved_world_, world_);
       }
+      data_.set_micro(start_ * r_.train.grad_accum);  // the retrieval mixture's position
       res_.tokens_seen = ck_.tokens_seen;
       log("resumed from {} at step {}", resume_path_, start_);
     } else if (!r_.checkpoint.init_from.empty()) {
