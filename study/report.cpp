@@ -278,6 +278,11 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
       needles.push_back({{"task", row.at("task")}, {"length", std::stoll(row.at("length"))}, {"depth", std::stod(row.at("depth"))},
                          {"accuracy", std::stod(row.at("accuracy"))}, {"score", std::stod(row.at("score"))},
                          {"samples", std::stoll(row.at("samples"))}});
+    // the passkey grid (eval.passkey_examples: every answer digit the argmax) as one more retrieval task
+    for (const auto& row : read_csv(dir + "/passkey.csv"))
+      needles.push_back({{"task", "passkey_argmax"}, {"length", std::stoll(row.at("length"))},
+                         {"depth", std::stod(row.at("depth"))}, {"accuracy", std::stod(row.at("accuracy"))},
+                         {"score", std::stod(row.at("digit_accuracy"))}, {"samples", std::stoll(row.at("examples"))}});
     run["needles"] = needles;
     json probes = json::array();
     for (const auto& row : read_csv(dir + "/probes.csv"))
@@ -350,7 +355,8 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   bool any_needles = false;
   for (const auto& run : data["runs"]) any_needles |= !run["needles"].empty();
   if (any_needles) {
-    md << "## Needles (greedy decoding, exact containment; accuracy averaged over depths)\n\n"
+    md << "## Needles (greedy decoding, exact containment; passkey_argmax: the passkey grid, every answer digit the "
+          "argmax; accuracy averaged over depths)\n\n"
        << "Effective length (NoLiMa's): the longest length up to which every length keeps at least 85% of the run's "
           "own accuracy at its shortest length.\n\n| run | task |";
     for (int64_t L : all_lengths) md << " " << L << " |";

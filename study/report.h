@@ -9,7 +9,8 @@
 //   seeds             runs whose recipes differ only in run.seed (and names, directories) are one
 //                     method: mean and 95% interval (Student's t) of loss and last-256 loss per
 //                     length and of needle accuracy, and the effective length of the mean accuracy
-//   other tables      needles (accuracy per task and length, effective length), probe R^2, SWAN a
+//   other tables      needles (accuracy per task and length, effective length; the passkey grid of
+//                     eval.passkey_examples as the task passkey_argmax), probe R^2, SWAN a
 //                     per window, attention FLOPs, order awareness
 // Every number also goes to DIR/report.json (what the plot script reads).
 #pragma once

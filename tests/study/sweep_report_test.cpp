@@ -157,6 +157,8 @@ TEST(Report, SeedsOfOneMethodAreGroupedWithIntervals) {
                                       << ", \"tokens\": 10, \"drope_c\": 0, \"swan_a\": 0}], \"nll_length\": 32}\n";
     std::ofstream(dir + "/needles.csv") << "task,length,depth,samples,correct,accuracy,score\n"
                                         << "passkey,32,0.5,4,4,1.0,1.0\npasskey,64,0.5,4,0," << acc_long << "," << acc_long << "\n";
+    std::ofstream(dir + "/passkey.csv") << "length,depth,examples,correct,accuracy,digit_accuracy\n32,0,5,5,1.0000,1.0000\n"
+                                        << "64,0,5,0,0.0000,0.2000\n";
   };
   make_run("rope-s1", 1, 32, 1.0, 0.5);
   make_run("rope-s2", 2, 32, 1.2, 1.0);
@@ -181,6 +183,7 @@ TEST(Report, SeedsOfOneMethodAreGroupedWithIntervals) {
   EXPECT_NEAR(l["last256_mean"].get<double>(), 1.7, 1e-12);
   // needle accuracy at 64: seeds 0.5, 1, 1 -> mean 5/6 >= 0.85 x 1? no: 0.833 < 0.85, effective 32
   EXPECT_EQ(g["effective_length"]["passkey"], 32);
+  EXPECT_EQ(g["effective_length"]["passkey_argmax"], 32);  // the passkey grid (passkey.csv) as a task
   std::ifstream md(r.markdown_path);
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("## Seeds: mean and 95% interval"), std::string::npos);
