@@ -142,7 +142,7 @@ int cmd_eval(const std::vector<std::string>& a) {
                "  Overrides apply to the run's recipe, e.g. eval.lengths=[256,512,1024]\n"
                "  eval.rope_scaling=yarn  eval.swan_a=362  eval.drope_c=0.4  eval.fit_drope_c=[0,0.2,0.4]\n"
                "  eval.lampe=true  eval.batches=8  eval.fit_swan_a=[64,362]  eval.probe_sequences=16\n"
-               "  eval.needle_tasks=[passkey,niah_multikey] eval.needle_samples=5 eval.needle_format=short\n"
+               "  eval.needle_tasks=[passkey,niah_multikey_1] eval.needle_samples=5 eval.needle_format=short\n"
                "  Writes eval.csv, eval.json, nll_by_position.csv (+ needles, probes, fits) to the run dir.\n"
                "  mpirun -np N horizon eval ...: each sequence split over the N ranks (lengths one rank cannot hold).\n");
     return a.size() < 2 ? 2 : 0;

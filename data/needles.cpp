@@ -15,7 +15,7 @@ namespace hz::data {
 
 namespace {
 
-const char* const kTaskNames[] = {"niah_single_number", "niah_single_word", "niah_multikey",
+const char* const kTaskNames[] = {"niah_single_2", "niah_single_word", "niah_multikey_1",
                                   "niah_multivalue",    "niah_multiquery",  "passkey"};
 static_assert(sizeof(kTaskNames) / sizeof(*kTaskNames) == static_cast<size_t>(NeedleTask::Count));
 
@@ -163,6 +163,9 @@ const char* name(NeedleTask t) { return kTaskNames[static_cast<int>(t)]; }
 NeedleTask parse_needle_task(const std::string& s) {
   for (size_t i = 0; i < needle_task_names().size(); ++i)
     if (s == kTaskNames[i]) return static_cast<NeedleTask>(i);
+  // the names before they followed lm-eval's RULER tasks
+  if (s == "niah_single_number") return NeedleTask::SingleNumber;
+  if (s == "niah_multikey") return NeedleTask::MultiKey;
   std::string known;
   for (const auto& n : needle_task_names()) known += " " + n;
   throw ValueError("unknown needle task '" + s + "'; known tasks:" + known);

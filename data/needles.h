@@ -2,10 +2,13 @@
 // family) and the passkey task (Mohtashami & Jaggi 2023), with the King James Bible as the
 // haystack and lengths counted in tokens of any Tokenizer. docs/needles.md shows every format.
 //
-// Tasks (keys are adjective-noun words such as "quiet-harbor"; values 7-digit numbers or words):
-//   niah_single_number  one needle "One of the special magic numbers for KEY is: VALUE.", asked for
-//   niah_single_word    the same with a word value ("... special magic words for KEY is: VALUE.")
-//   niah_multikey       4 needles with different keys (3 distractors), one key asked
+// Tasks (keys are adjective-noun words such as "quiet-harbor"; values 7-digit numbers or words), named
+// as lm-eval-harness names RULER's (the haystack is the Bible where RULER's is essays; the earlier
+// names niah_single_number and niah_multikey are still accepted):
+//   niah_single_2       one needle "One of the special magic numbers for KEY is: VALUE.", asked for
+//   niah_single_word    the same with a word value ("... special magic words for KEY is: VALUE."; no
+//                       RULER counterpart)
+//   niah_multikey_1     4 needles with different keys (3 distractors), one key asked
 //   niah_multivalue     4 needles with the same key and different values, all values asked
 //   niah_multiquery     4 needles with different keys, all 4 keys asked (all values answered)
 //   passkey             "The pass key is VALUE. Remember it. VALUE is the pass key.", asked for

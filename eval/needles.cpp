@@ -20,8 +20,9 @@ NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o) {
   const auto tok = data::make_tokenizer(o.tokenizer);
   const data::NeedleFormat fmt_ = o.needles.format;
   const auto& verses = data::bible_verses();
-  for (const std::string& tname : o.needles.tasks) {
-    const data::NeedleTask task = data::parse_needle_task(tname);
+  for (const std::string& given : o.needles.tasks) {
+    const data::NeedleTask task = data::parse_needle_task(given);
+    const std::string tname = data::name(task);  // an earlier name reports under the current one
     for (int64_t L : o.lengths) {
       for (size_t di = 0; di < o.needles.depths.size(); ++di) {
         NeedleCell cell;

@@ -169,7 +169,7 @@ void visit_fields(Recipe& r, V& v) {
   v("eval.passkey_examples", r.eval.opts.passkey_examples, infer("passkey retrieval examples per (length, depth) (0 = off)").at_least(0));
   v("eval.passkey_depths", r.eval.opts.passkey_depths, infer("needle depths for the passkey grid (fractions of the filler)").in(0, 1));
   v("eval.fit_swan_a", r.eval.opts.fit_swan_a, infer("candidate SWAN a values; eval reports the best per length and per 128-token window").above(1));
-  v("eval.needle_tasks", r.eval.opts.needles.tasks, infer("RULER needle tasks answered by greedy decoding ([] = off): niah_single_number niah_single_word niah_multikey niah_multivalue niah_multiquery passkey"));
+  v("eval.needle_tasks", r.eval.opts.needles.tasks, infer("RULER needle tasks answered by greedy decoding ([] = off): niah_single_2 niah_single_word niah_multikey_1 niah_multivalue niah_multiquery passkey (lm-eval's RULER names)"));
   v("eval.needle_samples", r.eval.opts.needles.samples, infer("needle examples per (task, length, depth)").at_least(1));
   v("eval.needle_depths", r.eval.opts.needles.depths, infer("needle depths (fractions of the haystack)").in(0, 1));
   v.enumeration("eval.needle_format", r.eval.opts.needles.format, infer("needle wording: ruler (RULER's templates) | short (fewer tokens)"),

@@ -14,10 +14,10 @@ HZ=${HZ:-build/horizon}
 "$HZ" sweep recipes/study/study.sweep.yaml "$@"
 "$HZ" train recipes/study/drope_from_rope.yaml "$@"
 "$HZ" eval runs/study/drope_from_rope eval.fit_drope_c=[0,0.1,0.2,0.4,0.8] \
-  "eval.needle_tasks=[passkey,niah_single_number]" eval.needle_samples=2 eval.needle_format=short \
+  "eval.needle_tasks=[passkey,niah_single_2]" eval.needle_samples=2 eval.needle_format=short \
   "eval.needle_depths=[0,0.5,1]"
 swan=$(ls -d runs/study/p03-*)
 "$HZ" eval "$swan" eval.fit_swan_a=[16,64,256,1024] \
-  "eval.needle_tasks=[passkey,niah_single_number]" eval.needle_samples=2 eval.needle_format=short \
+  "eval.needle_tasks=[passkey,niah_single_2]" eval.needle_samples=2 eval.needle_format=short \
   "eval.needle_depths=[0,0.5,1]"
 "$HZ" report runs/study/p0* runs/study/drope_from_rope -o runs/study/report
