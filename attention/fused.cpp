@@ -158,7 +158,8 @@ void reset_attn_stats() {
 namespace {
 
 // What one call hands the kernels besides q, k, v: the CPU kernel's host terms, or on CUDA LogN's c
-// and the sink as device tensors in the accumulation dtype; FoX's c in the kernel's dtype (ct.fox_c).
+// and the sink as device tensors in the accumulation dtype; FoX's c (ct.fox_c) in f64 for the CPU
+// kernel, in the accumulation dtype for the CUDA kernels.
 struct KernelTerms {
   detail::CpuTerms ct;
   Tensor c_dev, z_dev;
@@ -204,7 +205,7 @@ KernelGrads run_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q
   g.dv = Tensor::empty(kc.shape(), kdt, dev);
   if (dev.is_cpu()) {
     std::vector<double> dcv, dzv;
-    if (need_f) g.df = Tensor::empty({P.B, P.H, P.fox_T}, kdt);
+    if (need_f) g.df = Tensor::empty({P.B, P.H, P.fox_T}, DType::F64);
     detail::CpuTermGrads tg;
     tg.logn_c = need_c ? &dcv : nullptr;
     tg.sink = need_z ? &dzv : nullptr;
@@ -276,7 +277,7 @@ void set_logn_c(KernelTerms& t, const Tensor& c, Device dev, DType adt) {
 }
 
 // FoX's c for a part (P.fox, P.fox_T, the kernels' copy in their dtype).
-void set_part_fox(AttnKernelParams& P, KernelTerms& t, const Tensor& fox_c, Device dev, DType kdt, DType adt) {
+void set_part_fox(AttnKernelParams& P, KernelTerms& t, const Tensor& fox_c, Device dev, DType adt) {
   P.fox = fox_c.defined();
   if (!P.fox) return;
   HZ_CHECK(fox_c.dim() == 3 && fox_c.size(0) == P.B && fox_c.size(1) == P.H && fox_c.size(2) >= P.Tk &&
@@ -285,7 +286,7 @@ void set_part_fox(AttnKernelParams& P, KernelTerms& t, const Tensor& fox_c, Devi
   HZ_CHECK(fox_c.device() == dev, DeviceError, "attention: FoX's c is on ", fox_c.device().str(), ", the queries on ",
            dev.str());
   P.fox_T = fox_c.size(2);
-  t.ct.fox_c = fox_c.to(dev.is_cpu() ? kdt : adt).contiguous();
+  t.ct.fox_c = fox_c.to(dev.is_cpu() ? DType::F64 : adt).contiguous();
 }
 
 }  // namespace
@@ -317,7 +318,7 @@ PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, cons
     HZ_CHECK(logn_c.defined() && logn_c.numel() == c.P.H, ShapeError, "attention: logit 'logn' needs one c per query head");
     set_logn_c(c.t, logn_c, c.dev, c.adt);
   }
-  set_part_fox(c.P, c.t, fox_c, c.dev, c.kdt, c.adt);
+  set_part_fox(c.P, c.t, fox_c, c.dev, c.adt);
   c.use_tc = c.dev.is_cuda() && use_tensor_core(cfg, c.dt, c.P.D, c.dev);
   c.empty = c.qc.numel() == 0 || c.kc.numel() == 0;
   return c;
@@ -371,7 +372,6 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   check_qkv(qv, kv, vv);
   const Device dev = qv.device();
   const DType dt = qv.dtype(), adt = acc_dtype(dt);
-  const DType kdt = kernel_dtype(dt, dev);
   const Tensor qc = qv.contiguous(), kc = kv.contiguous(), vc = vv.contiguous();
   Tensor doc_bounds;  // kept alive with the backward: P points into it
   AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
@@ -398,15 +398,18 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   const bool empty = qc.numel() == 0 || kc.numel() == 0;
   const bool use_tc = dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev);
   // LogN's c: a host vector for the CPU kernel, a device tensor in the accumulation dtype on CUDA;
-  // the sink likewise; FoX's c = cumsum(log f) in the kernel's dtype, differentiable (its node is
-  // an input of this op, so dLoss/dc flows back through the prefix sum to log f)
+  // the sink likewise; FoX's c = cumsum(log f), differentiable (its node is an input of this op, so
+  // dLoss/dc flows back through the prefix sum to log f), in f64 for the CPU kernel: the decay
+  // c_(p_i) - c_j is a difference of two long prefix sums, and in float32 their rounding (|c| eps,
+  // hundreds of nats after a thousand tokens) reached 2e-5 of the logits at T 1024; the CUDA kernels
+  // take it in the accumulation dtype
   KernelTerms kt;
   if (logn) set_logn_c(kt, logn_c.value(), dev, adt);
   if (P.sink && dev.is_cpu()) kt.ct.sink = terms.sink.value().to_vector();
   if (P.sink && dev.is_cuda()) kt.z_dev = terms.sink.value().to(dev).to(adt).contiguous();
   ag::Variable fox_c;
-  if (P.fox) {  // the CPU kernel computes in kdt, the CUDA kernels accumulate in adt
-    const DType fdt = dev.is_cpu() ? kdt : adt;
+  if (P.fox) {
+    const DType fdt = dev.is_cpu() ? DType::F64 : adt;
     fox_c = ag::cumsum(terms.forget.dtype() == fdt ? terms.forget : ag::cast(terms.forget, fdt), 2);
     kt.ct.fox_c = fox_c.value().contiguous();
   }

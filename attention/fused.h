@@ -121,7 +121,7 @@ struct AttnOutput {
 //   forget  (B, H, Tk)  FoX (forgetting attention): log f_j <= 0, the log forget gate of the
 //                token at key position j (query i sits at key position q_offset + i, which needs
 //                q_offset + Tq <= Tk). Logits gain the decay sum_{j < m <= p_i} log f_m = c_{p_i} - c_j,
-//                c = cumsum(log f) over the keys, in the accumulation dtype; dLoss/dc comes back
+//                c = cumsum(log f) over the keys (f64 on the CPU, the accumulation dtype on CUDA); dLoss/dc comes back
 //                through the prefix sum. Composes with every mask, encoding and transform.
 struct AttnTerms {
   ag::Variable logn_c{};

@@ -42,9 +42,9 @@ struct CpuPlan {
     return P.logit == LogitKind::LogN ? f * c[h] : f;
   }
   // FoX's c over the keys of (b, h), or null without FoX
-  template <class T>
-  const T* fox_row(int64_t b, int64_t h) const {
-    return P.fox ? fox_c.data<T>() + (b * P.H + h) * P.fox_T : nullptr;
+  // (f64: the decay c_(p_i) - c_j is taken in double, then rounded once)
+  const double* fox_row(int64_t b, int64_t h) const {
+    return P.fox ? fox_c.data<double>() + (b * P.H + h) * P.fox_T : nullptr;
   }
 };
 
@@ -53,7 +53,7 @@ struct CpuPlan {
 // when fc (the row of c of (b, h)) is given.
 template <class T>
 void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk, int64_t ld,
-                  bool boundary, const double* rs, const T* fc, T* s) {
+                  bool boundary, const double* rs, const double* fc, T* s) {
   const AttnKernelParams& P = C.P;
   const double slope = P.alibi ? P.slope[h] : 0.0;
   const bool simple = !logits_depend_on_t(P);
@@ -74,8 +74,8 @@ void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq
       }
     }
     if (fc) {
-      const T ci = fc[pos];
-      for (int64_t jj = 0; jj < nk; ++jj) si[jj] += ci - fc[j0 + jj];
+      const double ci = fc[pos];
+      for (int64_t jj = 0; jj < nk; ++jj) si[jj] += static_cast<T>(ci - fc[j0 + jj]);
     }
     if (boundary) {
       const IndexRange kr = key_range(P, b, h, i0 + i);
@@ -113,7 +113,7 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
       const T* qblk = qp + ((b * P.H + h) * P.Tq + i0) * P.D;  // (nq, D)
       const T* kh = kp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
       const T* vh = vp + (b * P.Hkv + hk) * P.Tk * P.D;        // (Tk, D)
-      const T* fc = C.fox_row<T>(b, h);
+      const double* fc = C.fox_row(b, h);
       for (int64_t i = 0; i < nq; ++i) {
         rf[i] = C.row_scale(b, h, i0 + i);
         mrow[i] = ninf;
@@ -198,7 +198,7 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
   const bool logn = P.logit == LogitKind::LogN && dlogn_c != nullptr;
   std::vector<double> dc_bh(P.B * P.H, 0.0);  // per (b, h) task, summed over b in order below
   std::vector<double> dz_bh(P.B * P.H, 0.0);  // the sink's, likewise
-  T* dfp = dfox ? dfox->data<T>() : nullptr;  // (B, H, fox_T): each task writes its own row
+  double* dfp = dfox ? dfox->data<double>() : nullptr;  // (B, H, fox_T) f64: each task writes its own row
   int64_t visited = 0;
   // Heads differ widely in cost (SCOPE: scopes from a few tokens to T), so hand the (b, h) tasks
   // out largest first (LPT) to balance the threads.
@@ -230,9 +230,9 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
       std::fill(dqh, dqh + P.Tq * P.D, T(0));
       std::fill(dkh, dkh + P.Tk * P.D, T(0));
       std::fill(dvh, dvh + P.Tk * P.D, T(0));
-      const T* fc = C.fox_row<T>(b, h);
-      T* dfc = dfp ? dfp + bh * P.fox_T : nullptr;
-      if (dfc) std::fill(dfc, dfc + P.fox_T, T(0));
+      const double* fc = C.fox_row(b, h);
+      double* dfc = dfp ? dfp + bh * P.fox_T : nullptr;
+      if (dfc) std::fill(dfc, dfc + P.fox_T, 0.0);
       double dz = 0.0;
       for (int64_t i = 0; i < P.Tq; ++i) {  // D_i = dO_i . O_i
         T a = T(0);
@@ -280,7 +280,7 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
               for (int64_t jj = 0; jj < nk; ++jj) pi[jj] = pi[jj] * (di[jj] - Di) * rsc;
               continue;
             }
-            T drow = T(0);
+            double drow = 0.0;
             for (int64_t jj = 0; jj < nk; ++jj) {
               const T dl = pi[jj] * (di[jj] - Di);  // dLoss/dL_ij
               T a = T(1);

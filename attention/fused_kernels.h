@@ -18,13 +18,13 @@ namespace hz::attn::detail {
 struct CpuTerms {
   std::vector<double> logn_c;  // (H) with logit LogN
   std::vector<double> sink;    // (H) when P.sink
-  Tensor fox_c;                // (B, H, fox_T) contiguous, q's dtype, when P.fox: c = cumsum(log f)
+  Tensor fox_c;                // (B, H, fox_T) contiguous f64, when P.fox: c = cumsum(log f)
 };
 // Gradients the backward fills where asked (a null pointer: not wanted).
 struct CpuTermGrads {
   std::vector<double>* logn_c = nullptr;  // (H)
   std::vector<double>* sink = nullptr;    // (H)
-  Tensor* fox_c = nullptr;                // (B, H, fox_T) in q's dtype
+  Tensor* fox_c = nullptr;                // (B, H, fox_T) f64
 };
 void cpu_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const CpuTerms& terms,
                  Tensor& out, Tensor& lse);

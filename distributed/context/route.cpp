@@ -82,8 +82,9 @@ ag::Variable ContextRoute::attend(const ag::Variable& q, const ag::Variable& k, 
            "context parallel: FoX's log forget gates must hold this rank's ", L.local_len(), " rows");
   const ContextExchange ex = exchange_for(cfg, L, global_);
   if (ex == ContextExchange::Ring) {
-    // FoX's c over the whole sequence at the local rows, in the accumulation dtype
-    const DType adt = acc_dtype(q.dtype());
+    // FoX's c over the whole sequence at the local rows, in the accumulation dtype (f64 on the CPU,
+    // as the fused op's: c_i - c_j of long prefix sums loses float32's digits)
+    const DType adt = q.value().device().is_cpu() ? DType::F64 : acc_dtype(q.dtype());
     const ag::Variable c =
         fox ? fox_prefix(terms.forget.dtype() == adt ? terms.forget : ag::cast(terms.forget, adt), link_) : ag::Variable();
     return std::make_shared<Ring>(link_, cfg)->attend(q, k, v, terms, c);
