@@ -3,7 +3,9 @@
 //       config.json + *.safetensors -> a Horizon checkpoint (step 0) whose recipe carries the
 //       imported model; prints how every config.json field was used.
 //   horizon convert to-hf CKPT|RUN_DIR|HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--max-shard-size 5GB]
-//       -> config.json + model.safetensors (sharded above the size) + tokenizer, for transformers.
+//                         [--remote-code | --stock]
+//       -> config.json + model.safetensors (sharded above the size) + tokenizer, for transformers: a
+//       stock architecture where one expresses the model, else HorizonForCausalLM with its code.
 #include "cli/convert.h"
 
 #include <fmt/core.h>
@@ -27,16 +29,21 @@ namespace {
 void usage() {
   fmt::print("{}",
       "usage: horizon convert hf HF_DIR OUT.h5 [key=value ...]\n"
-      "       horizon convert to-hf CKPT|RUN_DIR|HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--max-shard-size 5GB]\n\n"
+      "       horizon convert to-hf CKPT|RUN_DIR|HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--max-shard-size 5GB]\n"
+      "                             [--remote-code | --stock]\n\n"
       "  hf     imports a Hugging Face LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM /\n"
-      "         SmolLM3ForCausalLM directory (config.json + model.safetensors or shards) into a Horizon\n"
+      "         SmolLM3ForCausalLM directory, or one Horizon exported as HorizonForCausalLM (config.json +\n"
+      "         model.safetensors or shards) into a Horizon\n"
       "         checkpoint at step 0 (usable by horizon eval / score and checkpoint.init_from); the\n"
       "         overrides edit its recipe (e.g. data.seq_len=2048). Prints how every config field was used.\n"
       "         A recipe may also name the directory itself: checkpoint.init_from: HF_DIR.\n"
-      "  to-hf  exports a Horizon model to a directory transformers loads, with the architecture that\n"
-      "         expresses it (Llama, Mistral, Qwen2, SmolLM3); refuses, naming the reason, what none\n"
-      "         expresses (SCOPE, ALiBi, p-RoPE, logit transforms, QK-norm, ...). --dtype: storage of the\n"
-      "         weights (default f32); --max-shard-size: shard above it (default 5GB). OUT_DIR must be new.\n");
+      "  to-hf  exports a Horizon model to a directory transformers loads: with the stock architecture\n"
+      "         that expresses it (Llama, Mistral, Qwen2, SmolLM3), else as HorizonForCausalLM, whose code\n"
+      "         (modeling_horizon.py, every Horizon ingredient) is written beside config.json's auto_map:\n"
+      "         load it with from_pretrained(OUT_DIR, trust_remote_code=True). --remote-code: always\n"
+      "         HorizonForCausalLM; --stock: refuse, naming the reasons, what no stock architecture\n"
+      "         expresses. --dtype: storage of the weights (default f32); --max-shard-size: shard above\n"
+      "         it (default 5GB). OUT_DIR must be new.\n");
 }
 
 int convert_hf(const std::vector<std::string>& a) {
@@ -83,6 +90,10 @@ int convert_to_hf(const std::vector<std::string>& a) {
     if (a[i] == "--dtype" && i + 1 < a.size()) {
       opt.store = io::parse_store_as(a[++i]);
       HZ_CHECK(opt.store != io::StoreAs::Native, ValueError, "--dtype must be f32, bf16 or f16");
+    } else if (a[i] == "--remote-code") {
+      opt.target = hf::ExportTarget::Horizon;
+    } else if (a[i] == "--stock") {
+      opt.target = hf::ExportTarget::Stock;
     } else if (a[i] == "--max-shard-size" && i + 1 < a.size()) {
       opt.max_shard_bytes = io::parse_byte_size(a[++i]);
     } else {

@@ -30,6 +30,7 @@ class Fields {
     throw HfError(where_ + ": " + k + " " + what);
   }
   bool has(const std::string& k) const { return j_.contains(k); }
+  const std::string& where() const { return where_; }  // the file, for messages
   // The value as written (null included), without marking the field read; has(k) must hold.
   const json& raw(const std::string& k) const { return j_.at(k); }
   // The value (nullptr when absent or null); marks the field read.
@@ -121,6 +122,12 @@ struct Architecture {
 };
 
 extern const Architecture kLlama, kMistral, kQwen2, kSmolLM3;
+// HorizonForCausalLM (hf/horizon.cpp): every model, as transformers remote code; import reads the
+// layer kinds from config.json, export writes them (horizon_config) instead of export_fields.
+extern const Architecture kHorizon;
+void import_horizon_layers(Fields& c, nn::ModelConfig& m);
+std::string horizon_config(const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store,
+                           ExportReport* report = nullptr);
 
 // Every architecture, in the order import matches them; null when `name` is none of them.
 const std::vector<const Architecture*>& architectures();

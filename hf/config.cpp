@@ -323,7 +323,7 @@ std::string apply_layer_types(Fields& c, const std::vector<std::string>& lt, boo
 }
 
 const std::vector<const Architecture*>& architectures() {
-  static const std::vector<const Architecture*> all{&kLlama, &kMistral, &kQwen2, &kSmolLM3};
+  static const std::vector<const Architecture*> all{&kLlama, &kMistral, &kQwen2, &kSmolLM3, &kHorizon};
   return all;
 }
 
@@ -377,8 +377,8 @@ nn::ModelConfig import_config_impl(const std::string& text, const std::string& w
     if (arch == x->name || (arch.empty() && mt == x->model_type)) A = x;
   if (!A)
     throw HfError(where + ": architecture '" + (arch.empty() ? "model_type " + mt : arch) +
-                  "' is not supported; Horizon imports LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
-                  "SmolLM3ForCausalLM");
+                  "' is not supported; Horizon imports LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                  "SmolLM3ForCausalLM and its own HorizonForCausalLM exports");
   if (!mt.empty() && mt != A->model_type)
     c.fail("model_type", "is '" + mt + "' but architectures names " + A->name);
   r.architecture = A->name;
@@ -420,10 +420,14 @@ nn::ModelConfig import_config_impl(const std::string& text, const std::string& w
   m.mlp_hidden = positive("intermediate_size", c.integer("intermediate_size"));
   c.mapped("intermediate_size", std::to_string(m.mlp_hidden), "model.mlp_hidden (mlp: swiglu)");
   const std::string act = c.string("hidden_act", "silu");
-  if (act != "silu" && act != "swish")
+  if (A == &kHorizon && (act == "relu2" || act == "gelu")) {
+    m.mlp = nn::parse_mlp(act);
+    c.mapped("hidden_act", act, std::string("model.mlp: ") + act + " (up_proj, down_proj)");
+  } else if (act != "silu" && act != "swish")
     c.fail("hidden_act", "= '" + act + "': the MLP would be gated by " + act +
                              "; Horizon's SwiGLU gates with silu, and no Horizon MLP computes " + act + "(gate) * up; refused");
-  c.checked("hidden_act", act, "SwiGLU gate activation silu");
+  else
+    c.checked("hidden_act", act, "SwiGLU gate activation silu");
   m.norm_eps = c.number("rms_norm_eps", 1e-6);
   if (!(m.norm_eps > 0 && m.norm_eps < 1))
     c.fail("rms_norm_eps", "must be a positive number below 1, got " + num(m.norm_eps) +
@@ -452,54 +456,59 @@ nn::ModelConfig import_config_impl(const std::string& text, const std::string& w
   // ---- biases (the architecture's fields) -------------------------------------------------------
   A->import_biases(c, m);
 
-  // ---- position encoding and windows, per layer (the architecture's fields) -----------------
-  const attn::PositionSpec rope = import_rope(c, max_pos);
-  const int64_t n = m.n_layers;
-  LayerLayout layout{std::vector<bool>(n, true), std::vector<int64_t>(n, 0)};
-  A->import_layers(c, layout);
-  const std::vector<bool>& use_rope = layout.use_rope;
-  const std::vector<int64_t>& window = layout.window;
+  if (A == &kHorizon) {  // Horizon's own export: every layer kind's fields (hf/horizon.cpp)
+    import_horizon_layers(c, m);
+  } else {
+    // ---- position encoding and windows, per layer (the architecture's fields) -----------------
+    const attn::PositionSpec rope = import_rope(c, max_pos);
+    const int64_t n = m.n_layers;
+    LayerLayout layout{std::vector<bool>(n, true), std::vector<int64_t>(n, 0)};
+    A->import_layers(c, layout);
+    const std::vector<bool>& use_rope = layout.use_rope;
+    const std::vector<int64_t>& window = layout.window;
 
-  // ---- layer kinds -------------------------------------------------------------------------------
-  std::vector<std::string> names(n);
-  m.kinds.clear();
-  for (int64_t i = 0; i < n; ++i) {
-    std::string name = std::string(use_rope[i] ? "rope" : "nope") + (window[i] ? "_swa" : "");
-    names[i] = name;
-    bool known = false;
-    for (const auto& k : m.kinds) known |= k.name == name;
-    if (known) continue;
-    attn::AttentionSpec s;
-    if (use_rope[i]) s.pos = rope;
-    else s.pos.kind = attn::PosKind::None;
-    if (window[i]) {
-      s.mask.kind = attn::MaskKind::Window;
-      s.mask.window = window[i];
+    // ---- layer kinds -------------------------------------------------------------------------------
+    std::vector<std::string> names(n);
+    m.kinds.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      std::string name = std::string(use_rope[i] ? "rope" : "nope") + (window[i] ? "_swa" : "");
+      names[i] = name;
+      bool known = false;
+      for (const auto& k : m.kinds) known |= k.name == name;
+      if (known) continue;
+      attn::AttentionSpec s;
+      if (use_rope[i]) s.pos = rope;
+      else s.pos.kind = attn::PosKind::None;
+      if (window[i]) {
+        s.mask.kind = attn::MaskKind::Window;
+        s.mask.window = window[i];
+      }
+      m.kinds.push_back({name, s});
     }
-    m.kinds.push_back({name, s});
-  }
-  std::sort(m.kinds.begin(), m.kinds.end(), [](const nn::LayerKind& a, const nn::LayerKind& b) { return a.name > b.name; });
-  int64_t period = n;
-  for (int64_t p = 1; p < n; ++p) {
-    bool ok = true;
-    for (int64_t i = p; i < n && ok; ++i) ok = names[i] == names[i % p];
-    if (ok) {
-      period = p;
-      break;
+    std::sort(m.kinds.begin(), m.kinds.end(), [](const nn::LayerKind& a, const nn::LayerKind& b) { return a.name > b.name; });
+    int64_t period = n;
+    for (int64_t p = 1; p < n; ++p) {
+      bool ok = true;
+      for (int64_t i = p; i < n && ok; ++i) ok = names[i] == names[i % p];
+      if (ok) {
+        period = p;
+        break;
+      }
     }
-  }
-  m.overrides.clear();
-  if (period < n || n == 1) {
-    m.pattern.assign(names.begin(), names.begin() + period);
-  } else {  // no repetition: the most common kind, the others as overrides
-    std::map<std::string, int64_t> count;
-    for (const auto& s : names) ++count[s];
-    std::string common = names[0];
-    for (const auto& [s, k] : count)
-      if (k > count[common]) common = s;
-    m.pattern = {common};
-    for (int64_t i = 0; i < n; ++i)
-      if (names[i] != common) m.overrides[i] = names[i];
+    m.overrides.clear();
+    if (period < n || n == 1) {
+      m.pattern.assign(names.begin(), names.begin() + period);
+    } else {  // no repetition: the most common kind, the others as overrides
+      std::map<std::string, int64_t> count;
+      for (const auto& s : names) ++count[s];
+      std::string common = names[0];
+      for (const auto& [s, k] : count)
+        if (k > count[common]) common = s;
+      m.pattern = {common};
+      for (int64_t i = 0; i < n; ++i)
+        if (names[i] != common) m.overrides[i] = names[i];
+    }
+
   }
 
   c.finish(A->name);
@@ -591,6 +600,9 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
                           (s.logit.kind == attn::LogitKind::Temperature && s.logit.beta == 1.0 && s.logit.temp_c == 0.0);
     if (!identity)
       why.push_back(at + attn::name(s.logit.kind) + " logits: the Llama family computes plain softmax(q.k / sqrt(d))");
+    if (s.logit.qtemp_alpha != 0.0)
+      why.push_back(at + "Llama 4's position temperature (qtemp_alpha): Llama, Mistral, Qwen2 and SmolLM3 scale no logits by "
+                         "position");
     if (s.qk_norm == attn::QKNorm::Full)
       why.push_back(at + "whole-projection QK-norm (DroPE's): no Llama-family architecture normalises the whole q/k "
                          "projection (recalibrate without drope.qk_norm to export)");

@@ -25,6 +25,7 @@ bool is_hf_dir(const std::string& path) {
 
 std::vector<std::pair<std::string, std::string>> parameter_names(const nn::ModelConfig& c) {
   std::vector<std::pair<std::string, std::string>> out{{"model.embed_tokens.weight", "embed.weight"}};
+  const std::vector<attn::AttentionSpec> specs = c.layer_specs();
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".", h = "layers." + std::to_string(l) + ".";
     out.emplace_back(p + "input_layernorm.weight", h + "norm1.weight");
@@ -33,9 +34,27 @@ std::vector<std::pair<std::string, std::string>> parameter_names(const nn::Model
       if (c.qkv_bias) out.emplace_back(p + "self_attn." + hf + ".bias", h + "attn." + hz + ".bias");
     }
     out.emplace_back(p + "self_attn.o_proj.weight", h + "attn.wo.weight");
+    // what the layer's ingredients add (only HorizonForCausalLM has them)
+    const attn::AttentionSpec& s = specs[l];
+    if (s.qk_norm != attn::QKNorm::None) {
+      out.emplace_back(p + "self_attn.q_norm.weight", h + "attn.q_norm.weight");
+      out.emplace_back(p + "self_attn.k_norm.weight", h + "attn.k_norm.weight");
+    }
+    if (s.gate != attn::OutputGate::None) out.emplace_back(p + "self_attn.gate_proj.weight", h + "attn.wg.weight");
+    if (s.logit.kind == attn::LogitKind::LogN && s.logit.logn_learnable)
+      out.emplace_back(p + "self_attn.logn_c", h + "attn.logn_c");
+    if (s.sink) out.emplace_back(p + "self_attn.sinks", h + "attn.sink");
+    if (s.forget) {
+      out.emplace_back(p + "self_attn.forget_proj.weight", h + "attn.forget_w");
+      out.emplace_back(p + "self_attn.forget_proj.bias", h + "attn.forget_b");
+    }
     out.emplace_back(p + "post_attention_layernorm.weight", h + "norm2.weight");
-    out.emplace_back(p + "mlp.gate_proj.weight", h + "mlp.w1.weight");
-    out.emplace_back(p + "mlp.up_proj.weight", h + "mlp.w3.weight");
+    if (c.mlp == nn::MlpKind::SwiGLU) {
+      out.emplace_back(p + "mlp.gate_proj.weight", h + "mlp.w1.weight");
+      out.emplace_back(p + "mlp.up_proj.weight", h + "mlp.w3.weight");
+    } else {  // relu2 / gelu: one input projection
+      out.emplace_back(p + "mlp.up_proj.weight", h + "mlp.w1.weight");
+    }
     out.emplace_back(p + "mlp.down_proj.weight", h + "mlp.w2.weight");
   }
   out.emplace_back("model.norm.weight", "norm.weight");
@@ -47,6 +66,7 @@ std::map<std::string, Shape> parameter_shapes(const nn::ModelConfig& c) {
   const int64_t V = c.vocab_size, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.hdim(), F = c.hidden();
   std::map<std::string, Shape> s{{"embed.weight", {V, C}}, {"norm.weight", {C}}};
   if (!c.tie_embeddings) s["head.weight"] = {V, C};
+  const std::vector<attn::AttentionSpec> specs = c.layer_specs();
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string h = "layers." + std::to_string(l) + ".";
     s[h + "norm1.weight"] = {C};
@@ -61,8 +81,23 @@ std::map<std::string, Shape> parameter_shapes(const nn::ModelConfig& c) {
       s[h + "attn.wv.bias"] = {Hkv * D};
     }
     s[h + "mlp.w1.weight"] = {F, C};
-    s[h + "mlp.w3.weight"] = {F, C};
+    if (c.mlp == nn::MlpKind::SwiGLU) s[h + "mlp.w3.weight"] = {F, C};
     s[h + "mlp.w2.weight"] = {C, F};
+    const attn::AttentionSpec& a = specs[l];
+    if (a.qk_norm == attn::QKNorm::Full) {
+      s[h + "attn.q_norm.weight"] = {H * D};
+      s[h + "attn.k_norm.weight"] = {Hkv * D};
+    } else if (a.qk_norm == attn::QKNorm::PerHead) {
+      s[h + "attn.q_norm.weight"] = {D};
+      s[h + "attn.k_norm.weight"] = {D};
+    }
+    if (a.gate != attn::OutputGate::None) s[h + "attn.wg.weight"] = {a.gate == attn::OutputGate::Head ? H : H * D, C};
+    if (a.logit.kind == attn::LogitKind::LogN && a.logit.logn_learnable) s[h + "attn.logn_c"] = {H};
+    if (a.sink) s[h + "attn.sink"] = {H};
+    if (a.forget) {
+      s[h + "attn.forget_w"] = {H, C};
+      s[h + "attn.forget_b"] = {H};
+    }
   }
   return s;
 }
@@ -249,7 +284,19 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
     st = {tok->bos(), tok->eos(), tok->pad()};
   }
   ExportReport rep;
-  const std::string config = export_config(c, st, opt.store, &rep);  // refuses first, before touching the disk
+  // a stock architecture where one expresses the model, else Horizon's own (remote code); decided
+  // and refused before touching the disk
+  std::string config, stock_refusal;
+  if (opt.target != ExportTarget::Horizon) {
+    try {
+      config = export_config(c, st, opt.store, &rep);
+    } catch (const HfError& e) {
+      if (opt.target == ExportTarget::Stock) throw;
+      stock_refusal = e.what();
+    }
+  }
+  const bool horizon = config.empty();
+  if (horizon) config = horizon_config(c, st, opt.store, &rep);
   rep.dir = out_dir;
   const fs::path d(out_dir);
   std::error_code ec;
@@ -273,6 +320,21 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
   rep.files = io::save_safetensors_dir(out_dir, hf, {{"format", "pt"}}, opt.store, opt.max_shard_bytes);
   write_text(d / "config.json", config);
   rep.files.push_back((d / "config.json").string());
+  if (horizon) {
+    write_text(d / "configuration_horizon.py", configuration_horizon_py());
+    write_text(d / "modeling_horizon.py", modeling_horizon_py());
+    rep.files.push_back((d / "configuration_horizon.py").string());
+    rep.files.push_back((d / "modeling_horizon.py").string());
+    rep.notes.push_back("load with AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True): the model's code "
+                        "is modeling_horizon.py");
+    if (!stock_refusal.empty()) {  // the first reason the stock architectures gave
+      const size_t a = stock_refusal.find("\n  - ");
+      const std::string first = a == std::string::npos ? stock_refusal : stock_refusal.substr(a + 5);
+      const size_t b = first.find('\n');
+      rep.notes.push_back("no stock architecture expresses it: " + first.substr(0, b) +
+                          (b != std::string::npos ? " (and more)" : ""));
+    }
+  }
   if (tokenizer.empty()) {
     rep.notes.push_back("no tokenizer written (the model has none)");
   } else if (tokenizer == "byte") {

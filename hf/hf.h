@@ -49,7 +49,13 @@ std::string tokenizer_file(const std::string& dir);
 std::string tokenizer_spec(const std::string& dir);
 
 // ---- export ----------------------------------------------------------------------------------
+// Which architecture an export writes: Auto = a stock one (Llama, Mistral, Qwen2, SmolLM3) where one
+// expresses the model, else HorizonForCausalLM; Stock refuses what none expresses; Horizon always
+// writes HorizonForCausalLM (config.json with auto_map + configuration_horizon.py + modeling_horizon.py).
+enum class ExportTarget : uint8_t { Auto, Stock, Horizon };
+
 struct ExportOptions {
+  ExportTarget target = ExportTarget::Auto;
   io::StoreAs store = io::StoreAs::F32;
   uint64_t max_shard_bytes = 5000000000ull;  // transformers' default "5GB"
 };
@@ -60,6 +66,10 @@ struct ExportOptions {
 // copied; "" writes none). `out_dir` must not exist or be empty.
 ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Tensor>& weights,
                         const std::string& tokenizer, const std::string& out_dir, const ExportOptions& opt = {});
+
+// The remote code written beside a HorizonForCausalLM export (hf/remote/*.py, compiled in).
+const char* configuration_horizon_py();
+const char* modeling_horizon_py();
 
 // The tokenizer.json (Hugging Face `tokenizers` format) of Horizon's byte tokenizer: a byte-level
 // BPE without merges whose 256 tokens are the bytes (GPT-2's byte-to-unicode alphabet) plus the

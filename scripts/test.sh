@@ -12,9 +12,11 @@ start=$(date +%s)
 # the kernel lab (dev/cuda/, built only on demand) too, so a change to the kernels' interface that
 # breaks it fails here rather than on a GPU machine (no-op without CUDA)
 HZ_CMAKE_ARGS="-DHZ_KERNEL_LAB=ON ${HZ_CMAKE_ARGS:-}" scripts/setup.sh
-# the tests that read Horizon's outputs with the libraries defining their formats (tensorboard) run
-# here, from a venv of current PyPI releases, instead of being skipped
-HZ_TEST_PYTHON=$(HZ_VENV="${HZ_BUILD_DIR:-build}/test-venv" HZ_VENV_PKGS=tensorboard scripts/tools/venv.sh)
+# the tests that read Horizon's outputs with the libraries defining their formats (tensorboard) and
+# run its Hugging Face exports (PyTorch, transformers, lm-eval-harness) run here, from a venv of
+# current PyPI releases, instead of being skipped (about 3 GB, 2 minutes to install the first time)
+HZ_TEST_PYTHON=$(HZ_VENV="${HZ_BUILD_DIR:-build}/test-venv" \
+  HZ_VENV_PKGS="tensorboard torch transformers safetensors accelerate lm-eval=lm_eval" scripts/tools/venv.sh)
 export HZ_TEST_PYTHON HZ_REQUIRE_PYPI=1
 (cd "${HZ_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j "${HZ_JOBS:-2}")
 

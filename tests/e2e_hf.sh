@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end CLI test of Hugging Face checkpoints: import (convert hf), score, DroPE and SWAN
-# recipes starting from an imported model at reduced size, export (convert to-hf) and re-import,
-# and the refusals (QK-norm on export, a truncated safetensors file, an unknown config field).
+# recipes starting from an imported model at reduced size, export (convert to-hf: stock, or
+# HorizonForCausalLM for DroPE's QK-norm) and re-import, and the refusals (QK-norm with --stock, a
+# truncated safetensors file, an unknown config field).
 # The fixture is a tiny LlamaForCausalLM written by transformers (scripts/fixtures/make_hf_fixtures.py).
 set -euo pipefail
 # (grep without -q: it reads its whole input, so a writer never dies of SIGPIPE under pipefail)
@@ -46,8 +47,17 @@ grep -q "DroPE at step 0: position encodings dropped, QK-norm added" "$OUT/drope
 test -f "$OUT/drope_from_hf/checkpoints/step_10.h5"
 "$HZ" eval "$OUT/drope_from_hf" eval.lengths=[64,128] eval.fit_drope_c=[0,0.5] eval.batches=2
 test "$(wc -l < "$OUT/drope_from_hf/eval.csv")" -eq 3
-fails "whole-projection QK-norm" "$HZ" convert to-hf "$OUT/drope_from_hf" "$OUT/refused"
+# no stock architecture has whole-projection QK-norm: --stock refuses (writing nothing), the default
+# writes HorizonForCausalLM with its code, and that imports back to the same scores
+fails "whole-projection QK-norm" "$HZ" convert to-hf "$OUT/drope_from_hf" "$OUT/refused" --stock
 test ! -e "$OUT/refused"
+"$HZ" convert to-hf "$OUT/drope_from_hf" "$OUT/drope_hf" | grep "as HorizonForCausalLM" >/dev/null
+grep -q '"AutoModelForCausalLM": "modeling_horizon.HorizonForCausalLM"' "$OUT/drope_hf/config.json"
+test -s "$OUT/drope_hf/modeling_horizon.py" && test -s "$OUT/drope_hf/configuration_horizon.py"
+"$HZ" convert hf "$OUT/drope_hf" "$OUT/drope_back.h5" | grep "architecture: HorizonForCausalLM" >/dev/null
+"$HZ" score "$OUT/drope_from_hf" "$OUT/text.txt" --json > "$OUT/e.json"
+"$HZ" score "$OUT/drope_back.h5" "$OUT/text.txt" --json > "$OUT/f.json"
+cmp "$OUT/e.json" "$OUT/f.json"
 
 # DroPE without QK-norm exports (as SmolLM3, every layer NoPE) and imports back to the same scores
 "$HZ" train "$SRC/recipes/drope_from_hf.yaml" checkpoint.init_from="$FIX/llama" run.name=drope_plain \

@@ -6,9 +6,10 @@
 #
 #   scripts/tools/venv.sh            # creates .venv/ (ignored) if missing, prints its python
 #   HZ_VENV=/path scripts/tools/venv.sh   # use (and complete) a venv elsewhere
-#   HZ_VENV=build/test-venv HZ_VENV_PKGS=tensorboard scripts/tools/venv.sh
-#                                    # another set of packages: scripts/test.sh's light venv for the tests
-#                                    # that read Horizon's outputs with the libraries defining the formats
+#   HZ_VENV=build/test-venv HZ_VENV_PKGS="tensorboard torch lm-eval=lm_eval" scripts/tools/venv.sh
+#                                    # another set of packages (PIP_NAME or PIP_NAME=MODULE): scripts/test.sh's
+#                                    # venv for the tests that read Horizon's outputs with the libraries
+#                                    # defining the formats and run its exports in transformers and lm-eval
 #
 # Usage from another script:  PY=$(scripts/tools/venv.sh)  then  "$PY" script.py
 set -euo pipefail
@@ -21,8 +22,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV" >&2
 fi
 missing=()
-for p in "${PKGS[@]}"; do
-  "$VENV/bin/python" -c "import $p" 2>/dev/null || missing+=("$p")
+for p in "${PKGS[@]}"; do  # PIP_NAME or PIP_NAME=MODULE (lm-eval=lm_eval)
+  "$VENV/bin/python" -c "import ${p#*=}" 2>/dev/null || missing+=("${p%%=*}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "[venv] installing: ${missing[*]}" >&2

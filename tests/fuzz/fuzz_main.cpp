@@ -464,7 +464,11 @@ std::vector<Target> make_targets(const std::string& work) {
                seeds_of({"tests/fixtures/hf/llama/config.json", "tests/fixtures/hf/qwen2/config.json",
                          "tests/fixtures/hf/mistral/config.json", "tests/fixtures/hf/smollm3/config.json",
                          "tests/fixtures/hf/rope_yarn/config.json", "tests/fixtures/hf/rope_llama3/config.json",
-                         "tests/fixtures/hf/rope_dynamic/config.json", "tests/fixtures/hf/rope_linear/config.json"}),
+                         "tests/fixtures/hf/rope_dynamic/config.json", "tests/fixtures/hf/rope_linear/config.json",
+                         // HorizonForCausalLM exports (convert to-hf): layer_kinds, pattern, overrides
+                         "tests/fixtures/hf_configs/horizon_pretrain_fox.json",
+                         "tests/fixtures/hf_configs/horizon_pretrain_llama4_nope.json",
+                         "tests/fixtures/hf_configs/horizon_drope_recalibrate.json"}),
                [](const std::string& dir) {
                  fs::copy_file(src("tests/fixtures/hf/llama/model.safetensors"), dir + "/model.safetensors");
                },

@@ -354,6 +354,7 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.gate = hz::attn::OutputGate::Head; }), "gated attention output"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.sink = true; }), "attention sinks"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.forget = true; }), "FoX forget gates"));
+  EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.logit.qtemp_alpha = 0.1; }), "Llama 4's position temperature"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::Alibi; }), "ALiBi"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::PRope; }), "p-RoPE"));
   EXPECT_TRUE(has(refusal([](C& c) { c.mlp = hz::nn::MlpKind::ReLU2; }), "MLP relu2"));
@@ -450,4 +451,133 @@ TEST(HfImport, ShapesWithoutBuildingTheModel) {
     for (const auto& [k, v] : m.named_parameters()) built[k] = v->shape();
     EXPECT_EQ(hf::parameter_shapes(c), built) << name;
   }
+}
+
+// A model no stock architecture expresses, with every ingredient: several layer kinds (a repeating
+// pattern and an override), GQA, q/k/v biases, an untied head, a relu2 MLP.
+hz::nn::ModelConfig every_ingredient() {
+  using namespace hz::attn;
+  hz::nn::ModelConfig c;
+  c.vocab_size = 259;  // the byte tokenizer's
+  c.d_model = 32;
+  c.n_layers = 5;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;  // explicit, as import writes them
+  c.mlp_hidden = 128;
+  c.mlp = hz::nn::MlpKind::ReLU2;
+  c.qkv_bias = true;
+  c.tie_embeddings = false;
+  c.train_len = 64;
+  AttentionSpec a, b, cc, d, e;
+  a.pos.scaling = RopeScaling::YaRN;  // the rotations ramp, which transformers' YaRN lacks
+  a.pos.factor = 4;
+  a.qk_norm = QKNorm::PerHead;
+  a.gate = OutputGate::Head;
+  a.sink = true;
+  b.pos.kind = PosKind::Alibi;
+  b.mask.kind = MaskKind::Scope;
+  b.mask.scope_train_len = 64;
+  b.logit.kind = LogitKind::LogN;
+  b.logit.logn_c = 0.3;
+  b.forget = true;
+  b.forget_bias = 2;
+  cc.pos.kind = PosKind::PRope;
+  cc.pos.prope_base_eff = 300;
+  cc.mask.kind = MaskKind::Window;
+  cc.mask.window = 8;
+  cc.logit.kind = LogitKind::ScaleInvariant;
+  cc.gate = OutputGate::Element;
+  cc.qk_norm = QKNorm::Full;
+  d.pos.kind = PosKind::None;
+  d.logit.kind = LogitKind::SwanRow;
+  d.logit.swan_a = 100;
+  d.logit.qtemp_alpha = 0.1;
+  d.logit.qtemp_beta = 16;
+  e.pos.rope_fraction = 0.5;
+  e.pos.rope_select = RopeSelect::Uniform;
+  e.pos.rope_freq_factors = {1, 0.75, 0.5, 0.25};
+  e.logit.kind = LogitKind::Temperature;
+  e.logit.temp_c = 0.4;
+  c.kinds = {{"a", a}, {"b", b}, {"c", cc}, {"d", d}, {"e", e}};
+  c.pattern = {"a", "b", "c", "d"};
+  c.overrides = {{4, "e"}};
+  c.validate();
+  return c;
+}
+
+TEST(HfExport, HorizonForCausalLMCarriesEveryIngredientBitForBit) {
+  TempDir d;
+  const hz::nn::ModelConfig c = every_ingredient();
+  const hz::nn::Transformer m(c, 7);
+  std::map<std::string, hz::Shape> built;
+  for (const auto& [k, v] : m.named_parameters()) built[k] = v->shape();
+  EXPECT_EQ(hf::parameter_shapes(c), built);  // every parameter has its Hugging Face name
+  const auto weights = m.state_dict();
+  // the stock exporter refuses it; the default writes HorizonForCausalLM and its code
+  hf::ExportOptions stock;
+  stock.target = hf::ExportTarget::Stock;
+  EXPECT_THROW(hf::export_dir(c, weights, "byte", d.file("stock"), stock), hf::HfError);
+  EXPECT_FALSE(fs::exists(d.file("stock")));
+  const hf::ExportReport rep = hf::export_dir(c, weights, "byte", d.file("out"));
+  EXPECT_EQ(rep.architecture, "HorizonForCausalLM");
+  for (const char* f : {"config.json", "configuration_horizon.py", "modeling_horizon.py", "model.safetensors", "tokenizer.json"})
+    EXPECT_TRUE(fs::exists(d.file("out") + "/" + f)) << f;
+  std::ifstream py(d.file("out") + "/modeling_horizon.py");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(py), {}), hf::modeling_horizon_py());
+  const json cfg = read_json(d.file("out") + "/config.json");
+  EXPECT_EQ(cfg["auto_map"]["AutoModelForCausalLM"], "modeling_horizon.HorizonForCausalLM");
+  EXPECT_EQ(cfg["layer_kinds"]["a"]["yarn_ramp"], "rotations");
+  EXPECT_EQ(cfg["layer_overrides"]["4"], "e");
+  EXPECT_TRUE(has(cfg["window_convention"].get<std::string>(), "window_left = W - 1"));
+  // import reads back the same model, every field and every weight bit
+  const hf::Imported back = hf::import_dir(d.file("out"));
+  EXPECT_EQ(back.report.architecture, "HorizonForCausalLM");
+  Recipe ra, rb;
+  ra.model.cfg = c;
+  rb.model.cfg = back.cfg;
+  EXPECT_EQ(to_yaml(ra), to_yaml(rb));
+  EXPECT_EQ(back.cfg.kinds[1].attn.mask.scope_train_len, 64);
+  ASSERT_EQ(back.weights.size(), weights.size());
+  for (const auto& [k, t] : weights)
+    EXPECT_EQ(std::memcmp(t.raw_data(), back.weights.at(k).raw_data(), t.numel() * 4), 0) << k;
+  // and exports the same config.json again (import -> export -> import is a fixed point)
+  hf::export_dir(back.cfg, back.weights, "byte", d.file("again"));
+  EXPECT_EQ(read_json(d.file("again") + "/config.json"), cfg);
+  // forced remote code for a model Llama expresses
+  hz::nn::ModelConfig plain;
+  plain.kinds = {{"rope", {}}};
+  plain.pattern = {"rope"};
+  hf::ExportOptions remote;
+  remote.target = hf::ExportTarget::Horizon;
+  EXPECT_EQ(hf::export_dir(plain, hz::nn::Transformer(plain, 0).state_dict(), "", d.file("remote"), remote).architecture,
+            "HorizonForCausalLM");
+}
+
+TEST(HfImport, RefusesABadHorizonLayerKindByName) {
+  TempDir d;
+  const hz::nn::ModelConfig c = every_ingredient();
+  hf::export_dir(c, hz::nn::Transformer(c, 0).state_dict(), "", d.file("out"));
+  const json good = read_json(d.file("out") + "/config.json");
+  auto refusal = [&](const std::function<void(json&)>& edit) -> std::string {
+    json j = good;
+    edit(j);
+    try {
+      hf::import_config(j.dump(), "config.json");
+    } catch (const hf::HfError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_TRUE(has(refusal([](json& j) { j["layer_kinds"]["a"]["frobnicate"] = 1; }), "layer_kinds.a.frobnicate is not a field"));
+  EXPECT_TRUE(has(refusal([](json& j) { j["layer_kinds"]["b"]["mask"] = "diagonal"; }), "layer_kinds.b.mask"));
+  EXPECT_TRUE(has(refusal([](json& j) { j["layer_kinds"]["c"]["window"] = -3; }), "layer_kinds.c.window"));
+  EXPECT_TRUE(has(refusal([](json& j) { j["layer_kinds"]["c"]["tau"] = "big"; }), "must be a number"));
+  EXPECT_TRUE(has(refusal([](json& j) { j["layer_pattern"] = {"a", "zz"}; }), "not in layer_kinds"));
+  EXPECT_TRUE(has(refusal([](json& j) { j["layer_overrides"]["9"] = "a"; }), "not a layer index"));
+  EXPECT_TRUE(has(refusal([](json& j) { j["auto_map"]["AutoModelForCausalLM"] = "evil.Model"; }), "not the code Horizon exports"));
+  EXPECT_TRUE(has(refusal([](json& j) { j["hidden_act"] = "tanh"; }), "hidden_act"));
+  EXPECT_TRUE(has(refusal([](json& j) { j["train_length"] = 65; }), "train_length"));
+  EXPECT_TRUE(has(refusal([](json& j) { j["layer_kinds"]["a"]["rope_factor"] = 0; }), "out of range"));
+  EXPECT_EQ(refusal([](json&) {}), "(no error)");
 }

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Every shipped recipe leaves as a transformers model that computes what Horizon computes.
+# For each recipe under recipes/: one training step at the recipe's shape (batch 1, init_std 0.05, lr 1e-4; the
+# benchmark's GPT-2 with 2 layers, the byte vocabulary and T 256; runs that start from a
+# checkpoint start from the ones trained here), then
+# `horizon convert to-hf` (a stock architecture where one expresses the model, else
+# HorizonForCausalLM with its code), and Horizon's own logits (`horizon score --logits`) at the
+# training length T and at 4T in float32, at T in float64, and a greedy continuation
+# (`horizon generate`). tests/hf/remote_code_test.py checks modeling_horizon.py on its own (every
+# ingredient against a brute-force float64 formula, the cache, padding, packing);
+# tests/hf/compare_exports.py then loads every export with transformers
+# (trust_remote_code) and checks logits, generate() with the cache, a left-padded batch and packed
+# position_ids; tests/hf/lm_eval_check.py runs lm-eval-harness on the FoX export with local tasks and
+# compares every request with `horizon score` / `horizon generate`. Needs PyTorch, transformers and
+# lm-eval (HZ_TEST_PYTHON, made by scripts/test.sh): exit 77 (skipped) without them, a failure with
+# HZ_REQUIRE_PYPI=1.
+set -euo pipefail
+HZ=$1; SRC=$2; OUT=$(mktemp -d)
+[ -n "${HZ_KEEP:-}" ] || trap 'rm -rf "$OUT"' EXIT  # HZ_KEEP=1 keeps the exports (printed)
+[ -z "${HZ_KEEP:-}" ] || echo "exports in $OUT"
+PY=${HZ_TEST_PYTHON:-python3}
+if ! "$PY" -c 'import torch, transformers, safetensors' 2> /dev/null; then
+  if [ "${HZ_REQUIRE_PYPI:-0}" = "1" ]; then echo "HZ_TEST_PYTHON=$PY lacks torch/transformers/safetensors"; exit 1; fi
+  echo "skipped: no Python with torch, transformers and safetensors (HZ_TEST_PYTHON)"; exit 77
+fi
+# the remote code on its own first: brute-force formulas, the cache, padding, packing (tiny random models)
+"$PY" "$SRC/tests/hf/remote_code_test.py"
+cd "$SRC"  # recipes name their tokenizer files relative to the repository
+# init_std 0.05 (2.5x the default) and one step at lr 1e-4: the outputs still vary from token to
+# token, so most greedy continuations compared are not one repeated byte (init 0.1 and more make the
+# float32 logits of transformers' own stock classes drift past 1e-5 from their float64 ones)
+common=(run.out_dir="$OUT/runs" data.cache_dir="$OUT/data" train.steps=1 schedule.warmup_steps=0 checkpoint.every=1
+        model.init_std="${HZ_INIT_STD:-0.05}" optim.lr="${HZ_LR:-1e-4}"
+        eval.every=0 eval.final=false train.log_every=1 data.batch_size=1 metrics.tensorboard=false)
+# runs first that others start from (checkpoint.init_from), then every other recipe
+order=(recipes/pretrain_rope.yaml recipes/quickstart.yaml)
+for r in recipes/*.yaml recipes/*/*.yaml; do
+  case "$r" in *.sweep.yaml|recipes/pretrain_rope.yaml|recipes/quickstart.yaml) continue ;; esac
+  order+=("$r")
+done
+manifest="$OUT/manifest.txt"; : > "$manifest"
+gzip -dc assets/kjv/kjv.txt.gz > "$OUT/kjv.txt"
+for r in "${order[@]}"; do
+  n=$(basename "$r" .yaml)
+  [ "$(dirname "$r")" != recipes ] && n="$(basename "$(dirname "$r")")_$n"
+  # HZ_RECIPES=REGEX: only those (and the two runs others start from), while working on the export
+  if [ -n "${HZ_RECIPES:-}" ] && ! [[ "$n" =~ ^(pretrain_rope|quickstart)$ ]] && ! [[ "$n" =~ $HZ_RECIPES ]]; then continue; fi
+  extra=()
+  case "$n" in
+    drope_recalibrate|drope_partial|swan_continue) extra=(checkpoint.init_from="$OUT/runs/pretrain_rope") ;;
+    needle_finetune|passkey_finetune) extra=(checkpoint.init_from="$OUT/runs/quickstart") ;;
+    drope_from_hf|swan_from_hf) extra=(checkpoint.init_from="$OUT/hf/quickstart" swan.window=128) ;;
+    study_drope_from_rope) extra=(checkpoint.init_from="$OUT/runs/study_base") ;;
+    drope_in_run) extra=(train.steps=2 drope.at_step=1 drope.warmup_steps=0) ;;
+    bench_gpt2_small) extra=(model.n_layers=2 model.vocab_size=259 data.seq_len=256) ;;
+  esac
+  "$HZ" train "$r" run.name="$n" "${common[@]}" "${extra[@]}" > "$OUT/$n.train.log" 2>&1 ||
+    { echo "training $r failed:"; tail -5 "$OUT/$n.train.log"; exit 1; }
+  run="$OUT/runs/$n"
+  "$HZ" convert to-hf "$run" "$OUT/hf/$n" > "$OUT/$n.convert.txt"
+  arch=$(sed -n 's/^exported .* as \(.*\)$/\1/p' "$OUT/$n.convert.txt")
+  T=$(sed -n 's/^  seq_len: \([0-9]*\)$/\1/p' "$run/config.yaml")
+  # token ids below 256 (valid for every tokenizer here): the Bible's bytes
+  head -c $((4 * T)) "$OUT/kjv.txt" | od -An -v -tu1 | tr -s ' \n' '\n' | sed '/^$/d' > "$OUT/$n.ids4"
+  head -n "$T" "$OUT/$n.ids4" > "$OUT/$n.ids1"
+  d="$OUT/hf/$n"
+  "$HZ" score "$run" "$OUT/$n.ids1" --ids --logits "$d/horizon_T.safetensors" data.documents=stream > /dev/null
+  "$HZ" score "$run" "$OUT/$n.ids4" --ids --logits "$d/horizon_4T.safetensors" data.documents=stream > /dev/null
+  "$HZ" score "$run" "$OUT/$n.ids1" --ids --f64 --logits "$d/horizon_T_f64.safetensors" data.documents=stream > /dev/null
+  "$HZ" generate "$run" --prompt "And God said, Let there be light" --max-new-tokens 12 --json --documents stream \
+    > "$d/horizon_generate.json"
+  cp "$OUT/$n.ids1" "$d/ids_T.txt"; cp "$OUT/$n.ids4" "$d/ids_4T.txt"
+  echo "$n $arch $d" >> "$manifest"
+done
+"$PY" "$SRC/tests/hf/compare_exports.py" "$manifest"
+# inference-time options: `horizon score eval.X=...` at 4T against the export with the same edit in
+# its config.json (HorizonForCausalLM exports: --remote-code where a stock class would be written)
+inference_case() {  # run option value overrides...
+  local n=$1 opt=$2 val=$3; shift 3
+  local d="$OUT/hf/${n}_remote" T
+  [ -d "$d" ] || "$HZ" convert to-hf "$OUT/runs/$n" "$d" --remote-code > /dev/null
+  T=$(sed -n 's/^  seq_len: \([0-9]*\)$/\1/p' "$OUT/runs/$n/config.yaml")
+  "$HZ" score "$OUT/runs/$n" "$OUT/$n.ids4" --ids --logits "$OUT/$n.$opt.safetensors" "$@" > /dev/null
+  "$PY" "$SRC/tests/hf/compare_inference.py" "$d" "$OUT/$n.ids4" "$OUT/$n.$opt.safetensors" "$opt" "$val" "$T"
+}
+inference_case pretrain_rope rope_scaling yarn eval.rope_scaling=yarn
+inference_case pretrain_rope rope_scaling dynamic_ntk eval.rope_scaling=dynamic_ntk
+inference_case pretrain_rope lampe 64,16 eval.lampe=true eval.lampe_local=64 eval.lampe_sink=16
+inference_case drope_recalibrate drope_c 0.4 eval.drope_c=0.4
+inference_case pretrain_swan swan_a 362 eval.swan_a=362
+# lm-eval-harness on one export (FoX: HorizonForCausalLM), offline, against horizon score / generate
+if "$PY" -c 'import lm_eval' 2> /dev/null || [ "${HZ_REQUIRE_PYPI:-0}" = "1" ]; then
+  mkdir -p "$OUT/lm_eval"
+  "$PY" "$SRC/tests/hf/lm_eval_check.py" "$HZ" "$OUT/runs/pretrain_fox" "$OUT/hf/pretrain_fox" "$OUT/lm_eval"
+else
+  echo "lm-eval check skipped: no lm_eval in $PY"
+fi
+echo "e2e hf export: OK ($(wc -l < "$manifest") recipes)"

@@ -1,0 +1,126 @@
+"""Loads Horizon exports with transformers and checks they compute what Horizon computed.
+
+Usage: compare_exports.py MANIFEST, one line per export: NAME ARCHITECTURE DIR, where DIR holds the
+export and what tests/e2e_hf_export.sh wrote beside it: ids_T.txt / ids_4T.txt (token ids),
+horizon_T.safetensors, horizon_4T.safetensors, horizon_T_f64.safetensors (Horizon's logits, tensor
+"logits") and horizon_generate.json (`horizon generate --json`: prompt_tokens, tokens, capacity).
+
+Per export: (1) logits at T and 4T in float32 within 1e-5 of Horizon's, relative to the largest
+logit; (2) at T in float64 within 1e-10 (HorizonForCausalLM; transformers' stock Llama-family classes
+keep RMSNorm and the rotary tables in float32 even in a float64 model, so theirs are held to 1e-6); (3) greedy generate() with the cache gives Horizon's tokens;
+(4) a left-padded batch gives each sequence's logits alone; (5) for HorizonForCausalLM, two documents
+packed with position_ids that restart at 0 give each document's logits alone.
+"""
+import json
+import sys
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+torch.set_num_threads(2)
+F32_TOL, F64_TOL, F64_STOCK_TOL = 1e-5, 1e-10, 1e-6
+
+
+def rel_err(got, want):
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+
+
+def ids_of(path):
+    with open(path) as f:
+        return [int(x) for x in f.read().split()]
+
+
+def logits(model, ids, dtype):
+    with torch.no_grad():
+        return model(torch.tensor([ids]), use_cache=False).logits[0].to(dtype)
+
+
+def check(name, arch, d):
+    failures = []
+    model = AutoModelForCausalLM.from_pretrained(d, trust_remote_code=True, dtype=torch.float32)
+    model.eval()
+    horizon = arch == "HorizonForCausalLM"
+    # (1) float32 at T and 4T
+    for tag in ("T", "4T"):
+        ids = ids_of(f"{d}/ids_{tag}.txt")
+        want = load_file(f"{d}/horizon_{tag}.safetensors")["logits"]
+        if horizon:
+            model.config.context_length = None  # T = the call's length, as horizon score
+        e = rel_err(logits(model, ids, torch.float32), want)
+        if not e <= F32_TOL:
+            failures.append(f"float32 logits at {tag} (length {len(ids)}): relative error {e:.2e} > {F32_TOL}")
+        print(f"  {name}: float32 at {tag} ({len(ids)} tokens): {e:.2e}")
+    # (2) float64 at T
+    ids = ids_of(f"{d}/ids_T.txt")
+    model64 = AutoModelForCausalLM.from_pretrained(d, trust_remote_code=True, dtype=torch.float64)
+    model64.eval()
+    want = load_file(f"{d}/horizon_T_f64.safetensors")["logits"]
+    e = rel_err(logits(model64, ids, torch.float64), want)
+    tol = F64_TOL if horizon else F64_STOCK_TOL
+    if not e <= tol:
+        failures.append(f"float64 logits at T: relative error {e:.2e} > {tol}")
+    print(f"  {name}: float64 at T: {e:.2e}")
+    del model64
+    # (3) greedy generation with the cache, at Horizon's decoding length (prompt + new tokens)
+    with open(f"{d}/horizon_generate.json") as f:
+        g = json.load(f)
+    prompt, want_tokens = g["prompt_tokens"], g["tokens"]
+    if horizon:
+        model.config.context_length = g["capacity"]
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=len(want_tokens), do_sample=False, use_cache=True,
+                             pad_token_id=model.config.pad_token_id)
+    got_tokens = out[0, len(prompt):].tolist()
+    eos = model.config.eos_token_id
+    if eos is not None and eos in want_tokens:  # transformers stops at EOS; Horizon was not told to
+        want_tokens = want_tokens[: want_tokens.index(eos) + 1]
+    if got_tokens != want_tokens:
+        failures.append(f"greedy generate(): {got_tokens} != Horizon's {want_tokens}")
+    print(f"  {name}: generate() {len(got_tokens)} tokens ({len(set(want_tokens))} distinct) "
+          f"{'equal' if got_tokens == want_tokens else 'DIFFER'}")
+    # (4) left padding: a batch [short, long] with the short one padded on the left
+    ctx = 2 * len(ids) if horizon else None
+    if horizon:
+        model.config.context_length = ctx  # the same T for the batch and each alone
+    a, b = ids[: len(ids) // 2], ids
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    batch = torch.tensor([[pad] * (len(b) - len(a)) + a, b])
+    mask = torch.tensor([[0] * (len(b) - len(a)) + [1] * len(a), [1] * len(b)])
+    with torch.no_grad():
+        both = model(batch, attention_mask=mask, use_cache=False).logits
+        alone_a, alone_b = logits(model, a, torch.float32), logits(model, b, torch.float32)
+    e = max(rel_err(both[0, len(b) - len(a):], alone_a), rel_err(both[1], alone_b))
+    if not e <= F32_TOL:
+        failures.append(f"left-padded batch differs from each sequence alone: {e:.2e}")
+    print(f"  {name}: left-padded batch vs alone: {e:.2e}")
+    # (5) packed documents through position_ids (HorizonForCausalLM: transformers' packing convention)
+    if horizon:
+        x, y = ids[: len(ids) // 3], ids[len(ids) // 3:]
+        pos = torch.tensor([list(range(len(x))) + list(range(len(y)))])
+        with torch.no_grad():
+            packed = model(torch.tensor([x + y]), position_ids=pos, use_cache=False).logits[0]
+            lx, ly = logits(model, x, torch.float32), logits(model, y, torch.float32)
+        e = max(rel_err(packed[: len(x)], lx), rel_err(packed[len(x):], ly))
+        if not e <= F32_TOL:
+            failures.append(f"packed position_ids differ from the documents alone: {e:.2e}")
+        print(f"  {name}: packed documents vs alone: {e:.2e}")
+    return failures
+
+
+def main():
+    bad = 0
+    with open(sys.argv[1]) as f:
+        entries = [line.split() for line in f if line.strip()]
+    for name, arch, d in entries:
+        print(f"{name} ({arch})")
+        for msg in check(name, arch, d):
+            print(f"FAIL {name}: {msg}")
+            bad += 1
+    print(f"{len(entries)} exports, {bad} failures")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

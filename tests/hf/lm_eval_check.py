@@ -1,0 +1,79 @@
+"""lm-eval-harness on a Horizon export, offline, checked against Horizon itself.
+
+Usage: lm_eval_check.py HORIZON RUN_DIR EXPORT_DIR WORK_DIR
+
+Runs `lm_eval run --model hf` (transformers, trust_remote_code) on the export with the local tasks of
+tests/hf/lm_eval/ (a loglikelihood task and a generate_until task over kjv_continuations.jsonl), then
+checks every request against the run: each target's log-probability equals minus the sum of
+`horizon score`'s per-token NLLs over the target's tokens (within 1e-4), and each greedy
+continuation equals `horizon generate`'s, cut at the task's stop string. The byte tokenizer makes the
+tokens of context + target those of the context followed by the target's.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    hz, run, export, work = sys.argv[1:5]
+    tasks = os.path.join(work, "tasks")
+    os.makedirs(tasks, exist_ok=True)
+    data = os.path.join(HERE, "lm_eval", "kjv_continuations.jsonl")
+    for name in ("horizon_kjv_continuation.yaml", "horizon_kjv_generate.yaml"):
+        with open(os.path.join(HERE, "lm_eval", name)) as f:
+            text = f.read().replace("DATA_FILE", data)
+        with open(os.path.join(tasks, name), "w") as f:
+            f.write(text)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               HF_HOME=os.path.join(work, "hf_home"), TOKENIZERS_PARALLELISM="false")
+    out = os.path.join(work, "lm_eval_out")
+    cmd = [sys.executable, "-m", "lm_eval", "run", "--model", "hf",
+           "--model_args", f"pretrained={export},trust_remote_code=True,dtype=float32",
+           "--tasks", "horizon_kjv_continuation,horizon_kjv_generate", "--include_path", tasks,
+           "--device", "cpu", "--batch_size", "1", "--output_path", out, "--log_samples"]
+    print(" ".join(cmd))
+    subprocess.run(cmd, env=env, check=True)
+
+    def samples(task):
+        files = glob.glob(os.path.join(out, "**", f"samples_{task}_*.jsonl"), recursive=True)
+        assert len(files) == 1, f"expected one samples file for {task}, found {files}"
+        with open(files[0]) as f:
+            return [json.loads(line) for line in f]
+
+    bad = 0
+    ll = samples("horizon_kjv_continuation")
+    assert len(ll) == 6, len(ll)
+    for s in ll:
+        context, target = s["doc"]["context"], s["doc"]["target"]
+        got = float(s["resps"][0][0][0])  # logged as a string
+        text_file = os.path.join(work, "ll.txt")
+        with open(text_file, "w") as f:
+            f.write(context + target)
+        r = subprocess.run([hz, "score", run, text_file, "--json"], check=True, capture_output=True, text=True)
+        nll = json.loads(r.stdout)["nll"]
+        want = -sum(nll[-len(target.encode()):])
+        ok = abs(got - want) <= 1e-4 * max(1.0, abs(want))
+        bad += not ok
+        print(f"  loglikelihood {context!r} + {target!r}: lm-eval {got:.6f}, horizon score {want:.6f}"
+              f"{'' if ok else '  MISMATCH'}")
+    gen = samples("horizon_kjv_generate")
+    assert len(gen) == 6, len(gen)
+    for s in gen:
+        context = s["doc"]["context"]
+        got = s["resps"][0][0]
+        r = subprocess.run([hz, "generate", run, "--prompt", context, "--max-new-tokens", "8", "--json"],
+                           check=True, capture_output=True, text=True)
+        want = json.loads(r.stdout)["text"].split("\n")[0]
+        ok = got == want
+        bad += not ok
+        print(f"  generate_until {context!r}: lm-eval {got!r}, horizon generate {want!r}{'' if ok else '  MISMATCH'}")
+    print(f"lm-eval: {len(ll)} loglikelihood and {len(gen)} generate_until requests, {bad} mismatches")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
