@@ -122,6 +122,8 @@ struct Architecture {
 };
 
 extern const Architecture kLlama, kMistral, kQwen2, kSmolLM3;
+// The config.json fields every export writes: architecture, dimensions, norm, tie, init, token ids, dtype.
+json common_config(const Architecture& A, const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store);
 // HorizonForCausalLM (hf/horizon.cpp): every model, as transformers remote code; import reads the
 // layer kinds from config.json, export writes them (horizon_config) instead of export_fields.
 extern const Architecture kHorizon;

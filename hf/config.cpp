@@ -541,6 +541,28 @@ nn::ModelConfig import_config_dir(const std::string& dir, ImportReport* report) 
 }
 
 // ---- export ---------------------------------------------------------------------------------------
+json common_config(const Architecture& A, const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store) {
+  json j = json::object();
+  j["architectures"] = {A.name};
+  j["model_type"] = A.model_type;
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.d_model;
+  j["intermediate_size"] = c.hidden();
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.kv_heads();
+  j["head_dim"] = c.hdim();
+  j["rms_norm_eps"] = c.norm_eps;
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  j["initializer_range"] = c.init_std;
+  j["use_cache"] = true;
+  j["bos_token_id"] = tok.bos >= 0 ? json(tok.bos) : json(nullptr);
+  j["eos_token_id"] = tok.eos >= 0 ? json(tok.eos) : json(nullptr);
+  j["pad_token_id"] = tok.pad >= 0 ? json(tok.pad) : json(nullptr);
+  j["dtype"] = store == io::StoreAs::BF16 ? "bfloat16" : store == io::StoreAs::F16 ? "float16" : "float32";
+  return j;
+}
+
 std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store, ExportReport* report) {
   ExportReport rep;
   std::vector<std::string> why;
@@ -700,27 +722,10 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
                           : all_window ? &kMistral
                                        : &kSmolLM3;
   rep.architecture = A->name;
-  json j = json::object();
-  j["architectures"] = {A->name};
-  j["model_type"] = A->model_type;
-  j["vocab_size"] = c.vocab_size;
-  j["hidden_size"] = c.d_model;
-  j["intermediate_size"] = c.hidden();
-  j["num_hidden_layers"] = c.n_layers;
-  j["num_attention_heads"] = c.n_heads;
-  j["num_key_value_heads"] = c.kv_heads();
-  j["head_dim"] = c.hdim();
+  json j = common_config(*A, c, tok, store);
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = max_pos;
-  j["rms_norm_eps"] = c.norm_eps;
-  j["tie_word_embeddings"] = c.tie_embeddings;
-  j["initializer_range"] = c.init_std;
   j["attention_dropout"] = 0.0;
-  j["use_cache"] = true;
-  j["bos_token_id"] = tok.bos >= 0 ? json(tok.bos) : json(nullptr);
-  j["eos_token_id"] = tok.eos >= 0 ? json(tok.eos) : json(nullptr);
-  j["pad_token_id"] = tok.pad >= 0 ? json(tok.pad) : json(nullptr);
-  j["dtype"] = store == io::StoreAs::BF16 ? "bfloat16" : store == io::StoreAs::F16 ? "float16" : "float32";
   // both layouts: transformers 5 reads rope_parameters, transformers 4 rope_theta / rope_scaling
   j["rope_parameters"] = rp;
   j["rope_theta"] = theta;

@@ -130,22 +130,10 @@ const Architecture kHorizon{"HorizonForCausalLM", "horizon", true, 0,
                             import_attention_mlp_bias, no_layers, no_fields, no_zero_tensors};
 
 std::string horizon_config(const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store, ExportReport* report) {
-  json j = json::object();
-  j["architectures"] = {kHorizon.name};
-  j["model_type"] = kHorizon.model_type;
+  json j = common_config(kHorizon, c, tok, store);
   j["auto_map"] = {{"AutoConfig", "configuration_horizon.HorizonConfig"},
                    {"AutoModelForCausalLM", "modeling_horizon.HorizonForCausalLM"}};
-  j["vocab_size"] = c.vocab_size;
-  j["hidden_size"] = c.d_model;
-  j["intermediate_size"] = c.hidden();
-  j["num_hidden_layers"] = c.n_layers;
-  j["num_attention_heads"] = c.n_heads;
-  j["num_key_value_heads"] = c.kv_heads();
-  j["head_dim"] = c.hdim();
   j["hidden_act"] = hidden_act(c.mlp);
-  j["rms_norm_eps"] = c.norm_eps;
-  j["tie_word_embeddings"] = c.tie_embeddings;
-  j["initializer_range"] = c.init_std;
   j["attention_bias"] = c.qkv_bias;
   j["train_length"] = c.train_len;
   j["max_position_embeddings"] = c.train_len;
@@ -165,11 +153,6 @@ std::string horizon_config(const nn::ModelConfig& c, const SpecialTokens& tok, i
   j["layer_overrides"] = ov;
   j["lampe"] = nullptr;
   j["window_convention"] = kWindowConvention;
-  j["use_cache"] = true;
-  j["bos_token_id"] = tok.bos >= 0 ? json(tok.bos) : json(nullptr);
-  j["eos_token_id"] = tok.eos >= 0 ? json(tok.eos) : json(nullptr);
-  j["pad_token_id"] = tok.pad >= 0 ? json(tok.pad) : json(nullptr);
-  j["dtype"] = store == io::StoreAs::BF16 ? "bfloat16" : store == io::StoreAs::F16 ? "float16" : "float32";
   ExportReport rep;
   rep.architecture = kHorizon.name;
   for (auto it = j.begin(); it != j.end(); ++it) rep.config.push_back({it.key(), show(it.value()), ""});

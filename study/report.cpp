@@ -59,6 +59,17 @@ std::string method_of(const nn::ModelConfig& c) {
   return s;
 }
 
+// The inference-time options the run is evaluated with (eval.*), appended to its method: "" when none.
+std::string inference_of(const eval::InferenceOptions& o) {
+  std::string s;
+  auto add = [&](const std::string& x) { s += (s.empty() ? "" : ", ") + x; };
+  if (o.rope_scaling) add(std::string("rope_scaling ") + attn::name(*o.rope_scaling));
+  if (o.lampe) add("lampe");
+  if (o.drope_c != 0) add(fmt::format("drope_c {:g}", o.drope_c));
+  if (o.swan_a > 0) add(fmt::format("swan_a {:g}", o.swan_a));
+  return s.empty() ? s : " | eval " + s;
+}
+
 std::string find_script(const std::string& given) {
   if (!given.empty()) return given;
   for (const std::string& p : {std::string("scripts/tools/report_plots.py"), std::string(HZ_SOURCE_DIR) + "/scripts/tools/report_plots.py"})
@@ -247,7 +258,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     run["name"] = fs::path(dir).filename().string();
     if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
     run["dir"] = dir;
-    run["method"] = method_of(mc);
+    run["method"] = method_of(mc) + inference_of(r.eval.opts.inference);
     run["train_length"] = r.data.seq_len;
     run["steps"] = r.train.steps;
     run["tokenizer"] = r.data.tokenizer;
