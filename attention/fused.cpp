@@ -19,6 +19,7 @@ namespace hz::attn {
 AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t T, int64_t train_len) {
   AttnConfig cfg;
   cfg.window = spec.windows(n_heads, T);
+  cfg.chunk = spec.mask.chunk;
   if (spec.pos.kind == PosKind::Alibi) cfg.alibi_slope = alibi_slopes(n_heads);
   cfg.logit = spec.logit.kind;
   cfg.tau = spec.logit.tau;
@@ -59,6 +60,9 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
   p.key_begin = std::max<int64_t>(0, cfg.key_begin);
   p.key_end = cfg.key_end < 0 ? Tk : std::min(cfg.key_end, Tk);
   p.min_distance = cfg.min_distance;
+  HZ_CHECK(cfg.chunk >= 0, ValueError, "attention: chunk ", cfg.chunk, " is negative; 0 turns it off");
+  HZ_CHECK(cfg.chunk == 0 || cfg.min_distance == 0, ValueError, "attention: chunked attention needs min_distance 0");
+  p.chunk = cfg.chunk;
   p.block_q = cfg.block_q > 0 ? cfg.block_q : 64;  // the CUDA reference kernels' (call_params: the CPU's)
   p.block_k = cfg.block_k > 0 ? cfg.block_k : 64;
   p.logit = cfg.logit;

@@ -52,6 +52,12 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
         if (t < cfg.min_distance || t < 0) return false;
         if (w > 0 && t >= w) return false;
         if (docs && doc_id[b * Tk + j] != doc_id[b * Tk + p]) return false;
+        if (cfg.chunk > 0) {  // the same chunk of C positions: absolute, or inside the document with reset
+          const bool reset = docs && docs->position_reset();
+          const int64_t pq = reset ? p - doc_first[b * Tk + p] : cfg.key_position + p;
+          const int64_t pk = reset ? j - doc_first[b * Tk + j] : cfg.key_position + j;
+          if (pq / cfg.chunk != pk / cfg.chunk) return false;
+        }
         return true;
       };
       int64_t n = 0;

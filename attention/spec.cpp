@@ -147,6 +147,7 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
     HZ_CHECK(mask.window <= T, ValueError, "attention: sliding window (", mask.window,
              ") exceeds the context length (", T, "); use a window <= ", T, " or mask 'causal'");
   }
+  HZ_CHECK(mask.chunk >= 0, ValueError, "attention: chunk must be >= 0 (0 = no chunks), got ", mask.chunk);
   if (mask.kind == MaskKind::Scope) {
     if (!mask.scopes.empty()) {
       HZ_CHECK(static_cast<int64_t>(mask.scopes.size()) == H, ValueError, "attention: ",
@@ -199,6 +200,7 @@ std::string AttentionSpec::describe() const {
   if (mask.kind == MaskKind::Scope)
     os << (mask.scopes.empty() ? "(gamma=" + (mask.scope_gamma > 0 ? std::to_string(mask.scope_gamma) : std::string("auto")) + ")"
                                : std::string("(explicit)"));
+  if (mask.chunk > 0) os << " chunk(" << mask.chunk << ")";
   os << " " << name(logit.kind);
   if (logit.kind == LogitKind::ScaleInvariant) os << "(tau=" << logit.tau << ")";
   if (logit.kind == LogitKind::SwanRow) os << "(a=" << logit.swan_a << ")";

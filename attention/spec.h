@@ -81,6 +81,9 @@ struct PositionSpec {
 struct MaskSpec {
   MaskKind kind = MaskKind::Causal;
   int64_t window = 0;              // sliding window W (query sees itself and W-1 predecessors)
+  // Chunked attention (Llama 4): a query sees the keys of its own chunk of `chunk` positions, from the
+  // chunk's start to itself (0 = off); with any mask kind (the window or scope bounds it further).
+  int64_t chunk = 0;
   double scope_gamma = 0.0;        // SCOPE: 0 = auto, gamma = T^(1/H)
   int64_t scope_min = 1;           // SCOPE: smallest scope allowed
   int64_t scope_max = 0;           // SCOPE: largest scope (0 = T)

@@ -41,6 +41,9 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
   v.enumeration(p + ".mask", s.mask.kind, arch("mask: causal | window | scope"), parse_mask,
                 static_cast<const char* (*)(MaskKind)>(name));
   v(p + ".window", s.mask.window, arch("sliding window W (mask: window)").at_least(0));
+  v(p + ".chunk", s.mask.chunk,
+    arch("chunked attention (Llama 4): keys from the query's chunk of C positions to itself, with any mask (0 = off)")
+        .at_least(0).at_most(16777216));
   v(p + ".scope_gamma", s.mask.scope_gamma, arch("SCOPE gamma (0 = auto, T^(1/H))").at_least(0));
   v(p + ".scope_min", s.mask.scope_min, arch("SCOPE minimum scope").at_least(1));
   v(p + ".scope_max", s.mask.scope_max, arch("SCOPE maximum scope (0 = T)").at_least(0));

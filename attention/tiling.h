@@ -14,14 +14,18 @@
 //
 // Mask: key j is visible to row i of head h (in sequence b) iff
 //     key_begin <= j < key_end,   t >= min_distance (>= 0, so causal),   t < window[h] if window[h] > 0,
-//     and, with packed documents, start_b(p_i) <= j: the key lies in the query's document.
+//     with packed documents start_b(p_i) <= j: the key lies in the query's document,
+//     and with chunked attention (chunk C > 0, Llama 4's) j lies in p_i's chunk: chunks are the runs
+//     of C positions from absolute position 0 (key_position + j), or from the document's start with
+//     packed documents and position reset, so a query sees keys from its chunk's start to itself.
 // Packed documents: start_b(p) / end_b(p) are the first position and one past the last of the
 // document holding position p of sequence b (doc_start / doc_end, (B, Tk) int32, built from the
 // loader's cumulative lengths by attention/documents.h, indexed by absolute position: key j is
 // absolute key_position + j, fused.h). A key before the query is in the query's
 // document iff it is at or after the document's start, so the document rule only raises lo.
 // Row i's visible keys form the interval key_range(i) = [lo_i, hi_i] (empty when lo_i > hi_i) with
-//     lo_i = max(key_begin, p_i - window + 1, start_b(p_i)),   hi_i = min(key_end - 1, p_i - min_distance).
+//     lo_i = max(key_begin, p_i - window + 1, start_b(p_i), chunk_start(p_i)),   hi_i = min(key_end - 1, p_i - min_distance).
+// (A chunk's start, like a document's, only raises lo and never decreases along the rows.)
 // Both ends are non-decreasing in i, and a nonempty row's hi reaches the next row's lo (no gaps; with
 // documents min_distance must be 0), so (1) the rows with a visible key form an interval
 // (nonempty_rows), (2) the visible keys of a run of consecutive rows form one interval, and a query
@@ -71,6 +75,7 @@ struct AttnKernelParams {
   LogitKind logit = LogitKind::Identity;
   bool alibi = false;
   double scale = 1.0;                 // 1/sqrt(D) unless given
+  int64_t chunk = 0;                  // chunked attention: C positions per chunk (0 = off; needs min_distance 0)
   double tau = 10.0, swan_a = 362.0, beta = 1.0;
   double temp_c = 0.0;                // temperature beta = 1 + c ln s per document (documents only)
   bool logn_position = false;         // logn's n: the position + 1 instead of the visible keys
@@ -114,6 +119,17 @@ HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
   return p.doc_end[b * p.doc_T + p.key_position + pos] - p.key_position;
 }
 
+// Chunked attention (p.chunk > 0): the first key of the chunk holding key position pos (< Tk), and one
+// past its last, in key indices. Chunks count from absolute position 0 (key index -key_position), or
+// from the document's start with packed documents and position reset.
+HZ_HD int64_t chunk_start_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
+  const int64_t origin = has_documents(p) && p.pos_reset ? doc_start_of(p, b, pos) : -p.key_position;
+  return origin + ((pos - origin) / p.chunk) * p.chunk;
+}
+HZ_HD int64_t chunk_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
+  return chunk_start_of(p, b, pos) + p.chunk;
+}
+
 // Visible keys of query row i of head h in sequence b.
 HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
   const int64_t pos = p.q_offset + i, w = p.window[h];
@@ -122,6 +138,10 @@ HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t b, int64_t h, int6
   if (has_documents(p)) {
     const int64_t ds = doc_start_of(p, b, pos);
     if (ds > lo) lo = ds;
+  }
+  if (p.chunk > 0) {
+    const int64_t cs = chunk_start_of(p, b, pos);
+    if (cs > lo) lo = cs;
   }
   if (p.key_end - 1 < hi) hi = p.key_end - 1;
   return {lo, hi};
@@ -143,6 +163,10 @@ HZ_HD int64_t logn_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_
     const int64_t ds = doc_start_of(p, b, pos);
     if (ds > lo) lo = ds;
   }
+  if (p.chunk > 0) {
+    const int64_t cs = chunk_start_of(p, b, pos);
+    if (cs > lo) lo = cs;
+  }
   return hi >= lo ? hi - lo + 1 : 0;
 }
 // Query rows of head h that see key j of sequence b (the transpose of key_range), clamped to [0, Tq).
@@ -153,6 +177,7 @@ HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t b, int64_t h, in
   if (lo < 0) lo = 0;
   if (w > 0 && j + w - 1 - p.q_offset < hi) hi = j + w - 1 - p.q_offset;
   if (has_documents(p) && doc_end_of(p, b, j) - 1 - p.q_offset < hi) hi = doc_end_of(p, b, j) - 1 - p.q_offset;
+  if (p.chunk > 0 && chunk_end_of(p, b, j) - 1 - p.q_offset < hi) hi = chunk_end_of(p, b, j) - 1 - p.q_offset;
   return {lo, hi};
 }
 // Query rows of head h with at least one visible key (an interval, see the header comment).
@@ -166,6 +191,9 @@ HZ_HD IndexRange nonempty_rows(const AttnKernelParams& p, int64_t b, int64_t h) 
   // key_end, i.e. while p_i < end_b(key_end - 1)
   if (has_documents(p) && doc_end_of(p, b, p.key_end - 1) - 1 - p.q_offset < hi)
     hi = doc_end_of(p, b, p.key_end - 1) - 1 - p.q_offset;
+  // chunks likewise: a row past key_end sees keys only while its chunk started before key_end
+  if (p.chunk > 0 && chunk_end_of(p, b, p.key_end - 1) - 1 - p.q_offset < hi)
+    hi = chunk_end_of(p, b, p.key_end - 1) - 1 - p.q_offset;
   return {lo, hi};
 }
 // Keys of head h in sequence b seen by at least one query row.
@@ -176,6 +204,8 @@ HZ_HD IndexRange nonempty_keys(const AttnKernelParams& p, int64_t b, int64_t h) 
   if (w > 0 && p.q_offset - w + 1 > lo) lo = p.q_offset - w + 1;
   // documents: a key before the first query is seen only inside the first query's document
   if (has_documents(p) && doc_start_of(p, b, p.q_offset) > lo) lo = doc_start_of(p, b, p.q_offset);
+  // chunks likewise: a key before the first query is seen only inside the first query's chunk
+  if (p.chunk > 0 && chunk_start_of(p, b, p.q_offset) > lo) lo = chunk_start_of(p, b, p.q_offset);
   if (p.Tq - 1 + p.q_offset - p.min_distance < hi) hi = p.Tq - 1 + p.q_offset - p.min_distance;
   return {lo, hi};
 }

@@ -119,7 +119,7 @@ attn::RopeFreqs AttentionLayer::rope_freqs(const AttnCall& call) const {
 }
 
 bool AttentionLayer::uses_lampe(const attn::AttnConfig& cfg) const {
-  if (!rotary() || !lampe) return false;
+  if (!rotary() || !lampe || cfg.chunk > 0) return false;  // LaMPE remaps whole rows, not chunks
   for (int64_t w : cfg.window)
     if (w != 0) return false;
   return true;

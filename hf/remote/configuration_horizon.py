@@ -37,6 +37,7 @@ LAYER_KIND_DEFAULTS: Dict[str, Any] = {
     "rope_select": "high",
     "mask": "causal",
     "window": 0,
+    "chunk": 0,
     "scope_gamma": 0.0,
     "scope_min": 1,
     "scope_max": 0,

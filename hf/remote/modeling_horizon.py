@@ -471,6 +471,10 @@ class HorizonAttention(nn.Module):
         wins = {T: layer_windows(kind, H, T, self.config.train_length) for T in set(T_rows)}
         W = torch.tensor([wins[T] for T in T_rows], dtype=torch.long, device=x.device)  # (B, H)
         t = ctx["t"]  # (B, Tn, Tk) distances p_i - p_j
+        # chunked attention (Llama 4): keys in the query's chunk of C positions, floor(p_j / C) = floor(p_i / C)
+        # (positions count from each document's start, as transformers' packing gives them)
+        C = int(kind["chunk"])
+        chunked = (ctx["q_pos"][:, :, None] // C == ctx["k_pos"][:, None, :] // C) if C > 0 else True
 
         # position encoding: RoPE / p-RoPE rotate q and k at their positions (LaMPE: at each region's)
         rotary = kind["pos"] in ("rope", "prope")
@@ -479,8 +483,8 @@ class HorizonAttention(nn.Module):
             inv, mscale = self._frequencies(T_rows)
             inv, mscale = inv.to(x.device), mscale.to(x.device)
             # LaMPE (config.lampe, read at each call): RoPE layers (pos rope, as Horizon's eval.lampe sets
-            # it) whose every window is unbounded
-            use = kind["pos"] == "rope" and not bool((W != 0).any())
+            # it) whose every window is unbounded, without chunks
+            use = kind["pos"] == "rope" and not bool((W != 0).any()) and C == 0
             lampe = self.config.lampe_settings() if use else None
         if lampe is not None:
             if kind["sink"] or kind["forget"] or kind["logit"] == "logn":
@@ -512,7 +516,7 @@ class HorizonAttention(nn.Module):
             g = h // G  # GQA: query head h reads kv head h // (H / Hkv)
             # mask: a real key of the query's document, not after it, and t < W_h when W_h > 0
             w_h = W[:, h][:, None, None]
-            visible = ctx["visible"] & ((w_h == 0) | (t < w_h))  # (B, Tn, Tk)
+            visible = ctx["visible"] & ((w_h == 0) | (t < w_h)) & chunked  # (B, Tn, Tk)
             # scores s_ij = scale * q_i . k_j
             if lampe is not None:
                 s_reg = [torch.matmul(qs[0][:, h], k_plain[:, g].transpose(-1, -2)),

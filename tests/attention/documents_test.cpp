@@ -33,6 +33,7 @@ struct Combo {
   PosKind pos;
   LogitKind logit;
   bool reset = true;
+  int64_t chunk = 0;  // chunked attention: chunks of 3 positions from each document's start (with reset)
 };
 
 AttentionSpec spec_of(const Combo& c) {
@@ -47,6 +48,7 @@ AttentionSpec spec_of(const Combo& c) {
   s.logit.swan_a = 5.0;
   s.logit.beta = 1.3;
   s.logit.temp_c = c.logit == LogitKind::Temperature ? 0.4 : 0.0;  // DroPE's beta per document
+  s.mask.chunk = c.chunk;
   return s;
 }
 
@@ -88,11 +90,18 @@ std::vector<Combo> all_combos() {
         v.push_back({m, p, l, true});
   v.push_back({MaskKind::Window, PosKind::Rope, LogitKind::SwanRow, false});  // masked, global positions
   v.push_back({MaskKind::Causal, PosKind::None, LogitKind::SwanRow, false});
+  // chunked attention: chunks from each document's start (reset) or from absolute position 0
+  for (MaskKind m : {MaskKind::Causal, MaskKind::Window, MaskKind::Scope}) {
+    v.push_back({m, PosKind::Rope, LogitKind::LogN, true, 3});
+    v.push_back({m, PosKind::Alibi, LogitKind::ScaleInvariant, true, 3});
+  }
+  v.push_back({MaskKind::Causal, PosKind::None, LogitKind::LogN, false, 3});
   return v;
 }
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
   const Combo& c = info.param;
-  return std::string(name(c.mask)) + "_" + name(c.pos) + "_" + name(c.logit) + (c.reset ? "" : "_noreset");
+  return std::string(name(c.mask)) + "_" + name(c.pos) + "_" + name(c.logit) + (c.reset ? "" : "_noreset") +
+         (c.chunk ? "_chunk" + std::to_string(c.chunk) : "");
 }
 
 class PackedAttention : public ::testing::TestWithParam<Combo> {};

@@ -26,13 +26,15 @@ struct Combo {
   bool sink = false, fox = false;  // attention sinks, FoX forget gates
   bool logn_position = false;      // LogN's n = position + 1 (else SSMax's visible keys)
   double qtemp = 0.0;              // Llama 4's position temperature alpha (beta 3)
+  int64_t chunk = 0;               // chunked attention (Llama 4): chunks of this many positions
 };
 
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
   const Combo& c = info.param;
   return std::string(name(c.mask)) + "_" + name(c.pos) + "_" + name(c.logit) +
          (c.Tq != c.Tk ? "_Tq" + std::to_string(c.Tq) + "_Tk" + std::to_string(c.Tk) : "") + (c.sink ? "_sink" : "") +
-         (c.fox ? "_fox" : "") + (c.logn_position ? "_npos" : "") + (c.qtemp > 0 ? "_qtemp" : "");
+         (c.fox ? "_fox" : "") + (c.logn_position ? "_npos" : "") + (c.qtemp > 0 ? "_qtemp" : "") +
+         (c.chunk > 0 ? "_chunk" + std::to_string(c.chunk) : "");
 }
 
 constexpr int64_t kB = 1, kH = 4, kHkv = 2, kD = 6;
@@ -49,6 +51,7 @@ AttentionSpec spec_of(const Combo& c) {
   s.logit.logn_position = c.logn_position;
   s.logit.qtemp_alpha = c.qtemp;
   s.logit.qtemp_beta = 3.0;  // floor((p + 1) / 3) steps within T = 11
+  s.mask.chunk = c.chunk;
   return s;
 }
 
@@ -150,6 +153,14 @@ std::vector<Combo> combos() {
   v.push_back({MaskKind::Causal, PosKind::None, LogitKind::Identity, 11, 11, false, false, false, 0.5});
   v.push_back({MaskKind::Window, PosKind::Alibi, LogitKind::SwanRow, 11, 11, false, false, false, 0.5});
   v.push_back({MaskKind::Scope, PosKind::None, LogitKind::LogN, 7, 12, true, true, true, 0.3});
+  // chunked attention (chunks of 4 or 5 positions, tiles 4 x 3 straddle them) with every mask and
+  // with the terms that count keys or read positions
+  for (MaskKind m : {MaskKind::Causal, MaskKind::Window, MaskKind::Scope}) {
+    v.push_back({m, PosKind::Rope, LogitKind::Identity, 11, 11, false, false, false, 0.0, 4});
+    v.push_back({m, PosKind::Alibi, LogitKind::LogN, 7, 12, true, true, false, 0.0, 5});
+  }
+  v.push_back({MaskKind::Causal, PosKind::None, LogitKind::ScaleInvariant, 11, 11, false, true, false, 0.5, 5});
+  v.push_back({MaskKind::Window, PosKind::PRope, LogitKind::SwanRow, 5, 13, true, false, true, 0.0, 4});
   return v;
 }
 

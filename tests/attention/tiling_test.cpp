@@ -22,7 +22,16 @@ struct Case {
   AttnConfig cfg;
   std::vector<int64_t> doc_of;  // document id of each absolute position of the checked sequence (empty: none)
   int64_t b = 0;                // the sequence checked
+  bool reset = false;           // documents with position reset
 };
+
+// The position chunks count: absolute, or from the document's first position with position reset.
+int64_t chunk_position(const Case& c, int64_t abs) {
+  if (c.doc_of.empty() || !c.reset) return abs;
+  int64_t first = abs;
+  while (first > 0 && c.doc_of[first - 1] == c.doc_of[abs]) --first;
+  return abs - first;
+}
 
 // Visibility straight from the definition: keys in [key_begin, key_end), distance t = p - j with
 // p = q_offset + i, t >= min_distance, t < w for a bounded window.
@@ -33,6 +42,8 @@ bool visible(const Case& c, int64_t h, int64_t i, int64_t j) {
   const int64_t w = c.cfg.window[h], t = off + i - j;
   const int64_t kp = c.cfg.key_position;  // key j is absolute position kp + j
   if (!c.doc_of.empty() && c.doc_of[kp + j] != c.doc_of[kp + off + i]) return false;  // another document
+  const int64_t C = c.cfg.chunk;  // another chunk of C positions
+  if (C > 0 && chunk_position(c, kp + j) / C != chunk_position(c, kp + off + i) / C) return false;
   return j >= kb && j < ke && t >= c.cfg.min_distance && t >= 0 && (w == 0 || t < w);
 }
 
@@ -60,7 +71,8 @@ Case random_case(std::mt19937_64& rng) {
         if (uni(0, 5) == 0) cu.push_back(b * T + t);  // a cut before position t
       cu.push_back((b + 1) * T);
     }
-    c.cfg.documents = std::make_shared<Documents>(2, T, cu, uni(0, 1) == 1);
+    c.reset = uni(0, 1) == 1;
+    c.cfg.documents = std::make_shared<Documents>(2, T, cu, c.reset);
     c.b = 1;
     int64_t d = 0;
     for (size_t k = 0; k + 1 < cu.size(); ++k)
@@ -68,6 +80,10 @@ Case random_case(std::mt19937_64& rng) {
         for (int64_t g = cu[k]; g < cu[k + 1]; ++g) c.doc_of.push_back(d);
         ++d;
       }
+  }
+  if (c.cfg.min_distance == 0 && uni(0, 2) == 0) {  // chunked attention, its chunks from absolute position 0
+    c.cfg.chunk = uni(1, 12);
+    if (!c.cfg.documents && uni(0, 1)) c.cfg.key_position = uni(1, 10);
   }
   return c;
 }
@@ -78,7 +94,8 @@ std::string describe(const Case& c) {
   return "Tq " + std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + " q_offset " + std::to_string(c.cfg.q_offset) +
          " keys [" + std::to_string(c.cfg.key_begin) + ", " + std::to_string(c.cfg.key_end) + ") min_distance " +
          std::to_string(c.cfg.min_distance) + " windows " + w + "tiles " + std::to_string(c.cfg.block_q) + "x" +
-         std::to_string(c.cfg.block_k) +
+         std::to_string(c.cfg.block_k) + (c.cfg.chunk ? " chunk " + std::to_string(c.cfg.chunk) : "") +
+         (c.cfg.key_position && !c.cfg.documents ? " key_position " + std::to_string(c.cfg.key_position) : "") +
          (c.cfg.documents ? " " + c.cfg.documents->describe() + " key_position " + std::to_string(c.cfg.key_position)
                           : "");
 }

@@ -355,6 +355,7 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.sink = true; }), "attention sinks"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.forget = true; }), "FoX forget gates"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.logit.qtemp_alpha = 0.1; }), "Llama 4's position temperature"));
+  EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.mask.chunk = 8; }), "chunked attention"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::Alibi; }), "ALiBi"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::PRope; }), "p-RoPE"));
   EXPECT_TRUE(has(refusal([](C& c) { c.mlp = hz::nn::MlpKind::ReLU2; }), "MLP relu2"));

@@ -150,6 +150,17 @@ TEST(KVCache, PositionTermsUnderAWindowRing) {  // LogN by position and Llama 4'
   check_case({"position_terms", {l, t}, 2});
 }
 
+TEST(KVCache, ChunkedAttention) {  // issue 38: Llama 4's chunks, alone and inside a window's ring
+  attn::AttentionSpec c = rope(), w = nope();
+  c.mask.chunk = 4;
+  c.logit.kind = attn::LogitKind::LogN;  // counts the keys of the chunk
+  w.mask.kind = attn::MaskKind::Window;
+  w.mask.window = 5;
+  w.mask.chunk = 3;
+  w.forget = true;
+  check_case({"chunked", {c, w}, 2});
+}
+
 TEST(KVCache, SlidingWindowRingWraps) {
   attn::AttentionSpec s = rope();
   s.mask.kind = attn::MaskKind::Window;
