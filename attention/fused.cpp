@@ -127,6 +127,11 @@ bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
            "attention: the tensor-core kernels take bf16 q/k/v with head_dim 64 or 128 on an sm_80+ GPU, got ",
            dtype_name(dt), " with head_dim ", D,
            "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
+  // chunked attention runs the reference kernels (attention/tiling.h, HZ_CHUNKS)
+  HZ_CHECK(cfg.chunk == 0 || impl != AttnImpl::TensorCore, NotImplementedError,
+           "attention: the tensor-core kernels take no chunked attention (chunk ", cfg.chunk,
+           "); use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
+  if (cfg.chunk > 0) return false;
   return impl != AttnImpl::Reference && ok;
 }
 

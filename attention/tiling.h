@@ -119,12 +119,26 @@ HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
   return p.doc_end[b * p.doc_T + p.key_position + pos] - p.key_position;
 }
 
+// Whether this compilation handles chunks. The device pass of the tensor-core kernels
+// (attention/cuda/attn_mma.cu defines HZ_TILING_NO_CHUNK) leaves them out: the extra index arithmetic
+// spilled the dK/dV kernel's registers past its budget (tests/kernel_registers.sh), and chunked
+// layers run the reference CUDA kernels instead (use_tensor_core, fused.cpp). Host code and every
+// other kernel handle them; device code is compiled per file (no relocatable device code), so no
+// two definitions of these inline functions ever meet.
+#if defined(__CUDA_ARCH__) && defined(HZ_TILING_NO_CHUNK)
+#define HZ_CHUNKS(p) false
+#else
+#define HZ_CHUNKS(p) ((p).chunk > 0)
+#endif
+
 // Chunked attention (p.chunk > 0): the first key of the chunk holding key position pos (< Tk), and one
 // past its last, in key indices. Chunks count from absolute position 0 (key index -key_position), or
 // from the document's start with packed documents and position reset.
+// (32-bit division: positions and C stay below 2^25, and a 64-bit one costs the CUDA kernels registers)
 HZ_HD int64_t chunk_start_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
   const int64_t origin = has_documents(p) && p.pos_reset ? doc_start_of(p, b, pos) : -p.key_position;
-  return origin + ((pos - origin) / p.chunk) * p.chunk;
+  const int32_t off = static_cast<int32_t>(pos - origin), c = static_cast<int32_t>(p.chunk);
+  return origin + static_cast<int64_t>(off - off % c);
 }
 HZ_HD int64_t chunk_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
   return chunk_start_of(p, b, pos) + p.chunk;
@@ -139,7 +153,7 @@ HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t b, int64_t h, int6
     const int64_t ds = doc_start_of(p, b, pos);
     if (ds > lo) lo = ds;
   }
-  if (p.chunk > 0) {
+  if (HZ_CHUNKS(p)) {
     const int64_t cs = chunk_start_of(p, b, pos);
     if (cs > lo) lo = cs;
   }
@@ -163,7 +177,7 @@ HZ_HD int64_t logn_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_
     const int64_t ds = doc_start_of(p, b, pos);
     if (ds > lo) lo = ds;
   }
-  if (p.chunk > 0) {
+  if (HZ_CHUNKS(p)) {
     const int64_t cs = chunk_start_of(p, b, pos);
     if (cs > lo) lo = cs;
   }
@@ -177,7 +191,7 @@ HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t b, int64_t h, in
   if (lo < 0) lo = 0;
   if (w > 0 && j + w - 1 - p.q_offset < hi) hi = j + w - 1 - p.q_offset;
   if (has_documents(p) && doc_end_of(p, b, j) - 1 - p.q_offset < hi) hi = doc_end_of(p, b, j) - 1 - p.q_offset;
-  if (p.chunk > 0 && chunk_end_of(p, b, j) - 1 - p.q_offset < hi) hi = chunk_end_of(p, b, j) - 1 - p.q_offset;
+  if (HZ_CHUNKS(p) && chunk_end_of(p, b, j) - 1 - p.q_offset < hi) hi = chunk_end_of(p, b, j) - 1 - p.q_offset;
   return {lo, hi};
 }
 // Query rows of head h with at least one visible key (an interval, see the header comment).
@@ -192,7 +206,7 @@ HZ_HD IndexRange nonempty_rows(const AttnKernelParams& p, int64_t b, int64_t h) 
   if (has_documents(p) && doc_end_of(p, b, p.key_end - 1) - 1 - p.q_offset < hi)
     hi = doc_end_of(p, b, p.key_end - 1) - 1 - p.q_offset;
   // chunks likewise: a row past key_end sees keys only while its chunk started before key_end
-  if (p.chunk > 0 && chunk_end_of(p, b, p.key_end - 1) - 1 - p.q_offset < hi)
+  if (HZ_CHUNKS(p) && chunk_end_of(p, b, p.key_end - 1) - 1 - p.q_offset < hi)
     hi = chunk_end_of(p, b, p.key_end - 1) - 1 - p.q_offset;
   return {lo, hi};
 }
@@ -205,7 +219,7 @@ HZ_HD IndexRange nonempty_keys(const AttnKernelParams& p, int64_t b, int64_t h) 
   // documents: a key before the first query is seen only inside the first query's document
   if (has_documents(p) && doc_start_of(p, b, p.q_offset) > lo) lo = doc_start_of(p, b, p.q_offset);
   // chunks likewise: a key before the first query is seen only inside the first query's chunk
-  if (p.chunk > 0 && chunk_start_of(p, b, p.q_offset) > lo) lo = chunk_start_of(p, b, p.q_offset);
+  if (HZ_CHUNKS(p) && chunk_start_of(p, b, p.q_offset) > lo) lo = chunk_start_of(p, b, p.q_offset);
   if (p.Tq - 1 + p.q_offset - p.min_distance < hi) hi = p.Tq - 1 + p.q_offset - p.min_distance;
   return {lo, hi};
 }
