@@ -67,7 +67,7 @@ std::string inference_of(const eval::InferenceOptions& o) {
   if (o.lampe) add("lampe");
   if (o.drope_c != 0) add(fmt::format("drope_c {:g}", o.drope_c));
   if (o.swan_a > 0) add(fmt::format("swan_a {:g}", o.swan_a));
-  return s.empty() ? s : " | eval " + s;
+  return s.empty() ? s : ", evaluated with " + s;
 }
 
 std::string find_script(const std::string& given) {
@@ -172,7 +172,8 @@ std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
   data["groups"] = groups;
   for (auto& run : data["runs"]) run.erase("group_key");  // the recipe text served the grouping only
   if (groups.empty()) return "";
-  md << "## Seeds: mean and 95% interval\n\nRuns whose recipes differ only in `run.seed` are one method; "
+  md << "## Seeds: mean and 95% interval\n\nRuns whose recipes differ only in `run.seed` (and the checkpoint they "
+     << "start from) are one method; "
      << "each cell is the mean over its seeds +- the half-width of the 95% interval (Student's t). Intervals that "
         "do not overlap separate two methods (a conservative test); overlapping ones do not settle it at this "
         "number of seeds.\n\n| method | seeds |";
@@ -245,8 +246,10 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     const train::Recipe r = train::load_recipe(dir + "/config.yaml");
     const nn::ModelConfig mc = train::model_config_at(r, r.train.steps);  // after DroPE when the run dropped
     json run;
-    {  // runs whose resolved recipes differ only in seed, name and directories are seeds of one method
+    {  // runs whose resolved recipes differ only in seed, name, directories and the checkpoint they
+       // start from (each seed of a recalibration starts from that seed's run) are seeds of one method
       train::Recipe k = r;
+      k.checkpoint.init_from.clear();
       k.run.seed = 0;
       k.run.name.clear();
       k.run.out_dir.clear();
