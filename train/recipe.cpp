@@ -602,17 +602,42 @@ void fill_model(YAML::Node& root, const ModelFill& fill) {
 }  // namespace
 
 YAML::Node load_yaml_document(const std::string& text, const std::string& file) {
-  std::vector<YAML::Node> docs;
+  // A second document: content after a marker line ('---' or '...' at column 0, which ends a
+  // document wherever it stands) that follows content. Found by lines rather than YAML::LoadAll,
+  // which in yaml-cpp 0.7 never returns on some inputs (a plain scalar starting with ',' allocates
+  // nodes until the memory runs out: found by the fuzzer).
+  std::istringstream in(text);
+  std::string line;
+  int64_t n = 0;
+  bool content = false, ended = false;  // content seen; a marker line after it
+  int64_t first = 0;                    // the first line with content
+  while (std::getline(in, line)) {
+    ++n;
+    const bool marker = (line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0) &&
+                        (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+    const size_t at = line.find_first_not_of(" \t\r", marker ? 3 : 0);
+    const bool has_content = at != std::string::npos && line[at] != '#';
+    if (marker) ended |= content;
+    if (has_content && ended)
+      throw RecipeError(file + ":" + std::to_string(n) +
+                        ": a second YAML document (after '---' or '...'); a recipe is one document: remove it or "
+                        "merge its fields into the first");
+    if (has_content && !content) first = n;
+    content |= has_content;
+  }
+  YAML::Node root;
   try {
-    docs = YAML::LoadAll(text);
+    root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw RecipeError(file + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
   }
-  if (docs.size() > 1)
-    throw RecipeError(file + ":" + std::to_string(docs[1].Mark().line + 1) +
-                      ": a second YAML document (after '---' or '...'); a recipe is one document: remove it or "
-                      "merge its fields into the first");
-  return docs.empty() ? YAML::Node(YAML::NodeType::Null) : docs[0];
+  // yaml-cpp gives an empty document for text it stops reading at once (a line starting with ',', '%',
+  // an anchor or a tag alone): refuse rather than read the defaults
+  if (root.IsNull() && content)
+    throw RecipeError(file + ":" + std::to_string(first) +
+                      ": YAML syntax error: the text does not read as a YAML document (does a line start with ',', "
+                      "'%', '&' or '!'?)");
+  return root;
 }
 
 namespace {

@@ -183,6 +183,12 @@ TEST(Recipe, NumbersOutsideTheirRangeAreRefused) {
   EXPECT_TRUE(has(e, "YAML syntax error") || has(e, "a second YAML document")) << e;
   e = error_of("train:\n  steps: 5\n...\nrun: {seed: 3}\n");
   EXPECT_TRUE(has(e, "a second YAML document")) << e;
+  e = error_of("--- # a document marker first is one document\ntrain:\n  steps: 50\n...\n");
+  EXPECT_EQ(e, "");
+  // a plain scalar starting with ',' made yaml-cpp 0.7's LoadAll allocate until the memory ran out
+  e = error_of(",un: 3\n  name: x\n");
+  EXPECT_TRUE(has(e, "test.yaml:1: YAML syntax error: the text does not read as a YAML document")) << e;
+  EXPECT_EQ(error_of("# only a comment\n\n"), "");  // an empty recipe: the defaults
   e = error_of("", {"eval.batches=-3"});
   EXPECT_TRUE(has(e, "command-line override eval.batches")) << e;
   // the schema shows each range and role
