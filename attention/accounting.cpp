@@ -15,9 +15,9 @@ LayerCost attention_cost(const AttnConfig& cfg, int64_t H, int64_t Tq, int64_t T
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t i = 0; i < Tq; ++i) hc.visible_pairs += visible_count(P, b, h, i);
       for (int64_t i0 = 0; i0 < Tq; i0 += Bq) {
-        const BlockSpan s = key_blocks(P, b, h, i0, std::min(Tq, i0 + Bq) - 1, Bk);
-        hc.blocks += span_blocks(s);
-        hc.boundary_blocks += span_blocks(s) - span_full_blocks(s);
+        const BlockSpans s = key_block_spans(P, b, h, i0, std::min(Tq, i0 + Bq) - 1, Bk);
+        hc.blocks += spans_blocks(s);
+        hc.boundary_blocks += spans_blocks(s) - spans_full_blocks(s);
       }
     }
     c.visible_pairs += hc.visible_pairs;

@@ -1,7 +1,7 @@
 // Horizon: exact attention cost accounting. Visible (i, j) pairs per head come from the per-row
-// key intervals the kernels use (attention/tiling.h's key_range: O(T) per head, no T x T loop);
+// key intervals the kernels use (attention/tiling.h's key_range and sink_range: O(T) per head);
 // FLOPs count 4 D per visible pair forward (q.k and p.v, a multiply-add each = 2 FLOPs) and 2.5x
-// that backward (five products instead of two). Block counts are tiling.h's key_blocks, the
+// that backward (five products instead of two). Block counts are tiling.h's key_block_spans, the
 // blocks the kernels visit for the config's tiles. With packed documents (cfg.documents) every
 // count covers all of the documents' sequences (B of them), else one sequence.
 #pragma once

@@ -20,6 +20,7 @@ AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t 
   AttnConfig cfg;
   cfg.window = spec.windows(n_heads, T);
   cfg.chunk = spec.mask.chunk;
+  cfg.sink_tokens = spec.mask.sink_tokens;
   if (spec.pos.kind == PosKind::Alibi) cfg.alibi_slope = alibi_slopes(n_heads);
   cfg.logit = spec.logit.kind;
   cfg.tau = spec.logit.tau;
@@ -63,6 +64,8 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
   HZ_CHECK(cfg.chunk >= 0, ValueError, "attention: chunk ", cfg.chunk, " is negative; 0 turns it off");
   HZ_CHECK(cfg.chunk == 0 || cfg.min_distance == 0, ValueError, "attention: chunked attention needs min_distance 0");
   p.chunk = cfg.chunk;
+  HZ_CHECK(cfg.sink_tokens >= 0, ValueError, "attention: sink_tokens ", cfg.sink_tokens, " is negative; 0 turns them off");
+  p.sink_tokens = cfg.sink_tokens;
   p.block_q = cfg.block_q > 0 ? cfg.block_q : 64;  // the CUDA reference kernels' (call_params: the CPU's)
   p.block_k = cfg.block_k > 0 ? cfg.block_k : 64;
   p.logit = cfg.logit;
@@ -127,11 +130,12 @@ bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
            "attention: the tensor-core kernels take bf16 q/k/v with head_dim 64 or 128 on an sm_80+ GPU, got ",
            dtype_name(dt), " with head_dim ", D,
            "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
-  // chunked attention runs the reference kernels (attention/tiling.h, HZ_CHUNKS)
-  HZ_CHECK(cfg.chunk == 0 || impl != AttnImpl::TensorCore, NotImplementedError,
-           "attention: the tensor-core kernels take no chunked attention (chunk ", cfg.chunk,
-           "); use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
-  if (cfg.chunk > 0) return false;
+  // chunked attention and sink tokens run the reference kernels (attention/tiling.h, HZ_TILING_PLAIN)
+  const bool plain = cfg.chunk == 0 && cfg.sink_tokens == 0;
+  HZ_CHECK(plain || impl != AttnImpl::TensorCore, NotImplementedError,
+           "attention: the tensor-core kernels take no chunked attention (chunk ", cfg.chunk, ") and no sink tokens (",
+           cfg.sink_tokens, "); use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
+  if (!plain) return false;
   return impl != AttnImpl::Reference && ok;
 }
 
@@ -139,8 +143,33 @@ Tensor as_f32(const Tensor& t) { return t.dtype() == DType::BF16 ? t.to(DType::F
 
 }  // namespace
 
-int64_t cpu_block_q(const AttnConfig& cfg) { return cfg.block_q > 0 ? cfg.block_q : 128; }
-int64_t cpu_block_k(const AttnConfig& cfg, int64_t Tk) { return cfg.block_k > 0 ? cfg.block_k : Tk >= 4096 ? 256 : 128; }
+// The CPU tiles follow the narrowest band the call has: a query tile of Bq rows under a window W
+// touches Bq + W - 1 keys in blocks of Bk, so wide tiles waste most of their columns on a narrow
+// window. Measured on a 2-core Xeon (horizon bench attention, T 8192, H 8, D 64, f32): a window of
+// 128 ran in 70 ms with 64 x 64 tiles, 113 with 128 x 128, 146 with 128 x 256; windows of 512 to
+// 2048 and SCOPE's mix ran fastest with 128 x 128; causal attention with 128 x 256 (6% over 128).
+namespace {
+enum class CpuBand { Narrow, Mixed, Wide };  // every head <= 256 | some head <= 2048 | none
+CpuBand cpu_band(const AttnConfig& cfg) {
+  bool all_narrow = !cfg.window.empty(), some_mid = false;
+  for (int64_t w : cfg.window) {
+    all_narrow = all_narrow && w > 0 && w <= 256;
+    some_mid = some_mid || (w > 0 && w <= 2048);
+  }
+  return all_narrow ? CpuBand::Narrow : some_mid ? CpuBand::Mixed : CpuBand::Wide;
+}
+}  // namespace
+int64_t cpu_block_q(const AttnConfig& cfg) {
+  return cfg.block_q > 0 ? cfg.block_q : cpu_band(cfg) == CpuBand::Narrow ? 64 : 128;
+}
+int64_t cpu_block_k(const AttnConfig& cfg, int64_t Tk) {
+  if (cfg.block_k > 0) return cfg.block_k;
+  switch (cpu_band(cfg)) {
+    case CpuBand::Narrow: return 64;
+    case CpuBand::Mixed: return 128;
+    default: return Tk >= 4096 ? 256 : 128;
+  }
+}
 
 AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int64_t Tk) {
   if (dev.is_cuda() && use_tensor_core(cfg, dt, D, dev)) return detail::tensor_core_tiles(D);
@@ -268,8 +297,8 @@ AttnKernelParams call_params(const AttnConfig& cfg, const Tensor& qc, const Tens
   AttnKernelParams P = make_kernel_params(cfg, qc.size(0), qc.size(1), kc.size(1), qc.size(2), kc.size(2),
                                           qc.size(3));
   if (qc.device().is_cpu()) {  // measured on a 2-core Xeon: 128 x 256 tiles ran causal attention at 8K
-    P.block_q = cpu_block_q(cfg);  // keys 1.3x faster than 64 x 64 (scripts/bench/bench_terms.sh)
-    P.block_k = cpu_block_k(cfg, P.Tk);
+    P.block_q = cpu_block_q(cfg);  // keys 1.3x faster than 64 x 64 (scripts/bench/bench_terms.sh); narrow
+    P.block_k = cpu_block_k(cfg, P.Tk);  // windows take smaller ones (cpu_block_k)
   }
   if (cfg.documents) {
     doc_bounds = cfg.documents->bounds(qc.device());

@@ -78,11 +78,9 @@ void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq
       for (int64_t jj = 0; jj < nk; ++jj) si[jj] += static_cast<T>(ci - fc[j0 + jj]);
     }
     if (boundary) {
-      const IndexRange kr = key_range(P, b, h, i0 + i);
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        const int64_t j = j0 + jj;
-        if (j < kr.lo || j > kr.hi) si[jj] = -std::numeric_limits<T>::infinity();
-      }
+      const IndexRange kr = key_range(P, b, h, i0 + i), sr = sink_range(P, b, h, i0 + i);
+      for (int64_t jj = 0; jj < nk; ++jj)
+        if (!in_ranges(kr, sr, j0 + jj)) si[jj] = -std::numeric_limits<T>::infinity();
     }
   }
 }
@@ -120,10 +118,12 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
         lrow[i] = T(0);
       }
       std::fill(acc.begin(), acc.end(), T(0));
-      const BlockSpan span = key_blocks(P, b, h, i0, i1, Bk);
-      for (int64_t kb = span.first; kb <= span.last; ++kb) {
-        const int64_t j0 = kb * Bk, nk = std::min(Bk, P.Tk - j0);
-        const bool boundary = block_class(span, kb) == BlockClass::Boundary;
+      const BlockSpans span = key_block_spans(P, b, h, i0, i1, Bk);
+      const IndexRange sk = sink_keys(P, b, h, i0, i1);
+      for (int64_t kb = spans_next(span, -1); kb <= spans_last(span); kb = spans_next(span, kb)) {
+        int64_t j0 = kb * Bk, nk = std::min(Bk, P.Tk - j0);
+        narrow_to_sinks(span, sk, kb, j0, nk);
+        const bool boundary = spans_class(span, kb) == BlockClass::Boundary;
         ++visited;
         boundary_n += boundary;
         T* s = sbuf.data();  // (nq, Bk): scores, then logits, then probabilities
@@ -206,7 +206,7 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
   for (int64_t bh = 0; bh < P.B * P.H; ++bh) {
     int64_t cost = 0;
     for (int64_t qb = 0; qb < nqb; ++qb)
-      cost += span_blocks(key_blocks(P, bh / P.H, bh % P.H, qb * Bq, std::min(P.Tq, (qb + 1) * Bq) - 1, Bk));
+      cost += spans_blocks(key_block_spans(P, bh / P.H, bh % P.H, qb * Bq, std::min(P.Tq, (qb + 1) * Bq) - 1, Bk));
     order.emplace_back(-cost, bh);
   }
   std::sort(order.begin(), order.end());
@@ -248,16 +248,18 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
           rf[i] = C.row_scale(b, h, i0 + i);
           lnn[i] = logn ? row_factor<double>(P, b, h, i0 + i) : 0.0;
         }
-        const BlockSpan span = key_blocks(P, b, h, i0, i1, Bk);
-        for (int64_t kbi = span.first; kbi <= span.last; ++kbi) {
-          const int64_t j0 = kbi * Bk, nk = std::min(Bk, P.Tk - j0);
+        const BlockSpans span = key_block_spans(P, b, h, i0, i1, Bk);
+        const IndexRange sk = sink_keys(P, b, h, i0, i1);
+        for (int64_t kbi = spans_next(span, -1); kbi <= spans_last(span); kbi = spans_next(span, kbi)) {
+          int64_t j0 = kbi * Bk, nk = std::min(Bk, P.Tk - j0);
+          narrow_to_sinks(span, sk, kbi, j0, nk);
           ++visited;
           T* s = sbuf.data();    // raw scores scale * q.k   (nq, Bk)
           T* pr = pbuf.data();   // logits, then probabilities, then dS
           T* dpv = dpbuf.data(); // dP = dO v^T
           cpu::gemm<T>(false, true, nq, nk, P.D, scale, qh + i0 * P.D, P.D, kh + j0 * P.D, P.D, T(0), s, Bk);
           std::copy(s, s + nq * Bk, pr);
-          block_logits(C, b, h, i0, nq, j0, nk, Bk, block_class(span, kbi) == BlockClass::Boundary, rf.data(), fc, pr);
+          block_logits(C, b, h, i0, nq, j0, nk, Bk, spans_class(span, kbi) == BlockClass::Boundary, rf.data(), fc, pr);
           for (int64_t i = 0; i < nq; ++i) {
             const T l = lh[i0 + i];
             T* pi = pr + i * Bk;

@@ -50,8 +50,11 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
         const int64_t t = p - j;
         if (j < cfg.key_begin || j >= key_end) return false;
         if (t < cfg.min_distance || t < 0) return false;
-        if (w > 0 && t >= w) return false;
         if (docs && doc_id[b * Tk + j] != doc_id[b * Tk + p]) return false;
+        // sink tokens: the first S positions of the document (of the sequence) whatever the window or chunk
+        const int64_t jpos = docs ? j - doc_first[b * Tk + j] : cfg.key_position + j;
+        if (jpos < cfg.sink_tokens) return true;
+        if (w > 0 && t >= w) return false;
         if (cfg.chunk > 0) {  // the same chunk of C positions: absolute, or inside the document with reset
           const bool reset = docs && docs->position_reset();
           const int64_t pq = reset ? p - doc_first[b * Tk + p] : cfg.key_position + p;

@@ -148,6 +148,10 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
              ") exceeds the context length (", T, "); use a window <= ", T, " or mask 'causal'");
   }
   HZ_CHECK(mask.chunk >= 0, ValueError, "attention: chunk must be >= 0 (0 = no chunks), got ", mask.chunk);
+  HZ_CHECK(mask.sink_tokens >= 0, ValueError, "attention: sink_tokens must be >= 0 (0 = none), got ", mask.sink_tokens);
+  HZ_CHECK(mask.sink_tokens == 0 || mask.kind != MaskKind::Causal || mask.chunk > 0, ValueError,
+           "attention: sink_tokens (", mask.sink_tokens, ") keep the first tokens visible beside a window, a scope ",
+           "or a chunk; a causal mask without chunks sees them already");
   if (mask.kind == MaskKind::Scope) {
     if (!mask.scopes.empty()) {
       HZ_CHECK(static_cast<int64_t>(mask.scopes.size()) == H, ValueError, "attention: ",
@@ -201,6 +205,7 @@ std::string AttentionSpec::describe() const {
     os << (mask.scopes.empty() ? "(gamma=" + (mask.scope_gamma > 0 ? std::to_string(mask.scope_gamma) : std::string("auto")) + ")"
                                : std::string("(explicit)"));
   if (mask.chunk > 0) os << " chunk(" << mask.chunk << ")";
+  if (mask.sink_tokens > 0) os << " sink_tokens(" << mask.sink_tokens << ")";
   os << " " << name(logit.kind);
   if (logit.kind == LogitKind::ScaleInvariant) os << "(tau=" << logit.tau << ")";
   if (logit.kind == LogitKind::SwanRow) os << "(a=" << logit.swan_a << ")";

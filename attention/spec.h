@@ -84,6 +84,10 @@ struct MaskSpec {
   // Chunked attention (Llama 4): a query sees the keys of its own chunk of `chunk` positions, from the
   // chunk's start to itself (0 = off); with any mask kind (the window or scope bounds it further).
   int64_t chunk = 0;
+  // Sink tokens (StreamingLLM's attention sinks; gpt-oss keeps them beside W = 128): the first
+  // `sink_tokens` positions of each document stay visible to its every later query beside a window,
+  // a scope or a chunk (0 = off).
+  int64_t sink_tokens = 0;
   double scope_gamma = 0.0;        // SCOPE: 0 = auto, gamma = T^(1/H)
   int64_t scope_min = 1;           // SCOPE: smallest scope allowed
   int64_t scope_max = 0;           // SCOPE: largest scope (0 = T)

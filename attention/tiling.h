@@ -17,7 +17,10 @@
 //     with packed documents start_b(p_i) <= j: the key lies in the query's document,
 //     and with chunked attention (chunk C > 0, Llama 4's) j lies in p_i's chunk: chunks are the runs
 //     of C positions from absolute position 0 (key_position + j), or from the document's start with
-//     packed documents and position reset, so a query sees keys from its chunk's start to itself.
+//     packed documents and position reset, so a query sees keys from its chunk's start to itself;
+//   or (sink tokens S > 0, StreamingLLM's attention sinks) j is one of the first S positions of p_i's
+//     document (of the sequence, absolute positions 0 .. S-1, without documents), inside the key
+//     limits, with t >= min_distance: a second interval before the first (sink_range below).
 // Packed documents: start_b(p) / end_b(p) are the first position and one past the last of the
 // document holding position p of sequence b (doc_start / doc_end, (B, Tk) int32, built from the
 // loader's cumulative lengths by attention/documents.h, indexed by absolute position: key j is
@@ -76,6 +79,7 @@ struct AttnKernelParams {
   bool alibi = false;
   double scale = 1.0;                 // 1/sqrt(D) unless given
   int64_t chunk = 0;                  // chunked attention: C positions per chunk (0 = off; needs min_distance 0)
+  int64_t sink_tokens = 0;            // the first S positions of each document stay visible (0 = off)
   double tau = 10.0, swan_a = 362.0, beta = 1.0;
   double temp_c = 0.0;                // temperature beta = 1 + c ln s per document (documents only)
   bool logn_position = false;         // logn's n: the position + 1 instead of the visible keys
@@ -119,16 +123,18 @@ HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
   return p.doc_end[b * p.doc_T + p.key_position + pos] - p.key_position;
 }
 
-// Whether this compilation handles chunks. The device pass of the tensor-core kernels
-// (attention/cuda/attn_mma.cu defines HZ_TILING_NO_CHUNK) leaves them out: the extra index arithmetic
-// spilled the dK/dV kernel's registers past its budget (tests/kernel_registers.sh), and chunked
-// layers run the reference CUDA kernels instead (use_tensor_core, fused.cpp). Host code and every
-// other kernel handle them; device code is compiled per file (no relocatable device code), so no
-// two definitions of these inline functions ever meet.
-#if defined(__CUDA_ARCH__) && defined(HZ_TILING_NO_CHUNK)
+// Whether this compilation handles chunks and sink tokens. The device pass of the tensor-core kernels
+// (attention/cuda/attn_mma.cu defines HZ_TILING_PLAIN) leaves them out: the extra index arithmetic
+// spilled the dK/dV kernel's registers past its budget (tests/kernel_registers.sh), and such layers
+// run the reference CUDA kernels instead (use_tensor_core, fused.cpp). Host code and every other
+// kernel handle them; device code is compiled per file (no relocatable device code), so no two
+// definitions of these inline functions ever meet.
+#if defined(__CUDA_ARCH__) && defined(HZ_TILING_PLAIN)
 #define HZ_CHUNKS(p) false
+#define HZ_SINK_TOKENS(p) false
 #else
 #define HZ_CHUNKS(p) ((p).chunk > 0)
+#define HZ_SINK_TOKENS(p) ((p).sink_tokens > 0)
 #endif
 
 // Chunked attention (p.chunk > 0): the first key of the chunk holding key position pos (< Tk), and one
@@ -160,9 +166,33 @@ HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t b, int64_t h, int6
   if (p.key_end - 1 < hi) hi = p.key_end - 1;
   return {lo, hi};
 }
+HZ_HD int64_t range_size(IndexRange r) { return r.hi >= r.lo ? r.hi - r.lo + 1 : 0; }
+
+// Sink tokens (p.sink_tokens = S > 0): the first of a row's document (of the sequence, key index
+// -key_position, without documents), whose first S positions stay visible.
+HZ_HD int64_t sink_origin(const AttnKernelParams& p, int64_t b, int64_t pos) {
+  return has_documents(p) ? doc_start_of(p, b, pos) : -p.key_position;
+}
+// The sink tokens row i sees besides key_range(i) = [lo_i, hi_i]: a second interval, before the first,
+//     [max(key_begin, o_i), min(o_i + S - 1, lo_i - 1, hi_i)],   o_i = sink_origin(p_i),
+// empty while the row's window or chunk still reaches back to o_i (the first interval has them).
+// Both ends are non-decreasing along the rows of one document.
+HZ_HD IndexRange sink_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
+  if (!HZ_SINK_TOKENS(p)) return {0, -1};
+  const int64_t o = sink_origin(p, b, p.q_offset + i);
+  const IndexRange m = key_range(p, b, h, i);
+  int64_t hi = o + p.sink_tokens - 1;
+  if (m.lo - 1 < hi) hi = m.lo - 1;
+  if (m.hi < hi) hi = m.hi;
+  return {o > p.key_begin ? o : p.key_begin, hi};
+}
+// Visible keys of row i: both intervals.
 HZ_HD int64_t visible_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
-  const IndexRange r = key_range(p, b, h, i);
-  return r.hi >= r.lo ? r.hi - r.lo + 1 : 0;
+  return range_size(key_range(p, b, h, i)) + range_size(sink_range(p, b, h, i));
+}
+// Whether key j is visible to row i (j inside one of the row's intervals kr, sr).
+HZ_HD bool in_ranges(IndexRange kr, IndexRange sr, int64_t j) {
+  return (j >= kr.lo && j <= kr.hi) || (j >= sr.lo && j <= sr.hi);
 }
 // LogN's n_i: visible_count, or with logn_whole_row the keys the row sees over the whole sequence
 // from absolute position 0 (key index -key_position), whatever this call's key limits (a caller
@@ -181,7 +211,15 @@ HZ_HD int64_t logn_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_
     const int64_t cs = chunk_start_of(p, b, pos);
     if (cs > lo) lo = cs;
   }
-  return hi >= lo ? hi - lo + 1 : 0;
+  int64_t n = hi >= lo ? hi - lo + 1 : 0;
+  if (HZ_SINK_TOKENS(p)) {  // the sink tokens before lo, as sink_range
+    const int64_t o = sink_origin(p, b, pos);
+    int64_t shi = o + p.sink_tokens - 1;
+    if (lo - 1 < shi) shi = lo - 1;
+    if (hi < shi) shi = hi;
+    n += shi >= o ? shi - o + 1 : 0;
+  }
+  return n;
 }
 // Query rows of head h that see key j of sequence b (the transpose of key_range), clamped to [0, Tq).
 HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j) {
@@ -194,7 +232,25 @@ HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t b, int64_t h, in
   if (HZ_CHUNKS(p) && chunk_end_of(p, b, j) - 1 - p.q_offset < hi) hi = chunk_end_of(p, b, j) - 1 - p.q_offset;
   return {lo, hi};
 }
-// Query rows of head h with at least one visible key (an interval, see the header comment).
+// Query rows of head h that see key j through the sink tokens (the transpose of sink_range): key j is
+// one of its document's first S, and the rows are those of its document whose first interval
+// starts after j (past the window, p_i >= j + w, or in a later chunk, p_i >= chunk_end(j)), from
+// j + min_distance on; the lower end is non-decreasing in j, the upper one fixed per document.
+HZ_HD IndexRange sink_rows(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j) {
+  if (!HZ_SINK_TOKENS(p) || j < p.key_begin || j >= p.key_end || j - sink_origin(p, b, j) >= p.sink_tokens)
+    return {0, -1};
+  const int64_t w = p.window[h];
+  int64_t first = -1;  // the first position whose first interval starts after j
+  if (w > 0) first = j + w;
+  if (HZ_CHUNKS(p) && (first < 0 || chunk_end_of(p, b, j) < first)) first = chunk_end_of(p, b, j);
+  if (first < 0) return {0, -1};
+  if (j + p.min_distance > first) first = j + p.min_distance;
+  int64_t lo = first - p.q_offset, hi = p.Tq - 1;
+  if (lo < 0) lo = 0;
+  if (has_documents(p) && doc_end_of(p, b, j) - 1 - p.q_offset < hi) hi = doc_end_of(p, b, j) - 1 - p.q_offset;
+  return {lo, hi};
+}
+// Query rows of head h with at least one key in the first interval (an interval, see the header comment).
 HZ_HD IndexRange nonempty_rows(const AttnKernelParams& p, int64_t b, int64_t h) {
   const int64_t w = p.window[h];
   if (p.key_begin >= p.key_end || (w > 0 && p.min_distance > w - 1)) return {0, -1};
@@ -210,7 +266,7 @@ HZ_HD IndexRange nonempty_rows(const AttnKernelParams& p, int64_t b, int64_t h) 
     hi = chunk_end_of(p, b, p.key_end - 1) - 1 - p.q_offset;
   return {lo, hi};
 }
-// Keys of head h in sequence b seen by at least one query row.
+// Keys of head h in sequence b seen by at least one query row through the first interval.
 HZ_HD IndexRange nonempty_keys(const AttnKernelParams& p, int64_t b, int64_t h) {
   const int64_t w = p.window[h];
   if (p.Tq <= 0 || (w > 0 && p.min_distance > w - 1)) return {0, -1};
@@ -296,6 +352,109 @@ HZ_HD BlockSpan query_blocks(const AttnKernelParams& p, int64_t b, int64_t h, in
   return detail::blocks_across<detail::KeysToRows>(p, b, h, j0, j1, Bq);
 }
 HZ_HD int64_t num_blocks(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
+
+// The sink tokens' blocks met by query rows [i0, i1] (key-major: by keys [j0, j1]). Their intervals
+// are monotone within a document only, so a tile spanning documents meets one sink interval per
+// document; all but one of them lie inside the first interval's span (a later document's sinks sit
+// between the earlier rows' first-interval keys and its own rows'; an earlier document's, key-major,
+// between the keys' rows), so the span here covers the one that may not: that of the first
+// row with a nonempty first interval (else row i0) -- key-major, the last such key's (else j1).
+// Full blocks only when every row (key) of the tile shares that document and sees sinks.
+namespace detail {
+// The row of [i0, i1] whose document's sinks the span covers (see above) and that document's last row
+// in the tile, whose sink interval reaches furthest.
+HZ_HD void sink_anchor(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t& a,
+                       int64_t& last) {
+  const IndexRange ne = nonempty_rows(p, b, h);
+  a = i0 > ne.lo ? i0 : ne.lo;
+  if (a > (i1 < ne.hi ? i1 : ne.hi)) a = i0;
+  last = i1;
+  if (has_documents(p) && doc_end_of(p, b, p.q_offset + a) - 1 - p.q_offset < last)
+    last = doc_end_of(p, b, p.q_offset + a) - 1 - p.q_offset;
+}
+}  // namespace detail
+// The keys of that sink interval: every sink key of the tile outside the first interval's span.
+HZ_HD IndexRange sink_keys(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1) {
+  if (!HZ_SINK_TOKENS(p)) return {0, -1};
+  int64_t a, last;
+  detail::sink_anchor(p, b, h, i0, i1, a, last);
+  return sink_range(p, b, h, last);
+}
+HZ_HD BlockSpan sink_key_blocks(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
+  if (!HZ_SINK_TOKENS(p)) return {0, -1, 0, -1};
+  int64_t a, last;
+  detail::sink_anchor(p, b, h, i0, i1, a, last);
+  const IndexRange u = sink_range(p, b, h, last), c = sink_range(p, b, h, i0);
+  if (u.lo > u.hi) return {0, -1, 0, -1};
+  return detail::span_of(u.lo, u.hi, a == i0 && last == i1 && c.lo <= c.hi, c.lo, c.hi, Bk, p.Tk);
+}
+HZ_HD BlockSpan sink_query_blocks(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j0, int64_t j1, int64_t Bq) {
+  if (!HZ_SINK_TOKENS(p)) return {0, -1, 0, -1};
+  const IndexRange ne = nonempty_keys(p, b, h);
+  int64_t a = j1 < ne.hi ? j1 : ne.hi;
+  if (a < (j0 > ne.lo ? j0 : ne.lo)) a = j1;
+  int64_t first = j0 > p.key_begin ? j0 : p.key_begin;  // the first key of a's document in the tile
+  if (has_documents(p) && doc_start_of(p, b, a) > first) first = doc_start_of(p, b, a);
+  if (first > a) return {0, -1, 0, -1};
+  const IndexRange u = sink_rows(p, b, h, first), c = sink_rows(p, b, h, j1);  // rows' upper end: one per document
+  if (u.lo > u.hi) return {0, -1, 0, -1};
+  return detail::span_of(u.lo, u.hi, first == j0 && a == j1 && c.lo <= c.hi, c.lo, u.hi, Bq, p.Tq);
+}
+
+// A tile's blocks along the other axis: those of the first interval and those of the sink tokens;
+// a block is visited once, Full when one interval alone covers it. Iterate with
+//     for (int64_t kb = spans_next(s, -1); kb <= spans_last(s); kb = spans_next(s, kb))
+struct BlockSpans {
+  BlockSpan main, sink;
+};
+HZ_HD bool span_has(const BlockSpan& s, int64_t k) { return k >= s.first && k <= s.last; }
+HZ_HD BlockClass spans_class(const BlockSpans& s, int64_t k) {
+  const BlockClass a = block_class(s.main, k), c = block_class(s.sink, k);
+  if (a == BlockClass::Full || c == BlockClass::Full) return BlockClass::Full;
+  return a == BlockClass::Skip ? c : a;
+}
+HZ_HD int64_t spans_last(const BlockSpans& s) { return s.main.last > s.sink.last ? s.main.last : s.sink.last; }
+// The first visited block after k (k = -1: the first one); past spans_last when none.
+HZ_HD int64_t spans_next(const BlockSpans& s, int64_t k) {
+  ++k;
+  if (span_has(s.main, k) || span_has(s.sink, k)) return k;
+  int64_t n = spans_last(s) + 1;
+  if (s.main.last >= s.main.first && s.main.first > k && s.main.first < n) n = s.main.first;
+  if (s.sink.last >= s.sink.first && s.sink.first > k && s.sink.first < n) n = s.sink.first;
+  return n;
+}
+namespace detail {
+HZ_HD int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  const int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+  return hi >= lo ? hi - lo + 1 : 0;
+}
+}  // namespace detail
+HZ_HD int64_t spans_blocks(const BlockSpans& s) {
+  return span_blocks(s.main) + span_blocks(s.sink) - detail::overlap(s.main.first, s.main.last, s.sink.first, s.sink.last);
+}
+HZ_HD int64_t spans_full_blocks(const BlockSpans& s) {
+  const BlockSpan& a = s.main;
+  const BlockSpan& c = s.sink;
+  return span_full_blocks(a) + span_full_blocks(c) -
+         detail::overlap(a.full_first > a.first ? a.full_first : a.first, a.full_last < a.last ? a.full_last : a.last,
+                         c.full_first > c.first ? c.full_first : c.first, c.full_last < c.last ? c.full_last : c.last);
+}
+// Both intervals' blocks met by query rows [i0, i1] (row-major) or keys [j0, j1] (key-major).
+HZ_HD BlockSpans key_block_spans(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
+  return {key_blocks(p, b, h, i0, i1, Bk), sink_key_blocks(p, b, h, i0, i1, Bk)};
+}
+// Key block kb of a row-major tile, [j0, j0 + nk), narrowed to the sink keys `sk` (sink_keys) when
+// only the sink tokens meet it: the CPU kernel then multiplies S columns there rather than Bk.
+HZ_HD void narrow_to_sinks(const BlockSpans& s, IndexRange sk, int64_t kb, int64_t& j0, int64_t& nk) {
+  if (span_has(s.main, kb) || !span_has(s.sink, kb)) return;
+  const int64_t lo = j0 > sk.lo ? j0 : sk.lo, hi = j0 + nk - 1 < sk.hi ? j0 + nk - 1 : sk.hi;
+  j0 = lo;
+  nk = hi - lo + 1;
+}
+HZ_HD BlockSpans query_block_spans(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j0, int64_t j1,
+                                   int64_t Bq) {
+  return {query_blocks(p, b, h, j0, j1, Bq), sink_query_blocks(p, b, h, j0, j1, Bq)};
+}
 
 // The work of thread block `cta` in the kernels' grids: B * H query tiles of Bq rows (query block
 // fastest: the forward and dQ), or B * Hkv key tiles of Bk keys (dK/dV).

@@ -1,10 +1,11 @@
 // Horizon: benchmarks printed as tables.
 //   horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]
 //                           [--T 1024,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]
-//                           [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docs2048]
+//                           [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docs2048,chunk8192,sink4]
 //                           [--logits identity,scale_invariant,...] [--terms none,sink,fox,sink+fox] [--json FILE]
 // Forward+backward of the fused attention op per mask, logit transform and length (docsN: causal
-// inside packed documents of N tokens, positions reset; the block-diagonal): median time
+// inside packed documents of N tokens, positions reset; the block-diagonal; chunkN: causal inside
+// chunks of N positions, Llama 4's; sinkS: the sliding window plus the first S tokens): median time
 // (on CUDA after a warm-up round, the device synchronised around each phase), peak memory of the
 // device above the inputs, visible pairs, the speedups against dense causal next to the
 // visible-pair ratios, and TFLOP/s counted on visible pairs (4 D per pair forward, 3.5x that
@@ -98,6 +99,13 @@ int bench_attention(const Flags& args) {
           if (m == "causal") cfg.window.assign(H, 0);
           else if (m == "swa") cfg.window.assign(H, std::min(W, T));
           else if (m == "scope") cfg.window = attn::scope_windows(H, T);
+          else if (m.rfind("chunk", 0) == 0 && m.size() > 5 && std::isdigit(static_cast<unsigned char>(m[5]))) {
+            cfg.window.assign(H, 0);  // chunked attention: causal inside chunks of N positions
+            cfg.chunk = parse_int(m.substr(5), "the mask " + m, 1, int64_t{1} << 24);
+          } else if (m.rfind("sink", 0) == 0 && m.size() > 4 && std::isdigit(static_cast<unsigned char>(m[4]))) {
+            cfg.window.assign(H, std::min(W, T));  // the sliding window and the first S tokens
+            cfg.sink_tokens = parse_int(m.substr(4), "the mask " + m, 1, int64_t{1} << 24);
+          }
           else if (m.rfind("docs", 0) == 0 && m.size() > 4 && std::isdigit(static_cast<unsigned char>(m[4]))) {
             // causal within packed documents of N tokens (the last one of a sequence shorter)
             const int64_t N = parse_int(m.substr(4), "the mask " + m, 1, int64_t{1} << 24);
@@ -108,7 +116,7 @@ int bench_attention(const Flags& args) {
               for (int64_t s0 = 0; s0 < T; s0 += N) cu.push_back(b * T + std::min(T, s0 + N));
             cfg.documents = std::make_shared<attn::Documents>(B, T, cu, true);
           } else {
-            throw ValueError("bench: unknown mask '" + m + "' (causal, swa, scope, docsN)");
+            throw ValueError("bench: unknown mask '" + m + "' (causal, swa, scope, docsN, chunkN, sinkS)");
           }
           attn::LayerCost cost = attn::attention_cost(cfg, H, T, T, D);
           if (cfg.documents) {  // attention_cost counted all B sequences: per sequence, as for the others
@@ -423,7 +431,7 @@ int bench_main(const std::vector<std::string>& args) {
                "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
                "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]\n"
                "                               [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]\n"
-               "                               [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docsN]\n"
+               "                               [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docsN,chunkN,sinkS]\n"
                "                               [--logits identity,scale_invariant,logn,swan_row,temperature]\n"
                "                               [--terms none,sink,fox,sink+fox] [--json FILE]\n"
                "         (block 0: the device's tiles; cuda defaults: bf16, H = 2048/D, B = 16384/T, T up to 32768, 10 reps)\n"

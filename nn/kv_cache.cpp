@@ -29,7 +29,9 @@ LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t ca
   cap_.assign(Hkv, 0);
   for (int64_t h = 0; h < H; ++h) {
     const int64_t w = cfg.window[h];
-    cap_[h / G_] = std::max(cap_[h / G_], keep_all || w <= 0 ? capacity : std::min(w, capacity));
+    // a window with sink tokens keeps every key: the sinks sit at the start, the window at the end
+    const bool all = keep_all || w <= 0 || cfg.sink_tokens > 0;
+    cap_[h / G_] = std::max(cap_[h / G_], all ? capacity : std::min(w, capacity));
   }
   for (int64_t g = 0; g < Hkv;) {
     Band b;

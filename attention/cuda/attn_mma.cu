@@ -2,9 +2,9 @@
 // execution context of mma_body.h in inline PTX (ldmatrix, mma.sync m16n8k16, cp.async, ex2), the
 // kernels, the D_i = dO . O pre-pass and the host launchers. The kernel lab (dev/cuda/attention/)
 // validates and times these against the reference kernels; mma_body.h documents the algorithm.
-// The tensor-core kernels take no chunked attention (attention/tiling.h, HZ_CHUNKS): chunked layers run
-// the reference kernels (use_tensor_core in attention/fused.cpp).
-#define HZ_TILING_NO_CHUNK
+// The tensor-core kernels take no chunked attention and no sink tokens (attention/tiling.h, HZ_CHUNKS,
+// HZ_SINK_TOKENS): such layers run the reference kernels (use_tensor_core in attention/fused.cpp).
+#define HZ_TILING_PLAIN
 #include <cuda_bf16.h>
 
 #include <cstdint>

@@ -4,13 +4,14 @@
 // path for f32 (parity with the CPU), f64 and head dims the tensor-core kernels do not take.
 //
 // One warp per query row (forward, dQ) or per key row (dK/dV): each lane takes every 32nd key (or
-// query) of the row's visible interval from tiling.h (key_range / query_range), computes its logit
+// query) of the row's visible intervals from tiling.h (key_range and the sink tokens' sink_range /
+// query_range and sink_rows, the second interval first), computes its logit
 // with tiling.h's row_factor / logit_coef, and the warp then accumulates the D-wide products
 // key by key in a fixed order (lane l owns dims l, l + 32, ...). The forward is two passes (row max,
 // then the exponentials and the weighted sum) rather than an online softmax; the backward
 // recomputes the probabilities from the row log-sum-exp. dK/dV of a kv head sum over the G query
 // heads of its group in head order, so no float atomics anywhere; only the integer block counters
-// use atomicAdd. The blocks a CTA counts are tiling.h's key_blocks / query_blocks for the config's
+// use atomicAdd. The blocks a CTA counts are tiling.h's key_block_spans / query_block_spans for the config's
 // tiles, the same the CPU kernel visits.
 #include <math.h>
 
@@ -78,9 +79,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const QueryTile tile = query_tile(P, blockIdx.x, P.block_q);
   const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
   if (threadIdx.x == 0) {
-    const BlockSpan s = key_blocks(P, b, h, i0, i1, P.block_k);
-    atomicAdd(&counters[0], static_cast<Counter>(span_blocks(s)));
-    atomicAdd(&counters[1], static_cast<Counter>(span_blocks(s) - span_full_blocks(s)));
+    const BlockSpans s = key_block_spans(P, b, h, i0, i1, P.block_k);
+    atomicAdd(&counters[0], static_cast<Counter>(spans_blocks(s)));
+    atomicAdd(&counters[1], static_cast<Counter>(spans_blocks(s) - spans_full_blocks(s)));
   }
   const T* kh = k + (b * P.Hkv + hk) * P.Tk * P.D;  // (Tk, D)
   const T* vh = v + (b * P.Hkv + hk) * P.Tk * P.D;  // (Tk, D)
@@ -91,8 +92,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncwarp();
     load_row(qs, q + row * P.D, P.D, lane);
     __syncwarp();
-    const IndexRange kr = key_range(P, b, h, i);
-    if (range_empty(kr)) {
+    const IndexRange ranges[2] = {sink_range(P, b, h, i), key_range(P, b, h, i)};  // sinks first: keys in order
+    if (range_empty(ranges[0]) && range_empty(ranges[1])) {
       for (int64_t d = lane; d < P.D; d += 32) oi[d] = store<T>(A(0));
       if (lane == 0) lse[row] = neg_inf<A>();
       continue;
@@ -106,20 +107,22 @@ __global__ void __launch_bounds__(kWarps * 32)
       return cf.mul * (scale * dot_row(qs, kh + j * P.D, P.D)) + cf.add + (fch ? fci - fch[j] : A(0));
     };
     A m = neg_inf<A>();
-    for (int64_t j = kr.lo + lane; j <= kr.hi; j += 32) {
-      const A L = logit(j);
-      m = L > m ? L : m;
-    }
+    for (const IndexRange& kr : ranges)
+      for (int64_t j = kr.lo + lane; j <= kr.hi; j += 32) {
+        const A L = logit(j);
+        m = L > m ? L : m;
+      }
     m = warp_max(m);
     A l = A(0), acc[kPer];
 #pragma unroll
     for (int u = 0; u < kPer; ++u) acc[u] = A(0);
-    for (int64_t jb = kr.lo; jb <= kr.hi; jb += 32) {
-      const int64_t j = jb + lane;
-      const A p = j <= kr.hi ? math::exp_(logit(j) - m) : A(0);
-      l += p;
-      accumulate_rows(acc, p, vh + jb * P.D, chunk(jb, kr.hi), P.D, lane);
-    }
+    for (const IndexRange& kr : ranges)
+      for (int64_t jb = kr.lo; jb <= kr.hi; jb += 32) {
+        const int64_t j = jb + lane;
+        const A p = j <= kr.hi ? math::exp_(logit(j) - m) : A(0);
+        l += p;
+        accumulate_rows(acc, p, vh + jb * P.D, chunk(jb, kr.hi), P.D, lane);
+      }
     l = warp_sum(l);
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
@@ -167,7 +170,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     load_row(qs, q + row * P.D, P.D, lane);
     load_row(gs, gout + row * P.D, P.D, lane);
     __syncwarp();
-    const IndexRange kr = key_range(P, b, h, i);
+    const IndexRange ranges[2] = {sink_range(P, b, h, i), key_range(P, b, h, i)};
     const A f = row_factor<A>(P, b, h, i), r = row_scale<A>(P, c, f, h);
     const A li = lse[row], Di = Dvec[row];
     const int64_t pos = P.q_offset + i;
@@ -176,20 +179,21 @@ __global__ void __launch_bounds__(kWarps * 32)
     A acc[kPer], dcs = A(0), dfs = A(0);
 #pragma unroll
     for (int u = 0; u < kPer; ++u) acc[u] = A(0);
-    for (int64_t jb = kr.lo; jb <= kr.hi; jb += 32) {  // empty rows skip the loop: dq = 0
-      const int64_t j = jb + lane;
-      A gval = A(0);
-      if (j <= kr.hi) {
-        const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), pos - j);  // a_t and the additive part
-        const A s = scale * dot_row(qs, kh + j * P.D, P.D);
-        const A p = math::exp_(r * cf.mul * s + cf.add + (fch ? fci - fch[j] : A(0)) - li);
-        const A ds = p * (dot_row(gs, vh + j * P.D, P.D) - Di);  // dLoss/dL_ij
-        gval = ds * r * cf.mul * scale;                           // dLoss/d(q_i . k_j)
-        dcs += ds * f * cf.mul * s;                               // dLoss/dc_h (LogN)
-        dfs += ds;                                                // FoX: dLoss/dc_pos, this row's part
+    for (const IndexRange& kr : ranges)
+      for (int64_t jb = kr.lo; jb <= kr.hi; jb += 32) {  // empty rows skip the loop: dq = 0
+        const int64_t j = jb + lane;
+        A gval = A(0);
+        if (j <= kr.hi) {
+          const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), pos - j);  // a_t and the additive part
+          const A s = scale * dot_row(qs, kh + j * P.D, P.D);
+          const A p = math::exp_(r * cf.mul * s + cf.add + (fch ? fci - fch[j] : A(0)) - li);
+          const A ds = p * (dot_row(gs, vh + j * P.D, P.D) - Di);  // dLoss/dL_ij
+          gval = ds * r * cf.mul * scale;                           // dLoss/d(q_i . k_j)
+          dcs += ds * f * cf.mul * s;                               // dLoss/dc_h (LogN)
+          dfs += ds;                                                // FoX: dLoss/dc_pos, this row's part
+        }
+        accumulate_rows(acc, gval, kh + jb * P.D, chunk(jb, kr.hi), P.D, lane);
       }
-      accumulate_rows(acc, gval, kh + jb * P.D, chunk(jb, kr.hi), P.D, lane);
-    }
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
       const int64_t d = lane + 32 * u;
@@ -220,7 +224,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t b = tile.b, hk = tile.hk, j0 = tile.j0, j1 = tile.j1;
   if (threadIdx.x == 0) {
     Counter n = 0;
-    for (int64_t g = 0; g < P.G; ++g) n += span_blocks(query_blocks(P, b, hk * P.G + g, j0, j1, P.block_q));
+    for (int64_t g = 0; g < P.G; ++g) n += spans_blocks(query_block_spans(P, b, hk * P.G + g, j0, j1, P.block_q));
     atomicAdd(&counters[2], n);
   }
   const A scale = static_cast<A>(P.scale);
@@ -235,27 +239,28 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int u = 0; u < kPer; ++u) acck[u] = accv[u] = A(0);
     for (int64_t g = 0; g < P.G; ++g) {
       const int64_t h = hk * P.G + g;
-      const IndexRange qr = query_range(P, b, h, j);
+      const IndexRange ranges[2] = {query_range(P, b, h, j), sink_rows(P, b, h, j)};  // rows in order
       const A ch = P.logit == LogitKind::LogN ? c[h] : A(1);
       const int64_t hrow = (b * P.H + h) * P.Tq;
       const A* fch = fc ? fc + (b * P.H + h) * P.fox_T : nullptr;
       A dfs = A(0);  // FoX: -sum_i dL_ij, key j's part of dLoss/dc_j for this query head
-      for (int64_t ib = qr.lo; ib <= qr.hi; ib += 32) {
-        const int64_t i = ib + lane;
-        A pval = A(0), gval = A(0);
-        if (i <= qr.hi) {
-          const A r = row_factor<A>(P, b, h, i) * ch;
-          const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), P.q_offset + i - j);
-          const A s = scale * dot_row(ks, q + (hrow + i) * P.D, P.D);
-          const A fox = fch ? fch[P.q_offset + i] - fch[j] : A(0);
-          pval = math::exp_(r * cf.mul * s + cf.add + fox - lse[hrow + i]);
-          const A ds = pval * (dot_row(vs, gout + (hrow + i) * P.D, P.D) - Dvec[hrow + i]);
-          gval = ds * r * cf.mul * scale;
-          dfs -= ds;
+      for (const IndexRange& qr : ranges)
+        for (int64_t ib = qr.lo; ib <= qr.hi; ib += 32) {
+          const int64_t i = ib + lane;
+          A pval = A(0), gval = A(0);
+          if (i <= qr.hi) {
+            const A r = row_factor<A>(P, b, h, i) * ch;
+            const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), P.q_offset + i - j);
+            const A s = scale * dot_row(ks, q + (hrow + i) * P.D, P.D);
+            const A fox = fch ? fch[P.q_offset + i] - fch[j] : A(0);
+            pval = math::exp_(r * cf.mul * s + cf.add + fox - lse[hrow + i]);
+            const A ds = pval * (dot_row(vs, gout + (hrow + i) * P.D, P.D) - Dvec[hrow + i]);
+            gval = ds * r * cf.mul * scale;
+            dfs -= ds;
+          }
+          accumulate_rows(accv, pval, gout + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);  // dV += P^T dO
+          accumulate_rows(acck, gval, q + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);     // dK += dS'^T Q
         }
-        accumulate_rows(accv, pval, gout + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);  // dV += P^T dO
-        accumulate_rows(acck, gval, q + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);     // dK += dS'^T Q
-      }
       if (dfk != nullptr) {
         dfs = warp_sum(dfs);
         if (lane == 0) dfk[(b * P.H + h) * P.Tk + j] = dfs;

@@ -52,7 +52,8 @@ int64_t halo_len(const ZigzagLayout& L, int64_t W, int64_t c) { return std::min(
 
 ContextExchange exchange_for(const attn::AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global) {
   const int64_t W = max_window(cfg);
-  if (L.n > 1 && W > 0 && W - 1 <= L.min_chunk()) return ContextExchange::Halo;
+  // (sink tokens reach back to the document's start: such layers take the global exchange)
+  if (L.n > 1 && W > 0 && W - 1 <= L.min_chunk() && cfg.sink_tokens == 0) return ContextExchange::Halo;
   HZ_CHECK(global != ContextExchange::Halo, ValueError, "context parallel: the halo is not a global exchange");
   return global;
 }

@@ -38,6 +38,7 @@ LAYER_KIND_DEFAULTS: Dict[str, Any] = {
     "mask": "causal",
     "window": 0,
     "chunk": 0,
+    "sink_tokens": 0,
     "scope_gamma": 0.0,
     "scope_min": 1,
     "scope_max": 0,

@@ -475,6 +475,9 @@ class HorizonAttention(nn.Module):
         # (positions count from each document's start, as transformers' packing gives them)
         C = int(kind["chunk"])
         chunked = (ctx["q_pos"][:, :, None] // C == ctx["k_pos"][:, None, :] // C) if C > 0 else True
+        # sink tokens (StreamingLLM): the document's first S positions stay visible beside the window and chunk
+        S = int(kind["sink_tokens"])
+        sinks = ctx["k_pos"][:, None, :] < S if S > 0 else False
 
         # position encoding: RoPE / p-RoPE rotate q and k at their positions (LaMPE: at each region's)
         rotary = kind["pos"] in ("rope", "prope")
@@ -516,7 +519,7 @@ class HorizonAttention(nn.Module):
             g = h // G  # GQA: query head h reads kv head h // (H / Hkv)
             # mask: a real key of the query's document, not after it, and t < W_h when W_h > 0
             w_h = W[:, h][:, None, None]
-            visible = ctx["visible"] & ((w_h == 0) | (t < w_h)) & chunked  # (B, Tn, Tk)
+            visible = ctx["visible"] & ((((w_h == 0) | (t < w_h)) & chunked) | sinks)  # (B, Tn, Tk)
             # scores s_ij = scale * q_i . k_j
             if lampe is not None:
                 s_reg = [torch.matmul(qs[0][:, h], k_plain[:, g].transpose(-1, -2)),

@@ -34,6 +34,7 @@ struct Combo {
   LogitKind logit;
   bool reset = true;
   int64_t chunk = 0;  // chunked attention: chunks of 3 positions from each document's start (with reset)
+  int64_t sink_tokens = 0;  // the first positions of each document stay visible
 };
 
 AttentionSpec spec_of(const Combo& c) {
@@ -49,6 +50,7 @@ AttentionSpec spec_of(const Combo& c) {
   s.logit.beta = 1.3;
   s.logit.temp_c = c.logit == LogitKind::Temperature ? 0.4 : 0.0;  // DroPE's beta per document
   s.mask.chunk = c.chunk;
+  s.mask.sink_tokens = c.sink_tokens;
   return s;
 }
 
@@ -96,12 +98,19 @@ std::vector<Combo> all_combos() {
     v.push_back({m, PosKind::Alibi, LogitKind::ScaleInvariant, true, 3});
   }
   v.push_back({MaskKind::Causal, PosKind::None, LogitKind::LogN, false, 3});
+  // sink tokens: each document's first 2 positions beside the window, the scopes or the chunks
+  for (MaskKind m : {MaskKind::Window, MaskKind::Scope}) {
+    v.push_back({m, PosKind::Rope, LogitKind::LogN, true, 0, 2});
+    v.push_back({m, PosKind::Alibi, LogitKind::ScaleInvariant, false, 0, 2});
+    v.push_back({m, PosKind::None, LogitKind::SwanRow, true, 0, 1});
+  }
+  v.push_back({MaskKind::Causal, PosKind::Rope, LogitKind::Temperature, true, 3, 2});
   return v;
 }
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
   const Combo& c = info.param;
   return std::string(name(c.mask)) + "_" + name(c.pos) + "_" + name(c.logit) + (c.reset ? "" : "_noreset") +
-         (c.chunk ? "_chunk" + std::to_string(c.chunk) : "");
+         (c.chunk ? "_chunk" + std::to_string(c.chunk) : "") + (c.sink_tokens ? "_sinktok" + std::to_string(c.sink_tokens) : "");
 }
 
 class PackedAttention : public ::testing::TestWithParam<Combo> {};

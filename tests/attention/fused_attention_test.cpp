@@ -27,6 +27,7 @@ struct Combo {
   bool logn_position = false;      // LogN's n = position + 1 (else SSMax's visible keys)
   double qtemp = 0.0;              // Llama 4's position temperature alpha (beta 3)
   int64_t chunk = 0;               // chunked attention (Llama 4): chunks of this many positions
+  int64_t sink_tokens = 0;         // the first positions stay visible beside the window or chunk
 };
 
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
@@ -34,7 +35,8 @@ std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
   return std::string(name(c.mask)) + "_" + name(c.pos) + "_" + name(c.logit) +
          (c.Tq != c.Tk ? "_Tq" + std::to_string(c.Tq) + "_Tk" + std::to_string(c.Tk) : "") + (c.sink ? "_sink" : "") +
          (c.fox ? "_fox" : "") + (c.logn_position ? "_npos" : "") + (c.qtemp > 0 ? "_qtemp" : "") +
-         (c.chunk > 0 ? "_chunk" + std::to_string(c.chunk) : "");
+         (c.chunk > 0 ? "_chunk" + std::to_string(c.chunk) : "") +
+         (c.sink_tokens > 0 ? "_sinktok" + std::to_string(c.sink_tokens) : "");
 }
 
 constexpr int64_t kB = 1, kH = 4, kHkv = 2, kD = 6;
@@ -52,6 +54,7 @@ AttentionSpec spec_of(const Combo& c) {
   s.logit.qtemp_alpha = c.qtemp;
   s.logit.qtemp_beta = 3.0;  // floor((p + 1) / 3) steps within T = 11
   s.mask.chunk = c.chunk;
+  s.mask.sink_tokens = c.sink_tokens;
   return s;
 }
 
@@ -161,6 +164,15 @@ std::vector<Combo> combos() {
   }
   v.push_back({MaskKind::Causal, PosKind::None, LogitKind::ScaleInvariant, 11, 11, false, true, false, 0.5, 5});
   v.push_back({MaskKind::Window, PosKind::PRope, LogitKind::SwanRow, 5, 13, true, false, true, 0.0, 4});
+  // sink tokens (the first 2 or 3 positions) beside windows, scopes and chunks, with the terms that
+  // count keys (SSMax), read distances (ALiBi, scale-invariant) or positions, learned sinks and FoX
+  for (MaskKind m : {MaskKind::Window, MaskKind::Scope}) {
+    v.push_back({m, PosKind::Rope, LogitKind::Identity, 11, 11, false, false, false, 0.0, 0, 2});
+    v.push_back({m, PosKind::Alibi, LogitKind::LogN, 7, 12, true, true, false, 0.0, 0, 3});
+    v.push_back({m, PosKind::None, LogitKind::ScaleInvariant, 11, 11, false, true, false, 0.0, 0, 2});
+  }
+  v.push_back({MaskKind::Causal, PosKind::Rope, LogitKind::LogN, 11, 11, true, false, false, 0.0, 4, 2});
+  v.push_back({MaskKind::Window, PosKind::PRope, LogitKind::SwanRow, 5, 13, false, true, true, 0.5, 3, 2});
   return v;
 }
 

@@ -34,8 +34,8 @@ int64_t chunk_position(const Case& c, int64_t abs) {
 }
 
 // Visibility straight from the definition: keys in [key_begin, key_end), distance t = p - j with
-// p = q_offset + i, t >= min_distance, t < w for a bounded window.
-bool visible(const Case& c, int64_t h, int64_t i, int64_t j) {
+// p = q_offset + i, t >= min_distance, t < w for a bounded window (the first interval).
+bool visible_main(const Case& c, int64_t h, int64_t i, int64_t j) {
   const int64_t off = c.cfg.q_offset < 0 ? c.Tk - c.Tq : c.cfg.q_offset;
   const int64_t kb = std::max<int64_t>(0, c.cfg.key_begin);
   const int64_t ke = c.cfg.key_end < 0 ? c.Tk : std::min(c.cfg.key_end, c.Tk);
@@ -46,6 +46,20 @@ bool visible(const Case& c, int64_t h, int64_t i, int64_t j) {
   if (C > 0 && chunk_position(c, kp + j) / C != chunk_position(c, kp + off + i) / C) return false;
   return j >= kb && j < ke && t >= c.cfg.min_distance && t >= 0 && (w == 0 || t < w);
 }
+// Sink tokens: keys in [key_begin, key_end) at t >= min_distance among the first S positions of the
+// query's document (of the sequence from absolute position 0 without documents).
+bool visible_sink(const Case& c, int64_t i, int64_t j) {
+  const int64_t off = c.cfg.q_offset < 0 ? c.Tk - c.Tq : c.cfg.q_offset;
+  const int64_t kb = std::max<int64_t>(0, c.cfg.key_begin);
+  const int64_t ke = c.cfg.key_end < 0 ? c.Tk : std::min(c.cfg.key_end, c.Tk);
+  const int64_t kp = c.cfg.key_position, t = off + i - j;
+  if (c.cfg.sink_tokens == 0 || j < kb || j >= ke || t < c.cfg.min_distance || t < 0) return false;
+  if (c.doc_of.empty()) return kp + j < c.cfg.sink_tokens;
+  int64_t first = kp + j;  // the first position of key j's document
+  while (first > 0 && c.doc_of[first - 1] == c.doc_of[kp + j]) --first;
+  return c.doc_of[kp + j] == c.doc_of[kp + off + i] && kp + j - first < c.cfg.sink_tokens;
+}
+bool visible(const Case& c, int64_t h, int64_t i, int64_t j) { return visible_main(c, h, i, j) || visible_sink(c, i, j); }
 
 Case random_case(std::mt19937_64& rng) {
   auto uni = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
@@ -85,6 +99,10 @@ Case random_case(std::mt19937_64& rng) {
     c.cfg.chunk = uni(1, 12);
     if (!c.cfg.documents && uni(0, 1)) c.cfg.key_position = uni(1, 10);
   }
+  if (uni(0, 2) == 0) {  // sink tokens beside the windows and chunks
+    c.cfg.sink_tokens = uni(1, 6);
+    if (!c.cfg.documents && uni(0, 1)) c.cfg.key_position = uni(0, 6);
+  }
   return c;
 }
 
@@ -95,17 +113,24 @@ std::string describe(const Case& c) {
          " keys [" + std::to_string(c.cfg.key_begin) + ", " + std::to_string(c.cfg.key_end) + ") min_distance " +
          std::to_string(c.cfg.min_distance) + " windows " + w + "tiles " + std::to_string(c.cfg.block_q) + "x" +
          std::to_string(c.cfg.block_k) + (c.cfg.chunk ? " chunk " + std::to_string(c.cfg.chunk) : "") +
+         (c.cfg.sink_tokens ? " sink_tokens " + std::to_string(c.cfg.sink_tokens) : "") +
          (c.cfg.key_position && !c.cfg.documents ? " key_position " + std::to_string(c.cfg.key_position) : "") +
          (c.cfg.documents ? " " + c.cfg.documents->describe() + " key_position " + std::to_string(c.cfg.key_position)
                           : "");
 }
 
+// A block's class: Skip when no pair is visible, Full when one interval alone covers every pair (the
+// kernels then need no mask), else Boundary.
 BlockClass brute_class(const Case& c, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-  int64_t n = 0;
+  int64_t n = 0, nm = 0, ns = 0;
   for (int64_t i = i0; i <= i1; ++i)
-    for (int64_t j = j0; j <= j1; ++j) n += visible(c, h, i, j);
+    for (int64_t j = j0; j <= j1; ++j) {
+      n += visible(c, h, i, j);
+      nm += visible_main(c, h, i, j);
+      ns += visible_sink(c, i, j) && !visible_main(c, h, i, j);
+    }
   const int64_t all = (i1 - i0 + 1) * (j1 - j0 + 1);
-  return n == 0 ? BlockClass::Skip : (n == all ? BlockClass::Full : BlockClass::Boundary);
+  return n == 0 ? BlockClass::Skip : (nm == all || ns == all ? BlockClass::Full : BlockClass::Boundary);
 }
 
 }  // namespace
@@ -121,14 +146,27 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
       // key_range, visible_count, nonempty_rows
       int64_t first_row = -1, last_row = -2;
       for (int64_t i = 0; i < c.Tq; ++i) {
-        int64_t lo = -1, hi = -2, n = 0;
+        int64_t lo = -1, hi = -2, n = 0, slo = -1, shi = -2, ns = 0;
         for (int64_t j = 0; j < c.Tk; ++j)
-          if (visible(c, h, i, j)) {
+          if (visible_main(c, h, i, j)) {
             if (lo < 0) lo = j;
             hi = j;
             ++n;
+          } else if (visible_sink(c, i, j)) {  // the second interval: the sinks the first misses
+            if (slo < 0) slo = j;
+            shi = j;
+            ++ns;
           }
-        ASSERT_EQ(visible_count(P, b, h, i), n) << "row " << i;
+        ASSERT_EQ(visible_count(P, b, h, i), n + ns) << "row " << i;
+        const IndexRange sr = sink_range(P, b, h, i);
+        if (ns > 0) {
+          ASSERT_EQ(sr.lo, slo) << "row " << i;
+          ASSERT_EQ(sr.hi, shi) << "row " << i;
+          ASSERT_EQ(shi - slo + 1, ns) << "a row's sink tokens are an interval";
+          ASSERT_LT(shi, lo < 0 ? c.Tk : lo) << "the sinks come before the first interval";
+        } else {
+          ASSERT_TRUE(range_empty(sr)) << "row " << i;
+        }
         if (n > 0) {
           const IndexRange r = key_range(P, b, h, i);
           ASSERT_EQ(r.lo, lo) << "row " << i;
@@ -151,12 +189,22 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
       // query_range (transpose), nonempty_keys
       int64_t first_key = -1, last_key = -2;
       for (int64_t j = 0; j < c.Tk; ++j) {
-        int64_t lo = -1, hi = -2;
+        int64_t lo = -1, hi = -2, slo = -1, shi = -2;
         for (int64_t i = 0; i < c.Tq; ++i)
-          if (visible(c, h, i, j)) {
+          if (visible_main(c, h, i, j)) {
             if (lo < 0) lo = i;
             hi = i;
+          } else if (visible_sink(c, i, j)) {
+            if (slo < 0) slo = i;
+            shi = i;
           }
+        const IndexRange sq = sink_rows(P, b, h, j);
+        if (slo < 0) {
+          ASSERT_TRUE(range_empty(sq)) << "key " << j << " (sink rows)";
+        } else {
+          ASSERT_EQ(sq.lo, slo) << "key " << j << " (sink rows)";
+          ASSERT_EQ(sq.hi, shi) << "key " << j << " (sink rows)";
+        }
         const IndexRange r = query_range(P, b, h, j);
         if (lo < 0) {
           ASSERT_TRUE(range_empty(r)) << "key " << j;
@@ -178,14 +226,32 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
       const int64_t Bq = P.block_q, Bk = P.block_k;
       for (int64_t qb = 0; qb < num_blocks(c.Tq, Bq); ++qb) {
         const int64_t i0 = qb * Bq, i1 = std::min(c.Tq, i0 + Bq) - 1;
-        const BlockSpan rs = key_blocks(P, b, h, i0, i1, Bk);
+        const BlockSpans rs = key_block_spans(P, b, h, i0, i1, Bk);
+        int64_t visits = 0, want_visits = 0, full = 0;
+        const IndexRange sk = sink_keys(P, b, h, i0, i1);
+        for (int64_t kb = spans_next(rs, -1); kb <= spans_last(rs); kb = spans_next(rs, kb)) {
+          ++visits;
+          full += spans_class(rs, kb) == BlockClass::Full;
+          // a block only the sinks meet, narrowed to their keys, keeps every visible pair
+          int64_t j0 = kb * Bk, nk = std::min(c.Tk - j0, Bk);
+          const int64_t jb = j0, je = j0 + nk;
+          narrow_to_sinks(rs, sk, kb, j0, nk);
+          ASSERT_TRUE(nk >= 1 && j0 >= jb && j0 + nk <= je) << "key block " << kb;
+          for (int64_t i = i0; i <= i1; ++i)
+            for (int64_t j = jb; j < je; ++j)
+              if (visible(c, h, i, j)) ASSERT_TRUE(j >= j0 && j < j0 + nk) << "row " << i << " key " << j;
+        }
         for (int64_t kb = 0; kb < num_blocks(c.Tk, Bk); ++kb) {
           const int64_t j0 = kb * Bk, j1 = std::min(c.Tk, j0 + Bk) - 1;
           const BlockClass want = brute_class(c, h, i0, i1, j0, j1);
-          ASSERT_EQ(block_class(rs, kb), want) << "query block " << qb << " key block " << kb << " (row-major)";
-          const BlockSpan cs = query_blocks(P, b, h, j0, j1, Bq);
-          ASSERT_EQ(block_class(cs, qb), want) << "query block " << qb << " key block " << kb << " (key-major)";
+          want_visits += want != BlockClass::Skip;
+          ASSERT_EQ(spans_class(rs, kb), want) << "query block " << qb << " key block " << kb << " (row-major)";
+          const BlockSpans cs = query_block_spans(P, b, h, j0, j1, Bq);
+          ASSERT_EQ(spans_class(cs, qb), want) << "query block " << qb << " key block " << kb << " (key-major)";
         }
+        ASSERT_EQ(visits, want_visits) << "query block " << qb << ": the iteration visits each visible block once";
+        ASSERT_EQ(spans_blocks(rs), visits) << "query block " << qb;
+        ASSERT_EQ(spans_full_blocks(rs), full) << "query block " << qb;
       }
     }
   }

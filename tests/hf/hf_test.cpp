@@ -356,6 +356,12 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.forget = true; }), "FoX forget gates"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.logit.qtemp_alpha = 0.1; }), "Llama 4's position temperature"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.mask.chunk = 8; }), "chunked attention"));
+  EXPECT_TRUE(has(refusal([](C& c) {
+                    c.kinds[0].attn.mask.kind = hz::attn::MaskKind::Window;
+                    c.kinds[0].attn.mask.window = 8;
+                    c.kinds[0].attn.mask.sink_tokens = 4;
+                  }),
+                  "sink tokens"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::Alibi; }), "ALiBi"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.pos.kind = hz::attn::PosKind::PRope; }), "p-RoPE"));
   EXPECT_TRUE(has(refusal([](C& c) { c.mlp = hz::nn::MlpKind::ReLU2; }), "MLP relu2"));
@@ -487,6 +493,7 @@ hz::nn::ModelConfig every_ingredient() {
   cc.pos.prope_base_eff = 300;
   cc.mask.kind = MaskKind::Window;
   cc.mask.window = 8;
+  cc.mask.sink_tokens = 2;
   cc.logit.kind = LogitKind::ScaleInvariant;
   cc.gate = OutputGate::Element;
   cc.qk_norm = QKNorm::Full;

@@ -161,6 +161,18 @@ TEST(KVCache, ChunkedAttention) {  // issue 38: Llama 4's chunks, alone and insi
   check_case({"chunked", {c, w}, 2});
 }
 
+TEST(KVCache, SinkTokensStayBesideTheWindow) {  // issue 38: StreamingLLM's sinks, with SSMax counting them
+  attn::AttentionSpec w = rope(), c = nope();
+  w.mask.kind = attn::MaskKind::Window;
+  w.mask.window = 5;
+  w.mask.sink_tokens = 2;
+  w.logit.kind = attn::LogitKind::LogN;
+  c.mask.chunk = 4;
+  c.mask.sink_tokens = 3;
+  c.forget = true;
+  check_case({"sink_tokens", {w, c}, 2});
+}
+
 TEST(KVCache, SlidingWindowRingWraps) {
   attn::AttentionSpec s = rope();
   s.mask.kind = attn::MaskKind::Window;
