@@ -8,6 +8,8 @@
 #include "core/names.h"
 #include "train/surgery.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -345,6 +347,12 @@ struct Reader {
     for (auto it = n.begin(); it != n.end(); ++it) {
       nn::LayerKind k;
       k.name = convert<std::string>(it->first, path, "a kind name");
+      // the name becomes a path component (model.layer_kinds.NAME.field): no dots or other punctuation
+      const bool ident = !k.name.empty() && std::all_of(k.name.begin(), k.name.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+      });
+      if (!ident)
+        fail(it->first, path, "kind name '" + k.name + "': use letters, digits, '_' and '-' only");
       if (!it->second.IsMap() && !it->second.IsNull()) fail(it->second, path + "." + k.name, "expected a map of attention fields");
       attn::visit_spec_fields(path + "." + k.name, k.attn, *this);
       kinds.push_back(k);

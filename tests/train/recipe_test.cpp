@@ -46,6 +46,10 @@ TEST(Recipe, WrongTypesNameLineAndExpectation) {
   EXPECT_TRUE(has(e, "model.layer_kinds.a.mask")) << e;
   EXPECT_TRUE(has(e, "causal window scope")) << e;
   EXPECT_TRUE(has(error_of("run: [1, 2]\nx: {\n"), "YAML syntax error"));
+  // a kind name becomes a path component: a dot in it is refused, not followed (the fuzzer's crash)
+  e = error_of("model:\n  layer_kinds:\n    global_.ope: {pos: none}\n  pattern: [global_.ope]\n");
+  EXPECT_TRUE(has(e, "test.yaml:3")) << e;
+  EXPECT_TRUE(has(e, "kind name 'global_.ope'")) << e;
 }
 
 TEST(Recipe, ImpossibleConfigsAreRefusedBeforeTraining) {
