@@ -1,6 +1,7 @@
 #include "nn/transformer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <tuple>
 
@@ -58,6 +59,12 @@ void ModelConfig::validate() const {
   for (const auto& [l, n] : overrides)
     HZ_CHECK(l >= 0 && l < n_layers, ValueError, "model: override for layer ", l, " but the model has ",
              n_layers, " layers (0..", n_layers - 1, ")");
+  for (const auto& k : kinds)  // a kind's name is a recipe path component (model.layer_kinds.NAME.field)
+    HZ_CHECK(!k.name.empty() && std::all_of(k.name.begin(), k.name.end(),
+                                            [](char ch) {
+                                              return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+                                            }),
+             ValueError, "model: layer kind name '", k.name, "': use letters, digits, '_' and '-' only");
   const auto names = layer_kind_names();
   for (int64_t l = 0; l < n_layers; ++l) {
     try {
