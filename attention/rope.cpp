@@ -72,6 +72,14 @@ RopeFreqs all_frequencies(const PositionSpec& pos, int64_t D, int64_t T) {
   if ((pos.scaling == RopeScaling::NTK || pos.scaling == RopeScaling::DynamicNTK) && s > 1.0)
     base = base * std::pow(s, static_cast<double>(D) / (D - 2));
   for (int64_t m = 0; m < half; ++m) f.inv_freq[m] = std::pow(base, -2.0 * m / D);
+  if (pos.scaling == RopeScaling::LongRoPE) {  // the long factors past C_train, else the short ones
+    const std::vector<double>& lambda = T > c_train ? pos.longrope_long_factors : pos.longrope_short_factors;
+    HZ_CHECK(lambda.empty() || static_cast<int64_t>(lambda.size()) == half, ValueError, "longrope: ", lambda.size(),
+             " rescale factors for ", half, " frequency pairs");
+    for (size_t m = 0; m < lambda.size(); ++m) f.inv_freq[m] /= lambda[m];
+    if (s > 1.0) f.mscale = pos.yarn_mscale > 0 ? pos.yarn_mscale : std::sqrt(1.0 + std::log(s) / std::log(c_train));
+    return f;
+  }
   if (s <= 1.0) return f;
   if (pos.scaling == RopeScaling::PI) {
     for (auto& w : f.inv_freq) w /= s;  // identical to dividing every position by s

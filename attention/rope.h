@@ -21,6 +21,9 @@
 //               the ramp it was trained with.
 //   llama3      the rotations ramp with alpha = low_freq_factor, beta = high_freq_factor and no
 //               temperature (transformers' "llama3", identical to its wavelength formulation).
+//   longrope    LongRoPE's searched per-pair rescale factors: w'_m = w_m / lambda_m, lambda the long
+//               factors when T > C and the short ones (default 1) otherwise; cos/sin times
+//               sqrt(1 + ln s / ln C) when s > 1 (yarn_mscale when given), transformers' "longrope".
 // Then pairs left out by rope_pairs / rope_fraction get 0, and rope_freq_factors (one per pair)
 // multiply what remains: w_m <- w_m * m_m.
 #pragma once

@@ -11,7 +11,7 @@ namespace hz::attn {
 
 namespace {
 const char* const kPos[] = {"none", "rope", "prope", "alibi"};
-const char* const kScaling[] = {"none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3"};
+const char* const kScaling[] = {"none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope"};
 const char* const kYarnRamp[] = {"rotations", "index"};
 const char* const kMask[] = {"causal", "window", "scope"};
 const char* const kRopeSelect[] = {"high", "low", "uniform"};
@@ -117,7 +117,17 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
              " frequency pairs, one factor each");
     for (double m : pos.rope_freq_factors)
       HZ_CHECK(std::isfinite(m) && m >= 0, ValueError, "attention: rope_freq_factors must be finite and >= 0, got ", m);
+    for (const auto* v : {&pos.longrope_long_factors, &pos.longrope_short_factors}) {
+      const char* f = v == &pos.longrope_long_factors ? "longrope_long_factors" : "longrope_short_factors";
+      HZ_CHECK(v->empty() || static_cast<int64_t>(v->size()) == D / 2, ValueError, "attention: ", f, " has ", v->size(),
+               " values; head_dim ", D, " has ", D / 2, " frequency pairs, one factor each");
+      for (double x : *v)
+        HZ_CHECK(std::isfinite(x) && x > 0, ValueError, "attention: ", f, " must be finite and > 0, got ", x);
+    }
   }
+  HZ_CHECK(pos.scaling != RopeScaling::LongRoPE || !pos.longrope_long_factors.empty(), ValueError,
+           "attention: rope_scaling longrope needs longrope_long_factors (head_dim/2 rescale factors, a list or a JSON "
+           "file such as a LongRoPE release or a Phi-3 config.json)");
   HZ_CHECK(pos.rope_freq_factors.empty() || pos.kind == PosKind::Rope || pos.kind == PosKind::PRope, ValueError,
            "attention: rope_freq_factors multiply RoPE's frequencies, but the layer's position encoding is '",
            name(pos.kind), "'");
@@ -197,6 +207,8 @@ std::string AttentionSpec::describe() const {
          << (pos.yarn_mscale > 0 ? " mscale=" + std::to_string(pos.yarn_mscale) : std::string());
     if (pos.scaling == RopeScaling::Llama3)
       os << " freq_factors=[" << pos.llama3_low_freq_factor << ", " << pos.llama3_high_freq_factor << "]";
+    if (pos.scaling == RopeScaling::LongRoPE)
+      os << " factors=" << pos.longrope_long_factors.size() << (pos.longrope_short_factors.empty() ? "" : "+short");
   }
   if (pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) os << ")";
   os << " " << name(mask.kind);

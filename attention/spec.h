@@ -15,7 +15,7 @@
 namespace hz::attn {
 
 enum class PosKind : uint8_t { None, Rope, PRope, Alibi, Count };
-enum class RopeScaling : uint8_t { None, PI, NTK, DynamicNTK, YaRN, Llama3, Count };
+enum class RopeScaling : uint8_t { None, PI, NTK, DynamicNTK, YaRN, Llama3, LongRoPE, Count };
 // How YaRN's ramp between interpolated and kept pairs is computed (attention/rope.h).
 enum class YarnRamp : uint8_t { Rotations, Index, Count };
 enum class MaskKind : uint8_t { Causal, Window, Scope, Count };
@@ -23,7 +23,7 @@ enum class LogitKind : uint8_t { Identity, ScaleInvariant, LogN, SwanRow, Temper
 enum class QKNorm : uint8_t { None, Full, PerHead, Count };
 enum class OutputGate : uint8_t { None, Head, Element, Count };
 enum class RopeSelect : uint8_t { High, Low, Uniform, Count };
-static_assert(static_cast<int>(PosKind::Count) == 4 && static_cast<int>(RopeScaling::Count) == 6 &&
+static_assert(static_cast<int>(PosKind::Count) == 4 && static_cast<int>(RopeScaling::Count) == 7 &&
                   static_cast<int>(YarnRamp::Count) == 2 &&
                   static_cast<int>(MaskKind::Count) == 3 && static_cast<int>(LogitKind::Count) == 5 &&
                   static_cast<int>(QKNorm::Count) == 3 && static_cast<int>(OutputGate::Count) == 3 &&
@@ -58,7 +58,7 @@ struct PositionSpec {
   double yarn_alpha = 1.0, yarn_beta = 32.0;  // YaRN ramp ends in rotations over C_train (beta_slow, beta_fast)
   YarnRamp yarn_ramp = YarnRamp::Rotations;   // rotations: docs/methods.md; index: transformers' / reference code
   bool yarn_truncate = true;       // index ramp: round its ends outward (floor / ceil), transformers' default
-  double yarn_mscale = 0.0;        // YaRN cos/sin multiplier (0: 0.1 ln s + 1)
+  double yarn_mscale = 0.0;        // YaRN / LongRoPE cos/sin multiplier (0: their default, attention/rope.h)
   double llama3_low_freq_factor = 1.0, llama3_high_freq_factor = 4.0;  // Llama 3 ramp ends (rotations)
   double prope_fraction = 0.5;     // p-RoPE: fraction of pairs that rotate (highest freqs)
   double prope_base_eff = 1024.0;  // p-RoPE: frequencies log-spaced in [1/base_eff, 1]
@@ -76,6 +76,9 @@ struct PositionSpec {
   // clipped RoPE's taper of the slowest pairs and hard clipping (0 below a cut) are vectors of it.
   // Inference-time: a trained model can be evaluated with another vector.
   std::vector<double> rope_freq_factors;
+  // LongRoPE's searched rescale factors (rope_scaling longrope): w_m <- w_m / lambda_m, lambda the long
+  // factors beyond C_train and the short ones (empty: 1) within it; D/2 values > 0 each.
+  std::vector<double> longrope_long_factors, longrope_short_factors;
 };
 
 struct MaskSpec {

@@ -16,7 +16,8 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
   v.enumeration(p + ".pos", s.pos.kind, arch("position encoding: none | rope | prope | alibi"), parse_pos,
                 static_cast<const char* (*)(PosKind)>(name));
   v(p + ".rope_base", s.pos.rope_base, arch("RoPE base (w_m = base^(-2m/d))").above(0));
-  v.enumeration(p + ".rope_scaling", s.pos.scaling, infer("RoPE scaling: none | pi | ntk | dynamic_ntk | yarn | llama3"),
+  v.enumeration(p + ".rope_scaling", s.pos.scaling,
+                infer("RoPE scaling: none | pi | ntk | dynamic_ntk | yarn | llama3 | longrope"),
                 parse_scaling, static_cast<const char* (*)(RopeScaling)>(name));
   v(p + ".rope_factor", s.pos.factor, infer("extension factor s for pi / ntk / yarn / llama3; dynamic_ntk: s = factor T/C - (factor - 1)").above(0));
   v(p + ".rope_original_context", s.pos.original_context, infer("C_train for yarn / llama3 / dynamic_ntk (0 = data.seq_len)").at_least(0));
@@ -25,7 +26,8 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
   v.enumeration(p + ".yarn_ramp", s.pos.yarn_ramp, infer("YaRN ramp: rotations (docs/methods.md) | index (transformers)"),
                 parse_yarn_ramp, static_cast<const char* (*)(YarnRamp)>(name));
   v(p + ".yarn_truncate", s.pos.yarn_truncate, infer("YaRN index ramp: round its ends outward (transformers' truncate)"));
-  v(p + ".yarn_mscale", s.pos.yarn_mscale, infer("YaRN cos/sin multiplier (0 = 0.1 ln s + 1)").at_least(0));
+  v(p + ".yarn_mscale", s.pos.yarn_mscale,
+    infer("YaRN / LongRoPE cos/sin multiplier (0 = YaRN's 0.1 ln s + 1, LongRoPE's sqrt(1 + ln s / ln C_train))").at_least(0));
   v(p + ".llama3_low_freq_factor", s.pos.llama3_low_freq_factor, infer("llama3: pairs under this many rotations over C_train are divided by s").above(0));
   v(p + ".llama3_high_freq_factor", s.pos.llama3_high_freq_factor, infer("llama3: pairs over this many rotations keep their frequency").above(0));
   v(p + ".prope_fraction", s.pos.prope_fraction, arch("p-RoPE: fraction of pairs that rotate").in(0, 1));
@@ -36,6 +38,12 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
     infer("per-pair RoPE frequency factors m (head_dim/2 values, pair 0 the fastest): w_m <- w_m * m_m after any "
           "scaling ([] = none; 1/s everywhere = pi; LongRoPE factors, clipped RoPE's taper, 0 = a pair that stops "
           "rotating)").at_least(0));
+  v(p + ".longrope_long_factors", s.pos.longrope_long_factors,
+    infer("LongRoPE rescale factors lambda_m (rope_scaling longrope): w_m <- w_m / lambda_m beyond C_train (head_dim/2 "
+          "values; a list, or a JSON file: a list, LongRoPE's {long_factor, short_factor}, a config.json's rope_scaling)")
+        .above(0));
+  v(p + ".longrope_short_factors", s.pos.longrope_short_factors,
+    infer("LongRoPE rescale factors within C_train ([] = 1; a list or a JSON file as longrope_long_factors)").above(0));
   v.enumeration(p + ".rope_select", s.pos.rope_select, arch("which pairs rope_fraction keeps: high (HoPE) | low | uniform"),
                 parse_rope_select, static_cast<const char* (*)(RopeSelect)>(name));
   v.enumeration(p + ".mask", s.mask.kind, arch("mask: causal | window | scope"), parse_mask,

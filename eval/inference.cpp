@@ -13,6 +13,8 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
       // dynamic NTK derives s from the length itself (factor 1: s = L / train_len)
       sp.pos.factor = sp.pos.scaling == attn::RopeScaling::DynamicNTK ? 1.0 : std::max(1.0, s);
       sp.pos.original_context = train_len;
+      if (!e.longrope_long_factors.empty()) sp.pos.longrope_long_factors = e.longrope_long_factors;
+      if (!e.longrope_short_factors.empty()) sp.pos.longrope_short_factors = e.longrope_short_factors;
       ++n_rope;
     }
     if (e.swan_a > 0 && sp.pos.kind == attn::PosKind::None && sp.mask.kind == attn::MaskKind::Causal) {
@@ -46,6 +48,19 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
     throw ValueError(what);
   };
   refuse(e.rope_scaling.has_value(), n_rope, "eval.rope_scaling: the model has no RoPE layer to scale; leave it empty");
+  refuse((!e.longrope_long_factors.empty() || !e.longrope_short_factors.empty()) &&
+             e.rope_scaling != attn::RopeScaling::LongRoPE,
+         0, "eval.longrope_long_factors / longrope_short_factors: they are LongRoPE's; set eval.rope_scaling=longrope");
+  for (auto& b : m.layers) {  // LongRoPE needs its factors, one per frequency pair
+    const attn::PositionSpec& p = b->attn->spec.pos;
+    const int64_t half = m.cfg.hdim() / 2;
+    if (p.kind != attn::PosKind::Rope || p.scaling != attn::RopeScaling::LongRoPE) continue;
+    refuse(p.longrope_long_factors.empty(), 0,
+           "eval.rope_scaling=longrope: give the searched factors (eval.longrope_long_factors: a list or a JSON file)");
+    refuse(static_cast<int64_t>(p.longrope_long_factors.size()) != half ||
+               !(p.longrope_short_factors.empty() || static_cast<int64_t>(p.longrope_short_factors.size()) == half),
+           0, ("eval.longrope_*_factors: the model's RoPE layers have " + std::to_string(half) + " frequency pairs").c_str());
+  }
   refuse(e.swan_a > 0, n_swan, "eval.swan_a / fit_swan_a: the model has no global NoPE layer (pos none, mask causal) "
          "for SWAN row scaling; use it on SWAN or NoPE models");
   refuse(e.drope_c != 0, n_temp, "eval.drope_c / fit_drope_c: no layer has identity logits to put a temperature on");

@@ -1,6 +1,7 @@
 // Horizon: applying inference-time options (eval/options.h) to a trained model for one
 // evaluation length L, and restoring the layers afterwards:
-//   rope_scaling  RoPE layers get PI / NTK / dynamic NTK / YaRN with s = L / train_len;
+//   rope_scaling  RoPE layers get PI / NTK / dynamic NTK / YaRN / Llama 3 / LongRoPE with s = L / train_len
+//                 (LongRoPE with longrope_long_factors / longrope_short_factors when given);
 //   swan_a        global NoPE layers (pos none, causal) get SWAN row scaling g(n) = ln(a + n) / ln(a);
 //   drope_c       identity-logit layers get the temperature beta = 1 + c ln s;
 //   lampe         RoPE layers attend through LaMPE (attention/lampe.h).

@@ -18,6 +18,8 @@ namespace hz::eval {
 struct InferenceOptions {
   // RoPE frequency scaling of the RoPE layers (unset: as trained); factor s = length / train_len
   std::optional<attn::RopeScaling> rope_scaling;
+  // LongRoPE's searched rescale factors for rope_scaling longrope (empty: the layers' own)
+  std::vector<double> longrope_long_factors, longrope_short_factors;
   double swan_a = 0;               // > 0: SWAN row scaling g(n) = ln(a + n) / ln(a) on global NoPE layers
   double drope_c = 0;              // != 0: temperature beta = 1 + c ln s on identity-logit layers
   bool lampe = false;              // LaMPE on RoPE layers

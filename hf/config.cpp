@@ -93,7 +93,7 @@ attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
   static const std::set<std::string> known{"rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
                                            "beta_fast", "beta_slow", "truncate", "attention_factor", "mscale",
                                            "mscale_all_dim", "low_freq_factor", "high_freq_factor",
-                                           "partial_rotary_factor"};
+                                           "partial_rotary_factor", "long_factor", "short_factor"};
   for (auto it = p.begin(); it != p.end(); ++it)
     if (!known.count(it.key()))
       c.fail(src + "." + it.key(), "= " + it.value().dump() + " is not a RoPE parameter Horizon knows; refused (it may change the frequencies)");
@@ -226,8 +226,42 @@ attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
     c.mapped(src + ".high_freq_factor", num(pos.llama3_high_freq_factor), "llama3_high_freq_factor");
     c.mapped(src + ".original_max_position_embeddings", std::to_string(pos.original_context), "rope_original_context");
     if (pos.factor <= 1.0) pos.scaling = attn::RopeScaling::None;
+  } else if (type == "longrope") {
+    // LongRoPE (Phi-3's): inv_freq_m / lambda_m, the long factors past original_max_position_embeddings
+    auto factors = [&](const std::string& k) {
+      const json* v = get(k);
+      if (!v || !v->is_array() || v->empty() || v->size() > 65536)
+        c.fail(src + "." + k, "must be a list of positive numbers, one per frequency pair");
+      std::vector<double> out;
+      for (const json& x : *v) {
+        if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>()))
+          c.fail(src + "." + k, "holds " + x.dump() + "; every factor must be a positive finite number");
+        out.push_back(x.get<double>());
+      }
+      return out;
+    };
+    pos.longrope_long_factors = factors("long_factor");
+    pos.longrope_short_factors = factors("short_factor");
+    const json* omp = get("original_max_position_embeddings");
+    pos.original_context = omp ? context_length("original_max_position_embeddings")
+                               : c.integer("original_max_position_embeddings", 0);
+    if (pos.original_context <= 0) c.fail(src + ".original_max_position_embeddings", "is missing (LongRoPE switches factors there)");
+    // transformers: factor, else max_position_embeddings / original_max_position_embeddings (Phi-3)
+    pos.factor = get("factor") ? positive_number("factor", 0) : static_cast<double>(max_pos) / pos.original_context;
+    if (pos.factor < 1.0)
+      c.fail(src + ".factor", "= " + num(pos.factor) + " < 1: LongRoPE extends a context; refused");
+    if (get("attention_factor")) pos.yarn_mscale = positive_number("attention_factor", 0);
+    pos.scaling = attn::RopeScaling::LongRoPE;
+    c.mapped(src + ".rope_type", type, "rope_scaling: longrope");
+    c.mapped(src + ".long_factor", std::to_string(pos.longrope_long_factors.size()) + " values", "longrope_long_factors");
+    c.mapped(src + ".short_factor", std::to_string(pos.longrope_short_factors.size()) + " values", "longrope_short_factors");
+    c.mapped(src + ".factor", num(pos.factor), "rope_factor (the attention factor's s)");
+    c.mapped(src + ".original_max_position_embeddings", std::to_string(pos.original_context), "rope_original_context");
+    c.mapped(src + ".attention_factor", pos.yarn_mscale > 0 ? num(pos.yarn_mscale) : "auto",
+             pos.yarn_mscale > 0 ? "yarn_mscale" : "yarn_mscale 0 (sqrt(1 + ln s / ln C))");
   } else {
-    c.fail(src + ".rope_type", "'" + type + "' is not supported; Horizon imports default, linear, dynamic, yarn and llama3 RoPE");
+    c.fail(src + ".rope_type", "'" + type + "' is not supported; Horizon imports default, linear, dynamic, yarn, llama3 and "
+                               "longrope RoPE");
   }
   for (auto it = p.begin(); it != p.end(); ++it)
     if (!used.count(it.key()))
@@ -699,6 +733,15 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
               {"high_freq_factor", p.llama3_high_freq_factor},
               {"original_max_position_embeddings", orig}};
         if (p.factor <= 1.0) rp = {{"rope_type", "default"}};
+        max_pos = std::max<int64_t>(c.train_len, static_cast<int64_t>(std::llround(orig * p.factor)));
+        break;
+      case attn::RopeScaling::LongRoPE:
+        rp = {{"rope_type", "longrope"},
+              {"long_factor", p.longrope_long_factors},
+              {"short_factor", p.longrope_short_factors.empty() ? std::vector<double>(D / 2, 1.0) : p.longrope_short_factors},
+              {"factor", p.factor},
+              {"original_max_position_embeddings", orig}};
+        if (p.yarn_mscale > 0) rp["attention_factor"] = p.yarn_mscale;
         max_pos = std::max<int64_t>(c.train_len, static_cast<int64_t>(std::llround(orig * p.factor)));
         break;
       default: break;

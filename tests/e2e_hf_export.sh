@@ -87,6 +87,11 @@ inference_case() {  # run option value overrides...
 [ -z "${HZ_RECIPES:-}" ] || { echo "e2e hf export: OK (HZ_RECIPES=$HZ_RECIPES: inference options and lm-eval skipped)"; exit 0; }
 inference_case pretrain_rope rope_scaling yarn eval.rope_scaling=yarn
 inference_case pretrain_rope rope_scaling dynamic_ntk eval.rope_scaling=dynamic_ntk
+# LongRoPE's searched factors from a file (16 pairs: head_dim 32), long ones past T
+"$PY" -c 'import json, sys; json.dump({"long_factor": [1 + 0.4 * m for m in range(16)],
+  "short_factor": [1 + 0.02 * m for m in range(16)]}, open(sys.argv[1], "w"))' "$OUT/longrope.json"
+inference_case pretrain_rope longrope "$OUT/longrope.json" eval.rope_scaling=longrope \
+  eval.longrope_long_factors="$OUT/longrope.json" eval.longrope_short_factors="$OUT/longrope.json"
 inference_case pretrain_rope lampe 64,16 eval.lampe=true eval.lampe_local=64 eval.lampe_sink=16
 inference_case drope_recalibrate drope_c 0.4 eval.drope_c=0.4
 inference_case pretrain_swan swan_a 362 eval.swan_a=362

@@ -1,10 +1,12 @@
 #include "train/recipe.h"
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "attention/spec_fields.h"
 #include "autograd/functions.h"
 #include "core/fields.h"
+#include "core/json_guard.h"
 #include "core/names.h"
 #include "train/surgery.h"
 
@@ -12,6 +14,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -157,8 +160,14 @@ void visit_fields(Recipe& r, V& v) {
   v("eval.batch_size", r.eval.opts.batch_size, infer("validation batch size (0 = data.batch_size)").in(0, 1 << 24));
   v("eval.lengths", r.eval.opts.lengths, infer("evaluation lengths ([] = 1x 2x 4x 8x data.seq_len)").in(2, 1 << 24));
   v.enumeration("eval.rope_scaling", r.eval.opts.inference.rope_scaling,
-                infer("inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn | llama3"), attn::parse_scaling,
-                static_cast<const char* (*)(attn::RopeScaling)>(attn::name));
+                infer("inference RoPE scaling: '' (as trained) | none | pi | ntk | dynamic_ntk | yarn | llama3 | longrope"),
+                attn::parse_scaling, static_cast<const char* (*)(attn::RopeScaling)>(attn::name));
+  v("eval.longrope_long_factors", r.eval.opts.inference.longrope_long_factors,
+    infer("LongRoPE's searched rescale factors for eval.rope_scaling=longrope (head_dim/2 values, w_m / lambda_m "
+          "beyond data.seq_len; a list or a JSON file: a list, LongRoPE's {long_factor, short_factor}, a config.json)")
+        .above(0));
+  v("eval.longrope_short_factors", r.eval.opts.inference.longrope_short_factors,
+    infer("LongRoPE rescale factors within data.seq_len ([] = 1; a list or a JSON file)").above(0));
   v("eval.swan_a", r.eval.opts.inference.swan_a, infer("SWAN row scaling a on global NoPE layers (0 = off)").at_least(0));
   v("eval.drope_c", r.eval.opts.inference.drope_c, infer("DroPE temperature c: beta = 1 + c ln s (0 = off)"));
   v("eval.lampe", r.eval.opts.inference.lampe, infer("LaMPE on RoPE layers"));
@@ -296,7 +305,25 @@ struct Reader {
     }
   }
   void operator()(const std::string& path, std::vector<int64_t>& v, const Field& f) { list(path, v, "integers", &f); }
-  void operator()(const std::string& path, std::vector<double>& v, const Field& f) { list(path, v, "numbers", &f); }
+  void operator()(const std::string& path, std::vector<double>& v, const Field& f) {
+    const YAML::Node n = find(path);
+    if (n.IsDefined() && n.IsScalar()) {  // a vector of numbers from a JSON file (factors_from_json)
+      known.insert(path);
+      const std::string name = convert<std::string>(n, path, "a list of numbers or a JSON file");
+      std::string p = name;  // relative to the working directory, else to the recipe's directory
+      if (!std::filesystem::exists(p) && std::filesystem::path(p).is_relative() && !from_command_line(path))
+        p = (std::filesystem::path(file).parent_path() / name).string();
+      const std::string key = path.substr(path.rfind('.') + 1);
+      try {
+        v = factors_from_json(p, key);
+      } catch (const ValueError& e) {
+        fail(n, path, e.what());
+      }
+      for (size_t i = 0; i < v.size(); ++i) v[i] = in_range(n, path + "[" + std::to_string(i) + "]", v[i], f);
+      return;
+    }
+    list(path, v, "numbers", &f);
+  }
   void operator()(const std::string& path, std::vector<std::string>& v, const Field&) { list(path, v, "strings"); }
   void operator()(const std::string& path, std::map<int64_t, std::string>& v, const Field&) {
     known.insert(path);
@@ -382,6 +409,49 @@ struct Reader {
     }
   }
 };
+
+}  // namespace
+
+std::vector<double> factors_from_json(const std::string& path, const std::string& field) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  HZ_CHECK(!ec, ValueError, "cannot read the JSON file '", path, "'");
+  HZ_CHECK(size <= (16u << 20), ValueError, "'", path, "' has ", size, " bytes; a factor file has at most 16 MiB");
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (const std::string deep = json_depth_problem(text); !deep.empty()) throw ValueError("'" + path + "': " + deep);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ValueError("'" + path + "' is not JSON: " + e.what());
+  }
+  // LongRoPE's keys for the long / short factors; any other field takes a bare list
+  const bool lr = field.rfind("longrope_", 0) == 0;
+  const std::string key = field == "longrope_short_factors" ? "short_factor" : "long_factor";
+  std::string where = "the file";
+  const nlohmann::json* list = &j;
+  if (lr && j.is_object()) {  // {long_factor, short_factor}, or a config.json's rope_scaling / rope_parameters
+    const nlohmann::json* o = &j;
+    for (const char* sec : {"rope_scaling", "rope_parameters"})
+      if (j.contains(sec) && j[sec].is_object()) o = &j[sec];
+    HZ_CHECK(o->contains(key), ValueError, "'", path, "' has no '", key, "' (a LongRoPE factor file holds long_factor ",
+             "and short_factor lists, at the top or under rope_scaling / rope_parameters)");
+    list = &(*o)[key];
+    where = "its '" + key + "'";
+  }
+  HZ_CHECK(list->is_array(), ValueError, "'", path, "': ", where, " must be a list of numbers",
+           lr ? " (or an object with long_factor / short_factor)" : "");
+  HZ_CHECK(list->size() <= (1u << 20), ValueError, "'", path, "': ", list->size(), " values; at most 2^20");
+  std::vector<double> v;
+  for (const auto& x : *list) {
+    HZ_CHECK(x.is_number(), ValueError, "'", path, "': ", where, " holds ", x.dump().substr(0, 40), ", not a number");
+    v.push_back(x.get<double>());
+  }
+  return v;
+}
+
+namespace {
 
 // ---- writer ---------------------------------------------------------------------------------
 struct Writer {

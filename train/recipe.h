@@ -184,6 +184,11 @@ std::string model_fill_dir(const std::string& yaml_text, const std::string& name
                            const std::vector<std::string>& overrides = {});
 // The text of a recipe file (RecipeError when it cannot be read).
 std::string read_recipe_file(const std::string& path);
+// A list of numbers a recipe field names by a JSON file (rope_freq_factors: factors.json): the file's
+// top-level list; for the LongRoPE fields (longrope_long_factors / longrope_short_factors) also an
+// object with long_factor / short_factor (LongRoPE's release, or a config.json's rope_scaling /
+// rope_parameters). At most 16 MiB and 2^20 values; ValueError naming the file otherwise.
+std::vector<double> factors_from_json(const std::string& path, const std::string& field);
 // The one YAML document of a recipe or grid file (Null when empty). RecipeError with file:line for a
 // syntax error and for a second document (after '---', or anything after '...'), which YAML::Load
 // would silently drop.

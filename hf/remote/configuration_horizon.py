@@ -34,6 +34,8 @@ LAYER_KIND_DEFAULTS: Dict[str, Any] = {
     "rope_pairs": [],
     "rope_fraction": 1.0,
     "rope_freq_factors": [],
+    "longrope_long_factors": [],
+    "longrope_short_factors": [],
     "rope_select": "high",
     "mask": "causal",
     "window": 0,
@@ -64,7 +66,7 @@ LAYER_KIND_DEFAULTS: Dict[str, Any] = {
 # The accepted names of each enumerated field ("ssmax" is another name of logn).
 LAYER_KIND_ENUMS: Dict[str, tuple] = {
     "pos": ("none", "rope", "prope", "alibi"),
-    "rope_scaling": ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3"),
+    "rope_scaling": ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope"),
     "yarn_ramp": ("rotations", "index"),
     "rope_select": ("high", "low", "uniform"),
     "mask": ("causal", "window", "scope"),

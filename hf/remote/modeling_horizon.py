@@ -102,6 +102,8 @@ def rope_frequencies(kind: Dict[str, Any], D: int, T: int, train_length: int) ->
                    lo / hi = D ln(C / (2 pi beta|alpha)) / (2 ln base), floor / ceil when yarn_truncate,
                    clamped to [0, D - 1] (hi += 0.001 when equal)
       llama3       the rotations ramp with alpha, beta = low / high_freq_factor, no mscale
+      longrope     w_m / lambda_m, lambda = longrope_long_factors when T > C, else longrope_short_factors
+                   (none: 1); cos/sin times yarn_mscale or sqrt(1 + ln s / ln C) when s > 1
     prope: keep = max(1, round(prope_fraction D/2)) pairs, w_m = base_eff^(-m / (keep - 1)) (1 if keep = 1).
     Then pairs left out by rope_pairs / rope_fraction get 0 and rope_freq_factors multiply: w_m *= f_m.
     """
@@ -123,7 +125,15 @@ def rope_frequencies(kind: Dict[str, Any], D: int, T: int, train_length: int) ->
         if scaling in ("ntk", "dynamic_ntk") and s > 1.0:
             base = base * math.pow(s, D / (D - 2))
         inv = [math.pow(base, -2.0 * m / D) for m in range(half)]
-        if scaling == "pi" and s > 1.0:
+        if scaling == "longrope":
+            lam = kind["longrope_long_factors"] if T > c_train else kind["longrope_short_factors"]
+            if lam:
+                if len(lam) != half:
+                    raise ValueError(f"longrope factors: {len(lam)} values; head_dim {D} has {half} pairs")
+                inv = [w / float(x) for w, x in zip(inv, lam)]
+            if s > 1.0:
+                mscale = kind["yarn_mscale"] if kind["yarn_mscale"] > 0 else math.sqrt(1.0 + math.log(s) / math.log(c_train))
+        elif scaling == "pi" and s > 1.0:
             inv = [w / s for w in inv]
         elif scaling in ("yarn", "llama3") and s > 1.0:
             llama3 = scaling == "llama3"
@@ -369,7 +379,7 @@ class HorizonAttention(nn.Module):
         k, L = self.kind, self.config.train_length
         return bool(
             (k["mask"] == "scope" and not k["scopes"] and not (k["freeze_scopes"] and L))
-            or (k["pos"] == "rope" and k["rope_scaling"] == "dynamic_ntk")
+            or (k["pos"] == "rope" and k["rope_scaling"] in ("dynamic_ntk", "longrope"))
             or (k["pos"] == "rope" and k["rope_scaling"] in ("yarn", "llama3") and not (k["rope_original_context"] or L))
             or (k["logit"] == "temperature" and k["temp_c"] != 0.0)
             or (k["pos"] == "rope" and k["mask"] == "causal" and self.config.lampe is not None))

@@ -7,6 +7,8 @@ export, makes in its config.json the edit `horizon eval` makes for that option (
 loads it with transformers and checks the logits within 1e-5 (relative to the largest):
   rope_scaling  every pos: rope kind gets rope_scaling VALUE, rope_factor max(1, L / T) (1 for
                 dynamic_ntk) and rope_original_context T, L the length of IDS
+  longrope      the same with rope_scaling longrope and the long / short factors of the JSON file VALUE
+                (LongRoPE's {long_factor, short_factor})
   lampe         "lampe": {L: 0.75 T, a: 0, b: 10, s_local, s_sink} with VALUE = "s_local,s_sink"
   drope_c       every kind with identity logits gets logit temperature, temp_c VALUE
   swan_a        every kind with pos none and mask causal gets logit swan_row, swan_a VALUE
@@ -36,10 +38,14 @@ def main():
             cfg = json.load(f)
         touched = 0
         for kind in cfg["layer_kinds"].values():
-            if option == "rope_scaling" and kind["pos"] == "rope":
-                kind["rope_scaling"] = value
+            if option in ("rope_scaling", "longrope") and kind["pos"] == "rope":
+                kind["rope_scaling"] = "longrope" if option == "longrope" else value
                 kind["rope_factor"] = 1.0 if value == "dynamic_ntk" else max(1.0, L / T)
                 kind["rope_original_context"] = T
+                if option == "longrope":
+                    with open(value) as f:
+                        lr = json.load(f)
+                    kind["longrope_long_factors"], kind["longrope_short_factors"] = lr["long_factor"], lr["short_factor"]
                 touched += 1
             elif option == "drope_c" and kind["logit"] == "identity":
                 kind["logit"], kind["temp_c"] = "temperature", float(value)

@@ -77,7 +77,7 @@ std::string import_error(const std::string& text) {
 
 TEST(HfImport, LogProbsMatchTransformersPerArchitecture) {
   for (const char* name : {"llama", "llama_bpe", "mistral", "qwen2", "smollm3", "rope_linear", "rope_dynamic", "rope_yarn",
-                           "rope_yarn_exact", "rope_llama3"}) {
+                           "rope_yarn_exact", "rope_llama3", "rope_longrope"}) {
     const double d = parity(name), d64 = parity(name, hz::DType::F64);
     std::printf("  parity %-16s max |log p diff|: f32 %.3g   f64 %.3g\n", name, d, d64);
     EXPECT_LE(d, 1e-5) << name;
@@ -141,7 +141,7 @@ TEST(HfImport, MapsEveryArchitecture) {
 
 // Horizon's frequency tables equal transformers' inv_freq (computed in float32) for every scaling.
 TEST(HfImport, RopeFrequenciesMatchTransformers) {
-  for (const char* name : {"rope_linear", "rope_dynamic", "rope_yarn", "rope_yarn_exact", "rope_llama3"}) {
+  for (const char* name : {"rope_linear", "rope_dynamic", "rope_yarn", "rope_yarn_exact", "rope_llama3", "rope_longrope"}) {
     const auto c = hf::import_config_dir(kHF + name);
     const json ex = read_json(kHF + name + "/expected_logprobs.json");
     const auto hf_inv = ex["inv_freq"].get<std::vector<double>>();
@@ -171,7 +171,13 @@ TEST(HfImport, RefusesWhatItCannotComputeTheSame) {
       {[](json& j) { j["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor = 0.5"},
       {[](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act = 'gelu'"},
       {[](json& j) { j["mlp_bias"] = true; }, "mlp_bias = true"},
-      {[](json& j) { j["rope_parameters"]["rope_type"] = "longrope"; }, "'longrope' is not supported"},
+      {[](json& j) { j["rope_parameters"]["rope_type"] = "mrope"; }, "'mrope' is not supported"},
+      {[](json& j) { j["rope_parameters"]["rope_type"] = "longrope"; }, "rope_parameters.long_factor must be a list"},
+      {[](json& j) {
+         j["rope_parameters"] = {{"rope_type", "longrope"}, {"long_factor", {1, -2}}, {"short_factor", {1, 1}},
+                                 {"original_max_position_embeddings", 16}};
+       },
+       "every factor must be a positive finite number"},
       {[](json& j) { j["rope_parameters"]["wobble"] = 1; }, "rope_parameters.wobble"},
       {[](json& j) { j["quantization_config"] = {{"quant_method", "gptq"}}; }, "quantized checkpoint"},
       {[](json& j) { j["auto_map"] = {{"AutoModel", "x.Y"}}; }, "custom modeling code"},
@@ -301,6 +307,7 @@ TEST(HfExport, RoundTripIsBitIdentical) {
       {"rope_yarn_exact", "LlamaForCausalLM", hz::io::StoreAs::BF16},
       {"rope_llama3", "LlamaForCausalLM", hz::io::StoreAs::BF16},
       {"rope_dynamic", "LlamaForCausalLM", hz::io::StoreAs::BF16},
+      {"rope_longrope", "LlamaForCausalLM", hz::io::StoreAs::BF16},
   };
   for (const auto& [name, arch, store] : cases) {
     const hf::Imported a = hf::import_dir(kHF + name);

@@ -5,12 +5,12 @@ AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True).
 Run: python tests/hf/remote_code_test.py   (exit 0 when every check passes, 1 otherwise)
 
 Checked, for models whose layer kinds together cover every ingredient (RoPE with none / pi / ntk /
-dynamic_ntk / yarn (both ramps) / llama3, p-RoPE, partial RoPE, per-pair factors, ALiBi, NoPE; causal /
-window / SCOPE (auto, explicit, frozen) masks with GQA; identity / scale_invariant / logn (visible keys
+dynamic_ntk / yarn (both ramps) / llama3 / longrope, p-RoPE, partial RoPE, per-pair factors, ALiBi, NoPE; causal /
+window / SCOPE (auto, explicit, frozen) masks with GQA, sink tokens beside a window; identity / scale_invariant / logn (visible keys
 and position) / swan_row / temperature (beta and temp_c) logits and Llama 4's qtemp; QK-norm full and
 per head; gates per head and element; sinks; FoX; LaMPE at l > m; the three MLPs; tied and untied heads):
   1. a brute-force float64 single-layer formula, written here independently, equals each layer's attention;
-  2. RoPE frequencies equal transformers' own (pi / dynamic / yarn index ramp / llama3);
+  2. RoPE frequencies equal transformers' own (pi / dynamic / yarn index ramp / llama3 / longrope);
   3. prefill + token-by-token decoding with the cache equals the full forward (float32, 1e-5);
   4. greedy generate() with the cache equals greedy argmax over repeated full forwards, also for a
      left-padded batch;
@@ -52,8 +52,9 @@ KIND_DEFAULTS = {
     "pos": "rope", "rope_base": 10000.0, "rope_scaling": "none", "rope_factor": 1.0, "rope_original_context": 0,
     "yarn_alpha": 1.0, "yarn_beta": 32.0, "yarn_ramp": "rotations", "yarn_truncate": True, "yarn_mscale": 0.0,
     "llama3_low_freq_factor": 1.0, "llama3_high_freq_factor": 4.0, "prope_fraction": 0.5, "prope_base_eff": 1024.0,
-    "rope_pairs": [], "rope_fraction": 1.0, "rope_freq_factors": [], "rope_select": "high", "mask": "causal",
-    "window": 0, "scope_gamma": 0.0, "scope_min": 1, "scope_max": 0, "scopes": [], "freeze_scopes": False,
+    "rope_pairs": [], "rope_fraction": 1.0, "rope_freq_factors": [], "longrope_long_factors": [],
+    "longrope_short_factors": [], "rope_select": "high", "mask": "causal", "window": 0, "chunk": 0, "sink_tokens": 0,
+    "scope_gamma": 0.0, "scope_min": 1, "scope_max": 0, "scopes": [], "freeze_scopes": False,
     "logit": "identity", "tau": 10.0, "logn_c": 1.0, "logn_learnable": True, "swan_a": 362.0, "beta": 1.0,
     "temp_c": 0.0, "logn_position": False, "qtemp_alpha": 0.0, "qtemp_beta": 8192.0, "qk_norm": "none",
     "gate": "none", "sink": False, "forget": False, "forget_bias": 0.0,
@@ -97,12 +98,15 @@ MODELS = {
                                   llama3_high_freq_factor=2.0, rope_original_context=8, mask="scope",
                                   freeze_scopes=True, logit="logn", qtemp_alpha=0.3, qtemp_beta=3.0),
             "pi_ntk_low": kind(rope_scaling="pi", rope_factor=2.0, rope_fraction=0.5, rope_select="low", gate="head"),
+            "longrope_sinks": kind(rope_scaling="longrope", rope_factor=2.0, rope_original_context=6,
+                                   longrope_long_factors=[1.0, 1.5, 2.5, 4.0], longrope_short_factors=[1.0, 1.0, 1.1, 1.2],
+                                   mask="window", window=4, sink_tokens=2, logit="logn"),
             "ntk_high": kind(rope_scaling="ntk", rope_factor=3.0, rope_fraction=0.75, rope_select="high",
                              logit="scale_invariant", tau=1.5, forget=True, qk_norm="full"),
         },
         layer_pattern=["yarn_rot_si", "yarn_idx_scope", "prope_swan", "alibi_temp_fox", "nope_logn_pos",
                        "dyn_pairs", "llama3_frozen", "pi_ntk_low", "ntk_high"],
-        layer_overrides={"9": "alibi_temp_fox"},
+        layer_overrides={"9": "longrope_sinks"},
     ),
     # LaMPE on the causal RoPE layers (l > m), relu2, untied head, q/k/v biases, MHA
     "lampe": dict(
@@ -256,6 +260,11 @@ def bf_frequencies(k, D, T, train_length):
         ms = 1.0
         if sc == "pi" and s > 1:
             w = [x / s for x in w]
+        if sc == "longrope":  # LongRoPE: divided by the long factors past C, by the short ones within
+            lam = k["longrope_long_factors"] if T > C else (k["longrope_short_factors"] or [1.0] * half)
+            w = [x / f for x, f in zip(w, lam)]
+            if s > 1:
+                ms = k["yarn_mscale"] or math.sqrt(1 + math.log(s) / math.log(C))
         if sc in ("yarn", "llama3") and s > 1:
             if sc == "llama3":
                 lo_r, hi_r = k["llama3_low_freq_factor"], k["llama3_high_freq_factor"]
@@ -363,7 +372,10 @@ def bf_attention(att, k, x, mask, pos, cfg):
             g = h // (H // Hkv)
             for i in real:
                 p = pos[b, i].item()
-                vis = [j for j in real if j <= i and doc[j] == doc[i] and (wins[h] == 0 or p - pos[b, j].item() < wins[h])]
+                C_ = k["chunk"]  # Llama 4's chunks and StreamingLLM's sink tokens (the document's first positions)
+                vis = [j for j in real if j <= i and doc[j] == doc[i] and (
+                    ((wins[h] == 0 or p - pos[b, j].item() < wins[h]) and (C_ == 0 or p // C_ == pos[b, j].item() // C_))
+                    or pos[b, j].item() < k["sink_tokens"])]
                 if not vis:
                     continue
 
@@ -498,13 +510,20 @@ def test_frequencies_vs_transformers():
          {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": C}),
     ]
+    lf = [1.0 + 0.15 * m for m in range(D // 2)]
+    sf = [1.0 + 0.01 * m for m in range(D // 2)]
+    for T in (C, 2 * C):  # LongRoPE: the short factors within C, the long ones past it
+        cases.append((f"longrope T={T}", kind(rope_scaling="longrope", rope_factor=4.0, rope_original_context=C,
+                                              longrope_long_factors=lf, longrope_short_factors=sf),
+                      {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": C,
+                       "long_factor": lf, "short_factor": sf}))
     for label, k, rp in cases:
         rp = dict(rp, rope_theta=10000.0)
         lc = LlamaConfig(hidden_size=D * 2, num_attention_heads=2, head_dim=D, max_position_embeddings=C,
                          rope_parameters=rp)
         fn = ROPE_INIT_FUNCTIONS[rp["rope_type"]]
-        T = 2000 if "dynamic" in label else C
-        want, want_scale = fn(lc, "cpu", seq_len=T) if "dynamic" in label else fn(lc, "cpu")
+        T = 2000 if "dynamic" in label else int(label.split("T=")[1]) if "longrope" in label else C
+        want, want_scale = fn(lc, "cpu", seq_len=T) if "dynamic" in label or "longrope" in label else fn(lc, "cpu")
         got, got_scale = mod.rope_frequencies(k, D, T, C)
         e = rel_err(torch.tensor(got), want.to(torch.float64))
         ok = e < 1e-6 and abs(got_scale - want_scale) < 1e-6

@@ -150,6 +150,16 @@ TEST(Ablation, EvalInferenceOptionsChangeTheEvaluatedLoss) {
   for (const std::string opt : {"eval.rope_scaling=pi", "eval.rope_scaling=ntk", "eval.rope_scaling=yarn",
                                 "eval.rope_scaling=dynamic_ntk", "eval.drope_c=0.4", "eval.lampe=true"})
     EXPECT_NE(loss(rope, {opt, "eval.lampe_local=8", "eval.lampe_sink=2"}), plain) << opt;
+  // LongRoPE: the searched factors (head_dim 8: 4 pairs) from the options, long past data.seq_len 32
+  const std::vector<std::string> lr{"eval.rope_scaling=longrope", "eval.longrope_long_factors=[1, 2, 4, 8]"};
+  const double lr_loss = loss(rope, lr);
+  EXPECT_NE(lr_loss, plain);
+  std::vector<std::string> lr2 = lr;
+  lr2.push_back("eval.longrope_short_factors=[1, 1, 1, 3]");  // 64 > 32: the short factors do not act
+  EXPECT_EQ(loss(rope, lr2), lr_loss);
+  EXPECT_THROW(loss(rope, {"eval.rope_scaling=longrope"}), ValueError);               // no factors
+  EXPECT_THROW(loss(rope, {"eval.longrope_long_factors=[1, 2, 4, 8]"}), ValueError);  // factors, no longrope
+  EXPECT_THROW(loss(rope, {"eval.rope_scaling=longrope", "eval.longrope_long_factors=[1, 2]"}), ValueError);
   const Recipe nope = recipe("none", "causal");
   EXPECT_NE(loss(nope, {"eval.swan_a=20"}), loss(nope, {}));
   // an option that reaches no layer is refused, not ignored

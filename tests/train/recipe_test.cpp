@@ -137,6 +137,58 @@ TEST(Recipe, CorpusSourcesAndTheirFields) {
 
 // issue 19: a section of the wrong type, duplicate keys and out-of-range numbers are refused
 // with file:line and the key, never ignored.
+TEST(Recipe, FactorListsComeFromJsonFiles) {
+  // a numeric list field may name a JSON file: a bare list, or for LongRoPE's fields its release's
+  // {long_factor, short_factor} or a config.json's rope_scaling; relative names from the recipe's directory
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "hz_recipe_factors";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  write("clip.json", "[1, 1, 0.5, 0]");
+  write("lr.json", R"({"long_factor": [1, 2, 3, 4], "short_factor": [1, 1, 1.5, 2]})");
+  write("phi3.json", R"({"hidden_size": 32, "rope_scaling": {"type": "longrope", "long_factor": [1, 3, 5, 7],
+                       "short_factor": [1, 1, 1, 1]}})");
+  const std::string y =
+      "model:\n  d_model: 32\n  n_heads: 4\n  layer_kinds:\n"
+      "    c: {pos: rope, rope_freq_factors: clip.json}\n"
+      "    l: {pos: rope, rope_scaling: longrope, longrope_long_factors: lr.json, longrope_short_factors: lr.json}\n"
+      "    p: {pos: rope, rope_scaling: longrope, longrope_long_factors: phi3.json}\n"
+      "  pattern: [c, l, p]\ndata: {seq_len: 32}\n";
+  const Recipe r = load_recipe(write("r.yaml", y));
+  const auto& cfg = r.model.cfg;
+  EXPECT_EQ(cfg.kind("c").attn.pos.rope_freq_factors, (std::vector<double>{1, 1, 0.5, 0}));
+  EXPECT_EQ(cfg.kind("l").attn.pos.longrope_long_factors, (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(cfg.kind("l").attn.pos.longrope_short_factors, (std::vector<double>{1, 1, 1.5, 2}));
+  EXPECT_EQ(cfg.kind("p").attn.pos.longrope_long_factors, (std::vector<double>{1, 3, 5, 7}));
+  // the resolved recipe holds the values, not the file names
+  EXPECT_FALSE(has(to_yaml(r), "lr.json"));
+  // bad files: named, with the recipe's line
+  write("bad.json", "[1, \"x\"]");
+  write("nojson.json", "{");
+  write("nokey.json", R"({"short_factor": [1]})");
+  auto err = [&](const std::string& field) {
+    try {
+      load_recipe(write("e.yaml", "model:\n  layer_kinds:\n    k: {pos: rope, " + field + "}\n  pattern: [k]\n"));
+    } catch (const RecipeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  std::string e = err("rope_freq_factors: bad.json");
+  EXPECT_TRUE(has(e, "e.yaml:3") && has(e, "bad.json") && has(e, "not a number")) << e;
+  e = err("rope_freq_factors: nojson.json");
+  EXPECT_TRUE(has(e, "is not JSON")) << e;
+  e = err("rope_freq_factors: missing.json");
+  EXPECT_TRUE(has(e, "cannot read the JSON file")) << e;
+  e = err("rope_scaling: longrope, longrope_long_factors: nokey.json");
+  EXPECT_TRUE(has(e, "has no 'long_factor'")) << e;
+  e = err("rope_freq_factors: lr.json");  // an object is LongRoPE's format, not a plain list
+  EXPECT_TRUE(has(e, "must be a list of numbers")) << e;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Recipe, SectionOfTheWrongTypeIsRefused) {
   std::string e = error_of("run: {name: x}\ntrain: -5\n");
   EXPECT_TRUE(has(e, "test.yaml:2")) << e;
