@@ -170,7 +170,9 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   Tensor positions = call.documents        ? call.documents->positions(dev)
                      : positions_in.defined() ? positions_in.to(dev)
                                               : Tensor::arange(0, T, 1, DType::I64, dev);
-  if (call.route && !positions_in.defined()) positions = call.route->share(positions, positions.dim() - 1);
+  // the whole sequence's positions (the default, or given for all T): this route's share of them
+  if (call.route && (!positions_in.defined() || (positions.size(-1) == T && T != ids.size(1))))
+    positions = call.route->share(positions, positions.dim() - 1);
   ComputeScope scope(compute_dtype);
   if (call.T == 0) call.T = T;
   if (call.train_len == 0) call.train_len = cfg.train_len;
@@ -179,9 +181,10 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   return norm->forward(x);
 }
 
-ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const Tensor& weights, AttnCall call) const {
+ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const Tensor& weights, AttnCall call,
+                               const Tensor& positions) const {
   ComputeScope scope(compute_dtype);
-  const ag::Variable h = hidden(ids, Tensor(), call);
+  const ag::Variable h = hidden(ids, positions, call);
   const ag::Variable x = ag::reshape(h, {-1, cfg.d_model});
   // the head's weight as project() multiplies it (the compute dtype under autocast)
   const ag::Variable& w = head ? head->weight : embed->weight;

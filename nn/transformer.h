@@ -81,8 +81,9 @@ class Transformer : public Module {
   // Mean next-token cross-entropy: targets (B, T) integer, weights (B, T) float or undefined.
   // The head and the loss run as one chunked op (ag::lm_head_loss): the (B T, V) logits never
   // exist at once unless loss_chunk is 0.
+  // positions as forward()'s (training with drawn positions: data/positions.h).
   ag::Variable loss(const Tensor& ids, const Tensor& targets, const Tensor& weights = Tensor(),
-                    AttnCall call = {}) const;
+                    AttnCall call = {}, const Tensor& positions = Tensor()) const;
   // Evaluation: each token's NLL -ln softmax(h_i W^T)[targets_i] as (B T) f64 on the CPU, 0 where
   // the target is ignore_index (-100); no graph is built. The head runs on `chunk` rows at a time
   // (-1: auto_loss_chunk, 0: all rows, else rounded up to whole ag::kLossSlice slices), so long

@@ -123,6 +123,14 @@ void visit_fields(Recipe& r, V& v) {
                 run_opt("activation recomputation: none | attention (norm1 + attention sublayer recomputed in backward) | "
                         "layer (only each block's input kept); gradients bitwise equal to none"),
                 nn::parse_recompute, static_cast<const char* (*)(nn::Recompute)>(nn::name));
+  v.enumeration("train.positions", r.train.positions.scheme,
+                run_opt("the positions training tokens carry: index | pose (PoSE: chunks shifted by random skips over "
+                        "[0, position_max)) | randomized (sorted distinct samples of [0, position_max)); RoPE and "
+                        "p-RoPE rotate by them, masks and evaluation keep indices"),
+                data::parse_position_scheme, static_cast<const char* (*)(data::PositionScheme)>(data::name));
+  v("train.position_max", r.train.positions.max,
+    run_opt("pose / randomized: positions lie in [0, position_max) (the target length; > data.seq_len)").in(0, 1 << 30));
+  v("train.pose_chunks", r.train.positions.chunks, run_opt("pose: chunks per sequence (PoSE's N)").in(1, 1 << 20));
   v("train.loss_chunk", r.train.loss_chunk,
     run_opt("rows of LM-head logits alive at a time (-1 = automatic: about 64 MiB of them, 1 GiB on a GPU; 0 = all); "
             "f32/bf16 losses and gradients on the CPU are bitwise the same for every value").at_least(-1));
@@ -906,6 +914,31 @@ void Recipe::validate() const {
   if (train.steps < 1) bad("train.steps must be >= 1");
   if (train.grad_accum < 1) bad("train.grad_accum must be >= 1");
   if (train.bucket_mb < 1) bad("train.bucket_mb must be >= 1");
+  if (train.positions.scheme != data::PositionScheme::Index) {
+    const std::string pn = std::string("train.positions ") + data::name(train.positions.scheme);
+    if (train.positions.max <= data.seq_len)
+      bad(pn + " spreads data.seq_len = " + std::to_string(data.seq_len) +
+          " tokens over [0, train.position_max): set train.position_max above it (the target length), got " +
+          std::to_string(train.positions.max));
+    if (train.positions.scheme == data::PositionScheme::PoSE && train.positions.chunks > data.seq_len)
+      bad("train.pose_chunks (" + std::to_string(train.positions.chunks) + ") exceeds data.seq_len");
+    if (data.documents != attn::DocumentMode::Stream)
+      bad(pn + " needs data.documents: stream (packed documents define their own positions)");
+    bool rotary = false;
+    for (const auto& k : model.cfg.kinds) {
+      const attn::AttentionSpec& s = k.attn;
+      rotary |= s.pos.kind == attn::PosKind::Rope || s.pos.kind == attn::PosKind::PRope;
+      std::string reads;  // terms that read a token's index as its position
+      if (s.pos.kind == attn::PosKind::Alibi) reads = "ALiBi's distances";
+      if (s.logit.kind == attn::LogitKind::LogN && s.logit.logn_position) reads = "LogN's position count (logn_position)";
+      if (s.logit.kind == attn::LogitKind::SwanRow) reads = "SWAN's row scale (swan_row)";
+      if (s.logit.qtemp_alpha != 0) reads = "Llama 4's position temperature (qtemp_alpha)";
+      if (!reads.empty())
+        bad(pn + ": layer kind '" + k.name + "' uses " + reads +
+            ", which reads token indices, not the drawn positions; only RoPE and p-RoPE take them");
+    }
+    if (!rotary) bad(pn + ": the model has no RoPE or p-RoPE layer, the only ones that read positions");
+  }
   if (checkpoint.keep_last < 1) bad("checkpoint.keep_last must be >= 1");
   if (drope.at_step >= train.steps) bad("drope.at_step (" + std::to_string(drope.at_step) + ") must be < train.steps (" + std::to_string(train.steps) + ")");
   for (int64_t l : eval_lengths())

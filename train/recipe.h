@@ -13,6 +13,7 @@
 
 #include "attention/documents.h"
 #include "attention/spec.h"
+#include "data/positions.h"
 #include "distributed/context/exchange.h"
 #include "eval/options.h"
 #include "nn/autocast.h"
@@ -106,6 +107,7 @@ struct TrainSection {
   bool overlap_comm = true;           // all-reduce buckets during backward (false: after backward)
   nn::Recompute recompute = nn::Recompute::None;  // activation recomputation (nn/attention_layer.h)
   int64_t loss_chunk = -1;            // rows of logits alive at a time; -1 = automatic, 0 = all
+  data::PositionOptions positions;    // the positions training tokens carry (data/positions.h)
 };
 
 struct ParallelSection {

@@ -431,7 +431,15 @@ class Trainer {
       call.recompute = r_.train.recompute;
       call.route = context_;
       const data::Batch b = context_ ? dist::shard_batch(whole, context_->layout()) : whole;
-      ag::Variable loss = model_->loss(b.tokens, b.targets, b.weights, call);
+      // drawn positions (train.positions): a function of the micro-batch count and the global row, so
+      // a resume continues them; the context-parallel ranks of a sequence share its row
+      const data::PositionOptions& po = r_.train.positions;
+      const Tensor pos = po.scheme == data::PositionScheme::Index
+                             ? Tensor()
+                             : data::make_positions(po, whole.tokens.size(0), whole.tokens.size(1),
+                                                    static_cast<uint64_t>(r_.run.seed), step * r_.train.grad_accum + micro,
+                                                    int64_t{dims_.data_rank()} * whole.tokens.size(0));
+      ag::Variable loss = model_->loss(b.tokens, b.targets, b.weights, call, pos);
       if (context_) {  // this rank's mean, weighted so that the group's average is the sequence's mean
         const double here = loss_weight(b.targets, b.weights);
         const double all = context_comm_->all_reduce_scalar(here, ReduceOp::Sum);

@@ -400,8 +400,9 @@ TEST_F(Context, EvaluationSplitOverTheGroupEqualsOneRank) {
 
 TEST_F(Context, TrainingFollowsTheSingleRankRun) {
   const int N = world().size(), me = world().rank();
-  for (const std::string kind : {"rope"}) {
-    const std::vector<std::string> extra{"checkpoint.every=0", "data.seq_len=48", "model.n_heads=4"};
+  for (const std::string kind : {"rope", "rope_pose"}) {  // PoSE: the ranks of a sequence share its positions
+    std::vector<std::string> extra{"checkpoint.every=0", "data.seq_len=48", "model.n_heads=4"};
+    if (kind == "rope_pose") extra.insert(extra.end(), {"train.positions=pose", "train.position_max=300"});
     // the single-rank run, on every rank alone (each in its own directories: no rank waits for another's data)
     TrainOptions alone;
     alone.quiet = true;

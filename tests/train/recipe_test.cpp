@@ -189,6 +189,28 @@ TEST(Recipe, FactorListsComeFromJsonFiles) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Recipe, DrawnPositionsAreRefusedWhereNoLayerCouldReadThem) {
+  const std::string rope = "model:\n  layer_kinds:\n    k: {pos: rope}\n    a: {pos: ALIBI}\n  pattern: [k, a]\n"
+                           "data: {seq_len: 64}\ntrain: {positions: pose, position_max: MAX}\n";
+  auto y = [&](const std::string& a, const std::string& max) {
+    std::string s = rope;
+    s.replace(s.find("ALIBI"), 5, a);
+    s.replace(s.find("MAX"), 3, max);
+    return s;
+  };
+  EXPECT_EQ(error_of(y("rope", "256")), "");
+  std::string e = error_of(y("alibi", "256"));
+  EXPECT_TRUE(has(e, "layer kind 'a' uses ALiBi's distances")) << e;
+  e = error_of(y("rope", "64"));
+  EXPECT_TRUE(has(e, "set train.position_max above it")) << e;
+  e = error_of(y("rope", "256"), {"data.documents=masked"});
+  EXPECT_TRUE(has(e, "needs data.documents: stream")) << e;
+  e = error_of(y("rope", "256"), {"model.layer_kinds.k.pos=none", "model.layer_kinds.a.pos=none"});
+  EXPECT_TRUE(has(e, "no RoPE or p-RoPE layer")) << e;
+  e = error_of(y("rope", "256"), {"model.layer_kinds.a.logit=swan_row"});
+  EXPECT_TRUE(has(e, "SWAN's row scale")) << e;
+}
+
 TEST(Recipe, SectionOfTheWrongTypeIsRefused) {
   std::string e = error_of("run: {name: x}\ntrain: -5\n");
   EXPECT_TRUE(has(e, "test.yaml:2")) << e;

@@ -78,6 +78,28 @@ TEST(Trainer, ResumeContinuesTheSameTrajectoryBitwise) {
   }
 }
 
+// Drawn positions (PoSE, randomized): the run repeats, a resume continues them bitwise (they follow
+// from the micro-batch count), and they act: the trajectory differs from index positions'.
+TEST(Trainer, DrawnPositionsRepeatAndResumeExactly) {
+  for (const std::string scheme : {"pose", "randomized"}) {
+    const std::vector<std::string> ov{"train.positions=" + scheme, "train.position_max=512", "train.pose_chunks=3",
+                                      "train.grad_accum=2"};
+    const TrainResult full = hz::train::train(tiny(scheme + "_full", ov), quiet());
+    const TrainResult again = hz::train::train(tiny(scheme + "_again", ov), quiet());
+    EXPECT_EQ(full.losses, again.losses) << scheme;
+    TrainOptions stop = quiet();
+    stop.stop_after = 6;
+    hz::train::train(tiny(scheme + "_split", ov), stop);
+    std::vector<std::string> resume = ov;
+    resume.push_back("checkpoint.resume=latest");
+    const TrainResult second = hz::train::train(tiny(scheme + "_split", resume), quiet());
+    ASSERT_EQ(second.losses.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(second.losses[i], full.losses[6 + i]) << scheme << " step " << 6 + i;
+    const TrainResult index = hz::train::train(tiny(scheme + "_index", {"train.grad_accum=2"}), quiet());
+    EXPECT_NE(index.losses[1], full.losses[1]) << scheme;  // the first step is the same model, the positions differ
+  }
+}
+
 // Issue 40's retrieval mixture: a share of the batches are a synthetic task's; the run repeats and a
 // resume continues it bitwise (which batch is the task's, and where the task's stream is, follow from
 // the micro-batch count), also with gradient accumulation; the mixture changes the trajectory.
