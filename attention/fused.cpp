@@ -22,6 +22,15 @@ AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t 
   cfg.chunk = spec.mask.chunk;
   cfg.sink_tokens = spec.mask.sink_tokens;
   if (spec.pos.kind == PosKind::Alibi) cfg.alibi_slope = alibi_slopes(n_heads);
+  if (spec.diff) {  // DIFF V2: attention heads 2h and 2h+1 share output head h's window and slope
+    auto pairs = [](const auto& v) {
+      std::decay_t<decltype(v)> out;
+      for (const auto& x : v) out.insert(out.end(), {x, x});
+      return out;
+    };
+    cfg.window = pairs(cfg.window);
+    cfg.alibi_slope = pairs(cfg.alibi_slope);
+  }
   cfg.logit = spec.logit.kind;
   cfg.tau = spec.logit.tau;
   cfg.swan_a = spec.logit.swan_a;

@@ -103,6 +103,8 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
            Hkv, "); pick n_kv_heads among the divisors of ", H);
   HZ_CHECK(D > 0, ValueError, "attention: head_dim must be positive");
   HZ_CHECK(T > 0, ValueError, "attention: sequence length must be positive");
+  HZ_CHECK(!diff || 2 * H <= 128, ValueError, "attention: diff runs 2 n_heads = ", 2 * H,
+           " attention heads; the fused op takes at most 128");
   if (pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) {
     HZ_CHECK(D % 2 == 0, ValueError, "attention: RoPE rotates pairs, so head_dim (", D,
              ") must be even");
@@ -230,6 +232,7 @@ std::string AttentionSpec::describe() const {
   if (gate != OutputGate::None) os << " gate=" << name(gate);
   if (sink) os << " sink";
   if (forget) os << " fox(b=" << forget_bias << ")";
+  if (diff) os << " diff";
   return os.str();
 }
 

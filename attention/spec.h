@@ -136,6 +136,12 @@ struct AttentionSpec {
   // larger: longer memory at initialisation).
   bool forget = false;
   double forget_bias = 0.0;
+  // DIFF Transformer V2 (Ye, Dong, Sun, Wei 2026): twice the query heads, the two of a pair in the
+  // same GQA group (sharing its keys and values), and output head h = A_2h V - sigmoid(lambda_h) A_2h+1 V
+  // with lambda = x W_lambda per token and head. The fused op runs the 2H heads (pairs share their
+  // window and ALiBi slope); sinks, LogN's c and FoX's gates are per attention head (2H).
+  bool diff = false;
+  int64_t attn_heads(int64_t n_heads) const { return diff ? 2 * n_heads : n_heads; }
 
   // Throws ValueError naming the field and what to change.
   void validate(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t T) const;

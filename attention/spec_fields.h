@@ -80,6 +80,8 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
                 parse_gate, static_cast<const char* (*)(OutputGate)>(name));
   v(p + ".sink", s.sink, arch("attention sinks: a learned logit per head joins every row's softmax denominator (gpt-oss)"));
   v(p + ".forget", s.forget, arch("FoX forget gate: logits gain sum_{j<m<=i} log sigmoid(x_m w_h + b_h)"));
+  v(p + ".diff", s.diff,
+    arch("DIFF Transformer V2: 2H query heads, output head h = A_2h V - sigmoid(x w_h) A_2h+1 V (pairs share k, v)"));
   v(p + ".forget_bias", s.forget_bias, arch("FoX: initial forget-gate bias b_h (0 as in FoX; larger = longer memory at init)"));
 }
 

@@ -53,10 +53,10 @@ int info_main(const std::vector<std::string>& a) {
       nn::AttnCall call;
       call.T = T;
       call.train_len = r.data.seq_len;
-      const auto c = attn::attention_cost(b->attn->attn_config(call), m.cfg.n_heads, T, T, m.cfg.hdim());
+      const auto c = attn::attention_cost(b->attn->attn_config(call), b->attn->attn_heads(), T, T, m.cfg.hdim());
       pairs += c.visible_pairs;
       flops += c.flops_fwd;
-      dense += 4.0 * m.cfg.hdim() * m.cfg.n_heads * T * (T + 1) / 2.0;
+      dense += 4.0 * m.cfg.hdim() * b->attn->attn_heads() * T * (T + 1) / 2.0;
     }
     fmt::print("{:>8} {:>16} {:>12.3f} {:>9.1f}%\n", T, pairs, flops / 1e9, 100.0 * flops / dense);
   }
@@ -111,9 +111,10 @@ int info_main(const std::vector<std::string>& a) {
       call.T = r.data.seq_len;
       call.train_len = r.data.seq_len;
       attn::AttnConfig cfg = layer->attn->attn_config(call);
-      stream += b.tokens.size(0) * attn::attention_cost(cfg, m.cfg.n_heads, call.T, call.T, m.cfg.hdim()).visible_pairs;
+      const int64_t Ha = layer->attn->attn_heads();
+      stream += b.tokens.size(0) * attn::attention_cost(cfg, Ha, call.T, call.T, m.cfg.hdim()).visible_pairs;
       cfg.documents = docs;
-      pairs += attn::attention_cost(cfg, m.cfg.n_heads, call.T, call.T, m.cfg.hdim()).visible_pairs;
+      pairs += attn::attention_cost(cfg, Ha, call.T, call.T, m.cfg.hdim()).visible_pairs;
     }
     fmt::print("  visible pairs (all layers): {} masked vs {} stream ({:.1f}%)\n", pairs, stream,
                100.0 * static_cast<double>(pairs) / static_cast<double>(std::max<int64_t>(1, stream)));

@@ -676,6 +676,8 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
       why.push_back(at + "attention sinks: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which has a sink logit");
     if (s.forget)
       why.push_back(at + "FoX forget gates: no Llama-family architecture decays its logits by a learned gate");
+    if (s.diff)
+      why.push_back(at + "DIFF Transformer V2 (diff): no Llama-family architecture subtracts paired attention heads");
   }
   if (pos_mismatch)
     why.push_back("the RoPE layers use different RoPE settings (base or scaling); these architectures have one "

@@ -41,6 +41,7 @@ std::vector<std::pair<std::string, std::string>> parameter_names(const nn::Model
       out.emplace_back(p + "self_attn.k_norm.weight", h + "attn.k_norm.weight");
     }
     if (s.gate != attn::OutputGate::None) out.emplace_back(p + "self_attn.gate_proj.weight", h + "attn.wg.weight");
+    if (s.diff) out.emplace_back(p + "self_attn.lambda_proj.weight", h + "attn.wl.weight");
     if (s.logit.kind == attn::LogitKind::LogN && s.logit.logn_learnable)
       out.emplace_back(p + "self_attn.logn_c", h + "attn.logn_c");
     if (s.sink) out.emplace_back(p + "self_attn.sinks", h + "attn.sink");
@@ -71,32 +72,34 @@ std::map<std::string, Shape> parameter_shapes(const nn::ModelConfig& c) {
     const std::string h = "layers." + std::to_string(l) + ".";
     s[h + "norm1.weight"] = {C};
     s[h + "norm2.weight"] = {C};
-    s[h + "attn.wq.weight"] = {H * D, C};
+    const attn::AttentionSpec& a = specs[l];
+    const int64_t Ha = a.attn_heads(H);  // DIFF V2: 2H query heads
+    s[h + "attn.wq.weight"] = {Ha * D, C};
     s[h + "attn.wk.weight"] = {Hkv * D, C};
     s[h + "attn.wv.weight"] = {Hkv * D, C};
     s[h + "attn.wo.weight"] = {C, H * D};
     if (c.qkv_bias) {
-      s[h + "attn.wq.bias"] = {H * D};
+      s[h + "attn.wq.bias"] = {Ha * D};
       s[h + "attn.wk.bias"] = {Hkv * D};
       s[h + "attn.wv.bias"] = {Hkv * D};
     }
     s[h + "mlp.w1.weight"] = {F, C};
     if (c.mlp == nn::MlpKind::SwiGLU) s[h + "mlp.w3.weight"] = {F, C};
     s[h + "mlp.w2.weight"] = {C, F};
-    const attn::AttentionSpec& a = specs[l];
     if (a.qk_norm == attn::QKNorm::Full) {
-      s[h + "attn.q_norm.weight"] = {H * D};
+      s[h + "attn.q_norm.weight"] = {Ha * D};
       s[h + "attn.k_norm.weight"] = {Hkv * D};
     } else if (a.qk_norm == attn::QKNorm::PerHead) {
       s[h + "attn.q_norm.weight"] = {D};
       s[h + "attn.k_norm.weight"] = {D};
     }
     if (a.gate != attn::OutputGate::None) s[h + "attn.wg.weight"] = {a.gate == attn::OutputGate::Head ? H : H * D, C};
-    if (a.logit.kind == attn::LogitKind::LogN && a.logit.logn_learnable) s[h + "attn.logn_c"] = {H};
-    if (a.sink) s[h + "attn.sink"] = {H};
+    if (a.diff) s[h + "attn.wl.weight"] = {H, C};
+    if (a.logit.kind == attn::LogitKind::LogN && a.logit.logn_learnable) s[h + "attn.logn_c"] = {Ha};
+    if (a.sink) s[h + "attn.sink"] = {Ha};
     if (a.forget) {
-      s[h + "attn.forget_w"] = {H, C};
-      s[h + "attn.forget_b"] = {H};
+      s[h + "attn.forget_w"] = {Ha, C};
+      s[h + "attn.forget_b"] = {Ha};
     }
   }
   return s;

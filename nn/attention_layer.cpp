@@ -14,30 +14,31 @@ Recompute parse_recompute(const std::string& s) { return parse_name<Recompute>(s
 AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec& s, double init_std,
                                double resid_std, DType dt)
     : dims(d), spec(s) {
-  const int64_t H = d.n_heads, Hkv = d.n_kv_heads, D = d.head_dim;
-  wq = register_module("wq", std::make_shared<Linear>(d.d_model, H * D, d.qkv_bias, init_std, dt));
+  const int64_t H = d.n_heads, Hkv = d.n_kv_heads, D = d.head_dim, Ha = attn_heads();
+  wq = register_module("wq", std::make_shared<Linear>(d.d_model, Ha * D, d.qkv_bias, init_std, dt));
   wk = register_module("wk", std::make_shared<Linear>(d.d_model, Hkv * D, d.qkv_bias, init_std, dt));
   wv = register_module("wv", std::make_shared<Linear>(d.d_model, Hkv * D, d.qkv_bias, init_std, dt));
   wo = register_module("wo", std::make_shared<Linear>(H * D, d.d_model, false, resid_std, dt));
   if (spec.gate != attn::OutputGate::None)
     wg = register_module("wg", std::make_shared<Linear>(d.d_model, spec.gate == attn::OutputGate::Head ? H : H * D, false,
                                                         init_std, dt));
+  if (spec.diff) wl = register_module("wl", std::make_shared<Linear>(d.d_model, H, false, init_std, dt));
   if (spec.qk_norm == attn::QKNorm::Full) {
-    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(H * D, 1e-6, dt));
+    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(Ha * D, 1e-6, dt));
     k_norm = register_module("k_norm", std::make_shared<RMSNorm>(Hkv * D, 1e-6, dt));
   } else if (spec.qk_norm == attn::QKNorm::PerHead) {
     q_norm = register_module("q_norm", std::make_shared<RMSNorm>(D, 1e-6, dt));
     k_norm = register_module("k_norm", std::make_shared<RMSNorm>(D, 1e-6, dt));
   }
   if (spec.logit.kind == attn::LogitKind::LogN) {
-    Tensor c = Tensor::full({H}, spec.logit.logn_c, dt);
+    Tensor c = Tensor::full({Ha}, spec.logit.logn_c, dt);
     if (spec.logit.logn_learnable) logn_c = register_parameter("logn_c", c, Init::constant(spec.logit.logn_c));
     else logn_c = ag::Variable(c);
   }
-  if (spec.sink) sink = register_parameter("sink", Tensor::zeros({H}, dt), Init::constant(0.0));
+  if (spec.sink) sink = register_parameter("sink", Tensor::zeros({Ha}, dt), Init::constant(0.0));
   if (spec.forget) {
-    forget_w = register_parameter("forget_w", Tensor::zeros({H, d.d_model}, dt), Init::normal(init_std));
-    forget_b = register_parameter("forget_b", Tensor::zeros({H}, dt), Init::constant(spec.forget_bias));
+    forget_w = register_parameter("forget_w", Tensor::zeros({Ha, d.d_model}, dt), Init::normal(init_std));
+    forget_b = register_parameter("forget_b", Tensor::zeros({Ha}, dt), Init::constant(spec.forget_bias));
   }
 }
 
@@ -69,7 +70,7 @@ attn::AttnConfig AttentionLayer::attn_config(const AttnCall& call) const {
 }
 
 AttentionLayer::QKV AttentionLayer::project_qkv(const ag::Variable& x) const {
-  const int64_t B = x.size(0), T = x.size(1), H = dims.n_heads, Hkv = dims.n_kv_heads, D = dims.head_dim;
+  const int64_t B = x.size(0), T = x.size(1), H = attn_heads(), Hkv = dims.n_kv_heads, D = dims.head_dim;
   ag::Variable q = wq->forward(x), k = wk->forward(x), v = wv->forward(x);  // (B, T, heads*D)
   if (spec.qk_norm == attn::QKNorm::Full) {
     q = q_norm->forward(q);
@@ -89,13 +90,15 @@ AttentionLayer::QKV AttentionLayer::project_qkv(const ag::Variable& x) const {
 }
 
 AttnShape AttentionLayer::shape(const CallShape& s) const {
-  return {s, dims.n_heads, dims.n_kv_heads, dims.head_dim, spec.forget};
+  return {s, attn_heads(), dims.n_kv_heads, dims.head_dim, spec.forget};
 }
 
 ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) const {
-  const int64_t N = s.tokens(), a = s.act, C = dims.d_model, H = dims.n_heads, Hkv = dims.n_kv_heads,
+  const int64_t N = s.tokens(), a = s.act, C = dims.d_model, H = attn_heads(), Hkv = dims.n_kv_heads,
                 D = dims.head_dim;
   int64_t kept = N * C * a + N * (2 * H + 2 * Hkv) * D * a + N * H * 4;
+  // DIFF V2: the pairs' second halves scaled, lambda's logits and sigmoid, the difference
+  if (spec.diff) kept += N * (H / 2) * D * a * 2 + 2 * N * (H / 2) * a;
   if (spec.qk_norm != attn::QKNorm::None) kept += N * (H + Hkv) * D * a + N * (H + Hkv) * 4;
   if (spec.gate != attn::OutputGate::None)
     kept += 2 * N * (spec.gate == attn::OutputGate::Head ? H : H * D) * a + N * H * D * a;
@@ -128,7 +131,7 @@ bool AttentionLayer::uses_lampe(const attn::AttnConfig& cfg) const {
 ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
                                      LayerKV* cache) const {
   const int64_t B = x.size(0), T = x.size(1), H = dims.n_heads, D = dims.head_dim;
-  auto [q, k, v] = project_qkv(x);
+  auto [q, k, v] = project_qkv(x);  // q (B, attn_heads(), T, D)
   // bf16 activations go through attention as they are: the fused op takes bf16 (f32 arithmetic
   // on the CPU, tensor cores with fp32 accumulation on a GPU; lse and LogN's c stay f32)
   const DType act = q.dtype();
@@ -163,6 +166,14 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
     }
     AttentionRoute& route = cache ? *cache : call.route ? *call.route : fused_route();
     o = route.attend(q, k, v, cfg, terms(x));
+  }
+  if (spec.diff) {  // DIFF V2: o_h = A_2h V - sigmoid(lambda_h) A_2h+1 V, lambda = x W_l per token
+    const ag::Variable pairs = ag::reshape(o, {B, H, 2, T, D});
+    const ag::Variable even = ag::reshape(ag::narrow(pairs, 2, 0, 1), {B, H, T, D});
+    const ag::Variable odd = ag::reshape(ag::narrow(pairs, 2, 1, 1), {B, H, T, D});
+    const ag::Variable lam = ag::sigmoid(ag::transpose(wl->forward(x), 1, 2));  // (B, H, T)
+    o = ag::sub(even, ag::mul(ag::cast(odd, lam.dtype()), ag::reshape(lam, {B, H, T, 1})));
+    o = ag::cast(o, act);
   }
   ag::Variable y = ag::reshape(ag::transpose(o, 1, 2), {B, T, H * D});
   if (wg) {  // gated attention: y * sigmoid(x W_g), a gate per head (broadcast over D) or per element

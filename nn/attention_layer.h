@@ -71,6 +71,8 @@ class AttentionLayer : public Module {
   };
   QKV project_qkv(const ag::Variable& x) const;
   bool rotary() const;  // RoPE or p-RoPE
+  // The fused op's query heads: n_heads, or 2 n_heads for DIFF V2 (spec.diff).
+  int64_t attn_heads() const { return spec.attn_heads(dims.n_heads); }
   // Whether a call with this kernel config runs as LaMPE: a LaMPE setting on a causal RoPE layer.
   bool uses_lampe(const attn::AttnConfig& cfg) const;
   // This layer's rotary frequencies for a call (RoPE scalings resolved against call.T/train_len).
@@ -80,10 +82,12 @@ class AttentionLayer : public Module {
   attn::AttentionSpec spec;
   std::shared_ptr<Linear> wq, wk, wv, wo;
   std::shared_ptr<Linear> wg;  // gated output (spec.gate): C -> H (head) or H D (element), no bias
+  std::shared_ptr<Linear> wl;  // DIFF V2 (spec.diff): C -> H, lambda per token and output head, no bias
   std::shared_ptr<RMSNorm> q_norm, k_norm;
-  ag::Variable logn_c;  // (H): a parameter when learnable, else a constant
-  ag::Variable sink;    // (H): the sink logits (spec.sink), initialised to 0
-  ag::Variable forget_w, forget_b;  // FoX (spec.forget): (H, C) ~ normal(init_std), (H) = forget_bias
+  // per attention head (Ha = attn_heads()):
+  ag::Variable logn_c;  // (Ha): a parameter when learnable, else a constant
+  ag::Variable sink;    // (Ha): the sink logits (spec.sink), initialised to 0
+  ag::Variable forget_w, forget_b;  // FoX (spec.forget): (Ha, C) ~ normal(init_std), (Ha) = forget_bias
   // The op's terms for input x (B, T, C): LogN's c, the sinks, FoX's log f (B, H, T) (f32 for bf16 x).
   attn::AttnTerms terms(const ag::Variable& x) const;
   // Inference: when set on a causal RoPE layer, attention runs as LaMPE (attention/lampe.h).

@@ -321,7 +321,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
         nn::AttnCall call;
         call.T = T;
         call.train_len = r.data.seq_len;
-        flops += attn::attention_cost(b->attn->attn_config(call), m.cfg.n_heads, T, T, m.cfg.hdim()).flops_fwd;
+        flops += attn::attention_cost(b->attn->attn_config(call), b->attn->attn_heads(), T, T, m.cfg.hdim()).flops_fwd;
       }
       fl.push_back({T, flops});
     }

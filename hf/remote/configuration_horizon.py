@@ -61,6 +61,7 @@ LAYER_KIND_DEFAULTS: Dict[str, Any] = {
     "sink": False,
     "forget": False,
     "forget_bias": 0.0,
+    "diff": False,
 }
 
 # The accepted names of each enumerated field ("ssmax" is another name of logn).

@@ -348,31 +348,38 @@ class HorizonAttention(nn.Module):
         self.layer_idx = layer_idx
         self.kind = config.layer_kind(layer_idx)
         C, H, Hkv, D = config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim
-        self.H, self.Hkv, self.D = H, Hkv, D
+        # DIFF Transformer V2: Ha = 2H query heads, the pair (2h, 2h+1) in one GQA group; output head
+        # h = A_2h V - sigmoid(x . w_h) A_2h+1 V (lambda_proj: one lambda per token and output head)
+        Ha = 2 * H if self.kind["diff"] else H
+        self.H, self.Ha, self.Hkv, self.D = H, Ha, Hkv, D
         if self.kind["pos"] in ("rope", "prope") and D % 2:
             raise ValueError(f"layer {layer_idx}: RoPE rotates pairs, so head_dim ({D}) must be even")
-        self.q_proj = nn.Linear(C, H * D, bias=config.attention_bias)
+        self.q_proj = nn.Linear(C, Ha * D, bias=config.attention_bias)
         self.k_proj = nn.Linear(C, Hkv * D, bias=config.attention_bias)
         self.v_proj = nn.Linear(C, Hkv * D, bias=config.attention_bias)
         self.o_proj = nn.Linear(H * D, C, bias=False)
         # QK-norm (RMSNorm, eps 1e-6): "full" over the whole projection before splitting heads, "per_head" over D
         if self.kind["qk_norm"] == "full":
-            self.q_norm, self.k_norm = HorizonRMSNorm(H * D, 1e-6), HorizonRMSNorm(Hkv * D, 1e-6)
+            self.q_norm, self.k_norm = HorizonRMSNorm(Ha * D, 1e-6), HorizonRMSNorm(Hkv * D, 1e-6)
         elif self.kind["qk_norm"] == "per_head":
             self.q_norm, self.k_norm = HorizonRMSNorm(D, 1e-6), HorizonRMSNorm(D, 1e-6)
         # gated attention: o <- o * sigmoid(x W_g^T), one gate per head (H, C) or per element (H*D, C)
         if self.kind["gate"] != "none":
             self.gate_proj = nn.Linear(C, H if self.kind["gate"] == "head" else H * D, bias=False)
-        # LogN's c_h: a learned scalar per head, or the constant logn_c
+        if self.kind["diff"]:
+            self.lambda_proj = nn.Linear(C, H, bias=False)
+        # LogN's c_h: a learned scalar per (attention) head, or the constant logn_c
         if self.kind["logit"] == "logn" and self.kind["logn_learnable"]:
-            self.logn_c = nn.Parameter(torch.full((H,), float(self.kind["logn_c"])))
+            self.logn_c = nn.Parameter(torch.full((Ha,), float(self.kind["logn_c"])))
         # attention sinks: a logit z_h per head in every row's softmax denominator
         if self.kind["sink"]:
-            self.sinks = nn.Parameter(torch.zeros(H))
+            self.sinks = nn.Parameter(torch.zeros(Ha))
         # FoX: log f = log sigmoid(x w_h + b_h) per head and token
         if self.kind["forget"]:
-            self.forget_proj = nn.Linear(C, H, bias=True)
+            self.forget_proj = nn.Linear(C, Ha, bias=True)
         self.slopes = alibi_slopes(H) if self.kind["pos"] == "alibi" else None
+        if self.slopes is not None and Ha != H:  # the pair shares its output head's slope
+            self.slopes = [s for s in self.slopes for _ in range(2)]
 
     def depends_on_length(self) -> bool:
         """Whether the layer's logits depend on T (so cached decoding equals a full forward only at a fixed T)."""
@@ -457,7 +464,7 @@ class HorizonAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: Dict[str, Any], cache_layer: Optional[HorizonCacheLayer]) -> torch.Tensor:
         B, Tn, _ = x.shape
-        H, Hkv, D, kind = self.H, self.Hkv, self.D, self.kind
+        H, Ho, Hkv, D, kind = self.Ha, self.H, self.Hkv, self.D, self.kind  # H: attention heads, Ho: output heads
         dt = x.dtype
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if kind["qk_norm"] == "full":
@@ -478,7 +485,8 @@ class HorizonAttention(nn.Module):
 
         # windows W_h per sequence (its T) and query head; 0 = unbounded
         T_rows = ctx["T_rows"]
-        wins = {T: layer_windows(kind, H, T, self.config.train_length) for T in set(T_rows)}
+        wins = {T: [w for w in layer_windows(kind, Ho, T, self.config.train_length) for _ in range(H // Ho)]
+                for T in set(T_rows)}  # DIFF V2: the pair shares its output head's window
         W = torch.tensor([wins[T] for T in T_rows], dtype=torch.long, device=x.device)  # (B, H)
         t = ctx["t"]  # (B, Tn, Tk) distances p_i - p_j
         # chunked attention (Llama 4): keys in the query's chunk of C positions, floor(p_j / C) = floor(p_i / C)
@@ -571,6 +579,10 @@ class HorizonAttention(nn.Module):
             outs.append(torch.matmul(probs, v[:, g]))  # (B, Tn, D)
 
         y = torch.stack(outs, dim=2)  # (B, Tn, H, D)
+        if kind["diff"]:
+            # DIFF V2: y_h = A_2h V - sigmoid(lambda_h) A_2h+1 V, lambda = x W_lambda per token and head
+            y = y[:, :, 0::2] - torch.sigmoid(self.lambda_proj(x))[..., None] * y[:, :, 1::2]
+        H = Ho
         if kind["gate"] == "head":
             # y_h <- y_h * sigmoid(x . w_h)
             y = y * torch.sigmoid(self.gate_proj(x))[..., None]

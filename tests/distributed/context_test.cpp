@@ -269,6 +269,8 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
                                           "qtemp_alpha: 0.3, qtemp_beta: 4}\n  pattern: [f, w]\n"},
       {"chunked", "    k: {pos: rope, mask: causal, chunk: 8, logit: ssmax}\n"
                   "    w: {pos: none, mask: window, window: 6, chunk: 5, forget: true}\n  pattern: [k, w]\n"},
+      {"diff v2", "    k: {pos: rope, mask: causal, diff: true, logit: ssmax}\n"
+                  "    w: {pos: none, mask: window, window: 6, diff: true, forget: true}\n  pattern: [k, w]\n"},
       {"sink tokens", "    k: {pos: rope, mask: window, window: 6, sink_tokens: 2, logit: ssmax}\n"
                       "    w: {pos: none, mask: causal, chunk: 5, sink_tokens: 3, forget: true}\n  pattern: [k, w]\n"},
       {"rope frequency factors", "    k: {pos: rope, mask: causal, rope_freq_factors: [1, 0.8, 0.3, 0]}\n"

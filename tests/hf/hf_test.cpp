@@ -363,6 +363,7 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.forget = true; }), "FoX forget gates"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.logit.qtemp_alpha = 0.1; }), "Llama 4's position temperature"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.mask.chunk = 8; }), "chunked attention"));
+  EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.diff = true; }), "DIFF Transformer V2"));
   EXPECT_TRUE(has(refusal([](C& c) {
                     c.kinds[0].attn.mask.kind = hz::attn::MaskKind::Window;
                     c.kinds[0].attn.mask.window = 8;
@@ -514,6 +515,7 @@ hz::nn::ModelConfig every_ingredient() {
   e.pos.rope_freq_factors = {1, 0.75, 0.5, 0.25};
   e.logit.kind = LogitKind::Temperature;
   e.logit.temp_c = 0.4;
+  e.diff = true;  // DIFF V2: 2H query heads, a lambda projection
   c.kinds = {{"a", a}, {"b", b}, {"c", cc}, {"d", d}, {"e", e}};
   c.pattern = {"a", "b", "c", "d"};
   c.overrides = {{4, "e"}};

@@ -8,7 +8,8 @@ Checked, for models whose layer kinds together cover every ingredient (RoPE with
 dynamic_ntk / yarn (both ramps) / llama3 / longrope, p-RoPE, partial RoPE, per-pair factors, ALiBi, NoPE; causal /
 window / SCOPE (auto, explicit, frozen) masks with GQA, sink tokens beside a window; identity / scale_invariant / logn (visible keys
 and position) / swan_row / temperature (beta and temp_c) logits and Llama 4's qtemp; QK-norm full and
-per head; gates per head and element; sinks; FoX; LaMPE at l > m; the three MLPs; tied and untied heads):
+per head; gates per head and element; sinks; FoX; DIFF V2's paired heads; LaMPE at l > m; the three MLPs; tied
+and untied heads):
   1. a brute-force float64 single-layer formula, written here independently, equals each layer's attention;
   2. RoPE frequencies equal transformers' own (pi / dynamic / yarn index ramp / llama3 / longrope);
   3. prefill + token-by-token decoding with the cache equals the full forward (float32, 1e-5);
@@ -53,7 +54,7 @@ KIND_DEFAULTS = {
     "yarn_alpha": 1.0, "yarn_beta": 32.0, "yarn_ramp": "rotations", "yarn_truncate": True, "yarn_mscale": 0.0,
     "llama3_low_freq_factor": 1.0, "llama3_high_freq_factor": 4.0, "prope_fraction": 0.5, "prope_base_eff": 1024.0,
     "rope_pairs": [], "rope_fraction": 1.0, "rope_freq_factors": [], "longrope_long_factors": [],
-    "longrope_short_factors": [], "rope_select": "high", "mask": "causal", "window": 0, "chunk": 0, "sink_tokens": 0,
+    "longrope_short_factors": [], "diff": False, "rope_select": "high", "mask": "causal", "window": 0, "chunk": 0, "sink_tokens": 0,
     "scope_gamma": 0.0, "scope_min": 1, "scope_max": 0, "scopes": [], "freeze_scopes": False,
     "logit": "identity", "tau": 10.0, "logn_c": 1.0, "logn_learnable": True, "swan_a": 362.0, "beta": 1.0,
     "temp_c": 0.0, "logn_position": False, "qtemp_alpha": 0.0, "qtemp_beta": 8192.0, "qk_norm": "none",
@@ -129,8 +130,8 @@ MODELS = {
         layer_kinds={
             "alibi_temp_fox": kind(pos="alibi", logit="temperature", temp_c=0.6, forget=True, mask="scope",
                                    scopes=[1, 2, 5, 30], sink=True),
-            "rope_swan_swa": kind(logit="swan_row", swan_a=4.0, mask="window", window=6, gate="head"),
-            "nope_logn": kind(pos="none", logit="logn", logn_position=True, qtemp_alpha=0.4, qtemp_beta=2.0),
+            "rope_swan_swa": kind(logit="swan_row", swan_a=4.0, mask="window", window=6, gate="head", diff=True),
+            "nope_logn": kind(pos="none", logit="logn", logn_position=True, qtemp_alpha=0.4, qtemp_beta=2.0, diff=True),
             "yarn_ssmax": kind(rope_scaling="yarn", rope_factor=2.0, yarn_ramp="index", logit="logn",
                                qk_norm="per_head", forget=True),
         },
@@ -176,15 +177,18 @@ def random_weights(c, seed):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = rnd(C, std=0.1, mean=1.0)
         w[p + "post_attention_layernorm.weight"] = rnd(C, std=0.1, mean=1.0)
-        w[p + "self_attn.q_proj.weight"] = rnd(H * D, C)
+        Ha = 2 * H if k["diff"] else H  # DIFF V2: 2H query heads and a lambda per output head
+        w[p + "self_attn.q_proj.weight"] = rnd(Ha * D, C)
+        if k["diff"]:
+            w[p + "self_attn.lambda_proj.weight"] = rnd(H, C)
         w[p + "self_attn.k_proj.weight"] = rnd(Hkv * D, C)
         w[p + "self_attn.v_proj.weight"] = rnd(Hkv * D, C)
         w[p + "self_attn.o_proj.weight"] = rnd(C, H * D, std=0.2)
         if c["attention_bias"]:
-            for n, rows in (("q", H * D), ("k", Hkv * D), ("v", Hkv * D)):
+            for n, rows in (("q", Ha * D), ("k", Hkv * D), ("v", Hkv * D)):
                 w[p + f"self_attn.{n}_proj.bias"] = rnd(rows, std=0.1)
         if k["qk_norm"] == "full":
-            w[p + "self_attn.q_norm.weight"] = rnd(H * D, std=0.2, mean=1.0)
+            w[p + "self_attn.q_norm.weight"] = rnd(Ha * D, std=0.2, mean=1.0)
             w[p + "self_attn.k_norm.weight"] = rnd(Hkv * D, std=0.2, mean=1.0)
         elif k["qk_norm"] == "per_head":
             w[p + "self_attn.q_norm.weight"] = rnd(D, std=0.2, mean=1.0)
@@ -192,12 +196,12 @@ def random_weights(c, seed):
         if k["gate"] != "none":
             w[p + "self_attn.gate_proj.weight"] = rnd(H if k["gate"] == "head" else H * D, C)
         if k["logit"] == "logn" and k["logn_learnable"]:
-            w[p + "self_attn.logn_c"] = rnd(H, std=0.2, mean=0.8)
+            w[p + "self_attn.logn_c"] = rnd(Ha, std=0.2, mean=0.8)
         if k["sink"]:
-            w[p + "self_attn.sinks"] = rnd(H, std=1.0)
+            w[p + "self_attn.sinks"] = rnd(Ha, std=1.0)
         if k["forget"]:
-            w[p + "self_attn.forget_proj.weight"] = rnd(H, C, std=0.3)
-            w[p + "self_attn.forget_proj.bias"] = rnd(H, std=0.5, mean=k["forget_bias"] + 1.0)
+            w[p + "self_attn.forget_proj.weight"] = rnd(Ha, C, std=0.3)
+            w[p + "self_attn.forget_proj.bias"] = rnd(Ha, std=0.5, mean=k["forget_bias"] + 1.0)
         if c["hidden_act"] == "silu":
             w[p + "mlp.gate_proj.weight"] = rnd(Fh, C)
         w[p + "mlp.up_proj.weight"] = rnd(Fh, C)
@@ -350,7 +354,8 @@ def bf_attention(att, k, x, mask, pos, cfg):
         q, kk, v = lin("q_proj", xb), lin("k_proj", xb), lin("v_proj", xb)
         if k["qk_norm"] == "full":
             q, kk = bf_rms(q, sd["q_norm.weight"], 1e-6), bf_rms(kk, sd["k_norm.weight"], 1e-6)
-        q, kk, v = q.view(T, H, D), kk.view(T, Hkv, D), v.view(T, Hkv, D)
+        R = 2 if k["diff"] else 1  # DIFF V2: R = 2 attention heads per output head
+        q, kk, v = q.view(T, R * H, D), kk.view(T, Hkv, D), v.view(T, Hkv, D)
         if k["qk_norm"] == "per_head":
             q, kk = bf_rms(q, sd["q_norm.weight"], 1e-6), bf_rms(kk, sd["k_norm.weight"], 1e-6)
         real = [j for j in range(T) if mask[b, j]]
@@ -368,8 +373,10 @@ def bf_attention(att, k, x, mask, pos, cfg):
         logf = None
         if k["forget"]:
             logf = torch.nn.functional.logsigmoid(lin("forget_proj", xb))  # (T, H)
-        for h in range(H):
-            g = h // (H // Hkv)
+        att_out = {}  # (i, attention head) -> output
+        for ha in range(R * H):
+            h = ha // R  # its output head: the window and the ALiBi slope are the output head's
+            g = ha // (R * H // Hkv)
             for i in real:
                 p = pos[b, i].item()
                 C_ = k["chunk"]  # Llama 4's chunks and StreamingLLM's sink tokens (the document's first positions)
@@ -382,9 +389,9 @@ def bf_attention(att, k, x, mask, pos, cfg):
                 def qk(j):
                     pj = pos[b, j].item()
                     if not rotary:
-                        return (q[i, h] @ kk[j, g]).item() / math.sqrt(D), 0
+                        return (q[i, ha] @ kk[j, g]).item() / math.sqrt(D), 0
                     if not use_lampe:
-                        return (bf_rotate(q[i, h], p, w, ms) @ bf_rotate(kk[j, g], pj, w, ms)).item() / math.sqrt(D), 0
+                        return (bf_rotate(q[i, ha], p, w, ms) @ bf_rotate(kk[j, g], pj, w, ms)).item() / math.sqrt(D), 0
                     l_ = Tseq
                     mlen = lampe["L"] / (1 + math.exp(-(lampe["a"] * l_ + lampe["b"])))
                     sl, ss = lampe["s_local"], lampe["s_sink"]
@@ -396,7 +403,7 @@ def bf_attention(att, k, x, mask, pos, cfg):
                         qp, kp, rg = min(p, math.floor(mlen) + 1), pj, 1
                     else:
                         qp, kp, rg = sl + math.floor((p - sl) * rho), math.floor(pj * rho), 2
-                    return (bf_rotate(q[i, h], qp, w, ms) @ bf_rotate(kk[j, g], kp, w, ms)).item() / math.sqrt(D), rg
+                    return (bf_rotate(q[i, ha], qp, w, ms) @ bf_rotate(kk[j, g], kp, w, ms)).item() / math.sqrt(D), rg
 
                 scores = {j: qk(j) for j in vis}
                 logits = {}
@@ -406,7 +413,7 @@ def bf_attention(att, k, x, mask, pos, cfg):
                     r = 1.0
                     if k["logit"] == "logn":
                         n = p + 1 if k["logn_position"] else len(vis)
-                        c = sd["logn_c"][h].item() if k["logn_learnable"] else k["logn_c"]
+                        c = sd["logn_c"][ha].item() if k["logn_learnable"] else k["logn_c"]
                         r = c * math.log(n)
                     elif k["logit"] == "swan_row":
                         r = math.log(k["swan_a"] + p) / math.log(k["swan_a"])
@@ -426,14 +433,20 @@ def bf_attention(att, k, x, mask, pos, cfg):
                     if k["pos"] == "alibi":
                         val -= 2 ** (-8 * (h + 1) / H) * t
                     if logf is not None:
-                        val += sum(logf[mm, h].item() for mm in range(j + 1, i + 1))
+                        val += sum(logf[mm, ha].item() for mm in range(j + 1, i + 1))
                     logits[j] = val
                 mx = max(logits.values())
-                z = sd["sinks"][h].item() if k["sink"] else None
+                z = sd["sinks"][ha].item() if k["sink"] else None
                 if z is not None:
                     mx = max(mx, z)
                 den = sum(math.exp(val - mx) for val in logits.values()) + (math.exp(z - mx) if z is not None else 0)
-                o = sum(math.exp(logits[j] - mx) / den * v[j, g] for j in vis)
+                att_out[i, ha] = sum(math.exp(logits[j] - mx) / den * v[j, g] for j in vis)
+        for i in real:
+            for h in range(H):
+                zero = torch.zeros(D, dtype=torch.float64)
+                o = att_out.get((i, R * h), zero)
+                if k["diff"]:  # DIFF V2: o_h = A_2h V - sigmoid(x . w_h) A_2h+1 V
+                    o = o - torch.sigmoid(lin("lambda_proj", xb[i])[h]) * att_out.get((i, 2 * h + 1), zero)
                 if k["gate"] == "head":
                     o = o * torch.sigmoid(lin("gate_proj", xb[i])[h])
                 elif k["gate"] == "element":

@@ -173,6 +173,17 @@ TEST(KVCache, SinkTokensStayBesideTheWindow) {  // issue 38: StreamingLLM's sink
   check_case({"sink_tokens", {w, c}, 2});
 }
 
+TEST(KVCache, DiffTransformerV2) {  // paired heads: 2H query heads over the cache's kv heads, a window ring
+  attn::AttentionSpec d = rope(), w = nope();
+  d.diff = true;
+  d.logit.kind = attn::LogitKind::LogN;
+  w.diff = true;
+  w.mask.kind = attn::MaskKind::Window;
+  w.mask.window = 5;
+  w.sink = true;
+  check_case({"diff", {d, w}, 2});
+}
+
 TEST(KVCache, SlidingWindowRingWraps) {
   attn::AttentionSpec s = rope();
   s.mask.kind = attn::MaskKind::Window;

@@ -258,6 +258,20 @@ std::vector<ModelCase> model_cases() {
   sf.pattern = {"fox_sink", "fox_swa"};
   sf.n_kv_heads = 1;
   v.push_back({"sinks_fox_gqa", sf});
+
+  ModelConfig df = tiny();  // DIFF V2: paired heads on a SWA RoPE layer with sinks, on ALiBi + SSMax with FoX
+  attn::AttentionSpec dw = swa_rope(3);
+  dw.diff = true;
+  dw.sink = true;
+  attn::AttentionSpec da;
+  da.pos.kind = attn::PosKind::Alibi;
+  da.logit.kind = attn::LogitKind::LogN;
+  da.forget = true;
+  da.diff = true;
+  df.kinds = {{"diff_swa", dw}, {"diff_alibi", da}};
+  df.pattern = {"diff_swa", "diff_alibi"};
+  df.n_kv_heads = 1;
+  v.push_back({"diff_v2_gqa", df});
   return v;
 }
 }  // namespace
@@ -388,6 +402,59 @@ TEST(GatedAttention, LayerEqualsPlainLoops) {
       }
     expect_output_projection(got, wo, y, T, C, H * D);
   }
+}
+
+// DIFF Transformer V2 against an independent float64 implementation: plain loops over the layer's
+// own weights, 2H query heads with the pair (2h, 2h+1) reading one kv head (GQA), each head's own
+// causal softmax over a window, o_h = A_2h V - sigmoid(x . w_h) A_2h+1 V, the output projection;
+// no fused op and no autograd.
+TEST(DiffTransformerV2, LayerEqualsPlainLoops) {
+  const int64_t C = 8, H = 2, Hkv = 1, D = 4, T = 9, W = 4;
+  attn::AttentionSpec spec;
+  spec.pos.kind = attn::PosKind::None;
+  spec.mask.kind = attn::MaskKind::Window;
+  spec.mask.window = W;
+  spec.diff = true;
+  AttentionLayer layer({C, H, Hkv, D, false}, spec, 0.5, 0.5, DType::F64);
+  layer.init_parameters(13);
+  ASSERT_EQ(layer.attn_heads(), 2 * H);
+  ASSERT_EQ(layer.wq->weight.value().size(0), 2 * H * D);
+  Generator g(6);
+  const Tensor x = g.normal({1, T, C}, 0, 1, DType::F64);
+  AttnCall call;
+  call.T = T;
+  const std::vector<double> got =
+      layer.forward(ag::Variable(x), Tensor::arange(0, T, 1, DType::I64), call).value().to_vector();
+  auto Wt = [](const std::shared_ptr<Linear>& l) { return l->weight.value().to_vector(); };
+  const std::vector<double> X = x.to_vector(), wq = Wt(layer.wq), wk = Wt(layer.wk), wv = Wt(layer.wv),
+                            wo = Wt(layer.wo), wl = Wt(layer.wl);
+  auto proj = [&](const std::vector<double>& w, int64_t t, int64_t o) {
+    double acc = 0;
+    for (int64_t c = 0; c < C; ++c) acc += w[o * C + c] * X[t * C + c];
+    return acc;
+  };
+  auto head = [&](int64_t ha, int64_t i, int64_t d) {  // attention head ha's output at row i, dim d
+    std::vector<double> s;
+    double mx = -1e300;
+    for (int64_t j = std::max<int64_t>(0, i - W + 1); j <= i; ++j) {
+      double dot = 0;
+      for (int64_t e = 0; e < D; ++e) dot += proj(wq, i, ha * D + e) * proj(wk, j, e);
+      s.push_back(dot / std::sqrt(double(D)));
+      mx = std::max(mx, s.back());
+    }
+    double z = 0, acc = 0;
+    for (auto& e : s) z += (e = std::exp(e - mx));
+    int64_t n = 0;
+    for (int64_t j = std::max<int64_t>(0, i - W + 1); j <= i; ++j) acc += s[n++] / z * proj(wv, j, d);
+    return acc;
+  };
+  std::vector<double> y(T * H * D, 0.0);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      const double lam = 1 / (1 + std::exp(-proj(wl, i, h)));
+      for (int64_t d = 0; d < D; ++d) y[i * H * D + h * D + d] = head(2 * h, i, d) - lam * head(2 * h + 1, i, d);
+    }
+  expect_output_projection(got, wo, y, T, C, H * D);
 }
 
 // Sinks and FoX against an independent float64 implementation: plain loops over the layer's own
