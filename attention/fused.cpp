@@ -21,6 +21,7 @@ AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t 
   cfg.window = spec.windows(n_heads, T);
   cfg.chunk = spec.mask.chunk;
   cfg.sink_tokens = spec.mask.sink_tokens;
+  cfg.prefix = spec.mask.prefix;
   if (spec.pos.kind == PosKind::Alibi) cfg.alibi_slope = alibi_slopes(n_heads);
   if (spec.diff) {  // DIFF V2: attention heads 2h and 2h+1 share output head h's window and slope
     auto pairs = [](const auto& v) {
@@ -75,6 +76,13 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
   p.chunk = cfg.chunk;
   HZ_CHECK(cfg.sink_tokens >= 0, ValueError, "attention: sink_tokens ", cfg.sink_tokens, " is negative; 0 turns them off");
   p.sink_tokens = cfg.sink_tokens;
+  HZ_CHECK(cfg.prefix >= 0, ValueError, "attention: prefix ", cfg.prefix, " is negative; 0 turns it off");
+  if (cfg.prefix > 0)  // tiling.h's prefix arithmetic assumes the call's queries are its last keys
+    HZ_CHECK(cfg.min_distance == 0 && p.key_begin == 0 && p.q_offset + Tq == p.key_end, ValueError,
+             "attention: a prefix-LM call needs min_distance 0, the keys from 0 and the queries last among them (got "
+             "min_distance ", cfg.min_distance, ", keys [", p.key_begin, ", ", p.key_end, "), queries at ", p.q_offset,
+             "..", p.q_offset + Tq - 1, "); context parallelism and LaMPE regions do not take it");
+  p.prefix = cfg.prefix;
   p.block_q = cfg.block_q > 0 ? cfg.block_q : 64;  // the CUDA reference kernels' (call_params: the CPU's)
   p.block_k = cfg.block_k > 0 ? cfg.block_k : 64;
   p.logit = cfg.logit;
@@ -140,10 +148,11 @@ bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
            dtype_name(dt), " with head_dim ", D,
            "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
   // chunked attention and sink tokens run the reference kernels (attention/tiling.h, HZ_TILING_PLAIN)
-  const bool plain = cfg.chunk == 0 && cfg.sink_tokens == 0;
+  const bool plain = cfg.chunk == 0 && cfg.sink_tokens == 0 && cfg.prefix == 0;
   HZ_CHECK(plain || impl != AttnImpl::TensorCore, NotImplementedError,
-           "attention: the tensor-core kernels take no chunked attention (chunk ", cfg.chunk, ") and no sink tokens (",
-           cfg.sink_tokens, "); use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
+           "attention: the tensor-core kernels take no chunked attention (chunk ", cfg.chunk, "), no sink tokens (",
+           cfg.sink_tokens, ") and no prefix (", cfg.prefix, "); use the reference kernels (AttnImpl::Reference or "
+           "HZ_ATTN_IMPL=reference)");
   if (!plain) return false;
   return impl != AttnImpl::Reference && ok;
 }

@@ -43,6 +43,7 @@ struct AttnConfig {
   std::vector<int64_t> window;      // per query head, 0 = unbounded
   int64_t chunk = 0;                // chunked attention: keys from the query's chunk of C positions (tiling.h)
   int64_t sink_tokens = 0;          // the first S positions of each document stay visible (tiling.h)
+  int64_t prefix = 0;               // prefix-LM: each document's first P positions attend bidirectionally
   std::vector<double> alibi_slope;  // per query head; empty = no ALiBi
   LogitKind logit = LogitKind::Identity;
   double tau = 10.0;     // scale_invariant

@@ -31,7 +31,7 @@ struct CpuPlan {
   CpuPlan(const AttnKernelParams& p, const CpuTerms& t) : P(p), c(t.logn_c), sink(t.sink), fox_c(t.fox_c) {
     has_tables = P.logit == LogitKind::ScaleInvariant;
     if (has_tables) {
-      const int64_t n = P.q_offset + P.Tq + 1;
+      const int64_t n = std::max(P.q_offset + P.Tq, P.Tk) + 1;  // |t|: a prefix's later keys too
       a.resize(n);
       m.resize(n);
       for (int64_t t = 0; t < n; ++t) scale_invariant_coef<double>(static_cast<double>(t), P.tau, a[t], m[t]);
@@ -67,9 +67,9 @@ void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq
     } else {
       for (int64_t jj = 0; jj < nk; ++jj) {
         const int64_t t = pos - (j0 + jj);
-        const int64_t tc = t < 0 ? 0 : t;  // masked entries (t < 0) are overwritten below
-        const double a = C.has_tables ? C.a[tc] : 1.0;
-        const double add = (C.has_tables ? C.m[tc] : 0.0) - slope * static_cast<double>(t);
+        const int64_t ta = t < 0 ? -t : t;  // |t|: a prefix's later keys (other t < 0 are masked below)
+        const double a = C.has_tables ? C.a[ta] : 1.0;
+        const double add = (C.has_tables ? C.m[ta] : 0.0) - slope * static_cast<double>(ta);
         si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(add);
       }
     }
@@ -286,7 +286,7 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
             for (int64_t jj = 0; jj < nk; ++jj) {
               const T dl = pi[jj] * (di[jj] - Di);  // dLoss/dL_ij
               T a = T(1);
-              if (C.has_tables && pi[jj] != T(0)) a = static_cast<T>(C.a[pos - j0 - jj]);
+              if (C.has_tables && pi[jj] != T(0)) a = static_cast<T>(C.a[std::abs(pos - j0 - jj)]);
               if (logn && pi[jj] != T(0)) dch += static_cast<double>(dl) * lnn[i] * a * static_cast<double>(si[jj]);
               if (dfc) {  // L_ij gains c_(p_i) - c_j
                 drow += dl;

@@ -49,8 +49,12 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
       auto visible = [&](int64_t j) {
         const int64_t t = p - j;
         if (j < cfg.key_begin || j >= key_end) return false;
-        if (t < cfg.min_distance || t < 0) return false;
         if (docs && doc_id[b * Tk + j] != doc_id[b * Tk + p]) return false;
+        // prefix-LM: both in the document's first `prefix` positions (of the sequence), either order
+        const int64_t ppos = docs ? p - doc_first[b * Tk + p] : cfg.key_position + p;
+        const int64_t jpos0 = docs ? j - doc_first[b * Tk + j] : cfg.key_position + j;
+        if (ppos < cfg.prefix && jpos0 < cfg.prefix) return true;
+        if (t < cfg.min_distance || t < 0) return false;
         // sink tokens: the first S positions of the document (of the sequence) whatever the window or chunk
         const int64_t jpos = docs ? j - doc_first[b * Tk + j] : cfg.key_position + j;
         if (jpos < cfg.sink_tokens) return true;
@@ -88,7 +92,7 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
           bias[idx] = ninf;
           continue;
         }
-        const double t = static_cast<double>(p - j);
+        const double t = std::abs(static_cast<double>(p - j));  // |t|: a prefix's later keys
         double a = 1.0, m = 0.0;
         if (cfg.logit == LogitKind::ScaleInvariant) {
           a = std::sqrt(2.0 * std::log(t / cfg.tau + 1.0) + 1.0);

@@ -160,6 +160,10 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
              ") exceeds the context length (", T, "); use a window <= ", T, " or mask 'causal'");
   }
   HZ_CHECK(mask.chunk >= 0, ValueError, "attention: chunk must be >= 0 (0 = no chunks), got ", mask.chunk);
+  HZ_CHECK(mask.prefix >= 0, ValueError, "attention: prefix must be >= 0 (0 = causal throughout), got ", mask.prefix);
+  HZ_CHECK(mask.prefix == 0 || !forget, ValueError,
+           "attention: a prefix attends to later keys, where FoX's decay (a product of gates between query and key) "
+           "is not defined; use prefix or forget, not both");
   HZ_CHECK(mask.sink_tokens >= 0, ValueError, "attention: sink_tokens must be >= 0 (0 = none), got ", mask.sink_tokens);
   HZ_CHECK(mask.sink_tokens == 0 || mask.kind != MaskKind::Causal || mask.chunk > 0, ValueError,
            "attention: sink_tokens (", mask.sink_tokens, ") keep the first tokens visible beside a window, a scope ",
@@ -220,6 +224,7 @@ std::string AttentionSpec::describe() const {
                                : std::string("(explicit)"));
   if (mask.chunk > 0) os << " chunk(" << mask.chunk << ")";
   if (mask.sink_tokens > 0) os << " sink_tokens(" << mask.sink_tokens << ")";
+  if (mask.prefix > 0) os << " prefix(" << mask.prefix << ")";
   os << " " << name(logit.kind);
   if (logit.kind == LogitKind::ScaleInvariant) os << "(tau=" << logit.tau << ")";
   if (logit.kind == LogitKind::SwanRow) os << "(a=" << logit.swan_a << ")";

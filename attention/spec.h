@@ -91,6 +91,9 @@ struct MaskSpec {
   // `sink_tokens` positions of each document stay visible to its every later query beside a window,
   // a scope or a chunk (0 = off).
   int64_t sink_tokens = 0;
+  // Prefix-LM (T5's / UniLM's prefix mask): the first `prefix` positions of each document attend to
+  // each other bidirectionally, the rest causally (0 = off); ALiBi and scale-invariant logits read |t|.
+  int64_t prefix = 0;
   double scope_gamma = 0.0;        // SCOPE: 0 = auto, gamma = T^(1/H)
   int64_t scope_min = 1;           // SCOPE: smallest scope allowed
   int64_t scope_max = 0;           // SCOPE: largest scope (0 = T)

@@ -56,6 +56,9 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
     arch("sink tokens (StreamingLLM): the first S positions of each document stay visible beside a window, scope "
          "or chunk (0 = off)")
         .at_least(0).at_most(16777216));
+  v(p + ".prefix", s.mask.prefix,
+    arch("prefix-LM: the first P positions of each document attend bidirectionally, the rest causally (0 = off)")
+        .at_least(0).at_most(16777216));
   v(p + ".scope_gamma", s.mask.scope_gamma, arch("SCOPE gamma (0 = auto, T^(1/H))").at_least(0));
   v(p + ".scope_min", s.mask.scope_min, arch("SCOPE minimum scope").at_least(1));
   v(p + ".scope_max", s.mask.scope_max, arch("SCOPE maximum scope (0 = T)").at_least(0));

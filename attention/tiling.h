@@ -20,7 +20,11 @@
 //     packed documents and position reset, so a query sees keys from its chunk's start to itself;
 //   or (sink tokens S > 0, StreamingLLM's attention sinks) j is one of the first S positions of p_i's
 //     document (of the sequence, absolute positions 0 .. S-1, without documents), inside the key
-//     limits, with t >= min_distance: a second interval before the first (sink_range below).
+//     limits, with t >= min_distance: a second interval before the first (sink_range below);
+//   or (prefix-LM, prefix P > 0) p_i and j both lie in the first P positions of one document (of the
+//     sequence): the prefix attends bidirectionally (t < 0 there; logit terms read |t|), and a row
+//     of the prefix sees the whole prefix, whatever its window or chunk. Prefix calls take the keys
+//     from 0 and put the queries last among them (make_kernel_params checks it).
 // Packed documents: start_b(p) / end_b(p) are the first position and one past the last of the
 // document holding position p of sequence b (doc_start / doc_end, (B, Tk) int32, built from the
 // loader's cumulative lengths by attention/documents.h, indexed by absolute position: key j is
@@ -80,6 +84,7 @@ struct AttnKernelParams {
   double scale = 1.0;                 // 1/sqrt(D) unless given
   int64_t chunk = 0;                  // chunked attention: C positions per chunk (0 = off; needs min_distance 0)
   int64_t sink_tokens = 0;            // the first S positions of each document stay visible (0 = off)
+  int64_t prefix = 0;                 // prefix-LM: the first P positions of each document attend bidirectionally
   double tau = 10.0, swan_a = 362.0, beta = 1.0;
   double temp_c = 0.0;                // temperature beta = 1 + c ln s per document (documents only)
   bool logn_position = false;         // logn's n: the position + 1 instead of the visible keys
@@ -132,10 +137,25 @@ HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
 #if defined(__CUDA_ARCH__) && defined(HZ_TILING_PLAIN)
 #define HZ_CHUNKS(p) false
 #define HZ_SINK_TOKENS(p) false
+#define HZ_PREFIX(p) false
 #else
 #define HZ_CHUNKS(p) ((p).chunk > 0)
 #define HZ_SINK_TOKENS(p) ((p).sink_tokens > 0)
+#define HZ_PREFIX(p) ((p).prefix > 0)
 #endif
+
+// The first position of the document holding key position pos (of the sequence, key index
+// -key_position, without documents): where sink tokens and a prefix count from.
+HZ_HD int64_t sink_origin(const AttnKernelParams& p, int64_t b, int64_t pos) {
+  return has_documents(p) ? doc_start_of(p, b, pos) : -p.key_position;
+}
+// Prefix-LM: one past the last prefix position of the document holding pos (its first P positions,
+// fewer when the document is shorter).
+HZ_HD int64_t prefix_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
+  int64_t e = sink_origin(p, b, pos) + p.prefix;
+  if (has_documents(p) && doc_end_of(p, b, pos) < e) e = doc_end_of(p, b, pos);
+  return e;
+}
 
 // Chunked attention (p.chunk > 0): the first key of the chunk holding key position pos (< Tk), and one
 // past its last, in key indices. Chunks count from absolute position 0 (key index -key_position), or
@@ -163,16 +183,16 @@ HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t b, int64_t h, int6
     const int64_t cs = chunk_start_of(p, b, pos);
     if (cs > lo) lo = cs;
   }
+  if (HZ_PREFIX(p) && pos < prefix_end_of(p, b, pos)) {  // a prefix row sees the whole prefix
+    const int64_t o = sink_origin(p, b, pos);
+    lo = o > p.key_begin ? o : p.key_begin;
+    hi = prefix_end_of(p, b, pos) - 1;
+  }
   if (p.key_end - 1 < hi) hi = p.key_end - 1;
   return {lo, hi};
 }
 HZ_HD int64_t range_size(IndexRange r) { return r.hi >= r.lo ? r.hi - r.lo + 1 : 0; }
 
-// Sink tokens (p.sink_tokens = S > 0): the first of a row's document (of the sequence, key index
-// -key_position, without documents), whose first S positions stay visible.
-HZ_HD int64_t sink_origin(const AttnKernelParams& p, int64_t b, int64_t pos) {
-  return has_documents(p) ? doc_start_of(p, b, pos) : -p.key_position;
-}
 // The sink tokens row i sees besides key_range(i) = [lo_i, hi_i]: a second interval, before the first,
 //     [max(key_begin, o_i), min(o_i + S - 1, lo_i - 1, hi_i)],   o_i = sink_origin(p_i),
 // empty while the row's window or chunk still reaches back to o_i (the first interval has them).
@@ -230,6 +250,16 @@ HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t b, int64_t h, in
   if (w > 0 && j + w - 1 - p.q_offset < hi) hi = j + w - 1 - p.q_offset;
   if (has_documents(p) && doc_end_of(p, b, j) - 1 - p.q_offset < hi) hi = doc_end_of(p, b, j) - 1 - p.q_offset;
   if (HZ_CHUNKS(p) && chunk_end_of(p, b, j) - 1 - p.q_offset < hi) hi = chunk_end_of(p, b, j) - 1 - p.q_offset;
+  if (HZ_PREFIX(p) && j < prefix_end_of(p, b, j)) {  // a prefix key: every prefix row of its document sees it
+    int64_t plo = sink_origin(p, b, j) - p.q_offset, phi = prefix_end_of(p, b, j) - 1 - p.q_offset;
+    if (plo < 0) plo = 0;
+    if (phi > p.Tq - 1) phi = p.Tq - 1;
+    if (plo <= phi) {
+      if (lo > hi) return {plo, phi};
+      if (plo < lo) lo = plo;
+      if (phi > hi) hi = phi;
+    }
+  }
   return {lo, hi};
 }
 // Query rows of head h that see key j through the sink tokens (the transpose of sink_range): key j is
@@ -245,6 +275,7 @@ HZ_HD IndexRange sink_rows(const AttnKernelParams& p, int64_t b, int64_t h, int6
   if (HZ_CHUNKS(p) && (first < 0 || chunk_end_of(p, b, j) < first)) first = chunk_end_of(p, b, j);
   if (first < 0) return {0, -1};
   if (j + p.min_distance > first) first = j + p.min_distance;
+  if (HZ_PREFIX(p) && prefix_end_of(p, b, j) > first) first = prefix_end_of(p, b, j);  // prefix rows see j already
   int64_t lo = first - p.q_offset, hi = p.Tq - 1;
   if (lo < 0) lo = 0;
   if (has_documents(p) && doc_end_of(p, b, j) - 1 - p.q_offset < hi) hi = doc_end_of(p, b, j) - 1 - p.q_offset;
@@ -276,6 +307,12 @@ HZ_HD IndexRange nonempty_keys(const AttnKernelParams& p, int64_t b, int64_t h) 
   if (has_documents(p) && doc_start_of(p, b, p.q_offset) > lo) lo = doc_start_of(p, b, p.q_offset);
   // chunks likewise: a key before the first query is seen only inside the first query's chunk
   if (HZ_CHUNKS(p) && chunk_start_of(p, b, p.q_offset) > lo) lo = chunk_start_of(p, b, p.q_offset);
+  // a first query inside its document's prefix sees the prefix from its start
+  if (HZ_PREFIX(p) && p.q_offset < prefix_end_of(p, b, p.q_offset)) {
+    const int64_t o = sink_origin(p, b, p.q_offset);
+    const int64_t plo = o > p.key_begin ? o : p.key_begin;
+    if (plo < lo) lo = plo;
+  }
   if (p.Tq - 1 + p.q_offset - p.min_distance < hi) hi = p.Tq - 1 + p.q_offset - p.min_distance;
   return {lo, hi};
 }
@@ -546,6 +583,7 @@ struct LogitCoef {
 };
 template <class F>
 HZ_HD LogitCoef<F> logit_coef(const AttnKernelParams& p, int64_t h, F r, int64_t t) {
+  if (t < 0) t = -t;  // a prefix's later keys (prefix-LM): the distance both ways
   LogitCoef<F> c{r, F(0)};
   if (p.logit == LogitKind::ScaleInvariant) {
     F a, m;

@@ -53,7 +53,7 @@ Scores score(const nn::Transformer& m, const std::vector<data::Batch>& batches, 
     call.documents = attn::Documents::of_batch(b.tokens.size(0), b.tokens.size(1), b.cu_seqlens, docs);
     // the head in chunks of rows: long lengths never hold the (B L, V) logits
     const std::vector<double> v = context ? context_nll(m, b, call, *context, exchange) : m.token_nll(b.tokens, b.targets, call).to_vector();
-    const std::vector<double> w = b.weights.to_vector();
+    const std::vector<double> w = m.loss_weights(b.weights, b.tokens.size(0), L, call).to_vector();  // prefix-LM
     const int64_t B = b.tokens.size(0);
     for (int64_t i = 0; i < B; ++i)
       for (int64_t t = 0; t < L; ++t) {

@@ -656,6 +656,8 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
                           (s.logit.kind == attn::LogitKind::Temperature && s.logit.beta == 1.0 && s.logit.temp_c == 0.0);
     if (!identity)
       why.push_back(at + attn::name(s.logit.kind) + " logits: the Llama family computes plain softmax(q.k / sqrt(d))");
+    if (s.mask.prefix > 0)
+      why.push_back(at + "a prefix-LM mask (prefix): Llama, Mistral, Qwen2 and SmolLM3 attend causally throughout");
     if (s.mask.sink_tokens > 0)
       why.push_back(at + "sink tokens (sink_tokens): Llama, Mistral, Qwen2 and SmolLM3 keep no first tokens beside a window");
     if (s.mask.chunk > 0)

@@ -122,7 +122,7 @@ attn::RopeFreqs AttentionLayer::rope_freqs(const AttnCall& call) const {
 }
 
 bool AttentionLayer::uses_lampe(const attn::AttnConfig& cfg) const {
-  if (!rotary() || !lampe || cfg.chunk > 0) return false;  // LaMPE remaps whole rows, not chunks
+  if (!rotary() || !lampe || cfg.chunk > 0 || cfg.prefix > 0) return false;  // LaMPE remaps whole causal rows
   for (int64_t w : cfg.window)
     if (w != 0) return false;
   return true;

@@ -95,6 +95,10 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, co
   HZ_CHECK(k.dim() == 4 && k.size(0) == 1 && k.size(1) == static_cast<int64_t>(cap_.size()), ShapeError,
            "kv cache: keys must be (1, ", cap_.size(), ", n, D), got ", shape_str(k.shape()));
   HZ_CHECK(p0 + n <= capacity_, ValueError, "kv cache: ", p0 + n, " tokens do not fit the capacity of ", capacity_);
+  // prefix-LM: a prefix row sees the whole prefix, so the prefix arrives in one call (the prompt)
+  HZ_CHECK(cfg.prefix == 0 || p0 >= cfg.prefix || (p0 == 0 && n >= cfg.prefix), ValueError,
+           "kv cache: the layer's prefix of ", cfg.prefix, " tokens attends bidirectionally; decode with a prompt of "
+           "at least ", cfg.prefix, " tokens (this call holds positions ", p0, "..", p0 + n - 1, ")");
   const bool whole = bands_.size() == 1;
   // A decoding step has one query row: the CPU kernel's cost is then two small GEMMs per key block,
   // so it visits the keys in blocks of 512 rather than 64 (fewer calls; the same keys and logits).

@@ -184,6 +184,7 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
 ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const Tensor& weights, AttnCall call,
                                const Tensor& positions) const {
   ComputeScope scope(compute_dtype);
+  const Tensor w_all = loss_weights(weights, ids.size(0), ids.size(1), call);
   const ag::Variable h = hidden(ids, positions, call);
   const ag::Variable x = ag::reshape(h, {-1, cfg.d_model});
   // the head's weight as project() multiplies it (the compute dtype under autocast)
@@ -191,7 +192,27 @@ ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const T
   const ag::Variable wc = autocast_active() ? ag::cast(w, compute_dtype) : w;
   const Device dev = h.value().device();
   return ag::lm_head_loss(autocast_active() ? ag::cast(x, compute_dtype) : x, wc, targets.to(dev).reshape({-1}),
-                          weights.defined() ? weights.to(dev).reshape({-1}) : Tensor(), loss_chunk);
+                          w_all.defined() ? w_all.to(dev).reshape({-1}) : Tensor(), loss_chunk);
+}
+
+Tensor Transformer::loss_weights(const Tensor& weights, int64_t B, int64_t T, const AttnCall& call) const {
+  int64_t P = 0;
+  for (const auto& b : layers) P = std::max(P, b->attn->spec.mask.prefix);
+  if (P <= 1) return weights;  // a prefix of one token shows its query nothing ahead
+  HZ_CHECK(!call.route || call.route->whole_sequence(), NotImplementedError,
+           "model: prefix-LM layers attend ahead inside the prefix; context parallelism does not split them");
+  std::vector<double> w = weights.defined() ? weights.to(Device::cpu()).to(DType::F64).to_vector()
+                                            : std::vector<double>(static_cast<size_t>(B * T), 1.0);
+  HZ_CHECK(static_cast<int64_t>(w.size()) == B * T, ShapeError, "model: ", w.size(), " weights for ", B, " x ", T,
+           " targets");
+  const int32_t* start = call.documents ? call.documents->bounds(Device::cpu()).data<int32_t>() : nullptr;
+  const int32_t* end = start ? start + B * T : nullptr;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t s = start ? start[b * T + t] : 0, e = end ? end[b * T + t] : T;
+      if (t + 1 < std::min(s + P, e)) w[b * T + t] = 0.0;  // its target lies in the prefix, which it sees
+    }
+  return Tensor::from_vector(w, {B, T}, DType::F32);
 }
 
 HeadCost Transformer::head_cost(const CallShape& s, int64_t loss_chunk) const {

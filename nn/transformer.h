@@ -81,6 +81,11 @@ class Transformer : public Module {
   // Mean next-token cross-entropy: targets (B, T) integer, weights (B, T) float or undefined.
   // The head and the loss run as one chunked op (ag::lm_head_loss): the (B T, V) logits never
   // exist at once unless loss_chunk is 0.
+  // Prefix-LM: the weights of a (B, T) batch's targets with those a bidirectional prefix shows its
+  // queries set to 0 (a query whose target, the next token, lies in its document's prefix of P, the
+  // largest over the layers, sees it); undefined weights count as 1. Unchanged (weights as given) without a
+  // prefix. loss() applies it, and evaluation scores with it.
+  Tensor loss_weights(const Tensor& weights, int64_t B, int64_t T, const AttnCall& call) const;
   // positions as forward()'s (training with drawn positions: data/positions.h).
   ag::Variable loss(const Tensor& ids, const Tensor& targets, const Tensor& weights = Tensor(),
                     AttnCall call = {}, const Tensor& positions = Tensor()) const;

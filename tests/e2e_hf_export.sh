@@ -68,7 +68,10 @@ for r in "${order[@]}"; do
   "$HZ" score "$run" "$OUT/$n.ids1" --ids --logits "$d/horizon_T.safetensors" data.documents=stream > /dev/null
   "$HZ" score "$run" "$OUT/$n.ids4" --ids --logits "$d/horizon_4T.safetensors" data.documents=stream > /dev/null
   "$HZ" score "$run" "$OUT/$n.ids1" --ids --f64 --logits "$d/horizon_T_f64.safetensors" data.documents=stream > /dev/null
-  "$HZ" generate "$run" --prompt "And God said, Let there be light" --max-new-tokens 12 --json --documents stream \
+  # (a prefix-LM takes its whole prefix in the prompt: two verses)
+  prompt="And God said, Let there be light"
+  grep -q "prefix: [1-9]" "$run/config.yaml" && prompt="In the beginning God created the heaven and the earth. And the earth was without form, and void."
+  "$HZ" generate "$run" --prompt "$prompt" --max-new-tokens 12 --json --documents stream \
     > "$d/horizon_generate.json"
   cp "$OUT/$n.ids1" "$d/ids_T.txt"; cp "$OUT/$n.ids4" "$d/ids_4T.txt"
   echo "$n $arch $d" >> "$manifest"

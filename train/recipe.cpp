@@ -871,6 +871,11 @@ void Recipe::validate() const {
   if (run.peak_tflops < 0) bad("run.peak_tflops must be >= 0");
   if (data.seq_len < 2) bad("data.seq_len must be >= 2");
   if (data.batch_size < 1) bad("data.batch_size must be >= 1");
+  if (parallel.context > 1)
+    for (const auto& k : model.cfg.kinds)
+      if (k.attn.mask.prefix > 0)
+        bad("layer kind '" + k.name + "' has a prefix (prefix-LM): its prefix attends ahead, which context "
+            "parallelism's exchanges do not carry; train it with parallel.context=1");
   if (parallel.context > 1 && data.seq_len < 2 * parallel.context)
     bad("parallel.context=" + std::to_string(parallel.context) + " cuts each sequence into " +
         std::to_string(2 * parallel.context) + " chunks: data.seq_len must be at least that");
@@ -925,7 +930,9 @@ void Recipe::validate() const {
     if (data.documents != attn::DocumentMode::Stream)
       bad(pn + " needs data.documents: stream (packed documents define their own positions)");
     bool rotary = false;
+    const std::vector<std::string> used = model.cfg.layer_kind_names();  // the layers' kinds, not every kind listed
     for (const auto& k : model.cfg.kinds) {
+      if (std::find(used.begin(), used.end(), k.name) == used.end()) continue;
       const attn::AttentionSpec& s = k.attn;
       rotary |= s.pos.kind == attn::PosKind::Rope || s.pos.kind == attn::PosKind::PRope;
       std::string reads;  // terms that read a token's index as its position

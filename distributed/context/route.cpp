@@ -77,6 +77,8 @@ ag::Variable ContextRoute::attend(const ag::Variable& q, const ag::Variable& k, 
            "leave them at their defaults");
   HZ_CHECK(!cfg.documents || cfg.documents->seq_len() == L.T, ShapeError, "context parallel: documents over ",
            cfg.documents ? cfg.documents->seq_len() : 0, " positions, the sequence has ", L.T);
+  HZ_CHECK(cfg.prefix == 0, NotImplementedError, "context parallel: a prefix-LM layer attends ahead inside its prefix, "
+           "which the exchanges do not carry; run it on one rank");
   const bool fox = terms.forget.defined();
   HZ_CHECK(!fox || (terms.forget.dim() == 3 && terms.forget.size(2) == L.local_len()), ShapeError,
            "context parallel: FoX's log forget gates must hold this rank's ", L.local_len(), " rows");

@@ -41,6 +41,7 @@ LAYER_KIND_DEFAULTS: Dict[str, Any] = {
     "window": 0,
     "chunk": 0,
     "sink_tokens": 0,
+    "prefix": 0,
     "scope_gamma": 0.0,
     "scope_min": 1,
     "scope_max": 0,

@@ -496,6 +496,13 @@ class HorizonAttention(nn.Module):
         # sink tokens (StreamingLLM): the document's first S positions stay visible beside the window and chunk
         S = int(kind["sink_tokens"])
         sinks = ctx["k_pos"][:, None, :] < S if S > 0 else False
+        # prefix-LM: a document's first P positions attend to each other in both directions (ALiBi and
+        # scale-invariant read |t|); decoding needs the whole prefix in the first call
+        P = int(kind["prefix"])
+        prefix = (ctx["same_doc"] & (ctx["q_pos"][:, :, None] < P) & (ctx["k_pos"][:, None, :] < P)) if P > 0 else False
+        if P > 0 and ctx["past"] and bool(((ctx["q_pos"] < P) & ctx["q_valid"]).any()):
+            raise ValueError(f"layer {self.layer_idx}: its prefix of {P} tokens attends bidirectionally; decode with a "
+                             f"prompt of at least {P} tokens (Horizon refuses it too)")
 
         # position encoding: RoPE / p-RoPE rotate q and k at their positions (LaMPE: at each region's)
         rotary = kind["pos"] in ("rope", "prope")
@@ -505,7 +512,7 @@ class HorizonAttention(nn.Module):
             inv, mscale = inv.to(x.device), mscale.to(x.device)
             # LaMPE (config.lampe, read at each call): RoPE layers (pos rope, as Horizon's eval.lampe sets
             # it) whose every window is unbounded, without chunks
-            use = kind["pos"] == "rope" and not bool((W != 0).any()) and C == 0
+            use = kind["pos"] == "rope" and not bool((W != 0).any()) and C == 0 and P == 0
             lampe = self.config.lampe_settings() if use else None
         if lampe is not None:
             if kind["sink"] or kind["forget"] or kind["logit"] == "logn":
@@ -522,7 +529,7 @@ class HorizonAttention(nn.Module):
             q, k = apply_rotary(q, ctx["q_pos"], inv, mscale), apply_rotary(k, ctx["k_pos"], inv, mscale)
 
         # terms that do not depend on the head
-        tt = t.clamp(min=0).to(torch.float64)
+        tt = t.abs().to(torch.float64)  # |t|: a prefix's later keys read the distance both ways
         a_t = m_t = None
         if kind["logit"] == "scale_invariant":
             # a_t = sqrt(2 ln(1 + t/tau) + 1), m_t = -2 ln(1 + t/tau)
@@ -537,7 +544,7 @@ class HorizonAttention(nn.Module):
             g = h // G  # GQA: query head h reads kv head h // (H / Hkv)
             # mask: a real key of the query's document, not after it, and t < W_h when W_h > 0
             w_h = W[:, h][:, None, None]
-            visible = ctx["visible"] & ((((w_h == 0) | (t < w_h)) & chunked) | sinks)  # (B, Tn, Tk)
+            visible = (ctx["visible"] & ((((w_h == 0) | (t < w_h)) & chunked) | sinks)) | prefix  # (B, Tn, Tk)
             # scores s_ij = scale * q_i . k_j
             if lampe is not None:
                 s_reg = [torch.matmul(qs[0][:, h], k_plain[:, g].transpose(-1, -2)),
@@ -704,7 +711,7 @@ class HorizonModel(HorizonPreTrainedModel):
             T_rows = [max(1, int(n)) for n in k_valid.sum(-1).tolist()]
             T_doc = same_doc.sum(-1)
         return {"q_pos": q_pos, "k_pos": k_pos, "q_valid": q_valid, "t": q_pos[:, :, None] - k_pos[:, None, :],
-                "visible": visible, "T_rows": T_rows, "T_doc": T_doc, "packed": packed, "past": past_pos.shape[-1] > 0}
+                "visible": visible, "same_doc": same_doc, "T_rows": T_rows, "T_doc": T_doc, "packed": packed, "past": past_pos.shape[-1] > 0}
 
     def forward(
         self,

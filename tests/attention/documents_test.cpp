@@ -35,6 +35,7 @@ struct Combo {
   bool reset = true;
   int64_t chunk = 0;  // chunked attention: chunks of 3 positions from each document's start (with reset)
   int64_t sink_tokens = 0;  // the first positions of each document stay visible
+  int64_t prefix = 0;       // prefix-LM: each document's first positions attend bidirectionally
 };
 
 AttentionSpec spec_of(const Combo& c) {
@@ -51,6 +52,7 @@ AttentionSpec spec_of(const Combo& c) {
   s.logit.temp_c = c.logit == LogitKind::Temperature ? 0.4 : 0.0;  // DroPE's beta per document
   s.mask.chunk = c.chunk;
   s.mask.sink_tokens = c.sink_tokens;
+  s.mask.prefix = c.prefix;
   return s;
 }
 
@@ -105,12 +107,18 @@ std::vector<Combo> all_combos() {
     v.push_back({m, PosKind::None, LogitKind::SwanRow, true, 0, 1});
   }
   v.push_back({MaskKind::Causal, PosKind::Rope, LogitKind::Temperature, true, 3, 2});
+  // prefix-LM: each document's first 3 positions bidirectional (the 1-token document is all prefix)
+  for (MaskKind m : {MaskKind::Causal, MaskKind::Window, MaskKind::Scope}) {
+    v.push_back({m, PosKind::Rope, LogitKind::LogN, true, 0, 0, 3});
+    v.push_back({m, PosKind::Alibi, LogitKind::ScaleInvariant, false, 0, 0, 3});
+  }
   return v;
 }
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
   const Combo& c = info.param;
   return std::string(name(c.mask)) + "_" + name(c.pos) + "_" + name(c.logit) + (c.reset ? "" : "_noreset") +
-         (c.chunk ? "_chunk" + std::to_string(c.chunk) : "") + (c.sink_tokens ? "_sinktok" + std::to_string(c.sink_tokens) : "");
+         (c.chunk ? "_chunk" + std::to_string(c.chunk) : "") + (c.sink_tokens ? "_sinktok" + std::to_string(c.sink_tokens) : "") +
+         (c.prefix ? "_prefix" + std::to_string(c.prefix) : "");
 }
 
 class PackedAttention : public ::testing::TestWithParam<Combo> {};

@@ -28,6 +28,7 @@ struct Combo {
   double qtemp = 0.0;              // Llama 4's position temperature alpha (beta 3)
   int64_t chunk = 0;               // chunked attention (Llama 4): chunks of this many positions
   int64_t sink_tokens = 0;         // the first positions stay visible beside the window or chunk
+  int64_t prefix = 0;              // prefix-LM: the first positions attend bidirectionally
 };
 
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
@@ -36,7 +37,8 @@ std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
          (c.Tq != c.Tk ? "_Tq" + std::to_string(c.Tq) + "_Tk" + std::to_string(c.Tk) : "") + (c.sink ? "_sink" : "") +
          (c.fox ? "_fox" : "") + (c.logn_position ? "_npos" : "") + (c.qtemp > 0 ? "_qtemp" : "") +
          (c.chunk > 0 ? "_chunk" + std::to_string(c.chunk) : "") +
-         (c.sink_tokens > 0 ? "_sinktok" + std::to_string(c.sink_tokens) : "");
+         (c.sink_tokens > 0 ? "_sinktok" + std::to_string(c.sink_tokens) : "") +
+         (c.prefix > 0 ? "_prefix" + std::to_string(c.prefix) : "");
 }
 
 constexpr int64_t kB = 1, kH = 4, kHkv = 2, kD = 6;
@@ -55,6 +57,7 @@ AttentionSpec spec_of(const Combo& c) {
   s.logit.qtemp_beta = 3.0;  // floor((p + 1) / 3) steps within T = 11
   s.mask.chunk = c.chunk;
   s.mask.sink_tokens = c.sink_tokens;
+  s.mask.prefix = c.prefix;
   return s;
 }
 
@@ -173,6 +176,14 @@ std::vector<Combo> combos() {
   }
   v.push_back({MaskKind::Causal, PosKind::Rope, LogitKind::LogN, 11, 11, true, false, false, 0.0, 4, 2});
   v.push_back({MaskKind::Window, PosKind::PRope, LogitKind::SwanRow, 5, 13, false, true, true, 0.5, 3, 2});
+  // prefix-LM (the first 5 positions bidirectional; the 4 x 3 tiles straddle its end) with every mask,
+  // the distance terms read both ways (ALiBi, scale-invariant), key counts, sinks, chunks and sink tokens
+  for (MaskKind m : {MaskKind::Causal, MaskKind::Window, MaskKind::Scope}) {
+    v.push_back({m, PosKind::Rope, LogitKind::Identity, 11, 11, false, false, false, 0.0, 0, 0, 5});
+    v.push_back({m, PosKind::Alibi, LogitKind::LogN, 11, 11, true, false, false, 0.0, 0, 0, 5});
+    v.push_back({m, PosKind::None, LogitKind::ScaleInvariant, 11, 11, false, false, false, 0.3, 0, 0, 6});
+  }
+  v.push_back({MaskKind::Window, PosKind::Rope, LogitKind::LogN, 11, 11, true, false, false, 0.0, 3, 1, 4});
   return v;
 }
 

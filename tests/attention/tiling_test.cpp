@@ -59,7 +59,29 @@ bool visible_sink(const Case& c, int64_t i, int64_t j) {
   while (first > 0 && c.doc_of[first - 1] == c.doc_of[kp + j]) --first;
   return c.doc_of[kp + j] == c.doc_of[kp + off + i] && kp + j - first < c.cfg.sink_tokens;
 }
-bool visible(const Case& c, int64_t h, int64_t i, int64_t j) { return visible_main(c, h, i, j) || visible_sink(c, i, j); }
+// Prefix-LM: query and key both among the first P positions of one document (of the sequence).
+bool visible_prefix(const Case& c, int64_t i, int64_t j) {
+  if (c.cfg.prefix == 0) return false;
+  const int64_t off = c.cfg.q_offset < 0 ? c.Tk - c.Tq : c.cfg.q_offset, kp = c.cfg.key_position;
+  auto in_prefix = [&](int64_t abs) {
+    if (c.doc_of.empty()) return abs < c.cfg.prefix;
+    int64_t first = abs;
+    while (first > 0 && c.doc_of[first - 1] == c.doc_of[abs]) --first;
+    return abs - first < c.cfg.prefix;
+  };
+  const int64_t ke = c.cfg.key_end < 0 ? c.Tk : std::min(c.cfg.key_end, c.Tk);
+  const bool same_doc = c.doc_of.empty() || c.doc_of[kp + j] == c.doc_of[kp + off + i];
+  return j >= std::max<int64_t>(0, c.cfg.key_begin) && j < ke && same_doc && in_prefix(kp + j) && in_prefix(kp + off + i);
+}
+// The first interval: the mask's, or a prefix row's whole prefix
+bool visible_first(const Case& c, int64_t h, int64_t i, int64_t j) {
+  const int64_t off = c.cfg.q_offset < 0 ? c.Tk - c.Tq : c.cfg.q_offset;
+  const bool prefix_row = off + i < c.Tk && visible_prefix(c, i, off + i);  // the row's own position
+  return prefix_row ? visible_prefix(c, i, j) : visible_main(c, h, i, j);
+}
+bool visible(const Case& c, int64_t h, int64_t i, int64_t j) {
+  return visible_first(c, h, i, j) || visible_sink(c, i, j);
+}
 
 Case random_case(std::mt19937_64& rng) {
   auto uni = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
@@ -103,6 +125,13 @@ Case random_case(std::mt19937_64& rng) {
     c.cfg.sink_tokens = uni(1, 6);
     if (!c.cfg.documents && uni(0, 1)) c.cfg.key_position = uni(0, 6);
   }
+  // prefix-LM: in calls that take the keys from 0 and put the queries last among them (a KV cache's
+  // buffer: key_end = the keys held so far)
+  const int64_t ke = c.cfg.key_end < 0 ? c.Tk : std::min(c.cfg.key_end, c.Tk);
+  if (c.cfg.min_distance == 0 && c.cfg.key_begin <= 0 && uni(0, 2) == 0 && c.Tq <= ke) {
+    c.cfg.q_offset = ke - c.Tq;
+    if (!c.cfg.documents || c.cfg.q_offset + c.Tq <= c.Tk) c.cfg.prefix = uni(1, 15);
+  }
   return c;
 }
 
@@ -114,6 +143,7 @@ std::string describe(const Case& c) {
          std::to_string(c.cfg.min_distance) + " windows " + w + "tiles " + std::to_string(c.cfg.block_q) + "x" +
          std::to_string(c.cfg.block_k) + (c.cfg.chunk ? " chunk " + std::to_string(c.cfg.chunk) : "") +
          (c.cfg.sink_tokens ? " sink_tokens " + std::to_string(c.cfg.sink_tokens) : "") +
+         (c.cfg.prefix ? " prefix " + std::to_string(c.cfg.prefix) : "") +
          (c.cfg.key_position && !c.cfg.documents ? " key_position " + std::to_string(c.cfg.key_position) : "") +
          (c.cfg.documents ? " " + c.cfg.documents->describe() + " key_position " + std::to_string(c.cfg.key_position)
                           : "");
@@ -126,8 +156,8 @@ BlockClass brute_class(const Case& c, int64_t h, int64_t i0, int64_t i1, int64_t
   for (int64_t i = i0; i <= i1; ++i)
     for (int64_t j = j0; j <= j1; ++j) {
       n += visible(c, h, i, j);
-      nm += visible_main(c, h, i, j);
-      ns += visible_sink(c, i, j) && !visible_main(c, h, i, j);
+      nm += visible_first(c, h, i, j);
+      ns += visible_sink(c, i, j) && !visible_first(c, h, i, j);
     }
   const int64_t all = (i1 - i0 + 1) * (j1 - j0 + 1);
   return n == 0 ? BlockClass::Skip : (nm == all || ns == all ? BlockClass::Full : BlockClass::Boundary);
@@ -148,7 +178,7 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
       for (int64_t i = 0; i < c.Tq; ++i) {
         int64_t lo = -1, hi = -2, n = 0, slo = -1, shi = -2, ns = 0;
         for (int64_t j = 0; j < c.Tk; ++j)
-          if (visible_main(c, h, i, j)) {
+          if (visible_first(c, h, i, j)) {
             if (lo < 0) lo = j;
             hi = j;
             ++n;
@@ -191,7 +221,7 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
       for (int64_t j = 0; j < c.Tk; ++j) {
         int64_t lo = -1, hi = -2, slo = -1, shi = -2;
         for (int64_t i = 0; i < c.Tq; ++i)
-          if (visible_main(c, h, i, j)) {
+          if (visible_first(c, h, i, j)) {
             if (lo < 0) lo = i;
             hi = i;
           } else if (visible_sink(c, i, j)) {

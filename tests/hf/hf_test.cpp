@@ -364,6 +364,7 @@ TEST(HfExport, RefusesWhatNoStandardArchitectureExpresses) {
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.logit.qtemp_alpha = 0.1; }), "Llama 4's position temperature"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.mask.chunk = 8; }), "chunked attention"));
   EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.diff = true; }), "DIFF Transformer V2"));
+  EXPECT_TRUE(has(refusal([](C& c) { c.kinds[0].attn.mask.prefix = 8; }), "prefix-LM"));
   EXPECT_TRUE(has(refusal([](C& c) {
                     c.kinds[0].attn.mask.kind = hz::attn::MaskKind::Window;
                     c.kinds[0].attn.mask.window = 8;
@@ -510,6 +511,7 @@ hz::nn::ModelConfig every_ingredient() {
   d.logit.swan_a = 100;
   d.logit.qtemp_alpha = 0.1;
   d.logit.qtemp_beta = 16;
+  d.mask.prefix = 5;
   e.pos.rope_fraction = 0.5;
   e.pos.rope_select = RopeSelect::Uniform;
   e.pos.rope_freq_factors = {1, 0.75, 0.5, 0.25};

@@ -184,6 +184,17 @@ TEST(KVCache, DiffTransformerV2) {  // paired heads: 2H query heads over the cac
   check_case({"diff", {d, w}, 2});
 }
 
+TEST(KVCache, PrefixLm) {  // the prompt holds the prefix; generated tokens attend causally
+  attn::AttentionSpec p = rope(), w = nope();
+  p.mask.prefix = 6;
+  p.logit.kind = attn::LogitKind::LogN;
+  w.mask.kind = attn::MaskKind::Window;
+  w.mask.window = 4;
+  w.mask.prefix = 9;  // the whole prompt
+  w.pos.kind = attn::PosKind::Alibi;
+  check_case({"prefix", {p, w}, 2});
+}
+
 TEST(KVCache, SlidingWindowRingWraps) {
   attn::AttentionSpec s = rope();
   s.mask.kind = attn::MaskKind::Window;

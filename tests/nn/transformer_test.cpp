@@ -294,6 +294,37 @@ TEST(Transformer, CausalityNoFutureLeak) {
   EXPECT_NE(la.at({0, 3, 0}), lb.at({0, 3, 0}));
 }
 
+// Prefix-LM: the first P positions see each other both ways (a prefix row changes with a later prefix
+// token), nothing sees past the prefix ahead of itself, and the loss leaves out the targets a prefix
+// row sees (positions t < P - 1 of each document).
+TEST(Transformer, PrefixLmSeesAheadOnlyInsideThePrefix) {
+  ModelConfig c = tiny();
+  attn::AttentionSpec p = rope(), w = rope();
+  p.mask.prefix = 3;
+  w.mask.kind = attn::MaskKind::Window;
+  w.mask.window = 2;
+  w.mask.prefix = 3;
+  c.kinds = {{"p", p}, {"w", w}};
+  c.pattern = {"p", "w"};
+  Transformer m(c, 5);
+  const Tensor a = ids_of({1, 2, 3, 4, 5, 6}, 1, 6);
+  const Tensor in_prefix = ids_of({1, 2, 9, 4, 5, 6}, 1, 6), after = ids_of({1, 2, 3, 9, 5, 6}, 1, 6);
+  const Tensor la = m.forward(a).value(), lp = m.forward(in_prefix).value(), lq = m.forward(after).value();
+  EXPECT_NE(la.at({0, 0, 0}), lp.at({0, 0, 0}));  // row 0 sees position 2 of the prefix
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t v = 0; v < 13; ++v) EXPECT_EQ(la.at({0, t, v}), lq.at({0, t, v})) << t;  // nothing past the prefix
+  EXPECT_NE(la.at({0, 3, 0}), lq.at({0, 3, 0}));
+  // loss weights: per sequence, and per document of a packed batch
+  AttnCall call;
+  EXPECT_EQ(m.loss_weights(Tensor(), 1, 6, call).to_vector(), (std::vector<double>{0, 0, 1, 1, 1, 1}));
+  call.documents = std::make_shared<attn::Documents>(1, 6, std::vector<int64_t>{0, 4, 6}, true);
+  EXPECT_EQ(m.loss_weights(Tensor(), 1, 6, call).to_vector(), (std::vector<double>{0, 0, 1, 1, 0, 1}));
+  // the loss is the mean over the kept targets only
+  const Tensor tg = ids_of({2, 3, 4, 5, 6, 7}, 1, 6);
+  const Tensor kept = Tensor::from_vector({0, 0, 1, 1, 1, 1}, {1, 6}, DType::F32);
+  EXPECT_EQ(m.loss(a, tg).item(), Transformer(c, 5).loss(a, tg, kept).item());
+}
+
 // Per-pair RoPE frequency factors of 1/s everywhere are position interpolation by s: the same
 // logits (float64, to rounding); a factor vector that is not uniform differs from both.
 TEST(Transformer, RopeFrequencyFactorsOfOneOverSAreInterpolation) {
