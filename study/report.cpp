@@ -70,6 +70,13 @@ std::string inference_of(const eval::InferenceOptions& o) {
   return s.empty() ? s : ", evaluated with " + s;
 }
 
+// The positions the run trained with (train.positions), appended to its method: "" for indices.
+std::string positions_of(const data::PositionOptions& p) {
+  if (p.scheme == data::PositionScheme::Index) return "";
+  return fmt::format(", trained with {} positions to {}", data::name(p.scheme), p.max) +
+         (p.scheme == data::PositionScheme::PoSE ? fmt::format(" ({} chunks)", p.chunks) : "");
+}
+
 std::string find_script(const std::string& given) {
   if (!given.empty()) return given;
   for (const std::string& p : {std::string("scripts/tools/report_plots.py"), std::string(HZ_SOURCE_DIR) + "/scripts/tools/report_plots.py"})
@@ -261,7 +268,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     run["name"] = fs::path(dir).filename().string();
     if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
     run["dir"] = dir;
-    run["method"] = method_of(mc) + inference_of(r.eval.opts.inference);
+    run["method"] = method_of(mc) + positions_of(r.train.positions) + inference_of(r.eval.opts.inference);
     run["train_length"] = r.data.seq_len;
     run["steps"] = r.train.steps;
     run["tokenizer"] = r.data.tokenizer;

@@ -10,7 +10,9 @@ CUDA-event timings after warm-up, one JSON line per (implementation, case):
               logits as a score_mod  a_t * score + m_t,  a_t = sqrt(2 ln(1 + t/tau) + 1),
               m_t = -2 ln(1 + t/tau), t = q_idx - kv_idx (score is already scaled by 1/sqrt(D));
               docsN (packed documents of N tokens, causal inside each): the document mask
-              q_idx // N == kv_idx // N in mask_mod, FlexAttention's own document-masking recipe.
+              q_idx // N == kv_idx // N in mask_mod, FlexAttention's own document-masking recipe;
+              chunkN (Llama 4's chunked attention, causal inside chunks of N): the same rule;
+              sinkS (the sliding window plus the first S tokens): (t < W) | (kv_idx < S) in mask_mod.
 
 Visible pairs are counted exactly like Horizon (per-head windows, queries see themselves), so the
 TFLOP/s columns compare like with like."""
@@ -27,18 +29,28 @@ from bench_attention_torch import scope_windows  # the same SCOPE windows as the
 
 
 def doc_len(mask):
-    """N of a docsN mask (packed documents of N tokens), else 0."""
-    return int(mask[4:]) if mask.startswith("docs") else 0
+    """N of a docsN or chunkN mask (causal inside runs of N tokens: packed documents, Llama 4's chunks), else 0."""
+    for p in ("docs", "chunk"):
+        if mask.startswith(p):
+            return int(mask[len(p):])
+    return 0
+
+
+def sink_tokens(mask):
+    """S of a sinkS mask (the sliding window plus the first S tokens), else 0."""
+    return int(mask[4:]) if mask.startswith("sink") else 0
 
 
 def windows(mask, H, T, W):
     if doc_len(mask):
         return [0] * H
+    if sink_tokens(mask):
+        return [min(W, T)] * H
     return {"causal": [0] * H, "swa": [min(W, T)] * H, "scope": scope_windows(H, T)}[mask]
 
 
-def visible_pairs(wins, T, N=0):
-    if N:  # causal inside documents of N tokens (the last one shorter)
+def visible_pairs(wins, T, N=0, S=0):
+    if N:  # causal inside runs of N tokens (the last one shorter)
         lens = [min(N, T - s) for s in range(0, T, N)]
         return len(wins) * sum(L * (L + 1) // 2 for L in lens)
     n = 0
@@ -47,6 +59,8 @@ def visible_pairs(wins, T, N=0):
             n += T * (T + 1) // 2
         else:
             n += T * w - w * (w - 1) // 2
+            # the sinks outside row i's window: min(S, i - w + 1) keys for i >= w
+            n += sum(min(S, i - w + 1) for i in range(w, T)) if S else 0
     return n
 
 
@@ -83,7 +97,7 @@ def main():
     ap.add_argument("--logits", default="identity,scale_invariant")
     ap.add_argument("--flex-cases",
                     default="causal:identity,swa:identity,scope:identity,causal:scale_invariant,scope:scale_invariant,"
-                            "docs2048:identity",
+                            "docs2048:identity,chunk2048:identity,sink4:identity",
                     help="mask:logits pairs timed with FlexAttention (each costs a torch.compile)")
     ap.add_argument("--fwd", action="store_true", help="also time the forward alone (one more compile per case)")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script on a machine without a GPU")
@@ -139,8 +153,8 @@ def main():
     for logit in a.logits.split(","):
         for mask in a.masks.split(","):
             wins = windows(mask, H, T, a.window)
-            N = doc_len(mask)
-            pairs = B * visible_pairs(wins, T, N)
+            N, S = doc_len(mask), sink_tokens(mask)
+            pairs = B * visible_pairs(wins, T, N, S)
             # SDPA's flash backend: causal, identity logits only
             if mask == "causal" and logit == "identity":
                 def sdpa():
@@ -162,7 +176,8 @@ def main():
                 t = q_idx - kv_idx
                 w = win[h]
                 same_doc = (q_idx // N == kv_idx // N) if N else True
-                return (t >= 0) & ((w == 0) | (t < w)) & same_doc
+                sink = (kv_idx < S) if S else False
+                return (t >= 0) & (((w == 0) | (t < w)) | sink) & same_doc
 
             # compiled on a GPU: built block by block (a per-head mask at T 16K, H 32 otherwise
             # materialises (H, T, T) and ran out of memory on an 80 GiB H100)

@@ -44,12 +44,14 @@ for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before t
     fi
     echo "[bench_attention_gpu] D=$D T=$T" >&2
     "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
-      --masks causal,swa,scope,docs2048 --logits identity,scale_invariant --json "$out/hz_${D}_${T}.json" >&2 ||
+      --masks causal,swa,scope,docs2048,chunk2048,sink4 --logits identity,scale_invariant \
+      --json "$out/hz_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon failed at D=$D T=$T" >&2
     if [ $have_torch = 1 ]; then
       flex=()
       [ "$flex_t" = all ] || [[ ",$flex_t," == *",$T,"* ]] || flex=(--flex-cases "")
-      "$PY" scripts/bench/bench_attention_gpu.py --D "$D" --T "$T" --reps "$REPS" "${flex[@]}" > "$out/torch_${D}_${T}.json" \
+      "$PY" scripts/bench/bench_attention_gpu.py --D "$D" --T "$T" --reps "$REPS" \
+        --masks causal,swa,scope,docs2048,chunk2048,sink4 "${flex[@]}" > "$out/torch_${D}_${T}.json" \
         2> "$out/torch_${D}_${T}.err" || echo "[bench_attention_gpu] PyTorch failed at D=$D T=$T (see $out/torch_${D}_${T}.err)" >&2
     fi
   done

@@ -29,7 +29,7 @@ for D in sorted({k[0] for k in hz}):
     for T in sorted({k[1] for k in hz if k[0] == D}):
         for logit in ("identity", "scale_invariant", "logn", "swan_row", "temperature"):
             c = hz.get((D, T, "causal", logit))
-            for mask in ("causal", "swa", "scope", "docs2048"):
+            for mask in ("causal", "swa", "scope", "docs2048", "chunk2048", "sink4"):
                 r = hz.get((D, T, mask, logit))
                 if not r:
                     continue
