@@ -42,8 +42,11 @@ int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(dtyp
 int64_t max_window(const attn::AttnConfig& cfg) {
   int64_t w = 0;
   for (int64_t x : cfg.window) {
-    if (x <= 0) return 0;  // an unbounded head
-    w = std::max(w, x);
+    // a head's reach: its window, or its chunk (Llama 4's: keys of the query's chunk, t < C), the nearer
+    int64_t reach = x > 0 ? x : 0;
+    if (cfg.chunk > 0) reach = reach > 0 ? std::min(reach, cfg.chunk) : cfg.chunk;
+    if (reach <= 0) return 0;  // an unbounded head
+    w = std::max(w, reach);
   }
   return w;
 }

@@ -71,7 +71,8 @@ ag::Variable gather_sequence(const ag::Variable& x, const std::shared_ptr<Contex
 ag::Variable exchange_halo(const ag::Variable& x, int64_t W, const std::shared_ptr<ContextLink>& link);
 // Rows of the tail of chunk c - 1 that chunk c reads under windows of at most W keys.
 int64_t halo_len(const ZigzagLayout& L, int64_t W, int64_t c);
-// The longest window of the config's heads, 0 when a head is unbounded.
+// The farthest reach of the config's heads (a window, or a chunk of C positions: a query sees at most
+// C - 1 keys back in its chunk), 0 when a head is unbounded: chunked layers take the halo too.
 int64_t max_window(const attn::AttnConfig& cfg);
 
 int64_t bytes_of(const Tensor& t);

@@ -62,6 +62,7 @@ struct Case {
   bool sink = false, fox = false;  // attention sinks, FoX forget gates
   bool logn_position = false;      // LogN's n = position + 1
   double qtemp = 0.0;              // Llama 4's position temperature alpha (beta 4)
+  int64_t chunk = 0, sink_tokens = 0;  // Llama 4's chunks, StreamingLLM's sink tokens
 };
 
 }  // namespace
@@ -160,6 +161,15 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       {"sinks causal, documents, gqa", {0, 0, 0, 0}, LK::LogN, false, 2, 37, true, EX::AllGather, true, true},
       {"sinks scope with an unbounded head", {1, 3, 9, 0}, LK::ScaleInvariant, true, 4, 40, false, EX::AllGather, true,
        true},
+      // chunked layers reach at most C - 1 keys back: the halo, also with documents and position reset
+      {"chunked causal", {0, 0, 0, 0}, LK::LogN, false, 4, 40, false, EX::Halo, true, false, false, false, 0.0, 6},
+      {"chunked swa, documents", {4, 9, 9, 2}, LK::SwanRow, true, 2, 40, true, EX::Halo, true, true, true, false, 0.0, 7},
+      {"chunks longer than a rank's", {0, 0, 0, 0}, LK::Identity, false, 4, 40, false, EX::AllGather, true, false, false,
+       false, 0.0, 16},
+      // sink tokens reach back to the sequence's (document's) start: the global exchange
+      {"sink tokens swa", {6, 6, 6, 6}, LK::LogN, false, 4, 40, false, EX::AllGather, true, true, true, false, 0.0, 0, 3},
+      {"sink tokens chunked, documents", {0, 0, 0, 0}, LK::ScaleInvariant, false, 4, 40, true, EX::AllGather, true, false,
+       false, false, 0.0, 5, 2},
   };
   for (const Case& c : cases)
     for (EX global : {EX::Ring, EX::AllGather}) {
@@ -174,6 +184,8 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     cfg.logn_position = c.logn_position;
     cfg.qtemp_alpha = c.qtemp;
     cfg.qtemp_beta = 4.0;
+    cfg.chunk = c.chunk;
+    cfg.sink_tokens = c.sink_tokens;
     if (c.alibi) cfg.alibi_slope = {0.5, 0.25, 0.125, 0.0625};
     if (c.documents)  // documents of 7, 13, 20 | 40 tokens (37: 7, 13, 17 | 37)
       cfg.documents = std::make_shared<attn::Documents>(
@@ -228,8 +240,10 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     const int64_t sent = route.bytes_sent();
     const auto most = world().all_gather(sent);
     if (path == EX::Halo) {
-      int64_t W = 0;
-      for (int64_t w : c.window) W = std::max(W, w);
+      const int64_t W = dist::max_window(cfg);  // the heads' reach: windows, or chunks
+      int64_t Ww = 0;
+      for (int64_t w : c.window) Ww = std::max(Ww, w > 0 && c.chunk > 0 ? std::min(w, c.chunk) : w > 0 ? w : c.chunk);
+      EXPECT_EQ(W, Ww);
       for (int q2 = 0; q2 < N; ++q2) {
         EXPECT_LE(static_cast<double>(most[q2]), static_cast<double>(W - 1) / L.min_chunk() * gather) << "rank " << q2;
         const dist::ContextTraffic t = dist::context_traffic(cfg, dist::ZigzagLayout(T, N, q2));
