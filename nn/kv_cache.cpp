@@ -28,8 +28,10 @@ LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t ca
   G_ = H / Hkv;
   cap_.assign(Hkv, 0);
   for (int64_t h = 0; h < H; ++h) {
-    const int64_t w = cfg.window[h];
-    // a window with sink tokens keeps every key: the sinks sit at the start, the window at the end
+    // a head's reach: its window, or its chunk (a query sees at most the C keys of its chunk); a layer
+    // with sink tokens keeps every key (the sinks sit at the start, the window at the end)
+    int64_t w = cfg.window[h];
+    if (cfg.chunk > 0) w = w > 0 ? std::min(w, cfg.chunk) : cfg.chunk;
     const bool all = keep_all || w <= 0 || cfg.sink_tokens > 0;
     cap_[h / G_] = std::max(cap_[h / G_], all ? capacity : std::min(w, capacity));
   }

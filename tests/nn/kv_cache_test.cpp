@@ -159,6 +159,15 @@ TEST(KVCache, ChunkedAttention) {  // issue 38: Llama 4's chunks, alone and insi
   w.mask.chunk = 3;
   w.forget = true;
   check_case({"chunked", {c, w}, 2});
+  // a chunked layer keeps a ring of its chunk's C keys (a query sees no further back), min(W, C) with a window
+  ModelConfig mc = base_config();
+  mc.n_layers = 2;
+  mc.kinds = {{"c", c}, {"w", w}};
+  mc.pattern = {"c", "w"};
+  const Transformer model(mc, 1);
+  const KVCache cache(model, 100);
+  EXPECT_EQ(cache.layers()[0].keys_kept, std::vector<int64_t>(mc.kv_heads(), 4));
+  EXPECT_EQ(cache.layers()[1].keys_kept, std::vector<int64_t>(mc.kv_heads(), 3));
 }
 
 TEST(KVCache, SinkTokensStayBesideTheWindow) {  // issue 38: StreamingLLM's sinks, with SSMax counting them
