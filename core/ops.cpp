@@ -284,7 +284,8 @@ Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p) {
                                    (positions.dim() == 2 && positions.size(0) == x.size(0) && positions.size(1) == T)),
            ShapeError, "rotary: positions must be (T) = (", T, ") or (B, T) = (", x.size(0), ", ", T, "), got ",
            positions.defined() ? shape_str(positions.shape()) : std::string("undefined"));
-  HZ_CHECK(is_integer(positions.dtype()), DTypeError, "rotary: positions must be i32/i64");
+  HZ_CHECK(is_integer(positions.dtype()) || positions.dtype() == DType::F64, DTypeError,
+           "rotary: positions must be i32/i64, or f64 for positions between integers");
   check_device(x, positions, "rotary");
   return HZ_BACKEND(x.device(), rotary)(x, positions, p);
 }

@@ -12,7 +12,7 @@ namespace hz::data {
 
 namespace {
 
-const char* const kSchemes[] = {"index", "pose", "randomized"};
+const char* const kSchemes[] = {"index", "pose", "randomized", "continuous"};
 static_assert(sizeof(kSchemes) / sizeof(*kSchemes) == static_cast<size_t>(PositionScheme::Count));
 
 // Uniform integers from one row's Philox stream (word by word; 64 bits per draw, so the modulo's
@@ -62,6 +62,15 @@ Tensor make_positions(const PositionOptions& o, int64_t B, int64_t T, uint64_t s
     }
     const int64_t ids[2] = {counter, row0 + b};  // this row's own stream
     Draws d{Generator(seed ^ 0x706f736974696f6eull, fnv1a64(ids, sizeof(ids))), 0};
+    if (o.scheme == PositionScheme::Continuous) {  // T uniform reals on [0, L), sorted
+      for (int64_t t = 0; t < T; ++t) {
+        const uint64_t w = (static_cast<uint64_t>(d.g.word(d.next)) << 32) | d.g.word(d.next + 1);
+        d.next += 2;
+        row[t] = static_cast<double>(w >> 11) * 0x1.0p-53 * static_cast<double>(o.max);
+      }
+      std::sort(row, row + T);
+      continue;
+    }
     if (o.scheme == PositionScheme::Randomized) {
       const std::vector<int64_t> r = d.distinct(T, o.max);
       for (int64_t t = 0; t < T; ++t) row[t] = static_cast<double>(r[t]);
@@ -78,7 +87,7 @@ Tensor make_positions(const PositionOptions& o, int64_t B, int64_t T, uint64_t s
       start = c;
     }
   }
-  return Tensor::from_vector(p, {B, T}, DType::I64);
+  return Tensor::from_vector(p, {B, T}, o.scheme == PositionScheme::Continuous ? DType::F64 : DType::I64);
 }
 
 }  // namespace hz::data

@@ -9,7 +9,9 @@
 //               covers relative distances up to L - 1 with T tokens;
 //   randomized  randomized positional encodings (Ruoss et al. 2023, "Randomized Positional Encodings
 //               Boost Length Generalization of Transformers", arXiv 2305.16843): T distinct positions
-//               drawn uniformly from [0, L) and sorted.
+//               drawn uniformly from [0, L) and sorted;
+//   continuous  the same with real positions: T draws from the uniform distribution on [0, L), sorted
+//               (float positions: RoPE rotates by angles between the integer ones).
 // L = position_max (> T). Each row's positions are a function of (seed, micro-batch counter, row)
 // only, drawn from counter-based Philox streams: the same run repeats them, a resume continues them,
 // and no state needs saving. The attention masks keep reading indices (a window of W is W tokens);
@@ -22,8 +24,8 @@
 
 namespace hz::data {
 
-enum class PositionScheme : uint8_t { Index, PoSE, Randomized, Count };
-const char* name(PositionScheme s);                     // index pose randomized
+enum class PositionScheme : uint8_t { Index, PoSE, Randomized, Continuous, Count };
+const char* name(PositionScheme s);                     // index pose randomized continuous
 PositionScheme parse_position_scheme(const std::string& s);  // ValueError listing the names
 
 struct PositionOptions {
@@ -32,7 +34,7 @@ struct PositionOptions {
   int64_t chunks = 2;  // PoSE's N, in [1, T]
 };
 
-// The (B, T) I64 positions of a micro-batch: rows row0 .. row0 + B - 1 of micro-batch `counter`
+// The (B, T) positions of a micro-batch (I64; F64 for continuous): rows row0 .. row0 + B - 1 of micro-batch `counter`
 // (the run's count of micro-batches so far; row0 = this data-parallel rank's first row).
 Tensor make_positions(const PositionOptions& o, int64_t B, int64_t T, uint64_t seed, int64_t counter, int64_t row0);
 

@@ -125,8 +125,9 @@ void visit_fields(Recipe& r, V& v) {
                 nn::parse_recompute, static_cast<const char* (*)(nn::Recompute)>(nn::name));
   v.enumeration("train.positions", r.train.positions.scheme,
                 run_opt("the positions training tokens carry: index | pose (PoSE: chunks shifted by random skips over "
-                        "[0, position_max)) | randomized (sorted distinct samples of [0, position_max)); RoPE and "
-                        "p-RoPE rotate by them, masks and evaluation keep indices"),
+                        "[0, position_max)) | randomized (sorted distinct samples of [0, position_max)) | continuous "
+                        "(sorted real samples of [0, position_max)); RoPE and p-RoPE rotate by them, masks and "
+                        "evaluation keep indices"),
                 data::parse_position_scheme, static_cast<const char* (*)(data::PositionScheme)>(data::name));
   v("train.position_max", r.train.positions.max,
     run_opt("pose / randomized: positions lie in [0, position_max) (the target length; > data.seq_len)").in(0, 1 << 30));

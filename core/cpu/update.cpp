@@ -35,8 +35,12 @@ void random_fill(Tensor& dst, const RandomFill& r) {
 Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams& p) {
   const int64_t B = x_in.size(0), H = x_in.size(1), T = x_in.size(2), D = x_in.size(3), half = D / 2;
   const Tensor x = x_in.contiguous();
+  // f64 positions (between integers) take one table row per id; integer ones as below
+  const bool real = positions_in.dtype() == DType::F64;
   const Tensor positions = positions_in.to(DType::I64).contiguous();
+  const Tensor positions_f = real ? positions_in.contiguous() : Tensor();
   const int64_t* pp = positions.data<int64_t>();
+  const double* pf = real ? positions_f.data<double>() : nullptr;
   // cos/sin table in double, then applied in the tensor's compute type. Positions are (T) or
   // (B, T) ids; when they all lie in [0, P) with P <= their count (arange, or per-document
   // positions that restart), the table has one row per position value, else one per id.
@@ -46,12 +50,12 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
     lo = std::min(lo, pp[i]);
     hi = std::max(hi, pp[i]);
   }
-  const bool by_value = lo >= 0 && hi < np;
+  const bool by_value = !real && lo >= 0 && hi < np;
   const int64_t rows = by_value ? hi + 1 : np;
   std::vector<double> cs(rows * half), sn(rows * half);
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t m = 0; m < half; ++m) {
-      const double a = static_cast<double>(by_value ? t : pp[t]) * p.inv_freq[m];
+      const double a = (by_value ? static_cast<double>(t) : real ? pf[t] : static_cast<double>(pp[t])) * p.inv_freq[m];
       cs[t * half + m] = std::cos(a) * p.mscale;
       sn[t * half + m] = (p.inverse ? -std::sin(a) : std::sin(a)) * p.mscale;
     }

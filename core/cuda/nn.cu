@@ -303,13 +303,15 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
   use_device(dev);
   dispatch_floating(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    dispatch_index(positions.dtype(), [&](auto itag) {
+    auto launch = [&](auto itag) {
       using I = decltype(itag);
       rotary_kernel<S, I><<<blocks_for(rows * half), kThreads, 0, stream(dev)>>>(
           ptr<const S>(x), ptr<const I>(positions), ptr<S>(out), rows, T,
           positions.dim() == 2 ? x.size(1) * T : int64_t(0), half, fr, p.mscale, p.inverse);
       HZ_CUDA_LAUNCHED("rotary");
-    });
+    };
+    if (positions.dtype() == DType::F64) launch(double{});  // positions between integers
+    else dispatch_index(positions.dtype(), launch);
   });
   return out;
 }

@@ -257,6 +257,29 @@ TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
   EXPECT_GT(std::abs(dot(10, 3) - dot(10, 4)), 1e-6);
 }
 
+// Float positions: integral ones rotate exactly as the integer ids; others by p w_m, pair by pair.
+TEST(Rope, FloatPositionsRotateBetweenTheIntegerAngles) {
+  Generator g(5);
+  const Tensor x = g.normal({2, 1, 3, 8}, 0, 1, DType::F64);
+  const RopeFreqs f = rope_frequencies(PositionSpec{}, 8, 64);
+  const std::vector<double> ids{0, 7, 3, 40, 2, 9};
+  const Tensor a = rope_rotate(x, Tensor::from_vector(ids, {2, 3}, DType::I64), f, false);
+  const Tensor b = rope_rotate(x, Tensor::from_vector(ids, {2, 3}, DType::F64), f, false);
+  EXPECT_EQ(a.to_vector(), b.to_vector());
+  const std::vector<double> real{0.5, 7.25, 3.125, 40.75, 2.0, 9.9};
+  const Tensor r = rope_rotate(x, Tensor::from_vector(real, {2, 3}, DType::F64), f, false);
+  for (int64_t b2 = 0; b2 < 2; ++b2)
+    for (int64_t t = 0; t < 3; ++t)
+      for (int64_t m = 0; m < 4; ++m) {
+        const double ang = real[b2 * 3 + t] * f.inv_freq[m], x1 = x.at({b2, 0, t, m}), x2 = x.at({b2, 0, t, m + 4});
+        EXPECT_NEAR(r.at({b2, 0, t, m}), x1 * std::cos(ang) - x2 * std::sin(ang), 1e-14);
+        EXPECT_NEAR(r.at({b2, 0, t, m + 4}), x1 * std::sin(ang) + x2 * std::cos(ang), 1e-14);
+      }
+  // and the inverse rotation undoes it (the backward)
+  const Tensor back = rope_rotate(r, Tensor::from_vector(real, {2, 3}, DType::F64), f, true);
+  for (size_t i = 0; i < back.to_vector().size(); ++i) EXPECT_NEAR(back.to_vector()[i], x.to_vector()[i], 1e-14);
+}
+
 TEST(Rope, DropIsExactIdentityAndYarnScalesLogitsBySquare) {
   Generator g(4);
   const Tensor x = g.normal({1, 2, 5, 8}, 0, 1, DType::F64);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "data/positions.h"
@@ -75,6 +76,27 @@ TEST(Positions, RandomizedAreSortedDistinctSamples) {
     }
   }
   EXPECT_NEAR(mean, 499.5, 15.0);  // uniform over [0, 1000): sd of the mean ~ 4
+}
+
+TEST(Positions, ContinuousAreSortedRealSamples) {
+  PositionOptions o;
+  o.scheme = PositionScheme::Continuous;
+  o.max = 1000;
+  const Tensor p = make_positions(o, 200, 50, 13, 2, 0);
+  ASSERT_EQ(p.dtype(), DType::F64);
+  const std::vector<double> v = p.to_vector();
+  double mean = 0;
+  int64_t fractional = 0;
+  for (int64_t b = 0; b < 200; ++b)
+    for (int64_t t = 0; t < 50; ++t) {
+      const double x = v[b * 50 + t];
+      ASSERT_TRUE(x >= 0 && x < 1000);
+      if (t) ASSERT_GE(x, v[b * 50 + t - 1]);
+      mean += x / (200 * 50);
+      fractional += x != std::floor(x);
+    }
+  EXPECT_NEAR(mean, 500.0, 15.0);
+  EXPECT_GT(fractional, 9900);  // reals, not ids
 }
 
 TEST(Positions, DeterministicInSeedCounterAndRow) {

@@ -81,7 +81,7 @@ TEST(Trainer, ResumeContinuesTheSameTrajectoryBitwise) {
 // Drawn positions (PoSE, randomized): the run repeats, a resume continues them bitwise (they follow
 // from the micro-batch count), and they act: the trajectory differs from index positions'.
 TEST(Trainer, DrawnPositionsRepeatAndResumeExactly) {
-  for (const std::string scheme : {"pose", "randomized"}) {
+  for (const std::string scheme : {"pose", "randomized", "continuous"}) {
     const std::vector<std::string> ov{"train.positions=" + scheme, "train.position_max=512", "train.pose_chunks=3",
                                       "train.grad_accum=2"};
     const TrainResult full = hz::train::train(tiny(scheme + "_full", ov), quiet());
