@@ -119,10 +119,9 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
       }
       std::fill(acc.begin(), acc.end(), T(0));
       const BlockSpans span = key_block_spans(P, b, h, i0, i1, Bk);
-      const IndexRange sk = sink_keys(P, b, h, i0, i1);
       for (int64_t kb = spans_next(span, -1); kb <= spans_last(span); kb = spans_next(span, kb)) {
         int64_t j0 = kb * Bk, nk = std::min(Bk, P.Tk - j0);
-        narrow_to_sinks(span, sk, kb, j0, nk);
+        narrow_to_sinks(span, kb, j0, nk);
         const bool boundary = spans_class(span, kb) == BlockClass::Boundary;
         ++visited;
         boundary_n += boundary;
@@ -249,10 +248,9 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
           lnn[i] = logn ? row_factor<double>(P, b, h, i0 + i) : 0.0;
         }
         const BlockSpans span = key_block_spans(P, b, h, i0, i1, Bk);
-        const IndexRange sk = sink_keys(P, b, h, i0, i1);
         for (int64_t kbi = spans_next(span, -1); kbi <= spans_last(span); kbi = spans_next(span, kbi)) {
           int64_t j0 = kbi * Bk, nk = std::min(Bk, P.Tk - j0);
-          narrow_to_sinks(span, sk, kbi, j0, nk);
+          narrow_to_sinks(span, kbi, j0, nk);
           ++visited;
           T* s = sbuf.data();    // raw scores scale * q.k   (nq, Bk)
           T* pr = pbuf.data();   // logits, then probabilities, then dS

@@ -197,14 +197,19 @@ HZ_HD int64_t range_size(IndexRange r) { return r.hi >= r.lo ? r.hi - r.lo + 1 :
 //     [max(key_begin, o_i), min(o_i + S - 1, lo_i - 1, hi_i)],   o_i = sink_origin(p_i),
 // empty while the row's window or chunk still reaches back to o_i (the first interval has them).
 // Both ends are non-decreasing along the rows of one document.
+namespace detail {
+// The last sink key of a row whose first interval is [lo, hi] and whose document starts at o.
+HZ_HD int64_t sink_hi(const AttnKernelParams& p, int64_t o, int64_t lo, int64_t hi) {
+  int64_t s = o + p.sink_tokens - 1;
+  if (lo - 1 < s) s = lo - 1;
+  return hi < s ? hi : s;
+}
+}  // namespace detail
 HZ_HD IndexRange sink_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
   if (!HZ_SINK_TOKENS(p)) return {0, -1};
   const int64_t o = sink_origin(p, b, p.q_offset + i);
   const IndexRange m = key_range(p, b, h, i);
-  int64_t hi = o + p.sink_tokens - 1;
-  if (m.lo - 1 < hi) hi = m.lo - 1;
-  if (m.hi < hi) hi = m.hi;
-  return {o > p.key_begin ? o : p.key_begin, hi};
+  return {o > p.key_begin ? o : p.key_begin, detail::sink_hi(p, o, m.lo, m.hi)};
 }
 // Visible keys of row i: both intervals.
 HZ_HD int64_t visible_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
@@ -233,10 +238,7 @@ HZ_HD int64_t logn_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_
   }
   int64_t n = hi >= lo ? hi - lo + 1 : 0;
   if (HZ_SINK_TOKENS(p)) {  // the sink tokens before lo, as sink_range
-    const int64_t o = sink_origin(p, b, pos);
-    int64_t shi = o + p.sink_tokens - 1;
-    if (lo - 1 < shi) shi = lo - 1;
-    if (hi < shi) shi = hi;
+    const int64_t o = sink_origin(p, b, pos), shi = detail::sink_hi(p, o, lo, hi);
     n += shi >= o ? shi - o + 1 : 0;
   }
   return n;
@@ -410,20 +412,24 @@ HZ_HD void sink_anchor(const AttnKernelParams& p, int64_t b, int64_t h, int64_t 
     last = doc_end_of(p, b, p.q_offset + a) - 1 - p.q_offset;
 }
 }  // namespace detail
-// The keys of that sink interval: every sink key of the tile outside the first interval's span.
-HZ_HD IndexRange sink_keys(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1) {
-  if (!HZ_SINK_TOKENS(p)) return {0, -1};
-  int64_t a, last;
-  detail::sink_anchor(p, b, h, i0, i1, a, last);
-  return sink_range(p, b, h, last);
-}
-HZ_HD BlockSpan sink_key_blocks(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
+namespace detail {
+// The span, and in `keys` the keys of that sink interval (every sink key of the tile outside the first
+// interval's span).
+HZ_HD BlockSpan sink_key_blocks_and_keys(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1,
+                                         int64_t Bk, IndexRange& keys) {
+  keys = {0, -1};
   if (!HZ_SINK_TOKENS(p)) return {0, -1, 0, -1};
   int64_t a, last;
-  detail::sink_anchor(p, b, h, i0, i1, a, last);
+  sink_anchor(p, b, h, i0, i1, a, last);
   const IndexRange u = sink_range(p, b, h, last), c = sink_range(p, b, h, i0);
   if (u.lo > u.hi) return {0, -1, 0, -1};
-  return detail::span_of(u.lo, u.hi, a == i0 && last == i1 && c.lo <= c.hi, c.lo, c.hi, Bk, p.Tk);
+  keys = u;
+  return span_of(u.lo, u.hi, a == i0 && last == i1 && c.lo <= c.hi, c.lo, c.hi, Bk, p.Tk);
+}
+}  // namespace detail
+HZ_HD BlockSpan sink_key_blocks(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
+  IndexRange keys;
+  return detail::sink_key_blocks_and_keys(p, b, h, i0, i1, Bk, keys);
 }
 HZ_HD BlockSpan sink_query_blocks(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j0, int64_t j1, int64_t Bq) {
   if (!HZ_SINK_TOKENS(p)) return {0, -1, 0, -1};
@@ -443,6 +449,7 @@ HZ_HD BlockSpan sink_query_blocks(const AttnKernelParams& p, int64_t b, int64_t 
 //     for (int64_t kb = spans_next(s, -1); kb <= spans_last(s); kb = spans_next(s, kb))
 struct BlockSpans {
   BlockSpan main, sink;
+  IndexRange sink_keys{0, -1};  // row-major: the keys of the sink span (narrow_to_sinks); key-major: empty
 };
 HZ_HD bool span_has(const BlockSpan& s, int64_t k) { return k >= s.first && k <= s.last; }
 HZ_HD BlockClass spans_class(const BlockSpans& s, int64_t k) {
@@ -478,19 +485,26 @@ HZ_HD int64_t spans_full_blocks(const BlockSpans& s) {
 }
 // Both intervals' blocks met by query rows [i0, i1] (row-major) or keys [j0, j1] (key-major).
 HZ_HD BlockSpans key_block_spans(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
-  return {key_blocks(p, b, h, i0, i1, Bk), sink_key_blocks(p, b, h, i0, i1, Bk)};
+  BlockSpans s;
+  s.main = key_blocks(p, b, h, i0, i1, Bk);
+  s.sink = detail::sink_key_blocks_and_keys(p, b, h, i0, i1, Bk, s.sink_keys);
+  return s;
 }
-// Key block kb of a row-major tile, [j0, j0 + nk), narrowed to the sink keys `sk` (sink_keys) when
-// only the sink tokens meet it: the CPU kernel then multiplies S columns there rather than Bk.
-HZ_HD void narrow_to_sinks(const BlockSpans& s, IndexRange sk, int64_t kb, int64_t& j0, int64_t& nk) {
+// Key block kb of a row-major tile, [j0, j0 + nk), narrowed to the span's sink keys when only the sink
+// tokens meet it: the CPU kernel then multiplies S columns there rather than Bk.
+HZ_HD void narrow_to_sinks(const BlockSpans& s, int64_t kb, int64_t& j0, int64_t& nk) {
   if (span_has(s.main, kb) || !span_has(s.sink, kb)) return;
+  const IndexRange sk = s.sink_keys;
   const int64_t lo = j0 > sk.lo ? j0 : sk.lo, hi = j0 + nk - 1 < sk.hi ? j0 + nk - 1 : sk.hi;
   j0 = lo;
   nk = hi - lo + 1;
 }
 HZ_HD BlockSpans query_block_spans(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j0, int64_t j1,
                                    int64_t Bq) {
-  return {query_blocks(p, b, h, j0, j1, Bq), sink_query_blocks(p, b, h, j0, j1, Bq)};
+  BlockSpans s;
+  s.main = query_blocks(p, b, h, j0, j1, Bq);
+  s.sink = sink_query_blocks(p, b, h, j0, j1, Bq);
+  return s;
 }
 
 // The work of thread block `cta` in the kernels' grids: B * H query tiles of Bq rows (query block

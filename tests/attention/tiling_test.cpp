@@ -258,18 +258,20 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
         const int64_t i0 = qb * Bq, i1 = std::min(c.Tq, i0 + Bq) - 1;
         const BlockSpans rs = key_block_spans(P, b, h, i0, i1, Bk);
         int64_t visits = 0, want_visits = 0, full = 0;
-        const IndexRange sk = sink_keys(P, b, h, i0, i1);
         for (int64_t kb = spans_next(rs, -1); kb <= spans_last(rs); kb = spans_next(rs, kb)) {
           ++visits;
           full += spans_class(rs, kb) == BlockClass::Full;
           // a block only the sinks meet, narrowed to their keys, keeps every visible pair
           int64_t j0 = kb * Bk, nk = std::min(c.Tk - j0, Bk);
           const int64_t jb = j0, je = j0 + nk;
-          narrow_to_sinks(rs, sk, kb, j0, nk);
+          narrow_to_sinks(rs, kb, j0, nk);
           ASSERT_TRUE(nk >= 1 && j0 >= jb && j0 + nk <= je) << "key block " << kb;
           for (int64_t i = i0; i <= i1; ++i)
-            for (int64_t j = jb; j < je; ++j)
-              if (visible(c, h, i, j)) ASSERT_TRUE(j >= j0 && j < j0 + nk) << "row " << i << " key " << j;
+            for (int64_t j = jb; j < je; ++j) {
+              if (visible(c, h, i, j)) {
+                ASSERT_TRUE(j >= j0 && j < j0 + nk) << "row " << i << " key " << j;
+              }
+            }
         }
         for (int64_t kb = 0; kb < num_blocks(c.Tk, Bk); ++kb) {
           const int64_t j0 = kb * Bk, j1 = std::min(c.Tk, j0 + Bk) - 1;
