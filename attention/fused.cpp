@@ -111,6 +111,20 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
   p.qtemp_beta = cfg.qtemp_beta;
   p.temp_c = cfg.temp_c;
   p.temp_train_len = cfg.train_len;
+  if (cfg.positions.defined()) {
+    const Tensor& t = cfg.positions;
+    HZ_CHECK(!cfg.documents, ValueError, "attention: token positions and packed documents do not combine (the "
+             "documents define the positions)");
+    HZ_CHECK(t.dim() == 2 && t.size(0) == B && t.dtype() == DType::F64, ShapeError,
+             "attention: token positions must be (B, N) f64 with B = ", B, ", got ", shape_str(t.shape()), " ",
+             dtype_name(t.dtype()));
+    HZ_CHECK(cfg.key_position + std::max(Tk, p.q_offset + Tq) <= t.size(1), ShapeError, "attention: ", t.size(1),
+             " token positions per sequence; the keys and queries reach index ",
+             cfg.key_position + std::max(Tk, p.q_offset + Tq) - 1);
+    p.positions_T = t.size(1);
+    // host pointers (planning, tests); call_params points the kernels at the device's contiguous copy
+    if (t.device().is_cpu() && t.is_contiguous()) p.positions = t.data<double>();
+  }
   if (cfg.documents) {
     const Documents& d = *cfg.documents;
     HZ_CHECK(d.batch() == B && cfg.key_position + Tk <= d.seq_len(), ShapeError, "attention: documents of ",
@@ -147,11 +161,13 @@ bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
            "attention: the tensor-core kernels take bf16 q/k/v with head_dim 64 or 128 on an sm_80+ GPU, got ",
            dtype_name(dt), " with head_dim ", D,
            "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
-  // chunked attention and sink tokens run the reference kernels (attention/tiling.h, HZ_TILING_PLAIN)
-  const bool plain = cfg.chunk == 0 && cfg.sink_tokens == 0 && cfg.prefix == 0;
+  // chunked attention, sink tokens, a prefix and token positions run the reference kernels
+  // (attention/tiling.h, HZ_TILING_PLAIN)
+  const bool plain = cfg.chunk == 0 && cfg.sink_tokens == 0 && cfg.prefix == 0 && !cfg.positions.defined();
   HZ_CHECK(plain || impl != AttnImpl::TensorCore, NotImplementedError,
            "attention: the tensor-core kernels take no chunked attention (chunk ", cfg.chunk, "), no sink tokens (",
-           cfg.sink_tokens, ") and no prefix (", cfg.prefix, "); use the reference kernels (AttnImpl::Reference or "
+           cfg.sink_tokens, "), no prefix (", cfg.prefix, ") and no token positions",
+           cfg.positions.defined() ? " (given)" : "", "; use the reference kernels (AttnImpl::Reference or "
            "HZ_ATTN_IMPL=reference)");
   if (!plain) return false;
   return impl != AttnImpl::Reference && ok;
@@ -309,9 +325,14 @@ void check_qkv(const Tensor& qv, const Tensor& kv, const Tensor& vv) {
            "attention: q, k, v live on different devices; move them to one with .to(device)");
 }
 
-// The kernel parameters of a call with its documents' bounds on the call's device (P points into
-// the returned tensor: keep it alive while P is used).
-AttnKernelParams call_params(const AttnConfig& cfg, const Tensor& qc, const Tensor& kc, Tensor& doc_bounds) {
+// The tables a call's parameters point into on its device: the documents' bounds and the token
+// positions (keep them alive while the parameters are used).
+struct HeldTables {
+  Tensor doc_bounds, positions;
+};
+
+// The kernel parameters of a call with its tables on the call's device.
+AttnKernelParams call_params(const AttnConfig& cfg, const Tensor& qc, const Tensor& kc, HeldTables& held) {
   AttnKernelParams P = make_kernel_params(cfg, qc.size(0), qc.size(1), kc.size(1), qc.size(2), kc.size(2),
                                           qc.size(3));
   if (qc.device().is_cpu()) {  // measured on a 2-core Xeon: 128 x 256 tiles ran causal attention at 8K
@@ -319,9 +340,13 @@ AttnKernelParams call_params(const AttnConfig& cfg, const Tensor& qc, const Tens
     P.block_k = cpu_block_k(cfg, P.Tk);  // windows take smaller ones (cpu_block_k)
   }
   if (cfg.documents) {
-    doc_bounds = cfg.documents->bounds(qc.device());
-    P.doc_start = doc_bounds.data<int32_t>();
+    held.doc_bounds = cfg.documents->bounds(qc.device());
+    P.doc_start = held.doc_bounds.data<int32_t>();
     P.doc_end = P.doc_start + P.B * P.doc_T;
+  }
+  if (cfg.positions.defined()) {
+    held.positions = cfg.positions.to(qc.device()).contiguous();
+    P.positions = held.positions.data<double>();
   }
   return P;
 }
@@ -351,7 +376,8 @@ namespace {
 
 // A part's inputs as the kernels take them (partial_attention and its backward share it).
 struct PartCall {
-  Tensor qc, kc, vc, doc_bounds;  // P points into doc_bounds
+  Tensor qc, kc, vc;
+  HeldTables held;  // P points into them
   AttnKernelParams P;
   KernelTerms t;
   Device dev;
@@ -365,7 +391,7 @@ PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, cons
   c.qc = q.contiguous();
   c.kc = k.contiguous();
   c.vc = v.contiguous();
-  c.P = call_params(cfg, c.qc, c.kc, c.doc_bounds);
+  c.P = call_params(cfg, c.qc, c.kc, c.held);
   c.dev = c.qc.device();
   c.dt = c.qc.dtype();
   c.adt = acc_dtype(c.dt);
@@ -429,8 +455,8 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   const Device dev = qv.device();
   const DType dt = qv.dtype(), adt = acc_dtype(dt);
   const Tensor qc = qv.contiguous(), kc = kv.contiguous(), vc = vv.contiguous();
-  Tensor doc_bounds;  // kept alive with the backward: P points into it
-  AttnKernelParams P = call_params(cfg, qc, kc, doc_bounds);
+  HeldTables held;  // kept alive with the backward: P points into them
+  AttnKernelParams P = call_params(cfg, qc, kc, held);
   const bool logn = cfg.logit == LogitKind::LogN;
   const ag::Variable& logn_c = terms.logn_c;
   if (logn)
@@ -496,7 +522,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   AttnOutput res;
   res.lse = lse;
   res.out = ag::make_result(out, inputs, "fused_attention", [&] {
-    return [P, doc_bounds, use_tc, empty, qc, kc, vc, out = out_saved, lse, kt, ic, iz, ifx, c_dtype, c_device,
+    return [P, held, use_tc, empty, qc, kc, vc, out = out_saved, lse, kt, ic, iz, ifx, c_dtype, c_device,
             z_dtype, z_device](const Tensor& g, ag::Grads& gr) {
       const Device dev = qc.device();
       const DType dt = qc.dtype();

@@ -68,6 +68,11 @@ struct AttnConfig {
   // needs B equal to the documents' batch, key_position + Tk and key_position + q_offset + Tq at
   // most their sequence length, and min_distance 0. With position reset, SWAN's row index counts from the document's start.
   std::shared_ptr<const Documents> documents;
+  // Token positions (B, N) f64 on the op's device, N >= key_position + Tk and key_position + q_offset
+  // + Tq (undefined: the indices): the drawn position each token carries (PoSE, randomized or real
+  // positions, data/positions.h). ALiBi, scale-invariant attention, LogN by position, SWAN's row and
+  // Llama 4's temperature read them (tiling.h); masks count indices. Not with documents.
+  Tensor positions;
   double temp_c = 0.0;   // temperature: DroPE's c, for a per-document beta (documents only)
   int64_t train_len = 0;   // its C_train
   // Tiles of the CPU kernel and the CUDA reference kernels (0: the device's own: 64 x 64 on CUDA;

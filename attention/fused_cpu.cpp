@@ -18,18 +18,19 @@ namespace {
 
 std::atomic<int64_t> g_fwd{0}, g_fwd_boundary{0}, g_bwd{0};
 
-// The per-call tables of the CPU kernel: scale-invariant a_t / m_t over every distance the call
-// can meet (the same function the CUDA kernels evaluate inline), LogN's c and the sink logit per
-// head, FoX's prefix sums.
+// The per-call tables of the CPU kernel: scale-invariant a_t / m_t over every index distance the
+// call can meet (the same function the CUDA kernels evaluate inline; inline here too at drawn token
+// positions, whose distances are not indices), LogN's c and the sink logit per head, FoX's prefix sums.
 struct CpuPlan {
   const AttnKernelParams& P;
-  bool has_tables;
+  bool has_tables, si_inline;
   std::vector<double> a, m;  // t = 0..q_offset + Tq
   std::vector<double> c, sink;
   const Tensor& fox_c;
 
   CpuPlan(const AttnKernelParams& p, const CpuTerms& t) : P(p), c(t.logn_c), sink(t.sink), fox_c(t.fox_c) {
-    has_tables = P.logit == LogitKind::ScaleInvariant;
+    has_tables = P.logit == LogitKind::ScaleInvariant && !P.positions;
+    si_inline = P.logit == LogitKind::ScaleInvariant && P.positions;
     if (has_tables) {
       const int64_t n = std::max(P.q_offset + P.Tq, P.Tk) + 1;  // |t|: a prefix's later keys too
       a.resize(n);
@@ -37,6 +38,21 @@ struct CpuPlan {
       for (int64_t t = 0; t < n; ++t) scale_invariant_coef<double>(static_cast<double>(t), P.tau, a[t], m[t]);
     }
   }
+  // a_t and m_t of the pair (query at key index pos, key j) of sequence b, and its distance |t|
+  double coef(int64_t b, int64_t pos, int64_t j, double& m_t, double& t_abs) const {
+    const double t = pair_distance<double>(P, b, pos, j);
+    t_abs = t < 0 ? -t : t;  // a prefix's later keys: the distance both ways (others are masked)
+    if (has_tables) {
+      const int64_t ti = static_cast<int64_t>(t_abs);
+      m_t = m[ti];
+      return a[ti];
+    }
+    double a_t = 1.0;
+    m_t = 0.0;
+    if (si_inline) scale_invariant_coef<double>(t_abs, P.tau, a_t, m_t);
+    return a_t;
+  }
+  bool pair_terms() const { return has_tables || si_inline; }  // a_t varies by pair
   double row_scale(int64_t b, int64_t h, int64_t i) const {
     const double f = row_factor<double>(P, b, h, i);
     return P.logit == LogitKind::LogN ? f * c[h] : f;
@@ -66,11 +82,9 @@ void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq
         for (int64_t jj = 0; jj < nk; ++jj) si[jj] *= r;
     } else {
       for (int64_t jj = 0; jj < nk; ++jj) {
-        const int64_t t = pos - (j0 + jj);
-        const int64_t ta = t < 0 ? -t : t;  // |t|: a prefix's later keys (other t < 0 are masked below)
-        const double a = C.has_tables ? C.a[ta] : 1.0;
-        const double add = (C.has_tables ? C.m[ta] : 0.0) - slope * static_cast<double>(ta);
-        si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(add);
+        double m_t, ta;
+        const double a = C.coef(b, pos, j0 + jj, m_t, ta);
+        si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(m_t - slope * ta);
       }
     }
     if (fc) {
@@ -276,7 +290,7 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
             const T Di = Dvec[i0 + i];
             const T rsc = static_cast<T>(rf[i]) * scale;
             const int64_t pos = P.q_offset + i0 + i;
-            if (!C.has_tables && !logn && !dfc) {  // plain logits: one vectorized pass
+            if (!C.pair_terms() && !logn && !dfc) {  // plain logits: one vectorized pass
               for (int64_t jj = 0; jj < nk; ++jj) pi[jj] = pi[jj] * (di[jj] - Di) * rsc;
               continue;
             }
@@ -284,7 +298,10 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
             for (int64_t jj = 0; jj < nk; ++jj) {
               const T dl = pi[jj] * (di[jj] - Di);  // dLoss/dL_ij
               T a = T(1);
-              if (C.has_tables && pi[jj] != T(0)) a = static_cast<T>(C.a[std::abs(pos - j0 - jj)]);
+              if (C.pair_terms() && pi[jj] != T(0)) {
+                double m_t, ta;
+                a = static_cast<T>(C.coef(b, pos, j0 + jj, m_t, ta));
+              }
               if (logn && pi[jj] != T(0)) dch += static_cast<double>(dl) * lnn[i] * a * static_cast<double>(si[jj]);
               if (dfc) {  // L_ij gains c_(p_i) - c_j
                 drow += dl;

@@ -27,7 +27,18 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
   // packed documents: each position's document id and start, read straight off the cumulative
   // lengths (not through Documents::bounds, which the kernels use)
   const Documents* docs = cfg.documents.get();
-  const int64_t Bc = docs ? B : 1;  // the coefficients differ per sequence only with documents
+  // token positions (drawn by the data): what the logit terms read in place of the indices
+  std::vector<double> tokpos;
+  int64_t tokpos_T = 0;
+  if (cfg.positions.defined()) {
+    tokpos = cfg.positions.to(Device::cpu()).to_vector();
+    tokpos_T = cfg.positions.size(1);
+  }
+  auto position_of = [&](int64_t b, int64_t idx) {  // the position key index idx of sequence b carries
+    return tokpos.empty() ? static_cast<double>(cfg.key_position + idx) : tokpos[b * tokpos_T + cfg.key_position + idx];
+  };
+  // the coefficients differ per sequence only with documents or token positions
+  const int64_t Bc = docs || !tokpos.empty() ? B : 1;
   std::vector<int64_t> doc_id(Bc * Tk, 0), doc_first(Bc * Tk, 0), doc_len(Bc * Tk, Tk);
   if (docs) {
     const auto& cu = docs->cu_seqlens();
@@ -71,10 +82,10 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
       for (int64_t j = 0; j < Tk; ++j) n += visible(j);
       double r = 1.0;
       // the row's position: absolute (key 0 sits at key_position), or inside its document
-      const int64_t row = docs && docs->position_reset() ? p - doc_first[b * Tk + p] : cfg.key_position + p;
+      const double row = docs && docs->position_reset() ? static_cast<double>(p - doc_first[b * Tk + p]) : position_of(b, p);
       if (cfg.logit == LogitKind::LogN) {
-        const int64_t cnt = cfg.logn_position ? row + 1 : n;
-        r = cnt > 0 ? std::log(static_cast<double>(cnt)) : 0.0;
+        const double cnt = cfg.logn_position ? row + 1 : static_cast<double>(n);
+        r = cnt > 0 ? std::log(cnt) : 0.0;
       }
       if (cfg.logit == LogitKind::SwanRow) r = std::log(cfg.swan_a + row) / std::log(cfg.swan_a);
       if (cfg.logit == LogitKind::Temperature) {
@@ -92,7 +103,7 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
           bias[idx] = ninf;
           continue;
         }
-        const double t = std::abs(static_cast<double>(p - j));  // |t|: a prefix's later keys
+        const double t = std::abs(position_of(b, p) - position_of(b, j));  // |t|: a prefix's later keys
         double a = 1.0, m = 0.0;
         if (cfg.logit == LogitKind::ScaleInvariant) {
           a = std::sqrt(2.0 * std::log(t / cfg.tau + 1.0) + 1.0);

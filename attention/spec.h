@@ -151,6 +151,15 @@ struct AttentionSpec {
   // One window per query head for sequence length T (0 = unbounded).
   std::vector<int64_t> windows(int64_t n_heads, int64_t T) const;
   std::string describe() const;  // one line: "rope(base=10000) causal identity"
+  // Whether the rotation (RoPE, p-RoPE) or a logit term (ALiBi's and scale-invariant attention's
+  // distance, LogN by position, SWAN's row, Llama 4's temperature) reads the tokens' positions:
+  // what drawn token positions (PoSE, randomized, real-valued) change.
+  bool rotary() const { return pos.kind == PosKind::Rope || pos.kind == PosKind::PRope; }
+  bool logits_read_positions() const {
+    return pos.kind == PosKind::Alibi || logit.kind == LogitKind::ScaleInvariant ||
+           (logit.kind == LogitKind::LogN && logit.logn_position) || logit.kind == LogitKind::SwanRow ||
+           logit.qtemp_alpha != 0;
+  }
 };
 
 // SCOPE scopes S_h = ceil(gamma^h), h = 1..H, gamma = T^(1/H) unless given; clamped to

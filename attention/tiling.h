@@ -58,6 +58,12 @@
 //   ALiBi (position encoding alibi) adds -slope_h * t to any of them; Llama 4's temperature
 //   multiplies r by 1 + alpha ln(floor((P_i + 1) / beta) + 1) (qtemp_alpha != 0). P_i, the row's
 //   position: key_position + p_i, or p_i - start_b(p_i) with position reset.
+// Token positions (positions != null: PoSE's, randomized or real-valued positions drawn by the data,
+//   data/positions.h): token j of sequence b carries the position pi_b(j) = positions[b, key_position
+//   + j] instead of its index. The logit terms read them: the distance of ALiBi and scale-invariant
+//   attention becomes t = pi_b(p_i) - pi_b(j) (|t| in a prefix), and P_i = pi_b(p_i) for LogN by
+//   position, SWAN's row and Llama 4's temperature. The mask, the block arithmetic and SSMax's
+//   visible count stay on indices (a window or chunk counts tokens). Not with packed documents.
 #pragma once
 #include <math.h>
 
@@ -101,6 +107,8 @@ struct AttnKernelParams {
   bool fox = false;                   // FoX: logits gain c[q_offset + i] - c[j] (fused.h)
   int64_t fox_T = 0;                  // FoX: the length of c's rows, >= Tk and q_offset + Tq (the op: Tk)
   bool logn_whole_row = false;        // logn's visible count ignores the key limits (fused.h)
+  const double* positions = nullptr;  // token positions (B, positions_T), indexed by key_position + j (null: indices)
+  int64_t positions_T = 0;
   int64_t window[kMaxAttnHeads] = {};  // per query head, 0 = unbounded
   double slope[kMaxAttnHeads] = {};    // ALiBi slope per query head (used when alibi)
 };
@@ -138,10 +146,12 @@ HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
 #define HZ_CHUNKS(p) false
 #define HZ_SINK_TOKENS(p) false
 #define HZ_PREFIX(p) false
+#define HZ_TOKEN_POSITIONS(p) false
 #else
 #define HZ_CHUNKS(p) ((p).chunk > 0)
 #define HZ_SINK_TOKENS(p) ((p).sink_tokens > 0)
 #define HZ_PREFIX(p) ((p).prefix > 0)
+#define HZ_TOKEN_POSITIONS(p) ((p).positions != nullptr)
 #endif
 
 // The first position of the document holding key position pos (of the sequence, key index
@@ -552,9 +562,24 @@ HZ_HD F swan_scale(F a, F n) {
 
 // The position a row's position-dependent terms read: absolute (key_position + q_offset + i), or
 // inside its document with position reset.
-HZ_HD int64_t row_position(const AttnKernelParams& p, int64_t b, int64_t i) {
+// The position token j (a key index; a query's is q_offset + i) of sequence b carries: the drawn
+// one, or its absolute index.
+HZ_HD double token_position(const AttnKernelParams& p, int64_t b, int64_t j) {
+  if (HZ_TOKEN_POSITIONS(p)) return p.positions[b * p.positions_T + p.key_position + j];
+  return static_cast<double>(p.key_position + j);
+}
+// The distance t of the logit terms between the query at key index pos and key j (pos - j
+// without token positions).
+template <class F>
+HZ_HD F pair_distance(const AttnKernelParams& p, int64_t b, int64_t pos, int64_t j) {
+  if (HZ_TOKEN_POSITIONS(p)) return static_cast<F>(token_position(p, b, pos) - token_position(p, b, j));
+  return static_cast<F>(pos - j);
+}
+// P_i, row i's position for the terms that read it (header comment).
+HZ_HD double row_position(const AttnKernelParams& p, int64_t b, int64_t i) {
   const int64_t pos = p.q_offset + i;
-  return has_documents(p) && p.pos_reset ? pos - doc_start_of(p, b, pos) : p.key_position + pos;
+  if (HZ_TOKEN_POSITIONS(p)) return token_position(p, b, pos);
+  return static_cast<double>(has_documents(p) && p.pos_reset ? pos - doc_start_of(p, b, pos) : p.key_position + pos);
 }
 
 // Row factor r_i without LogN's c_h (see the header comment), times Llama 4's position
@@ -565,7 +590,7 @@ HZ_HD F row_factor(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
   F r = F(1);
   switch (p.logit) {
     case LogitKind::LogN: {
-      const int64_t n = p.logn_position ? row_position(p, b, i) + 1 : logn_count(p, b, h, i);
+      const double n = p.logn_position ? row_position(p, b, i) + 1 : static_cast<double>(logn_count(p, b, h, i));
       r = n > 0 ? math::log_(static_cast<F>(n)) : F(0);
       break;
     }
@@ -584,28 +609,29 @@ HZ_HD F row_factor(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
     default: break;
   }
   if (p.qtemp_alpha != 0.0) {
-    const int64_t steps = static_cast<int64_t>(static_cast<double>(row_position(p, b, i) + 1) / p.qtemp_beta);
+    const int64_t steps = static_cast<int64_t>((row_position(p, b, i) + 1) / p.qtemp_beta);
     r *= F(1) + static_cast<F>(p.qtemp_alpha) * math::log_(static_cast<F>(steps + 1));
   }
   return r;
 }
 
-// L = mul * s + add for a visible entry at distance t of a row with scale r (row factor times c_h).
+// L = mul * s + add for a visible entry at distance t (pair_distance) of a row with scale r (row
+// factor times c_h).
 template <class F>
 struct LogitCoef {
   F mul, add;
 };
 template <class F>
-HZ_HD LogitCoef<F> logit_coef(const AttnKernelParams& p, int64_t h, F r, int64_t t) {
-  if (t < 0) t = -t;  // a prefix's later keys (prefix-LM): the distance both ways
+HZ_HD LogitCoef<F> logit_coef(const AttnKernelParams& p, int64_t h, F r, F t) {
+  if (t < F(0)) t = -t;  // a prefix's later keys (prefix-LM): the distance both ways
   LogitCoef<F> c{r, F(0)};
   if (p.logit == LogitKind::ScaleInvariant) {
     F a, m;
-    scale_invariant_coef(static_cast<F>(t), static_cast<F>(p.tau), a, m);
+    scale_invariant_coef(t, static_cast<F>(p.tau), a, m);
     c.mul = r * a;
     c.add = m;
   }
-  if (p.alibi) c.add -= static_cast<F>(p.slope[h]) * static_cast<F>(t);
+  if (p.alibi) c.add -= static_cast<F>(p.slope[h]) * t;
   return c;
 }
 // Whether logits depend on the distance t (otherwise L = r * s).

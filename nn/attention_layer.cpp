@@ -66,6 +66,7 @@ attn::AttnConfig AttentionLayer::attn_config(const AttnCall& call) const {
   cfg.block_q = call.block_q;
   cfg.block_k = call.block_k;
   cfg.documents = call.documents;
+  if (call.positions.defined() && spec.logits_read_positions()) cfg.positions = call.positions;
   return cfg;
 }
 
@@ -111,9 +112,7 @@ ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) co
   return {kept, 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4, inference};
 }
 
-bool AttentionLayer::rotary() const {
-  return spec.pos.kind == attn::PosKind::Rope || spec.pos.kind == attn::PosKind::PRope;
-}
+bool AttentionLayer::rotary() const { return spec.rotary(); }
 
 attn::RopeFreqs AttentionLayer::rope_freqs(const AttnCall& call) const {
   attn::PositionSpec ps = spec.pos;

@@ -40,6 +40,11 @@ struct AttnCall {
   // Packed documents of the batch (attention/documents.h): the mask of every layer and, through
   // Transformer::hidden, the positions. Null: one document per sequence.
   std::shared_ptr<const attn::Documents> documents;
+  // Drawn token positions of the whole sequence, (B, T) f64 (train.positions: PoSE, randomized, real;
+  // undefined: the indices). RoPE rotates by them; the logit terms that read positions or distances
+  // (AttentionSpec::logits_read_positions) take them through the fused op, under context
+  // parallelism too (each route places its keys with key_position).
+  Tensor positions;
   Recompute recompute = Recompute::None;  // applies while recording a graph without a KV cache
   // How every layer reaches its keys (nn/route.h); null: the fused op over the call's own rows. A
   // route that holds a share of the sequence (context parallelism) makes the ids that share.

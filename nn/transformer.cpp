@@ -170,6 +170,17 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   Tensor positions = call.documents        ? call.documents->positions(dev)
                      : positions_in.defined() ? positions_in.to(dev)
                                               : Tensor::arange(0, T, 1, DType::I64, dev);
+  // drawn positions reach the logit terms that read them (AttnCall::positions) whole, (B, T) f64:
+  // each route places its keys with key_position (a KV cache's positions are its indices)
+  bool logits_read = false;
+  for (const auto& b : layers) logits_read |= b->attn->spec.logits_read_positions();
+  if (positions_in.defined() && !cache && logits_read) {
+    HZ_CHECK(positions.size(-1) == T, NotImplementedError, "model: ", positions.size(-1), " positions for a sequence of ",
+             T, " tokens; layers whose logits read positions (ALiBi, scale-invariant, LogN by position, SWAN's row, "
+             "Llama 4's temperature) need the whole sequence's");
+    const Tensor p64 = positions.to(DType::F64);
+    call.positions = p64.dim() == 2 ? p64.contiguous() : p64.view({1, T}).expand({ids.size(0), T}).contiguous();
+  }
   // the whole sequence's positions (the default, or given for all T): this route's share of them
   if (call.route && (!positions_in.defined() || (positions.size(-1) == T && T != ids.size(1))))
     positions = call.route->share(positions, positions.dim() - 1);

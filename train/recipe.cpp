@@ -126,8 +126,9 @@ void visit_fields(Recipe& r, V& v) {
   v.enumeration("train.positions", r.train.positions.scheme,
                 run_opt("the positions training tokens carry: index | pose (PoSE: chunks shifted by random skips over "
                         "[0, position_max)) | randomized (sorted distinct samples of [0, position_max)) | continuous "
-                        "(sorted real samples of [0, position_max)); RoPE and p-RoPE rotate by them, masks and "
-                        "evaluation keep indices"),
+                        "(sorted real samples of [0, position_max)); RoPE and p-RoPE rotate by them, ALiBi and "
+                        "scale-invariant attention take their distances, LogN by position, SWAN's row and Llama 4's "
+                        "temperature read them; masks and evaluation keep indices"),
                 data::parse_position_scheme, static_cast<const char* (*)(data::PositionScheme)>(data::name));
   v("train.position_max", r.train.positions.max,
     run_opt("pose / randomized: positions lie in [0, position_max) (the target length; > data.seq_len)").in(0, 1 << 30));
@@ -930,22 +931,14 @@ void Recipe::validate() const {
       bad("train.pose_chunks (" + std::to_string(train.positions.chunks) + ") exceeds data.seq_len");
     if (data.documents != attn::DocumentMode::Stream)
       bad(pn + " needs data.documents: stream (packed documents define their own positions)");
-    bool rotary = false;
+    bool reads = false;
     const std::vector<std::string> used = model.cfg.layer_kind_names();  // the layers' kinds, not every kind listed
-    for (const auto& k : model.cfg.kinds) {
-      if (std::find(used.begin(), used.end(), k.name) == used.end()) continue;
-      const attn::AttentionSpec& s = k.attn;
-      rotary |= s.pos.kind == attn::PosKind::Rope || s.pos.kind == attn::PosKind::PRope;
-      std::string reads;  // terms that read a token's index as its position
-      if (s.pos.kind == attn::PosKind::Alibi) reads = "ALiBi's distances";
-      if (s.logit.kind == attn::LogitKind::LogN && s.logit.logn_position) reads = "LogN's position count (logn_position)";
-      if (s.logit.kind == attn::LogitKind::SwanRow) reads = "SWAN's row scale (swan_row)";
-      if (s.logit.qtemp_alpha != 0) reads = "Llama 4's position temperature (qtemp_alpha)";
-      if (!reads.empty())
-        bad(pn + ": layer kind '" + k.name + "' uses " + reads +
-            ", which reads token indices, not the drawn positions; only RoPE and p-RoPE take them");
-    }
-    if (!rotary) bad(pn + ": the model has no RoPE or p-RoPE layer, the only ones that read positions");
+    for (const auto& k : model.cfg.kinds)
+      if (std::find(used.begin(), used.end(), k.name) != used.end())
+        reads |= k.attn.rotary() || k.attn.logits_read_positions();
+    if (!reads)
+      bad(pn + ": no layer reads positions (RoPE, p-RoPE, ALiBi, scale-invariant attention, LogN by position, SWAN's "
+               "row scale or Llama 4's temperature): the drawn positions would change nothing");
   }
   if (checkpoint.keep_last < 1) bad("checkpoint.keep_last must be >= 1");
   if (drope.at_step >= train.steps) bad("drope.at_step (" + std::to_string(drope.at_step) + ") must be < train.steps (" + std::to_string(train.steps) + ")");

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const A* fch = fc ? fc + (b * P.H + h) * P.fox_T : nullptr;  // FoX: L_ij += c_pos - c_j
     const A fci = fch ? fch[pos] : A(0);
     auto logit = [&](int64_t j) {
-      const LogitCoef<A> cf = logit_coef<A>(P, h, r, pos - j);
+      const LogitCoef<A> cf = logit_coef<A>(P, h, r, pair_distance<A>(P, b, pos, j));
       return cf.mul * (scale * dot_row(qs, kh + j * P.D, P.D)) + cf.add + (fch ? fci - fch[j] : A(0));
     };
     A m = neg_inf<A>();
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t j = jb + lane;
         A gval = A(0);
         if (j <= kr.hi) {
-          const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), pos - j);  // a_t and the additive part
+          const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), pair_distance<A>(P, b, pos, j));  // a_t and the additive part
           const A s = scale * dot_row(qs, kh + j * P.D, P.D);
           const A p = math::exp_(r * cf.mul * s + cf.add + (fch ? fci - fch[j] : A(0)) - li);
           const A ds = p * (dot_row(gs, vh + j * P.D, P.D) - Di);  // dLoss/dL_ij
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           A pval = A(0), gval = A(0);
           if (i <= qr.hi) {
             const A r = row_factor<A>(P, b, h, i) * ch;
-            const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), P.q_offset + i - j);
+            const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), pair_distance<A>(P, b, P.q_offset + i, j));
             const A s = scale * dot_row(ks, q + (hrow + i) * P.D, P.D);
             const A fox = fch ? fch[P.q_offset + i] - fch[j] : A(0);
             pval = math::exp_(r * cf.mul * s + cf.add + fox - lse[hrow + i]);

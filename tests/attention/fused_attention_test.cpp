@@ -29,6 +29,7 @@ struct Combo {
   int64_t chunk = 0;               // chunked attention (Llama 4): chunks of this many positions
   int64_t sink_tokens = 0;         // the first positions stay visible beside the window or chunk
   int64_t prefix = 0;              // prefix-LM: the first positions attend bidirectionally
+  bool drawn = false;              // drawn token positions (real, increasing, gaps 0.5 to 3)
 };
 
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
@@ -38,7 +39,7 @@ std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
          (c.fox ? "_fox" : "") + (c.logn_position ? "_npos" : "") + (c.qtemp > 0 ? "_qtemp" : "") +
          (c.chunk > 0 ? "_chunk" + std::to_string(c.chunk) : "") +
          (c.sink_tokens > 0 ? "_sinktok" + std::to_string(c.sink_tokens) : "") +
-         (c.prefix > 0 ? "_prefix" + std::to_string(c.prefix) : "");
+         (c.prefix > 0 ? "_prefix" + std::to_string(c.prefix) : "") + (c.drawn ? "_drawn" : "");
 }
 
 constexpr int64_t kB = 1, kH = 4, kHkv = 2, kD = 6;
@@ -68,19 +69,35 @@ AttnConfig config_of(const AttentionSpec& s, int64_t Tk) {
   return cfg;
 }
 
-// inputs: q, k, v (then c for logn, the sinks (H), FoX's log f (B, H, Tk)). Rotary encodings are applied to q/k before attention, at
-// positions offset so that queries are the last Tq positions.
+// Drawn token positions of B sequences of T tokens: increasing reals with gaps in [0.5, 3), from 0.7
+// on, a different draw per sequence (what PoSE, randomized and real-valued positions give the op).
+Tensor drawn_positions(int64_t B, int64_t T, uint64_t seed) {
+  Generator g(seed);
+  const std::vector<double> gaps = g.uniform({B, T}, 0.5, 3.0, DType::F64).to_vector();
+  std::vector<double> p(B * T);
+  for (int64_t b = 0; b < B; ++b) {
+    double at = 0.7;
+    for (int64_t j = 0; j < T; ++j) p[b * T + j] = at += gaps[b * T + j];
+  }
+  return Tensor::from_vector(p, {B, T}, DType::F64);
+}
+
+// inputs: q, k, v (then c for logn, the sinks (H), FoX's log f (B, H, Tk)). Rotary encodings are
+// applied to q/k before attention, at positions offset so that queries are the last Tq positions
+// (the drawn positions of those tokens with c.drawn, which the op's logit terms read too).
 ag::Variable run(const Combo& c, const std::vector<ag::Variable>& x, bool fused) {
   const AttentionSpec s = spec_of(c);
-  const AttnConfig cfg = config_of(s, c.Tk);
+  AttnConfig cfg = config_of(s, c.Tk);
+  if (c.drawn) cfg.positions = drawn_positions(kB, c.Tk, 91);
   ag::Variable q = x[0], k = x[1], v = x[2];
   if (s.pos.kind == PosKind::Rope || s.pos.kind == PosKind::PRope) {
     PositionSpec ps = s.pos;
     ps.rope_base = 50.0;
     ps.prope_base_eff = 20.0;
     const RopeFreqs f = rope_frequencies(ps, kD, c.Tk);
-    q = apply_rope(q, Tensor::arange(c.Tk - c.Tq, c.Tk), f);
-    k = apply_rope(k, Tensor::arange(0, c.Tk), f);
+    const Tensor pk = c.drawn ? cfg.positions.view({c.Tk}) : Tensor::arange(0, c.Tk);
+    q = apply_rope(q, pk.narrow(0, c.Tk - c.Tq, c.Tq).contiguous(), f);
+    k = apply_rope(k, pk, f);
   }
   AttnTerms t;
   size_t i = 3;
@@ -184,6 +201,17 @@ std::vector<Combo> combos() {
     v.push_back({m, PosKind::None, LogitKind::ScaleInvariant, 11, 11, false, false, false, 0.3, 0, 0, 6});
   }
   v.push_back({MaskKind::Window, PosKind::Rope, LogitKind::LogN, 11, 11, true, false, false, 0.0, 3, 1, 4});
+  // drawn token positions: the distance terms (ALiBi, scale-invariant), LogN by position, SWAN's row
+  // and Llama 4's temperature read them, with RoPE rotating by them; every mask, Tq != Tk, sinks,
+  // FoX, chunks, sink tokens and a prefix
+  for (MaskKind m : {MaskKind::Causal, MaskKind::Window, MaskKind::Scope}) {
+    v.push_back({m, PosKind::Alibi, LogitKind::ScaleInvariant, 11, 11, false, false, false, 0.0, 0, 0, 0, true});
+    v.push_back({m, PosKind::Rope, LogitKind::LogN, 7, 12, true, false, true, 0.4, 0, 0, 0, true});
+    v.push_back({m, PosKind::Alibi, LogitKind::SwanRow, 11, 11, false, true, false, 0.0, 0, 0, 0, true});
+  }
+  v.push_back({MaskKind::Causal, PosKind::PRope, LogitKind::ScaleInvariant, 5, 13, true, true, false, 0.5, 0, 0, 0, true});
+  v.push_back({MaskKind::Window, PosKind::Alibi, LogitKind::LogN, 11, 11, false, false, true, 0.0, 4, 2, 0, true});
+  v.push_back({MaskKind::Causal, PosKind::Alibi, LogitKind::ScaleInvariant, 11, 11, false, false, false, 0.3, 0, 0, 5, true});
   return v;
 }
 
@@ -291,4 +319,71 @@ TEST(FusedAttentionBf16, CpuComputesInF32AndRoundsOnce) {
   EXPECT_EQ(kb.grad().to_vector(), kf.grad().to(DType::BF16).to_vector());
   EXPECT_EQ(vb.grad().to_vector(), vf.grad().to(DType::BF16).to_vector());
   EXPECT_EQ(cb.grad().to_vector(), cf.grad().to_vector());
+}
+
+// Drawn token positions differ per sequence: two sequences with their own draws, every term that
+// reads them (ALiBi, scale-invariant, Llama 4's temperature; LogN by position in the second
+// config), GQA and key limits placing the call at key_position 2 of longer position rows.
+TEST(FusedAttentionPositions, PerSequencePositionsMatchReference) {
+  const int64_t B = 2, H = 4, Hkv = 2, T = 13, D = 5;
+  for (const LogitKind lk : {LogitKind::ScaleInvariant, LogitKind::LogN}) {
+    AttentionSpec s;
+    s.pos.kind = PosKind::Alibi;
+    s.mask.kind = MaskKind::Window;
+    s.mask.window = 6;
+    s.logit.kind = lk;
+    s.logit.tau = 3.0;
+    s.logit.logn_position = true;
+    s.logit.qtemp_alpha = 0.4;
+    s.logit.qtemp_beta = 4.0;
+    AttnConfig cfg = make_attn_config(s, H, T);
+    cfg.block_q = 4;
+    cfg.block_k = 3;
+    cfg.key_position = 2;
+    cfg.positions = drawn_positions(B, T + 3, 7);
+    Generator g(31);
+    std::vector<Tensor> in{g.normal({B, H, T, D}, 0, 1, DType::F64), g.normal({B, Hkv, T, D}, 0, 1, DType::F64),
+                           g.normal({B, Hkv, T, D}, 0, 1, DType::F64)};
+    if (lk == LogitKind::LogN) in.push_back(g.uniform({H}, 0.5, 1.5, DType::F64));
+    hzt::expect_fused_matches_twin(
+        [&](const std::vector<ag::Variable>& x, bool fused) {
+          AttnTerms t;
+          if (lk == LogitKind::LogN) t.logn_c = x[3];
+          return fused ? fused_attention(x[0], x[1], x[2], cfg, t).out : reference_attention(x[0], x[1], x[2], cfg, t);
+        },
+        in, 1e-12, 1e-11);
+  }
+}
+
+// Positions equal to the indices change nothing, bit for bit: the drawn path computes the same terms.
+TEST(FusedAttentionPositions, IndexPositionsEqualNone) {
+  const int64_t B = 2, H = 2, T = 37, D = 8;
+  AttentionSpec s;
+  s.pos.kind = PosKind::Alibi;
+  s.mask.kind = MaskKind::Causal;
+  s.logit.kind = LogitKind::ScaleInvariant;
+  s.logit.qtemp_alpha = 0.3;
+  s.logit.qtemp_beta = 5.0;
+  AttnConfig plain = make_attn_config(s, H, T), drawn = plain;
+  drawn.positions = Tensor::arange(0, T, 1, DType::F64).view({1, T}).expand({B, T}).contiguous();
+  Generator g(3);
+  const Tensor q = g.normal({B, H, T, D}), k = g.normal({B, H, T, D}), v = g.normal({B, H, T, D});
+  std::vector<ag::Variable> xa{ag::Variable(q, true), ag::Variable(k, true), ag::Variable(v, true)};
+  std::vector<ag::Variable> xb{ag::Variable(q, true), ag::Variable(k, true), ag::Variable(v, true)};
+  ag::Variable oa = fused_attention(xa[0], xa[1], xa[2], plain).out, ob = fused_attention(xb[0], xb[1], xb[2], drawn).out;
+  EXPECT_EQ(oa.value().to_vector(), ob.value().to_vector());
+  const Tensor gout = g.normal(oa.shape());
+  oa.backward(gout);
+  ob.backward(gout);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(xa[i].grad().to_vector(), xb[i].grad().to_vector()) << "input " << i;
+}
+
+TEST(FusedAttentionPositions, RefusesPositionsThatDoNotCover) {
+  AttnConfig cfg;
+  cfg.window = {0};
+  cfg.positions = Tensor::zeros({1, 5}, DType::F64);
+  ag::Variable x(Tensor::zeros({1, 1, 6, 4}));
+  EXPECT_THROW(fused_attention(x, x, x, cfg), ShapeError);
+  cfg.positions = Tensor::zeros({1, 6}, DType::F32);
+  EXPECT_THROW(fused_attention(x, x, x, cfg), ShapeError);
 }

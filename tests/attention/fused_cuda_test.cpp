@@ -200,6 +200,73 @@ TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
   }
 }
 
+// The second interval of a row (chunks, sink tokens, a prefix) and drawn token positions on the CUDA
+// reference kernels (the tensor-core kernels refuse them) against the CPU op in float64: forward and
+// every gradient, with windows per head, GQA, Tq != Tk and terms that count keys or read distances.
+TEST(FusedCuda, ChunksSinkTokensPrefixAndPositionsMatchTheCpuInFloat64) {
+  HZT_NEED_GPU();
+  struct C {
+    std::string name;
+    std::vector<int64_t> window;
+    int64_t chunk, sink_tokens, prefix;
+    bool alibi, positions;
+    LogitKind logit;
+    int64_t Tq, Tk;
+  };
+  const std::vector<C> cases = {{"chunk", {0, 0, 0, 0}, 16, 0, 0, false, false, LogitKind::Identity, 70, 70},
+                                {"chunk+window+logn", {5, 9, 0, 33}, 12, 0, 0, true, false, LogitKind::LogN, 29, 70},
+                                {"sink tokens+window", {8, 8, 16, 16}, 0, 4, 0, false, false, LogitKind::LogN, 70, 70},
+                                {"sinks+chunk+si", {0, 20, 0, 7}, 16, 3, 0, true, false, LogitKind::ScaleInvariant, 70, 70},
+                                {"prefix", {0, 0, 10, 10}, 0, 0, 21, true, false, LogitKind::ScaleInvariant, 70, 70},
+                                {"positions", {0, 0, 12, 0}, 0, 0, 0, true, true, LogitKind::ScaleInvariant, 23, 70},
+                                {"positions+qtemp", {0, 9, 0, 0}, 10, 2, 0, true, true, LogitKind::SwanRow, 70, 70}};
+  const int64_t B = 2, H = 4, Hkv = 2, D = 16;
+  for (const C& c : cases) {
+    SCOPED_TRACE(c.name);
+    AttnConfig cfg;
+    cfg.window = c.window;
+    cfg.chunk = c.chunk;
+    cfg.sink_tokens = c.sink_tokens;
+    cfg.prefix = c.prefix;
+    cfg.logit = c.logit;
+    cfg.tau = 4.0;
+    cfg.swan_a = 7.0;
+    cfg.qtemp_alpha = c.name == "positions+qtemp" ? 0.3 : 0.0;
+    cfg.qtemp_beta = 6.0;
+    if (c.alibi) cfg.alibi_slope = alibi_slopes(H);
+    cfg.block_q = cfg.block_k = 8;
+    Generator g(67);
+    const Tensor q = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64),
+                 v = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64), gout = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64),
+                 lc = g.uniform({H}, 0.5, 1.5, DType::F64);
+    Tensor pos;
+    if (c.positions) {  // increasing real positions with gaps in [0.5, 4), a draw per sequence
+      std::vector<double> p = g.uniform({B, c.Tk}, 0.5, 4.0, DType::F64).to_vector();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 1; j < c.Tk; ++j) p[b * c.Tk + j] += p[b * c.Tk + j - 1];
+      pos = Tensor::from_vector(p, {B, c.Tk}, DType::F64);
+    }
+    auto run = [&](Device dev) {
+      AttnConfig cd = cfg;
+      if (pos.defined()) cd.positions = pos.to(dev);
+      std::vector<ag::Variable> x{ag::Variable(q.to(dev), true), ag::Variable(k.to(dev), true),
+                                  ag::Variable(v.to(dev), true), ag::Variable(lc.to(dev), true)};
+      AttnTerms t;
+      if (c.logit == LogitKind::LogN) t.logn_c = x[3];
+      const ag::Variable o = fused_attention(x[0], x[1], x[2], cd, t).out;
+      o.backward(gout.to(dev));
+      std::vector<std::vector<double>> r{o.value().to_vector()};
+      for (size_t i = 0; i < x.size(); ++i)
+        if (i < 3 || c.logit == LogitKind::LogN) r.push_back(x[i].grad().to_vector());
+      return r;
+    };
+    const auto cpu = run(Device::cpu()), gpu = run(Device::cuda(0));
+    ASSERT_EQ(cpu.size(), gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i)
+      for (size_t e = 0; e < cpu[i].size(); ++e) ASSERT_NEAR(gpu[i][e], cpu[i][e], 1e-11) << "tensor " << i << " elem " << e;
+  }
+}
+
 // The bf16 tensor-core kernels against the CPU op in float64 at the bf16 precision floor (the
 // naive pipeline twin), every gradient the problem has.
 void expect_tensor_core_at_the_floor(const Problem& x, uint64_t seed) {

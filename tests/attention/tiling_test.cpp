@@ -314,7 +314,7 @@ TEST(Tiling, LogitCoefficientsFollowTheirDefinitions) {
     EXPECT_DOUBLE_EQ(row_factor<double>(P, 0, 0, i), std::log(static_cast<double>(3 + i + 1)));  // causal: p + 1 keys
     EXPECT_DOUBLE_EQ(row_factor<double>(P, 0, 1, i), std::log(std::min<double>(3 + i + 1, 5.0)));  // window 5
   }
-  const LogitCoef<double> c = logit_coef<double>(P, 1, 2.0, 7);  // identity transform + ALiBi
+  const LogitCoef<double> c = logit_coef<double>(P, 1, 2.0, 7.0);  // identity transform + ALiBi
   EXPECT_DOUBLE_EQ(c.mul, 2.0);
   EXPECT_DOUBLE_EQ(c.add, -0.25 * 7);
   P.logit = LogitKind::SwanRow;
@@ -326,7 +326,7 @@ TEST(Tiling, LogitCoefficientsFollowTheirDefinitions) {
   P.logit = LogitKind::ScaleInvariant;
   P.tau = 10.0;
   P.alibi = false;
-  const LogitCoef<double> s = logit_coef<double>(P, 0, 1.5, 10);
+  const LogitCoef<double> s = logit_coef<double>(P, 0, 1.5, 10.0);
   EXPECT_NEAR(s.mul, 1.5 * 1.5448, 1.5e-4);
   EXPECT_NEAR(s.add, -1.3863, 1e-4);
 }

@@ -416,9 +416,18 @@ TEST_F(Context, EvaluationSplitOverTheGroupEqualsOneRank) {
 
 TEST_F(Context, TrainingFollowsTheSingleRankRun) {
   const int N = world().size(), me = world().rank();
-  for (const std::string kind : {"rope", "rope_pose"}) {  // PoSE: the ranks of a sequence share its positions
+  // PoSE: the ranks of a sequence share its positions; with ALiBi, SWAN's row scale and Llama 4's
+  // temperature in a window of 20 (the halo) and a global ALiBi layer with scale-invariant logits
+  // (the ring), the logit terms read the drawn positions of keys other ranks hold
+  for (const std::string kind : {"rope", "rope_pose", "alibi_pose"}) {
     std::vector<std::string> extra{"checkpoint.every=0", "data.seq_len=48", "model.n_heads=4"};
-    if (kind == "rope_pose") extra.insert(extra.end(), {"train.positions=pose", "train.position_max=300"});
+    if (kind != "rope") extra.insert(extra.end(), {"train.positions=pose", "train.position_max=300"});
+    if (kind == "alibi_pose")
+      extra.insert(extra.end(), {"model.layer_kinds.rope.pos=alibi", "model.layer_kinds.rope.logit=swan_row",
+                                 "model.layer_kinds.rope.qtemp_alpha=0.3", "model.layer_kinds.rope.qtemp_beta=16",
+                                 "model.layer_kinds.rope.mask=window", "model.layer_kinds.rope.window=20",
+                                 "model.layer_kinds.g.pos=alibi", "model.layer_kinds.g.logit=scale_invariant",
+                                 "model.pattern=[rope, g]"});
     // the single-rank run, on every rank alone (each in its own directories: no rank waits for another's data)
     TrainOptions alone;
     alone.quiet = true;

@@ -189,7 +189,7 @@ TEST(Recipe, FactorListsComeFromJsonFiles) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(Recipe, DrawnPositionsAreRefusedWhereNoLayerCouldReadThem) {
+TEST(Recipe, DrawnPositionsNeedALayerThatReadsThem) {
   const std::string rope = "model:\n  layer_kinds:\n    k: {pos: rope}\n    a: {pos: ALIBI}\n  pattern: [k, a]\n"
                            "data: {seq_len: 64}\ntrain: {positions: pose, position_max: MAX}\n";
   auto y = [&](const std::string& a, const std::string& max) {
@@ -199,16 +199,23 @@ TEST(Recipe, DrawnPositionsAreRefusedWhereNoLayerCouldReadThem) {
     return s;
   };
   EXPECT_EQ(error_of(y("rope", "256")), "");
-  std::string e = error_of(y("alibi", "256"));
-  EXPECT_TRUE(has(e, "layer kind 'a' uses ALiBi's distances")) << e;
-  e = error_of(y("rope", "64"));
+  EXPECT_EQ(error_of(y("alibi", "256")), "");  // ALiBi's distances read the drawn positions
+  // so do the logit terms, with no rotation in the model
+  for (const char* logit : {"logit=swan_row", "logit=scale_invariant", "qtemp_alpha=0.1"})
+    EXPECT_EQ(error_of(y("rope", "256"), {"model.layer_kinds.k.pos=none", "model.layer_kinds.a.pos=none",
+                                          std::string("model.layer_kinds.a.") + logit}),
+              "")
+        << logit;
+  std::string e = error_of(y("rope", "64"));
   EXPECT_TRUE(has(e, "set train.position_max above it")) << e;
   e = error_of(y("rope", "256"), {"data.documents=masked"});
   EXPECT_TRUE(has(e, "needs data.documents: stream")) << e;
   e = error_of(y("rope", "256"), {"model.layer_kinds.k.pos=none", "model.layer_kinds.a.pos=none"});
-  EXPECT_TRUE(has(e, "no RoPE or p-RoPE layer")) << e;
-  e = error_of(y("rope", "256"), {"model.layer_kinds.a.logit=swan_row"});
-  EXPECT_TRUE(has(e, "SWAN's row scale")) << e;
+  EXPECT_TRUE(has(e, "no layer reads positions")) << e;
+  // SSMax counts visible keys, not positions
+  e = error_of(y("rope", "256"), {"model.layer_kinds.k.pos=none", "model.layer_kinds.a.pos=none",
+                                  "model.layer_kinds.a.logit=ssmax"});
+  EXPECT_TRUE(has(e, "no layer reads positions")) << e;
 }
 
 TEST(Recipe, SectionOfTheWrongTypeIsRefused) {

@@ -100,6 +100,24 @@ TEST(Trainer, DrawnPositionsRepeatAndResumeExactly) {
   }
 }
 
+// Drawn positions reach the logit terms that read them: a model without rotation (ALiBi with SWAN's
+// row scale and Llama 4's temperature) trains differently with PoSE positions than with indices, and
+// repeats bitwise.
+TEST(Trainer, DrawnPositionsActOnTheLogitTerms) {
+  const std::vector<std::string> model{"model.layer_kinds.rope.pos=alibi", "model.layer_kinds.rope.logit=swan_row",
+                                       "model.layer_kinds.rope.qtemp_alpha=0.3", "model.layer_kinds.rope.qtemp_beta=8"};
+  std::vector<std::string> pose = model;
+  pose.insert(pose.end(), {"train.positions=pose", "train.position_max=512", "train.steps=4"});
+  std::vector<std::string> index = model;
+  index.push_back("train.steps=4");
+  const TrainResult a = hz::train::train(tiny("alibi_pose_a", pose), quiet());
+  const TrainResult b = hz::train::train(tiny("alibi_pose_b", pose), quiet());
+  const TrainResult i = hz::train::train(tiny("alibi_index", index), quiet());
+  EXPECT_EQ(a.losses, b.losses);
+  ASSERT_EQ(a.losses.size(), i.losses.size());
+  EXPECT_NE(a.losses[0], i.losses[0]);  // the same initial model: only the positions differ
+}
+
 // Issue 40's retrieval mixture: a share of the batches are a synthetic task's; the run repeats and a
 // resume continues it bitwise (which batch is the task's, and where the task's stream is, follow from
 // the micro-batch count), also with gradient accumulation; the mixture changes the trajectory.
