@@ -11,10 +11,38 @@ namespace fs = std::filesystem;
 
 namespace hz::study {
 
+namespace {
+// The Horizon run a checkpoint.init_from names: a run directory (its config.yaml) or a checkpoint
+// file in a run's checkpoints/; "" for anything else.
+std::string horizon_run_of(const std::string& from) {
+  std::error_code ec;
+  const fs::path p(from);
+  if (fs::is_directory(p, ec) && fs::is_regular_file(p / "config.yaml", ec)) return p.string();
+  if (fs::is_regular_file(p, ec) && p.parent_path().filename() == "checkpoints" &&
+      fs::is_regular_file(p.parent_path().parent_path() / "config.yaml", ec))
+    return p.parent_path().parent_path().string();
+  return "";
+}
+}  // namespace
+
 train::Recipe resolve_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
   const std::string dir = train::model_fill_dir(text, file, overrides);
-  if (dir.empty() || !hf::is_hf_dir(dir)) return train::parse_recipe(text, file, overrides);
+  if (dir.empty()) return train::parse_recipe(text, file, overrides);
   train::ModelFill fill;
+  if (!hf::is_hf_dir(dir)) {  // a Horizon run: the model it trained, and its tokenizer
+    const std::string run = horizon_run_of(dir);
+    if (run.empty()) return train::parse_recipe(text, file, overrides);
+    train::Recipe trained;
+    try {
+      trained = train::load_recipe(run + "/config.yaml");
+    } catch (const train::RecipeError& e) {
+      throw train::RecipeError(file + ": checkpoint.init_from names run " + run + ", whose config.yaml does not load: " +
+                               e.what());
+    }
+    fill.model = trained.model.cfg;
+    fill.tokenizer = trained.data.tokenizer;
+    return train::parse_recipe(text, file, overrides, &fill);
+  }
   try {
     fill.model = hf::import_config_dir(dir);
   } catch (const ValueError& e) {

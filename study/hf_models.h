@@ -14,7 +14,9 @@ namespace hz::study {
 
 // train::parse_recipe, and where checkpoint.init_from names a Hugging Face directory and the recipe
 // leaves out model fields or data.tokenizer, those from its config.json and tokenizer files
-// (precedence: command line > file > config.json > defaults). What `horizon` and the sweeps read.
+// (precedence: command line > file > config.json > defaults); likewise from a Horizon run's
+// config.yaml where it names a run directory or a checkpoint in one (a fine-tuning recipe that gives
+// no model trains the run's). What `horizon` and the sweeps read.
 train::Recipe resolve_recipe(const std::string& yaml_text, const std::string& name,
                              const std::vector<std::string>& overrides = {});
 train::Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});

@@ -446,10 +446,34 @@ TEST(HfImport, RecipeTakesTheModelFromInitFrom) {
   EXPECT_EQ(resolve_recipe("checkpoint: {init_from: " + d.path() + "}\n", "r.yaml").data.tokenizer, "byte");
   EXPECT_EQ(resolve_recipe("checkpoint: {init_from: " + d.path() + "}\ndata: {tokenizer: x.model}\n", "r.yaml").data.tokenizer,
             "x.model");  // the recipe wins
-  // a Horizon checkpoint in init_from leaves the recipe's model section alone
+  // a path that is no run leaves the recipe's model section alone
   const Recipe plain = resolve_recipe("checkpoint: {init_from: runs/x}\n", "r.yaml");
   EXPECT_EQ(plain.model.cfg.n_layers, hz::nn::ModelConfig().n_layers);
   EXPECT_EQ(plain.data.tokenizer, "byte");
+  // a Horizon run (its directory, or a checkpoint in it) fills what the recipe leaves out from the
+  // run's config.yaml: a fine-tuning recipe trains the run's model
+  TempDir run;
+  const Recipe trained = parse_recipe(
+      "model:\n  n_layers: 3\n  d_model: 48\n  layer_kinds:\n    f: {pos: none, forget: true}\n  pattern: [f]\n"
+      "data: {tokenizer: byte}\n",
+      "trained.yaml");
+  std::ofstream(run.file("config.yaml")) << to_yaml(trained);
+  fs::create_directories(run.file("checkpoints"));
+  std::ofstream(run.file("checkpoints/step_4.h5")) << "";
+  for (const std::string from : {run.path(), run.file("checkpoints/step_4.h5")}) {
+    const Recipe ft = resolve_recipe("checkpoint: {init_from: " + from + "}\nmodel: {n_layers: 2}\n", "ft.yaml");
+    EXPECT_EQ(ft.model.cfg.n_layers, 2) << from;  // the recipe wins
+    EXPECT_EQ(ft.model.cfg.d_model, 48) << from;
+    ASSERT_EQ(ft.model.cfg.layer_kind_names(), std::vector<std::string>({"f", "f"})) << from;
+    EXPECT_TRUE(ft.model.cfg.kinds.at(0).attn.forget) << from;
+  }
+  std::ofstream(run.file("config.yaml"), std::ios::trunc) << "model: {n_layers: nope}\n";
+  try {
+    resolve_recipe("checkpoint: {init_from: " + run.path() + "}\n", "ft.yaml");
+    ADD_FAILURE() << "a run whose config.yaml does not load was accepted";
+  } catch (const hz::train::RecipeError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not load"), std::string::npos) << e.what();
+  }
   // the parser alone reads nothing: the same text gets the defaults, and says which directory a
   // step above must fill the model from
   const Recipe pure = parse_recipe(yaml, "r.yaml");
