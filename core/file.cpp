@@ -3,13 +3,20 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <atomic>
+
+#include <unistd.h>
 
 #include "core/error.h"
 
 namespace hz {
 
 void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts) {
-  const std::string tmp = path + ".tmp";
+  // a temporary of this process's own: two processes writing the same file (two runs preparing one
+  // data cache side by side) each rename a whole file into place, and the last one stands
+  static std::atomic<uint64_t> serial{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   HZ_CHECK(f != nullptr, Error, "cannot create '", tmp, "': ", std::strerror(errno),
            "; check that the directory exists and is writable");

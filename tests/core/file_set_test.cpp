@@ -1,6 +1,7 @@
 // core/file.h: a result set is replaced whole or not at all (issue 36: an interrupted evaluation
 // left a new eval.json beside the previous nll_by_position.csv).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -45,4 +46,37 @@ TEST(FileSet, AWriterStoppedBetweenItsRenamesIsFinishedByTheNext) {
   hz::write_files_atomic(d.path(), {{"eval.json", "third"}});
   EXPECT_EQ(hzdt::read_bytes(d.path() + "/eval.json"), "third");
   EXPECT_FALSE(fs::exists(d.path() + "/eval.json.set.tmp"));
+}
+
+// Two processes preparing one data cache side by side wrote the same file: each rename must find
+// its own temporary (they shared "path.tmp", and the second rename failed with ENOENT). Processes,
+// as in the failure: each child writes the file many times and exits 0 when every write succeeded.
+TEST(FileAtomic, WritersSideBySideEachLandAWholeFile) {
+  hzdt::TempDir d;
+  const std::string path = d.path() + "/train.shard";
+  const std::string a(1 << 16, 'a'), b(1 << 16, 'b');
+  std::vector<pid_t> kids;
+  for (const std::string* content : {&a, &b}) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int rc = 0;
+      for (int i = 0; i < 200; ++i) try {
+          hz::write_file_atomic(path, *content);
+        } catch (...) {
+          rc = 1;
+        }
+      _exit(rc);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a writer failed";
+  }
+  const std::string got = hzdt::read_bytes(path);
+  EXPECT_TRUE(got == a || got == b) << "a mixed or truncated file of " << got.size() << " bytes";
+  for (const auto& e : fs::directory_iterator(d.path()))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
 }
