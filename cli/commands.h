@@ -11,4 +11,5 @@ int sweep_main(const std::vector<std::string>& args);           // horizon sweep
 int report_main(const std::vector<std::string>& args);          // horizon report
 int simulate_main(const std::vector<std::string>& args);        // horizon simulate
 int info_main(const std::vector<std::string>& args);            // horizon info
+int longrope_main(const std::vector<std::string>& args);        // horizon longrope-search
 }  // namespace hz::cli

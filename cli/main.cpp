@@ -72,6 +72,7 @@ void usage() {
       "  sweep GRID.yaml                          train + evaluate a recipe over a grid (resumable)\n"
       "  report RUN_DIR... -o DIR                 markdown page with tables and PNG plots\n"
       "  simulate order-awareness [...]           SCOPE's order-awareness simulation\n"
+      "  longrope-search RUN --length L [...]     LongRoPE's search for per-pair RoPE factors at L\n"
       "  bench train|attention|optimizer|generate|tokenizer [...]  benchmarks (horizon bench --help)\n"
       "  tokenize TOKENIZER [FILE] [--decode]     ids of a text (or text of ids) with byte / tokenizer.json / .model\n"
       "  convert hf HF_DIR OUT.h5                 import a Hugging Face Llama/Mistral/Qwen2/SmolLM3 checkpoint\n"
@@ -200,6 +201,7 @@ int dispatch(int argc, char** argv) {
   if (cmd == "score") return hz::cli::score_main(args);
   if (cmd == "generate") return hz::cli::generate_main(args);
   if (cmd == "simulate") return hz::cli::simulate_main(args);
+  if (cmd == "longrope-search") return hz::cli::longrope_main(args);
   if (cmd == "sweep") return hz::cli::sweep_main(args);
   if (cmd == "report") return hz::cli::report_main(args);
   fmt::print(stderr, "horizon: unknown command '{}'; see horizon --help\n", cmd);

@@ -136,7 +136,7 @@ void Loader::restore(const LoaderCursor& c) {
 }
 
 std::vector<Batch> eval_batches(const Shard& shard, int64_t seq_len, int64_t batch_size, int64_t max_batches,
-                                int32_t eos) {
+                                int32_t eos, int64_t first) {
   HZ_CHECK(seq_len >= 1, ValueError, "eval_batches: seq_len must be >= 1, got ", seq_len);
   HZ_CHECK(batch_size >= 1, ValueError, "eval_batches: batch_size must be >= 1, got ", batch_size);
   HZ_CHECK(eos >= 0, ValueError, "eval_batches: eos id must be >= 0, got ", eos);
@@ -147,11 +147,14 @@ std::vector<Batch> eval_batches(const Shard& shard, int64_t seq_len, int64_t bat
            shard.n_docs(), " documents) gives ", n_chunks, " chunks of seq_len + 1 = ", seq_len + 1,
            " tokens, fewer than one batch of ", batch_size,
            "; use a smaller eval seq_len or batch size, or a larger validation split");
+  HZ_CHECK(first >= 0 && first < n_batches, ValueError, "eval_batches: shard '", shard.path(), "' gives ", n_batches,
+           " batches of ", batch_size, " x ", seq_len + 1, " tokens; none is left after passing over the first ", first);
+  n_batches -= first;
   if (max_batches > 0) n_batches = std::min(n_batches, max_batches);
   std::vector<Batch> out;
   out.reserve(static_cast<size_t>(n_batches));
   std::vector<int64_t> chunks(static_cast<size_t>(batch_size));
-  for (int64_t b = 0; b < n_batches; ++b) {
+  for (int64_t b = first; b < first + n_batches; ++b) {
     std::iota(chunks.begin(), chunks.end(), b * batch_size);
     out.push_back(make_batch(shard, st, chunks, seq_len, eos));
   }

@@ -82,9 +82,10 @@ class Loader {
 };
 
 // Validation batches: chunks 0, 1, 2, ... in order (packing as above, no shuffle, no ranks), B per
-// batch, the last partial batch dropped; at most max_batches batches (<= 0: all). Throws
-// hz::ValueError when the shard does not fill a single batch.
+// batch, the last partial batch dropped; at most max_batches batches (<= 0: all), from batch `first`
+// on (the earlier ones passed over). Throws hz::ValueError when the shard does not fill a single
+// batch after the first `first`.
 std::vector<Batch> eval_batches(const Shard& shard, int64_t seq_len, int64_t batch_size,
-                                int64_t max_batches, int32_t eos = 257);
+                                int64_t max_batches, int32_t eos = 257, int64_t first = 0);
 
 }  // namespace hz::data

@@ -148,7 +148,7 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
   HZ_CHECK(!o.lengths.empty(), ValueError, "eval: no evaluation lengths given");
   const int64_t longest = *std::max_element(o.lengths.begin(), o.lengths.end());
   for (int64_t L : o.lengths) {
-    const auto batches = data::eval_batches(val, L, o.batch_size, o.batches);
+    const auto batches = data::eval_batches(val, L, o.batch_size, o.batches, 257, o.skip_batches);
     HZ_CHECK(!batches.empty(), ValueError, "eval: the validation split (", val.n_tokens(),
              " tokens) is too small for one batch of ", o.batch_size, " x ", L,
              " tokens; lower eval.batch_size or eval.lengths, or raise data.val_fraction");

@@ -44,6 +44,7 @@ struct EvalOptions {
   std::string tokenizer = "byte";
   std::vector<int64_t> lengths;    // evaluation lengths (must be set)
   int64_t batches = 4;             // validation batches per length
+  int64_t skip_batches = 0;        // validation batches passed over first (a search selects on batches the report does not score)
   int64_t batch_size = 8;
   InferenceOptions inference;
   std::vector<double> fit_drope_c; // candidate DroPE c: the best per length (lengths > train_len)
