@@ -27,12 +27,14 @@ LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t ca
            " key/value heads");
   G_ = H / Hkv;
   cap_.assign(Hkv, 0);
+  // sink tokens beside windows: the first S keys pinned ahead of the window's ring (chunks, whose
+  // boundaries follow the buffer's indices, and a prefix keep every key instead)
+  const bool pin = cfg.sink_tokens > 0 && cfg.chunk == 0 && cfg.prefix == 0 && !keep_all;
   for (int64_t h = 0; h < H; ++h) {
-    // a head's reach: its window, or its chunk (a query sees at most the C keys of its chunk); a layer
-    // with sink tokens keeps every key (the sinks sit at the start, the window at the end)
+    // a head's reach: its window, or its chunk (a query sees at most the C keys of its chunk)
     int64_t w = cfg.window[h];
     if (cfg.chunk > 0) w = w > 0 ? std::min(w, cfg.chunk) : cfg.chunk;
-    const bool all = keep_all || w <= 0 || cfg.sink_tokens > 0;
+    const bool all = keep_all || w <= 0 || (cfg.sink_tokens > 0 && !pin);
     cap_[h / G_] = std::max(cap_[h / G_], all ? capacity : std::min(w, capacity));
   }
   for (int64_t g = 0; g < Hkv;) {
@@ -41,9 +43,14 @@ LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t ca
     b.cap = cap_[g];
     while (g < Hkv && cap_[g] == b.cap) ++g;
     b.kv1 = g;
-    b.rows = b.cap < capacity ? std::min(capacity, b.cap + (b.cap + 7) / 8) : capacity;
+    const int64_t slack = (b.cap + 7) / 8;
+    if (pin && b.cap < capacity && cfg.sink_tokens + b.cap + slack < capacity) b.sinks = cfg.sink_tokens;
+    else if (cfg.sink_tokens > 0) b.cap = capacity;  // the sinks and the window span the capacity anyway
+    b.base = b.sinks;
+    b.rows = b.cap < capacity ? b.sinks + b.cap + slack : capacity;
     b.k = Tensor::zeros({1, b.kv1 - b.kv0, b.rows, D}, dt, dev);
     b.v = Tensor::zeros({1, b.kv1 - b.kv0, b.rows, D}, dt, dev);
+    for (int64_t kv = b.kv0; kv < b.kv1; ++kv) cap_[kv] = b.sinks + b.cap;
     bands_.push_back(std::move(b));
   }
 }
@@ -61,15 +68,15 @@ int64_t LayerKV::bytes() const {
 // they do not fit, the last cap - 1 keys move to the front first (all a later query sees besides
 // itself). The caller made sure that n then fits.
 void LayerKV::store(Band& b, const Tensor& k, const Tensor& v, const Tensor& f, int64_t first) {
-  const int64_t n = k.size(2);
+  const int64_t n = k.size(2), o = b.sinks;  // the ring's rows follow the pinned sinks
   HZ_CHECK(b.base + b.len == first, ValueError, "kv cache: keys of position ", first, " after position ",
            b.base + b.len - 1);
-  if (b.len + n > b.rows) {
+  if (b.len + n > b.rows - o) {
     const int64_t keep = std::min(b.len, b.cap - 1);
     if (keep > 0) {  // source and destination may overlap: copy through a temporary
-      const Tensor ks = b.k.narrow(2, b.len - keep, keep).clone(), vs = b.v.narrow(2, b.len - keep, keep).clone();
-      b.k.narrow(2, 0, keep).copy_(ks);
-      b.v.narrow(2, 0, keep).copy_(vs);
+      const Tensor ks = b.k.narrow(2, o + b.len - keep, keep).clone(), vs = b.v.narrow(2, o + b.len - keep, keep).clone();
+      b.k.narrow(2, o, keep).copy_(ks);
+      b.v.narrow(2, o, keep).copy_(vs);
       if (f.defined()) {
         const Tensor fs = b.f.narrow(2, b.len - keep, keep).clone();
         b.f.narrow(2, 0, keep).copy_(fs);
@@ -78,10 +85,61 @@ void LayerKV::store(Band& b, const Tensor& k, const Tensor& v, const Tensor& f, 
     b.base += b.len - keep;
     b.len = keep;
   }
-  b.k.narrow(2, b.len, n).copy_(k);
-  b.v.narrow(2, b.len, n).copy_(v);
+  b.k.narrow(2, o + b.len, n).copy_(k);
+  b.v.narrow(2, o + b.len, n).copy_(v);
   if (f.defined()) b.f.narrow(2, b.len, n).copy_(f);
   b.len += n;
+}
+
+// A band with pinned sinks: the buffer's rows are positions 0 .. S-1, then base .. base + len - 1,
+// so a buffer index is no position. The op sees the rows as consecutive keys from key_position 0:
+// the window rule holds (the ring's distances are the sequence's; a query's window reaches below
+// base only while base = S, where index and position agree), the sink interval is the first S rows,
+// LogN's visible count is the sequence's, and the terms that read distances or positions (ALiBi,
+// scale-invariant, SWAN's row, LogN by position, Llama 4's temperature) take each row's true
+// position through the op's token positions.
+ag::Variable LayerKV::attend_pinned(Band& b, const ag::Variable& qb, const Tensor& kb, const Tensor& vb,
+                                    attn::AttnConfig c, const attn::AttnTerms& tb, int64_t p0) {
+  const int64_t n = kb.size(2), S = b.sinks;
+  const Device dev = kb.device();
+  auto positions = [&](int64_t ring_rows, int64_t ring_base) {  // (1, S + ring_rows) f64: each row's position
+    std::vector<double> p;
+    for (int64_t j = 0; j < S; ++j) p.push_back(static_cast<double>(j));
+    for (int64_t j = 0; j < ring_rows; ++j) p.push_back(static_cast<double>(ring_base + j));
+    return Tensor::from_vector(p, {1, static_cast<int64_t>(p.size())}, DType::F64).to(dev);
+  };
+  c.key_position = 0;
+  c.key_begin = 0;
+  if (p0 < S) {  // the sinks are still arriving: every earlier key is a sink row, index = position
+    const Tensor K = p0 > 0 ? ag::cat({ag::Variable(b.k.narrow(2, 0, p0)), ag::Variable(kb)}, 2).value() : kb.contiguous();
+    const Tensor V = p0 > 0 ? ag::cat({ag::Variable(b.v.narrow(2, 0, p0)), ag::Variable(vb)}, 2).value() : vb.contiguous();
+    c.q_offset = p0;
+    c.key_end = -1;
+    const ag::Variable out = attn::fused_attention(qb, ag::Variable(K), ag::Variable(V), c, tb).out;
+    const int64_t in_sinks = std::min(S - p0, n), rest = n - in_sinks;
+    b.k.narrow(2, p0, in_sinks).copy_(kb.narrow(2, 0, in_sinks));
+    b.v.narrow(2, p0, in_sinks).copy_(vb.narrow(2, 0, in_sinks));
+    if (rest > 0) {  // positions S .. p0 + n - 1: the ring keeps the last cap of them
+      const int64_t tail = std::min(b.cap, rest);
+      b.k.narrow(2, S, tail).copy_(kb.narrow(2, n - tail, tail));
+      b.v.narrow(2, S, tail).copy_(vb.narrow(2, n - tail, tail));
+      b.base = p0 + n - tail;
+      b.len = tail;
+    }
+    return out;
+  }
+  const int64_t kept = b.len + n > b.rows - S ? std::min(b.len, b.cap - 1) : b.len;  // the ring after a shift
+  if (kept + n <= b.rows - S) {  // in place
+    store(b, kb, vb, Tensor(), p0);
+    c.q_offset = S + p0 - b.base;
+    c.key_end = S + b.len;
+    c.positions = positions(b.rows - S, b.base);  // rows past len are masked keys
+    return attn::fused_attention(qb, ag::Variable(b.k), ag::Variable(b.v), c, tb).out;
+  }
+  // (a prompt arrives while the sinks do, p0 < S above; later calls are single decoding steps)
+  throw NotImplementedError(detail::concat_msg("kv cache: ", n, " new keys at position ", p0, " exceed the ",
+                                               b.rows - S - kept, " free rows of a ring with pinned sinks; give the "
+                                               "prompt in the first call and then one token per call"));
 }
 
 ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, const ag::Variable& vvar,
@@ -116,6 +174,11 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, co
     tb.logn_c = logn_c.defined() && !whole ? ag::narrow(logn_c, 0, h0, h1 - h0) : logn_c;
     tb.sink = terms.sink.defined() && !whole ? ag::narrow(terms.sink, 0, h0, h1 - h0) : terms.sink;
     const Tensor fb = fox ? (whole ? fnew : fnew.narrow(1, h0, h1 - h0)) : Tensor();
+    if (b.sinks > 0) {
+      HZ_CHECK(!fox, NotImplementedError, "kv cache: FoX's decay spans the keys a ring with pinned sinks drops");
+      outs.push_back(attend_pinned(b, qb, kb, vb, c, tb, p0));
+      continue;
+    }
     if (fox && !b.f.defined()) b.f = Tensor::zeros({1, h1 - h0, b.rows, 1}, fnew.dtype(), fnew.device());
     const int64_t kept = b.len + n > b.rows ? std::min(b.len, b.cap - 1) : b.len;  // after a shift
     if (kept + n <= b.rows) {
@@ -156,7 +219,10 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, co
 }
 
 void LayerKV::reset() {
-  for (Band& b : bands_) b.base = b.len = 0;  // rows past len are never visible: no need to clear them
+  for (Band& b : bands_) {  // rows past len are never visible: no need to clear them
+    b.base = b.sinks;
+    b.len = 0;
+  }
   length_ = 0;
 }
 
@@ -184,7 +250,9 @@ KVCache::KVCache(const Transformer& m, int64_t capacity, int64_t train_len)
     const AttentionLayer& A = *block->attn;
     const attn::AttnConfig cfg = A.attn_config(c);
     const bool lampe = A.uses_lampe(cfg);
-    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), capacity_, lampe, act, dev);
+    // FoX's decay between a sink and a query sums the gates of every key between them: keep them all
+    const bool all = lampe || (A.spec.forget && cfg.sink_tokens > 0);
+    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), capacity_, all, act, dev);
     info_.push_back({kv_.back().keys_kept(), lampe, kv_.back().bytes()});
   }
 }

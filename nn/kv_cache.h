@@ -20,7 +20,9 @@
 // holding the keys of positions [base, base + len) in order, S = cap + slack with
 // slack = ceil(cap / 8) when cap < capacity (else S = capacity, nothing ever moves). A sliding-window
 // layer therefore holds W keys (+ W/8), a SCOPE kv head its largest scope, a global head the whole
-// capacity. When the buffer is full, its last cap - 1 keys move to the front (base advances): one
+// capacity. With sink tokens beside windows (StreamingLLM) the first sink_tokens keys are pinned
+// ahead of the ring (sink_tokens + W keys; chunked or prefix layers with sinks, and FoX with sinks,
+// keep every key). When the buffer is full, its last cap - 1 keys move to the front (base advances): one
 // copy of cap - 1 rows every slack + 1 tokens. The new queries attend to the buffer with the op's
 // alignment: q_offset = their position - base, key_end = len, so the window rule, the distances
 // t of scale-invariant / ALiBi and LogN's visible count are those of the full sequence, and
@@ -65,13 +67,17 @@ class LayerKV final : public AttentionRoute {
  private:
   struct Band {
     int64_t kv0 = 0, kv1 = 0;  // kv heads [kv0, kv1)
-    int64_t cap = 0, rows = 0;  // keys needed, rows allocated (S)
-    int64_t base = 0, len = 0;  // the buffer holds positions [base, base + len)
+    int64_t cap = 0, rows = 0;  // keys needed (beside the sinks), rows allocated (S)
+    int64_t sinks = 0;          // pinned sink tokens: rows [0, sinks) hold positions 0 .. sinks - 1
+    int64_t base = 0, len = 0;  // the buffer (after the sinks) holds positions [base, base + len)
     Tensor k, v;                // (1, kv1 - kv0, rows, D)
     Tensor f;                   // FoX: (1, G (kv1 - kv0), rows, 1) log f of the band's query heads
   };
   // k, v (and FoX's f, or undefined) of the band's heads
   void store(Band& b, const Tensor& k, const Tensor& v, const Tensor& f, int64_t first);
+  // attend() for a band with pinned sinks (kv_cache.cpp)
+  ag::Variable attend_pinned(Band& b, const ag::Variable& qb, const Tensor& kb, const Tensor& vb, attn::AttnConfig c,
+                             const attn::AttnTerms& tb, int64_t p0);
   std::vector<Band> bands_;
   std::vector<int64_t> cap_;
   int64_t capacity_ = 0, length_ = 0, G_ = 1;

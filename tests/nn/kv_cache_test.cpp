@@ -182,6 +182,44 @@ TEST(KVCache, SinkTokensStayBesideTheWindow) {  // issue 38: StreamingLLM's sink
   check_case({"sink_tokens", {w, c}, 2});
 }
 
+// Sink tokens beside a window keep S + W keys, not every key (StreamingLLM's bounded cache): the ring's
+// rows are no positions, so the terms that read distances or positions (ALiBi, scale-invariant,
+// Llama 4's temperature, SWAN's row) and SSMax's count must come out as the full forward's; prompts
+// shorter and longer than the sinks, GQA with two windows (two bands).
+TEST(KVCache, PinnedSinksKeepOnlyTheSinksAndTheWindow) {
+  attn::AttentionSpec a = nope(), r = rope();
+  a.pos.kind = attn::PosKind::Alibi;
+  a.mask.kind = attn::MaskKind::Window;
+  a.mask.window = 4;
+  a.mask.sink_tokens = 3;
+  a.logit.kind = attn::LogitKind::ScaleInvariant;
+  a.logit.tau = 2.0;
+  a.logit.qtemp_alpha = 0.5;
+  a.logit.qtemp_beta = 3.0;
+  r.mask.kind = attn::MaskKind::Window;
+  r.mask.window = 5;
+  r.mask.sink_tokens = 2;
+  r.logit.kind = attn::LogitKind::SwanRow;
+  r.logit.swan_a = 4.0;
+  check_case({"pinned_long_prompt", {a, r}});              // prompt 9: sinks and a full ring at once
+  check_case({"pinned_short_prompt", {a, r}}, 2, 16);      // the sinks arrive over the first steps
+  attn::AttentionSpec s = nope();  // SSMax counts the sinks and the window; two windows over GQA
+  s.mask.kind = attn::MaskKind::Scope;
+  s.mask.scopes = {3, 3, 6, 6};  // kv head 0 keeps 3 keys, kv head 1 six: two bands
+  s.mask.sink_tokens = 2;
+  s.logit.kind = attn::LogitKind::LogN;
+  check_case({"pinned_scope_ssmax_gqa", {s, a}, 2}, 5, 18);
+  ModelConfig c = base_config();
+  c.kinds = {{"a", a}, {"r", r}};
+  c.pattern = {"a", "r"};
+  Transformer m(c, 1);
+  KVCache cache(m, 40);
+  EXPECT_EQ(cache.layers()[0].keys_kept, std::vector<int64_t>(4, 3 + 4));
+  EXPECT_EQ(cache.layers()[1].keys_kept, std::vector<int64_t>(4, 2 + 5));
+  const int64_t D = 8;  // rows: sinks + window + ceil(window / 8)
+  EXPECT_EQ(cache.bytes(), 2 * (4 * (3 + 4 + 1) + 4 * (2 + 5 + 1)) * D * 8);
+}
+
 TEST(KVCache, DiffTransformerV2) {  // paired heads: 2H query heads over the cache's kv heads, a window ring
   attn::AttentionSpec d = rope(), w = nope();
   d.diff = true;
