@@ -64,6 +64,7 @@ std::string inference_of(const eval::InferenceOptions& o) {
   std::string s;
   auto add = [&](const std::string& x) { s += (s.empty() ? "" : ", ") + x; };
   if (o.rope_scaling) add(std::string("rope_scaling ") + attn::name(*o.rope_scaling));
+  if (!o.longrope_long_factors.empty()) add("its own long factors");
   if (o.lampe) add("lampe");
   if (o.drope_c != 0) add(fmt::format("drope_c {:g}", o.drope_c));
   if (o.swan_a > 0) add(fmt::format("swan_a {:g}", o.swan_a));
@@ -126,12 +127,16 @@ std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
   }
   json groups = json::array();
   std::ostringstream md;
-  std::map<std::string, int> named;
+  // two methods of one description (the same kinds in another layer order): named with their layers
+  std::map<std::string, int> described, named;
+  for (const std::string& k : keys)
+    if (members[k].size() >= 2) ++described[data["runs"][members[k][0]]["method"].get<std::string>()];
   for (const std::string& k : keys) {
     const auto& idx = members[k];
     if (idx.size() < 2) continue;
     json g;
     std::string name = data["runs"][idx[0]]["method"].get<std::string>();
+    if (described[name] > 1) name += " [layers " + data["runs"][idx[0]]["layers"].get<std::string>() + "]";
     if (named[name]++) name += " #" + std::to_string(named[name]);
     g["name"] = name;
     g["runs"] = json::array();
@@ -257,6 +262,9 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
        // start from (each seed of a recalibration starts from that seed's run) are seeds of one method
       train::Recipe k = r;
       k.checkpoint.init_from.clear();
+      // factors searched per run (horizon longrope-search on each seed) come from that seed's run too
+      if (!k.eval.opts.inference.longrope_long_factors.empty()) k.eval.opts.inference.longrope_long_factors = {-1.0};
+      if (!k.eval.opts.inference.longrope_short_factors.empty()) k.eval.opts.inference.longrope_short_factors = {-1.0};
       k.run.seed = 0;
       k.run.name.clear();
       k.run.out_dir.clear();
@@ -269,6 +277,11 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
     run["dir"] = dir;
     run["method"] = method_of(mc) + positions_of(r.train.positions) + inference_of(r.eval.opts.inference);
+    {
+      std::string layers;
+      for (const auto& n : mc.layer_kind_names()) layers += (layers.empty() ? "" : ", ") + n;
+      run["layers"] = layers;
+    }
     run["train_length"] = r.data.seq_len;
     run["steps"] = r.train.steps;
     run["tokenizer"] = r.data.tokenizer;

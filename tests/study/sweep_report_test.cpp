@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "data/shard.h"
 #include "eval/eval.h"
@@ -140,25 +141,72 @@ TEST(Report, FilesExistAndAreNonEmpty) {
 
 // Issue 40: runs of one method with several seeds are grouped, with the mean and a 95% interval
 // (Student's t) of each number and the effective length of the mean needle accuracy.
+// An evaluated run for the report's grouping: its config.yaml (the model text with the overrides)
+// and the result files of horizon eval.
+void write_evaluated_run(const std::string& root, const std::string& name, const std::string& model_yaml,
+                         std::vector<std::string> overrides, double loss, double acc_long) {
+  const std::string dir = root + "/" + name;
+  fs::create_directories(dir);
+  overrides.insert(overrides.end(), {"run.name=" + name, "run.out_dir=" + root});
+  const train::Recipe r = train::parse_recipe(model_yaml + "data: {seq_len: 32}\n", "t.yaml", overrides);
+  std::ofstream(dir + "/config.yaml") << train::to_yaml(r);
+  std::ofstream(dir + "/eval.json") << "{\"train_length\": 32, \"lengths\": [{\"length\": 32, \"loss\": " << loss
+                                    << ", \"ppl\": 1, \"last256_loss\": " << loss + 0.5
+                                    << ", \"tokens\": 10, \"drope_c\": 0, \"swan_a\": 0}], \"nll_length\": 32}\n";
+  std::ofstream(dir + "/needles.csv") << "task,length,depth,samples,correct,accuracy,score\n"
+                                      << "passkey,32,0.5,4,4,1.0,1.0\npasskey,64,0.5,4,0," << acc_long << "," << acc_long << "\n";
+  std::ofstream(dir + "/passkey.csv") << "length,depth,examples,correct,accuracy,digit_accuracy\n32,0,5,5,1.0000,1.0000\n"
+                                      << "64,0,5,0,0.0000,0.2000\n";
+}
+
+// Two stacks of the same kinds in another order (one description) are two methods named by their layers; factors a
+// LongRoPE search found per seed group the seeds as one method (like the checkpoint each starts from).
+TEST(Report, LayerOrdersAndPerSeedFactorsGroupAsTheirMethods) {
+  const std::string root = tmp_root() + "/orders";
+  const std::string kinds = "model:\n  d_model: 32\n  n_layers: 3\n  n_heads: 2\n  layer_kinds:\n    a: {pos: rope}\n"
+                            "    b: {pos: none}\n";
+  std::vector<std::string> dirs;
+  for (int seed : {1, 2}) {
+    const std::string sd = std::to_string(seed);
+    write_evaluated_run(root, "ab-" + sd, kinds + "  pattern: [a, b, a]\n", {"run.seed=" + sd}, 1.0 + seed, 1.0);
+    write_evaluated_run(root, "ba-" + sd, kinds + "  pattern: [a, a, b]\n", {"run.seed=" + sd}, 2.0 + seed, 1.0);
+    write_evaluated_run(root, "lr-" + sd, kinds + "  pattern: [a]\n",
+                        {"run.seed=" + sd, "eval.rope_scaling=longrope",
+                         "eval.longrope_long_factors=[1, " + std::to_string(1 + seed) + "]"},
+                        3.0 + seed, 1.0);
+    for (const char* m : {"ab-", "ba-", "lr-"}) dirs.push_back(root + "/" + m + sd);
+  }
+  ReportOptions o;
+  o.out_dir = root + "/report";
+  o.plots = false;
+  o.oa_T = 16;
+  o.oa_heads = 4;
+  o.oa_layers = 2;
+  const ReportResult r = make_report(dirs, o);
+  std::ifstream rj(r.json_path);
+  const nlohmann::json j = nlohmann::json::parse(rj);
+  ASSERT_EQ(j["groups"].size(), 3u) << j["groups"].dump();
+  std::set<std::string> names;
+  for (const auto& g : j["groups"]) {
+    EXPECT_EQ(g["seeds"], nlohmann::json({1, 2})) << g["name"];
+    names.insert(g["name"].get<std::string>());
+  }
+  std::string all;
+  for (const auto& n : names) all += n + "\n";
+  EXPECT_NE(all.find("[layers a, b, a]"), std::string::npos) << all;
+  EXPECT_NE(all.find("[layers a, a, b]"), std::string::npos) << all;
+  EXPECT_NE(all.find("evaluated with rope_scaling longrope, its own long factors"), std::string::npos) << all;
+  EXPECT_EQ(all.find(" #"), std::string::npos) << all;
+}
+
 TEST(Report, SeedsOfOneMethodAreGroupedWithIntervals) {
   EXPECT_DOUBLE_EQ(mean_ci95({1.0, 1.2, 1.4}).first, 1.2);
   EXPECT_NEAR(mean_ci95({1.0, 1.2, 1.4}).second, 4.303 * 0.2 / std::sqrt(3.0), 1e-12);
   EXPECT_EQ(mean_ci95({2.5}).second, 0.0);
   const std::string root = tmp_root() + "/seeds";
   auto make_run = [&](const std::string& name, int64_t seed, int64_t d_model, double loss, double acc_long) {
-    const std::string dir = root + "/" + name;
-    fs::create_directories(dir);
-    const train::Recipe r = train::parse_recipe(
-        "model: {d_model: " + std::to_string(d_model) + ", n_layers: 1, n_heads: 2}\ndata: {seq_len: 32}\n", "t.yaml",
-        {"run.seed=" + std::to_string(seed), "run.name=" + name, "run.out_dir=" + root});
-    std::ofstream(dir + "/config.yaml") << train::to_yaml(r);
-    std::ofstream(dir + "/eval.json") << "{\"train_length\": 32, \"lengths\": [{\"length\": 32, \"loss\": " << loss
-                                      << ", \"ppl\": 1, \"last256_loss\": " << loss + 0.5
-                                      << ", \"tokens\": 10, \"drope_c\": 0, \"swan_a\": 0}], \"nll_length\": 32}\n";
-    std::ofstream(dir + "/needles.csv") << "task,length,depth,samples,correct,accuracy,score\n"
-                                        << "passkey,32,0.5,4,4,1.0,1.0\npasskey,64,0.5,4,0," << acc_long << "," << acc_long << "\n";
-    std::ofstream(dir + "/passkey.csv") << "length,depth,examples,correct,accuracy,digit_accuracy\n32,0,5,5,1.0000,1.0000\n"
-                                        << "64,0,5,0,0.0000,0.2000\n";
+    write_evaluated_run(root, name, "model: {d_model: " + std::to_string(d_model) + ", n_layers: 1, n_heads: 2}\n",
+                        {"run.seed=" + std::to_string(seed)}, loss, acc_long);
   };
   make_run("rope-s1", 1, 32, 1.0, 0.5);
   make_run("rope-s2", 2, 32, 1.2, 1.0);
