@@ -6,7 +6,7 @@
 //   plots             loss and last-256 loss vs length, NLL by position, training loss, needle
 //                     accuracy heatmaps (length x depth per task), probe R^2 per layer,
 //                     attention FLOPs per method vs length, SCOPE order-awareness curves
-//   seeds             runs whose recipes differ only in run.seed (and names, directories, init_from) are one
+//   seeds             runs whose recipes differ only in run.seed (and names, directories, init_from, evaluation LongRoPE factors) are one
 //                     method: mean and 95% interval (Student's t) of loss and last-256 loss per
 //                     length and of needle accuracy, and the effective length of the mean accuracy
 //   other tables      needles (accuracy per task and length, effective length; the passkey grid of
