@@ -43,7 +43,7 @@ std::vector<ContextPlanRow> context_plan(const Recipe& r, const nn::Transformer&
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const attn::AttnConfig cfg = training_config(r, m, l);
     const int64_t bytes = route ? route->traffic_bytes(cfg, m.layers[l]->attn->shape(shape)) : 0;
-    const std::string ex = route ? dist::name(route->exchange(cfg)) : "none";
+    const std::string ex = route ? dist::name(route->exchange(cfg, m.layers[l]->attn->spec.forget)) : "none";
     if (!rows.empty() && rows.back().exchange == ex && rows.back().bytes == bytes) {
       ++rows.back().count;
       rows.back().layers = fmt::format("{}-{}", l + 1 - rows.back().count, l);

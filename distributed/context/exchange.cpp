@@ -53,10 +53,13 @@ int64_t max_window(const attn::AttnConfig& cfg) {
 
 int64_t halo_len(const ZigzagLayout& L, int64_t W, int64_t c) { return std::min(W - 1, L.chunk_begin(c)); }
 
-ContextExchange exchange_for(const attn::AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global) {
+ContextExchange exchange_for(const attn::AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global, bool fox) {
   const int64_t W = max_window(cfg);
-  // (sink tokens reach back to the document's start: such layers take the global exchange)
-  if (L.n > 1 && W > 0 && W - 1 <= L.min_chunk() && cfg.sink_tokens == 0) return ContextExchange::Halo;
+  // sink tokens: the sequence's first S keys, sent once, beside windows (a document's start lies
+  // anywhere, a chunk's boundaries follow buffer indices, FoX's decay spans the gap: global)
+  const bool sinks_ok = cfg.sink_tokens == 0 || (cfg.chunk == 0 && !cfg.documents && !fox &&
+                                                 cfg.sink_tokens <= L.chunk_len(0));
+  if (L.n > 1 && W > 0 && W - 1 <= L.min_chunk() && sinks_ok) return ContextExchange::Halo;
   HZ_CHECK(global != ContextExchange::Halo, ValueError, "context parallel: the halo is not a global exchange");
   return global;
 }
@@ -64,7 +67,7 @@ ContextExchange exchange_for(const attn::AttnConfig& cfg, const ZigzagLayout& L,
 ContextTraffic context_traffic(const attn::AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global, bool fox) {
   ContextTraffic t;
   if (L.n == 1) return t;
-  switch (exchange_for(cfg, L, global)) {
+  switch (exchange_for(cfg, L, global, fox)) {
     case ContextExchange::AllGather:
       t.fwd_rows = t.bwd_rows = (L.n - 1) * L.max_local_len();
       break;
@@ -78,6 +81,10 @@ ContextTraffic context_traffic(const attn::AttnConfig& cfg, const ZigzagLayout& 
       const auto ch = L.chunks();
       t.fwd_rows = t.bwd_rows =
           (L.rank + 1 < L.n ? halo_len(L, W, ch[0] + 1) : 0) + (L.rank >= 1 ? halo_len(L, W, ch[1] + 1) : 0);
+      if (cfg.sink_tokens > 0) {  // the sinks: rank 0's broadcast, everyone's gradients all-gathered
+        if (L.rank == 0) t.fwd_rows += (L.n - 1) * cfg.sink_tokens;
+        t.bwd_rows += (L.n - 1) * cfg.sink_tokens;
+      }
       break;
     }
     case ContextExchange::Count: break;
@@ -124,6 +131,34 @@ ag::Variable gather_sequence(const ag::Variable& x, const std::shared_ptr<Contex
       Tensor sum = from[0].clone();
       for (int q = 1; q < N; ++q) ops::add_(sum, from[q]);  // rank order: deterministic
       gr.set(0, sum.narrow(2, 0, Tl).contiguous());
+    };
+  });
+}
+
+ag::Variable broadcast_sinks(const ag::Variable& x, int64_t S, const std::shared_ptr<ContextLink>& link) {
+  const ZigzagLayout& L = link->layout;
+  const int N = L.n, r = L.rank;
+  HZ_CHECK(S >= 1 && S <= L.chunk_len(0), ValueError, "context parallel: ", S, " sink tokens do not lie in chunk 0 (",
+           L.chunk_len(0), " positions)");
+  const int64_t B = x.size(0), Hk = x.size(1), Tl = x.size(2), D = x.size(3);
+  const DType dt = x.dtype();
+  const Device dev = x.value().device();
+  Tensor sinks = r == 0 ? x.value().narrow(2, 0, S).contiguous() : Tensor::empty({B, Hk, S, D}, dt, dev);
+  link->comm->broadcast(sinks, 0);
+  if (r == 0) link->bytes_sent += bytes_of(sinks) * (N - 1);
+  return ag::make_result(sinks, {x}, "context_sinks", [link, B, Hk, Tl, D, S, dt, dev, N, r] {
+    return [link, B, Hk, Tl, D, S, dt, dev, N, r](const Tensor& gout, ag::Grads& gr) {
+      const Tensor mine = gout.contiguous();
+      Tensor all = Tensor::empty({N, B, Hk, S, D}, dt, dev);
+      link->comm->all_gather_into(mine, all);
+      link->bytes_sent += bytes_of(mine) * (N - 1);
+      Tensor dx = Tensor::zeros({B, Hk, Tl, D}, dt, dev);
+      if (r == 0) {  // the sinks' gradient from every rank, summed in rank order
+        Tensor sum = all.select(0, 0).clone();
+        for (int q = 1; q < N; ++q) ops::add_(sum, all.select(0, q));
+        dx.narrow(2, 0, S).copy_(sum);
+      }
+      gr.set(0, dx);
     };
   });
 }

@@ -9,6 +9,13 @@
 //               same amount: windows, distances and visible counts are unchanged, and the terms
 //               that read absolute positions (packed documents' bounds, SWAN's row index) get the
 //               buffer's first global position as the op's key_position.
+//               Sink tokens beside windows (no chunks, no packed documents, no FoX, S within chunk
+//               0) take the halo too: rank 0 sends the sequence's first S keys to every rank once
+//               per layer call (broadcast_sinks), and each chunk's buffer is [the sinks it lacks |
+//               tail | chunk]. Where a gap separates the sinks from the tail, buffer indices are no
+//               positions: the op places the sinks at indices 0..S-1 (key_position 0), which keeps
+//               the window and sink rules and the visible counts, and the terms that read distances
+//               or positions get each row's true position as token positions (fused.h).
 //   ring        otherwise (an unbounded head, a window longer than a chunk), by default
 //               (parallel.context_exchange: ring): distributed/context/ring.h. It sends more than
 //               the all-gather (k and v twice, dK/dV in f32 under bf16) and keeps less.
@@ -37,12 +44,14 @@ ContextExchange parse_context_exchange(const std::string& s);
 
 // The exchange a layer with this kernel config takes at this layout: the halo where it applies,
 // else `global`.
+// fox: the layer has FoX's forget gates (whose decay spans the gap between sinks and a window).
 ContextExchange exchange_for(const attn::AttnConfig& cfg, const ZigzagLayout& layout,
-                             ContextExchange global = ContextExchange::Ring);
+                             ContextExchange global = ContextExchange::Ring, bool fox = false);
 
 // Rows of k and v (each) this rank sends per layer call: forward and backward in the storage
 // dtype, and the ring's dK/dV rows in the accumulation dtype:
-//   halo        2 (W - 1) at most, forward and backward;
+//   halo        2 (W - 1) at most, forward and backward; with sink tokens rank 0 sends (N - 1) S more
+//               forward and every rank (N - 1) S more backward (the sinks' gradients all-gathered);
 //   all-gather  (N - 1) x the longest local length, forward and backward;
 //   ring        T - (the next rank's local length) forward and again backward (k and v go round
 //               once more), and T rows of dK/dV (every block's gradient travels home).
@@ -69,6 +78,9 @@ ag::Variable gather_sequence(const ag::Variable& x, const std::shared_ptr<Contex
 // (B, Hkv, Tl, D) local rows -> (B, Hkv, h_a + h_b, D): the W - 1 keys before each local chunk
 // (fewer at the sequence start), from the owners of the chunks before them; backward: the reverse.
 ag::Variable exchange_halo(const ag::Variable& x, int64_t W, const std::shared_ptr<ContextLink>& link);
+// (B, Hkv, Tl, D) local rows -> (B, Hkv, S, D) the sequence's first S rows, from rank 0 (S must lie
+// in chunk 0); backward: the ranks' gradients all-gathered, summed in rank order into rank 0's rows.
+ag::Variable broadcast_sinks(const ag::Variable& x, int64_t S, const std::shared_ptr<ContextLink>& link);
 // Rows of the tail of chunk c - 1 that chunk c reads under windows of at most W keys.
 int64_t halo_len(const ZigzagLayout& L, int64_t W, int64_t c);
 // The farthest reach of the config's heads (a window, or a chunk of C positions: a query sees at most

@@ -31,9 +31,13 @@ int64_t ContextRoute::kept_bytes(const attn::AttnConfig& cfg, const nn::AttnShap
   const ZigzagLayout L = layout().of_rank(0);
   const int64_t a = s.call.act, B = s.call.batch, T_local = L.max_local_len(), N = B * T_local;
   const int64_t kv_row = 2 * B * s.kv_heads * s.head_dim * a;  // k and v of one position
-  switch (exchange_for(cfg, L, global_)) {
+  switch (exchange_for(cfg, L, global_, s.fox)) {
     case ContextExchange::AllGather: return kv_row * L.T;
-    case ContextExchange::Halo: return kv_row * 2 * context_traffic(cfg, L).fwd_rows;
+    case ContextExchange::Halo: {  // the halos and their copies in the chunks' buffers; the sinks and theirs
+      const int64_t W = max_window(cfg);
+      const auto ch = L.chunks();
+      return kv_row * 2 * (halo_len(L, W, ch[0] + 1) + halo_len(L, W, ch[1] + 1) + cfg.sink_tokens);
+    }
     case ContextExchange::Ring:  // its packed own block, out (f32 under bf16) and lse
       return kv_row * T_local + (a == 2 ? N * s.heads * s.head_dim * 4 : 0) + N * s.heads * 4;
     case ContextExchange::Count: break;
@@ -82,7 +86,7 @@ ag::Variable ContextRoute::attend(const ag::Variable& q, const ag::Variable& k, 
   const bool fox = terms.forget.defined();
   HZ_CHECK(!fox || (terms.forget.dim() == 3 && terms.forget.size(2) == L.local_len()), ShapeError,
            "context parallel: FoX's log forget gates must hold this rank's ", L.local_len(), " rows");
-  const ContextExchange ex = exchange_for(cfg, L, global_);
+  const ContextExchange ex = exchange_for(cfg, L, global_, fox);
   if (ex == ContextExchange::Ring) {
     // FoX's c over the whole sequence at the local rows, in the accumulation dtype (f64 on the CPU,
     // as the fused op's: c_i - c_j of long prefix sums loses float32's digits)
@@ -103,25 +107,48 @@ ag::Variable ContextRoute::attend(const ag::Variable& q, const ag::Variable& k, 
   const int64_t offs[2] = {0, L.chunk_len(ch[0])};
   std::vector<ag::Variable> outs;
   if (ex == ContextExchange::Halo) {
-    const int64_t W = max_window(cfg);
+    const int64_t W = max_window(cfg), S = cfg.sink_tokens;
     const ag::Variable hk = exchange_halo(k, W, link_), hv = exchange_halo(v, W, link_);
     const ag::Variable hf = fox ? exchange_halo(f4, W, link_) : ag::Variable();
+    const ag::Variable sk = S > 0 ? broadcast_sinks(k, S, link_) : ag::Variable();
+    const ag::Variable sv = S > 0 ? broadcast_sinks(v, S, link_) : ag::Variable();
     int64_t hoff = 0;
     for (int i = 0; i < 2; ++i) {
       const int64_t len = L.chunk_len(ch[i]), h = halo_len(L, W, ch[i]);
+      const int64_t first = L.chunk_begin(ch[i]) - h;  // the buffer's first position after the sinks
       ag::Variable kc = ag::narrow(k, 2, offs[i], len), vc = ag::narrow(v, 2, offs[i], len);
       ag::Variable fc = fox ? ag::narrow(f4, 2, offs[i], len) : ag::Variable();
       // joined also when h is 0 (context rank 0's first chunk): every rank then builds the same
       // graph, so its backward runs the same nodes in the same order and posts its transfers and the
       // gradient hooks' all-reduces in the same order as the other ranks (one NCCL stream carries
-      // both: another order would deadlock)
-      kc = ag::cat({ag::narrow(hk, 2, hoff, h), kc}, 2);
-      vc = ag::cat({ag::narrow(hv, 2, hoff, h), vc}, 2);
+      // both: another order would deadlock); likewise the sinks, with no rows where none is missing
+      std::vector<ag::Variable> kp{ag::narrow(hk, 2, hoff, h), kc}, vp{ag::narrow(hv, 2, hoff, h), vc};
+      const int64_t ns = std::min(S, first);  // sinks before the buffer's first position
+      if (S > 0) {
+        kp.insert(kp.begin(), ag::narrow(sk, 2, 0, ns));
+        vp.insert(vp.begin(), ag::narrow(sv, 2, 0, ns));
+      }
+      kc = ag::cat(kp, 2);
+      vc = ag::cat(vp, 2);
       if (fox) fc = ag::cat({ag::narrow(hf, 2, hoff, h), fc}, 2);
       hoff += h;
       attn::AttnConfig c = cfg;
-      c.q_offset = h;
-      c.key_position = L.chunk_begin(ch[i]) - h;  // the buffer's first key, for documents and SWAN's row
+      c.q_offset = ns + h;
+      c.key_position = first - ns;  // the buffer's first key, for documents and SWAN's row
+      if (S > 0 && first > S) {  // a gap between the sinks and the tail: rows 0..S-1, then first..
+        c.key_position = 0;
+        const int64_t rows = S + h + len, B = q.size(0);
+        std::vector<int64_t> at;  // each row's position in the sequence
+        for (int64_t j = 0; j < S; ++j) at.push_back(j);
+        for (int64_t j = 0; j < h + len; ++j) at.push_back(first + j);
+        std::vector<double> pos(static_cast<size_t>(B * rows));
+        const std::vector<double> drawn = cfg.positions.defined() ? cfg.positions.to(Device::cpu()).to_vector()
+                                                                  : std::vector<double>();
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t j = 0; j < rows; ++j)
+            pos[b * rows + j] = drawn.empty() ? static_cast<double>(at[j]) : drawn[b * L.T + at[j]];
+        c.positions = Tensor::from_vector(pos, {B, rows}, DType::F64).to(q.value().device());
+      }
       outs.push_back(attn::fused_attention(ag::contiguous(ag::narrow(q, 2, offs[i], len)), ag::contiguous(kc),
                                            ag::contiguous(vc), c, chunk_terms(fc)).out);
     }

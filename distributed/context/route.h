@@ -41,7 +41,9 @@ class ContextRoute final : public nn::AttentionRoute {
   // The traffic plan: the exchange a layer takes and the bytes the busiest rank of the group sends
   // per layer call (k and v, forward and backward, in the activations' dtype; the ring's dK/dV and
   // FoX's log f or c in the accumulation dtype; context_traffic's rows).
-  ContextExchange exchange(const attn::AttnConfig& cfg) const { return exchange_for(cfg, layout(), global_); }
+  ContextExchange exchange(const attn::AttnConfig& cfg, bool fox = false) const {
+    return exchange_for(cfg, layout(), global_, fox);
+  }
   int64_t traffic_bytes(const attn::AttnConfig& cfg, const nn::AttnShape& s) const;
 
   const ZigzagLayout& layout() const { return link_->layout; }

@@ -166,7 +166,17 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       {"chunked swa, documents", {4, 9, 9, 2}, LK::SwanRow, true, 2, 40, true, EX::Halo, true, true, true, false, 0.0, 7},
       {"chunks longer than a rank's", {0, 0, 0, 0}, LK::Identity, false, 4, 40, false, EX::AllGather, true, false, false,
        false, 0.0, 16},
-      // sink tokens reach back to the sequence's (document's) start: the global exchange
+      // sink tokens beside windows: the halo and the sequence's first S keys from rank 0 (a gap between
+      // them and the tail on every chunk but the first few: token positions carry the true ones to the
+      // terms that read distances or positions, and SSMax counts the sinks)
+      {"sink tokens swa, halo", {6, 6, 6, 6}, LK::LogN, false, 4, 40, false, EX::Halo, true, false, false, false, 0.0, 0, 3},
+      {"sink tokens per-head windows, alibi, sinks, gqa", {2, 3, 5, 6}, LK::ScaleInvariant, true, 2, 40, false, EX::Halo,
+       true, true, false, false, 0.0, 0, 2},
+      {"sink tokens swa, swan rows, qtemp, T 37", {4, 4, 4, 4}, LK::SwanRow, false, 4, 37, false, EX::Halo, true, false,
+       false, false, 0.5, 0, 3},
+      {"sink tokens swa, logn by position, alibi", {5, 5, 5, 5}, LK::LogN, true, 4, 40, false, EX::Halo, true, false,
+       false, true, 0.0, 0, 4},
+      // with FoX (its decay spans the gap), chunks or documents (a start anywhere): the global exchange
       {"sink tokens swa", {6, 6, 6, 6}, LK::LogN, false, 4, 40, false, EX::AllGather, true, true, true, false, 0.0, 0, 3},
       {"sink tokens chunked, documents", {0, 0, 0, 0}, LK::ScaleInvariant, false, 4, 40, true, EX::AllGather, true, false,
        false, false, 0.0, 5, 2},
@@ -195,7 +205,7 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       cfg.train_len = 9;
     }
     cfg.block_q = cfg.block_k = 4;
-    const EX path = dist::exchange_for(cfg, route.layout(), global);
+    const EX path = dist::exchange_for(cfg, route.layout(), global, c.fox);
     if (path == EX::Halo && global == EX::AllGather) continue;  // the same run as with the ring
     if (N == 2) {
       EXPECT_EQ(path, c.expect_at_2 == EX::Halo ? EX::Halo : global);
@@ -244,10 +254,12 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       int64_t Ww = 0;
       for (int64_t w : c.window) Ww = std::max(Ww, w > 0 && c.chunk > 0 ? std::min(w, c.chunk) : w > 0 ? w : c.chunk);
       EXPECT_EQ(W, Ww);
-      for (int q2 = 0; q2 < N; ++q2) {
-        EXPECT_LE(static_cast<double>(most[q2]), static_cast<double>(W - 1) / L.min_chunk() * gather) << "rank " << q2;
-        const dist::ContextTraffic t = dist::context_traffic(cfg, dist::ZigzagLayout(T, N, q2));
-        EXPECT_EQ(t.fwd_rows, t.bwd_rows);
+      for (int q2 = 0; q2 < N; ++q2) {  // sink tokens: rank 0 sends them to N - 1 ranks, their gradients come back
+        const double sinks = 2.0 * 2 * (N - 1) * c.sink_tokens * static_cast<double>(row);
+        EXPECT_LE(static_cast<double>(most[q2]), static_cast<double>(W - 1) / L.min_chunk() * gather + sinks)
+            << "rank " << q2;
+        const dist::ContextTraffic t = dist::context_traffic(cfg, dist::ZigzagLayout(T, N, q2), global, c.fox);
+        if (c.sink_tokens == 0) EXPECT_EQ(t.fwd_rows, t.bwd_rows);
         EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows) * row) << "rank " << q2;
       }
     } else if (path == EX::Ring) {  // k and v round twice, dK/dV home once: (2 (T - next's rows) + T) rows
