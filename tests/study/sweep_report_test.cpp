@@ -159,6 +159,17 @@ void write_evaluated_run(const std::string& root, const std::string& name, const
                                       << "64,0,5,0,0.0000,0.2000\n";
 }
 
+// The report of `dirs` into root/report, without plots and with a small order-awareness simulation.
+ReportResult small_report(const std::string& root, const std::vector<std::string>& dirs) {
+  ReportOptions o;
+  o.out_dir = root + "/report";
+  o.plots = false;
+  o.oa_T = 16;
+  o.oa_heads = 4;
+  o.oa_layers = 2;
+  return make_report(dirs, o);
+}
+
 // Two stacks of the same kinds in another order (one description) are two methods named by their layers; factors a
 // LongRoPE search found per seed group the seeds as one method (like the checkpoint each starts from).
 TEST(Report, LayerOrdersAndPerSeedFactorsGroupAsTheirMethods) {
@@ -176,13 +187,7 @@ TEST(Report, LayerOrdersAndPerSeedFactorsGroupAsTheirMethods) {
                         3.0 + seed, 1.0);
     for (const char* m : {"ab-", "ba-", "lr-"}) dirs.push_back(root + "/" + m + sd);
   }
-  ReportOptions o;
-  o.out_dir = root + "/report";
-  o.plots = false;
-  o.oa_T = 16;
-  o.oa_heads = 4;
-  o.oa_layers = 2;
-  const ReportResult r = make_report(dirs, o);
+  const ReportResult r = small_report(root, dirs);
   std::ifstream rj(r.json_path);
   const nlohmann::json j = nlohmann::json::parse(rj);
   ASSERT_EQ(j["groups"].size(), 3u) << j["groups"].dump();
@@ -212,13 +217,7 @@ TEST(Report, SeedsOfOneMethodAreGroupedWithIntervals) {
   make_run("rope-s2", 2, 32, 1.2, 1.0);
   make_run("rope-s3", 3, 32, 1.4, 1.0);
   make_run("wide-s1", 1, 64, 0.9, 0.0);  // another method, one seed: no group
-  ReportOptions o;
-  o.out_dir = root + "/report";
-  o.plots = false;
-  o.oa_T = 16;
-  o.oa_heads = 4;
-  o.oa_layers = 2;
-  const ReportResult r = make_report({root + "/rope-s1", root + "/rope-s2", root + "/rope-s3", root + "/wide-s1"}, o);
+  const ReportResult r = small_report(root, {root + "/rope-s1", root + "/rope-s2", root + "/rope-s3", root + "/wide-s1"});
   std::ifstream rj(r.json_path);
   const nlohmann::json j = nlohmann::json::parse(rj);
   ASSERT_EQ(j["groups"].size(), 1u) << j["groups"].dump();
