@@ -7,6 +7,14 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 secs="${1:-300}"
+if [[ "$secs" == "--help" || "$secs" == "-h" ]]; then
+  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+if ! [[ "$secs" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+  echo "fuzz.sh: SECONDS must be a number, got '$secs' (scripts/tools/fuzz.sh --help)" >&2
+  exit 2
+fi
 shift || true
 bin="${BUILD:-$here/build}/hz_fuzz"
 if [[ ! -x "$bin" ]]; then

@@ -784,10 +784,28 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--iterations") iterations = std::stoll(val());
-    else if (a == "--seed") seed = std::stoull(val());
+    // a number or a usage error (std::stod would end the program with an uncaught exception)
+    auto number = [&](const std::string& v) -> double {
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0) {
+        std::fprintf(stderr, "%s takes a non-negative number, got '%s'\n", a.c_str(), v.c_str());
+        std::exit(2);
+      }
+      return x;
+    };
+    if (a == "--iterations") iterations = static_cast<int64_t>(number(val()));
+    else if (a == "--seed") {
+      const std::string v = val();
+      char* end = nullptr;
+      seed = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || v[0] == '-') {
+        std::fprintf(stderr, "--seed takes a whole non-negative number, got '%s'\n", v.c_str());
+        std::exit(2);
+      }
+    }
     else if (a == "--target") only = val();
-    else if (a == "--seconds") seconds = std::stod(val());
+    else if (a == "--seconds") seconds = number(val());
     else if (a == "--save") save = val();
     else if (a == "--replay") replay = val();
     else if (a == "--list") list = true;
