@@ -51,7 +51,7 @@ for r in "${order[@]}"; do
     needle_finetune|passkey_finetune) extra=(checkpoint.init_from="$OUT/runs/quickstart") ;;
     drope_from_hf|swan_from_hf) extra=(checkpoint.init_from="$OUT/hf/quickstart" swan.window=128) ;;
     study_drope_from_rope) extra=(checkpoint.init_from="$OUT/runs/study_base") ;;
-    study_retrieval_drope) extra=(checkpoint.init_from="$OUT/runs/study_retrieval_base") ;;
+    study_retrieval_drope|study_retrieval_finetune) extra=(checkpoint.init_from="$OUT/runs/study_retrieval_base") ;;
     drope_in_run) extra=(train.steps=2 drope.at_step=1 drope.warmup_steps=0) ;;
     bench_gpt2_small) extra=(model.n_layers=2 model.vocab_size=259 data.seq_len=256) ;;
   esac
