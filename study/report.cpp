@@ -127,16 +127,26 @@ std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
   }
   json groups = json::array();
   std::ostringstream md;
-  // two methods of one description (the same kinds in another layer order): named with their layers
-  std::map<std::string, int> described, named;
-  for (const std::string& k : keys)
-    if (members[k].size() >= 2) ++described[data["runs"][members[k][0]]["method"].get<std::string>()];
+  // two methods of one description: named with what tells them apart, their layer order (the same
+  // kinds stacked otherwise) or their training steps
+  std::map<std::string, std::set<std::string>> orders;
+  std::map<std::string, std::set<int64_t>> steps;
+  for (const std::string& k : keys) {
+    if (members[k].size() < 2) continue;
+    const json& run0 = data["runs"][members[k][0]];
+    orders[run0["method"].get<std::string>()].insert(run0["layers"].get<std::string>());
+    steps[run0["method"].get<std::string>()].insert(run0["steps"].get<int64_t>());
+  }
+  std::map<std::string, int> named;
   for (const std::string& k : keys) {
     const auto& idx = members[k];
     if (idx.size() < 2) continue;
     json g;
-    std::string name = data["runs"][idx[0]]["method"].get<std::string>();
-    if (described[name] > 1) name += " [layers " + data["runs"][idx[0]]["layers"].get<std::string>() + "]";
+    const json& run0 = data["runs"][idx[0]];
+    const std::string described = run0["method"].get<std::string>();
+    std::string name = described;
+    if (orders[described].size() > 1) name += " [layers " + run0["layers"].get<std::string>() + "]";
+    if (steps[described].size() > 1) name += ", " + std::to_string(run0["steps"].get<int64_t>()) + " steps";
     if (named[name]++) name += " #" + std::to_string(named[name]);
     g["name"] = name;
     g["runs"] = json::array();

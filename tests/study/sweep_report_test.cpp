@@ -170,7 +170,8 @@ ReportResult small_report(const std::string& root, const std::vector<std::string
   return make_report(dirs, o);
 }
 
-// Two stacks of the same kinds in another order (one description) are two methods named by their layers; factors a
+// Two stacks of the same kinds in another order (one description) are two methods named by their layers,
+// and by their steps where those differ; factors a
 // LongRoPE search found per seed group the seeds as one method (like the checkpoint each starts from).
 TEST(Report, LayerOrdersAndPerSeedFactorsGroupAsTheirMethods) {
   const std::string root = tmp_root() + "/orders";
@@ -185,12 +186,14 @@ TEST(Report, LayerOrdersAndPerSeedFactorsGroupAsTheirMethods) {
                         {"run.seed=" + sd, "eval.rope_scaling=longrope",
                          "eval.longrope_long_factors=[1, " + std::to_string(1 + seed) + "]"},
                         3.0 + seed, 1.0);
-    for (const char* m : {"ab-", "ba-", "lr-"}) dirs.push_back(root + "/" + m + sd);
+    write_evaluated_run(root, "long-" + sd, kinds + "  pattern: [a, b, a]\n", {"run.seed=" + sd, "train.steps=77"},
+                        1.5 + seed, 1.0);
+    for (const char* m : {"ab-", "ba-", "lr-", "long-"}) dirs.push_back(root + "/" + m + sd);
   }
   const ReportResult r = small_report(root, dirs);
   std::ifstream rj(r.json_path);
   const nlohmann::json j = nlohmann::json::parse(rj);
-  ASSERT_EQ(j["groups"].size(), 3u) << j["groups"].dump();
+  ASSERT_EQ(j["groups"].size(), 4u) << j["groups"].dump();
   std::set<std::string> names;
   for (const auto& g : j["groups"]) {
     EXPECT_EQ(g["seeds"], nlohmann::json({1, 2})) << g["name"];
@@ -198,7 +201,8 @@ TEST(Report, LayerOrdersAndPerSeedFactorsGroupAsTheirMethods) {
   }
   std::string all;
   for (const auto& n : names) all += n + "\n";
-  EXPECT_NE(all.find("[layers a, b, a]"), std::string::npos) << all;
+  EXPECT_NE(all.find("[layers a, b, a], 300 steps\n"), std::string::npos) << all;  // the default train.steps
+  EXPECT_NE(all.find("[layers a, b, a], 77 steps\n"), std::string::npos) << all;
   EXPECT_NE(all.find("[layers a, a, b]"), std::string::npos) << all;
   EXPECT_NE(all.find("evaluated with rope_scaling longrope, its own long factors"), std::string::npos) << all;
   EXPECT_EQ(all.find(" #"), std::string::npos) << all;
