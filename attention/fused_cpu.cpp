@@ -38,15 +38,12 @@ struct CpuPlan {
       for (int64_t t = 0; t < n; ++t) scale_invariant_coef<double>(static_cast<double>(t), P.tau, a[t], m[t]);
     }
   }
-  // a_t and m_t of the pair (query at key index pos, key j) of sequence b, and its distance |t|
-  double coef(int64_t b, int64_t pos, int64_t j, double& m_t, double& t_abs) const {
+  // At drawn token positions: a_t and m_t of the pair (query at key index pos, key j) of sequence b,
+  // and its distance |t| (a prefix's later keys: both ways; other t < 0 are masked). Index distances
+  // read the tables instead (the kernels' inner loops, below).
+  double coef_at_positions(int64_t b, int64_t pos, int64_t j, double& m_t, double& t_abs) const {
     const double t = pair_distance<double>(P, b, pos, j);
-    t_abs = t < 0 ? -t : t;  // a prefix's later keys: the distance both ways (others are masked)
-    if (has_tables) {
-      const int64_t ti = static_cast<int64_t>(t_abs);
-      m_t = m[ti];
-      return a[ti];
-    }
+    t_abs = t < 0 ? -t : t;
     double a_t = 1.0;
     m_t = 0.0;
     if (si_inline) scale_invariant_coef<double>(t_abs, P.tau, a_t, m_t);
@@ -81,10 +78,20 @@ void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq
       if (r != T(1))
         for (int64_t jj = 0; jj < nk; ++jj) si[jj] *= r;
     } else {
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        double m_t, ta;
-        const double a = C.coef(b, pos, j0 + jj, m_t, ta);
-        si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(m_t - slope * ta);
+      if (P.positions) {
+        for (int64_t jj = 0; jj < nk; ++jj) {
+          double m_t, ta;
+          const double a = C.coef_at_positions(b, pos, j0 + jj, m_t, ta);
+          si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(m_t - slope * ta);
+        }
+      } else {
+        for (int64_t jj = 0; jj < nk; ++jj) {
+          const int64_t t = pos - (j0 + jj);
+          const int64_t ta = t < 0 ? -t : t;  // |t|: a prefix's later keys (other t < 0 are masked below)
+          const double a = C.has_tables ? C.a[ta] : 1.0;
+          const double add = (C.has_tables ? C.m[ta] : 0.0) - slope * static_cast<double>(ta);
+          si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(add);
+        }
       }
     }
     if (fc) {
@@ -298,9 +305,10 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
             for (int64_t jj = 0; jj < nk; ++jj) {
               const T dl = pi[jj] * (di[jj] - Di);  // dLoss/dL_ij
               T a = T(1);
-              if (C.pair_terms() && pi[jj] != T(0)) {
+              if (C.has_tables && pi[jj] != T(0)) a = static_cast<T>(C.a[std::abs(pos - j0 - jj)]);
+              if (C.si_inline && pi[jj] != T(0)) {
                 double m_t, ta;
-                a = static_cast<T>(C.coef(b, pos, j0 + jj, m_t, ta));
+                a = static_cast<T>(C.coef_at_positions(b, pos, j0 + jj, m_t, ta));
               }
               if (logn && pi[jj] != T(0)) dch += static_cast<double>(dl) * lnn[i] * a * static_cast<double>(si[jj]);
               if (dfc) {  // L_ij gains c_(p_i) - c_j
