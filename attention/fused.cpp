@@ -205,6 +205,20 @@ int64_t cpu_block_k(const AttnConfig& cfg, int64_t Tk) {
   }
 }
 
+Tensor pinned_sink_positions(const Tensor& seq, int64_t B, int64_t S, int64_t first, int64_t n, Device dev) {
+  HZ_CHECK(S >= 0 && n >= 0 && first >= S, ValueError, "attention: pinned sinks [0, ", S, ") and keys from ", first);
+  Tensor out = Tensor::empty({B, S + n}, DType::F64, dev);
+  Tensor sinks = out.narrow(1, 0, S), rest = out.narrow(1, S, n);
+  if (seq.defined()) {
+    sinks.copy_(seq.narrow(1, 0, S));
+    rest.copy_(seq.narrow(1, first, n));
+  } else {
+    sinks.copy_(Tensor::arange(0, S, 1, DType::F64, dev).view({1, S}));
+    rest.copy_(Tensor::arange(first, first + n, 1, DType::F64, dev).view({1, n}));
+  }
+  return out;
+}
+
 AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int64_t Tk) {
   if (dev.is_cuda() && use_tensor_core(cfg, dt, D, dev)) return detail::tensor_core_tiles(D);
   const int64_t bq = dev.is_cpu() ? cpu_block_q(cfg) : cfg.block_q > 0 ? cfg.block_q : 64;

@@ -95,6 +95,12 @@ AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t 
 AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Hkv, int64_t Tq,
                                     int64_t Tk, int64_t D);
 
+// Token positions for a key buffer holding the sequence's positions [0, S) and then [first, first + n)
+// (sink tokens pinned ahead of a window's keys: the KV cache, context parallelism's halo), for the
+// op's AttnConfig::positions: (B, S + n) f64 on dev, the sequence's positions `seq` (B, T) at those
+// rows, or the indices themselves when seq is undefined.
+Tensor pinned_sink_positions(const Tensor& seq, int64_t B, int64_t S, int64_t first, int64_t n, Device dev);
+
 // The tiles a call runs with on a device (AttnTiles, tiling.h).
 AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int64_t Tk = 0);
 // The CPU kernel's tiles for a call with Tk keys when the config leaves them at 0.

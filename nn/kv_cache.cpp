@@ -101,13 +101,6 @@ void LayerKV::store(Band& b, const Tensor& k, const Tensor& v, const Tensor& f, 
 ag::Variable LayerKV::attend_pinned(Band& b, const ag::Variable& qb, const Tensor& kb, const Tensor& vb,
                                     attn::AttnConfig c, const attn::AttnTerms& tb, int64_t p0) {
   const int64_t n = kb.size(2), S = b.sinks;
-  const Device dev = kb.device();
-  auto positions = [&](int64_t ring_rows, int64_t ring_base) {  // (1, S + ring_rows) f64: each row's position
-    std::vector<double> p;
-    for (int64_t j = 0; j < S; ++j) p.push_back(static_cast<double>(j));
-    for (int64_t j = 0; j < ring_rows; ++j) p.push_back(static_cast<double>(ring_base + j));
-    return Tensor::from_vector(p, {1, static_cast<int64_t>(p.size())}, DType::F64).to(dev);
-  };
   c.key_position = 0;
   c.key_begin = 0;
   if (p0 < S) {  // the sinks are still arriving: every earlier key is a sink row, index = position
@@ -133,7 +126,11 @@ ag::Variable LayerKV::attend_pinned(Band& b, const ag::Variable& qb, const Tenso
     store(b, kb, vb, Tensor(), p0);
     c.q_offset = S + p0 - b.base;
     c.key_end = S + b.len;
-    c.positions = positions(b.rows - S, b.base);  // rows past len are masked keys
+    if (b.pos_base != b.base) {  // each row's position (rows past len are masked keys), made once per shift
+      b.pos = attn::pinned_sink_positions(Tensor(), 1, S, b.base, b.rows - S, kb.device());
+      b.pos_base = b.base;
+    }
+    c.positions = b.pos;
     return attn::fused_attention(qb, ag::Variable(b.k), ag::Variable(b.v), c, tb).out;
   }
   // (a prompt arrives while the sinks do, p0 < S above; later calls are single decoding steps)

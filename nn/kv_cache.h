@@ -72,6 +72,8 @@ class LayerKV final : public AttentionRoute {
     int64_t base = 0, len = 0;  // the buffer (after the sinks) holds positions [base, base + len)
     Tensor k, v;                // (1, kv1 - kv0, rows, D)
     Tensor f;                   // FoX: (1, G (kv1 - kv0), rows, 1) log f of the band's query heads
+    Tensor pos;                 // pinned sinks: each row's position (1, rows) f64, made for base = pos_base
+    int64_t pos_base = -1;
   };
   // k, v (and FoX's f, or undefined) of the band's heads
   void store(Band& b, const Tensor& k, const Tensor& v, const Tensor& f, int64_t first);

@@ -137,17 +137,7 @@ ag::Variable ContextRoute::attend(const ag::Variable& q, const ag::Variable& k, 
       c.key_position = first - ns;  // the buffer's first key, for documents and SWAN's row
       if (S > 0 && first > S) {  // a gap between the sinks and the tail: rows 0..S-1, then first..
         c.key_position = 0;
-        const int64_t rows = S + h + len, B = q.size(0);
-        std::vector<int64_t> at;  // each row's position in the sequence
-        for (int64_t j = 0; j < S; ++j) at.push_back(j);
-        for (int64_t j = 0; j < h + len; ++j) at.push_back(first + j);
-        std::vector<double> pos(static_cast<size_t>(B * rows));
-        const std::vector<double> drawn = cfg.positions.defined() ? cfg.positions.to(Device::cpu()).to_vector()
-                                                                  : std::vector<double>();
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t j = 0; j < rows; ++j)
-            pos[b * rows + j] = drawn.empty() ? static_cast<double>(at[j]) : drawn[b * L.T + at[j]];
-        c.positions = Tensor::from_vector(pos, {B, rows}, DType::F64).to(q.value().device());
+        c.positions = attn::pinned_sink_positions(cfg.positions, q.size(0), S, first, h + len, q.value().device());
       }
       outs.push_back(attn::fused_attention(ag::contiguous(ag::narrow(q, 2, offs[i], len)), ag::contiguous(kc),
                                            ag::contiguous(vc), c, chunk_terms(fc)).out);
