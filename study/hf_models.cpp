@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "hf/hf.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
 
 namespace fs = std::filesystem;
 
@@ -13,16 +15,23 @@ namespace hz::study {
 
 namespace {
 // The Horizon run a checkpoint.init_from names: a run directory (its config.yaml) or a checkpoint
-// file in a run's checkpoints/; "" for anything else.
-std::string horizon_run_of(const std::string& from) {
+// file in a run's checkpoints/; "" for anything else. `checkpoint`: the file it starts from (a run
+// directory's latest).
+std::string horizon_run_of(const std::string& from, std::string& checkpoint) {
   std::error_code ec;
   const fs::path p(from);
-  if (fs::is_directory(p, ec) && fs::is_regular_file(p / "config.yaml", ec)) return p.string();
+  if (fs::is_directory(p, ec) && fs::is_regular_file(p / "config.yaml", ec)) {
+    checkpoint = train::find_latest_checkpoint((p / "checkpoints").string());
+    return p.string();
+  }
   if (fs::is_regular_file(p, ec) && p.parent_path().filename() == "checkpoints" &&
-      fs::is_regular_file(p.parent_path().parent_path() / "config.yaml", ec))
+      fs::is_regular_file(p.parent_path().parent_path() / "config.yaml", ec)) {
+    checkpoint = p.string();
     return p.parent_path().parent_path().string();
+  }
   return "";
 }
+
 }  // namespace
 
 train::Recipe resolve_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
@@ -30,7 +39,8 @@ train::Recipe resolve_recipe(const std::string& text, const std::string& file, c
   if (dir.empty()) return train::parse_recipe(text, file, overrides);
   train::ModelFill fill;
   if (!hf::is_hf_dir(dir)) {  // a Horizon run: the model it trained, and its tokenizer
-    const std::string run = horizon_run_of(dir);
+    std::string checkpoint;
+    const std::string run = horizon_run_of(dir, checkpoint);
     if (run.empty()) return train::parse_recipe(text, file, overrides);
     train::Recipe trained;
     try {
@@ -39,7 +49,9 @@ train::Recipe resolve_recipe(const std::string& text, const std::string& file, c
       throw train::RecipeError(file + ": checkpoint.init_from names run " + run + ", whose config.yaml does not load: " +
                                e.what());
     }
-    fill.model = trained.model.cfg;
+    // the model the checkpoint holds: after DroPE where the run dropped its positions before it
+    const int64_t step = train::parse_step_name(fs::path(checkpoint).filename().string());
+    fill.model = train::model_config_at(trained, step >= 0 ? step : trained.train.steps);
     fill.tokenizer = trained.data.tokenizer;
     return train::parse_recipe(text, file, overrides, &fill);
   }

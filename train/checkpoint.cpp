@@ -270,6 +270,8 @@ bool starts_with(const std::string& s, const std::string& p) {
   return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
 }
 
+}  // namespace
+
 // step_<N>.h5 -> N (>= 0); -1 for any other name. `suffix` is ".h5" or ".h5.tmp".
 int64_t parse_step_name(const std::string& name, const std::string& suffix) {
   const std::string prefix = "step_";
@@ -283,6 +285,8 @@ int64_t parse_step_name(const std::string& name, const std::string& suffix) {
     if (ch < '0' || ch > '9') return -1;
   return std::stoll(digits);
 }
+
+namespace {
 
 // (N, path) of step_<N><suffix> regular files in dir, sorted by N then name.
 std::vector<std::pair<int64_t, std::string>> scan(const std::string& dir,

@@ -98,6 +98,8 @@ std::string unescape_key(const std::string& link);  // throws ValueError for a m
 
 // Checkpoint files in a run directory are named step_<N>.h5 (N decimal, no padding).
 std::string checkpoint_path(const std::string& dir, int64_t step);  // dir/step_<N>.h5
+// step_<N><suffix> (a file name, no directory) -> N (>= 0); -1 for any other name.
+int64_t parse_step_name(const std::string& name, const std::string& suffix = ".h5");
 std::vector<std::string> list_checkpoints(const std::string& dir);  // sorted by N; [] if no dir
 std::string find_latest_checkpoint(const std::string& dir);  // largest N; "" if none; ignores *.tmp
 // Deletes all but the newest keep_last (>= 1) step_<N>.h5, and stale step_<M>.h5.tmp files with

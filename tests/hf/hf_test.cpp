@@ -467,6 +467,19 @@ TEST(HfImport, RecipeTakesTheModelFromInitFrom) {
     ASSERT_EQ(ft.model.cfg.layer_kind_names(), std::vector<std::string>({"f", "f"})) << from;
     EXPECT_TRUE(ft.model.cfg.kinds.at(0).attn.forget) << from;
   }
+  // a run that dropped its positions (DroPE at step 2): a checkpoint after the drop holds the NoPE
+  // model, one at the drop step still the RoPE one; the run directory starts from its latest
+  const Recipe dropped = parse_recipe(
+      "model:\n  n_layers: 2\n  layer_kinds:\n    r: {pos: rope}\n  pattern: [r]\ntrain: {steps: 4}\nschedule: {warmup_steps: 0}\n"
+      "drope: {at_step: 2, qk_norm: true}\n", "dropped.yaml");
+  std::ofstream(run.file("config.yaml"), std::ios::trunc) << to_yaml(dropped);
+  std::ofstream(run.file("checkpoints/step_2.h5")) << "";
+  auto pos_from = [&](const std::string& from) {
+    return resolve_recipe("checkpoint: {init_from: " + from + "}\n", "ft.yaml").model.cfg.kinds.at(0).attn.pos.kind;
+  };
+  EXPECT_EQ(pos_from(run.file("checkpoints/step_4.h5")), hz::attn::PosKind::None);
+  EXPECT_EQ(pos_from(run.file("checkpoints/step_2.h5")), hz::attn::PosKind::Rope);
+  EXPECT_EQ(pos_from(run.path()), hz::attn::PosKind::None);  // its latest: step 4
   std::ofstream(run.file("config.yaml"), std::ios::trunc) << "model: {n_layers: nope}\n";
   try {
     resolve_recipe("checkpoint: {init_from: " + run.path() + "}\n", "ft.yaml");
