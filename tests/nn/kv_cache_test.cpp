@@ -105,6 +105,14 @@ attn::AttentionSpec nope() {
   return s;
 }
 
+// s under a sliding window of w keys, with `sinks` sink tokens beside it
+attn::AttentionSpec windowed(attn::AttentionSpec s, int64_t w, int64_t sinks = 0) {
+  s.mask.kind = attn::MaskKind::Window;
+  s.mask.window = w;
+  s.mask.sink_tokens = sinks;
+  return s;
+}
+
 }  // namespace
 
 TEST(KVCache, RopeCausal) { check_case({"rope", {rope(), rope()}}); }
@@ -171,10 +179,7 @@ TEST(KVCache, ChunkedAttention) {  // issue 38: Llama 4's chunks, alone and insi
 }
 
 TEST(KVCache, SinkTokensStayBesideTheWindow) {  // issue 38: StreamingLLM's sinks, with SSMax counting them
-  attn::AttentionSpec w = rope(), c = nope();
-  w.mask.kind = attn::MaskKind::Window;
-  w.mask.window = 5;
-  w.mask.sink_tokens = 2;
+  attn::AttentionSpec w = windowed(rope(), 5, 2), c = nope();
   w.logit.kind = attn::LogitKind::LogN;
   c.mask.chunk = 4;
   c.mask.sink_tokens = 3;
@@ -187,18 +192,12 @@ TEST(KVCache, SinkTokensStayBesideTheWindow) {  // issue 38: StreamingLLM's sink
 // Llama 4's temperature, SWAN's row) and SSMax's count must come out as the full forward's; prompts
 // shorter and longer than the sinks, GQA with two windows (two bands).
 TEST(KVCache, PinnedSinksKeepOnlyTheSinksAndTheWindow) {
-  attn::AttentionSpec a = nope(), r = rope();
+  attn::AttentionSpec a = windowed(nope(), 4, 3), r = windowed(rope(), 5, 2);
   a.pos.kind = attn::PosKind::Alibi;
-  a.mask.kind = attn::MaskKind::Window;
-  a.mask.window = 4;
-  a.mask.sink_tokens = 3;
   a.logit.kind = attn::LogitKind::ScaleInvariant;
   a.logit.tau = 2.0;
   a.logit.qtemp_alpha = 0.5;
   a.logit.qtemp_beta = 3.0;
-  r.mask.kind = attn::MaskKind::Window;
-  r.mask.window = 5;
-  r.mask.sink_tokens = 2;
   r.logit.kind = attn::LogitKind::SwanRow;
   r.logit.swan_a = 4.0;
   check_case({"pinned_long_prompt", {a, r}});              // prompt 9: sinks and a full ring at once
