@@ -23,6 +23,7 @@ sweep
 report
 simulate
 simulate order-awareness
+longrope-search
 convert
 convert hf
 convert to-hf
