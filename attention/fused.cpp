@@ -161,15 +161,6 @@ bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
            "attention: the tensor-core kernels take bf16 q/k/v with head_dim 64 or 128 on an sm_80+ GPU, got ",
            dtype_name(dt), " with head_dim ", D,
            "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
-  // chunked attention, sink tokens, a prefix and token positions run the reference kernels
-  // (attention/tiling.h, HZ_TILING_PLAIN)
-  const bool plain = cfg.chunk == 0 && cfg.sink_tokens == 0 && cfg.prefix == 0 && !cfg.positions.defined();
-  HZ_CHECK(plain || impl != AttnImpl::TensorCore, NotImplementedError,
-           "attention: the tensor-core kernels take no chunked attention (chunk ", cfg.chunk, "), no sink tokens (",
-           cfg.sink_tokens, "), no prefix (", cfg.prefix, ") and no token positions",
-           cfg.positions.defined() ? " (given)" : "", "; use the reference kernels (AttnImpl::Reference or "
-           "HZ_ATTN_IMPL=reference)");
-  if (!plain) return false;
   return impl != AttnImpl::Reference && ok;
 }
 

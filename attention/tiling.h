@@ -136,12 +136,13 @@ HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
   return p.doc_end[b * p.doc_T + p.key_position + pos] - p.key_position;
 }
 
-// Whether this compilation handles chunks and sink tokens. The device pass of the tensor-core kernels
-// (attention/cuda/attn_mma.cu defines HZ_TILING_PLAIN) leaves them out: the extra index arithmetic
-// spilled the dK/dV kernel's registers past its budget (tests/kernel_registers.sh), and such layers
-// run the reference CUDA kernels instead (use_tensor_core, fused.cpp). Host code and every other
-// kernel handle them; device code is compiled per file (no relocatable device code), so no two
-// definitions of these inline functions ever meet.
+// Whether this compilation handles chunks, sink tokens, a prefix and token positions. The device pass of
+// the tensor-core kernels' plain variant (attention/cuda/attn_mma.cu defines HZ_TILING_PLAIN) leaves
+// them out: the extra index arithmetic spilled the dK/dV kernel's registers past its budget
+// (tests/kernel_registers.sh), and calls that have them run the general variant
+// (attn_mma_general.cu, attention/cuda/mma_body.h). Host code and every other kernel handle them;
+// device code is compiled per file (no relocatable device code), so no two definitions of these
+// inline functions ever meet.
 #if defined(__CUDA_ARCH__) && defined(HZ_TILING_PLAIN)
 #define HZ_CHUNKS(p) false
 #define HZ_SINK_TOKENS(p) false

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # Register budget of the tensor-core attention kernels (CTest: attention_kernel_registers; needs
-# nvcc, no GPU). Compiles attention/cuda/attn_mma.cu as the build does, with ptxas's report
+# nvcc, no GPU). Compiles attention/cuda/attn_mma.cu (the plain variant) and attn_mma_general.cu
+# (the general one: chunks, sink tokens, a prefix, token positions; mma_body.h) as the build does, with ptxas's report
 # (-Xptxas -v), prints registers and spill bytes per kernel and fails when a kernel spills past its
 # budget. A spill store or load goes to local memory (L1/L2): inside the main loop of a kernel that
 # is bound by its mma.sync rate it costs more than the arithmetic it saves, and nothing else shows
 # it without a GPU.
 #   tests/kernel_registers.sh NVCC ARCH     (ARCH: the build's CMAKE_CUDA_ARCHITECTURES, e.g. 90)
-# Budgets (bytes of spill stores, sm_90, nvcc 13.0):
-#   forward, dQ, dK/dV at D 64 (with and without FoX)          0
-#   dK/dV at D 128 without FoX                                 64  (52 measured; 8 before FoX
-#                                                                   joined the kernels)
-#   dK/dV at D 128 with FoX (the key sums and c_j in the loop) 320 (264 measured)
+# Budgets (bytes of spill stores, sm_90, nvcc 13.0), kernel<D, ..., kGen>:
+#   plain: forward, dQ, dK/dV at D 64 (with and without FoX)  0
+#   plain: dK/dV at D 128 without FoX                         64  (36 measured; 8 before FoX
+#                                                                  joined the kernels)
+#   plain: dK/dV at D 128 with FoX (key sums, c_j in the loop) 320 (260 measured)
+#   general: forward at D 128, dQ and dK/dV at D 64            0
+#   general: forward at D 64 (two m-tiles of rows, each row's
+#            sink interval and position in registers)          256 (220 measured; 112 with ALiBi's
+#                                                                  term folded into the additive
+#                                                                  one, which rounds differently
+#                                                                  from the plain forward)
+#   general: dQ at D 128                                       64  (16 measured)
+#   general: dK/dV at D 128 (FoX at run time, sink rows and
+#            the keys' positions)                              600 (496 measured)
+# The general variant pays its spills only on calls that have what it adds.
 # The D 128 dK/dV keeps 128 accumulator registers per thread (dK and dV) plus the 64 of the
 # scores and dP, so it sits at the 255-register limit; FoX is a template argument of that kernel
 # so a run without FoX pays nothing for it.
@@ -23,13 +34,17 @@ ARCH=${ARCH//a/}     # 90a -> 90 (the budget is the same)
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if ! "$NVCC" -DHZ_HAVE_CUDA=1 -DHZ_VERSION=\"0\" -I. -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr \
-     --generate-code=arch=compute_${ARCH},code=sm_${ARCH} -Xptxas -v -x cu -c attention/cuda/attn_mma.cu \
-     -o "$tmp/attn_mma.o" 2> "$tmp/ptxas.txt"; then
-  cat "$tmp/ptxas.txt"
-  echo "kernel_registers: attn_mma.cu did not compile"
-  exit 1
-fi
+# the plain variant (attn_mma.cu) and the general one (attn_mma_general.cu)
+: > "$tmp/ptxas.txt"
+for f in attn_mma attn_mma_general; do
+  if ! "$NVCC" -DHZ_HAVE_CUDA=1 -DHZ_VERSION=\"0\" -I. -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr \
+       --generate-code=arch=compute_${ARCH},code=sm_${ARCH} -Xptxas -v -x cu -c attention/cuda/$f.cu \
+       -o "$tmp/$f.o" 2>> "$tmp/ptxas.txt"; then
+    cat "$tmp/ptxas.txt"
+    echo "kernel_registers: $f.cu did not compile"
+    exit 1
+  fi
+done
 # ptxas prints, per entry function: "Compiling entry function 'NAME' for 'sm_90'", then
 # "N bytes stack frame, S bytes spill stores, L bytes spill loads", then "Used R registers, ..."
 awk '
@@ -44,8 +59,11 @@ while read -r mangled reg st ld; do
   name=$(echo "$mangled" | c++filt | sed -E 's/^void hz::attn::mma::([a-z_]+<[^>]*>).*/\1/')
   case "$name" in
     *dot_kernel*) continue ;;  # D_i = dO . O, no tile
-    "dkv_kernel<128, 64, false>") budget=64 ;;
-    "dkv_kernel<128, 64, true>") budget=320 ;;
+    "dkv_kernel<128, 64, false, false>") budget=64 ;;
+    "dkv_kernel<128, 64, true, false>") budget=320 ;;
+    "fwd_kernel<64, 2, true>") budget=256 ;;
+    "dq_kernel<128, true>") budget=64 ;;
+    "dkv_kernel<128, 64, false, true>") budget=600 ;;
     fwd_kernel*|dq_kernel*|dkv_kernel*) budget=0 ;;
     *) echo "kernel_registers: unknown kernel $name (give it a budget here)"; fail=1; continue ;;
   esac
@@ -54,9 +72,10 @@ while read -r mangled reg st ld; do
   [ "$st" -gt "$budget" ] && { verdict="OVER BUDGET"; fail=1; }
   printf '%-36s %9s %13s %12s %8s  %s\n' "$name" "$reg" "$st" "$ld" "$budget" "$verdict"
 done < "$tmp/kernels.txt"
-# forward and dQ at D 64 and 128, dK/dV at D 64 and 128 with and without FoX
-if [ "$n" -ne 8 ]; then
-  echo "kernel_registers: expected 8 tensor-core kernels in ptxas's report, found $n"
+# plain: forward and dQ at D 64 and 128, dK/dV at D 64 and 128 with and without FoX; general:
+# forward, dQ and dK/dV at D 64 and 128
+if [ "$n" -ne 14 ]; then
+  echo "kernel_registers: expected 14 tensor-core kernels in ptxas's report, found $n"
   fail=1
 fi
 if [ "$ARCH" != 90 ] && [ $fail = 1 ]; then

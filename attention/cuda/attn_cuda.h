@@ -1,6 +1,7 @@
 // Horizon: the fused attention's CUDA kernels, as the host launches them (internal to
 // attention/cuda/). attn_cuda.cu picks the kernel family and owns the block counters;
-// attn_reference.cu holds the reference kernels, attn_mma.cu the tensor-core ones.
+// attn_reference.cu holds the reference kernels, attn_mma.cu and attn_mma_general.cu the tensor-core
+// ones (mma_launch.cuh their launchers).
 //
 // Shapes (contiguous): q/out/gout/dq (B, H, Tq, D), k/v/dk/dv (B, Hkv, Tk, D), lse (B, H, Tq) in the
 // accumulation dtype A (f32, or f64 for f64 inputs), logn_c (H) in A or undefined, dc_rows
@@ -27,6 +28,8 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
                   cudaStream_t s);
 
 // ---- tensor-core kernels (attn_mma.cu): bf16, D 64 or 128 ----------------------------------------
+// Calls with chunked attention, sink tokens, a prefix or token positions run the general variant
+// (attn_mma_general.cu, the same entry points with the suffix _general).
 bool mma_supported(DType dt, int64_t D, int device);  // bf16, D 64/128, an sm_80+ GPU and binary
 AttnTiles mma_tiles(int64_t D);
 // sink: the sinks' z (H, f32) folded into the forward's epilogue, or undefined; dz_rows (with
@@ -37,5 +40,12 @@ void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
                   const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink,
                   Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Tensor* dz_rows,
                   Counter* counters, cudaStream_t s);
+void mma_forward_general(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse,
+                         Counter* counters, cudaStream_t s);
+void mma_backward_general(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c,
+                          const Tensor& fox_c, const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows,
+                          Tensor* dfox_q, Tensor* dfox_k, Tensor* dz_rows, Counter* counters, cudaStream_t s);
 
 }  // namespace hz::attn::cuda_impl

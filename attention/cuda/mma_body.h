@@ -190,14 +190,15 @@ HZ_KBODY void scores_and_dp(X& x, float (&s)[N / 8][4], float (&dp)[N / 8][4], c
   gemm_nt<D, N>(x, dp, sA2, row0, sB2, 0);
 }
 
-// Scale-invariant coefficients for distances t0 .. t0 + n - 1 (clamped at 0: negative distances
-// are masked anyway), scaled for the log2 domain: tab[2e] = a_t * scale * log2 e, tab[2e+1] = m_t log2 e.
+// Scale-invariant coefficients for index distances t0 .. t0 + n - 1, read both ways (|t|: a prefix's
+// later keys; elsewhere negative distances are masked anyway), scaled for the log2 domain:
+// tab[2e] = a_t * scale * log2 e, tab[2e+1] = m_t log2 e.
 template <class X>
 HZ_KBODY void fill_si_table(X& x, float* tab, const AttnKernelParams& P, int64_t t0, int n) {
   for (int e = x.tid(); e < n; e += kThreads) {
     const int64_t t = t0 + e;
     float a, m;
-    scale_invariant_coef<float>(static_cast<float>(t < 0 ? 0 : t), static_cast<float>(P.tau), a, m);
+    scale_invariant_coef<float>(static_cast<float>(t < 0 ? -t : t), static_cast<float>(P.tau), a, m);
     tab[2 * e] = a * static_cast<float>(P.scale) * kLog2e;
     tab[2 * e + 1] = m * kLog2e;
   }
@@ -220,32 +221,138 @@ HZ_KBODY void pipeline_step(X& x, bool has_next, F&& prefetch, const AttnKernelP
   x.sync();
 }
 
-// Key block kb of a query-major loop (forward, dQ): pipeline_step with the next block's K and V as
-// the prefetch and, with FoX, this block's c_j log2 e into sF (kBk floats; 0 beyond Tk); returns
-// this block's K and V tiles, its first key and whether it needs masking (Boundary, or ragged at
-// the end of the keys: the zero-filled rows beyond Tk must not count).
+// ---- the two kernel variants ---------------------------------------------------------------------------
+// Every kernel comes in two variants (template argument kGen): the plain one, for one visible
+// interval per row and index positions (attn_mma.cu, compiled with HZ_TILING_PLAIN so tiling.h leaves
+// the rest out), and the general one (attn_mma_general.cu) for everything tiling.h defines besides:
+// chunked attention, sink tokens (a second interval per row: the blocks of both, tiling.h's
+// BlockSpans, are visited in order, each once), a prefix (distances read both ways) and token
+// positions (the distances of ALiBi and scale-invariant attention are pi(p_i) - pi(j), from the
+// positions of the block's keys in shared memory and each row's in registers, relative to a base
+// position of the tile so that float keeps them exact). The general variant's extra registers stay
+// out of the plain kernels, which sit at the register limit (tests/kernel_registers.sh).
+//
+// The blocks a tile visits along the other axis, in order: those of one interval (plain) or of both.
+template <bool kGen>
+struct Visit;
+template <>
+struct Visit<false> {
+  BlockSpan s;
+  HZ_KBODY int64_t first() const { return s.first; }
+  HZ_KBODY int64_t last() const { return s.last; }
+  HZ_KBODY int64_t next(int64_t k) const { return k + 1; }
+  HZ_KBODY int64_t count() const { return span_blocks(s); }
+  HZ_KBODY int64_t full() const { return span_full_blocks(s); }
+  HZ_KBODY bool boundary(int64_t k) const { return block_class(s, k) == BlockClass::Boundary; }
+};
+template <>
+struct Visit<true> {
+  BlockSpans s;
+  HZ_KBODY int64_t first() const { return spans_next(s, -1); }
+  HZ_KBODY int64_t last() const { return spans_last(s); }
+  HZ_KBODY int64_t next(int64_t k) const { return spans_next(s, k); }
+  HZ_KBODY int64_t count() const { return spans_blocks(s); }
+  HZ_KBODY int64_t full() const { return spans_full_blocks(s); }
+  HZ_KBODY bool boundary(int64_t k) const { return spans_class(s, k) == BlockClass::Boundary; }
+};
+// Key blocks met by query rows [i0, i1] (forward, dQ); query blocks met by keys [j0, j1] (dK/dV).
+template <bool kGen>
+HZ_KBODY Visit<kGen> visit_keys(const AttnKernelParams& P, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t n) {
+  if constexpr (kGen) return {key_block_spans(P, b, h, i0, i1, n)};
+  else return {key_blocks(P, b, h, i0, i1, n)};
+}
+template <bool kGen>
+HZ_KBODY Visit<kGen> visit_queries(const AttnKernelParams& P, int64_t b, int64_t h, int64_t j0, int64_t j1,
+                                   int64_t n) {
+  if constexpr (kGen) return {query_block_spans(P, b, h, j0, j1, n)};
+  else return {query_blocks(P, b, h, j0, j1, n)};
+}
+
+// A row's (or, key-major, a key's) second interval: the sink tokens it sees (the rows that see it
+// as a sink token), in block coordinates from c0 clamped to [-1, n], as lo_c/hi_c of the first one;
+// {0, -1} in the plain variant.
+struct ColRange {
+  int lo, hi;
+};
+HZ_KBODY ColRange cols_in_block(IndexRange r, int64_t c0, int n) {
+  return {static_cast<int>(imax(-1, imin(n, r.lo - c0))), static_cast<int>(imax(-1, imin(n, r.hi - c0)))};
+}
+HZ_KBODY bool in_cols(ColRange r, int c) { return c >= r.lo && c <= r.hi; }
+// A row's sink-token keys held in 32 bits (registers are the general variant's limit; keys < 2^31).
+struct Range32 {
+  int32_t lo, hi;
+};
+HZ_KBODY Range32 range32(IndexRange r) { return {static_cast<int32_t>(r.lo), static_cast<int32_t>(r.hi)}; }
+HZ_KBODY ColRange cols_in_block(Range32 r, int64_t c0, int n) { return cols_in_block(IndexRange{r.lo, r.hi}, c0, n); }
+
+// Token positions (general variant): the position of token j relative to a tile's base, in float.
+HZ_KBODY float rel_position(const AttnKernelParams& P, int64_t b, int64_t j, double base) {
+  return static_cast<float>(token_position(P, b, j) - base);
+}
+
+// An entry's logit in the log2 domain, L2 = mul * (q . k) + add - slope2 * t (ALiBi's term left to the
+// caller, as the plain forward orders it; FoX's c_i - c_j after), for a row
+// with factor r() (rs() = r * scale * log2 e; read only where needed, from registers or shared
+// memory), at index distance ti (p_i - j) whose scale-invariant table entry is te; the general
+// variant reads |ti|, or with token positions |tp()| (tp = pi(p_i) - pi(j)), computing the
+// scale-invariant coefficients in place.
+struct Coef2 {
+  float mul, add, t;
+};
+template <bool kGen, class R, class RS, class TP>
+HZ_KBODY Coef2 coef2(const AttnKernelParams& P, bool si, bool tok, R&& r, RS&& rs, const float* sT, int te, float ti,
+                     TP&& tp) {
+  Coef2 c{0.0f, 0.0f, ti};
+  float& t = c.t;
+  if constexpr (kGen) t = fabsf(tok ? tp() : ti);
+  if (si) {
+    if (kGen && tok) {
+      float a, m;
+      scale_invariant_coef<float>(t, static_cast<float>(P.tau), a, m);
+      c.mul = rs() * a;
+      c.add = m * kLog2e;
+    } else {
+      c.mul = r() * sT[2 * te];
+      c.add = sT[2 * te + 1];
+    }
+  } else {
+    c.mul = rs();
+  }
+  return c;
+}
+
+// Key block kb (the loop's step n; next: the block after it, has_next: whether there is one) of a
+// query-major loop (forward, dQ): pipeline_step with the next block's K and V as the prefetch and,
+// with FoX, this block's c_j log2 e into sF, with token positions (general variant) its keys'
+// positions from `base` into sPos (kBk floats each; 0 beyond Tk); returns this block's K and V
+// tiles, its first key and whether it needs masking (Boundary, or ragged at the end of the keys:
+// the zero-filled rows beyond Tk must not count).
 struct KvStep {
   const uint16_t *k, *v;
   int64_t j0;
   bool masked;
 };
-template <int D, int kBq, int kBk, class X>
-HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const BlockSpan& span, int64_t kb, int64_t i0, uint16_t* sK,
-                        uint16_t* sV, const uint16_t* kg, const uint16_t* vg, float* sT, const float* fcg, float* sF) {
+template <int D, int kBq, int kBk, bool kGen, class X>
+HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& blocks, int64_t kb, int64_t n,
+                        int64_t b, int64_t i0, uint16_t* sK, uint16_t* sV, const uint16_t* kg, const uint16_t* vg,
+                        float* sT, const float* fcg, float* sF, double base, float* sPos) {
   constexpr int kStage = kBk * Tile<D>::kPitch;
-  const int st = static_cast<int>((kb - span.first) & 1);
-  const int64_t j0 = kb * kBk;
+  const int st = static_cast<int>(n & 1);
+  const int64_t j0 = kb * kBk, next = blocks.next(kb);
   pipeline_step(
-      x, kb < span.last,
+      x, next <= blocks.last(),
       [&] {
-        load_tile<D>(x, sK + (st ^ 1) * kStage, kg, j0 + kBk, kBk, P.Tk);
-        load_tile<D>(x, sV + (st ^ 1) * kStage, vg, j0 + kBk, kBk, P.Tk);
+        load_tile<D>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
+        load_tile<D>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
       },
       P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1, [&] {
         if (fcg != nullptr)
           for (int c = x.tid(); c < kBk; c += kThreads) sF[c] = j0 + c < P.Tk ? fcg[j0 + c] * kLog2e : 0.0f;
+        if (kGen && P.positions != nullptr)
+          for (int c = x.tid(); c < kBk; c += kThreads)
+            sPos[c] = j0 + c < P.Tk ? rel_position(P, b, j0 + c, base) : 0.0f;
       });
-  return {sK + st * kStage, sV + st * kStage, j0, block_class(span, kb) == BlockClass::Boundary || j0 + kBk > P.Tk};
+  return {sK + st * kStage, sV + st * kStage, j0, blocks.boundary(kb) || j0 + kBk > P.Tk};
 }
 
 // Row scale r_i (row factor times LogN's c_h) for row i (0 outside [0, Tq)).
@@ -260,10 +367,11 @@ template <int D, int kMT>
 struct FwdShape {
   static constexpr int kBq = 16 * kMT * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
-  static constexpr int kSmem = (kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + kBk * 4;  // + FoX's c_j
+  // + FoX's c_j and the keys' token positions
+  static constexpr int kSmem = (kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + 2 * kBk * 4;
 };
 
-template <int D, int kMT, class X>
+template <int D, int kMT, bool kGen, class X>
 HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   using S = FwdShape<D, kMT>;
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
@@ -278,26 +386,30 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
   float* sF = sT + 2 * S::kTab;  // FoX: the block's c_j log2 e
+  float* sPos = sF + kBk;        // token positions: the block's keys' (general variant)
   const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.fox_T : nullptr;
+  const bool tok = kGen && P.positions != nullptr;
+  const double base = tok ? token_position(P, b, P.q_offset + i0) : 0.0;
 
-  const BlockSpan span = key_blocks(P, b, h, i0, i1, kBk);
+  const Visit<kGen> blocks = visit_keys<kGen>(P, b, h, i0, i1, kBk);
   if (tid == 0) {
-    x.add_counter(&a.counters[0], static_cast<Counter>(span_blocks(span)));
-    x.add_counter(&a.counters[1], static_cast<Counter>(span_blocks(span) - span_full_blocks(span)));
+    x.add_counter(&a.counters[0], static_cast<Counter>(blocks.count()));
+    x.add_counter(&a.counters[1], static_cast<Counter>(blocks.count() - blocks.full()));
   }
-  if (span_blocks(span) == 0) {  // no row of this block sees a key (with a sink: lse = z_h)
+  if (blocks.count() == 0) {  // no row of this block sees a key (with a sink: lse = z_h)
     for (int64_t e = tid; e < (i1 - i0 + 1) * D; e += kThreads) a.out[((b * P.H + h) * P.Tq + i0) * D + e] = 0;
     for (int64_t i = i0 + tid; i <= i1; i += kThreads) a.lse[(b * P.H + h) * P.Tq + i] = a.sink ? a.sink[h] : ninf();
     return;
   }
   load_tile<D>(x, sQ, qg, i0, kBq, P.Tq);
-  load_tile<D>(x, sK, kg, span.first * kBk, kBk, P.Tk);
-  load_tile<D>(x, sV, vg, span.first * kBk, kBk, P.Tk);
+  load_tile<D>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
+  load_tile<D>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
   x.cp_commit();
 
   // this thread's rows: r = warp * 16 kMT + mt * 16 + g + 8 hh
-  float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2], cq[kMT][2];
+  float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2], cq[kMT][2], pq[kMT][2];
   int64_t lo[kMT][2], hi[kMT][2];
+  Range32 sr[kMT][2];  // the sink tokens (general variant)
   HZ_UNROLL
   for (int mt = 0; mt < kMT; ++mt)
     HZ_UNROLL
@@ -306,6 +418,8 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       const IndexRange kr = i < P.Tq ? key_range(P, b, h, i) : IndexRange{1, 0};
       lo[mt][hh] = kr.lo;
       hi[mt][hh] = kr.hi;
+      sr[mt][hh] = range32(kGen && i < P.Tq ? sink_range(P, b, h, i) : IndexRange{1, 0});
+      pq[mt][hh] = tok && i < P.Tq ? rel_position(P, b, P.q_offset + i, base) : 0.0f;
       rr[mt][hh] = row_r(P, a.c, b, h, i);
       rs[mt][hh] = rr[mt][hh] * static_cast<float>(P.scale) * kLog2e;
       cq[mt][hh] = fcg != nullptr && i < P.Tq ? fcg[P.q_offset + i] * kLog2e : 0.0f;  // FoX: c_i log2 e
@@ -322,8 +436,9 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   const bool si = P.logit == LogitKind::ScaleInvariant;
   const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
-  for (int64_t kb = span.first; kb <= span.last; ++kb) {
-    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT, fcg, sF);
+  for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
+    const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF, base, sPos);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
@@ -347,8 +462,8 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         const int rloc = warp * 16 * kMT + mt * 16 + g + 8 * hh;
         const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
         const int te0 = rloc + kBk - 1;
-        const int lo_c = static_cast<int>(imax(-1, imin(kBk, lo[mt][hh] - j0)));
-        const int hi_c = static_cast<int>(imax(-1, imin(kBk, hi[mt][hh] - j0)));
+        const ColRange kc = cols_in_block(IndexRange{lo[mt][hh], hi[mt][hh]}, j0, kBk);
+        const ColRange sc = cols_in_block(sr[mt][hh], j0, kBk);
         float mx = m[mt][hh];
         HZ_UNROLL
         for (int nt = 0; nt < kNT; ++nt)
@@ -357,14 +472,18 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
             const int col = nt * 8 + 2 * tig + e;
             float& val = s[mt][nt][2 * hh + e];
             float L;
-            if (si) {
-              L = rr[mt][hh] * sT[2 * (te0 - col)] * val + sT[2 * (te0 - col) + 1];
-            } else {
-              L = rs[mt][hh] * val;
+            if constexpr (kGen) {
+              const Coef2 c = coef2<kGen>(
+                  P, si, tok, [&] { return rr[mt][hh]; }, [&] { return rs[mt][hh]; }, sT, te0 - col,
+                  tb - static_cast<float>(col), [&] { return pq[mt][hh] - sPos[col]; });
+              L = c.mul * val + c.add;
+              if (P.alibi) L -= slope2 * c.t;
+            } else {  // coef2's arithmetic in the order that keeps the D 64 kernel within 255 registers
+              L = si ? rr[mt][hh] * sT[2 * (te0 - col)] * val + sT[2 * (te0 - col) + 1] : rs[mt][hh] * val;
+              if (P.alibi) L -= slope2 * (tb - static_cast<float>(col));
             }
-            if (P.alibi) L -= slope2 * (tb - static_cast<float>(col));
             if (fcg != nullptr) L += cq[mt][hh] - sF[col];
-            if (masked && (col < lo_c || col > hi_c)) L = ninf();
+            if (masked && !in_cols(kc, col) && !(kGen && in_cols(sc, col))) L = ninf();
             val = L;
             mx = fmaxf_(mx, L);
           }
@@ -431,10 +550,11 @@ template <int D>
 struct DqShape {
   static constexpr int kBq = 16 * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;
-  static constexpr int kSmem = (2 * kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + kBk * 4;  // + FoX's c_j
+  // + FoX's c_j and the keys' token positions
+  static constexpr int kSmem = (2 * kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + 2 * kBk * 4;
 };
 
-template <int D, class X>
+template <int D, bool kGen, class X>
 HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   using S = DqShape<D>;
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
@@ -450,19 +570,23 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
   float* sF = sT + 2 * S::kTab;  // FoX: the block's c_j log2 e
+  float* sPos = sF + kBk;        // token positions: the block's keys' (general variant)
   const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.fox_T : nullptr;
+  const bool tok = kGen && P.positions != nullptr;
+  const double base = tok ? token_position(P, b, P.q_offset + i0) : 0.0;
 
-  const BlockSpan span = key_blocks(P, b, h, i0, i1, kBk);
+  const Visit<kGen> blocks = visit_keys<kGen>(P, b, h, i0, i1, kBk);
   load_tile<D>(x, sQ, a.q + hrow * D, i0, kBq, P.Tq);
   load_tile<D>(x, sG, a.gout + hrow * D, i0, kBq, P.Tq);
-  if (span_blocks(span) > 0) {
-    load_tile<D>(x, sK, kg, span.first * kBk, kBk, P.Tk);
-    load_tile<D>(x, sV, vg, span.first * kBk, kBk, P.Tk);
+  if (blocks.count() > 0) {
+    load_tile<D>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
+    load_tile<D>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
   }
   x.cp_commit();
 
-  float rr[2], rs[2], lse2[2], Di[2], f[2], dcp[2], cq[2], dfq[2];
+  float rr[2], rs[2], lse2[2], Di[2], f[2], dcp[2], cq[2], dfq[2], pq[2];
   int64_t lo[2], hi[2];
+  Range32 sr[2];  // the sink tokens (general variant)
   HZ_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
     const int64_t i = i0 + warp * 16 + g + 8 * hh;
@@ -470,6 +594,8 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
     const IndexRange kr = in ? key_range(P, b, h, i) : IndexRange{1, 0};
     lo[hh] = kr.lo;
     hi[hh] = kr.hi;
+    sr[hh] = range32(kGen && in ? sink_range(P, b, h, i) : IndexRange{1, 0});
+    pq[hh] = tok && in ? rel_position(P, b, P.q_offset + i, base) : 0.0f;
     rr[hh] = row_r(P, a.c, b, h, i);
     rs[hh] = rr[hh] * static_cast<float>(P.scale) * kLog2e;
     f[hh] = in ? row_factor<float>(P, b, h, i) : 0.0f;
@@ -489,8 +615,9 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
   const float scale = static_cast<float>(P.scale);
 
-  for (int64_t kb = span.first; kb <= span.last; ++kb) {
-    const KvStep step = kv_step<D, kBq, kBk>(x, P, span, kb, i0, sK, sV, kg, vg, sT, fcg, sF);
+  for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
+    const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF, base, sPos);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
@@ -503,24 +630,22 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
       const int rloc = warp * 16 + g + 8 * hh;  // block coordinates as in the forward
       const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
       const int te0 = rloc + kBk - 1;
-      const int lo_c = static_cast<int>(imax(-1, imin(kBk, lo[hh] - j0)));
-      const int hi_c = static_cast<int>(imax(-1, imin(kBk, hi[hh] - j0)));
+      const ColRange kc = cols_in_block(IndexRange{lo[hh], hi[hh]}, j0, kBk);
+      const ColRange sc = cols_in_block(sr[hh], j0, kBk);
       HZ_UNROLL
       for (int nt = 0; nt < kNT; ++nt)
         HZ_UNROLL
         for (int e = 0; e < 2; ++e) {
           const int col = nt * 8 + 2 * tig + e;
           float& val = s[nt][2 * hh + e];
-          float mul2, add2 = 0.0f;
-          if (si) {
-            mul2 = rr[hh] * sT[2 * (te0 - col)];
-            add2 = sT[2 * (te0 - col) + 1];
-          } else {
-            mul2 = rs[hh];
-          }
-          if (P.alibi) add2 -= slope2 * (tb - static_cast<float>(col));
+          const Coef2 c = coef2<kGen>(
+              P, si, tok, [&] { return rr[hh]; }, [&] { return rs[hh]; }, sT, te0 - col, tb - static_cast<float>(col),
+              [&] { return pq[hh] - sPos[col]; });
+          const float mul2 = c.mul;
+          float add2 = c.add;
+          if (P.alibi) add2 -= slope2 * c.t;
           if (fcg != nullptr) add2 += cq[hh] - sF[col];
-          const bool vis = !masked || (col >= lo_c && col <= hi_c);
+          const bool vis = !masked || in_cols(kc, col) || (kGen && in_cols(sc, col));
           const float p = vis ? x.exp2(mul2 * val + add2 - lse2[hh]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - Di[hh]);  // dLoss/dL
           if (logn) dcp[hh] += ds * f[hh] * scale * val;         // L = c ln(n) scale q.k
@@ -557,14 +682,16 @@ struct DkvShape {
   static constexpr int kBk = 16 * kWarps, kBq = kBqB;
   static constexpr int kTab = kBq + kBk - 1;
   // K, V (once), Q and dO (2 stages each), per-row lse2 (with FoX: lse2 - c_i log2 e) / D / r /
-  // r*scale*log2e and FoX's key c_j log2 e for the pair's head (2 stages), table
-  static constexpr int kRowData = 4 * kBq + kBk;
+  // r*scale*log2e, FoX's key c_j log2 e for the pair's head and the rows' token positions (2
+  // stages), table
+  static constexpr int kRowData = 5 * kBq + kBk;
   static constexpr int kSmem = (2 * kBk + 4 * kBq) * Tile<D>::kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
 
 // kFox: the FoX terms (a.fc set), a template argument because the D 128 kernel is at the 255-register
-// limit and the key sums' registers alone would make it spill when FoX is off.
-template <int D, int kBqB, bool kFox, class X>
+// limit and the key sums' registers alone would make it spill when FoX is off; the general variant
+// (kGen) reads a.fc at run time instead.
+template <int D, int kBqB, bool kFox, bool kGen, class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   using S = DkvShape<D, kBqB>;
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
@@ -578,30 +705,34 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   uint16_t* sG = sQ + 2 * kBq * kPitch;  // 2 stages
   float* sRow = reinterpret_cast<float*>(sG + 2 * kBq * kPitch);  // [2][kRowData]
   float* sT = sRow + 2 * S::kRowData;
+  const bool fox = kFox || (kGen && a.fc != nullptr);
+  const bool tok = kGen && P.positions != nullptr;
+  const double base = tok ? token_position(P, b, j0) : 0.0;  // token positions relative to the first key's
 
-  // the (head, query block) pairs of the group, in order: heads h = hk G + gh, query_blocks()
+  // the (head, query block) pairs of the group, in order: heads h = hk G + gh, their query blocks
   int64_t n_pairs = 0;
-  for (int64_t gh = 0; gh < P.G; ++gh) n_pairs += span_blocks(query_blocks(P, b, hk * P.G + gh, j0, j1, kBq));
+  for (int64_t gh = 0; gh < P.G; ++gh) n_pairs += visit_queries<kGen>(P, b, hk * P.G + gh, j0, j1, kBq).count();
   if (tid == 0) x.add_counter(&a.counters[2], static_cast<Counter>(n_pairs));
   // cursor over the pairs
   struct Cursor {
     int64_t gh, qb;
-    BlockSpan span;
+    Visit<kGen> blocks;
   };
   auto first_pair = [&](int64_t gh) {
-    Cursor c{gh, 0, {0, -1, 0, -1}};
+    Cursor c{gh, 0, {}};
     for (; c.gh < P.G; ++c.gh) {
-      c.span = query_blocks(P, b, hk * P.G + c.gh, j0, j1, kBq);
-      if (span_blocks(c.span) > 0) {
-        c.qb = c.span.first;
+      c.blocks = visit_queries<kGen>(P, b, hk * P.G + c.gh, j0, j1, kBq);
+      if (c.blocks.count() > 0) {
+        c.qb = c.blocks.first();
         return c;
       }
     }
     return c;
   };
   auto next_pair = [&](Cursor c) {
-    if (c.qb < c.span.last) {
-      ++c.qb;
+    const int64_t nq = c.blocks.next(c.qb);
+    if (nq <= c.blocks.last()) {
+      c.qb = nq;
       return c;
     }
     return first_pair(c.gh + 1);
@@ -621,12 +752,15 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       rowd[2 * kBq + r] = rr;
       rowd[3 * kBq + r] = rr * static_cast<float>(P.scale) * kLog2e;
     }
-    if constexpr (kFox) {  // c_i joins the row's lse term (lse_i - c_i), the keys' c_j go in row 4
+    if (fox) {  // c_i joins the row's lse term (lse_i - c_i), the keys' c_j go in row 4
       const float* fch = a.fc + (b * P.H + h) * P.fox_T;
       for (int r = tid; r < kBq; r += kThreads)
         if (q0 + r < P.Tq) rowd[r] -= fch[P.q_offset + q0 + r] * kLog2e;
       for (int c = tid; c < kBk; c += kThreads) rowd[4 * kBq + c] = j0 + c < P.Tk ? fch[j0 + c] * kLog2e : 0.0f;
     }
+    if (tok)  // the rows' token positions after row 4
+      for (int r = tid; r < kBq; r += kThreads)
+        rowd[4 * kBq + kBk + r] = q0 + r < P.Tq ? rel_position(P, b, P.q_offset + q0 + r, base) : 0.0f;
   };
 
   load_tile<D>(x, sK, a.k + krow * D, j0, kBk, P.Tk);
@@ -641,8 +775,13 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     HZ_UNROLL
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
   float dfk[2] = {0.0f, 0.0f};  // FoX: -sum_i dL_ij of this thread's keys, for the current head
+  float pk[2];                  // token positions: this thread's keys'
+  HZ_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t j = j0 + warp * 16 + g + 8 * hh;
+    pk[hh] = tok && j < P.Tk ? rel_position(P, b, j, base) : 0.0f;
+  }
   const bool si = P.logit == LogitKind::ScaleInvariant;
-  constexpr bool fox = kFox;
 
   for (int64_t n = 0; n < n_pairs; ++n) {
     const int st = static_cast<int>(n & 1);
@@ -653,7 +792,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const uint16_t* sQs = sQ + st * kBq * kPitch;
     const uint16_t* sGs = sG + st * kBq * kPitch;
     const float* rowd = sRow + st * S::kRowData;
-    const bool masked = block_class(cur.span, cur.qb) == BlockClass::Boundary || q0 + kBq > P.Tq || j0 + kBk > P.Tk;
+    const bool masked = cur.blocks.boundary(cur.qb) || q0 + kBq > P.Tq || j0 + kBk > P.Tk;
     const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
     float s[kNT][4], dp[kNT][4];  // rows: this warp's 16 keys; columns: the kBq queries
@@ -664,10 +803,10 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       const int kloc = warp * 16 + g + 8 * hh;
       const int64_t j = j0 + kloc;
       const IndexRange qr = j < P.Tk ? query_range(P, b, h, j) : IndexRange{1, 0};
+      const Range32 sq = range32(kGen && j < P.Tk ? sink_rows(P, b, h, j) : IndexRange{1, 0});  // as a sink token
       const float tb = static_cast<float>(P.q_offset + q0 - j);
       const int te0 = kBk - 1 - kloc;  // table entry of column r: te0 + r
-      const int lo_c = static_cast<int>(imax(-1, imin(kBq, qr.lo - q0)));
-      const int hi_c = static_cast<int>(imax(-1, imin(kBq, qr.hi - q0)));
+      const ColRange qc = cols_in_block(qr, q0, kBq), sc = cols_in_block(sq, q0, kBq);
       const float cj = fox ? rowd[4 * kBq + kloc] : 0.0f;  // FoX: L_ij += c_i - c_j (c_i is in rowd[r])
       HZ_UNROLL
       for (int nt = 0; nt < kNT; ++nt)
@@ -675,19 +814,17 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         for (int e = 0; e < 2; ++e) {
           const int r = nt * 8 + 2 * tig + e;
           float& val = s[nt][2 * hh + e];
-          float mul2, add2 = 0.0f;
-          if (si) {
-            mul2 = rowd[2 * kBq + r] * sT[2 * (te0 + r)];
-            add2 = sT[2 * (te0 + r) + 1];
-          } else {
-            mul2 = rowd[3 * kBq + r];
-          }
-          if (P.alibi) add2 -= slope2 * (tb + static_cast<float>(r));
-          if constexpr (fox) add2 -= cj;
-          const bool vis = !masked || (r >= lo_c && r <= hi_c);
+          const Coef2 c = coef2<kGen>(
+              P, si, tok, [&] { return rowd[2 * kBq + r]; }, [&] { return rowd[3 * kBq + r]; }, sT, te0 + r,
+              tb + static_cast<float>(r), [&] { return rowd[4 * kBq + kBk + r] - pk[hh]; });
+          const float mul2 = c.mul;
+          float add2 = c.add;
+          if (P.alibi) add2 -= slope2 * c.t;
+          if (fox) add2 -= cj;
+          const bool vis = !masked || in_cols(qc, r) || (kGen && in_cols(sc, r));
           const float p = vis ? x.exp2(mul2 * val + add2 - rowd[r]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - rowd[kBq + r]);
-          if constexpr (fox) dfk[hh] -= ds;      // FoX: dL_ij/dc_j = -1
+          if (fox) dfk[hh] -= ds;                // FoX: dL_ij/dc_j = -1
           val = p;                               // P^T for dV
           dp[nt][2 * hh + e] = ds * mul2 * kLn2;  // dS'^T for dK
         }

@@ -67,24 +67,25 @@ struct DeviceCta {
   }
 };
 
-// The kernels: one CTA of kThreads per tile, grids and shared memory as in mma_body.h.
-template <int D, int kMT>
+// The kernels: one CTA of kThreads per tile, grids and shared memory as in mma_body.h; kGen picks the
+// general variant (mma_body.h), instantiated only by attn_mma_general.cu.
+template <int D, int kMT, bool kGen = false>
 __global__ void __launch_bounds__(kThreads) fwd_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
-  fwd_cta<D, kMT>(x, P, a, blockIdx.x, smem);
+  fwd_cta<D, kMT, kGen>(x, P, a, blockIdx.x, smem);
 }
-template <int D>
+template <int D, bool kGen = false>
 __global__ void __launch_bounds__(kThreads) dq_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
-  dq_cta<D>(x, P, a, blockIdx.x, smem);
+  dq_cta<D, kGen>(x, P, a, blockIdx.x, smem);
 }
-template <int D, int kBq, bool kFox>
+template <int D, int kBq, bool kFox, bool kGen = false>
 __global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
-  dkv_cta<D, kBq, kFox>(x, P, a, blockIdx.x, smem);
+  dkv_cta<D, kBq, kFox, kGen>(x, P, a, blockIdx.x, smem);
 }
 
 // D_i = dO_i . O_i in f32, one warp per row, lanes over D in a fixed order.

@@ -37,6 +37,18 @@ struct Problem {
   int64_t key_end = -1, min_distance = 0, q_offset = -1;
   bool fox = false;  // FoX's forget gates: log f (B, H, Tk) from the inputs, logits gain c_i - c_j
   bool sink = false;  // attention sinks: a logit z_h per head in every row's denominator
+  // the second interval and token positions (tiling.h): chunked attention, sink tokens, a prefix;
+  // drawn: token positions (increasing reals with gaps in [0.5, 4), a draw per sequence; not with
+  // rotary encodings here, which these tests apply on the host at index positions)
+  int64_t chunk = 0, sink_tokens = 0, prefix = 0;
+  bool drawn = false;
+  std::vector<double> token_positions() const {
+    Generator g(91);
+    std::vector<double> v = g.uniform({B, Tk}, 0.5, 4.0, DType::F64).to_vector();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 1; j < Tk; ++j) v[b * Tk + j] += v[b * Tk + j - 1];
+    return v;
+  }
   // packed documents: the lengths of each sequence's documents (b-th entry for sequence b, each
   // summing to Tk; empty: none), positions restarting at each document when `reset`
   std::vector<std::vector<int64_t>> docs;
@@ -59,6 +71,24 @@ struct Problem {
     }
     return id;
   }
+  int64_t doc_start(int64_t b, int64_t j) const {
+    if (docs.empty()) return 0;
+    int64_t start = 0;
+    for (int64_t l : docs[b]) {
+      if (j < start + l) return start;
+      start += l;
+    }
+    return start;
+  }
+  int64_t doc_end(int64_t b, int64_t j) const {
+    if (docs.empty()) return Tk;
+    int64_t start = 0;
+    for (int64_t l : docs[b]) {
+      if (j < start + l) return start + l;
+      start += l;
+    }
+    return Tk;
+  }
   int64_t position(int64_t b, int64_t j) const {
     if (docs.empty() || !reset) return j;
     int64_t start = 0;
@@ -77,6 +107,10 @@ struct Problem {
     if (!docs.empty()) s += "_docs" + std::to_string(docs[0].size()) + (reset ? "reset" : "");
     if (fox) s += "_fox";
     if (sink) s += "_sink";
+    if (chunk > 0) s += "_chunk" + std::to_string(chunk);
+    if (sink_tokens > 0) s += "_sinktok" + std::to_string(sink_tokens);
+    if (prefix > 0) s += "_prefix" + std::to_string(prefix);
+    if (drawn) s += "_drawn";
     return s;
   }
 };
@@ -92,6 +126,9 @@ inline AttentionSpec spec_of(const Problem& p) {
   s.logit.tau = 3.0;
   s.logit.swan_a = 5.0;
   s.logit.beta = 1.3;
+  s.mask.chunk = p.chunk;
+  s.mask.sink_tokens = p.sink_tokens;
+  s.mask.prefix = p.prefix;
   return s;
 }
 inline AttnConfig config_of(const Problem& p) {
@@ -102,6 +139,7 @@ inline AttnConfig config_of(const Problem& p) {
   cfg.block_q = 16;  // reference kernels and CPU: small tiles, many boundary blocks
   cfg.block_k = 8;
   cfg.documents = p.documents();
+  if (p.drawn) cfg.positions = Tensor::from_vector(p.token_positions(), {p.B, p.Tk}, DType::F64);
   return cfg;
 }
 
@@ -147,6 +185,7 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
   const AttnConfig base = config_of(p);
   AttnConfig cfg = base;
   cfg.impl = impl;
+  if (cfg.positions.defined()) cfg.positions = cfg.positions.to(dev);
   const DType cdt = dt == DType::F64 ? DType::F64 : DType::F32;
   ag::Variable q(Tensor::from_vector(in.q, {p.B, p.H, p.Tq, p.D}, dt).to(dev), true);
   ag::Variable k(Tensor::from_vector(in.k, {p.B, p.Hkv, p.Tk, p.D}, dt).to(dev), true);
@@ -231,6 +270,11 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
   }
   std::vector<double> L(p.Tk), P(p.Tk), a(p.Tk), S(p.Tk);
   std::vector<char> vis(p.Tk);
+  const std::vector<double> tp = p.drawn ? p.token_positions() : std::vector<double>{};
+  // the distance the logit terms read (both ways: a prefix's later keys), and a row's position
+  auto distance = [&](int64_t b, int64_t pos, int64_t j) {
+    return std::fabs(p.drawn ? tp[b * p.Tk + pos] - tp[b * p.Tk + j] : static_cast<double>(pos - j));
+  };
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
       const int64_t hk = h / G, w = cfg.window[h];
@@ -240,15 +284,27 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
         const double* qi = &in.q[row * p.D];
         const double* gi = &in.g[row * p.D];
         int64_t n = 0;
+        // chunks count from the document's start with position reset, else from 0; a prefix row sees
+        // its document's prefix (its first `prefix` positions) and nothing else; other rows see the
+        // causal window (inside the chunk) and the document's first sink_tokens positions
+        const int64_t ds = p.doc_start(b, pos), origin = !p.docs.empty() && p.reset ? ds : 0;
+        const int64_t pend = std::min(ds + p.prefix, p.doc_end(b, pos));
+        const bool prefix_row = p.prefix > 0 && pos < pend;
         for (int64_t j = 0; j < p.Tk; ++j) {
           const int64_t t = pos - j;
-          vis[j] = j >= std::max<int64_t>(0, cfg.key_begin) && j < kend && t >= p.min_distance && (w == 0 || t < w) &&
-                   p.doc_id(b, j) == p.doc_id(b, pos);
+          const bool keys = j >= std::max<int64_t>(0, cfg.key_begin) && j < kend && p.doc_id(b, j) == p.doc_id(b, pos);
+          const bool window = t >= p.min_distance && (w == 0 || t < w) &&
+                              (p.chunk == 0 || j >= origin + (pos - origin) / p.chunk * p.chunk);
+          const bool sinktok = t >= p.min_distance && j - ds < p.sink_tokens;
+          vis[j] = keys && (prefix_row ? j < pend : window || sinktok);
           n += vis[j];
         }
         double rf = 1.0, lnn = n > 0 ? std::log(static_cast<double>(n)) : 0.0;
         if (p.logit == LogitKind::LogN) rf = in.c[h] * lnn;
-        if (p.logit == LogitKind::SwanRow) rf = std::log(cfg.swan_a + p.position(b, pos)) / std::log(cfg.swan_a);
+        if (p.logit == LogitKind::SwanRow) {
+          const double P_i = p.drawn ? tp[b * p.Tk + pos] : static_cast<double>(p.position(b, pos));
+          rf = std::log(cfg.swan_a + P_i) / std::log(cfg.swan_a);
+        }
         if (p.logit == LogitKind::Temperature) rf = cfg.beta;
         double mx = -INFINITY;
         for (int64_t j = 0; j < p.Tk; ++j) {
@@ -257,7 +313,7 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
           double s = 0;
           for (int64_t d = 0; d < p.D; ++d) s += qi[d] * kj[d];
           S[j] = s * scale;
-          const double t = static_cast<double>(pos - j);
+          const double t = distance(b, pos, j);
           a[j] = 1.0;
           double m = 0.0;
           if (p.logit == LogitKind::ScaleInvariant) {

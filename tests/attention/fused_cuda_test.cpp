@@ -201,7 +201,7 @@ TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
 }
 
 // The second interval of a row (chunks, sink tokens, a prefix) and drawn token positions on the CUDA
-// reference kernels (the tensor-core kernels refuse them) against the CPU op in float64: forward and
+// reference kernels against the CPU op in float64 (the tensor-core kernels' general variant below): forward and
 // every gradient, with windows per head, GQA, Tq != Tk and terms that count keys or read distances.
 TEST(FusedCuda, ChunksSinkTokensPrefixAndPositionsMatchTheCpuInFloat64) {
   HZT_NEED_GPU();
@@ -295,6 +295,33 @@ TEST(FusedCuda, ForgetGatesOnTheTensorCoreKernels) {
   p.fox = p.sink = true, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 200;
   ps.push_back(p);
   for (const Problem& x : ps) expect_tensor_core_at_the_floor(x, 83);
+}
+
+// The tensor-core kernels' general variant (chunks, sink tokens, a prefix, token positions) against
+// the CPU op in float64 at the bf16 precision floor, D 64 and 128 (tests/attention/mma_emulator_test.cpp
+// runs the same kernel code on the host).
+TEST(FusedCuda, ChunksSinkTokensPrefixAndPositionsOnTheTensorCoreKernels) {
+  HZT_NEED_GPU();
+  std::vector<Problem> ps;
+  Problem p;
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 300, p.chunk = 96, p.logit = LogitKind::LogN;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 400, p.mask = MaskKind::Window, p.sink_tokens = 4, p.pos = PosKind::Alibi;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 300, p.prefix = 100, p.logit = LogitKind::ScaleInvariant, p.fox = p.sink = true;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 77, p.Tk = 300, p.drawn = true, p.pos = PosKind::Alibi, p.sink_tokens = 2,
+  p.mask = MaskKind::Scope, p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);
+  for (const Problem& x : ps) {
+    expect_tensor_core_at_the_floor(x, 89);
+    Problem y = x;
+    y.D = 128;
+    expect_tensor_core_at_the_floor(y, 89);
+  }
 }
 
 // FoX gates that need no gradient (frozen gates, gradients of the inputs only): both kernel

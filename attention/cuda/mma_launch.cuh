@@ -1,0 +1,125 @@
+// Horizon: the host side of the tensor-core attention kernels, written once for both variants
+// (mma_body.h): the launchers and the pointer plumbing. Included by attn_mma.cu (the plain variant,
+// compiled with HZ_TILING_PLAIN) and attn_mma_general.cu (the general one), each instantiating
+// only its own kernels: a kernel's device code always sees the tiling.h its file compiles.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "attention/cuda/attn_cuda.h"
+#include "attention/cuda/mma_body.h"
+#include "attention/cuda/mma_device.cuh"
+#include "core/cuda/common.cuh"
+
+namespace hz::attn::cuda_impl {
+
+namespace {
+
+using mma::Args;
+using mma::dkv_kernel;
+using mma::dot_kernel;
+using mma::dq_kernel;
+using mma::fwd_kernel;
+using mma::kThreads;
+
+template <class K>
+void launch(K kernel, int64_t grid, int smem, cudaStream_t s, const AttnKernelParams& P, const Args& a,
+            const char* what) {
+  if (grid == 0) return;
+  HZ_CHECK(grid < (int64_t{1} << 31), ShapeError, "attention: ", grid, " thread blocks exceed the CUDA grid limit");
+  HZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<static_cast<unsigned>(grid), kThreads, smem, s>>>(P, a);
+  HZ_CUDA_LAUNCHED(what);
+}
+
+// cp.async needs 16-byte aligned rows: a view starting elsewhere is copied first.
+Tensor aligned(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0 ? t : t.clone();
+}
+const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.raw_data()); }
+uint16_t* bits_mut(Tensor& t) { return static_cast<uint16_t*>(t.raw_data()); }
+
+template <int D, bool kGen>
+void forward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
+  constexpr int kMT = mma::Config<D>::kFwdMT;
+  using S = mma::FwdShape<D, kMT>;
+  launch(fwd_kernel<D, kMT, kGen>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
+         "attention forward (mma)");
+}
+template <int D, bool kGen>
+void backward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
+  launch(dq_kernel<D, kGen>, P.B * P.H * num_blocks(P.Tq, mma::DqShape<D>::kBq), mma::DqShape<D>::kSmem, s, P, a,
+         "attention backward dQ (mma)");
+  constexpr int kBq = mma::Config<D>::kDkvBq;
+  using S = mma::DkvShape<D, kBq>;
+  // the plain variant has FoX as a template argument, the general one reads a.fc at run time (if
+  // constexpr: a file instantiates its own variant only)
+  const int64_t grid = P.B * P.Hkv * num_blocks(P.Tk, S::kBk);
+  const char* what = "attention backward dK/dV (mma)";
+  if constexpr (kGen) launch(dkv_kernel<D, kBq, false, true>, grid, S::kSmem, s, P, a, what);
+  else launch(a.fc != nullptr ? dkv_kernel<D, kBq, true, false> : dkv_kernel<D, kBq, false, false>, grid, S::kSmem, s,
+              P, a, what);
+}
+
+template <bool kGen>
+void forward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
+                     const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse, Counter* counters,
+                     cudaStream_t s) {
+  const Tensor qa = aligned(q), ka = aligned(k), va = aligned(v);
+  Args a;
+  a.q = bits(qa);
+  a.k = bits(ka);
+  a.v = bits(va);
+  a.c = logn_c.defined() ? logn_c.data<float>() : nullptr;
+  a.fc = fox_c.defined() ? fox_c.data<float>() : nullptr;
+  a.sink = sink.defined() ? sink.data<float>() : nullptr;
+  a.out = bits_mut(out);
+  a.lse = lse.data<float>();
+  a.counters = counters;
+  if (P.D == 64) forward_d<64, kGen>(P, a, s);
+  else forward_d<128, kGen>(P, a, s);
+}
+
+template <bool kGen>
+void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                      const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
+                      const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q,
+                      Tensor* dfox_k, Tensor* dz_rows, Counter* counters, cudaStream_t s) {
+  const Tensor qa = aligned(q), ka = aligned(k), va = aligned(v), ga = aligned(gout);
+  const int64_t rows = P.B * P.H * P.Tq;
+  Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
+  dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, s>>>(
+      rows, static_cast<int>(P.D), static_cast<const __nv_bfloat16*>(out.raw_data()),
+      static_cast<const __nv_bfloat16*>(ga.raw_data()), Dvec.data<float>());
+  HZ_CUDA_LAUNCHED("attention backward dO . O");
+  if (dc_rows) *dc_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
+  // FoX: every row of dfox_q is written by its dQ block; a key no query of a head sees keeps 0
+  if (dfox_q) *dfox_q = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
+  if (dfox_k) *dfox_k = Tensor::zeros({P.B, P.H, P.Tk}, DType::F32, q.device());
+  if (dz_rows) *dz_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
+  Args a;
+  a.q = bits(qa);
+  a.k = bits(ka);
+  a.v = bits(va);
+  a.c = logn_c.defined() ? logn_c.data<float>() : nullptr;
+  a.lse = const_cast<float*>(lse.data<float>());
+  a.gout = bits(ga);
+  a.Dvec = Dvec.data<float>();
+  a.dq = bits_mut(dq);
+  a.dk = bits_mut(dk);
+  a.dv = bits_mut(dv);
+  a.dc_rows = dc_rows ? dc_rows->data<float>() : nullptr;
+  a.fc = fox_c.defined() ? fox_c.data<float>() : nullptr;
+  a.dfox_q = dfox_q ? dfox_q->data<float>() : nullptr;
+  a.dfox_k = dfox_k ? dfox_k->data<float>() : nullptr;
+  a.sink = sink.defined() ? sink.data<float>() : nullptr;
+  a.dz_rows = dz_rows ? dz_rows->data<float>() : nullptr;
+  a.counters = counters;
+  if (P.D == 64) backward_d<64, kGen>(P, a, s);
+  else backward_d<128, kGen>(P, a, s);
+}
+
+}  // namespace
+
+}  // namespace hz::attn::cuda_impl
