@@ -164,18 +164,26 @@ std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
       const auto [am, ac] = mean_ci95(last);
       g["lengths"].push_back({{"length", L}, {"loss_mean", lm}, {"loss_ci95", lc}, {"last256_mean", am}, {"last256_ci95", ac}});
     }
-    // needles: each seed's accuracy per (task, length) pooled over depths, then mean and interval
-    std::map<std::string, std::map<int64_t, std::vector<double>>> acc;
+    // needles: each seed's accuracy and partial-credit score per (task, length) pooled over depths,
+    // then mean and interval
+    std::map<std::string, std::map<int64_t, std::vector<double>>> acc, score;
     for (size_t i : idx) {
-      std::map<std::string, std::map<int64_t, std::pair<double, double>>> pooled;  // correct, samples
+      struct Pool {
+        double correct = 0, scored = 0, samples = 0;
+      };
+      std::map<std::string, std::map<int64_t, Pool>> pooled;
       for (const auto& c : data["runs"][i]["needles"]) {
-        auto& p = pooled[c["task"].get<std::string>()][c["length"].get<int64_t>()];
+        Pool& p = pooled[c["task"].get<std::string>()][c["length"].get<int64_t>()];
         const double n = c["samples"].get<double>();
-        p.first += c["accuracy"].get<double>() * n;
-        p.second += n;
+        p.correct += c["accuracy"].get<double>() * n;
+        p.scored += c["score"].get<double>() * n;
+        p.samples += n;
       }
       for (const auto& [task, byL] : pooled)
-        for (const auto& [L, p] : byL) acc[task][L].push_back(p.second > 0 ? p.first / p.second : 0.0);
+        for (const auto& [L, p] : byL) {
+          acc[task][L].push_back(p.samples > 0 ? p.correct / p.samples : 0.0);
+          score[task][L].push_back(p.samples > 0 ? p.scored / p.samples : 0.0);
+        }
     }
     g["needles"] = json::array();
     g["effective_length"] = json::object();
@@ -184,8 +192,10 @@ std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
       for (const auto& [L, v] : byL) {
         if (v.size() != idx.size()) continue;
         const auto [m, c] = mean_ci95(v);
+        const auto [sm, sc] = mean_ci95(score[task][L]);
         mean[L] = m;
-        g["needles"].push_back({{"task", task}, {"length", L}, {"accuracy_mean", m}, {"accuracy_ci95", c}});
+        g["needles"].push_back({{"task", task}, {"length", L}, {"accuracy_mean", m}, {"accuracy_ci95", c},
+                                {"score_mean", sm}, {"score_ci95", sc}});
       }
       g["effective_length"][task] = eval::effective_length(mean);
     }
@@ -237,6 +247,28 @@ std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
           md << " " << cell << " |";
         }
         md << " " << eff.get<int64_t>() << " |\n";
+      }
+    // partial credit: retrieval that finds part of an answer (some of the passkey's digits) shows here
+    // before any whole answer does
+    md << "\nPartial credit, the same cells for each task's score (the share of an answer's values found; "
+          "for passkey_argmax the share of the passkey's digits whose argmax is right, chance 10%):\n\n"
+          "| method | task |";
+    for (int64_t L : all_lengths) md << " " << L << " |";
+    md << "\n|---|---|";
+    for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
+    md << "\n";
+    for (const auto& g : groups)
+      for (const auto& [task, eff] : g["effective_length"].items()) {
+        md << "| " << g["name"].get<std::string>() << " | " << task << " |";
+        for (int64_t L : all_lengths) {
+          std::string cell = "-";
+          for (const auto& c : g["needles"])
+            if (c["task"] == task && c["length"].get<int64_t>() == L)
+              cell = fmt::format("{:.0f}% +- {:.0f}", 100 * c["score_mean"].get<double>(),
+                                 100 * c["score_ci95"].get<double>());
+          md << " " << cell << " |";
+        }
+        md << "\n";
       }
   }
   md << "\n";

@@ -235,8 +235,21 @@ TEST(Report, SeedsOfOneMethodAreGroupedWithIntervals) {
   // needle accuracy at 64: seeds 0.5, 1, 1 -> mean 5/6 >= 0.85 x 1? no: 0.833 < 0.85, effective 32
   EXPECT_EQ(g["effective_length"]["passkey"], 32);
   EXPECT_EQ(g["effective_length"]["passkey_argmax"], 32);  // the passkey grid (passkey.csv) as a task
+  // partial credit: the passkey grid at 64 finds no whole passkey but a fifth of the digits in every seed
+  bool seen = false;
+  for (const auto& c : g["needles"])
+    if (c["task"] == "passkey_argmax" && c["length"] == 64) {
+      seen = true;
+      EXPECT_EQ(c["accuracy_mean"].get<double>(), 0.0);
+      EXPECT_NEAR(c["score_mean"].get<double>(), 0.2, 1e-12);
+      EXPECT_NEAR(c["score_ci95"].get<double>(), 0.0, 1e-12);
+    }
+  EXPECT_TRUE(seen) << g["needles"].dump();
   std::ifstream md(r.markdown_path);
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("## Seeds: mean and 95% interval"), std::string::npos);
   EXPECT_NE(text.find("1.2000 +- 0.4969"), std::string::npos) << text;
+  const size_t partial = text.find("Partial credit");
+  ASSERT_NE(partial, std::string::npos) << text;
+  EXPECT_NE(text.find("| passkey_argmax | 100% +- 0 |\n", partial), std::string::npos) << text;  // the lengths evaluated
 }
