@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -372,6 +373,18 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     run["swan_fit"] = swan;
     data["runs"].push_back(run);
   }
+  // runs of one directory name (p00-rope-1 of two sweeps) are named with their parent directory too,
+  // so that tables, report.json and the needle plots keep them apart
+  {
+    std::map<std::string, int> uses;
+    for (const auto& run : data["runs"]) ++uses[run["name"].get<std::string>()];
+    for (auto& run : data["runs"])
+      if (uses[run["name"].get<std::string>()] > 1) {
+        fs::path d = fs::path(run["dir"].get<std::string>()).lexically_normal();
+        if (d.filename().empty()) d = d.parent_path();  // "runs/a/p00/" names p00 too
+        run["name"] = d.parent_path().filename().string() + "/" + run["name"].get<std::string>();
+      }
+  }
   // attention FLOPs per method at every evaluated length (forward, all layers, one sequence)
   for (auto& run : data["runs"]) {
     const train::Recipe r = train::load_recipe(run["dir"].get<std::string>() + "/config.yaml");
@@ -463,7 +476,11 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     data["effective_length"] = data_effective;  // report.json: run -> task -> length
     md << "\n";
     for (const auto& run : data["runs"])
-      if (!run["needles"].empty()) md << "![needles " << run["name"].get<std::string>() << "](needles_" << run["name"].get<std::string>() << ".png)\n\n";
+      if (!run["needles"].empty()) {
+        std::string file = run["name"].get<std::string>();  // as report_plots.py names it
+        std::replace(file.begin(), file.end(), '/', '-');
+        md << "![needles " << run["name"].get<std::string>() << "](needles_" << file << ".png)\n\n";
+      }
   }
   bool any_probes = false;
   for (const auto& run : data["runs"]) any_probes |= !run["probes"].empty();

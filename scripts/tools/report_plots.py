@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Draws the PNG plots of `horizon report` from its report.json (Debian's python3-matplotlib).
     /usr/bin/python3 scripts/tools/report_plots.py REPORT_DIR/report.json REPORT_DIR
-Writes loss_vs_length.png, nll_by_position.png, training_loss.png, needles_<run>.png,
+Writes loss_vs_length.png, nll_by_position.png, training_loss.png, needles_<run>.png (a '/' in the run's name as '-'),
 probe_r2.png, attention_flops.png and order_awareness.png (a plot without data is skipped)."""
 import json
 import os
@@ -114,7 +114,7 @@ def main():
             ax.set_title(task, fontsize=9)
         fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="accuracy")
         fig.suptitle(f"needle accuracy: {r['name']}")
-        save(fig, out, f"needles_{r['name']}.png", tight=False)
+        save(fig, out, f"needles_{r['name'].replace('/', '-')}.png", tight=False)  # a run of a shared name: parent/name
 
     with_probe = [r for r in runs if r.get("probes")]
     if with_probe:

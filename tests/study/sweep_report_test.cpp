@@ -208,6 +208,30 @@ TEST(Report, LayerOrdersAndPerSeedFactorsGroupAsTheirMethods) {
   EXPECT_EQ(all.find(" #"), std::string::npos) << all;
 }
 
+// Two sweeps' runs of one directory name (p00-rope-1 in each) keep apart: named with their parent
+// directory in the tables and report.json, and each with its own needle plot.
+TEST(Report, RunsOfOneNameInTwoSweepsKeepApart) {
+  const std::string root = tmp_root() + "/names";
+  const std::string model = "model: {d_model: 32, n_layers: 1, n_heads: 2}\n";
+  write_evaluated_run(root + "/sweep_a", "p00-rope-1", model, {}, 1.0, 0.5);
+  write_evaluated_run(root + "/sweep_b", "p00-rope-1", model, {"train.steps=77"}, 2.0, 1.0);
+  write_evaluated_run(root + "/sweep_b", "p01-other-1", model, {"train.steps=78"}, 3.0, 1.0);
+  const ReportResult r = small_report(root, {root + "/sweep_a/p00-rope-1", root + "/sweep_b/p00-rope-1/",
+                                             root + "/sweep_b/p01-other-1"});
+  std::ifstream rj(r.json_path);
+  const nlohmann::json j = nlohmann::json::parse(rj);
+  ASSERT_EQ(j["runs"].size(), 3u);
+  EXPECT_EQ(j["runs"][0]["name"], "sweep_a/p00-rope-1");
+  EXPECT_EQ(j["runs"][1]["name"], "sweep_b/p00-rope-1");  // a trailing slash on the directory too
+  EXPECT_EQ(j["runs"][2]["name"], "p01-other-1");         // a unique name stays as it was
+  EXPECT_TRUE(j["effective_length"].contains("sweep_a/p00-rope-1"));
+  EXPECT_TRUE(j["effective_length"].contains("sweep_b/p00-rope-1"));
+  std::ifstream md(r.markdown_path);
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("(needles_sweep_a-p00-rope-1.png)"), std::string::npos) << text;
+  EXPECT_NE(text.find("(needles_sweep_b-p00-rope-1.png)"), std::string::npos) << text;
+}
+
 TEST(Report, SeedsOfOneMethodAreGroupedWithIntervals) {
   EXPECT_DOUBLE_EQ(mean_ci95({1.0, 1.2, 1.4}).first, 1.2);
   EXPECT_NEAR(mean_ci95({1.0, 1.2, 1.4}).second, 4.303 * 0.2 / std::sqrt(3.0), 1e-12);
