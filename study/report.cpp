@@ -231,46 +231,36 @@ std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
   bool any_needles = false;
   for (const auto& g : groups) any_needles |= !g["needles"].empty();
   if (any_needles) {
-    md << "\n| method | task |";
-    for (int64_t L : all_lengths) md << " " << L << " |";
-    md << " effective length |\n|---|---|";
-    for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
-    md << "---|\n";
-    for (const auto& g : groups)
-      for (const auto& [task, eff] : g["effective_length"].items()) {
-        md << "| " << g["name"].get<std::string>() << " | " << task << " |";
-        for (int64_t L : all_lengths) {
-          std::string cell = "-";
-          for (const auto& c : g["needles"])
-            if (c["task"] == task && c["length"].get<int64_t>() == L)
-              cell = fmt::format("{:.0f}% +- {:.0f}", 100 * c["accuracy_mean"].get<double>(),
-                                 100 * c["accuracy_ci95"].get<double>());
-          md << " " << cell << " |";
+    // one row per (method, task): the mean +- interval of `key` at each length, then the effective
+    // length when `effective`
+    auto needle_table = [&](const std::string& key, bool effective) {
+      md << "| method | task |";
+      for (int64_t L : all_lengths) md << " " << L << " |";
+      md << (effective ? " effective length |" : "") << "\n|---|---|";
+      for (size_t i = 0; i < all_lengths.size() + (effective ? 1 : 0); ++i) md << "---|";
+      md << "\n";
+      for (const auto& g : groups)
+        for (const auto& [task, eff] : g["effective_length"].items()) {
+          md << "| " << g["name"].get<std::string>() << " | " << task << " |";
+          for (int64_t L : all_lengths) {
+            std::string cell = "-";
+            for (const auto& c : g["needles"])
+              if (c["task"] == task && c["length"].get<int64_t>() == L)
+                cell = fmt::format("{:.0f}% +- {:.0f}", 100 * c[key + "_mean"].get<double>(),
+                                   100 * c[key + "_ci95"].get<double>());
+            md << " " << cell << " |";
+          }
+          if (effective) md << " " << eff.get<int64_t>() << " |";
+          md << "\n";
         }
-        md << " " << eff.get<int64_t>() << " |\n";
-      }
+    };
+    md << "\n";
+    needle_table("accuracy", true);
     // partial credit: retrieval that finds part of an answer (some of the passkey's digits) shows here
     // before any whole answer does
     md << "\nPartial credit, the same cells for each task's score (the share of an answer's values found; "
-          "for passkey_argmax the share of the passkey's digits whose argmax is right, chance 10%):\n\n"
-          "| method | task |";
-    for (int64_t L : all_lengths) md << " " << L << " |";
-    md << "\n|---|---|";
-    for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
-    md << "\n";
-    for (const auto& g : groups)
-      for (const auto& [task, eff] : g["effective_length"].items()) {
-        md << "| " << g["name"].get<std::string>() << " | " << task << " |";
-        for (int64_t L : all_lengths) {
-          std::string cell = "-";
-          for (const auto& c : g["needles"])
-            if (c["task"] == task && c["length"].get<int64_t>() == L)
-              cell = fmt::format("{:.0f}% +- {:.0f}", 100 * c["score_mean"].get<double>(),
-                                 100 * c["score_ci95"].get<double>());
-          md << " " << cell << " |";
-        }
-        md << "\n";
-      }
+          "for passkey_argmax the share of the passkey's digits whose argmax is right, chance 10%):\n\n";
+    needle_table("score", false);
   }
   md << "\n";
   return md.str();
