@@ -9,6 +9,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/fused.h"
@@ -71,33 +72,19 @@ struct Problem {
     }
     return id;
   }
-  int64_t doc_start(int64_t b, int64_t j) const {
-    if (docs.empty()) return 0;
+  // [start, end) of the document holding key position j of sequence b ([0, Tk) without documents)
+  std::pair<int64_t, int64_t> doc_bounds(int64_t b, int64_t j) const {
+    if (docs.empty()) return {0, Tk};
     int64_t start = 0;
     for (int64_t l : docs[b]) {
-      if (j < start + l) return start;
+      if (j < start + l) return {start, start + l};
       start += l;
     }
-    return start;
+    return {start, Tk};
   }
-  int64_t doc_end(int64_t b, int64_t j) const {
-    if (docs.empty()) return Tk;
-    int64_t start = 0;
-    for (int64_t l : docs[b]) {
-      if (j < start + l) return start + l;
-      start += l;
-    }
-    return Tk;
-  }
-  int64_t position(int64_t b, int64_t j) const {
-    if (docs.empty() || !reset) return j;
-    int64_t start = 0;
-    for (int64_t l : docs[b]) {
-      if (j < start + l) return j - start;
-      start += l;
-    }
-    return j;
-  }
+  int64_t doc_start(int64_t b, int64_t j) const { return doc_bounds(b, j).first; }
+  int64_t doc_end(int64_t b, int64_t j) const { return doc_bounds(b, j).second; }
+  int64_t position(int64_t b, int64_t j) const { return docs.empty() || !reset ? j : j - doc_start(b, j); }
   std::string tag() const {
     std::string s = std::string(name(mask)) + "_" + name(pos) + "_" + name(logit) + "_B" + std::to_string(B) + "H" +
                     std::to_string(H) + "kv" + std::to_string(Hkv) + "_Tq" + std::to_string(Tq) + "Tk" +
