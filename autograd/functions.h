@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/variable.h"
+#include "core/device.h"
 #include "core/ops.h"
 
 namespace hz::ag {
@@ -79,19 +80,23 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets,
 // logits h W^T, h (N, C), W (V, C), never holding more than `chunk` rows of logits (forward) or
 // of logits and their gradient (backward, which recomputes them). chunk <= 0: all rows at once;
 // otherwise rounded up to a multiple of kLossSlice.
-//   - With chunk 0 the loss and dh are bitwise those of cross_entropy(matmul(h, W^T)): each row's
+//   - With chunk 0 the loss and dh are bitwise those of cross_entropy(matmul(h, W^T)) computed
+//     under cpu::RowBlockedProducts (as Transformer::project computes logits): each row's
 //     logits, NLL and gradient come from the same kernels, and the loss sums the rows' f64 NLL in
 //     row order as cross_entropy does.
 //   - dW sums dlogits_s^T h_s over fixed slices of kLossSlice rows in order on the CPU, and one
 //     GEMM per chunk elsewhere; it differs from one GEMM over all N rows by round-off only (that
 //     GEMM's reduction over N is split by BLAS's own blocking, which no chunked computation can
 //     reproduce).
-//   - The chunk changes no bit where a GEMM row does not depend on how many rows the GEMM is
-//     given: f32 and bf16 on the CPU (tests/autograd/lm_head_loss_test.cpp). OpenBLAS's dgemm
-//     (f64) and cuBLAS may pick other kernels for other row counts: there the chunks agree to
-//     round-off, and one setting still repeats bitwise.
+//   - The chunk changes no bit on the CPU, in any dtype: the head's products run row-blocked
+//     (cpu::RowBlockedProducts: rows in blocks of cpu::kGemmRowBlock from the first, core/device.h)
+//     and chunks start at multiples of kLossSlice, a multiple of the block, so every row meets
+//     the same block (tests/autograd/lm_head_loss_test.cpp).
+//     cuBLAS may pick other kernels for other row counts: there the chunks agree to round-off,
+//     and one setting still repeats bitwise.
 // Memory: chunk x V logits (and their gradient) instead of N x V.
 constexpr int64_t kLossSlice = 256;
+static_assert(kLossSlice % cpu::kGemmRowBlock == 0, "chunks must start where the CPU GEMM's row blocks do");
 // The rows lm_head_loss (and every chunked use of the head) takes at a time for N rows: all of
 // them for chunk <= 0, else chunk rounded up to whole kLossSlice slices (a chunk beyond 2^40 rows
 // is taken as 2^40: the round-up cannot overflow).

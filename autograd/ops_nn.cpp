@@ -35,6 +35,7 @@ Variable lm_head_loss(const Variable& h, const Variable& w, const Tensor& target
   const Tensor targets = targets_in.reshape({N}).to(hv.device());
   const Tensor weights = weights_in.defined() ? weights_in.reshape({N}).to(hv.device()) : Tensor();
   const int64_t step = loss_chunk_step(chunk, N);
+  cpu::RowBlockedProducts blocked;  // chunks repeat the unchunked bits (core/device.h)
   // forward: the rows' f64 NLL, summed in row order with their weights (as ops::cross_entropy)
   const std::vector<double> tv = targets.to_vector();
   const std::vector<double> wgt = weights.defined() ? weights.to(DType::F64).to_vector() : std::vector<double>();
@@ -55,6 +56,7 @@ Variable lm_head_loss(const Variable& h, const Variable& w, const Tensor& target
     return [hv, wv, targets, weights, den, step, ignore_index](const Tensor& g, Grads& gr) {
       const int64_t n = hv.size(0);
       const double gs = g.item();
+      cpu::RowBlockedProducts blocked;
       Tensor dh = gr.needs(0) ? Tensor::empty(hv.shape(), hv.dtype(), hv.device()) : Tensor();
       Tensor dw = gr.needs(1) ? Tensor::zeros(wv.shape(), acc_dtype(wv.dtype()), wv.device()) : Tensor();
       for (int64_t c0 = 0; c0 < n; c0 += step) {

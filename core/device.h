@@ -29,6 +29,24 @@ struct GemmSetup {
   std::string warning;   // what runs below the CPU's speed or failed its check ("" when nothing)
 };
 const GemmSetup& gemm_setup();
+// Row-blocked products. BLAS kernels on AVX2 (oneDNN's and OpenBLAS's alike) round a row of C
+// differently depending on how many rows they are given (their tail handling, their split of the
+// rows among threads), so the product over the first 256 rows of a matrix can differ in the last
+// bit from the same rows of the product over all of it. While a RowBlockedProducts object lives
+// on the calling thread, the CPU's products compute C's rows in blocks of kGemmRowBlock from the
+// first row: a row's bits then depend only on the block it falls in, and work split into chunks
+// that start at multiples of kGemmRowBlock (the language-model head's loss and its evaluation)
+// repeats the bits of the unchunked product. Outside such a scope a product is one library call
+// (blocks cost up to 10-20% of a GEMM's speed at the model's shapes); other devices ignore it.
+constexpr int64_t kGemmRowBlock = 256;
+class RowBlockedProducts {
+ public:
+  RowBlockedProducts();
+  ~RowBlockedProducts();
+  RowBlockedProducts(const RowBlockedProducts&) = delete;
+  RowBlockedProducts& operator=(const RowBlockedProducts&) = delete;
+};
+bool row_blocked_products();  // inside such a scope on this thread
 // A square product of size n in dt (F32 or BF16) timed on all threads: GFLOP/s, best of a few.
 double gemm_gflops(DType dt, int64_t n = 512);
 

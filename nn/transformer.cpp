@@ -7,6 +7,7 @@
 
 #include "attention/accounting.h"
 #include "autograd/recompute.h"
+#include "core/device.h"
 #include "nn/autocast.h"
 #include "nn/kv_cache.h"
 
@@ -150,6 +151,7 @@ ag::Variable Transformer::forward(const Tensor& ids, const Tensor& positions, At
 
 ag::Variable Transformer::project(const ag::Variable& x) const {
   ComputeScope scope(compute_dtype);
+  cpu::RowBlockedProducts blocked;  // the logits' rows as lm_head_loss's chunks compute them
   if (head) return head->forward(x);
   return ag::matmul(x, autocast_active() ? ag::cast(embed->weight, compute_dtype) : embed->weight, false, true);
 }

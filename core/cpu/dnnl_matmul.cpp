@@ -11,10 +11,13 @@
 // the same inputs and thread count.
 #include "core/cpu/dnnl_matmul.h"
 
+#include "core/device.h"
+
 #ifdef HZ_HAVE_DNNL
 #include <dnnl.hpp>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -47,7 +50,7 @@ bool flat_batch(const Tensor& t, int64_t nb, int64_t& stride) {
 }
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, float>;
+                       int64_t, int64_t, float>;
 struct Prim {
   dnnl::matmul op;
   dnnl::memory::desc a, b, c;
@@ -103,27 +106,34 @@ Tensor dnnl_matmul_bf16(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb
   const int64_t am = ta ? a.stride(-1) : a.stride(-2), ak = ta ? a.stride(-2) : a.stride(-1);
   const int64_t bk = tb ? b.stride(-1) : b.stride(-2), bn = tb ? b.stride(-2) : b.stride(-1);
   const int64_t ba = sa == 0 ? 1 : batch, bb = sb == 0 ? 1 : batch;  // a shared operand broadcasts
-  const Key key{M, N, K, ba, bb, sa, sb, am, ak, bk, bn, batch, static_cast<float>(alpha)};
-  Prim prim;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    auto it = g_prims.find(key);
-    if (it != g_prims.end()) {
-      prim = it->second;
-    } else {
-      const dnnl::memory::desc amd({ba, M, K}, dt::bf16, dims{sa == 0 ? M * K : sa, am, ak});
-      const dnnl::memory::desc bmd({bb, K, N}, dt::bf16, dims{sb == 0 ? K * N : sb, bk, bn});
-      const dnnl::memory::desc cmd({batch, M, N}, dt::bf16, dims{M * N, N, 1});
-      dnnl::primitive_attr attr;
-      if (alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(alpha)});
-      const dnnl::matmul::desc d(amd, bmd, cmd);
-      prim = Prim{dnnl::matmul(dnnl::matmul::primitive_desc(d, attr, engine())), amd, bmd, cmd};
-      g_prims.emplace(key, prim);
-    }
-  }
-  dnnl::memory A(prim.a, engine(), a.raw_data()), B(prim.b, engine(), b.raw_data()), C(prim.c, engine(), out.raw_data());
+  // C's rows in blocks from the first row inside a RowBlockedProducts scope (core/device.h)
+  const int64_t blk = row_blocked_products() ? kGemmRowBlock : M;
   dnnl::stream s(engine());
-  prim.op.execute(s, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
+  for (int64_t r0 = 0; r0 < M; r0 += blk) {
+    const int64_t m = std::min(blk, M - r0);
+    const Key key{m, N, K, ba, bb, sa, sb, am, ak, bk, bn, batch, M, static_cast<float>(alpha)};
+    Prim prim;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      auto it = g_prims.find(key);
+      if (it != g_prims.end()) {
+        prim = it->second;
+      } else {
+        const dnnl::memory::desc amd({ba, m, K}, dt::bf16, dims{sa == 0 ? m * K : sa, am, ak});
+        const dnnl::memory::desc bmd({bb, K, N}, dt::bf16, dims{sb == 0 ? K * N : sb, bk, bn});
+        const dnnl::memory::desc cmd({batch, m, N}, dt::bf16, dims{batch == 1 ? m * N : M * N, N, 1});
+        dnnl::primitive_attr attr;
+        if (alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(alpha)});
+        const dnnl::matmul::desc d(amd, bmd, cmd);
+        prim = Prim{dnnl::matmul(dnnl::matmul::primitive_desc(d, attr, engine())), amd, bmd, cmd};
+        g_prims.emplace(key, prim);
+      }
+    }
+    const size_t es = sizeof(uint16_t);
+    dnnl::memory A(prim.a, engine(), static_cast<char*>(a.raw_data()) + r0 * am * es),
+        B(prim.b, engine(), b.raw_data()), C(prim.c, engine(), static_cast<char*>(out.raw_data()) + r0 * N * es);
+    prim.op.execute(s, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
+  }
   s.wait();
   return out;
 }

@@ -205,6 +205,15 @@ const Chosen& chosen() {
 
 const GemmSetup& gemm_setup() { return chosen().setup; }
 
+namespace {
+thread_local int t_row_blocked = 0;
+// the rows a widened bf16 product converts at a time: whole row blocks
+constexpr int64_t kWidenRows = 4 * kGemmRowBlock;
+}  // namespace
+RowBlockedProducts::RowBlockedProducts() { ++t_row_blocked; }
+RowBlockedProducts::~RowBlockedProducts() { --t_row_blocked; }
+bool row_blocked_products() { return t_row_blocked > 0; }
+
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
           const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
@@ -238,7 +247,22 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
               const Shape& batch_shape) {
   if (a_in.dtype() == DType::BF16) {  // bf16 inputs, f32 accumulation, one rounding of the result
     if (chosen().bf16_native) return dnnl_matmul_bf16(a_in, b_in, ta, tb, alpha, batch_shape);
-    return matmul(a_in.to(DType::F32), b_in.to(DType::F32), ta, tb, alpha, batch_shape).to(DType::BF16);
+    // Widened: B once, A's rows and C's a block at a time, so that the f32 copies of a long
+    // activation never exist whole (the blocks are whole row blocks: the same bits inside a
+    // RowBlockedProducts scope)
+    const int64_t M = ta ? a_in.size(-1) : a_in.size(-2), N = tb ? b_in.size(-2) : b_in.size(-1);
+    const Tensor b32 = b_in.to(DType::F32);
+    if (M <= kWidenRows) return matmul(a_in.to(DType::F32), b32, ta, tb, alpha, batch_shape).to(DType::BF16);
+    Shape os = batch_shape;
+    os.push_back(M);
+    os.push_back(N);
+    Tensor out = Tensor::empty(os, DType::BF16);
+    for (int64_t r0 = 0; r0 < M; r0 += kWidenRows) {
+      const int64_t m = std::min(kWidenRows, M - r0);
+      const Tensor a32 = a_in.narrow(ta ? -1 : -2, r0, m).to(DType::F32);
+      out.narrow(-2, r0, m).copy_(matmul(a32, b32, ta, tb, alpha, batch_shape));
+    }
+    return out;
   }
   const int64_t nb = static_cast<int64_t>(batch_shape.size());
   Tensor a = a_in, b = b_in;
@@ -283,14 +307,19 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
     // threads each product. Note: never wrap the call in an `omp parallel if(false)` region: an
     // inactive region makes OpenBLAS open a *nested* team, creating and destroying threads on
     // every call.
-    const bool par_batch = batch > 1 && M * N * K < (1 << 21);
+    // C's rows in blocks from the first row inside a RowBlockedProducts scope (core/device.h)
+    const int64_t blk = row_blocked_products() ? std::min(M, kGemmRowBlock) : M;
+    auto one = [&](int64_t i) {
+      for (int64_t r0 = 0; r0 < M; r0 += blk)
+        gemm<T>(fa, fb, std::min(blk, M - r0), N, K, al, ap + offa[i] + (fa ? r0 : r0 * lda), lda, bp + offb[i], ldb,
+                T(0), cp + i * M * N + r0 * N, N);
+    };
+    const bool par_batch = batch > 1 && blk * N * K < (1 << 21);
     if (par_batch) {
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < batch; ++i)
-        gemm<T>(fa, fb, M, N, K, al, ap + offa[i], lda, bp + offb[i], ldb, T(0), cp + i * M * N, N);
+      for (int64_t i = 0; i < batch; ++i) one(i);
     } else {
-      for (int64_t i = 0; i < batch; ++i)
-        gemm<T>(fa, fb, M, N, K, al, ap + offa[i], lda, bp + offb[i], ldb, T(0), cp + i * M * N, N);
+      for (int64_t i = 0; i < batch; ++i) one(i);
     }
   });
   return out;

@@ -69,6 +69,30 @@ TEST(CpuRuntime, ChosenF32GemmMatchesDoublePrecision) {
   }
 }
 
+// Inside cpu::RowBlockedProducts a row of a product has the same bits whether the GEMM is given
+// every row or only whole blocks of
+// kGemmRowBlock rows, or the rows from a block's start to the end (the chunks of the head's loss),
+// in every dtype and transpose, where BLAS kernels on AVX2 would round a row differently for each
+// row count.
+TEST(CpuRuntime, ProductRowsDoNotDependOnTheRowsThatFollow) {
+  cpu::RowBlockedProducts blocked;
+  Generator g(7);
+  const int64_t R = cpu::kGemmRowBlock, M = 2 * R + 188, N = 96, K = 72;
+  for (DType dt : {DType::F32, DType::BF16, DType::F64})
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const Tensor a = g.normal(ta ? Shape{K, M} : Shape{M, K}).to(dt), b = g.normal(tb ? Shape{N, K} : Shape{K, N}).to(dt);
+      const Tensor all = ops::matmul(a, b, ta, tb).to(DType::F64);
+      for (int64_t r0 : {int64_t(0), R, 2 * R})
+        for (int64_t rows : {R, 2 * R, M - r0}) {
+          if (r0 + rows > M) continue;
+          const Tensor part = ops::matmul(a.narrow(ta ? 1 : 0, r0, rows), b, ta, tb).to(DType::F64);
+          EXPECT_EQ(part.to_vector(), all.narrow(0, r0, rows).contiguous().to_vector())
+              << dtype_name(dt) << " t" << t << " rows [" << r0 << ", " << r0 + rows << ")";
+        }
+    }
+}
+
 TEST(CpuRuntime, ReportNamesTheLibrariesAndMeasuresThem) {
   const auto lines = cpu::runtime_report(true);
   std::string all;
