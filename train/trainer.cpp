@@ -204,6 +204,10 @@ class Trainer {
     build_data();
     build_model();
     build_optimizer();
+    // the resume point's tensors are in the model and the optimizer now: holding them for the
+    // whole run cost the checkpoint's size (the parameters and the optimizer state) again
+    ck_.model.clear();
+    ck_.optimizer.clear();
     plan_step();
     check_memory();
     log_header();

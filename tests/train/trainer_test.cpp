@@ -76,6 +76,8 @@ TEST(Trainer, ResumeContinuesTheSameTrajectoryBitwise) {
     EXPECT_EQ(first.losses[i], full.losses[i]) << i;
     EXPECT_EQ(second.losses[i], full.losses[6 + i]) << "step " << 6 + i;  // bitwise
   }
+  // and in the same memory: the resume point's tensors are not held beside the model's
+  EXPECT_LE(second.mem_peak, full.mem_peak);
 }
 
 // Drawn positions (PoSE, randomized): the run repeats, a resume continues them bitwise (they follow
