@@ -220,8 +220,8 @@ std::string AttentionSpec::describe() const {
   os << " " << name(mask.kind);
   if (mask.kind == MaskKind::Window) os << "(" << mask.window << ")";
   if (mask.kind == MaskKind::Scope)
-    os << (mask.scopes.empty() ? "(gamma=" + (mask.scope_gamma > 0 ? std::to_string(mask.scope_gamma) : std::string("auto")) + ")"
-                               : std::string("(explicit)"));
+    os << (mask.scopes.empty() ? "(gamma=" + (mask.scope_gamma > 0 ? std::to_string(mask.scope_gamma) : std::string("auto"))
+                               : std::string("(explicit")) << (mask.freeze_scopes ? ", frozen)" : ")");
   if (mask.chunk > 0) os << " chunk(" << mask.chunk << ")";
   if (mask.sink_tokens > 0) os << " sink_tokens(" << mask.sink_tokens << ")";
   if (mask.prefix > 0) os << " prefix(" << mask.prefix << ")";

@@ -144,7 +144,8 @@ int cmd_eval(const std::vector<std::string>& a) {
                "  eval.rope_scaling=yarn  eval.swan_a=362  eval.drope_c=0.4  eval.fit_drope_c=[0,0.2,0.4]\n"
                "  eval.lampe=true  eval.batches=8  eval.fit_swan_a=[64,362]  eval.probe_sequences=16\n"
                "  eval.needle_tasks=[passkey,niah_multikey_1] eval.needle_samples=5 eval.needle_format=short\n"
-               "  Writes eval.csv, eval.json, nll_by_position.csv (+ needles, probes, fits) to the run dir.\n"
+               "  Writes eval.csv, eval.json, nll_by_position.csv, eval_recipe.yaml (the recipe with these overrides;\n"
+               "  horizon report names the run by it) (+ needles, probes, fits) to the run dir.\n"
                "  mpirun -np N horizon eval ...: each sequence split over the N ranks (lengths one rank cannot hold).\n");
     return a.size() < 2 ? 2 : 0;
   }

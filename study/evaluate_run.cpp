@@ -89,6 +89,9 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm)
   std::string out = eval::report_table(rep, T);
   const eval::NeedleReport needles = eval::evaluate_needles(*run.model, eo);
   FileSet files = eval::report_files(rep, T, eval::effective_lengths(needles));
+  // the recipe this evaluation ran with (config.yaml and the overrides given to it: inference-time
+  // fields such as freeze_scopes, rope_scaling, eval.*), which horizon report describes the run by
+  files.emplace_back("eval_recipe.yaml", train::to_yaml(run.recipe));
   out += eval::needle_table(needles);
   for (auto& f : eval::needle_files(needles)) files.push_back(std::move(f));
   if (eo.probe_sequences > 0 && val) {

@@ -288,7 +288,16 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     }
     HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
              "' has not been evaluated; run horizon eval ", dir, " first");
-    const train::Recipe r = train::load_recipe(dir + "/config.yaml");
+    const train::Recipe r0 = train::load_recipe(dir + "/config.yaml");
+    // the run as evaluated: horizon eval writes the recipe it ran with (the training recipe and
+    // its overrides, which may change inference-time fields only: freeze_scopes, RoPE scalings,
+    // eval.rope_scaling...) beside its results; runs evaluated before it did have config.yaml only
+    train::Recipe r = r0;
+    if (fs::exists(dir + "/eval_recipe.yaml")) {
+      const train::Recipe re = train::load_recipe(dir + "/eval_recipe.yaml");
+      r.model = re.model;
+      r.eval.opts.inference = re.eval.opts.inference;
+    }
     const nn::ModelConfig mc = train::model_config_at(r, r.train.steps);  // after DroPE when the run dropped
     json run;
     {  // runs whose resolved recipes differ only in seed, name, directories and the checkpoint they

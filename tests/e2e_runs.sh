@@ -81,6 +81,9 @@ expect 1 "checkpoint.resume" "model.layer_kinds.rope.pos: rope -> none" -- \
   model.layer_kinds.rope.pos=none
 expect 0 "evaluating" -- "$HZ" eval "$OUT/res" model.layer_kinds.rope.rope_scaling=yarn model.layer_kinds.rope.rope_factor=2 \
   eval.lengths=[64]
+# the results say what they were evaluated with (horizon report describes the run by it)
+grep -q "rope_scaling: yarn" "$OUT/res/eval_recipe.yaml" || fail "eval_recipe.yaml lacks the evaluation's overrides"
+grep -q "rope_scaling: yarn" "$OUT/res/config.yaml" && fail "the evaluation's overrides reached the training recipe"
 
 # 6. one run per directory: two at once, exactly one trains, the other exits 1 naming the lock
 long=(run.name=twice train.steps=100000 checkpoint.every=0)

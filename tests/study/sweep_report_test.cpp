@@ -208,6 +208,41 @@ TEST(Report, LayerOrdersAndPerSeedFactorsGroupAsTheirMethods) {
   EXPECT_EQ(all.find(" #"), std::string::npos) << all;
 }
 
+// A run evaluated with inference-time overrides (horizon eval RUN model.layer_kinds.s.freeze_scopes=true)
+// is described and grouped as evaluated (its eval_recipe.yaml), apart from the runs evaluated as trained.
+TEST(Report, RunsEvaluatedWithOverridesAreTheirOwnMethod) {
+  const std::string root = tmp_root() + "/evaluated_as";
+  const std::string model = "model:\n  d_model: 32\n  n_layers: 1\n  n_heads: 2\n  layer_kinds:\n    s: {pos: none, mask: scope}\n"
+                            "  pattern: [s]\n";
+  std::vector<std::string> dirs;
+  for (int seed : {1, 2}) {
+    const std::string sd = std::to_string(seed);
+    write_evaluated_run(root, "scope-" + sd, model, {"run.seed=" + sd}, 1.0 + seed, 1.0);
+    write_evaluated_run(root, "frozen-" + sd, model, {"run.seed=" + sd}, 1.5 + seed, 1.0);
+    const train::Recipe as_evaluated = train::parse_recipe(
+        model + "data: {seq_len: 32}\n", "t.yaml",
+        {"run.seed=" + sd, "run.name=frozen-" + sd, "run.out_dir=" + root, "model.layer_kinds.s.freeze_scopes=true"});
+    std::ofstream(root + "/frozen-" + sd + "/eval_recipe.yaml") << train::to_yaml(as_evaluated);
+    dirs.push_back(root + "/scope-" + sd);
+    dirs.push_back(root + "/frozen-" + sd);
+  }
+  const ReportResult r = small_report(root, dirs);
+  std::ifstream rj(r.json_path);
+  const nlohmann::json j = nlohmann::json::parse(rj);
+  ASSERT_EQ(j["groups"].size(), 2u) << j["groups"].dump();
+  std::string methods;
+  for (const auto& g : j["groups"]) {
+    EXPECT_EQ(g["seeds"], nlohmann::json({1, 2})) << g["name"];
+    methods += g["name"].get<std::string>() + "\n";
+  }
+  EXPECT_NE(methods.find("scope(gamma=auto, frozen)"), std::string::npos) << methods;
+  EXPECT_NE(methods.find("scope(gamma=auto)"), std::string::npos) << methods;
+  for (const auto& run : j["runs"])
+    EXPECT_EQ(run["method"].get<std::string>().find("frozen") != std::string::npos,
+              run["name"].get<std::string>().rfind("frozen", 0) == 0)
+        << run["name"] << ": " << run["method"];
+}
+
 // Two sweeps' runs of one directory name (p00-rope-1 in each) keep apart: named with their parent
 // directory in the tables and report.json, and each with its own needle plot.
 TEST(Report, RunsOfOneNameInTwoSweepsKeepApart) {
