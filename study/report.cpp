@@ -300,10 +300,13 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     }
     const nn::ModelConfig mc = train::model_config_at(r, r.train.steps);  // after DroPE when the run dropped
     json run;
-    {  // runs whose resolved recipes differ only in seed, name, directories and the checkpoint they
-       // start from (each seed of a recalibration starts from that seed's run) are seeds of one method
+    {  // runs whose resolved recipes differ only in seed, name, directories and checkpointing (each
+       // seed of a recalibration starts from that seed's run) are seeds of one method
       train::Recipe k = r;
-      k.checkpoint.init_from.clear();
+      // how often it saved, whether it resumed (an interrupted seed continued from its checkpoint)
+      // and what it started from are not the method
+      k.checkpoint = train::CheckpointSection{};
+      k.metrics = train::MetricsSection{};
       // factors searched per run (horizon longrope-search on each seed) come from that seed's run too
       if (!k.eval.opts.inference.longrope_long_factors.empty()) k.eval.opts.inference.longrope_long_factors = {-1.0};
       if (!k.eval.opts.inference.longrope_short_factors.empty()) k.eval.opts.inference.longrope_short_factors = {-1.0};
