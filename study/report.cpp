@@ -288,11 +288,10 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     }
     HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
              "' has not been evaluated; run horizon eval ", dir, " first");
-    const train::Recipe r0 = train::load_recipe(dir + "/config.yaml");
+    train::Recipe r = train::load_recipe(dir + "/config.yaml");
     // the run as evaluated: horizon eval writes the recipe it ran with (the training recipe and
     // its overrides, which may change inference-time fields only: freeze_scopes, RoPE scalings,
     // eval.rope_scaling...) beside its results; runs evaluated before it did have config.yaml only
-    train::Recipe r = r0;
     if (fs::exists(dir + "/eval_recipe.yaml")) {
       const train::Recipe re = train::load_recipe(dir + "/eval_recipe.yaml");
       r.model = re.model;

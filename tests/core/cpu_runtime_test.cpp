@@ -70,10 +70,9 @@ TEST(CpuRuntime, ChosenF32GemmMatchesDoublePrecision) {
 }
 
 // Inside cpu::RowBlockedProducts a row of a product has the same bits whether the GEMM is given
-// every row or only whole blocks of
-// kGemmRowBlock rows, or the rows from a block's start to the end (the chunks of the head's loss),
-// in every dtype and transpose, where BLAS kernels on AVX2 would round a row differently for each
-// row count.
+// every row, only whole blocks of kGemmRowBlock rows, or the rows from a block's start to the end
+// (the chunks of the head's loss), in every dtype and transpose, where BLAS kernels on AVX2 would
+// round a row differently for each row count.
 TEST(CpuRuntime, ProductRowsDoNotDependOnTheRowsThatFollow) {
   cpu::RowBlockedProducts blocked;
   Generator g(7);
