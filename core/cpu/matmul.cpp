@@ -179,7 +179,9 @@ const Chosen& chosen() {
     if (!core.empty()) {
       const int cl = cpu_level(), ol = openblas_level(core);
       r.setup.openblas = "kernel " + core + " (" + level_name(ol) + ") on an " + level_name(cl) + " CPU";
-      if (ol < cl) {
+      if (const char* forced = std::getenv("OPENBLAS_CORETYPE"); forced && *forced) {
+        r.setup.openblas += std::string(": OPENBLAS_CORETYPE=") + forced;  // chosen by the user, not by the table
+      } else if (ol < cl) {
         r.setup.openblas += ": OpenBLAS's CPU table predates this CPU";
         if (r.f32 == F32Gemm::OpenBLAS)
           r.setup.warning += "OpenBLAS runs its " + core + " kernel on this " + std::string(level_name(cl)) +

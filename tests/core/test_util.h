@@ -326,6 +326,29 @@ inline ::testing::AssertionResult all_equal(const Tensor& t, const std::vector<d
   return all_close(t, want, 0.0, 0.0);
 }
 
+// Two results that differ in exact arithmetic differ by far more than rounding: max_i |a_i - b_i| >
+// rel * max_i max(|a_i|, |b_i|). A bare EXPECT_NE also passes on a last-bit difference, and fails where
+// two roundings of the same exact value happen to agree. Scalars: |a - b| > rel * max(|a|, |b|).
+inline ::testing::AssertionResult differs(const std::vector<double>& a, const std::vector<double>& b, double rel) {
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    scale = std::max({scale, std::fabs(a[i]), std::fabs(b[i])});
+  }
+  if (diff > rel * scale) return ::testing::AssertionSuccess() << "max |a - b| / scale = " << diff / scale;
+  return ::testing::AssertionFailure() << "max |a - b| = " << diff << " is not above " << rel << " x the scale "
+                                       << scale << " (relative difference " << (scale > 0 ? diff / scale : 0.0)
+                                       << "): the results agree up to rounding";
+}
+inline ::testing::AssertionResult differs(double a, double b, double rel) {
+  return differs(std::vector<double>{a}, std::vector<double>{b}, rel);
+}
+// The usual margins, 100x and more above rounding: a loss of a few nats computed in f32 rounds to ~1e-7
+// relative (the tests' changed losses move by 1e-4 to 1e-1); f32 vectors round at ~1e-7 of their largest value.
+constexpr double kLossDiffers = 1e-5, kValuesDiffer = 1e-4;
+
 // ---- naive references ---------------------------------------------------------------------------
 // Elementwise binary op with numpy broadcasting.
 template <class F>
