@@ -2,7 +2,7 @@
 # Installs Horizon's system dependencies (Debian 12, apt) and builds build/ (horizon and the tests).
 # Idempotent: packages already present are skipped, the build is incremental.
 # Environment: HZ_BUILD_DIR (default build), HZ_CMAKE_ARGS (extra -D options), HZ_JOBS (default 2),
-# HZ_TARGETS (build only these targets; default all).
+# HZ_TARGETS (build only these targets; default all), HZ_SETUP_PACKAGES_ONLY=1 (the packages, no build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,8 +13,9 @@ PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
 PKGS+=(libpcre2-dev libutf8proc-dev nlohmann-json3-dev libsentencepiece-dev)
 # TensorBoard event files (io/tensorboard.h): protobuf messages, records framed with CRC32C (ISA-L)
 PKGS+=(protobuf-compiler libprotobuf-dev libisal-dev)
-# scripts/gpu/gpu_deps.sh packs the GPU machine's dependencies with xz
-PKGS+=(xz-utils)
+# scripts/gpu/gpu_deps.sh packs the GPU machine's dependencies with xz; ccache: the build folders of a
+# checkout share their compiled units (CMakeLists.txt, HZ_CCACHE)
+PKGS+=(xz-utils ccache)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -28,6 +29,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "[setup] system packages present"
 fi
+
+[ "${HZ_SETUP_PACKAGES_ONLY:-0}" = "1" ] && exit 0  # scripts/test.sh: the packages first, then the venv beside the build
 
 BUILD_DIR=${HZ_BUILD_DIR:-build}
 JOBS=${HZ_JOBS:-2}

@@ -3,22 +3,37 @@
 # Also builds a second, portable configuration (no OpenBLAS, no oneDNN, no CUDA, no MPI) and runs the
 # numerical suites on it, so the fallback GEMM and the CPU-only build stay honest; and a third, the
 # GPU machine's (scripts/gpu/gpu_check.sh), so that it compiles and links before a GPU session needs it.
+# The three share one compiler cache (.ccache/, CMakeLists.txt's HZ_CCACHE): a unit whose command
+# line is the same in two of them compiles once. The numerical suites also run with the CPU
+# libraries held below this CPU's instruction set (CTest's *_isa_below, tests/isa_below.sh).
 # Idempotent; each test is bounded by a CTest timeout. Set HZ_SKIP_PORTABLE=1 to skip the
-# portable configuration.
+# portable configuration. A quicker loop while working: (cd build && ctest -L unit), or -LE pypi
+# (labels: unit, isa, mpi, e2e, pypi, fuzz; CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+mark() { echo "[test] $1: $(( $(date +%s) - start )) s"; }
+BUILD=${HZ_BUILD_DIR:-build}
 
+HZ_SETUP_PACKAGES_ONLY=1 scripts/setup.sh
+# the tests that read Horizon's outputs with the libraries defining their formats (tensorboard) and
+# run its Hugging Face exports (PyTorch, transformers, lm-eval-harness) run here, from a venv of
+# current PyPI releases, instead of being skipped (about 3 GB; downloaded and unpacked while the
+# build below keeps the cores busy)
+mkdir -p "$BUILD"
+HZ_VENV="$BUILD/test-venv" HZ_VENV_PKGS="tensorboard torch transformers safetensors accelerate lm-eval=lm_eval" \
+  scripts/tools/venv.sh > "$BUILD/test-venv.python" 2> "$BUILD/test-venv.log" &
+venv=$!
 # the kernel lab (dev/cuda/, built only on demand) too, so a change to the kernels' interface that
 # breaks it fails here rather than on a GPU machine (no-op without CUDA)
 HZ_CMAKE_ARGS="-DHZ_KERNEL_LAB=ON ${HZ_CMAKE_ARGS:-}" scripts/setup.sh
-# the tests that read Horizon's outputs with the libraries defining their formats (tensorboard) and
-# run its Hugging Face exports (PyTorch, transformers, lm-eval-harness) run here, from a venv of
-# current PyPI releases, instead of being skipped (about 3 GB, 2 minutes to install the first time)
-HZ_TEST_PYTHON=$(HZ_VENV="${HZ_BUILD_DIR:-build}/test-venv" \
-  HZ_VENV_PKGS="tensorboard torch transformers safetensors accelerate lm-eval=lm_eval" scripts/tools/venv.sh)
+mark "main build"
+wait "$venv" || { cat "$BUILD/test-venv.log"; echo "[test] the test venv failed ($BUILD/test-venv.log)"; exit 1; }
+HZ_TEST_PYTHON=$(cat "$BUILD/test-venv.python")
+mark "test venv"
 export HZ_TEST_PYTHON HZ_REQUIRE_PYPI=1
-(cd "${HZ_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j "${HZ_JOBS:-2}")
+(cd "$BUILD" && ctest --output-on-failure --timeout 900 -j "${HZ_JOBS:-2}")
+mark "main configuration's tests"
 
 if [ "${HZ_SKIP_PORTABLE:-0}" != "1" ]; then
   echo "[test] portable configuration: HZ_OPENBLAS=OFF HZ_DNNL=OFF HZ_CUDA=OFF HZ_MPI=OFF"
@@ -27,6 +42,7 @@ if [ "${HZ_SKIP_PORTABLE:-0}" != "1" ]; then
   # the suites whose code paths differ without OpenBLAS, oneDNN or CUDA (GEMM, kernels, gradients, models)
   (cd build-portable && ctest --output-on-failure --timeout 900 -j "${HZ_JOBS:-2}" \
      -R '^(hz_test_(core|autograd|attention|nn|optim)|cli_help|cli_info)$')
+  mark "portable configuration"
 fi
 # The GPU machine's configuration (scripts/gpu/gpu_check.sh): the bundled dependencies from .deps
 # (static archives, SentencePiece by rpath), no MPI, no OpenBLAS, CUDA, the lab, built here so that
@@ -46,6 +62,6 @@ if [ "${HZ_SKIP_DEVICE:-0}" != "1" ] && { command -v nvcc > /dev/null || [ -x /u
   for t in $targets; do
     case "$t" in hz_test_*) [ -x "build-device/$t" ] && "build-device/$t" --gtest_list_tests > /dev/null ;; esac
   done
-  echo "[test] the GPU machine's configuration builds, and its binaries load"
+  mark "the GPU machine's configuration builds, and its binaries load"
 fi
-echo "[test] total time: $(( $(date +%s) - start )) s"
+mark "total time"
