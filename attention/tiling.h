@@ -438,10 +438,6 @@ HZ_HD BlockSpan sink_key_blocks_and_keys(const AttnKernelParams& p, int64_t b, i
   return span_of(u.lo, u.hi, a == i0 && last == i1 && c.lo <= c.hi, c.lo, c.hi, Bk, p.Tk);
 }
 }  // namespace detail
-HZ_HD BlockSpan sink_key_blocks(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t Bk) {
-  IndexRange keys;
-  return detail::sink_key_blocks_and_keys(p, b, h, i0, i1, Bk, keys);
-}
 HZ_HD BlockSpan sink_query_blocks(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j0, int64_t j1, int64_t Bq) {
   if (!HZ_SINK_TOKENS(p)) return {0, -1, 0, -1};
   const IndexRange ne = nonempty_keys(p, b, h);

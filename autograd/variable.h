@@ -72,7 +72,6 @@ class Variable {
   Tensor& grad() { return impl_->grad; }
   bool requires_grad() const { return impl_ && impl_->requires_grad; }
   void set_requires_grad(bool r);
-  bool is_leaf() const { return !impl_->grad_fn; }
   const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
   const std::string& name() const { return impl_->name; }
   const std::shared_ptr<VariableImpl>& impl() const { return impl_; }

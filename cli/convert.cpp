@@ -9,6 +9,7 @@
 #include "cli/convert.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 
@@ -27,23 +28,25 @@ namespace hz::cli {
 namespace {
 
 void usage() {
-  fmt::print("{}",
+  const std::vector<std::string> arch = hf::architecture_names();  // the stock ones, then HorizonForCausalLM
+  const std::string stock = fmt::format("{}", fmt::join(arch.begin(), arch.end() - 1, " / "));
+  fmt::print(
       "usage: horizon convert hf HF_DIR OUT.h5 [key=value ...]\n"
       "       horizon convert to-hf CKPT|RUN_DIR|HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--max-shard-size 5GB]\n"
       "                             [--remote-code | --stock]\n\n"
-      "  hf     imports a Hugging Face LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM /\n"
-      "         SmolLM3ForCausalLM directory, or one Horizon exported as HorizonForCausalLM (config.json +\n"
-      "         model.safetensors or shards) into a Horizon\n"
-      "         checkpoint at step 0 (usable by horizon eval / score and checkpoint.init_from); the\n"
+      "  hf     imports a Hugging Face directory ({}),\n"
+      "         or one Horizon exported as {} (config.json + model.safetensors or shards) into a\n"
+      "         Horizon checkpoint at step 0 (usable by horizon eval / score and checkpoint.init_from); the\n"
       "         overrides edit its recipe (e.g. data.seq_len=2048). Prints how every config field was used.\n"
       "         A recipe may also name the directory itself: checkpoint.init_from: HF_DIR.\n"
       "  to-hf  exports a Horizon model to a directory transformers loads: with the stock architecture\n"
-      "         that expresses it (Llama, Mistral, Qwen2, SmolLM3), else as HorizonForCausalLM, whose code\n"
+      "         that expresses it, else as {}, whose code\n"
       "         (modeling_horizon.py, every Horizon ingredient) is written beside config.json's auto_map:\n"
       "         load it with from_pretrained(OUT_DIR, trust_remote_code=True). --remote-code: always\n"
-      "         HorizonForCausalLM; --stock: refuse, naming the reasons, what no stock architecture\n"
+      "         {}; --stock: refuse, naming the reasons, what no stock architecture\n"
       "         expresses. --dtype: storage of the weights (default f32); --max-shard-size: shard above\n"
-      "         it (default 5GB). OUT_DIR must be new.\n");
+      "         it (default 5GB). OUT_DIR must be new.\n",
+      stock, arch.back(), arch.back(), arch.back());
 }
 
 int convert_hf(const std::vector<std::string>& a) {

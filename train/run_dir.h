@@ -61,7 +61,6 @@ class RunDir {
 
   const std::string& path() const { return dir_; }
   std::string checkpoint_dir() const { return dir_ + "/checkpoints"; }
-  std::string latest_checkpoint() const { return find_latest_checkpoint(checkpoint_dir()); }
 
   // One progress line: stdout (line-buffered by the CLI) and train.log.
   template <class... A>

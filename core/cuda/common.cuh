@@ -38,6 +38,25 @@ const char* cublas_hint(cublasStatus_t s);
     if (hz_e_ != cudaSuccess) ::hz::cuda::throw_cuda(hz_e_, name, __FILE__, __LINE__); \
   } while (0)
 
+// ---- cuBLASLt, opened on first use ------------------------------------------------------------
+// Not linked: loading libcublasLt costs every process about 150 MB of resident memory and 0.2 s
+// (its initialisers), GPU or not, and every fork of such a process (the isolated parsers) copies
+// that. The first CUDA device's setup opens it (the build's copy, then the soname on the loader's
+// path) and takes the functions below; a missing library is a DeviceError naming it.
+struct CublasLt {
+  decltype(&::cublasLtCreate) Create;
+  decltype(&::cublasLtMatmul) Matmul;
+  decltype(&::cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic;
+  decltype(&::cublasLtMatmulDescCreate) MatmulDescCreate;
+  decltype(&::cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute;
+  decltype(&::cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate;
+  decltype(&::cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy;
+  decltype(&::cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute;
+  decltype(&::cublasLtMatrixLayoutCreate) MatrixLayoutCreate;
+  decltype(&::cublasLtMatrixLayoutSetAttribute) MatrixLayoutSetAttribute;
+};
+const CublasLt& cublaslt();
+
 // ---- devices and streams ----------------------------------------------------------------------
 void use_device(int device);        // cudaSetDevice when the calling thread is on another one
 cudaStream_t stream(int device);    // the compute stream

@@ -73,8 +73,8 @@ cudaDataType_t cuda_type(DType t) {
 
 void set_batch(cublasLtMatrixLayout_t l, int64_t count, int64_t stride) {
   const int32_t c = static_cast<int32_t>(count);
-  HZ_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof(c)));
-  HZ_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  HZ_CUBLAS_CHECK(cublaslt().MatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof(c)));
+  HZ_CUBLAS_CHECK(cublaslt().MatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
 }
 
 }  // namespace
@@ -97,7 +97,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
   const int dev = a.device().index;
   use_device(dev);
   bool la_t = false, lb_t = false;
-  int64_t lda, ldb, sa, sb;
+  int64_t lda = 0, ldb = 0, sa = 0, sb = 0;
   if (!mat_layout(ra, ca, a.stride(-2), a.stride(-1), la_t, lda) || !batch_stride(a, nb, sa)) {
     a = a.clone();
     mat_layout(ra, ca, a.stride(-2), a.stride(-1), la_t, lda);
@@ -132,33 +132,33 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
                                        : tf32           ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                         : CUBLAS_COMPUTE_32F;
       const cudaDataType_t scale_t = dt == DType::F64 ? CUDA_R_64F : CUDA_R_32F;
-      HZ_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, comp, scale_t));
+      HZ_CUBLAS_CHECK(cublaslt().MatmulDescCreate(&plan.op, comp, scale_t));
       const cublasOperation_t o1 = op1_t ? CUBLAS_OP_T : CUBLAS_OP_N, o2 = op2_t ? CUBLAS_OP_T : CUBLAS_OP_N;
-      HZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &o1, sizeof(o1)));
-      HZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &o2, sizeof(o2)));
-      HZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.la, ct, r1, c1, ldb));
-      HZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.lb, ct, r2, c2, lda));
-      HZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.lc, ct, N, M, N));
+      HZ_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &o1, sizeof(o1)));
+      HZ_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &o2, sizeof(o2)));
+      HZ_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&plan.la, ct, r1, c1, ldb));
+      HZ_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&plan.lb, ct, r2, c2, lda));
+      HZ_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&plan.lc, ct, N, M, N));
       if (batch > 1) {
         set_batch(plan.la, batch, sb);
         set_batch(plan.lb, batch, sa);
         set_batch(plan.lc, batch, M * N);
       }
       cublasLtMatmulPreference_t pref;
-      HZ_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      HZ_CUBLAS_CHECK(cublaslt().MatmulPreferenceCreate(&pref));
       size_t wsb = kWorkspace;
-      HZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
+      HZ_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
       const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al1},
           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al2},
           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alc},
           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alc}};
       for (const auto& [attr, bytes] : aligns)
-        HZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
+        HZ_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
       cublasLtMatmulHeuristicResult_t res{};
       int found = 0;
-      HZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref, 1, &res, &found));
-      cublasLtMatmulPreferenceDestroy(pref);
+      HZ_CUBLAS_CHECK(cublaslt().MatmulAlgoGetHeuristic(h, plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref, 1, &res, &found));
+      cublaslt().MatmulPreferenceDestroy(pref);
       HZ_CHECK(found > 0, DeviceError, "cuBLASLt has no algorithm for a ", dtype_name(dt), " GEMM (", M, " x ", K, ") x (", K,
                " x ", N, "), batch ", batch, "; report the shapes");
       plan.algo = res.algo;
@@ -169,7 +169,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, double a
   const double ad = alpha, bd = 0.0;
   const void* al = dt == DType::F64 ? static_cast<const void*>(&ad) : static_cast<const void*>(&af);
   const void* be = dt == DType::F64 ? static_cast<const void*>(&bd) : static_cast<const void*>(&bf);
-  HZ_CUBLAS_CHECK(cublasLtMatmul(h, plan.op, al, b.raw_data(), plan.la, a.raw_data(), plan.lb, be, out.raw_data(), plan.lc,
+  HZ_CUBLAS_CHECK(cublaslt().Matmul(h, plan.op, al, b.raw_data(), plan.la, a.raw_data(), plan.lb, be, out.raw_data(), plan.lc,
                                  out.raw_data(), plan.lc, &plan.algo, ws, kWorkspace, stream(dev)));
   return out;
 }

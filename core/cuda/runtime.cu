@@ -1,11 +1,13 @@
 // Horizon CUDA runtime: devices, streams, the stream-ordered caching allocator, host transfers,
-// cuBLASLt handles and error messages.
+// cuBLASLt (opened on first use) and its handles, and error messages.
 //
 // Memory: one cudaMemPool per device (the device's default pool) with its release threshold set to
 // "keep everything", so blocks freed with cudaFreeAsync return to the pool and are reused by the
 // next cudaMallocAsync of the same stream without calling the driver. allocated/peak count live
 // tensor bytes; reserved is the pool's reserved memory; device_allocs counts the times the pool had
 // to grow (a training step in steady state adds none).
+#include <dlfcn.h>
+
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -78,6 +80,40 @@ int device_count() {
 }
 bool available() { return device_count() > 0; }
 
+const CublasLt& cublaslt() {
+  static const CublasLt api = [] {
+    std::string tried;
+    void* lib = nullptr;
+    for (const char* name : {HZ_CUBLASLT_PATH, HZ_CUBLASLT_SONAME}) {
+      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (lib) break;
+      const char* why = dlerror();
+      tried += std::string(tried.empty() ? "" : "; ") + name + ": " + (why ? why : "not found");
+    }
+    HZ_CHECK(lib, DeviceError, "cannot open cuBLASLt (", tried,
+             "): install the CUDA toolkit's cuBLAS or add its lib folder to LD_LIBRARY_PATH");
+    auto sym = [&](const char* n) {
+      void* f = dlsym(lib, n);
+      HZ_CHECK(f, DeviceError, "cuBLASLt (", HZ_CUBLASLT_SONAME, ") has no ", n, ": a cuBLAS older than the build's");
+      return f;
+    };
+    CublasLt a{};
+    a.Create = reinterpret_cast<decltype(a.Create)>(sym("cublasLtCreate"));
+    a.Matmul = reinterpret_cast<decltype(a.Matmul)>(sym("cublasLtMatmul"));
+    a.MatmulAlgoGetHeuristic = reinterpret_cast<decltype(a.MatmulAlgoGetHeuristic)>(sym("cublasLtMatmulAlgoGetHeuristic"));
+    a.MatmulDescCreate = reinterpret_cast<decltype(a.MatmulDescCreate)>(sym("cublasLtMatmulDescCreate"));
+    a.MatmulDescSetAttribute = reinterpret_cast<decltype(a.MatmulDescSetAttribute)>(sym("cublasLtMatmulDescSetAttribute"));
+    a.MatmulPreferenceCreate = reinterpret_cast<decltype(a.MatmulPreferenceCreate)>(sym("cublasLtMatmulPreferenceCreate"));
+    a.MatmulPreferenceDestroy = reinterpret_cast<decltype(a.MatmulPreferenceDestroy)>(sym("cublasLtMatmulPreferenceDestroy"));
+    a.MatmulPreferenceSetAttribute =
+        reinterpret_cast<decltype(a.MatmulPreferenceSetAttribute)>(sym("cublasLtMatmulPreferenceSetAttribute"));
+    a.MatrixLayoutCreate = reinterpret_cast<decltype(a.MatrixLayoutCreate)>(sym("cublasLtMatrixLayoutCreate"));
+    a.MatrixLayoutSetAttribute = reinterpret_cast<decltype(a.MatrixLayoutSetAttribute)>(sym("cublasLtMatrixLayoutSetAttribute"));
+    return a;
+  }();
+  return api;
+}
+
 namespace {
 thread_local int t_current = -1;
 
@@ -107,7 +143,7 @@ DeviceState& state(int device) {
     HZ_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&s.pool, device));
     uint64_t keep = ~0ull;  // never return freed memory to the driver
     HZ_CUDA_CHECK(cudaMemPoolSetAttribute(s.pool, cudaMemPoolAttrReleaseThreshold, &keep));
-    HZ_CUBLAS_CHECK(cublasLtCreate(&s.lt));
+    HZ_CUBLAS_CHECK(cublaslt().Create(&s.lt));
   });
   return s;
 }

@@ -49,7 +49,6 @@ class ContextRoute final : public nn::AttentionRoute {
   const ZigzagLayout& layout() const { return link_->layout; }
   ContextExchange global() const { return global_; }
   int64_t bytes_sent() const { return link_->bytes_sent; }  // by this rank, forward and backward
-  void reset_bytes_sent() { link_->bytes_sent = 0; }
 
  private:
   ContextRoute(Communicator* group, const ZigzagLayout& layout, ContextExchange global);  // group null: planning

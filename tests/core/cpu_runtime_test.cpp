@@ -128,6 +128,10 @@ TEST(CpuRuntime, LibrariesHeldWhereAsked) {
   const char* core = std::getenv("HZ_EXPECT_OPENBLAS_CORE");
   if (!isa && !core) GTEST_SKIP() << "not run under tests/isa_below.sh";
   const cpu::GemmSetup& s = cpu::gemm_setup();
-  if (isa) EXPECT_NE(s.f32.find("(" + std::string(isa) + ")"), std::string::npos) << s.f32;
-  if (core) EXPECT_EQ(s.openblas.rfind("kernel " + std::string(core) + " ", 0), 0u) << s.openblas;
+  if (isa) {
+    EXPECT_NE(s.f32.find("(" + std::string(isa) + ")"), std::string::npos) << s.f32;
+  }
+  if (core) {
+    EXPECT_EQ(s.openblas.rfind("kernel " + std::string(core) + " ", 0), 0u) << s.openblas;
+  }
 }

@@ -259,7 +259,9 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
         EXPECT_LE(static_cast<double>(most[q2]), static_cast<double>(W - 1) / L.min_chunk() * gather + sinks)
             << "rank " << q2;
         const dist::ContextTraffic t = dist::context_traffic(cfg, dist::ZigzagLayout(T, N, q2), global, c.fox);
-        if (c.sink_tokens == 0) EXPECT_EQ(t.fwd_rows, t.bwd_rows);
+        if (c.sink_tokens == 0) {
+          EXPECT_EQ(t.fwd_rows, t.bwd_rows);
+        }
         EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows) * row) << "rank " << q2;
       }
     } else if (path == EX::Ring) {  // k and v round twice, dK/dV home once: (2 (T - next's rows) + T) rows

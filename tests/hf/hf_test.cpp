@@ -460,7 +460,7 @@ TEST(HfImport, RecipeTakesTheModelFromInitFrom) {
   std::ofstream(run.file("config.yaml")) << to_yaml(trained);
   fs::create_directories(run.file("checkpoints"));
   std::ofstream(run.file("checkpoints/step_4.h5")) << "";
-  for (const std::string from : {run.path(), run.file("checkpoints/step_4.h5")}) {
+  for (const std::string& from : {run.path(), run.file("checkpoints/step_4.h5")}) {
     const Recipe ft = resolve_recipe("checkpoint: {init_from: " + from + "}\nmodel: {n_layers: 2}\n", "ft.yaml");
     EXPECT_EQ(ft.model.cfg.n_layers, 2) << from;  // the recipe wins
     EXPECT_EQ(ft.model.cfg.d_model, 48) << from;

@@ -71,7 +71,9 @@ TEST(LongRopeSearch, KeepsTheConstraintsAndTheBestAndRepeats) {
   for (int64_t m = 0; m < half; ++m) {
     EXPECT_GE(r.best.factors[m], 1.0) << m;
     EXPECT_LE(r.best.factors[m], 1.25 * 2.0) << m;
-    if (m > 0) EXPECT_GE(r.best.factors[m], r.best.factors[m - 1]) << "not monotone at pair " << m;
+    if (m > 0) {
+      EXPECT_GE(r.best.factors[m], r.best.factors[m - 1]) << "not monotone at pair " << m;
+    }
   }
   ASSERT_EQ(r.best_per_generation.size(), 3u);
   for (size_t g = 1; g < r.best_per_generation.size(); ++g)
