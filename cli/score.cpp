@@ -88,7 +88,7 @@ int score_main(const std::vector<std::string>& a) {
   if (f64) {  // the same weights in double precision
     nn::ModelConfig c = run.model->cfg;
     c.dtype = DType::F64;
-    auto m = std::make_unique<nn::Transformer>(c, 0);  // on the CPU
+    auto m = std::make_unique<nn::Transformer>(c, 0, /*draw_weights=*/false);  // on the CPU
     m->load_state_dict(run.model->state_dict(), /*strict=*/true);
     m->compute_dtype = DType::F64;
     run.model = std::move(m);

@@ -132,7 +132,7 @@ ag::Variable Block::forward(const ag::Variable& x, const Tensor& positions, cons
   return ag::add(h, mlp->forward(norm2->forward(h)));
 }
 
-Transformer::Transformer(const ModelConfig& c, uint64_t seed) : cfg(c) {
+Transformer::Transformer(const ModelConfig& c, uint64_t seed, bool draw_weights) : cfg(c) {
   cfg.validate();
   embed = register_module("embed", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model, cfg.init_std, cfg.dtype));
   const auto specs = cfg.layer_specs();
@@ -141,7 +141,7 @@ Transformer::Transformer(const ModelConfig& c, uint64_t seed) : cfg(c) {
   norm = register_module("norm", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
   if (!cfg.tie_embeddings)
     head = register_module("head", std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, false, cfg.init_std, cfg.dtype));
-  init_parameters(seed);
+  if (draw_weights) init_parameters(seed);
 }
 
 ag::Variable Transformer::forward(const Tensor& ids, const Tensor& positions, AttnCall call) const {

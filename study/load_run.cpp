@@ -32,8 +32,7 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
   lr.recipe = overrides.empty() ? trained : train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
   train::check_architecture(trained, lr.recipe, lr.checkpoint);  // a checkpoint's architecture is its own
   lr.step = ck.step;
-  lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, ck.step),
-                                               static_cast<uint64_t>(lr.recipe.run.seed));
+  lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, ck.step), 0, /*draw_weights=*/false);
   lr.model->load_state_dict(ck.model, /*strict=*/true, lr.checkpoint);
 }
 }  // namespace
@@ -44,8 +43,7 @@ LoadedRun load_run(const std::string& target, const std::vector<std::string>& ov
     lr.recipe = hf_recipe(target, overrides);
     lr.checkpoint = target;
     lr.run_dir = lr.recipe.run.out_dir + "/" + lr.recipe.run.name;
-    lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, 0),
-                                                 static_cast<uint64_t>(lr.recipe.run.seed));
+    lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, 0), 0, /*draw_weights=*/false);
     lr.model->load_state_dict(hf::import_weights(target, lr.model->cfg), /*strict=*/true, target);
   } else {
     load_horizon_run(target, overrides, lr);

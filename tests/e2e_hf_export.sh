@@ -127,13 +127,15 @@ inference_case() {  # run option value overrides...
   local d="$OUT/hf/${n}_remote" T
   [ -d "$d" ] || "$HZ" convert to-hf "$OUT/runs/$n" "$d" --remote-code > /dev/null
   T=$(sed -n 's/^  seq_len: \([0-9]*\)$/\1/p' "$OUT/runs/$n/config.yaml")
-  "$HZ" score "$OUT/runs/$n" "$OUT/$n.ids4" --ids --logits "$OUT/$n.$opt.safetensors" "$@" > /dev/null
-  "$PY" "$SRC/tests/hf/compare_inference.py" "$d" "$OUT/$n.ids4" "$OUT/$n.$opt.safetensors" "$opt" "$val" "$T"
+  local logits; logits="$OUT/inference_$(wc -l < "$OUT/inference_cases.txt").safetensors"
+  "$HZ" score "$OUT/runs/$n" "$OUT/$n.ids4" --ids --logits "$logits" "$@" > /dev/null
+  echo "$d $OUT/$n.ids4 $logits $opt $val $T" >> "$OUT/inference_cases.txt"
 }
 if [ -n "${HZ_RECIPES:-}" ]; then
   echo "e2e hf export: OK (HZ_RECIPES=$HZ_RECIPES: inference options and lm-eval skipped)"; exit 0
 fi
 if want inference; then
+  : > "$OUT/inference_cases.txt"
   export_recipe recipes/pretrain_rope.yaml
   export_recipe recipes/drope_recalibrate.yaml
   export_recipe recipes/pretrain_swan.yaml
@@ -147,6 +149,7 @@ if want inference; then
   inference_case pretrain_rope lampe 64,16 eval.lampe=true eval.lampe_local=64 eval.lampe_sink=16
   inference_case drope_recalibrate drope_c 0.4 eval.drope_c=0.4
   inference_case pretrain_swan swan_a 362 eval.swan_a=362
+  "$PY" "$SRC/tests/hf/compare_inference.py" --cases "$OUT/inference_cases.txt"  # one process: torch imported once
   echo "e2e hf export: inference-time options OK"
 fi
 # lm-eval-harness on one export (FoX: HorizonForCausalLM), offline, against horizon score / generate

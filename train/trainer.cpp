@@ -286,7 +286,8 @@ class Trainer {
   }
 
   void build_model() {
-    model_ = std::make_unique<nn::Transformer>(model_config_at(r_, start_), static_cast<uint64_t>(r_.run.seed));
+    model_ = std::make_unique<nn::Transformer>(model_config_at(r_, start_), static_cast<uint64_t>(r_.run.seed),
+                                               /*draw_weights=*/resume_path_.empty());  // a resume loads every one
     if (!resume_path_.empty()) {
       model_->load_state_dict(ck_.model, /*strict=*/true, resume_path_);
       if (saved_world_ / saved_context_ == dims_.data()) {

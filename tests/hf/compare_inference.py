@@ -1,6 +1,8 @@
 """Inference-time options of an exported HorizonForCausalLM, edited in config.json, against Horizon's.
 
 Usage: compare_inference.py EXPORT_DIR IDS LOGITS OPTION VALUE TRAIN_LENGTH
+       compare_inference.py --cases FILE   (one case a line, the six arguments separated by spaces:
+                                            one process, one import of torch, for every case)
 
 LOGITS are `horizon score --logits` of the token ids in IDS with `eval.OPTION=VALUE`; this copies the
 export, makes in its config.json the edit `horizon eval` makes for that option (eval/inference.cpp),
@@ -25,8 +27,8 @@ from transformers import AutoModelForCausalLM
 torch.set_num_threads(2)
 
 
-def main():
-    src, ids_file, logits_file, option, value, T = sys.argv[1:7]
+def check(src, ids_file, logits_file, option, value, T):
+    """One case: True when the edited export's logits agree with Horizon's within 1e-5."""
     T = int(T)
     with open(ids_file) as f:
         ids = [int(x) for x in f.read().split()]
@@ -65,10 +67,22 @@ def main():
             got = model(torch.tensor([ids]), use_cache=False).logits[0]
         want = load_file(logits_file)["logits"]
         err = ((got - want).abs().max() / want.abs().max()).item()
-        print(f"  eval.{option}={value} at length {L}: relative error {err:.2e}")
-        sys.exit(0 if err <= 1e-5 else 1)
+        ok = err <= 1e-5
+        print(f"  eval.{option}={value} at length {L}: relative error {err:.2e}{'' if ok else '  FAIL (> 1e-5)'}")
+        return ok
     finally:
         shutil.rmtree(work)
+
+
+def main():
+    if sys.argv[1] == "--cases":
+        with open(sys.argv[2]) as f:
+            cases = [line.split() for line in f if line.strip()]
+    else:
+        cases = [sys.argv[1:7]]
+    bad = sum(not check(*c) for c in cases)
+    print(f"{len(cases)} inference-time options, {bad} failed")
+    sys.exit(1 if bad else 0)
 
 
 if __name__ == "__main__":
