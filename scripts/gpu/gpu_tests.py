@@ -78,11 +78,13 @@ def run_watched(cmd, log, idle, hard, env=None):
     with open(log, "ab") as f:
         while True:
             t = now()
-            if t - last > idle:
-                why = "idle"
-                break
+            # the time limit first: an idle limit capped at the time left (the deadline) ends at the
+            # same moment, and a case cut by the deadline is "not run", not hung
             if t - t0 > hard:
                 why = "hard"
+                break
+            if t - last > idle:
+                why = "idle"
                 break
             r, _, _ = select.select([fd], [], [], min(1.0, max(0.05, hard - (t - t0))))
             if r:
