@@ -3,6 +3,7 @@
 // arithmetic they share: tiling.h.
 #include "attention/fused.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -166,7 +167,43 @@ bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
 
 Tensor as_f32(const Tensor& t) { return t.dtype() == DType::BF16 ? t.to(DType::F32) : t; }
 
+std::atomic<int> g_backend{static_cast<int>(AttnBackend::Auto)};
+
+// The kernels a call runs (CPU: the CPU kernel): cuDNN's where the backend allows and its plan
+// takes the call (attention/backend.h), else Horizon's tensor-core or reference kernels.
+struct Kernels {
+  bool tc = false;
+  bool cudnn = false;
+  CudnnGraphDesc graph;
+};
+Kernels choose_kernels(const AttnConfig& cfg, const AttnKernelParams& P, DType dt, Device dev) {
+  Kernels k;
+  if (!dev.is_cuda()) return k;
+  AttnBackend want = cfg.backend == AttnBackend::Auto ? attention_backend() : cfg.backend;
+  // a config or HZ_ATTN_IMPL that names one of Horizon's kernel families asks for Horizon's kernels
+  if (want == AttnBackend::Auto && (cfg.impl != AttnImpl::Auto || env_impl() != AttnImpl::Auto))
+    want = AttnBackend::Horizon;
+  if (want != AttnBackend::Horizon) {
+    const CudnnPlan plan = cudnn_plan(P, dt);
+    if (plan.ok && detail::cudnn_compiled()) {
+      k.cudnn = true;
+      k.graph = plan.graph;
+      return k;
+    }
+    HZ_CHECK(want != AttnBackend::CuDNN, NotImplementedError, "attention: run.attention_backend is cudnn, but ",
+             plan.ok ? std::string("this build has no cudnn-frontend (scripts/setup.sh installs its headers where "
+                                   "nvcc is found; configure with -DHZ_CUDNN=ON)")
+                     : "cuDNN cannot run this call: " + plan.why,
+             "; use auto or horizon");
+  }
+  k.tc = use_tensor_core(cfg, dt, P.D, dev);
+  return k;
+}
+
 }  // namespace
+
+void set_attention_backend(AttnBackend b) { g_backend = static_cast<int>(b); }
+AttnBackend attention_backend() { return static_cast<AttnBackend>(g_backend.load()); }
 
 // The CPU tiles follow the narrowest band the call has: a query tile of Bq rows under a window W
 // touches Bq + W - 1 keys in blocks of Bk, so wide tiles waste most of their columns on a narrow
@@ -248,13 +285,16 @@ DType kernel_dtype(DType dt, Device dev) { return dev.is_cpu() && dt == DType::B
 
 // The forward kernels of one nonempty call (q/k/v contiguous, in their storage dtype): returns out
 // in the kernel dtype, with the sink folded in; lse (B, H, Tq) in the accumulation dtype.
-Tensor run_forward(const AttnKernelParams& P, bool use_tc, const Tensor& qc, const Tensor& kc, const Tensor& vc,
+Tensor run_forward(const AttnKernelParams& P, const Kernels& kn, const Tensor& qc, const Tensor& kc, const Tensor& vc,
                    const KernelTerms& t, Tensor& lse) {
   const Device dev = qc.device();
+  const bool use_tc = kn.tc;
   Tensor out = Tensor::empty(qc.shape(), kernel_dtype(qc.dtype(), dev), dev);
   lse = Tensor::empty({P.B, P.H, P.Tq}, acc_dtype(qc.dtype()), dev);
   if (dev.is_cpu()) {
     detail::cpu_forward(P, as_f32(qc), as_f32(kc), as_f32(vc), t.ct, out, lse);
+  } else if (kn.cudnn) {  // the sinks inside cuDNN's softmax, lse included
+    detail::cudnn_forward(P, kn.graph, qc, kc, vc, P.sink ? t.z_dev : Tensor(), out, lse);
   } else {
     // sinks: the tensor-core epilogue folds them; around the reference kernels fold_sink does
     detail::cuda_forward(P, use_tc, qc, kc, vc, t.c_dev, t.ct.fox_c, P.sink && use_tc ? t.z_dev : Tensor(), out, lse);
@@ -271,15 +311,23 @@ struct KernelGrads {
 
 // The backward kernels of one nonempty call given its rows' out (kernel dtype) and lse; dc and dz
 // come back on the op's device in the accumulation dtype (CPU: f64).
-KernelGrads run_backward(const AttnKernelParams& P, bool use_tc, const Tensor& qc, const Tensor& kc, const Tensor& vc,
-                         const Tensor& out, const Tensor& lse, const Tensor& gc, const KernelTerms& t, bool need_c,
-                         bool need_z, bool need_f) {
+KernelGrads run_backward(const AttnKernelParams& P, const Kernels& kn, const Tensor& qc, const Tensor& kc,
+                         const Tensor& vc, const Tensor& out, const Tensor& lse, const Tensor& gc, const KernelTerms& t,
+                         bool need_c, bool need_z, bool need_f) {
   const Device dev = qc.device();
+  const bool use_tc = kn.tc;
   const DType kdt = kernel_dtype(qc.dtype(), dev);
   KernelGrads g;
   g.dq = Tensor::empty(qc.shape(), kdt, dev);
   g.dk = Tensor::empty(kc.shape(), kdt, dev);
   g.dv = Tensor::empty(kc.shape(), kdt, dev);
+  if (kn.cudnn) {  // cudnn_plan took no LogN c and no FoX gates
+    Tensor dz = P.sink ? Tensor::empty({P.H}, DType::F32, dev) : Tensor();
+    detail::cudnn_backward(P, kn.graph, qc, kc, vc, out, lse, gc, P.sink ? t.z_dev : Tensor(), g.dq, g.dk, g.dv,
+                           P.sink ? &dz : nullptr);
+    if (need_z) g.dz = dz;
+    return g;
+  }
   if (dev.is_cpu()) {
     std::vector<double> dcv, dzv;
     if (need_f) g.df = Tensor::empty({P.B, P.H, P.fox_T}, DType::F64);
@@ -387,7 +435,8 @@ struct PartCall {
   KernelTerms t;
   Device dev;
   DType dt, adt, kdt;
-  bool use_tc, empty;
+  Kernels kn;
+  bool empty;
 };
 PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
                      const Tensor& fox_c) {
@@ -406,7 +455,7 @@ PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, cons
     set_logn_c(c.t, logn_c, c.dev, c.adt);
   }
   set_part_fox(c.P, c.t, fox_c, c.dev, c.adt);
-  c.use_tc = c.dev.is_cuda() && use_tensor_core(cfg, c.dt, c.P.D, c.dev);
+  c.kn = choose_kernels(cfg, c.P, c.dt, c.dev);
   c.empty = c.qc.numel() == 0 || c.kc.numel() == 0;
   return c;
 }
@@ -422,7 +471,7 @@ Partial partial_attention(const AttnConfig& cfg, const Tensor& q, const Tensor& 
     p.out = Tensor::zeros(c.qc.shape(), c.adt, c.dev);
     return p;
   }
-  const Tensor out = run_forward(c.P, c.use_tc, c.qc, c.kc, c.vc, c.t, p.lse);
+  const Tensor out = run_forward(c.P, c.kn, c.qc, c.kc, c.vc, c.t, p.lse);
   p.out = out.dtype() == c.adt ? out : out.to(c.adt);
   return p;
 }
@@ -441,7 +490,7 @@ PartialGrads partial_attention_backward(const AttnConfig& cfg, const Tensor& q, 
     if (c.P.fox) g.dfox = Tensor::zeros(fox_c.shape(), c.adt, c.dev);
     return g;
   }
-  const KernelGrads kg = run_backward(c.P, c.use_tc, c.qc, c.kc, c.vc, out.to(c.kdt).contiguous(), lse.contiguous(),
+  const KernelGrads kg = run_backward(c.P, c.kn, c.qc, c.kc, c.vc, out.to(c.kdt).contiguous(), lse.contiguous(),
                                       gout.to(c.kdt).contiguous(), c.t, need_c, false, c.P.fox);
   g.dq = kg.dq.to(c.adt);
   g.dk = kg.dk.to(c.adt);
@@ -483,7 +532,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
              terms.forget.value().device().str(), ", the queries on ", dev.str());
   }
   const bool empty = qc.numel() == 0 || kc.numel() == 0;
-  const bool use_tc = dev.is_cuda() && use_tensor_core(cfg, dt, P.D, dev);
+  const Kernels kn = choose_kernels(cfg, P, dt, dev);
   // LogN's c: a host vector for the CPU kernel, a device tensor in the accumulation dtype on CUDA;
   // the sink likewise; FoX's c = cumsum(log f), differentiable (its node is an input of this op, so
   // dLoss/dc flows back through the prefix sum to log f), in f64 for the CPU kernel: the decay
@@ -510,7 +559,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
     if (P.sink)  // no key anywhere: every row's denominator is the sink alone
       lse = ops::add(Tensor::zeros({P.B, P.H, P.Tq}, adt, dev), terms.sink.value().to(dev).to(adt).view({1, P.H, 1}));
   } else {
-    out_saved = run_forward(P, use_tc, qc, kc, vc, kt, lse);
+    out_saved = run_forward(P, kn, qc, kc, vc, kt, lse);
     out = out_saved.dtype() == dt ? out_saved : out_saved.to(dt);  // bf16 on CPU: rounded once
   }
 
@@ -527,7 +576,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   AttnOutput res;
   res.lse = lse;
   res.out = ag::make_result(out, inputs, "fused_attention", [&] {
-    return [P, held, use_tc, empty, qc, kc, vc, out = out_saved, lse, kt, ic, iz, ifx, c_dtype, c_device,
+    return [P, held, kn, empty, qc, kc, vc, out = out_saved, lse, kt, ic, iz, ifx, c_dtype, c_device,
             z_dtype, z_device](const Tensor& g, ag::Grads& gr) {
       const Device dev = qc.device();
       const DType dt = qc.dtype();
@@ -542,7 +591,7 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
         if (need_z) kg.dz = Tensor::zeros({P.H}, z_dtype, z_device);
         if (need_f) kg.df = Tensor::zeros({P.B, P.H, P.Tk}, kt.ct.fox_c.dtype(), dev);
       } else {
-        kg = run_backward(P, use_tc, qc, kc, vc, out, lse, gc, kt, need_c, need_z, need_f);
+        kg = run_backward(P, kn, qc, kc, vc, out, lse, gc, kt, need_c, need_z, need_f);
       }
       if (gr.needs(0)) gr.set(0, kg.dq.dtype() == dt ? kg.dq : kg.dq.to(dt));
       if (gr.needs(1)) gr.set(1, kg.dk.dtype() == dt ? kg.dk : kg.dk.to(dt));

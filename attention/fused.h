@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "attention/backend.h"
 #include "attention/documents.h"
 #include "attention/spec.h"
 #include "attention/tiling.h"
@@ -38,6 +39,13 @@ namespace hz::attn {
 //               f64 and bf16; any D), the definition the fast kernels are checked against;
 //   TensorCore  the mma.sync kernels; refused with a clear error where they do not apply.
 enum class AttnImpl : uint8_t { Auto, Reference, TensorCore };
+
+// Which implementation runs a CUDA call (attention/backend.h): cuDNN's fused attention where it
+// expresses the call, Horizon's kernels (above) elsewhere. A config's Auto takes the process's
+// choice, run.attention_backend (set_attention_backend: the trainer and study::load_run set it from
+// the recipe; auto by default).
+void set_attention_backend(AttnBackend b);
+AttnBackend attention_backend();
 
 struct AttnConfig {
   std::vector<int64_t> window;      // per query head, 0 = unbounded
@@ -80,6 +88,7 @@ struct AttnConfig {
   // costs are amortised); the tensor-core kernels have their own (attn_tiles()).
   int64_t block_q = 0, block_k = 0;
   AttnImpl impl = AttnImpl::Auto;
+  AttnBackend backend = AttnBackend::Auto;  // on CUDA; Auto: attention_backend()
 };
 
 // The op's config for a layer spec at sequence length T: one window per query head (SCOPE scopes

@@ -8,8 +8,10 @@
 // CUDA: f32, f64 or bf16 storage with f32 (f64 for f64) accumulation; lse in f32 (f64);
 // logn_c (H) on the device in the accumulation dtype, or undefined.
 #pragma once
+#include <string>
 #include <vector>
 
+#include "attention/backend.h"
 #include "attention/fused.h"
 
 namespace hz::attn::detail {
@@ -56,5 +58,16 @@ void cuda_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q, cons
                    Tensor* dfox_k, Tensor* dsink_rows);
 AttnStats cuda_stats();  // every device used so far (synchronises them)
 void cuda_reset_stats();
+
+// ---- cuDNN (attention/cuda/attn_cudnn.cpp; attention/cuda/cudnn_stub.cpp without the frontend) ---
+// The calls attention/backend.h's cudnn_plan accepts: bf16 q, k, v, out, gout, dq, dk, dv; lse (B, H, Tq)
+// f32; sink and dsink (H) f32 on the device (g.sink). Gradients are written, not accumulated.
+bool cudnn_compiled();       // built with cudnn-frontend's headers (HZ_CUDNN)?
+std::string cudnn_version(); // libcudnn's, once a call has opened it ("9.13.0"); "" before
+void cudnn_forward(const AttnKernelParams& P, const CudnnGraphDesc& g, const Tensor& q, const Tensor& k,
+                   const Tensor& v, const Tensor& sink, Tensor& out, Tensor& lse);
+void cudnn_backward(const AttnKernelParams& P, const CudnnGraphDesc& g, const Tensor& q, const Tensor& k,
+                    const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& sink,
+                    Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dsink);
 
 }  // namespace hz::attn::detail

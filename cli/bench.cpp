@@ -1,5 +1,5 @@
 // Horizon: benchmarks printed as tables.
-//   horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]
+//   horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core|cudnn]
 //                           [--T 1024,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]
 //                           [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docs2048,chunk8192,sink4]
 //                           [--logits identity,scale_invariant,...] [--terms none,sink,fox,sink+fox] [--json FILE]
@@ -47,6 +47,8 @@ namespace hz::cli {
 
 namespace {
 
+const int32_t kAnyDocuments = 0;  // a non-null documents table for cudnn_plan's question
+
 int bench_attention(const Flags& args) {
   const std::string device = args.get("device", "cpu");
   HZ_CHECK(device == "cpu" || device == "cuda", ValueError, "bench: --device cpu or cuda, got '", device, "'");
@@ -71,8 +73,8 @@ int bench_attention(const Flags& args) {
     HZ_CHECK(t == "none" || t == "sink" || t == "fox" || t == "sink+fox", ValueError, "bench: --terms takes none, sink, "
              "fox and sink+fox, got '", t, "'");
   const std::string impl = args.get("impl", "auto");
-  HZ_CHECK(impl == "auto" || impl == "reference" || impl == "tensor_core", ValueError,
-           "bench: --impl auto, reference or tensor_core");
+  HZ_CHECK(impl == "auto" || impl == "reference" || impl == "tensor_core" || impl == "cudnn", ValueError,
+           "bench: --impl auto, reference, tensor_core or cudnn");
   const std::string json = args.get("json", "");
   FILE* jf = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
   HZ_CHECK(json.empty() || jf, ValueError, "bench: cannot write ", json);
@@ -96,6 +98,7 @@ int bench_attention(const Flags& args) {
           cfg.logit = attn::parse_logit(lg);
           cfg.impl = impl == "reference" ? attn::AttnImpl::Reference
                      : impl == "tensor_core" ? attn::AttnImpl::TensorCore : attn::AttnImpl::Auto;
+          if (impl == "cudnn") cfg.backend = attn::AttnBackend::CuDNN;
           if (m == "causal") cfg.window.assign(H, 0);
           else if (m == "swa") cfg.window.assign(H, std::min(W, T));
           else if (m == "scope") cfg.window = attn::scope_windows(H, T);
@@ -125,6 +128,14 @@ int bench_attention(const Flags& args) {
             cost.flops_fwd_bwd /= B;
           }
           const bool tc = attn::attn_tiles(cfg, dev, dt, D, T).tensor_core;
+          // the kernels that run (fused.cpp's choice): cuDNN's where the call goes there (attention/backend.h)
+          attn::AttnKernelParams P = attn::make_kernel_params(cfg, B, H, H, T, T, D);
+          P.sink = terms.find("sink") != std::string::npos;
+          P.fox = terms.find("fox") != std::string::npos;
+          if (cfg.documents) P.doc_start = P.doc_end = &kAnyDocuments;  // any: the plan asks whether there are some
+          const bool on_cudnn = gpu && attn::cudnn_compiled() && attn::cudnn_plan(P, dt).ok &&
+                                (impl == "cudnn" || (impl == "auto" && attn::attention_backend() != attn::AttnBackend::Horizon));
+          const char* kernel = !gpu ? "cpu" : on_cudnn ? "cudnn" : tc ? "tensor_core" : "reference";
           Generator g(1);
           ag::Variable q(g.normal({B, H, T, D}, 0, 1, dt, dev), true), k(g.normal({B, H, T, D}, 0, 1, dt, dev), true),
               v(g.normal({B, H, T, D}, 0, 1, dt, dev), true);
@@ -186,7 +197,7 @@ int bench_attention(const Flags& args) {
                        "\"B\": {}, \"H\": {}, \"T\": {}, \"mask\": \"{}\", \"logit\": \"{}\", \"terms\": \"{}\", \"pairs\": {}, "
                        "\"fwd_ms\": {:.4f}, \"fwd_bwd_ms\": {:.4f}, \"tflops_fwd\": {:.4f}, \"tflops_fwd_bwd\": {:.4f}, "
                        "\"peak_mib\": {:.2f}}}\n",
-                       device, dts, gpu ? (tc ? "tensor_core" : "reference") : "cpu", D, B, H, T, m, lg, terms,
+                       device, dts, kernel, D, B, H, T, m, lg, terms,
                        static_cast<int64_t>(pairs), f_ms, t_ms, tf_f, tf_fb, peak / 1048576.0);
         }
       }
@@ -429,7 +440,7 @@ int bench_main(const std::vector<std::string>& args) {
   if (args.size() < 2 || help) {
     fmt::print("{}", "usage: horizon bench train RECIPE.yaml [--steps 20] [--warmup 3] [--max-gib G] [key=value ...]\n"
                "       horizon bench optimizer [--params 124000000] [--reps 5]\n"
-               "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core]\n"
+               "       horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core|cudnn]\n"
                "                               [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]\n"
                "                               [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docsN,chunkN,sinkS]\n"
                "                               [--logits identity,scale_invariant,logn,swan_row,temperature]\n"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/accounting.h"
+#include "attention/backend.h"
 #include "cli/commands.h"
 #include "core/device.h"
 #include "core/version.h"
@@ -44,6 +45,11 @@ int info_main(const std::vector<std::string>& a) {
   fmt::print("\nrecipe {} (run {})\n  parameters: {}\n", r.source_file, r.run.name, m.num_parameters());
   for (size_t l = 0; l < m.layers.size(); ++l)
     fmt::print("  layer {:>2}: {:<12} {}\n", l, m.cfg.layer_kind_names()[l], m.layers[l]->attn->spec.describe());
+  // which implementation runs each layer kind's attention on a GPU (attention/backend.h)
+  fmt::print("\nattention on a GPU (run.attention_backend: {}, {} activations{}):\n", attn::name(r.run.attention_backend),
+             r.run.precision == nn::Precision::BF16 ? "bf16" : dtype_name(m.cfg.dtype),
+             attn::cudnn_compiled() ? "" : "; this build has no cudnn-frontend");
+  for (const auto& [kind, route] : r.attention_routes()) fmt::print("  layer kind {}: {}\n", kind, route.describe());
   fmt::print("\nattention cost per sequence (all layers): visible pairs and forward FLOPs\n");
   fmt::print("{:>8} {:>16} {:>12} {:>10}\n", "T", "visible pairs", "GFLOP fwd", "vs dense");
   for (int64_t T : r.eval_lengths()) {

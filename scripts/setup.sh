@@ -30,6 +30,10 @@ else
   echo "[setup] system packages present"
 fi
 
+# cuDNN's fused attention: cudnn-frontend's headers (PyPI), where a CUDA build will be configured
+if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  scripts/tools/cudnn_frontend.sh > /dev/null
+fi
 [ "${HZ_SETUP_PACKAGES_ONLY:-0}" = "1" ] && exit 0  # scripts/test.sh: the packages first, then the venv beside the build
 
 BUILD_DIR=${HZ_BUILD_DIR:-build}

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "attention/fused.h"
 #include "distributed/communicator.h"
 #include "hf/hf.h"
 #include "study/hf_models.h"
@@ -52,6 +53,7 @@ LoadedRun load_run(const std::string& target, const std::vector<std::string>& ov
   auto local = dist::make_local();
   lr.model->to(train::train_device(lr.recipe, *local));
   lr.model->compute_dtype = nn::compute_dtype_of(lr.recipe.run.precision);
+  attn::set_attention_backend(lr.recipe.run.attention_backend);  // its CUDA calls: cuDNN / Horizon's kernels
   return lr;
 }
 

@@ -63,6 +63,11 @@ void visit_fields(Recipe& r, V& v) {
   v("run.tf32", r.run.tf32, run_opt("CUDA only: f32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative)"));
   v("run.peak_tflops", r.run.peak_tflops,
     run_opt("peak TFLOP/s for the logged MFU (0 = the GPU's known dense peak for the precision; no MFU on CPU)").at_least(0));
+  v.enumeration("run.attention_backend", r.run.attention_backend,
+                run_opt("CUDA attention: auto (cuDNN's fused attention for the layers it expresses, Horizon's kernels for "
+                        "the rest) | horizon | cudnn (refuses a layer cuDNN cannot express, naming the ingredient); "
+                        "horizon info shows each layer kind's route"),
+                attn::parse_attn_backend, static_cast<const char* (*)(attn::AttnBackend)>(attn::name));
   nn::ModelConfig& m = r.model.cfg;
   v("model.vocab_size", m.vocab_size, arch("vocabulary size: at least the tokenizer's (byte: 259; horizon tokenize --info TOKENIZER)").in(1, 2147483647));
   v("model.d_model", m.d_model, arch("residual width C").in(1, 1 << 20));
@@ -866,6 +871,22 @@ eval::EvalOptions Recipe::eval_options() const {
   return o;
 }
 
+std::vector<std::pair<std::string, attn::LayerRoute>> Recipe::attention_routes() const {
+  const nn::ModelConfig m = model_config();  // SWAN's converted kinds included
+  const DType dt = run.precision == nn::Precision::BF16 ? DType::BF16 : m.dtype;
+  std::vector<std::pair<std::string, attn::LayerRoute>> routes;
+  for (const auto& k : m.kinds) {
+    try {
+      routes.emplace_back(k.name, attn::route_layer(k.attn, m.n_heads, m.kv_heads(), m.hdim(), data.seq_len,
+                                                    data.seq_len, dt, data.documents == attn::DocumentMode::Masked,
+                                                    run.attention_backend));
+    } catch (const hz::Error& e) {
+      throw RecipeError(source_file + ": layer kind '" + k.name + "': " + e.what());
+    }
+  }
+  return routes;
+}
+
 void Recipe::validate() const {
   auto bad = [&](const std::string& what) { throw RecipeError(source_file + ": " + what); };
   if (run.name.empty() || run.name.find('/') != std::string::npos) bad("run.name must be a non-empty name without '/'");
@@ -961,6 +982,10 @@ void Recipe::validate() const {
     if (drope.at_step >= 0 && drope.partial()) drope_config(model_config(), drope.qk_norm, drope).validate();
   } catch (const ValueError& e) {
     bad(std::string(e.what()) + " (data.seq_len = " + std::to_string(data.seq_len) + ")");
+  }
+  if (run.attention_backend == attn::AttnBackend::CuDNN) {
+    if (run.device != DeviceType::CUDA) bad("run.attention_backend: cudnn applies to run.device=cuda only");
+    (void)attention_routes();  // a layer kind cuDNN cannot express: refused, naming the ingredient
   }
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/backend.h"
 #include "attention/documents.h"
 #include "attention/spec.h"
 #include "data/positions.h"
@@ -55,6 +56,7 @@ struct RunSection {
   nn::Precision precision = nn::Precision::FP32;  // fp32 | bf16 (f32 master weights and optimizer state, bf16 activations/GEMMs)
   bool tf32 = false;               // CUDA: f32 GEMMs on TF32 tensor cores (fp32 runs only)
   double peak_tflops = 0;          // MFU denominator; 0 = known GPU peak (H100/H200: 989 bf16, 495 tf32, 67 fp32), none on CPU
+  attn::AttnBackend attention_backend = attn::AttnBackend::Auto;  // CUDA: cuDNN's fused attention / Horizon's kernels
 };
 
 struct ModelSection {
@@ -157,6 +159,10 @@ struct Recipe {
 
   // Impossible configurations refused before training (names the field and what to change).
   void validate() const;
+  // Each layer kind's attention route on a GPU (attention/backend.h) at data.seq_len, in the run's
+  // precision, under run.attention_backend: what horizon info and the run log print. RecipeError
+  // naming the kind and the ingredient when run.attention_backend is cudnn and cuDNN cannot run it.
+  std::vector<std::pair<std::string, attn::LayerRoute>> attention_routes() const;
   // The model config the run starts with (SWAN conversion applied; train_len = data.seq_len).
   nn::ModelConfig model_config() const;
   std::vector<int64_t> eval_lengths() const;

@@ -17,6 +17,7 @@
 #endif
 
 #include "attention/accounting.h"
+#include "attention/fused.h"
 #include "core/device.h"
 #include "core/hash.h"
 #include "core/version.h"
@@ -311,9 +312,12 @@ class Trainer {
     }
     if (dev_.is_cuda()) cuda::set_allow_tf32(r_.run.tf32);
     place(*model_);
-    if (dev_.is_cuda())
+    if (dev_.is_cuda()) {
       log("device {}: {}, precision {}{}", dev_.str(), cuda::device_name(dev_.index), nn::name(r_.run.precision),
           r_.run.tf32 ? " (TF32 GEMMs)" : "");
+      attn::set_attention_backend(r_.run.attention_backend);
+      for (const auto& [kind, route] : r_.attention_routes()) log("layer kind {}: {}", kind, route.describe());
+    }
     else if (r_.run.precision == nn::Precision::BF16)
       log("device cpu, precision bf16");
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU attention benchmark, side by side in one run: Horizon's fused op (`horizon bench attention
-# --device cuda`, bf16, tensor-core kernels unless HZ_ATTN_IMPL says otherwise) and PyTorch on the
+# --device cuda`, bf16: its own tensor-core kernels, and cuDNN's fused attention for the causal and
+# sliding-window cases it routes there) and PyTorch on the
 # same GPU (SDPA's flash backend for causal, FlexAttention with BlockMasks for causal, SWA, SCOPE's
 # per-head windows and scale-invariant logits as a score_mod; scripts/bench/bench_attention_gpu.py).
 # Lengths interleaved (Horizon T, PyTorch T, next T ...), shapes as FlashAttention's benchmark
@@ -43,10 +44,14 @@ for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before t
       continue
     fi
     echo "[bench_attention_gpu] D=$D T=$T" >&2
-    "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
+    "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" --impl tensor_core \
       --masks causal,swa,scope,docs2048,chunk2048,sink4 --logits identity,scale_invariant \
       --json "$out/hz_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon failed at D=$D T=$T" >&2
+    # cuDNN's fused attention, where Horizon routes what it expresses (attention/backend.h)
+    "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" --impl cudnn \
+      --masks causal,swa --logits identity --json "$out/hzcudnn_${D}_${T}.json" >&2 ||
+      echo "[bench_attention_gpu] Horizon through cuDNN failed at D=$D T=$T" >&2
     if [ $have_torch = 1 ]; then
       flex=()
       [ "$flex_t" = all ] || [[ ",$flex_t," == *",$T,"* ]] || flex=(--flex-cases "")

@@ -8,7 +8,7 @@ import json
 import sys
 
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
-hz = {(r["D"], r["T"], r["mask"], r["logit"]): r for r in rows if r["impl"] == "horizon"}
+hz = {(r["D"], r["T"], r["mask"], r["logit"], r["kernel"]): r for r in rows if r["impl"] == "horizon"}
 th = {(r["impl"], r["D"], r["T"], r["mask"], r["logit"]): r for r in rows if r["impl"] != "horizon"}
 if not hz:
     sys.exit("no Horizon rows")
@@ -27,10 +27,11 @@ for D in sorted({k[0] for k in hz}):
           "| sdpa/hz | flex/hz | target |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for T in sorted({k[1] for k in hz if k[0] == D}):
+      for kernel in ("tensor_core", "cudnn", "reference"):  # Horizon's kernels, cuDNN's (each against its own causal)
         for logit in ("identity", "scale_invariant", "logn", "swan_row", "temperature"):
-            c = hz.get((D, T, "causal", logit))
+            c = hz.get((D, T, "causal", logit, kernel))
             for mask in ("causal", "swa", "scope", "docs2048", "chunk2048", "sink4"):
-                r = hz.get((D, T, mask, logit))
+                r = hz.get((D, T, mask, logit, kernel))
                 if not r:
                     continue
                 pr = c["pairs"] / r["pairs"] if c else float("nan")

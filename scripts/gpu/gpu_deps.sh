@@ -5,7 +5,7 @@
 # A lent GPU machine has nvcc, cuBLAS(Lt), cuDNN, NCCL, CMake, ninja and PyTorch but no apt and no
 # yaml-cpp, HDF5, fmt, nlohmann-json, PCRE2, utf8proc, SentencePiece, GoogleTest or MPI. This script downloads Debian's -dev packages (apt-get
 # download: no root needed, nothing is installed), keeps their headers and static archives and
-# packs them (~7 MB). scripts/gpu/gpu_check.sh unpacks them there and configures CMake with
+# packs them (~7 MB), with cudnn-frontend's headers (scripts/tools/cudnn_frontend.sh). scripts/gpu/gpu_check.sh unpacks them there and configures CMake with
 # -DHZ_DEPS_PREFIX=<prefix>, which links those archives (fmt header-only, no MPI, portable CPU
 # GEMM), so the build needs nothing else from the machine.
 #
@@ -14,7 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=.deps/gpu-deps.tar.xz
-if [ -f "$OUT" ] && [ "${HZ_FORCE:-0}" != "1" ]; then
+# cudnn-frontend's headers (cuDNN's fused attention) ride along: an archive without them (or with
+# another pinned version) is rebuilt
+fe=$(scripts/tools/cudnn_frontend.sh)
+fe_version=$(cat "$fe/../VERSION")
+if [ -f "$OUT" ] && [ "${HZ_FORCE:-0}" != "1" ] && [ "$(tar -xJOf "$OUT" ./cudnn-frontend.version 2> /dev/null)" = "$fe_version" ]; then
   echo "[gpu_deps] $OUT exists ($(du -h "$OUT" | cut -f1)); HZ_FORCE=1 to rebuild"
   exit 0
 fi
@@ -43,6 +47,8 @@ done
 # SentencePiece ships no static archive: its shared library (needs only glibc >= 2.34 and a GCC 11
 # libstdc++; protobuf-lite is inside it) is linked by full path, found through the build's rpath
 cp -L "$L/libsentencepiece.so.0" "$prefix/lib/libsentencepiece.so.0"
+cp -r "$fe"/. "$prefix/include/"
+echo "$fe_version" > "$prefix/cudnn-frontend.version"
 mkdir -p .deps
 tar -C "$prefix" -cJf "$OUT" .
 echo "[gpu_deps] wrote $OUT ($(du -h "$OUT" | cut -f1)): $(tar -tJf "$OUT" | grep -c '\.a$') static archives"

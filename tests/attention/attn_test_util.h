@@ -168,10 +168,11 @@ inline std::vector<double> reverse_cumsum_rows(const std::vector<double>& dc, in
 // The op on a device and dtype: rotary encoding (when the problem has one) and fused attention,
 // forward and backward with upstream gradient g; gradients w.r.t. the un-rotated q, k.
 inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, AttnImpl impl = AttnImpl::Auto,
-              bool rotate = true) {
+              bool rotate = true, AttnBackend backend = AttnBackend::Auto) {
   const AttnConfig base = config_of(p);
   AttnConfig cfg = base;
   cfg.impl = impl;
+  cfg.backend = backend;
   if (cfg.positions.defined()) cfg.positions = cfg.positions.to(dev);
   const DType cdt = dt == DType::F64 ? DType::F64 : DType::F32;
   ag::Variable q(Tensor::from_vector(in.q, {p.B, p.H, p.Tq, p.D}, dt).to(dev), true);

@@ -100,6 +100,86 @@ INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaBf16, ::testing::ValuesIn(bf16_cases())
                                   info.param.p.tag();
                          });
 
+// ---- cuDNN's fused attention (attention/backend.h) --------------------------------------------------
+// Every case of the bf16 lists that cuDNN expresses, with and without sinks, through cuDNN: the same
+// floor as Horizon's kernels against the f64 CPU op, forward, lse and every gradient (the sinks' too).
+bool cudnn_takes(const Problem& p) {
+  AttnKernelParams P = make_kernel_params(config_of(p), p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
+  P.sink = p.sink;
+  P.fox = p.fox;
+  if (p.drawn) P.positions = reinterpret_cast<const double*>(&p);  // any non-null: drawn positions
+  if (!p.docs.empty()) P.doc_start = P.doc_end = reinterpret_cast<const int32_t*>(&p);
+  return cudnn_plan(P, DType::BF16).ok;
+}
+std::vector<Problem> cudnn_cases() {
+  std::vector<Problem> v;
+  for (int64_t D : {64, 128}) {
+    std::vector<Problem> all = combos(D, 100);
+    for (const Problem& p : shapes(D)) all.push_back(p);
+    for (MaskKind m : {MaskKind::Causal, MaskKind::Window}) {  // decoding: the queries are the last keys
+      Problem dec;
+      dec.D = D;
+      dec.mask = m;
+      dec.Tq = 17, dec.Tk = 130, dec.H = 8, dec.Hkv = 2;
+      all.push_back(dec);
+    }
+    for (Problem p : all)
+      for (bool sink : {false, true}) {
+        p.sink = sink;
+        if (cudnn_takes(p)) v.push_back(p);
+      }
+  }
+  return v;
+}
+TEST(FusedCudaCudnn, TheCasesCoverWhatCudnnIsTold) {  // no GPU needed
+  bool window = false, alibi = false, sink = false, gqa = false, decode = false, temperature = false;
+  for (const Problem& p : cudnn_cases()) {
+    window |= p.mask == MaskKind::Window;
+    alibi |= p.pos == PosKind::Alibi;
+    sink |= p.sink;
+    gqa |= p.Hkv < p.H;
+    decode |= p.Tq < p.Tk;
+    temperature |= p.logit == LogitKind::Temperature;
+  }
+  EXPECT_TRUE(window && alibi && sink && gqa && decode && temperature)
+      << "window " << window << ", ALiBi " << alibi << ", sinks " << sink << ", GQA " << gqa << ", decoding " << decode
+      << ", temperature " << temperature;
+  EXPECT_GE(cudnn_cases().size(), 40u);
+}
+class FusedCudaCudnn : public ::testing::TestWithParam<Problem> {};
+TEST_P(FusedCudaCudnn, MatchesCpuWithinTheBf16Floor) {
+  HZT_NEED_GPU();
+  if (!cudnn_compiled()) GTEST_SKIP() << "this build has no cudnn-frontend (HZ_CUDNN)";
+  const Problem& p = GetParam();
+  const Inputs in = bf16_inputs(p, 53);
+  const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+  const Result low = naive(p, in, true);
+  const Result x = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::Auto, false, AttnBackend::CuDNN);
+  expect_results(x, low, ref, 3.0, 1e-3);
+  // and cuDNN's repeats bit for bit (its deterministic backward)
+  const Result again = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::Auto, false, AttnBackend::CuDNN);
+  EXPECT_EQ(x.out, again.out);
+  EXPECT_EQ(x.dq, again.dq);
+  EXPECT_EQ(x.dk, again.dk);
+  EXPECT_EQ(x.dv, again.dv);
+}
+INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaCudnn, ::testing::ValuesIn(cudnn_cases()),
+                         [](const ::testing::TestParamInfo<Problem>& info) { return info.param.tag(); });
+
+TEST(FusedCudaCudnn, ForcedOnACallItCannotExpressIsRefusedByName) {
+  HZT_NEED_GPU();
+  Problem p;
+  p.mask = MaskKind::Scope;
+  const Inputs in = bf16_inputs(p, 59);
+  try {
+    (void)run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::Auto, false, AttnBackend::CuDNN);
+    FAIL() << "cudnn ran SCOPE";
+  } catch (const NotImplementedError& e) {
+    EXPECT_NE(std::string(e.what()).find(cudnn_compiled() ? "SCOPE per-head scopes" : "no cudnn-frontend"),
+              std::string::npos) << e.what();
+  }
+}
+
 // ---- counters, determinism, the implementation switch, LaMPE ----------------------------------------
 TEST(FusedCuda, VisitedBlocksEqualTheCpuOpsAtTheSameTiles) {
   HZT_NEED_GPU();

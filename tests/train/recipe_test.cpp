@@ -2,8 +2,11 @@
 // override precedence, resolved-recipe round trip, every shipped recipe valid.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "study/sweep.h"
@@ -314,4 +317,42 @@ TEST(Recipe, ArchitectureChangesAreNamedAndRefused) {
         {"eval.drope_c=0.4", "eval.swan_a=362"}, {"run.device=cpu", "train.steps=500", "eval.lengths=[64]"}})
     EXPECT_EQ(refusal(ok), "") << ok[0];
   EXPECT_TRUE(architecture_changes(trained, trained).empty());
+}
+
+// The route every shipped recipe's layer kinds take on a GPU in bf16 (attention/backend.h): cuDNN's
+// fused attention for the kinds it expresses, Horizon's kernels for the rest, named by the
+// ingredient. A change to this table is a change to what runs where: review it, then update it
+// (HZ_PRINT_ROUTES=1 prints the table as it is now).
+TEST(Recipe, AttentionRoutesOfEveryShippedRecipe) {
+  const std::map<std::string, std::string> want = {
+#include "tests/train/attention_routes.inc"
+  };
+  std::map<std::string, std::string> got;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(std::string(HZ_SOURCE_DIR) + "/recipes")) {
+    const std::string p = e.path().string();
+    if (e.path().extension() != ".yaml" || p.find(".sweep.yaml") != std::string::npos) continue;
+    const std::string name = std::filesystem::relative(e.path(), std::string(HZ_SOURCE_DIR) + "/recipes").string();
+    const Recipe r = load_recipe(p, {"run.precision=bf16"});
+    for (const auto& [kind, route] : r.attention_routes()) got[name + " " + kind] = route.describe();
+    // in f32 every kind runs Horizon's kernels: cuDNN's fused attention takes bf16
+    for (const auto& [kind, route] : load_recipe(p, {"run.precision=fp32"}).attention_routes())
+      EXPECT_EQ(route.backend, hz::attn::AttnBackend::Horizon) << name << " " << kind;
+  }
+  if (std::getenv("HZ_PRINT_ROUTES"))
+    for (const auto& [k, v] : got) std::printf("    {\"%s\", \"%s\"},\n", k.c_str(), v.c_str());
+  EXPECT_EQ(got, want);
+  EXPECT_GE(got.size(), 40u);
+}
+
+TEST(Recipe, ForcedCudnnRefusesWhatItCannotExpressByName) {
+  const std::string scope =
+      "run: {device: cuda, precision: bf16, attention_backend: cudnn}\n"
+      "model:\n  layer_kinds:\n    s: {pos: none, mask: scope}\n  pattern: [s]\n";
+  EXPECT_TRUE(has(error_of(scope), "layer kind 's'"));
+  EXPECT_TRUE(has(error_of(scope), "SCOPE per-head scopes"));
+  EXPECT_TRUE(has(error_of("run: {device: cuda, attention_backend: cudnn}\n"), "f32 activations"));
+  EXPECT_TRUE(has(error_of("run: {precision: bf16, attention_backend: cudnn}\n"), "run.device=cuda only"));
+  EXPECT_TRUE(has(error_of("run: {attention_backend: flash}\n"), "auto, horizon or cudnn"));
+  const Recipe ok = parse_recipe("run: {device: cuda, precision: bf16, attention_backend: cudnn}\n", "ok.yaml");
+  EXPECT_EQ(ok.attention_routes().front().second.describe(), "cudnn (causal)");
 }
