@@ -17,11 +17,12 @@
 #                    every case counted once; a binary that does not load gets a row saying why
 #   nccl             scripts/gpu/nccl_check.sh: the NCCL communicator on one rank and two, training on
 #                    two ranks, context parallelism over NCCL (the ring and the all-gather)
-#   racecheck        compute-sanitizer racecheck (and synccheck) on the attention's edge shapes
+#   racecheck        compute-sanitizer racecheck (and synccheck) on the attention's edge shapes and on
+#                    the tensor-core kernels' general variant (chunks, sink tokens, prefix, positions)
 #   memcheck         compute-sanitizer memcheck on the same edge shapes and a few cases of the
 #                    other suites (kernel errors counted apart from API errors; the out-of-memory
 #                    test that asks for 4 TiB is left out)
-#   lab              the kernel lab, one process per variant and head dim
+#   lab              the kernel lab, one process per tensor-core variant and head dim
 #   bench-train      training tokens/s and MFU vs PyTorch at the GPT-2-small shape: Horizon bf16,
 #                    PyTorch eager (SDPA), torch.compile when 2 minutes remain, then the extras
 #   bench-attention  Horizon vs SDPA-flash at every length and head dim, FlexAttention at the
@@ -267,11 +268,11 @@ stage_test_cpu() {
   ended test-cpu
 }
 
-# sanitize TOOL BIN FILTER [SECONDS]: one line with kernel errors apart from API errors (an API
+# sanitize TOOL BIN FILTER [SECONDS [TAG]]: one line with kernel errors apart from API errors (an API
 # error is a CUDA call that returned an error, which a test may provoke on purpose)
 sanitize() {
   local tool=$1 bin=$2 filter=$3 log rc total api kern
-  log="$LOGS/sanitize_${tool}_$(basename "$bin").log"
+  log="$LOGS/sanitize_${tool}_$(basename "$bin")${5:+_$5}.log"  # $5: a tag when one binary runs twice
   [ -x "$BUILD/$bin" ] || { say "- $tool $bin: not built"; return; }
   command -v compute-sanitizer > /dev/null || { say "- $tool $bin: compute-sanitizer not found"; return; }
   bounded "${4:-240}" "$log" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
@@ -292,6 +293,7 @@ sanitize() {
 # the attention's edge shapes: ragged tiles (77, 33 x 130), a key range ending inside a tile, the
 # plain causal case, D 128
 EDGE='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128'
+GENERAL='FusedCuda.ChunksSinkTokensPrefixAndPositionsOnTheTensorCoreKernels'
 
 stage_memcheck() {
   starts "compute-sanitizer memcheck" 60 || return
@@ -322,7 +324,8 @@ stage_lab() {
   local D v log rc
   say '```'
   for D in 64 128; do
-    for v in 0 1 2 3; do
+    for v in 1 2 3; do  # the tensor-core variants (each validated against variant 0, the reference, on
+                        # small ragged problems first); timing the reference itself costs ~100 s at 8K
       log="$LOGS/lab_d${D}_v$v.log"
       bounded 90 "$log" "$BUILD/attention_lab" "$v" --D "$D" --T 1024,8192 --reps 10
       rc=$?
@@ -335,9 +338,13 @@ stage_lab() {
 }
 
 stage_racecheck() {
-  starts "compute-sanitizer racecheck / synccheck (attention edge shapes)" 40 || return
+  starts "compute-sanitizer racecheck / synccheck (attention edge shapes, the general variant)" 40 || return
   sanitize racecheck hz_test_attention "$EDGE" 150
   sanitize synccheck hz_test_attention "$EDGE" 60
+  # the tensor-core kernels' general variant: its key-position buffer and the second interval
+  # (chunks, sink tokens, a prefix, drawn positions) in shared memory
+  sanitize racecheck hz_test_attention "$GENERAL" 150 general
+  sanitize synccheck hz_test_attention "$GENERAL" 60 general
   ended racecheck
 }
 

@@ -11,7 +11,9 @@
 #      started with torchrun's variables and the TCP rendezvous (both ranks exit 0, rank 0 prints
 #      its final loss);
 #   4. context parallelism: the same run on one rank, and on two ranks sharing each sequence
-#      (parallel.context=2: the ring, then the all-gather): the step-20 losses agree to 1e-3.
+#      (parallel.context=2: the ring, then the all-gather): the step-20 losses agree to 1e-3; then
+#      recipes/pretrain_streaming_sinks.yaml in bf16 (window layers with sink tokens: the halo, on
+#      the tensor-core kernels' general variant), agreeing to 2e-2.
 # With fewer GPUs than ranks NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); the
 # two-rank steps then run again with a distinct NCCL_HOSTID per rank (each rank looks like its own
 # host; they talk over loopback sockets), and the report says so.
@@ -198,6 +200,25 @@ else
     row "context parallel ($ex, 2 ranks, $mode)" "$res" "$one_rc / $pair_rc0 / $pair_rc1" "$(( $(date +%s) - t0 ))" \
       "step-20 loss one rank ${one_loss:-missing}, two ranks ${cp_loss:-missing}"
   done
+  # through the halo: window layers with sink tokens (StreamingLLM) in bf16, Horizon's tensor-core
+  # kernels (their general variant: the pinned sinks' positions); the global layers take the ring.
+  # bf16 rounds the two runs' sums in other orders: their step-20 losses agree to 2e-2
+  t0=$(date +%s)
+  halo_args=(train "$SRC/recipes/pretrain_streaming_sinks.yaml" train.steps=20 schedule.warmup_steps=5
+             train.log_every=10 run.device=cuda run.precision=bf16 run.out_dir="$TMP/runs" data.cache_dir="$TMP/data"
+             eval.every=0 eval.final=false checkpoint.every=0 data.seq_len=1024 data.batch_size=2)
+  # (T 1024 on 2 ranks: chunks of 256 tokens, longer than the window's 127 keys back, so the halo)
+  timeout 180 "$HZ" "${halo_args[@]}" run.name=halo_one > "$REPORT_DIR/cp_halo_one.log" 2>&1
+  one_rc=$?
+  one_loss=$(final_loss "$REPORT_DIR/cp_halo_one.log")
+  pair "cp_halo" "$mode" "$HZ" "${halo_args[@]}" parallel.context=2 run.name=halo_two
+  cp_loss=$(final_loss "$REPORT_DIR/cp_halo.rank0.log")
+  agree=$(python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print('yes' if abs(a - b) <= 2e-2 * abs(a) else 'no')" \
+    "${one_loss:-nan}" "${cp_loss:-nan}" 2>/dev/null)
+  res=$([ $one_rc -eq 0 ] && [ $pair_rc0 -eq 0 ] && [ $pair_rc1 -eq 0 ] && [ "$agree" = yes ] && echo pass || echo FAIL)
+  row "context parallel through the halo (window 128 + 4 sink tokens, bf16, 2 ranks, $mode)" "$res" \
+    "$one_rc / $pair_rc0 / $pair_rc1" "$(( $(date +%s) - t0 ))" \
+    "step-20 loss one rank ${one_loss:-missing}, two ranks ${cp_loss:-missing}"
 fi
 
 # ---- report -------------------------------------------------------------------------------------

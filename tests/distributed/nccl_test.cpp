@@ -285,6 +285,26 @@ TEST_F(NcclTwoRanks, AllReduce) {
   comm().all_reduce(i64, ReduceOp::Sum);
   EXPECT_EQ(values(i64), (std::vector<double>{3, double((int64_t{1} << 40) * 3)}));
   EXPECT_DOUBLE_EQ(comm().all_reduce_scalar(r == 0 ? 1.0 : 2.0, ReduceOp::Mean), 1.5);
+  // Max: each element the larger of the two ranks' (which rank holds it alternates), f32 and bf16 on
+  // the device, f64 staged from the host (the gradient clip's and the loss guard's reductions)
+  std::vector<double> mine, most;
+  for (int i = 0; i < 3000; ++i) {
+    const double lo = (i % 13) - 6.5, hi = lo + 0.5 + (i % 3);  // exact in bf16
+    mine.push_back((i + r) % 2 == 0 ? hi : lo);
+    most.push_back(hi);
+  }
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor t = Tensor::from_vector(mine, {3000}, dt, dev());
+    comm().all_reduce(t, ReduceOp::Max);
+    EXPECT_EQ(values(t), most) << dtype_name(dt);
+    Tensor a = Tensor::from_vector(mine, {3000}, dt, dev());
+    comm().all_reduce_async(a, ReduceOp::Max)->wait();
+    EXPECT_EQ(values(a), most) << dtype_name(dt);
+  }
+  Tensor f64 = Tensor::from_vector(mine, {3000}, DType::F64);
+  comm().all_reduce(f64, ReduceOp::Max);
+  EXPECT_EQ(values(f64), most);
+  EXPECT_DOUBLE_EQ(comm().all_reduce_scalar(r == 0 ? -3.0 : 7.0, ReduceOp::Max), 7.0);
 }
 
 // How many elements differ from `want`. Two-rank tests check with EXPECT, never ASSERT, before
@@ -373,6 +393,91 @@ TEST_F(NcclTwoRanks, ContextAttentionOnTheGpuEqualsOneRank) {
       EXPECT_LE(diff(dz, zf.grad()), 1e-3);
       EXPECT_LE(diff(fl.grad(), rows(ff.grad())), 1e-4);
     }
+}
+
+// Context parallelism over NCCL through every exchange with what it carries (tests/distributed/
+// context_test.cpp does the same over MPI in f64): the halo with sink tokens, chunks, drawn positions
+// (ALiBi and scale-invariant logits read them) and DIFF V2's paired per-head windows; the ring and the
+// all-gather for the global layers. f32 through the reference kernels against the f64 CPU op; bf16
+// through the tensor-core kernels (the fast path a training run takes) at the bf16 floor: the
+// two-rank result no farther from the f64 op than 3x the one-rank GPU op is, plus 2e-3.
+TEST_F(NcclTwoRanks, ContextParallelismThroughEveryExchangeEqualsOneRank) {
+  using EX = dist::ContextExchange;
+  struct Case {
+    std::string name;
+    std::vector<int64_t> window;
+    int64_t chunk = 0, sink_tokens = 0;
+    bool alibi = false, drawn = false;
+    attn::LogitKind logit = attn::LogitKind::Identity;
+  };
+  const std::vector<Case> cases = {
+      {"causal", {0, 0, 0, 0}},
+      {"swa 6", {6, 6, 6, 6}},
+      {"swa 6 with 3 sink tokens", {6, 6, 6, 6}, 0, 3},
+      {"chunks of 6", {0, 0, 0, 0}, 6},
+      {"swa 5, alibi, drawn positions", {5, 5, 5, 5}, 0, 0, true, true},
+      {"swa 6, scale-invariant, drawn positions", {6, 6, 6, 6}, 0, 0, false, true, attn::LogitKind::ScaleInvariant},
+      {"DIFF V2's paired windows", {4, 4, 7, 7}},
+  };
+  const int64_t B = 2, H = 4, Hkv = 2, T = 40;
+  for (const Case& c : cases)
+    for (EX global : {EX::Ring, EX::AllGather})
+      for (int64_t D : {int64_t{16}, int64_t{64}}) {  // 16: f32 reference kernels; 64: bf16 tensor-core kernels
+        const bool bf16 = D == 64;
+        dist::ContextRoute route(comm(), T, global);
+        attn::AttnConfig cfg;
+        cfg.window = c.window;
+        cfg.chunk = c.chunk;
+        cfg.sink_tokens = c.sink_tokens;
+        cfg.logit = c.logit;
+        cfg.tau = 3.0;
+        if (c.alibi) cfg.alibi_slope = {0.5, 0.25, 0.125, 0.0625};
+        if (c.drawn) {  // increasing real positions with gaps in [0.5, 3)
+          Generator pg(7);
+          std::vector<double> p = pg.uniform({B, T}, 0.5, 3.0, DType::F64).to_vector();
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t j = 1; j < T; ++j) p[b * T + j] += p[b * T + j - 1];
+          cfg.positions = Tensor::from_vector(p, {B, T}, DType::F64);
+        }
+        cfg.impl = bf16 ? attn::AttnImpl::TensorCore : attn::AttnImpl::Reference;
+        const EX path = dist::exchange_for(cfg, route.layout(), global, false);
+        if (path == EX::Halo && global == EX::AllGather) continue;  // the same run as with the ring
+        SCOPED_TRACE(c.name + ", " + dist::name(path) + ", D " + std::to_string(D) + (bf16 ? " bf16" : " f32"));
+        const DType dt = bf16 ? DType::BF16 : DType::F32;
+        Generator g(13);
+        auto in = [&](const Shape& s) { return g.normal(s, 0, 1, DType::F64).to(dt).to(DType::F64); };  // exact in dt
+        const Tensor q = in({B, H, T, D}), k = in({B, Hkv, T, D}), v = in({B, Hkv, T, D}), gout = in({B, H, T, D});
+        // the f64 op on the CPU, and the one-rank op on the GPU in dt (the floor)
+        ag::Variable qf(q, true), kf(k, true), vf(v, true);
+        const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg).out;
+        of.backward(gout);
+        attn::AttnConfig gcfg = cfg;
+        if (c.drawn) gcfg.positions = cfg.positions.to(dev());
+        ag::Variable q1(q.to(dt).to(dev()), true), k1(k.to(dt).to(dev()), true), v1(v.to(dt).to(dev()), true);
+        const ag::Variable o1 = attn::fused_attention(q1, k1, v1, gcfg).out;
+        o1.backward(gout.to(dt).to(dev()));
+        // this rank's share through the route
+        const dist::ZigzagLayout& L = route.layout();
+        auto local = [&](const Tensor& t) { return dist::local_rows(t, 2, L).to(dt).to(dev()); };
+        ag::Variable ql(local(q), true), kl(local(k), true), vl(local(v), true);
+        const ag::Variable ol = route.attend(ql, kl, vl, gcfg, {});
+        ol.backward(local(gout));
+        auto rows = [&](const Tensor& t) { return dist::local_rows(t.to(Device::cpu()).to(DType::F64), 2, L); };
+        auto dist_to = [](const Tensor& a, const Tensor& b) {
+          const std::vector<double> x = a.to(Device::cpu()).to(DType::F64).to_vector(), y = b.to_vector();
+          double m = 0;
+          for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+          return m;
+        };
+        auto check = [&](const char* what, const Tensor& two, const Tensor& one, const Tensor& ref) {
+          const double e2 = dist_to(two, rows(ref)), e1 = dist_to(rows(one), rows(ref));
+          EXPECT_LE(e2, bf16 ? 3 * e1 + 2e-3 : 1e-4) << what << " (one rank: " << e1 << ")";
+        };
+        check("out", ol.value(), o1.value(), of.value());
+        check("dq", ql.grad(), q1.grad(), qf.grad());
+        check("dk", kl.grad(), k1.grad(), kf.grad());
+        check("dv", vl.grad(), v1.grad(), vf.grad());
+      }
 }
 
 TEST_F(NcclTwoRanks, GradSyncAverages) {
