@@ -17,6 +17,26 @@
 
 namespace hz::attn {
 
+int64_t head_reach(const AttnConfig& cfg, size_t h) {
+  const int64_t w = cfg.window[h] > 0 ? cfg.window[h] : 0;
+  if (cfg.chunk <= 0) return w;
+  return w > 0 ? std::min(w, cfg.chunk) : cfg.chunk;
+}
+
+int64_t max_reach(const AttnConfig& cfg) {
+  int64_t r = 0;
+  for (size_t h = 0; h < cfg.window.size(); ++h) {
+    const int64_t x = head_reach(cfg, h);
+    if (x <= 0) return 0;  // an unbounded head
+    r = std::max(r, x);
+  }
+  return r;
+}
+
+bool sinks_pinnable(const AttnConfig& cfg, bool forget) {
+  return cfg.sink_tokens > 0 && cfg.chunk == 0 && cfg.prefix == 0 && !cfg.documents && !forget;
+}
+
 AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t T, int64_t train_len) {
   AttnConfig cfg;
   cfg.window = spec.windows(n_heads, T);

@@ -91,6 +91,18 @@ struct AttnConfig {
   AttnBackend backend = AttnBackend::Auto;  // on CUDA; Auto: attention_backend()
 };
 
+// What a caller that keeps only some keys (the KV cache's rings, context parallelism's halo) asks
+// of a config, rather than deriving it again. A head's reach: the most keys back a query of head h
+// sees, its window or its chunk, the nearer (a query sees at most the C keys of its chunk); 0 for
+// an unbounded head. A prefix's own rows see their whole prefix, beyond it. max_reach: the largest over the heads, 0 when any head is unbounded.
+int64_t head_reach(const AttnConfig& cfg, size_t h);
+int64_t max_reach(const AttnConfig& cfg);
+// Whether the sink tokens can be kept apart from a bounded reach, pinned as the sequence's first S
+// keys ahead of the window's (false without sink tokens). Not with chunks (their boundaries follow
+// the buffer's indices), a prefix (it sees ahead), packed documents (a document's sinks lie
+// anywhere) or FoX's gates (`forget`: the decay between a sink and a query sums every gate between).
+bool sinks_pinnable(const AttnConfig& cfg, bool forget);
+
 // The op's config for a layer spec at sequence length T: one window per query head (SCOPE scopes
 // follow T unless frozen), ALiBi slopes, the logit transform (temperature's beta = 1 + c ln s with
 // s = T / train_len when the spec gives temp_c). Tiles and alignment keep their defaults. The one

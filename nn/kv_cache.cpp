@@ -18,8 +18,8 @@ attn::AttnConfig heads_config(const attn::AttnConfig& cfg, int64_t h0, int64_t h
 
 }  // namespace
 
-LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t capacity, bool keep_all, DType dt,
-                 Device dev)
+LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t capacity, bool keep_all, bool forget,
+                 DType dt, Device dev)
     : capacity_(capacity) {
   const int64_t H = static_cast<int64_t>(cfg.window.size());
   HZ_CHECK(capacity >= 1, ValueError, "kv cache: the capacity must hold at least one token, got ", capacity);
@@ -27,13 +27,11 @@ LayerKV::LayerKV(const attn::AttnConfig& cfg, int64_t Hkv, int64_t D, int64_t ca
            " key/value heads");
   G_ = H / Hkv;
   cap_.assign(Hkv, 0);
-  // sink tokens beside windows: the first S keys pinned ahead of the window's ring (chunks, whose
-  // boundaries follow the buffer's indices, and a prefix keep every key instead)
-  const bool pin = cfg.sink_tokens > 0 && cfg.chunk == 0 && cfg.prefix == 0 && !keep_all;
+  // sink tokens beside windows: the first S keys pinned ahead of the window's ring where attention/
+  // allows it (attn::sinks_pinnable), every key kept otherwise
+  const bool pin = attn::sinks_pinnable(cfg, forget) && !keep_all;
   for (int64_t h = 0; h < H; ++h) {
-    // a head's reach: its window, or its chunk (a query sees at most the C keys of its chunk)
-    int64_t w = cfg.window[h];
-    if (cfg.chunk > 0) w = w > 0 ? std::min(w, cfg.chunk) : cfg.chunk;
+    const int64_t w = attn::head_reach(cfg, static_cast<size_t>(h));  // its window or chunk; 0: unbounded
     const bool all = keep_all || w <= 0 || (cfg.sink_tokens > 0 && !pin);
     cap_[h / G_] = std::max(cap_[h / G_], all ? capacity : std::min(w, capacity));
   }
@@ -247,9 +245,8 @@ KVCache::KVCache(const Transformer& m, int64_t capacity, int64_t train_len)
     const AttentionLayer& A = *block->attn;
     const attn::AttnConfig cfg = A.attn_config(c);
     const bool lampe = A.uses_lampe(cfg);
-    // FoX's decay between a sink and a query sums the gates of every key between them: keep them all
-    const bool all = lampe || (A.spec.forget && cfg.sink_tokens > 0);
-    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), capacity_, all, act, dev);
+    // LaMPE remaps every key's distance: keep them all
+    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), capacity_, lampe, A.spec.forget, act, dev);
     info_.push_back({kv_.back().keys_kept(), lampe, kv_.back().bytes()});
   }
 }

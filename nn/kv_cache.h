@@ -43,10 +43,11 @@ namespace hz::nn {
 // append_all() with the unrotated ones).
 class LayerKV final : public AttentionRoute {
  public:
-  // cfg: the layer's kernel config for T = capacity; keep_all: every key stays (LaMPE).
+  // cfg: the layer's kernel config for T = capacity; keep_all: every key stays (LaMPE); forget: the
+  // layer has FoX's gates (attn::sinks_pinnable). A head keeps its reach (attn::head_reach) in a ring.
   // The buffers are allocated now, zeroed, in `dtype` on `dev` (keys of another dtype are cast).
   LayerKV(const attn::AttnConfig& cfg, int64_t n_kv_heads, int64_t head_dim, int64_t capacity, bool keep_all,
-          DType dtype, Device dev);
+          bool forget, DType dtype, Device dev);
 
   // q (1, H, n, D), k and v (1, Hkv, n, D) of positions length() .. length() + n - 1: stores the
   // keys and values, then returns the attention of the n queries over every key they can see

@@ -39,26 +39,13 @@ ContextExchange parse_context_exchange(const std::string& s) {
 
 int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(dtype_size(t.dtype())); }
 
-int64_t max_window(const attn::AttnConfig& cfg) {
-  int64_t w = 0;
-  for (int64_t x : cfg.window) {
-    // a head's reach: its window, or its chunk (Llama 4's: keys of the query's chunk, t < C), the nearer
-    int64_t reach = x > 0 ? x : 0;
-    if (cfg.chunk > 0) reach = reach > 0 ? std::min(reach, cfg.chunk) : cfg.chunk;
-    if (reach <= 0) return 0;  // an unbounded head
-    w = std::max(w, reach);
-  }
-  return w;
-}
-
 int64_t halo_len(const ZigzagLayout& L, int64_t W, int64_t c) { return std::min(W - 1, L.chunk_begin(c)); }
 
 ContextExchange exchange_for(const attn::AttnConfig& cfg, const ZigzagLayout& L, ContextExchange global, bool fox) {
-  const int64_t W = max_window(cfg);
-  // sink tokens: the sequence's first S keys, sent once, beside windows (a document's start lies
-  // anywhere, a chunk's boundaries follow buffer indices, FoX's decay spans the gap: global)
-  const bool sinks_ok = cfg.sink_tokens == 0 || (cfg.chunk == 0 && !cfg.documents && !fox &&
-                                                 cfg.sink_tokens <= L.chunk_len(0));
+  const int64_t W = attn::max_reach(cfg);
+  // sink tokens: the sequence's first S keys, sent once, beside windows, where attention/ lets them
+  // be pinned (attn::sinks_pinnable) and they lie in rank 0's first chunk; global otherwise
+  const bool sinks_ok = cfg.sink_tokens == 0 || (attn::sinks_pinnable(cfg, fox) && cfg.sink_tokens <= L.chunk_len(0));
   if (L.n > 1 && W > 0 && W - 1 <= L.min_chunk() && sinks_ok) return ContextExchange::Halo;
   HZ_CHECK(global != ContextExchange::Halo, ValueError, "context parallel: the halo is not a global exchange");
   return global;
@@ -77,7 +64,7 @@ ContextTraffic context_traffic(const attn::AttnConfig& cfg, const ZigzagLayout& 
       if (fox) t.fox_totals = 4 * (L.n - 1);
       break;
     case ContextExchange::Halo: {
-      const int64_t W = max_window(cfg);
+      const int64_t W = attn::max_reach(cfg);
       const auto ch = L.chunks();
       t.fwd_rows = t.bwd_rows =
           (L.rank + 1 < L.n ? halo_len(L, W, ch[0] + 1) : 0) + (L.rank >= 1 ? halo_len(L, W, ch[1] + 1) : 0);

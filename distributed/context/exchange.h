@@ -83,9 +83,8 @@ ag::Variable exchange_halo(const ag::Variable& x, int64_t W, const std::shared_p
 ag::Variable broadcast_sinks(const ag::Variable& x, int64_t S, const std::shared_ptr<ContextLink>& link);
 // Rows of the tail of chunk c - 1 that chunk c reads under windows of at most W keys.
 int64_t halo_len(const ZigzagLayout& L, int64_t W, int64_t c);
-// The farthest reach of the config's heads (a window, or a chunk of C positions: a query sees at most
-// C - 1 keys back in its chunk), 0 when a head is unbounded: chunked layers take the halo too.
-int64_t max_window(const attn::AttnConfig& cfg);
+// (The farthest reach of a layer's heads, 0 when one is unbounded, is attention/'s attn::max_reach:
+// chunked layers take the halo too.)
 
 int64_t bytes_of(const Tensor& t);
 

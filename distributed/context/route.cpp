@@ -34,7 +34,7 @@ int64_t ContextRoute::kept_bytes(const attn::AttnConfig& cfg, const nn::AttnShap
   switch (exchange_for(cfg, L, global_, s.fox)) {
     case ContextExchange::AllGather: return kv_row * L.T;
     case ContextExchange::Halo: {  // the halos and their copies in the chunks' buffers; the sinks and theirs
-      const int64_t W = max_window(cfg);
+      const int64_t W = attn::max_reach(cfg);
       const auto ch = L.chunks();
       return kv_row * 2 * (halo_len(L, W, ch[0] + 1) + halo_len(L, W, ch[1] + 1) + cfg.sink_tokens);
     }
@@ -107,7 +107,7 @@ ag::Variable ContextRoute::attend(const ag::Variable& q, const ag::Variable& k, 
   const int64_t offs[2] = {0, L.chunk_len(ch[0])};
   std::vector<ag::Variable> outs;
   if (ex == ContextExchange::Halo) {
-    const int64_t W = max_window(cfg), S = cfg.sink_tokens;
+    const int64_t W = attn::max_reach(cfg), S = cfg.sink_tokens;
     const ag::Variable hk = exchange_halo(k, W, link_), hv = exchange_halo(v, W, link_);
     const ag::Variable hf = fox ? exchange_halo(f4, W, link_) : ag::Variable();
     const ag::Variable sk = S > 0 ? broadcast_sinks(k, S, link_) : ag::Variable();

@@ -167,6 +167,7 @@ BlockClass brute_class(const Case& c, int64_t h, int64_t i0, int64_t i1, int64_t
 
 TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
   std::mt19937_64 rng(2024);
+  int64_t reach_met = 0;  // rows whose farthest key lies exactly at a bounded head's reach
   for (int trial = 0; trial < 10000; ++trial) {
     const Case c = random_case(rng);
     const AttnKernelParams P = make_kernel_params(c.cfg, c.cfg.documents ? 2 : 1, c.H, 1, c.Tq, c.Tk, 8);
@@ -188,6 +189,18 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
             ++ns;
           }
         ASSERT_EQ(visible_count(P, b, h, i), n + ns) << "row " << i;
+        // attn::head_reach, what the KV cache's rings and the context halo keep: no key farther back
+        // (a prefix's rows see their whole prefix: outside its reach)
+        const int64_t reach = c.cfg.prefix > 0 ? 0 : head_reach(c.cfg, static_cast<size_t>(h)),
+                      off = c.cfg.q_offset < 0 ? c.Tk - c.Tq : c.cfg.q_offset;
+        if (reach > 0 && lo >= 0) {
+          ASSERT_LT(off + i - lo, reach) << "row " << i;
+          reach_met += off + i - lo == reach - 1;
+        }
+        if (const int64_t most = max_reach(c.cfg); most > 0) {  // every head bounded, none beyond it
+          ASSERT_GT(head_reach(c.cfg, static_cast<size_t>(h)), 0);
+          ASSERT_GE(most, head_reach(c.cfg, static_cast<size_t>(h)));
+        }
         const IndexRange sr = sink_range(P, b, h, i);
         if (ns > 0) {
           ASSERT_EQ(sr.lo, slo) << "row " << i;
@@ -287,6 +300,7 @@ TEST(Tiling, RangesAndBlockClassesMatchBruteForce) {
       }
     }
   }
+  EXPECT_GT(reach_met, 100) << "the reach is the farthest key, not a loose bound";
 }
 
 TEST(Tiling, LogitCoefficientsFollowTheirDefinitions) {

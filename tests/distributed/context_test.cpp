@@ -250,7 +250,7 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     const int64_t sent = route.bytes_sent();
     const auto most = world().all_gather(sent);
     if (path == EX::Halo) {
-      const int64_t W = dist::max_window(cfg);  // the heads' reach: windows, or chunks
+      const int64_t W = attn::max_reach(cfg);  // the heads' reach: windows, or chunks
       int64_t Ww = 0;
       for (int64_t w : c.window) Ww = std::max(Ww, w > 0 && c.chunk > 0 ? std::min(w, c.chunk) : w > 0 ? w : c.chunk);
       EXPECT_EQ(W, Ww);
