@@ -35,13 +35,14 @@ std::string horizon_run_of(const std::string& from, std::string& checkpoint) {
 }  // namespace
 
 train::Recipe resolve_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+  const train::RecipeFiles files = train::read_recipe_files(text, file, overrides);  // the factor lists' JSON files
   const std::string dir = train::model_fill_dir(text, file, overrides);
-  if (dir.empty()) return train::parse_recipe(text, file, overrides);
+  if (dir.empty()) return train::parse_recipe(text, file, overrides, nullptr, &files);
   train::ModelFill fill;
   if (!hf::is_hf_dir(dir)) {  // a Horizon run: the model it trained, and its tokenizer
     std::string checkpoint;
     const std::string run = horizon_run_of(dir, checkpoint);
-    if (run.empty()) return train::parse_recipe(text, file, overrides);
+    if (run.empty()) return train::parse_recipe(text, file, overrides, nullptr, &files);
     train::Recipe trained;
     try {
       trained = train::load_recipe(run + "/config.yaml");
@@ -53,7 +54,7 @@ train::Recipe resolve_recipe(const std::string& text, const std::string& file, c
     const int64_t step = train::parse_step_name(fs::path(checkpoint).filename().string());
     fill.model = train::model_config_at(trained, step >= 0 ? step : trained.train.steps);
     fill.tokenizer = trained.data.tokenizer;
-    return train::parse_recipe(text, file, overrides, &fill);
+    return train::parse_recipe(text, file, overrides, &fill, &files);
   }
   try {
     fill.model = hf::import_config_dir(dir);
@@ -61,7 +62,7 @@ train::Recipe resolve_recipe(const std::string& text, const std::string& file, c
     throw train::RecipeError(file + ": checkpoint.init_from: " + e.what());
   }
   fill.tokenizer = hf::tokenizer_spec(dir);
-  return train::parse_recipe(text, file, overrides, &fill);
+  return train::parse_recipe(text, file, overrides, &fill, &files);
 }
 
 train::Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {

@@ -30,7 +30,12 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
   const train::CheckpointData ck = train::load_checkpoint(lr.checkpoint);
   HZ_CHECK(ck.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
   const train::Recipe trained = train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe");
-  lr.recipe = overrides.empty() ? trained : train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
+  if (!overrides.empty()) {  // an override may name a JSON file of numbers (eval.longrope_long_factors)
+    const train::RecipeFiles files = train::read_recipe_files(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
+    lr.recipe = train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides, nullptr, &files);
+  } else {
+    lr.recipe = trained;
+  }
   train::check_architecture(trained, lr.recipe, lr.checkpoint);  // a checkpoint's architecture is its own
   lr.step = ck.step;
   lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, ck.step), 0, /*draw_weights=*/false);

@@ -236,6 +236,10 @@ struct Reader {
   std::set<std::string> known;            // visited leaf paths
   std::set<std::string> dynamic_prefixes;  // subtrees owned by a map-typed field
   std::set<std::string> overridden;        // paths set on the command line
+  // the JSON files number lists name: read a step above (read_recipe_files) and handed in, or
+  // collected (named_files) instead of read
+  const RecipeFiles* files = nullptr;
+  std::vector<NamedFile>* collect = nullptr;
 
   // The node at a dotted path (Undefined when absent). A section on the way that is neither a map
   // nor empty (`train: -5`, `optim: [1, 2]`) is refused, not skipped.
@@ -325,15 +329,16 @@ struct Reader {
     if (n.IsDefined() && n.IsScalar()) {  // a vector of numbers from a JSON file (factors_from_json)
       known.insert(path);
       const std::string name = convert<std::string>(n, path, "a list of numbers or a JSON file");
-      std::string p = name;  // relative to the working directory, else to the recipe's directory
-      if (!std::filesystem::exists(p) && std::filesystem::path(p).is_relative() && !from_command_line(path))
-        p = (std::filesystem::path(file).parent_path() / name).string();
-      const std::string key = path.substr(path.rfind('.') + 1);
-      try {
-        v = factors_from_json(p, key);
-      } catch (const ValueError& e) {
-        fail(n, path, e.what());
+      if (collect) {  // relative to the working directory, else to the recipe's directory
+        const bool beside = std::filesystem::path(name).is_relative() && !from_command_line(path);
+        collect->push_back({path, name, beside ? (std::filesystem::path(file).parent_path() / name).string() : ""});
+        return;
       }
+      if (files && files->errors.count(path)) fail(n, path, files->errors.at(path));
+      if (!files || !files->lists.count(path))
+        fail(n, path, "names the file '" + name + "', which was not read (parse_recipe reads nothing: load_recipe reads "
+                      "a recipe's files)");
+      v = files->lists.at(path);
       for (size_t i = 0; i < v.size(); ++i) v[i] = in_range(n, path + "[" + std::to_string(i) + "]", v[i], f);
       return;
     }
@@ -750,8 +755,9 @@ Reader read_root(const std::string& text, const std::string& file, const std::ve
 }  // namespace
 
 Recipe parse_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
-                    const ModelFill* fill) {
+                    const ModelFill* fill, const RecipeFiles* files) {
   Reader rd = read_root(text, file, overrides);
+  rd.files = files;
   if (fill) fill_model(rd.root, *fill);
   Recipe r;
   r.source_file = file;
@@ -765,6 +771,30 @@ std::string model_fill_dir(const std::string& text, const std::string& file, con
   return fill_dir_of(read_root(text, file, overrides).root);
 }
 
+std::vector<NamedFile> named_files(const std::string& text, const std::string& file,
+                                   const std::vector<std::string>& overrides) {
+  Reader rd = read_root(text, file, overrides);
+  std::vector<NamedFile> out;
+  rd.collect = &out;
+  Recipe r;
+  visit_fields(r, rd);
+  return out;
+}
+
+RecipeFiles read_recipe_files(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+  RecipeFiles files;
+  for (const NamedFile& nf : named_files(text, file, overrides)) {
+    std::error_code ec;
+    const std::string p = !nf.beside_recipe.empty() && !std::filesystem::exists(nf.name, ec) ? nf.beside_recipe : nf.name;
+    try {
+      files.lists[nf.field] = factors_from_json(p, nf.field.substr(nf.field.rfind('.') + 1));
+    } catch (const ValueError& e) {
+      files.errors[nf.field] = e.what();  // parse_recipe reports it at the field's line
+    }
+  }
+  return files;
+}
+
 std::string read_recipe_file(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw RecipeError("cannot open recipe '" + path + "': no such file or not readable");
@@ -774,7 +804,9 @@ std::string read_recipe_file(const std::string& path) {
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_recipe(read_recipe_file(path), path, overrides);
+  const std::string text = read_recipe_file(path);
+  const RecipeFiles files = read_recipe_files(text, path, overrides);
+  return parse_recipe(text, path, overrides, nullptr, &files);
 }
 
 std::string to_yaml(const Recipe& r_in) {

@@ -180,11 +180,32 @@ struct ModelFill {
   nn::ModelConfig model;
   std::string tokenizer;  // "" when the directory holds none
 };
+// The JSON files a recipe's number lists name (a layer kind's rope_freq_factors: factors.json,
+// eval.longrope_long_factors: LongRoPE's release), read a step above the parser: by field path, the
+// file's numbers, or why it could not be read (parse_recipe reports that at the field's line).
+struct RecipeFiles {
+  std::map<std::string, std::vector<double>> lists;
+  std::map<std::string, std::string> errors;
+};
+// A file a recipe (with its overrides) names: the field, the name as written, and the same name
+// beside the recipe (tried when the name does not exist from the working directory; "" for an
+// absolute name or one given on the command line).
+struct NamedFile {
+  std::string field, name, beside_recipe;
+};
 // Parse a recipe (YAML text; `name` for messages), then apply overrides "a.b.c=value" (value parsed
 // as YAML). Pure: reads nothing but the text; checkpoint.init_from is resolved a step above
-// (study::resolve_recipe), which hands a ModelFill here.
+// (study::resolve_recipe), which hands a ModelFill here, and so are the files named by number lists
+// (read_recipe_files: a field naming a file that `files` lacks is refused).
 Recipe parse_recipe(const std::string& yaml_text, const std::string& name,
-                    const std::vector<std::string>& overrides = {}, const ModelFill* fill = nullptr);
+                    const std::vector<std::string>& overrides = {}, const ModelFill* fill = nullptr,
+                    const RecipeFiles* files = nullptr);
+// The files the recipe's number lists name; reads nothing but the text.
+std::vector<NamedFile> named_files(const std::string& yaml_text, const std::string& name,
+                                   const std::vector<std::string>& overrides = {});
+// Reads them (factors_from_json), for parse_recipe.
+RecipeFiles read_recipe_files(const std::string& yaml_text, const std::string& name,
+                              const std::vector<std::string>& overrides = {});
 // The directory a recipe's model is to be filled from: checkpoint.init_from when it is set and the
 // recipe (with its overrides) leaves out some model field or data.tokenizer; "" otherwise. Reads
 // nothing but the text.
@@ -201,8 +222,8 @@ std::vector<double> factors_from_json(const std::string& path, const std::string
 // syntax error and for a second document (after '---', or anything after '...'), which YAML::Load
 // would silently drop.
 YAML::Node load_yaml_document(const std::string& text, const std::string& file);
-// parse_recipe(read_recipe_file(path), path, overrides): a recipe whose model comes from a foreign
-// init_from directory goes through study::load_recipe instead.
+// parse_recipe(read_recipe_file(path), path, overrides) with the files it names: a recipe whose
+// model comes from a foreign init_from directory goes through study::load_recipe instead.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 // The fully resolved recipe (every field, defaults included) as YAML; parse_recipe(to_yaml(r)) == r.
 std::string to_yaml(const Recipe& r);

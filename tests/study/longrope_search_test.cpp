@@ -104,8 +104,10 @@ TEST(LongRopeSearch, KeepsTheConstraintsAndTheBestAndRepeats) {
   // the file is LongRoPE's, and eval.longrope_long_factors reads its long factors
   const std::string file = t.root + "/longrope_64.json";
   write_file_atomic(file, study::longrope_json(r, o));
-  const train::Recipe withf = train::parse_recipe(to_yaml(run.recipe), "config.yaml",
-                                                  {"eval.rope_scaling=longrope", "eval.longrope_long_factors=" + file});
+  const std::string text = to_yaml(run.recipe);
+  const std::vector<std::string> ov{"eval.rope_scaling=longrope", "eval.longrope_long_factors=" + file};
+  const train::RecipeFiles files = train::read_recipe_files(text, "config.yaml", ov);  // as load_run reads them
+  const train::Recipe withf = train::parse_recipe(text, "config.yaml", ov, nullptr, &files);
   EXPECT_EQ(withf.eval.opts.inference.longrope_long_factors, r.best.factors);
 }
 

@@ -167,6 +167,24 @@ TEST(Recipe, FactorListsComeFromJsonFiles) {
   EXPECT_EQ(cfg.kind("p").attn.pos.longrope_long_factors, (std::vector<double>{1, 3, 5, 7}));
   // the resolved recipe holds the values, not the file names
   EXPECT_FALSE(has(to_yaml(r), "lr.json"));
+  // parse_recipe reads nothing: the files are named (with where to look beside the recipe) and read
+  // a step above; parsing the same text without them refuses the field by line
+  const std::vector<NamedFile> named = named_files(y, (dir / "r.yaml").string());
+  ASSERT_EQ(named.size(), 4u);
+  EXPECT_EQ(named[0].name, "clip.json");
+  EXPECT_EQ(named[0].beside_recipe, (dir / "clip.json").string());
+  EXPECT_TRUE(has(named[0].field, "rope_freq_factors")) << named[0].field;
+  try {
+    parse_recipe(y, (dir / "r.yaml").string());
+    ADD_FAILURE() << "a recipe naming a factor file parsed without it";
+  } catch (const RecipeError& e) {
+    EXPECT_TRUE(has(e.what(), "r.yaml:5") && has(e.what(), "'clip.json', which was not read")) << e.what();
+  }
+  // on the command line a name is the working directory's, never the recipe's
+  const std::vector<NamedFile> cl = named_files(y, (dir / "r.yaml").string(), {"model.layer_kinds.c.rope_freq_factors=x.json"});
+  ASSERT_EQ(cl.size(), 4u);
+  EXPECT_EQ(cl[0].name, "x.json");
+  EXPECT_EQ(cl[0].beside_recipe, "");
   // bad files: named, with the recipe's line
   write("bad.json", "[1, \"x\"]");
   write("nojson.json", "{");
