@@ -39,6 +39,7 @@
 #include "nn/kv_cache.h"
 #include "study/load_run.h"
 #include "study/hf_models.h"
+#include "core/process.h"
 #include "train/memory_plan.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -235,7 +236,7 @@ int bench_train(const std::vector<std::string>& a) {
   cpu::set_flush_denormals(r.run.flush_denormals);
   reset_cpu_peak_memory();
   nn::Transformer m(r.model_config(), 1);
-  const train::MemoryPlan plan = train::plan_memory(r, m, 1);
+  const train::MemoryPlan plan = train::plan_memory(r, m, 1, dev.is_cpu() ? resident_outside_tensors() : 0);
   const std::string setting = fmt::format("\"T\": {}, \"B\": {}, \"recompute\": \"{}\", \"loss_chunk\": {}",
                                           r.data.seq_len, r.data.batch_size, nn::name(r.train.recompute),
                                           r.loss_chunk_rows());
@@ -257,6 +258,7 @@ int bench_train(const std::vector<std::string>& a) {
   Generator g(1);
   std::vector<double> times, fwd, bwd, upd;
   auto sync = [&] { synchronize(dev); };
+  reset_peak_resident();
   for (int64_t i = 0; i < warmup + steps; ++i) {
     if (i == warmup && dev.is_cuda()) reset_peak_memory(dev);
     const Tensor u = g.uniform({B, T + 1}, 0, static_cast<double>(V), DType::F64);
@@ -293,10 +295,12 @@ int bench_train(const std::vector<std::string>& a) {
   fmt::print("{{\"impl\": \"horizon\", {}, \"device\": \"{}\", \"precision\": \"{}\", \"params\": {}, "
              "\"step_ms\": {:.2f}, \"tok_per_s\": {:.1f}, \"threads\": {}, \"forward_ms\": {:.2f}, "
              "\"backward_ms\": {:.2f}, \"update_ms\": {:.2f}, \"flops_per_token\": {:.4g}, \"mfu\": {:.4f}, "
-             "\"peak_mem_bytes\": {}, \"plan_bytes\": {}, \"gemm\": \"{}\", \"flush_denormals\": {}, \"omp_wait\": \"{}\"}}\n",
+             "\"peak_mem_bytes\": {}, \"plan_bytes\": {}, \"process_peak_bytes\": {}, \"process_plan_bytes\": {}, "
+             "\"outside_bytes\": {}, \"outside_after_bytes\": {}, \"gemm\": \"{}\", \"flush_denormals\": {}, \"omp_wait\": \"{}\"}}\n",
              setting, dev.str(), nn::name(r.run.precision), m.num_parameters(), med * 1e3, tps, cpu::num_threads(),
              median(fwd) * 1e3, median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0,
-             mem, plan.peak, r.run.precision == nn::Precision::BF16 ? cpu::gemm_setup().bf16 : cpu::gemm_setup().f32,
+             mem, plan.peak, peak_resident_bytes(), plan.process_peak_of(plan.peak), plan.outside, resident_outside_tensors(),
+             r.run.precision == nn::Precision::BF16 ? cpu::gemm_setup().bf16 : cpu::gemm_setup().f32,
              cpu::flush_denormals() ? "true" : "false", cpu::omp_wait());
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "attention/backend.h"
 #include "cli/commands.h"
 #include "core/device.h"
+#include "core/process.h"
 #include "core/version.h"
 #include "distributed/communicator.h"
 #include "distributed/context/layout.h"
@@ -72,7 +73,10 @@ int info_main(const std::vector<std::string>& a) {
                nn::name(r.train.recompute), r.loss_chunk_rows(), r.parallel.shard_optimizer ? "true" : "false");
     const std::vector<int> worlds{1, 2, 4, 8};
     std::vector<train::MemoryPlan> plans;
-    for (int w : worlds) plans.push_back(train::plan_memory(r, m, w));
+    // a CPU run's process: what this one holds outside its tensors now stands in for the trainer's
+    // (the same binary and libraries; the trainer measures its own before the first step)
+    const int64_t outside = r.run.device == DeviceType::CPU ? resident_outside_tensors() : 0;
+    for (int w : worlds) plans.push_back(train::plan_memory(r, m, w, outside));
     fmt::print("  {:<24}", "ranks");
     for (int w : worlds) fmt::print(" {:>12}", w);
     fmt::print("\n");

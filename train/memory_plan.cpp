@@ -17,7 +17,7 @@ std::string format_bytes(int64_t b) {
 }
 
 std::vector<std::pair<std::string, int64_t>> MemoryPlan::rows() const {
-  return {{"parameters", parameters},
+  std::vector<std::pair<std::string, int64_t>> rows{{"parameters", parameters},
           {"optimizer state", optimizer},
           {"bf16 weight copies", weight_copies},
           {"gradient buckets", buckets},
@@ -26,9 +26,15 @@ std::vector<std::pair<std::string, int64_t>> MemoryPlan::rows() const {
           {"logits chunk", logits},
           {"predicted peak (step)", peak},
           {"evaluation peak", eval}};
+  if (outside > 0) {
+    rows.insert(rows.end(), {{"process outside tensors", outside},
+                             {"allocator reserve", reserve_of(run_peak())},
+                             {"predicted process peak", process_peak()}});
+  }
+  return rows;
 }
 
-MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
+MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world, int64_t outside) {
   MemoryPlan plan;
   const nn::ModelConfig& c = m.cfg;
   const int64_t p = static_cast<int64_t>(dtype_size(c.dtype));
@@ -125,6 +131,7 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world) {
     plan.eval_tokens = es.tokens();
     plan.eval = plan.parameters + plan.optimizer + plan.buckets + e;
   }
+  plan.outside = std::max<int64_t>(outside, 0);  // the process (CPU): what it holds besides
   return plan;
 }
 

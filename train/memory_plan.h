@@ -31,8 +31,19 @@
 //               at the longest of eval.lengths, each block's no-grad working set on top of its
 //               input, the head scoring in chunks of the loss's rows, and under bf16 the largest
 //               weight's cast. 0 when the run never evaluates (eval.every 0, eval.final false).
-// tests/train/memory_plan_test.cpp holds the prediction to within 15% of the CPU allocator's
-// measured peak over several shapes; scripts/bench/bench_memory.sh measures it at the 124M shape.
+//   the process  on the CPU, what a user sees in top or /usr/bin/time besides the tensors: the
+//               process's resident bytes outside them, measured when the plan is made
+//               (core/process.h: libraries, the binary with its embedded corpus, the data read so
+//               far, thread stacks), and the allocator's reserve: the freed large blocks it keeps
+//               for reuse (at most 1/8 of their high-water mark, core/cpu/backend.cpp) and the
+//               freed small blocks glibc's heap keeps resident between them, with the GEMM
+//               libraries' buffers allocated on first use. Counted as 1/6 of the tensors' peak:
+//               measured, the process peaked at 1.04-1.35x the tensors' peak over eight shapes
+//               (124M at T 1024 and 8192, d 256 at T 512 and 2048, recompute none and layer), and
+//               outside + 7/6 x tensors is within 12% of every one.
+// tests/train/memory_plan_test.cpp holds the tensors' prediction to within 15% of the CPU
+// allocator's measured peak over several shapes, and the process's to within 15% of its resident
+// peak; scripts/bench/bench_memory.sh measures both at the 124M shape.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -51,13 +62,21 @@ struct MemoryPlan {
   int64_t peak = 0;         // the prediction: static + the peak of a step
   int64_t eval = 0;         // the evaluation's peak (0: the run does not evaluate)
   int64_t eval_tokens = 0;  // the evaluation batch: eval.batch_size x the longest eval length
+  int64_t outside = 0;      // the process outside its tensors when planned (CPU; 0: not measured)
   int64_t run_peak() const { return peak > eval ? peak : eval; }
+  // the allocator's reserve over a tensors' peak, and the process's resident peak with it (CPU;
+  // without `outside` the tensors alone)
+  int64_t reserve_of(int64_t tensors) const { return outside > 0 ? tensors / 6 : 0; }
+  int64_t process_peak_of(int64_t tensors) const { return tensors + reserve_of(tensors) + outside; }
+  int64_t process_peak() const { return process_peak_of(run_peak()); }
   // (label, bytes) rows for a table
   std::vector<std::pair<std::string, int64_t>> rows() const;
 };
 
-// The plan of one rank of a `world`-rank run of recipe r with model m (built from r).
-MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world);
+// The plan of one rank of a `world`-rank run of recipe r with model m (built from r). `outside`:
+// the process's resident bytes outside its tensors (hz::resident_outside_tensors()) for a CPU run's
+// process peak; 0 plans the tensors only (a GPU's pool, or a plan that must not depend on the process).
+MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world, int64_t outside = 0);
 
 std::string format_bytes(int64_t bytes);  // "1.23 GiB", "456.0 MiB"
 

@@ -20,6 +20,7 @@
 #include "attention/fused.h"
 #include "core/device.h"
 #include "core/hash.h"
+#include "core/process.h"
 #include "core/version.h"
 #include "distributed/context/route.h"
 #include "distributed/context/shard.h"
@@ -363,8 +364,11 @@ class Trainer {
     tokens_per_step_ = r_.data.batch_size * r_.data.seq_len * r_.train.grad_accum * dims_.data();
     peak_ = peak_tflops(r_, dev_);
     model_flops_ = model_->flops_per_token(r_.data.seq_len);
-    plan_ = plan_memory(r_, *model_, world_);
+    // on the CPU the plan also predicts the process's resident peak (what top shows), from what it
+    // holds outside its tensors now, before the first step
+    plan_ = plan_memory(r_, *model_, world_, dev_.is_cpu() ? resident_outside_tensors() : 0);
     res_.mem_plan = plan_.peak;
+    res_.rss_plan = plan_.process_peak();
   }
 
   // a run whose plan does not fit the GPU's free memory is refused before its first step; the
@@ -384,6 +388,7 @@ class Trainer {
       reset_peak_memory(dev_);
     } else {
       reset_cpu_peak_memory();
+      reset_peak_resident();
     }
   }
 
@@ -404,6 +409,9 @@ class Trainer {
         plan_.eval > 0 ? fmt::format("; evaluation {} ({} tokens a batch, no gradients)", format_bytes(plan_.eval),
                                      plan_.eval_tokens)
                        : std::string("; no evaluation"));
+    if (plan_.outside > 0)
+      log("the process: {} predicted resident peak ({} outside the tensors now, allocator reserve {})",
+          format_bytes(plan_.process_peak()), format_bytes(plan_.outside), format_bytes(plan_.reserve_of(plan_.run_peak())));
     if (const auto* z = dynamic_cast<const dist::ZeroOptimizer*>(optimizer_.get()))
       log("optimizer state sharded over {} rank(s) (ZeRO-1): {:.1f} MiB on this rank of {:.1f} MiB in all", world_,
           z->state_bytes(rank_) / 1048576.0, z->state_bytes(-1) / 1048576.0);
@@ -417,8 +425,9 @@ class Trainer {
                                        });
     if (d.rebuilt) {
       make_sync();
-      plan_ = plan_memory(r_, *model_, world_);  // QK-norm added
+      plan_ = plan_memory(r_, *model_, world_, plan_.outside);  // QK-norm added
       res_.mem_plan = std::max(res_.mem_plan, plan_.peak);
+      res_.rss_plan = std::max(res_.rss_plan, plan_.process_peak());
       log("DroPE at step {}: position encodings dropped, QK-norm added ({} new parameters)", step, d.new_params);
     } else {
       log("DroPE at step {}: position encodings dropped", step);
@@ -500,9 +509,13 @@ class Trainer {
       const std::vector<int64_t> all = world_ > 1 ? comm_.all_gather(res_.mem_peak) : std::vector<int64_t>{res_.mem_peak};
       const int64_t peak = *std::max_element(all.begin(), all.end());
       // the steps' peak against a step's plan; evaluation's apart (rank 0 evaluates)
-      extra = fmt::format("  mem {} (plan {}{})", format_bytes(peak), format_bytes(plan_.peak),
-                          eval_mem_peak_ > 0 ? ", eval " + format_bytes(eval_mem_peak_) : std::string());
-      jextra = fmt::format(", \"mem_peak\": {}, \"mem_plan\": {}", peak, plan_.peak);
+      // and this rank's resident peak (what top shows) next to the plan's for the process
+      res_.rss_peak = std::max(res_.rss_peak, peak_resident_bytes());
+      extra = fmt::format("  mem {} (plan {}{}), process {} (plan {})", format_bytes(peak), format_bytes(plan_.peak),
+                          eval_mem_peak_ > 0 ? ", eval " + format_bytes(eval_mem_peak_) : std::string(),
+                          format_bytes(res_.rss_peak), format_bytes(plan_.process_peak()));
+      jextra = fmt::format(", \"mem_peak\": {}, \"mem_plan\": {}, \"rss_peak\": {}, \"rss_plan\": {}", peak, plan_.peak,
+                           res_.rss_peak, plan_.process_peak());
       if (eval_mem_peak_ > 0) jextra += fmt::format(", \"eval_mem_peak_max\": {}", eval_mem_peak_);  // the evaluations' highest so far
     }
     if (context_) {  // k/v bytes the busiest rank of the group sent per step (forward and backward)

@@ -62,6 +62,8 @@ struct TrainResult {
   int64_t mem_plan = 0;     // what the memory plan (train/memory_plan.h) predicted for it
   int64_t eval_mem_peak = 0;  // rank 0's high-water mark inside evaluations (0: none ran)
   int64_t eval_mem_plan = 0;  // the plan's evaluation peak
+  int64_t rss_peak = 0;  // CPU: this process's resident peak since the first step, at the last log line
+  int64_t rss_plan = 0;  // CPU: the plan's prediction of it (MemoryPlan::process_peak)
 };
 
 TrainResult train(const Recipe& r, const TrainOptions& opt = {});

@@ -7,7 +7,8 @@
 # plan's figure. Results go to runs/bench_memory/results.jsonl as they arrive; a rerun skips the
 # settings already there (delete the file to start over), so an interrupted sweep resumes.
 # Prints a markdown table: step time, its ratio to recompute none at the same length and loss,
-# measured peak, the plan's prediction and their ratio.
+# the tensors' measured peak (the CPU allocator's), the plan's prediction and their ratio, and the
+# process's resident peak (VmHWM, what top shows) with the plan's prediction for it and their ratio.
 #   scripts/bench/bench_memory.sh [lengths, default 4096,8192,16384,32768,65536] [threads, default 2]
 #   HZ_BENCH_WARMUP=1 HZ_BENCH_STEPS=2 scripts/bench/bench_memory.sh 4096    # more steps, median
 set -euo pipefail
@@ -44,16 +45,19 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 rows = [r for r in rows if r["T"] in want]
 gib = lambda b: b / 2**30
 base = {(r["T"], r["loss_chunk"] > 0): r["step_ms"] for r in rows if r["recompute"] == "none" and "step_ms" in r}
-print("| T | loss | recompute | step (s) | vs none | tok/s | peak (GiB) | plan (GiB) | plan / peak |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| T | loss | recompute | step (s) | vs none | tok/s | tensors peak (GiB) | plan (GiB) | plan / peak "
+      "| process peak (GiB) | plan (GiB) | plan / peak |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 order = {"none": 0, "attention": 1, "layer": 2}
 for r in sorted(rows, key=lambda r: (r["T"], r["loss_chunk"] == 0, order[r["recompute"]])):
     loss = f"chunked ({r['loss_chunk']} rows)" if r["loss_chunk"] > 0 else "full logits"
     if "skipped" in r:
-        print(f"| {r['T']} | {loss} | {r['recompute']} | does not fit | | | | {gib(r['plan_bytes']):.2f} | |")
+        print(f"| {r['T']} | {loss} | {r['recompute']} | does not fit | | | | {gib(r['plan_bytes']):.2f} | | | | |")
         continue
     b = base.get((r["T"], r["loss_chunk"] > 0))
     ratio = f"{r['step_ms'] / b:.2f}x" if b else "n/a"
     print(f"| {r['T']} | {loss} | {r['recompute']} | {r['step_ms'] / 1e3:.1f} | {ratio} | {r['tok_per_s']:.0f} | "
-          f"{gib(r['peak_mem_bytes']):.2f} | {gib(r['plan_bytes']):.2f} | {r['plan_bytes'] / r['peak_mem_bytes']:.3f} |")
+          f"{gib(r['peak_mem_bytes']):.2f} | {gib(r['plan_bytes']):.2f} | {r['plan_bytes'] / r['peak_mem_bytes']:.3f} | "
+          + (f"{gib(r['process_peak_bytes']):.2f} | {gib(r['process_plan_bytes']):.2f} | "
+             f"{r['process_plan_bytes'] / r['process_peak_bytes']:.3f} |" if r.get("process_peak_bytes") else "| | |"))
 PY

@@ -2,10 +2,16 @@
 // steps: within 15% for every recompute setting, f32 and bf16, SwiGLU and ReLU^2, GQA and QK-norm,
 // a vocabulary whose head dominates, the loss chunk, tied and untied heads, Muon, FoX gates, sinks
 // and an output gate, and a sharded
-// optimizer's share counted per rank; and the plan orders the settings as the measurements do.
+// optimizer's share counted per rank; and the plan orders the settings as the measurements do. The
+// process's resident peak within 15% of the plan's prediction for it.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/train/train_test_util.h"
 
@@ -14,6 +20,7 @@
 
 using namespace hz;
 using namespace hz::train;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -118,4 +125,49 @@ TEST(MemoryPlan, NoEvaluationWhenSwitchedOff) {
   EXPECT_EQ(plan_memory(rc, nn::Transformer(rc.model_config(), 0), 1).eval, 0);
   const Recipe on = parse_recipe("{}", "x.yaml", {"eval.every=0"});
   EXPECT_GT(plan_memory(on, nn::Transformer(on.model_config(), 0), 1).eval, 0);
+}
+
+namespace {
+
+// `horizon bench train` (beside this binary) in a fresh process, as a user runs it: its JSON line
+nlohmann::json bench_train(const std::string& recipe, const std::string& args) {
+  const std::string hz = fs::read_symlink("/proc/self/exe").parent_path().string() + "/horizon";
+  const std::string out = tmp_root() + "/bench.out";
+  const std::string cmd = hz + " bench train " + recipe + " --warmup 0 --steps 1 " + args + " > " + out + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream f(out);
+  std::string line, all;
+  while (std::getline(f, line)) {
+    all += line + "\n";
+    if (!line.empty() && line[0] == '{') return nlohmann::json::parse(line);
+  }
+  ADD_FAILURE() << cmd << " (exit " << rc << ") printed no JSON line:\n" << all;
+  return nlohmann::json::object();
+}
+
+}  // namespace
+
+// The process's resident peak (VmHWM, what top and /usr/bin/time show) against the plan's prediction
+// for it: the tensors' peak, the allocator's reserve and what the process holds outside its tensors.
+// A vocabulary of GPT-2's size and a small model, so that the head and the optimizer state (large
+// blocks) and the blocks' activations (small ones, in glibc's heap) both weigh.
+TEST(MemoryPlan, TheProcessPeakWithinFifteenPercent) {
+  const std::string hz = fs::read_symlink("/proc/self/exe").parent_path().string() + "/horizon";
+  if (!fs::exists(hz)) GTEST_SKIP() << "build/horizon not built";
+  const std::string recipe = tmp_root() + "/process.yaml";
+  std::ofstream(recipe) << "model:\n  vocab_size: 50304\n  d_model: 256\n  n_layers: 4\n  n_heads: 4\n"
+                           "  layer_kinds:\n    rope: {pos: rope}\n  pattern: [rope]\n";
+  for (const std::string args : {"data.seq_len=512 data.batch_size=4",
+                                 "data.seq_len=1024 data.batch_size=2 train.recompute=layer train.loss_chunk=0"}) {
+    const nlohmann::json j = bench_train(recipe, args);
+    if (!j.contains("process_peak_bytes")) continue;
+    const double peak = j["process_peak_bytes"].get<double>(), plan = j["process_plan_bytes"].get<double>();
+    ASSERT_GT(peak, 0) << args << ": no VmHWM";
+    EXPECT_GT(plan / peak, 0.85) << args << ": plan " << format_bytes(static_cast<int64_t>(plan)) << " measured "
+                                 << format_bytes(static_cast<int64_t>(peak));
+    EXPECT_LT(plan / peak, 1.15) << args << ": plan " << format_bytes(static_cast<int64_t>(plan)) << " measured "
+                                 << format_bytes(static_cast<int64_t>(peak));
+    // the tensors alone would not say it: the process holds more than them
+    EXPECT_GT(peak, j["peak_mem_bytes"].get<double>() * 1.02) << args;
+  }
 }
