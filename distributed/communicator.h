@@ -19,7 +19,10 @@
 //   by file    HZ_NCCL_ID_FILE, a path every rank sees (shared filesystem): rank 0 writes the id
 //              there (temp name + atomic rename, removed once every rank has joined), the others
 //              wait for it;
-// the file when both are given. Either waits HZ_NCCL_ID_TIMEOUT seconds (default 120).
+// the file when both are given. Either waits HZ_NCCL_ID_TIMEOUT seconds (default 120; a decimal
+// number in (0, 86400]). A rank's variables without their world (HZ_RANK or HZ_LOCAL_RANK without
+// HZ_WORLD_SIZE, RANK or LOCAL_RANK without WORLD_SIZE, MPI's per-process ones without mpirun's)
+// are refused rather than run as a world of one, and an MPI world must match mpirun's variables.
 // Every rank must issue the same collectives in the same order.
 #pragma once
 #include <cstdint>
@@ -88,7 +91,7 @@ std::unique_ptr<Communicator> make_mpi();
 // unset: a world of one). CPU tensors go through MPI, or without MPI through a device buffer.
 // Throws without CUDA + NCCL support.
 std::unique_ptr<Communicator> make_nccl();
-bool launched_by_mpirun();  // OMPI_COMM_WORLD_SIZE / PMI_SIZE in the environment
+bool launched_by_mpirun();  // OMPI_COMM_WORLD_SIZE / PMI_SIZE / PMIX_RANK in the environment
 bool launched_by_env();     // a launcher's world size in the environment (HZ_, torchrun's or srun's; NCCL without mpirun)
 // MPI when launched by mpirun (and built with MPI), else local. Refuses a launcher's world > 1 without
 // mpirun: environment launches are NCCL's (run.device=cuda; make_nccl()).
@@ -111,7 +114,8 @@ struct EnvWorld {
   int master_port = 0;      // MASTER_PORT; 0 when unset
   double id_timeout_s = 120;  // HZ_NCCL_ID_TIMEOUT
 };
-// Reads and validates the variables; throws ValueError naming the variable and its value.
+// Reads and validates the variables (stray rank variables included); throws ValueError naming the
+// variable and its value.
 EnvWorld env_world();
 // Rank 0: writes `bytes` to `path` through a temporary name and an atomic rename.
 void publish_id_file(const std::string& path, const void* data, size_t bytes);

@@ -29,7 +29,10 @@ namespace {
 
 const char* const kNames[] = {"HZ_RANK", "HZ_WORLD_SIZE", "HZ_LOCAL_RANK", "HZ_NCCL_ID_FILE", "HZ_NCCL_ID_TIMEOUT",
                               "RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID",
-                              "SLURM_LOCALID", "MASTER_ADDR", "MASTER_PORT"};
+                              "SLURM_LOCALID", "MASTER_ADDR", "MASTER_PORT",
+                              // MPI's (launched_by_mpirun() and the stray-variable check)
+                              "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_SIZE",
+                              "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"};
 
 // Sets exactly these launcher variables for its lifetime, then restores the process's own.
 class Env {
@@ -91,6 +94,33 @@ pid_t spawn(const std::function<void()>& f) {
     std::_Exit(code);
   }
   return pid;
+}
+// Runs f in a forked process (MPI initialises once per process) and returns what it threw there,
+// "no exception" when it returned.
+std::string error_in_child(const std::function<void()>& f) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);
+    ::close(fds[0]);
+    std::string m = "no exception";
+    try {
+      f();
+    } catch (const std::exception& e) {
+      m = e.what();
+    }
+    if (::write(fds[1], m.data(), m.size()) < 0) std::_Exit(2);
+    std::_Exit(0);
+  }
+  ::close(fds[1]);
+  std::string m;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) m.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  return m;
 }
 int exit_code(pid_t pid) {
   int status = 0;
@@ -191,6 +221,65 @@ TEST(Launchers, BadValuesAreRefusedByName) {
   // CPU ranks without mpirun: refused, naming the launcher's variable
   Env e({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}});
   EXPECT_TRUE(has(error_of([] { dist::from_environment(); }), "torchrun's world of 2 ranks (WORLD_SIZE=2)"));
+}
+
+TEST(Launchers, TheIdTimeoutIsAPlainBoundedNumber) {
+  const auto err = [](const char* v) {
+    Env e(std::map<std::string, std::string>{{"HZ_NCCL_ID_TIMEOUT", v}});
+    return error_of([] { dist::env_world(); });
+  };
+  // infinite, absurd or not a decimal number: each one a deadline that never comes (or overflows)
+  for (const char* bad : {"inf", "infinity", "nan", "1e400", "1e9", "86401", "abc", "", "0", "-1", "0x10", " 5", "5s"})
+    EXPECT_TRUE(has(err(bad), std::string("HZ_NCCL_ID_TIMEOUT='") + bad + "' is not a number of seconds in (0, 86400]"))
+        << bad << ": " << err(bad);
+  for (const auto& [v, s] : std::vector<std::pair<const char*, double>>{{"2.5", 2.5}, {"86400", 86400}, {"1e2", 100}}) {
+    Env e(std::map<std::string, std::string>{{"HZ_NCCL_ID_TIMEOUT", v}});
+    EXPECT_DOUBLE_EQ(dist::env_world().id_timeout_s, s) << v;
+  }
+}
+
+// A rank without its world (issue: hardening, third round): a launch that lost its world size, or
+// MPI's variables without mpirun, used to train silently as a world of one.
+TEST(Launchers, ARankWithoutItsWorldIsRefused) {
+  struct Case {
+    std::map<std::string, std::string> vars;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"HZ_RANK", "1"}}, "HZ_RANK=1 set but HZ_WORLD_SIZE is not"},
+           {{{"HZ_LOCAL_RANK", "0"}, {"HZ_RANK", "3"}}, "HZ_RANK=3 HZ_LOCAL_RANK=0 set but HZ_WORLD_SIZE is not"},
+           {{{"RANK", "0"}}, "RANK=0 set but WORLD_SIZE is not"},
+           {{{"LOCAL_RANK", "1"}}, "LOCAL_RANK=1 set but WORLD_SIZE is not"},
+           {{{"RANK", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}},
+            "RANK=2 LOCAL_RANK=0 set but WORLD_SIZE is not"},
+           {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}},
+            "MPI's OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1 set without OMPI_COMM_WORLD_SIZE, PMI_SIZE or "
+            "PMIX_RANK"},
+           {{{"PMI_RANK", "3"}}, "MPI's PMI_RANK=3 set without"},
+           {{{"MV2_COMM_WORLD_SIZE", "4"}}, "MPI's MV2_COMM_WORLD_SIZE=4 set without"}}) {
+    Env e(c.vars);
+    EXPECT_TRUE(has(error_of([] { dist::from_environment(); }), c.says)) << error_of([] { dist::from_environment(); });
+    EXPECT_TRUE(has(error_of([] { dist::env_world(); }), c.says)) << c.says;  // make_nccl's path
+  }
+  {  // the world's own variables beside them are fine; so is a batch script's SLURM_PROCID=0 alone
+    Env e({{"HZ_WORLD_SIZE", "1"}, {"HZ_RANK", "0"}});
+    EXPECT_EQ(dist::from_environment()->name(), "local");
+  }
+  {
+    Env e({{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}});
+    EXPECT_EQ(dist::from_environment()->name(), "local");
+  }
+  if (!dist::mpi_compiled()) return;
+  {  // mpirun's variables by hand: Open MPI starts a singleton world of one, which must not pass for rank 1 of 2
+    Env e({{"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "1"}});
+    const std::string m = error_in_child([] { dist::from_environment(); });
+    EXPECT_TRUE(has(m, "OMPI_COMM_WORLD_SIZE=2 says this process is one of 2 ranks, but MPI started a world of 1")) << m;
+  }
+  {
+    Env e(std::map<std::string, std::string>{{"PMIX_RANK", "3"}});
+    const std::string m = error_in_child([] { dist::from_environment(); });
+    EXPECT_TRUE(has(m, "PMIX_RANK=3 says this process is rank 3, but MPI made it rank 0 of 1")) << m;
+  }
 }
 
 TEST(Launchers, IdFileRoundTripAndTimeout) {
