@@ -138,9 +138,32 @@ struct MpiClaims {
 
 constexpr double kMaxIdTimeoutS = 86400;
 
+// The job's identity for the TCP rendezvous: the first source the launch set (communicator.h).
+// Each is prefixed with its name, so ranks that read different sources never agree by accident.
+void read_job_identity(EnvWorld& w) {
+  if (const char* t = std::getenv("HZ_JOB_TOKEN")) {  // set by hand: empty is a mistake, not "unset"
+    HZ_CHECK(*t != '\0', ValueError, "HZ_JOB_TOKEN is empty: set it to one random value shared by every rank of the "
+             "launch, e.g. export HZ_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')");
+  }
+  const std::string slurm_step = std::getenv("SLURM_STEP_ID") ? std::getenv("SLURM_STEP_ID") : "";
+  for (const char* v : {"HZ_JOB_TOKEN", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE",
+                        "OMPI_MCA_ess_base_jobid"}) {
+    const char* x = std::getenv(v);
+    if (x == nullptr || *x == '\0') continue;
+    HZ_CHECK(std::strlen(x) <= 256, ValueError, v, " has ", std::strlen(x), " bytes; the job identity takes 256 at most");
+    const bool slurm = std::strcmp(v, "SLURM_JOB_ID") == 0;
+    w.job_identity = std::string(v) + "=" + x + (slurm ? " SLURM_STEP_ID=" + slurm_step : "");
+    w.job_identity_from = slurm ? "SLURM_JOB_ID and SLURM_STEP_ID" : v;
+    return;
+  }
+}
+
 bool launched_by_env() { return present(kHorizon) || present(kTorchrun) || present(kSlurm); }
 
-EnvWorld env_world() {
+namespace {
+
+// The launcher's part of env_world(): size, rank, local rank and whose they are.
+EnvWorld launcher_world() {
   check_no_stray_rank_variables();
   EnvWorld w;
   // Horizon's own variables, else torchrun's, else an srun step's. torchrun's win over Slurm's
@@ -162,6 +185,13 @@ EnvWorld env_world() {
   } else if (present(kSlurm)) {
     read_launcher(kSlurm, w);
   }
+  return w;
+}
+
+}  // namespace
+
+EnvWorld env_world() {
+  EnvWorld w = launcher_world();
   if (const char* f = std::getenv("HZ_NCCL_ID_FILE")) w.id_file = f;
   if (const char* a = std::getenv("MASTER_ADDR")) w.master_addr = a;
   if (std::getenv("MASTER_PORT")) {
@@ -173,6 +203,12 @@ EnvWorld env_world() {
            w.launcher, " world of ", w.size, " ranks needs a way to share the NCCL unique id: MASTER_ADDR and MASTER_PORT "
            "(rank 0's host and a free port: a TCP rendezvous, as torchrun sets them) or HZ_NCCL_ID_FILE (a path every "
            "rank sees)");
+  read_job_identity(w);
+  HZ_CHECK(w.size == 1 || !w.id_file.empty() || !w.job_identity.empty(), ValueError, w.launcher, " world of ", w.size,
+           " ranks meets over TCP at MASTER_ADDR:MASTER_PORT, which admits only ranks that share the job's identity, "
+           "and this launch sets none: export HZ_JOB_TOKEN with one random value to every rank (e.g. export "
+           "HZ_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')), or launch with torchrun "
+           "(TORCHELASTIC_RUN_ID) or srun (SLURM_JOB_ID)");
   if (const char* t = std::getenv("HZ_NCCL_ID_TIMEOUT")) {
     // a plain decimal number: strtod alone would take "inf", "nan", "0x10" and " 5", and a wait of
     // years (or an overflowing deadline) is a typo, not a rendezvous
@@ -511,13 +547,12 @@ std::unique_ptr<Communicator> from_environment() {
     HZ_CHECK(mpi_compiled(), Error, "launched by mpirun but this Horizon build has no MPI support; rebuild with -DHZ_MPI=ON");
     return make_mpi();
   }
-  check_no_stray_rank_variables();
-  if (launched_by_env()) {
-    const EnvWorld w = env_world();
-    HZ_CHECK(w.size == 1, Error, w.launcher, " world of ", w.size, " ranks (", w.launcher == "Horizon's" ? "HZ_WORLD_SIZE"
-             : w.launcher == "torchrun's" ? "WORLD_SIZE" : "SLURM_STEP_NUM_TASKS", "=", w.size, ") launches ranks through "
-             "NCCL, which needs CUDA tensors (run.device=cuda); CPU ranks run under mpirun (or srun --mpi=pmix)");
-  }
+  // the launcher's variables alone: CPU ranks are refused before what only NCCL's rendezvous needs
+  const EnvWorld w = launcher_world();
+  HZ_CHECK(w.size == 1, Error, w.launcher, " world of ", w.size, " ranks (", w.launcher == "Horizon's" ? "HZ_WORLD_SIZE"
+           : w.launcher == "torchrun's" ? "WORLD_SIZE" : "SLURM_STEP_NUM_TASKS", "=", w.size, ") launches ranks through "
+           "NCCL, which needs CUDA tensors (run.device=cuda); CPU ranks run under mpirun (or srun --mpi=pmix)");
+  if (launched_by_env()) (void)env_world();  // the rest of the variables, checked all the same
   return make_local();
 }
 
