@@ -136,6 +136,8 @@ struct MpiClaims {
 
 }  // namespace
 
+namespace {
+
 constexpr double kMaxIdTimeoutS = 86400;
 
 // The job's identity for the TCP rendezvous: the first source the launch set (communicator.h).
@@ -157,6 +159,8 @@ void read_job_identity(EnvWorld& w) {
     return;
   }
 }
+
+}  // namespace
 
 bool launched_by_env() { return present(kHorizon) || present(kTorchrun) || present(kSlurm); }
 
