@@ -491,6 +491,44 @@ TEST(Rendezvous, StrangersAreDroppedAndLoggedAndTheJobCompletes) {
   EXPECT_EQ(log.count(""), held.size() + 1) << "one line per connection";
 }
 
+// Without a log sink (as NCCL's bootstrap runs it) the lines go to rank 0's stderr.
+TEST(Rendezvous, DroppedConnectionsAreLoggedOnStderr) {
+  const int port = free_port();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::fflush(nullptr);
+  const pid_t root = fork();
+  if (root == 0) {
+    alarm(60);
+    ::close(fds[0]);
+    ::dup2(fds[1], 2);
+    std::vector<unsigned char> id = payload();
+    int code = 0;
+    try {
+      dist::tcp_rendezvous("127.0.0.1", port, 0, 2, id.data(), id.size(), options("t", 10));
+    } catch (...) {
+      code = 1;
+    }
+    std::_Exit(code);
+  }
+  ::close(fds[1]);
+  const int stranger = connect_and_send(port, "GET / HTTP/1.1\r\n\r\n");
+  char c;
+  EXPECT_EQ(::recv(stranger, &c, 1, 0), 0);  // rank 0 hung up on it
+  ::close(stranger);
+  const std::vector<pid_t> kids = ranks(port, 2, "t", 10);
+  EXPECT_EQ(exit_code(root), 0);
+  for (pid_t k : kids) EXPECT_EQ(exit_code(k), 0);
+  std::string err;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  EXPECT_TRUE(has(err, "horizon: rendezvous on port " + std::to_string(port) + ": dropped the connection from 127.0.0.1:"))
+      << err;
+  EXPECT_TRUE(has(err, "not a Horizon rank")) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
 // Silent connections are waited on side by side with the ranks' handshakes, each with its own
 // deadline: they cannot use up the rendezvous' (hardening, third round: four of them made a 30 s
 // rendezvous fail, and rank 0 blamed rank 1).
