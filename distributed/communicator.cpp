@@ -87,11 +87,88 @@ void read_launcher(const Launcher& l, EnvWorld& w) {
   w.launcher = l.name;
 }
 
+// A rank without its world: Horizon's or torchrun's rank or local rank set while that launcher's
+// world size is not (a launch that lost a variable), or MPI's per-process variables without the
+// ones mpirun sets (launched_by_mpirun()). Either would silently train as a world of one. Slurm's
+// are left alone: a batch script's own shell has SLURM_PROCID=0 without an srun step's task count.
+void check_no_stray_rank_variables() {
+  for (const Launcher* l : {&kHorizon, &kTorchrun}) {
+    if (present(*l)) continue;
+    std::string found;
+    for (const char* v : {l->rank, l->local})
+      if (const char* x = std::getenv(v)) found += (found.empty() ? "" : " ") + std::string(v) + "=" + x;
+    HZ_CHECK(found.empty(), ValueError, found, " set but ", l->size, " is not: this process would train alone as a "
+             "world of one. Give every rank ", l->size, " (the number of ranks) too, or unset ", found.find(' ') ==
+             std::string::npos ? "it" : "them");
+  }
+  if (launched_by_mpirun()) return;
+  std::string found;
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "MPI_LOCALRANKID",
+                        "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"})
+    if (const char* x = std::getenv(v)) found += (found.empty() ? "" : " ") + std::string(v) + "=" + x;
+  HZ_CHECK(found.empty(), ValueError, "MPI's ", found, " set without OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK "
+           "(what mpirun or srun --mpi sets): this process was not started by mpirun and would train alone as a world "
+           "of one. Start the ranks with mpirun, or unset these variables");
+}
+
+#ifdef HZ_HAVE_MPI
+// An MPI world must be the one the launcher's variables describe: Open MPI started without mpirun
+// (its variables set by hand or inherited) initialises a singleton world of one instead. The
+// variables are read before MPI_Init, which rewrites some of them for a singleton.
+struct MpiClaims {
+  std::vector<std::pair<const char*, long>> sizes, ranks;
+  MpiClaims() {
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+      if (std::getenv(v)) sizes.emplace_back(v, env_int(v, 0));
+    for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+      if (std::getenv(v)) ranks.emplace_back(v, env_int(v, 0));
+  }
+  void check(int rank, int size) const {
+    for (const auto& [v, n] : sizes)
+      HZ_CHECK(n == size, ValueError, v, "=", n, " says this process is one of ", n, " ranks, but MPI started a world of ",
+               size, ": it was not started by that many processes of one mpirun (variables set by hand or inherited?)");
+    for (const auto& [v, r] : ranks)
+      HZ_CHECK(r == rank, ValueError, v, "=", r, " says this process is rank ", r, ", but MPI made it rank ", rank, " of ",
+               size, ": it was not started by mpirun (variables set by hand or inherited?)");
+  }
+};
+#endif
+
+}  // namespace
+
+namespace {
+
+constexpr double kMaxIdTimeoutS = 86400;
+
+// The job's identity for the TCP rendezvous: the first source the launch set (communicator.h).
+// Each is prefixed with its name, so ranks that read different sources never agree by accident.
+void read_job_identity(EnvWorld& w) {
+  if (const char* t = std::getenv("HZ_JOB_TOKEN")) {  // set by hand: empty is a mistake, not "unset"
+    HZ_CHECK(*t != '\0', ValueError, "HZ_JOB_TOKEN is empty: set it to one random value shared by every rank of the "
+             "launch, e.g. export HZ_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')");
+  }
+  const std::string slurm_step = std::getenv("SLURM_STEP_ID") ? std::getenv("SLURM_STEP_ID") : "";
+  for (const char* v : {"HZ_JOB_TOKEN", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE",
+                        "OMPI_MCA_ess_base_jobid"}) {
+    const char* x = std::getenv(v);
+    if (x == nullptr || *x == '\0') continue;
+    HZ_CHECK(std::strlen(x) <= 256, ValueError, v, " has ", std::strlen(x), " bytes; the job identity takes 256 at most");
+    const bool slurm = std::strcmp(v, "SLURM_JOB_ID") == 0;
+    w.job_identity = std::string(v) + "=" + x + (slurm ? " SLURM_STEP_ID=" + slurm_step : "");
+    w.job_identity_from = slurm ? "SLURM_JOB_ID and SLURM_STEP_ID" : v;
+    return;
+  }
+}
+
 }  // namespace
 
 bool launched_by_env() { return present(kHorizon) || present(kTorchrun) || present(kSlurm); }
 
-EnvWorld env_world() {
+namespace {
+
+// The launcher's part of env_world(): size, rank, local rank and whose they are.
+EnvWorld launcher_world() {
+  check_no_stray_rank_variables();
   EnvWorld w;
   // Horizon's own variables, else torchrun's, else an srun step's. torchrun's win over Slurm's
   // without a check: `srun torchrun` makes Slurm's describe the per-node agent, not the worker.
@@ -112,6 +189,13 @@ EnvWorld env_world() {
   } else if (present(kSlurm)) {
     read_launcher(kSlurm, w);
   }
+  return w;
+}
+
+}  // namespace
+
+EnvWorld env_world() {
+  EnvWorld w = launcher_world();
   if (const char* f = std::getenv("HZ_NCCL_ID_FILE")) w.id_file = f;
   if (const char* a = std::getenv("MASTER_ADDR")) w.master_addr = a;
   if (std::getenv("MASTER_PORT")) {
@@ -123,11 +207,22 @@ EnvWorld env_world() {
            w.launcher, " world of ", w.size, " ranks needs a way to share the NCCL unique id: MASTER_ADDR and MASTER_PORT "
            "(rank 0's host and a free port: a TCP rendezvous, as torchrun sets them) or HZ_NCCL_ID_FILE (a path every "
            "rank sees)");
+  read_job_identity(w);
+  HZ_CHECK(w.size == 1 || !w.id_file.empty() || !w.job_identity.empty(), ValueError, w.launcher, " world of ", w.size,
+           " ranks meets over TCP at MASTER_ADDR:MASTER_PORT, which admits only ranks that share the job's identity, "
+           "and this launch sets none: export HZ_JOB_TOKEN with one random value to every rank (e.g. export "
+           "HZ_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')), or launch with torchrun "
+           "(TORCHELASTIC_RUN_ID) or srun (SLURM_JOB_ID)");
   if (const char* t = std::getenv("HZ_NCCL_ID_TIMEOUT")) {
+    // a plain decimal number: strtod alone would take "inf", "nan", "0x10" and " 5", and a wait of
+    // years (or an overflowing deadline) is a typo, not a rendezvous
+    const bool decimal = *t != '\0' && std::strspn(t, "0123456789.eE+-") == std::strlen(t);
     char* end = nullptr;
-    w.id_timeout_s = std::strtod(t, &end);
-    HZ_CHECK(*t != '\0' && *end == '\0' && w.id_timeout_s > 0, ValueError, "HZ_NCCL_ID_TIMEOUT='", t,
-             "' is not a positive number of seconds");
+    errno = 0;
+    const double s = decimal ? std::strtod(t, &end) : 0.0;
+    HZ_CHECK(decimal && *end == '\0' && errno == 0 && s > 0 && s <= kMaxIdTimeoutS, ValueError, "HZ_NCCL_ID_TIMEOUT='",
+             t, "' is not a number of seconds in (0, ", kMaxIdTimeoutS, "] (a day at most)");
+    w.id_timeout_s = s;
   }
   return w;
 }
@@ -318,6 +413,7 @@ class MpiRequest : public Request {
 class Mpi : public Communicator {
  public:
   Mpi() {
+    const MpiClaims claims;
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -327,6 +423,12 @@ class Mpi : public Communicator {
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     init(MPI_COMM_WORLD);
+    try {
+      claims.check(rank_, size_);
+    } catch (...) {
+      if (owner_) MPI_Finalize();
+      throw;
+    }
   }
   // a sub-communicator (split): owns comm
   explicit Mpi(MPI_Comm comm) : own_comm_(true) {
@@ -449,12 +551,12 @@ std::unique_ptr<Communicator> from_environment() {
     HZ_CHECK(mpi_compiled(), Error, "launched by mpirun but this Horizon build has no MPI support; rebuild with -DHZ_MPI=ON");
     return make_mpi();
   }
-  if (launched_by_env()) {
-    const EnvWorld w = env_world();
-    HZ_CHECK(w.size == 1, Error, w.launcher, " world of ", w.size, " ranks (", w.launcher == "Horizon's" ? "HZ_WORLD_SIZE"
-             : w.launcher == "torchrun's" ? "WORLD_SIZE" : "SLURM_STEP_NUM_TASKS", "=", w.size, ") launches ranks through "
-             "NCCL, which needs CUDA tensors (run.device=cuda); CPU ranks run under mpirun (or srun --mpi=pmix)");
-  }
+  // the launcher's variables alone: CPU ranks are refused before what only NCCL's rendezvous needs
+  const EnvWorld w = launcher_world();
+  HZ_CHECK(w.size == 1, Error, w.launcher, " world of ", w.size, " ranks (", w.launcher == "Horizon's" ? "HZ_WORLD_SIZE"
+           : w.launcher == "torchrun's" ? "WORLD_SIZE" : "SLURM_STEP_NUM_TASKS", "=", w.size, ") launches ranks through "
+           "NCCL, which needs CUDA tensors (run.device=cuda); CPU ranks run under mpirun (or srun --mpi=pmix)");
+  if (launched_by_env()) (void)env_world();  // the rest of the variables, checked all the same
   return make_local();
 }
 

@@ -19,7 +19,17 @@
 //   by file    HZ_NCCL_ID_FILE, a path every rank sees (shared filesystem): rank 0 writes the id
 //              there (temp name + atomic rename, removed once every rank has joined), the others
 //              wait for it;
-// the file when both are given. Either waits HZ_NCCL_ID_TIMEOUT seconds (default 120).
+// the file when both are given. The TCP rendezvous admits only ranks that prove they hold the
+// job's identity (distributed/rendezvous.h), the first of these the launch sets, the same on every
+// rank (a TCP rendezvous without one is refused):
+//   HZ_JOB_TOKEN                    a random token the launching script exports to every rank
+//   TORCHELASTIC_RUN_ID             torchrun's run id (--rdzv-id; random with --standalone)
+//   SLURM_JOB_ID (+ SLURM_STEP_ID)  an srun step
+//   PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid   mpirun's job
+// Either waits HZ_NCCL_ID_TIMEOUT seconds (default 120; a decimal
+// number in (0, 86400]). A rank's variables without their world (HZ_RANK or HZ_LOCAL_RANK without
+// HZ_WORLD_SIZE, RANK or LOCAL_RANK without WORLD_SIZE, MPI's per-process ones without mpirun's)
+// are refused rather than run as a world of one, and an MPI world must match mpirun's variables.
 // Every rank must issue the same collectives in the same order.
 #pragma once
 #include <cstdint>
@@ -88,7 +98,7 @@ std::unique_ptr<Communicator> make_mpi();
 // unset: a world of one). CPU tensors go through MPI, or without MPI through a device buffer.
 // Throws without CUDA + NCCL support.
 std::unique_ptr<Communicator> make_nccl();
-bool launched_by_mpirun();  // OMPI_COMM_WORLD_SIZE / PMI_SIZE in the environment
+bool launched_by_mpirun();  // OMPI_COMM_WORLD_SIZE / PMI_SIZE / PMIX_RANK in the environment
 bool launched_by_env();     // a launcher's world size in the environment (HZ_, torchrun's or srun's; NCCL without mpirun)
 // MPI when launched by mpirun (and built with MPI), else local. Refuses a launcher's world > 1 without
 // mpirun: environment launches are NCCL's (run.device=cuda; make_nccl()).
@@ -110,8 +120,12 @@ struct EnvWorld {
   std::string master_addr;  // MASTER_ADDR; empty when unset
   int master_port = 0;      // MASTER_PORT; 0 when unset
   double id_timeout_s = 120;  // HZ_NCCL_ID_TIMEOUT
+  // the job's identity for the TCP rendezvous (see above); empty when the launch sets none
+  std::string job_identity;
+  std::string job_identity_from;  // the variable(s) it came from, e.g. "TORCHELASTIC_RUN_ID"
 };
-// Reads and validates the variables; throws ValueError naming the variable and its value.
+// Reads and validates the variables (stray rank variables included); throws ValueError naming the
+// variable and its value.
 EnvWorld env_world();
 // Rank 0: writes `bytes` to `path` through a temporary name and an atomic rename.
 void publish_id_file(const std::string& path, const void* data, size_t bytes);

@@ -6,8 +6,8 @@
 //
 // Bootstrap: launched by mpirun in a build with MPI, rank 0 makes the unique id and broadcasts it
 // over MPI, and CPU tensors (loss scalars, loader cursors) go through the MPI communicator
-// underneath. Otherwise the world comes from HZ_RANK / HZ_WORLD_SIZE / HZ_LOCAL_RANK and the id
-// travels through the file HZ_NCCL_ID_FILE (communicator.h); CPU tensors then take NCCL too,
+// underneath. Otherwise the world comes from a launcher's variables and the id travels through the
+// file HZ_NCCL_ID_FILE or the TCP rendezvous (communicator.h); CPU tensors then take NCCL too,
 // staged through a device buffer (synchronous), and barrier() is a one-element all-reduce.
 // Compiled with HZ_CUDA when NCCL is found (MPI optional).
 #include <cuda_runtime.h>
@@ -130,7 +130,11 @@ class Nccl : public Communicator {
       if (rank_ == 0) publish_id_file(env.id_file, &id, sizeof(id));
       else read_id_file(env.id_file, &id, sizeof(id), env.id_timeout_s);
     } else if (size_ > 1) {  // MASTER_ADDR / MASTER_PORT (env_world() checked one of the two is given)
-      tcp_rendezvous(env.master_addr, env.master_port, rank_, size_, &id, sizeof(id), env.id_timeout_s);
+      RendezvousOptions opt;
+      opt.identity = env.job_identity;
+      opt.identity_from = env.job_identity_from;
+      opt.timeout_s = env.id_timeout_s;
+      tcp_rendezvous(env.master_addr, env.master_port, rank_, size_, &id, sizeof(id), opt);
     }
     // 4. the communicator (collective: returns once every rank has joined)
     const ncclResult_t r = ncclCommInitRank(&comm_, size_, id, rank_);

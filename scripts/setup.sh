@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev
       libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libfmt-dev libdnnl-dev
-      zlib1g-dev python3-h5py python3-matplotlib python3-venv)
+      zlib1g-dev libcrypt-dev python3-h5py python3-matplotlib python3-venv)
 # tokenizers: pre-tokenizer regexes, Unicode properties and normalization, tokenizer.json / JSONL, .model files
 PKGS+=(libpcre2-dev libutf8proc-dev nlohmann-json3-dev libsentencepiece-dev)
 # TensorBoard event files (io/tensorboard.h): protobuf messages, records framed with CRC32C (ISA-L)

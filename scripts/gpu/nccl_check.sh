@@ -42,7 +42,7 @@ log() { echo "[nccl_check] $*" >&2; }
 # NCCL's own warnings (e.g. "Duplicate GPU detected") in the logs, unless the caller chose a level
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 unset HZ_RANK HZ_WORLD_SIZE HZ_LOCAL_RANK HZ_NCCL_ID_FILE RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT \
-  SLURM_STEP_NUM_TASKS SLURM_PROCID SLURM_LOCALID
+  SLURM_STEP_NUM_TASKS SLURM_PROCID SLURM_LOCALID HZ_JOB_TOKEN TORCHELASTIC_RUN_ID
 
 # ---- 0. build -----------------------------------------------------------------------------------
 t0=$(date +%s)
@@ -108,8 +108,8 @@ fi
 
 # ---- two ranks ----------------------------------------------------------------------------------
 # pair NAME MODE CMD...: starts CMD as rank 0 and rank 1 (HZ_WORLD_SIZE=2, a fresh id file; with
-# PAIR_LAUNCH=tcp torchrun's WORLD_SIZE / RANK / LOCAL_RANK and MASTER_ADDR=localhost, a fresh
-# MASTER_PORT), each under `timeout 120`, logs NAME.rank{0,1}.log; MODE "hostid" gives each rank its
+# PAIR_LAUNCH=tcp torchrun's WORLD_SIZE / RANK / LOCAL_RANK / TORCHELASTIC_RUN_ID and
+# MASTER_ADDR=localhost, a fresh MASTER_PORT), each under `timeout 120`, logs NAME.rank{0,1}.log; MODE "hostid" gives each rank its
 # own NCCL_HOSTID. Sets pair_rc0 / pair_rc1.
 pair() {
   local name=$1 mode=$2
@@ -122,7 +122,8 @@ pair() {
     local h=()
     [ "$mode" = hostid ] && h=(NCCL_HOSTID="hz-nccl-check-rank$r")
     local launch=(HZ_WORLD_SIZE=2 HZ_RANK=$r HZ_LOCAL_RANK=$r HZ_NCCL_ID_FILE="$id")
-    [ "${PAIR_LAUNCH:-file}" = tcp ] && launch=(WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r MASTER_ADDR=localhost MASTER_PORT=$port)
+    [ "${PAIR_LAUNCH:-file}" = tcp ] && launch=(WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r MASTER_ADDR=localhost MASTER_PORT=$port
+                                                   TORCHELASTIC_RUN_ID="nccl-check-$$-$port")
     env "${launch[@]}" ${extra[@]+"${extra[@]}"} ${h[@]+"${h[@]}"} \
       timeout 120 "$@" > "$REPORT_DIR/$name.rank$r.log" 2>&1 &
     pids+=($!)

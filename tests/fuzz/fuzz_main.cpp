@@ -51,6 +51,7 @@
 #include "data/corpus.h"
 #include "data/token_files.h"
 #include "data/tokenizer.h"
+#include "distributed/rendezvous.h"
 #include "hf/hf.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
@@ -499,6 +500,32 @@ std::vector<Target> make_targets(const std::string& work) {
     t.back().seeds.push_back(s);
   t.push_back({"jsonl", "docs.jsonl", seeds_of({"tests/data/fixtures/corpus/docs.jsonl"}), nullptr,
                [](const std::string& p) { (void)hz::data::load_jsonl({p}, "text"); }});
+  // What a connection to the TCP rendezvous' rank 0 sends first (distributed/rendezvous.h), read as
+  // rank 0 reads it: every prefix as it arrives, for a few world sizes. Rank 0 drops what it refuses.
+  const auto words = [](std::initializer_list<uint32_t> ws) {
+    Bytes b;
+    for (uint32_t v : ws) b.append(reinterpret_cast<const char*>(&v), 4);
+    return b;
+  };
+  t.push_back({"rendezvous_hello", "hello.bin",
+               {words({0x56525a48, 2, 4, 1}) + "abcdefghijklmnop", words({0x56525a48, 2, 2, 1}) + "./09AZaz./09AZaz",
+                words({0x56525a48, 1, 4, 1}), Bytes("GET / HTTP/1.1\r\n\r\n")},
+               nullptr, [](const std::string& p) {
+                 const Bytes b = read_bytes(p);
+                 std::string why = "an incomplete hello";
+                 bool valid = false;  // for one of the world sizes (a hello claims one)
+                 for (int size : {2, 4, 1 << 20}) {
+                   hz::dist::Hello h;
+                   auto st = hz::dist::HelloState::NeedMore;
+                   for (size_t n = 0; n <= b.size() && st == hz::dist::HelloState::NeedMore; ++n)
+                     st = hz::dist::read_hello(reinterpret_cast<const unsigned char*>(b.data()), n, size, h, why);
+                   if (st != hz::dist::HelloState::Valid) continue;
+                   if (h.rank < 1 || h.rank >= static_cast<uint32_t>(size) || h.nonce.size() != 16)
+                     std::abort();  // a hello rank 0 would accept must name a rank it can place
+                   valid = true;
+                 }
+                 if (!valid) throw hz::ValueError(why);
+               }});
   // structure-aware twins of the text and header formats (same seeds and loaders, values mutated)
   for (const char* name : {"tokenizer_json", "safetensors", "config_json", "recipe_yaml"}) {
     Target x = *std::find_if(t.begin(), t.end(), [&](const Target& y) { return y.name == name; });
