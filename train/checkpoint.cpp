@@ -13,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "core/file.h"
 #include "core/hash.h"
 #include "core/isolate.h"
 #include "io/hdf5.h"
@@ -201,8 +202,9 @@ void seal(const std::string& tmp, const std::string& ckpt) {
 // HDF5 signature at byte 0: written before checkpoints were sealed, or its block stripped) is refused:
 // libhdf5 would read it unverified.
 void verify_seal(const std::string& path, uint64_t size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CheckpointError(path + ": cannot read the checkpoint: " + errno_text());
+  std::string why;
+  const int fd = open_input(path, why);  // a regular file only (core/file.h)
+  if (fd < 0) throw CheckpointError(path + ": cannot read the checkpoint: " + why);
   unsigned char head[24] = {}, sig[8] = {};
   const bool has_head = ::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head);
   const bool sig_at_block = size >= kUserblock + 8 && ::pread(fd, sig, 8, kUserblock) == 8 &&
@@ -619,6 +621,8 @@ CheckpointData load_checkpoint(const std::string& path) {
     throw CheckpointError(path +
                           ": is a directory, not a checkpoint file; pass one of its "
                           "step_<N>.h5 files (find_latest_checkpoint(dir) finds the newest)");
+  // a FIFO, a socket or a device: refused before anything opens it (core/file.h)
+  if (const std::string why = input_problem(path); !why.empty()) throw CheckpointError(path + ": " + why);
   if (st.st_size > 0) verify_seal(path, static_cast<uint64_t>(st.st_size));
 
   // a generous deadline: 2 minutes plus 10 MB/s
