@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace hz::cli {
 
@@ -46,16 +47,9 @@ double Flags::getd(const std::string& k, double def, double lo, double hi) const
 }
 
 std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
-  struct stat st {};
-  HZ_CHECK(::stat(path.c_str(), &st) == 0, ValueError, what, ": cannot read '", path, "': ", std::strerror(errno));
-  HZ_CHECK(S_ISREG(st.st_mode), ValueError, what, ": '", path, "' is not a regular file (a device or a directory)");
-  HZ_CHECK(st.st_size <= max_bytes, ValueError, what, ": '", path, "' holds ", st.st_size, " bytes, more than the ",
-           max_bytes, " this reads");
-  std::ifstream in(path, std::ios::binary);
-  HZ_CHECK(in.good(), ValueError, what, ": cannot read '", path, "'");
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
+  std::string text;  // a regular file (core/file.h)
+  const std::string why = read_file_capped(path, static_cast<uint64_t>(max_bytes), text);
+  HZ_CHECK(why.empty(), ValueError, what, ": '", path, "' ", why);
   return text;
 }
 

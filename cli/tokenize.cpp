@@ -11,9 +11,11 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 
@@ -31,9 +33,10 @@ std::string read_input(const std::string& file) {
     ss << std::cin.rdbuf();
     return ss.str();
   }
-  std::ifstream in(file, std::ios::binary);
-  HZ_CHECK(in.good(), ValueError, "cannot open '", file, "' for reading");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::string text;  // a regular file (core/file.h); "-" (above) is standard input
+  const std::string why = read_file_capped(file, std::numeric_limits<uint64_t>::max(), text);
+  HZ_CHECK(why.empty(), ValueError, "'", file, "': ", why);
+  return text;
 }
 
 std::vector<int32_t> parse_ids(const std::string& text) {

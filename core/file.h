@@ -14,7 +14,17 @@
 // one stopped after it leaves complete files that finish_file_set(dir) renames into place (the
 // next writer does it first, and a reader calls it before reading). So readers see the old set or
 // the new one, never a mix.
+//
+// Every file Horizon reads as input (recipes, tokenizers, config.json, safetensors and their index,
+// token shards and files, corpora, checkpoints, grid files, run directories' own files) is opened
+// through open_input (or checked with input_problem first, where a library opens the path itself):
+// anything but a regular file (symbolic links followed) is refused before a byte is read. A FIFO
+// in place of a file makes open() and read() wait for a writer for ever, a device such as
+// /dev/zero never ends, a directory fails obscurely. Commands that document reading standard input
+// ("-") handle that themselves, before calling these.
 #pragma once
+#include <cstdint>
+#include <fstream>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -31,5 +41,21 @@ inline void write_file_atomic(const std::string& path, const std::string& conten
 using FileSet = std::vector<std::pair<std::string, std::string>>;  // (name in the directory, content)
 void write_files_atomic(const std::string& dir, const FileSet& files);
 void finish_file_set(const std::string& dir);
+
+// Empty when `path` names a regular file; otherwise what is wrong, e.g. "is a FIFO (a named pipe),
+// not a regular file: refused (...)" or "cannot open: No such file or directory". Callers prefix it
+// with the file's name.
+std::string input_problem(const std::string& path);
+// Opens `path` read-only (close-on-exec) after that check, made again on the open descriptor (the
+// open never waits: O_NONBLOCK, cleared once the file is known to be regular). -1 with `why` set on
+// failure.
+int open_input(const std::string& path, std::string& why);
+// Reads the whole input at `path` into `out` when it holds at most max_bytes; otherwise returns
+// what is wrong (an input_problem, or the size and the cap). Empty on success.
+std::string read_file_capped(const std::string& path, uint64_t max_bytes, std::string& out);
+// A stream on `path` for readers that parse line by line: throws hz::ValueError naming the file when
+// it exists but is not a regular file; a missing file gives a stream that is not open (callers that
+// take a missing file as "none yet" test it, as before).
+std::ifstream open_input_stream(const std::string& path);
 
 }  // namespace hz

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,7 +58,11 @@ std::string read_text(int fd) {
   s.resize(n > 0 ? static_cast<size_t>(n) : 0);
   return s;
 }
-[[noreturn]] void child(const std::function<void(int)>& work, int out, int err) {
+[[noreturn]] void child(const std::function<void(int)>& work, int out, int err, pid_t parent) {
+  // the reader dies with its parent: a parent killed outright (kill -9) leaves no one to enforce the
+  // deadline, and a file that keeps libhdf5 looping would keep the orphan running for ever. The
+  // parent may have died between fork() and prctl(); then the child is already someone else's.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(2);
   // a crash is reported by its signal (the parent's handlers, a sanitizer's included, would turn it
   // into an exit status)
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, SIG_DFL);
@@ -84,9 +89,10 @@ IsolatedResult run_isolated(const std::function<void(int fd)>& work, double seco
   Fd out(::memfd_create("hz-isolated-out", MFD_CLOEXEC)), err(::memfd_create("hz-isolated-err", MFD_CLOEXEC));
   if (out.fd < 0 || err.fd < 0) throw Error(std::string("memfd_create failed: ") + std::strerror(errno));
   std::fflush(nullptr);  // the child must not write the parent's buffered output again
+  const pid_t self = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) child(work, out.fd, err.fd);
+  if (pid == 0) child(work, out.fd, err.fd, self);
 
   // wait, polling with a growing interval (1 ms to 20 ms), until the child ends or the deadline
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

@@ -6,7 +6,8 @@
 // descriptor (an anonymous in-memory file, memfd) to write its result to; the parent maps that
 // result once the child exits 0. A crash (a signal), a refusal (an hz::Error, whose message comes
 // back), any other exception, and a child still running after `seconds` (killed) all come back as
-// a status with a message, never as a crash or a hang of the caller.
+// a status with a message, never as a crash or a hang of the caller. The child dies with its
+// parent (PR_SET_PDEATHSIG: a parent killed with kill -9 leaves no orphan reader behind).
 // The child must use only fork-safe things: malloc, plain containers, the library it isolates (no
 // OpenMP regions, no CUDA, no Horizon tensor allocator, which another thread may hold locked).
 #pragma once

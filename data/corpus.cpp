@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string_view>
@@ -151,19 +152,21 @@ std::vector<std::string> expand_globs(const std::vector<std::string>& globs, con
     glob_t g{};
     const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
     size_t found = 0;
+    std::string skipped;  // the first match that is not a regular file, and why (core/file.h)
     if (rc == 0) {
       for (size_t i = 0; i < g.gl_pathc; ++i) {
-        struct stat st {};
-        if (::stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode)) {
+        if (const std::string why = input_problem(g.gl_pathv[i]); why.empty()) {
           paths.emplace_back(g.gl_pathv[i]);
           ++found;
+        } else if (skipped.empty()) {
+          skipped = std::string("; '") + g.gl_pathv[i] + "' " + why;
         }
       }
     }
     ::globfree(&g);
     HZ_CHECK(rc == 0 || rc == GLOB_NOMATCH, Error, "glob('", pattern, "') failed (code ", rc, ")");
     HZ_CHECK(found > 0, ValueError, "no ", what, " match the pattern '", pattern,
-             "'; check the path (patterns use glob(3): *, ?, [...]) and that the files exist");
+             "'; check the path (patterns use glob(3): *, ?, [...]) and that the files exist", skipped);
   }
   std::sort(paths.begin(), paths.end());
   paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
@@ -172,12 +175,10 @@ std::vector<std::string> expand_globs(const std::vector<std::string>& globs, con
 
 namespace {
 std::string read_file(const std::string& p, const std::string& what) {
-  std::ifstream in(p, std::ios::binary);
-  HZ_CHECK(in.good(), ValueError, "cannot open ", what, " '", p, "' for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  HZ_CHECK(!in.bad(), Error, "error while reading ", what, " '", p, "'");
-  return ss.str();
+  std::string text;  // a regular file only (core/file.h); a corpus file has no cap of its own
+  const std::string why = read_file_capped(p, std::numeric_limits<uint64_t>::max(), text);
+  HZ_CHECK(why.empty(), ValueError, what, " '", p, "': ", why);
+  return text;
 }
 }  // namespace
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "core/file.h"
 
@@ -62,9 +64,13 @@ void write_shard(const std::string& path, const std::vector<std::vector<int32_t>
 }
 
 std::shared_ptr<const Shard> Shard::open(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  HZ_CHECK(f != nullptr, ValueError, "cannot open token shard '", path, "': ", std::strerror(errno),
+  std::string why;
+  const int fd = open_input(path, why);  // a regular file only (core/file.h)
+  HZ_CHECK(fd >= 0, ValueError, "cannot open token shard '", path, "': ", why,
            "; create it with `horizon data prepare` (or data::prepare_corpus)");
+  FILE* f = ::fdopen(fd, "rb");
+  if (!f) ::close(fd);
+  HZ_CHECK(f != nullptr, Error, "cannot read token shard '", path, "': ", std::strerror(errno));
   std::vector<uint8_t> bytes;
   {
     uint8_t buf[1 << 16];

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "data/unicode.h"
 
 namespace hz::data {
@@ -16,9 +17,12 @@ constexpr uintmax_t kMaxModelBytes = 256ull << 20;
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
-    HZ_CHECK(std::filesystem::is_regular_file(path), ValueError, "cannot open SentencePiece model '", path, "'",
+    // a regular file (core/file.h) before libsentencepiece opens it: a FIFO would keep it waiting
+    const std::string why = input_problem(path);
+    HZ_CHECK(why.rfind("cannot open", 0) != 0, ValueError, "cannot open SentencePiece model '", path, "'",
              std::filesystem::path(path).is_relative() ? " (relative to " + std::filesystem::current_path().string() + ")" : "",
              "; give data.tokenizer as byte, a path to a tokenizer.json or to a SentencePiece .model");
+    HZ_CHECK(why.empty(), ValueError, "SentencePiece model '", path, "': ", why);
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(path, ec);
     HZ_CHECK(!ec && bytes <= kMaxModelBytes, ValueError, path, ": the file holds ", ec ? 0 : bytes,

@@ -6,7 +6,10 @@
 #include <cstring>
 #include <new>
 
+#include <unistd.h>
+
 #include "core/error.h"
+#include "core/file.h"
 
 namespace hz::data {
 
@@ -20,8 +23,12 @@ TokenFormat parse_token_format(const std::string& name) {
 namespace {
 
 std::vector<uint8_t> read_all(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  HZ_CHECK(f != nullptr, ValueError, "cannot open token file '", path, "': ", std::strerror(errno));
+  std::string why;
+  const int fd = open_input(path, why);  // a regular file only (core/file.h)
+  HZ_CHECK(fd >= 0, ValueError, "cannot open token file '", path, "': ", why);
+  FILE* f = ::fdopen(fd, "rb");
+  if (!f) ::close(fd);
+  HZ_CHECK(f != nullptr, Error, "cannot read token file '", path, "': ", std::strerror(errno));
   std::vector<uint8_t> bytes;
   if (std::fseek(f, 0, SEEK_END) == 0) {
     const long n = std::ftell(f);

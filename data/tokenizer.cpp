@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "data/hf_tokenizer.h"
 #include "data/shard.h"
 #include "data/sp_tokenizer.h"
@@ -143,7 +144,7 @@ std::string tokenizer_tag(const Tokenizer& tok) {
 }
 
 std::string file_fingerprint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in = open_input_stream(path);  // a regular file (core/file.h)
   HZ_CHECK(in.good(), ValueError, "cannot read '", path, "'");
   uint64_t h = kFnvOffset;
   char buf[1 << 16];

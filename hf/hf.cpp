@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/file.h"
 #include "data/tokenizer.h"
 #include "hf/architecture.h"
 
@@ -19,8 +20,10 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 bool is_hf_dir(const std::string& path) {
-  std::ifstream f(path + "/config.json");
-  return static_cast<bool>(f);
+  // whatever its type: a config.json that is not a regular file is then refused by name when read,
+  // never opened here (a FIFO would wait for a writer)
+  std::error_code ec;
+  return fs::exists(path + "/config.json", ec);
 }
 
 std::vector<std::pair<std::string, std::string>> parameter_names(const nn::ModelConfig& c) {
@@ -271,10 +274,11 @@ std::string byte_tokenizer_json() {
 std::string tokenizer_spec(const std::string& dir) {
   const std::string f = tokenizer_file(dir);
   if (f.empty() || fs::path(f).filename() != "tokenizer.json") return f;
-  std::ifstream in(f);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str() == byte_tokenizer_json() ? "byte" : f;
+  std::string text;  // a regular file (core/file.h); the byte tokenizer's file is a few KB
+  const std::string byte = byte_tokenizer_json();
+  if (const std::string why = read_file_capped(f, 1 << 20, text); !why.empty() && why.rfind("the file holds", 0) != 0)
+    throw HfError(f + ": " + why);
+  return text == byte ? "byte" : f;
 }
 
 ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Tensor>& weights, const std::string& tokenizer,

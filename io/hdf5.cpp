@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/file.h"
+
 namespace hz::io::h5 {
 
 // ---- library lifetime ---------------------------------------------------------------------------
@@ -402,6 +404,8 @@ File File::create(const std::string& path, uint64_t userblock) {
   return File(std::move(f), Group(std::move(root), "/"), path);
 }
 File File::open(const std::string& path, bool writable) {
+  // a regular file only (core/file.h): libhdf5 would wait on a FIFO for a writer
+  if (const std::string why = input_problem(path); !why.empty()) throw HDF5Error("opening HDF5 file " + path + ": " + why);
   silence_errors();
   const std::string what = "opening HDF5 file " + path;
   Id fapl = strong_close_fapl(what);
@@ -419,6 +423,7 @@ void File::close() {
 }
 
 bool is_hdf5(const std::string& path) {
+  if (!input_problem(path).empty()) return false;  // never opens a FIFO (core/file.h)
   silence_errors();
 #if H5_VERSION_GE(1, 12, 0)
   const htri_t r = H5Fis_accessible(path.c_str(), H5P_DEFAULT);

@@ -205,17 +205,14 @@ struct SafetensorsFile::Mapping {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, "cannot open: " + errno_text());
+  std::string why;
+  const int fd = open_input(path, why);  // a regular file only (core/file.h)
+  if (fd < 0) fail(path, why);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const std::string e = errno_text();
     ::close(fd);
     fail(path, "cannot stat: " + e);
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    fail(path, "is a directory, not a .safetensors file");
   }
   const auto size = static_cast<uint64_t>(st.st_size);
   f.map_ = std::make_shared<Mapping>();

@@ -27,18 +27,36 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
     lr.run_dir = (parent.filename() == "checkpoints" ? parent.parent_path() : parent).string();
     if (lr.run_dir.empty()) lr.run_dir = ".";
   }
-  const train::CheckpointData ck = train::load_checkpoint(lr.checkpoint);
-  HZ_CHECK(ck.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
-  const train::Recipe trained = train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe");
-  if (!overrides.empty()) {  // an override may name a JSON file of numbers (eval.longrope_long_factors)
-    const train::RecipeFiles files = train::read_recipe_files(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
-    lr.recipe = train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides, nullptr, &files);
-  } else {
-    lr.recipe = trained;
-  }
-  train::check_architecture(trained, lr.recipe, lr.checkpoint);  // a checkpoint's architecture is its own
+  // Only the model's tensors are read (an evaluation needs no optimizer state), and only once the
+  // shapes the file declares are the model's that its recipe builds: nothing is allocated for a
+  // tensor the model does not have or of a size it does not have.
+  train::LoadOptions opt;
+  opt.optimizer = false;
+  opt.check = [&](const train::CheckpointManifest& m) {
+    HZ_CHECK(m.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
+    const train::Recipe trained = train::parse_recipe(m.meta.at("recipe"), lr.checkpoint + ":recipe");
+    if (!overrides.empty()) {  // an override may name a JSON file of numbers (eval.longrope_long_factors)
+      const train::RecipeFiles files = train::read_recipe_files(m.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
+      lr.recipe = train::parse_recipe(m.meta.at("recipe"), lr.checkpoint + ":recipe", overrides, nullptr, &files);
+    } else {
+      lr.recipe = trained;
+    }
+    train::check_architecture(trained, lr.recipe, lr.checkpoint);  // a checkpoint's architecture is its own
+    lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, m.step), 0, /*draw_weights=*/false);
+    size_t found = 0;
+    for (auto& [name, v] : lr.model->named_parameters()) {
+      const auto it = m.model.find(name);
+      if (it == m.model.end()) continue;  // load_state_dict names what is missing
+      ++found;
+      HZ_CHECK(it->second.shape == v->shape(), ValueError, lr.checkpoint, ": parameter '", name, "' is stored with shape ",
+               shape_str(it->second.shape), " but the checkpoint's own recipe builds ", shape_str(v->shape()),
+               ": the file is damaged or crafted; use an earlier checkpoint");
+    }
+    HZ_CHECK(found == m.model.size(), ValueError, lr.checkpoint, ": holds ", m.model.size() - found,
+             " model tensor(s) that the checkpoint's own recipe does not build: the file is damaged or crafted");
+  };
+  const train::CheckpointData ck = train::load_checkpoint(lr.checkpoint, opt);
   lr.step = ck.step;
-  lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, ck.step), 0, /*draw_weights=*/false);
   lr.model->load_state_dict(ck.model, /*strict=*/true, lr.checkpoint);
 }
 }  // namespace

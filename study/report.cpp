@@ -30,7 +30,7 @@ namespace {
 // rows of a CSV with a header line (numbers and plain names only: Horizon's own files)
 std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
   std::vector<std::map<std::string, std::string>> rows;
-  std::ifstream f(path);
+  std::ifstream f = open_input_stream(path);  // a regular file, or none (core/file.h)
   if (!f) return rows;
   auto split = [](const std::string& line) {
     std::vector<std::string> out;
@@ -334,7 +334,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     // training curve
     json curve = json::array();
     {
-      std::ifstream mf(dir + "/metrics.jsonl");
+      std::ifstream mf = open_input_stream(dir + "/metrics.jsonl");
       for (std::string line; std::getline(mf, line);) {
         const json j = json::parse(line, nullptr, false);
         if (!j.is_discarded() && j.contains("loss")) curve.push_back({j["step"], j["loss"]});
@@ -343,7 +343,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     run["train_curve"] = curve;
     run["final_train_loss"] = curve.empty() ? json(nullptr) : curve.back()[1];
     if (fs::exists(dir + "/eval.json")) {
-      std::ifstream ef(dir + "/eval.json");
+      std::ifstream ef = open_input_stream(dir + "/eval.json");
       const json ev = json::parse(ef);
       run["lengths"] = ev["lengths"];
       for (const auto& l : ev["lengths"]) all_lengths.insert(l["length"].get<int64_t>());

@@ -74,7 +74,7 @@ SweepSpec load_sweep(const std::string& path, const std::vector<std::string>& ex
   s.file = path;
   YAML::Node root;
   {
-    std::ifstream in(path, std::ios::binary);
+    std::ifstream in = open_input_stream(path);  // a regular file (core/file.h)
     if (!in) throw train::RecipeError("cannot open grid file '" + path + "'");
     std::ostringstream text;
     text << in.rdbuf();
@@ -207,7 +207,7 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
     const std::string tables = evaluate_run(run, false);
     if (!o.quiet) fmt::print("{}", tables);
     if (fs::exists(p.dir + "/eval.json")) {
-      std::ifstream ef(p.dir + "/eval.json");
+      std::ifstream ef = open_input_stream(p.dir + "/eval.json");
       const nlohmann::json ev = nlohmann::json::parse(ef);  // kept alive: the loop reads into it
       for (const auto& l : ev.at("lengths")) {
         row.lengths.push_back(l.at("length").get<int64_t>());
@@ -217,7 +217,7 @@ SweepResult run_sweep(const SweepSpec& s, const SweepOptions& o) {
     }
     // the last logged training loss of the run (metrics.jsonl holds every invocation's lines)
     {
-      std::ifstream mf(p.dir + "/metrics.jsonl");
+      std::ifstream mf = open_input_stream(p.dir + "/metrics.jsonl");
       for (std::string line; std::getline(mf, line);) {
         const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
         if (!j.is_discarded() && j.contains("loss")) row.final_train_loss = j["loss"].get<double>();

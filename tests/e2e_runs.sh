@@ -5,7 +5,7 @@
 # lock is taken over), resume=latest says what it found, metrics.jsonl keeps one record per step
 # across a resume, a checkpoint's architecture cannot be overridden by eval or resume, and an
 # evaluation runs beside its run's training but not beside a second evaluation of the same run;
-# issue 36's lock, read-only, standard-output and flag cases.
+# issue 36's lock, read-only, standard-output and flag cases; inputs that are not regular files.
 set -euo pipefail
 HZ=$1; SRC=$2; OUT=$(mktemp -d)
 pids=()
@@ -151,6 +151,11 @@ rm -f "$OUT/big_prompt.txt"
 # a run that evaluates needs one validation batch at its length: refused before training
 expect 1 "eval.batch_size 100000 x data.seq_len 32" "eval.final=false" -- \
   "$HZ" train "$SRC/recipes/quickstart.yaml" "${TINY[@]}" run.name=noval eval.batch_size=100000
-expect 1 "'/dev/zero' is not a regular file" -- "$HZ" generate "$OUT/res" --file /dev/zero
+expect 1 "'/dev/zero' is a character device, not a regular file" -- "$HZ" generate "$OUT/res" --file /dev/zero
+# a FIFO in place of an input: refused at once naming it (it kept the command waiting for a writer)
+mkfifo "$OUT/fifo.yaml" "$OUT/step_1.h5" "$OUT/tokenizer.json"
+expect 1 "$OUT/fifo.yaml" "is a FIFO" -- timeout 60 "$HZ" train "$OUT/fifo.yaml"
+expect 1 "$OUT/step_1.h5" "is a FIFO" -- timeout 60 "$HZ" eval "$OUT/step_1.h5"
+expect 1 "$OUT/tokenizer.json" "is a FIFO" -- timeout 60 "$HZ" tokenize "$OUT/tokenizer.json" /dev/null
 expect 1 "cannot create the run directory '/proc/x'" -- "$HZ" train "$SRC/recipes/quickstart.yaml" run.out_dir=/proc run.name=x
 echo "e2e_runs: ok"

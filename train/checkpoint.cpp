@@ -13,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "core/file.h"
 #include "core/hash.h"
 #include "core/isolate.h"
 #include "io/hdf5.h"
@@ -147,7 +148,8 @@ std::string errno_text() { return std::strerror(errno); }
 // libhdf5 does not survive every damaged file (a flipped byte in a B-tree header makes it read out
 // of bounds), so a checkpoint carries a checksum of its HDF5 bytes in the user block (bytes HDF5
 // reserves for the application at the start of the file) and load_checkpoint verifies it before
-// libhdf5 reads anything.
+// libhdf5 reads any tensor (libhdf5 reads the structure first, in the isolated child, so that the
+// datasets it declares bound the hashing: checkpoint.h, "Loading").
 constexpr char kSumMagic[8] = {'H', 'Z', 'S', 'U', 'M', '0', '0', '1'};
 constexpr uint64_t kUserblock = 512;
 constexpr unsigned char kHdf5Sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
@@ -161,12 +163,37 @@ void put_le64(unsigned char* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
-// FNV-1a 64 over bytes [from, size) of fd.
+// FNV-1a 64 of n zero bytes after state h: each multiplies by the prime (h ^ 0 == h), so h * prime^n.
+uint64_t fnv_zeros(uint64_t h, uint64_t n) {
+  uint64_t p = kFnvPrime;
+  for (; n; n >>= 1, p *= p)
+    if (n & 1) h *= p;
+  return h;
+}
+
+// FNV-1a 64 over bytes [from, size) of fd. Holes of a sparse file (SEEK_HOLE) read as zeros and are
+// hashed as such without reading them, so a dataset never written costs nothing to verify.
 uint64_t hash_from(int fd, uint64_t from, uint64_t size, const std::string& path) {
   std::vector<unsigned char> buf(1 << 20);
   uint64_t h = kFnvOffset;
-  for (uint64_t at = from; at < size;) {
-    const ssize_t n = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), size - at), static_cast<off_t>(at));
+  for (uint64_t at = from, data_end = from; at < size;) {
+    if (at >= data_end) {  // where the next data starts and ends (a file system without holes: all data)
+      const off_t d = ::lseek(fd, static_cast<off_t>(at), SEEK_DATA);
+      if (d < 0 && errno == ENXIO) {  // a hole to the end
+        h = fnv_zeros(h, size - at);
+        break;
+      }
+      if (d >= 0 && static_cast<uint64_t>(d) > at) {
+        const uint64_t to = std::min<uint64_t>(static_cast<uint64_t>(d), size);
+        h = fnv_zeros(h, to - at);
+        at = to;
+        continue;
+      }
+      const off_t e = d < 0 ? -1 : ::lseek(fd, static_cast<off_t>(at), SEEK_HOLE);
+      data_end = e < 0 ? size : std::min<uint64_t>(static_cast<uint64_t>(e), size);
+      if (data_end <= at) data_end = size;
+    }
+    const ssize_t n = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), data_end - at), static_cast<off_t>(at));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) throw CheckpointError(path + ": cannot read the checkpoint: " + (n < 0 ? errno_text() : "unexpected end of file"));
     h = fnv1a64(buf.data(), static_cast<size_t>(n), h);
@@ -197,24 +224,28 @@ void seal(const std::string& tmp, const std::string& ckpt) {
   if (!err.empty()) throw CheckpointError(ckpt + ": could not write the checksum block: " + err + "; check free disk space");
 }
 
-// Verifies the user block of a sealed checkpoint before libhdf5 sees the file. A file without it (the
-// HDF5 signature at byte 0: written before checkpoints were sealed, or its block stripped) is refused:
-// libhdf5 would read it unverified.
-void verify_seal(const std::string& path, uint64_t size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CheckpointError(path + ": cannot read the checkpoint: " + errno_text());
+// Reads the user block of a sealed checkpoint before libhdf5 sees the file: the file size it declares
+// must be the file's, and the checksum it holds comes back (verified later, once the file's datasets
+// bound how much hashing is legitimate). A file without it (the HDF5 signature at byte 0: written
+// before checkpoints were sealed, or its block stripped) is refused: libhdf5 would read it unverified.
+// Empty for a file that is neither sealed nor HDF5 (the reader then says what it is).
+std::optional<uint64_t> read_seal(const std::string& path, uint64_t size) {
+  std::string why;
+  const int fd = open_input(path, why);  // a regular file only (core/file.h)
+  if (fd < 0) throw CheckpointError(path + ": cannot read the checkpoint: " + why);
   unsigned char head[24] = {}, sig[8] = {};
   const bool has_head = ::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head);
   const bool sig_at_block = size >= kUserblock + 8 && ::pread(fd, sig, 8, kUserblock) == 8 &&
                             std::memcmp(sig, kHdf5Sig, 8) == 0;
+  ::close(fd);
   std::string bad;
   if (has_head && std::memcmp(head, kSumMagic, 8) == 0) {
-    const uint64_t want_size = get_le64(head + 8), want_sum = get_le64(head + 16);
+    const uint64_t want_size = get_le64(head + 8);
     if (want_size != size)
       bad = "the file holds " + std::to_string(size) + " bytes but was written with " + std::to_string(want_size) +
             " (truncated or appended to): checksum mismatch: the file is corrupted; use an earlier checkpoint";
-    else if (hash_from(fd, kUserblock, size, path) != want_sum)
-      bad = "checksum mismatch: the file is corrupted; use an earlier checkpoint (its bytes differ from what was written)";
+    else
+      return get_le64(head + 16);
   } else if (!has_head && size > 0 && std::memcmp(head, kSumMagic, std::min<uint64_t>(size, 8)) == 0) {
     bad = "truncated (" + std::to_string(size) + " bytes, the checksum block incomplete); use an earlier checkpoint";
   } else if (sig_at_block && !(has_head && std::memcmp(head, kHdf5Sig, 8) == 0)) {
@@ -224,8 +255,8 @@ void verify_seal(const std::string& path, uint64_t size) {
           std::to_string(kUserblock) + " bytes removed): Horizon reads only sealed checkpoints, since libhdf5 "
           "cannot read an unverified file safely; h5py still reads it";
   }
-  ::close(fd);
   if (!bad.empty()) throw CheckpointError(path + ": " + bad);
+  return std::nullopt;
 }
 
 void fsync_path(const std::string& p, bool directory, const std::string& ckpt) {
@@ -439,6 +470,9 @@ void save_checkpoint(const std::string& path, const CheckpointData& c) {
 // that crashes libhdf5 or keeps it busy past the deadline is then refused like any damaged file.
 namespace {
 
+// The structure pass reads no tensor's bytes: its deadline does not grow with the file.
+constexpr double kStructureSeconds = 120;
+
 enum Record : char { kHeader = 'H', kTensor = 'T', kCounter = 'C', kMeta = 'M', kEnd = 'E' };
 
 class RecordWriter {
@@ -490,8 +524,9 @@ class RecordReader {
   const std::string& path_;
 };
 
-// Streams one group's datasets as tensor records (section 0 model, 1 optimizer).
-void stream_tensors(const h5::Group& g, char section, RecordWriter& w) {
+// Streams one group's datasets as tensor records (section 0 model, 1 optimizer): key, dtype and
+// shape, and with `data` their bytes.
+void stream_tensors(const h5::Group& g, char section, RecordWriter& w, bool data) {
   for (const auto& link : g.links()) {
     h5::Dataset d = g.open_dataset(link);
     const std::string key = member_key(d, link);
@@ -505,20 +540,45 @@ void stream_tensors(const h5::Group& g, char section, RecordWriter& w) {
       throw CheckpointError(d.name() + ": its shape needs " + std::to_string(n) + " elements of " + dtype_name(dt) +
                             " but the file stores " + std::to_string(d.storage_size()) + " bytes for it: the header is damaged");
     const h5::Dims dims = d.dims();
-    std::vector<char> buf(need);
-    d.read(h5::memory_type(dt), buf.data());
     const char head[3] = {kTensor, section, static_cast<char>(dt)};
     w.raw(head, 3);
     w.str(key);
     w.u64(dims.size());
     for (auto x : dims) w.u64(static_cast<uint64_t>(x));
     w.u64(need);
+    if (!data) continue;
+    std::vector<char> buf(need);
+    d.read(h5::memory_type(dt), buf.data());
     w.raw(buf.data(), need);
   }
 }
 
+// What one pass of the reader does: the structure alone (every tensor's key, dtype and shape, the
+// counters and meta), or that and the tensors' bytes, after the seal's checksum is verified.
+struct ReadPass {
+  bool data = false;
+  bool optimizer = true;          // the data pass reads /optimizer's tensors
+  std::optional<uint64_t> seal;   // the data pass verifies it first
+};
+
 // The child's part: everything libhdf5 does, streamed to fd.
-void read_hdf5(const std::string& path, int64_t size, int fd) {
+void read_hdf5(const std::string& path, int64_t size, int fd, const ReadPass& pass) {
+  if (pass.data && pass.seal) {  // the bytes before libhdf5 reads any tensor (the size is bounded by now)
+    std::string why;
+    const int in = open_input(path, why);
+    if (in < 0) throw CheckpointError(path + ": cannot read the checkpoint: " + why);
+    uint64_t h = 0;
+    try {
+      h = hash_from(in, kUserblock, static_cast<uint64_t>(size), path);
+    } catch (...) {
+      ::close(in);
+      throw;
+    }
+    ::close(in);
+    if (h != *pass.seal)
+      throw CheckpointError(path + ": checksum mismatch: the file is corrupted; use an earlier checkpoint (its bytes "
+                                   "differ from what was written)");
+  }
   if (!h5::is_hdf5(path)) {
     static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     unsigned char head[8] = {};
@@ -564,8 +624,8 @@ void read_hdf5(const std::string& path, int64_t size, int fd) {
     w.u64(static_cast<uint64_t>(root.read_attr_i64("step")));
     w.u64(static_cast<uint64_t>(root.read_attr_i64("tokens_seen")));
     w.u64(root.read_attr_u64("checksum"));
-    stream_tensors(root.open_group("model"), 0, w);
-    stream_tensors(root.open_group("optimizer"), 1, w);
+    stream_tensors(root.open_group("model"), 0, w, pass.data);
+    if (!pass.data || pass.optimizer) stream_tensors(root.open_group("optimizer"), 1, w, pass.data);
     {
       const h5::Group g = root.open_group("counters");
       for (const auto& link : g.links()) {
@@ -608,24 +668,11 @@ void read_hdf5(const std::string& path, int64_t size, int fd) {
   w.flush();
 }
 
-}  // namespace
-
-CheckpointData load_checkpoint(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw CheckpointError(path + ": cannot read the checkpoint: " + errno_text() +
-                          "; check the path (find_latest_checkpoint(dir) finds the newest one)");
-  if (S_ISDIR(st.st_mode))
-    throw CheckpointError(path +
-                          ": is a directory, not a checkpoint file; pass one of its "
-                          "step_<N>.h5 files (find_latest_checkpoint(dir) finds the newest)");
-  if (st.st_size > 0) verify_seal(path, static_cast<uint64_t>(st.st_size));
-
-  // a generous deadline: 2 minutes plus 10 MB/s
-  const double budget = 120.0 + static_cast<double>(st.st_size) / 10e6;
-  IsolatedResult r = run_isolated([&](int fd) { read_hdf5(path, st.st_size, fd); }, budget);
+// Runs one pass in the isolated child; its output, or the refusal.
+IsolatedOutput run_pass(const std::string& path, int64_t size, const ReadPass& pass, double seconds) {
+  IsolatedResult r = run_isolated([&](int fd) { read_hdf5(path, size, fd, pass); }, seconds);
   switch (r.status) {
-    case IsolatedResult::Status::Ok: break;
+    case IsolatedResult::Status::Ok: return std::move(r.output);
     case IsolatedResult::Status::Refused: throw CheckpointError(r.message);
     case IsolatedResult::Status::Crashed:
       throw CheckpointError(path + ": libhdf5 crashed reading it (" + r.message +
@@ -635,55 +682,150 @@ CheckpointData load_checkpoint(const std::string& path) {
                             " (libhdf5 is looping in it): the file is damaged or crafted; use an earlier checkpoint");
     default: throw CheckpointError(path + ": the checkpoint reader failed: " + r.message);
   }
+}
 
-  CheckpointData c;
+// A pass's records: the header, the tensors (with their bytes after a data pass), counters, meta.
+struct Records {
+  int64_t format_version = 0, step = 0, tokens_seen = 0;
   uint64_t stored = 0;
-  RecordReader in(r.output.data(), r.output.size(), path);
+  struct Entry {
+    char section;
+    DType dtype;
+    std::string key;
+    Shape shape;
+    uint64_t nbytes;
+    const char* data;  // a data pass's; into the pass's output
+  };
+  std::vector<Entry> tensors;
+  std::map<std::string, int64_t> counters;
+  std::map<std::string, std::string> meta;
+};
+
+Records parse_records(const IsolatedOutput& out, const std::string& path, bool data) {
+  Records rec;
+  RecordReader in(out.data(), out.size(), path);
   for (bool done = false; !done;) {
     const char kind = *in.take(1);
     switch (kind) {
       case kHeader:
-        c.format_version = static_cast<int64_t>(in.u64());
-        c.step = static_cast<int64_t>(in.u64());
-        c.tokens_seen = static_cast<int64_t>(in.u64());
-        stored = in.u64();
+        rec.format_version = static_cast<int64_t>(in.u64());
+        rec.step = static_cast<int64_t>(in.u64());
+        rec.tokens_seen = static_cast<int64_t>(in.u64());
+        rec.stored = in.u64();
         break;
       case kTensor: {
         const char* h = in.take(2);
-        const char section = h[0];
-        const auto dt = static_cast<DType>(h[1]);
-        const std::string key = in.str();
-        Shape shape(in.u64());
-        for (auto& x : shape) x = static_cast<int64_t>(in.u64());
-        const uint64_t nbytes = in.u64();
-        Tensor t = Tensor::empty(shape, dt);
-        if (nbytes != static_cast<uint64_t>(t.numel()) * dtype_size(dt))
-          throw CheckpointError(path + ": the isolated reader's output is inconsistent");
-        if (nbytes) std::memcpy(t.raw_data(), in.take(nbytes), nbytes);
-        const int64_t bad = t.first_non_finite();
-        if (bad >= 0)
-          throw CheckpointError(path + ": /" + (section ? "optimizer/" : "model/") + escape_key(key) + " ('" + key +
-                                "'): element " + std::to_string(bad) + " of " + shape_str(t.shape()) + " is " +
-                                std::to_string(t.at_flat(bad)) +
-                                ": a checkpoint holds finite values only (a diverged run, or a damaged file)");
-        (section ? c.optimizer : c.model).emplace(key, std::move(t));
+        Records::Entry t{h[0], static_cast<DType>(h[1]), in.str(), {}, 0, nullptr};
+        t.shape.resize(in.u64());
+        for (auto& x : t.shape) x = static_cast<int64_t>(in.u64());
+        t.nbytes = in.u64();
+        if (data) t.data = in.take(t.nbytes);
+        rec.tensors.push_back(std::move(t));
         break;
       }
       case kCounter: {
         const std::string key = in.str();
-        c.counters.emplace(key, static_cast<int64_t>(in.u64()));
+        rec.counters.emplace(key, static_cast<int64_t>(in.u64()));
         break;
       }
       case kMeta: {
         const std::string key = in.str();
-        c.meta.emplace(key, in.str());
+        rec.meta.emplace(key, in.str());
         break;
       }
       case kEnd: done = true; break;
       default: throw CheckpointError(path + ": the isolated reader's output is inconsistent");
     }
   }
-  if (checkpoint_checksum(c) != stored)
+  return rec;
+}
+
+// HDF5's own bytes beside the data a checkpoint's datasets declare: the superblock, groups' B-trees
+// and heaps, and per dataset its object header with the key and dtype attributes (a few hundred
+// bytes plus the key twice, in the link and in the attribute). Generous: the bound only has to stop
+// a file padded far beyond what it holds (a 1 TB sparse file whose checksum block was rewritten).
+uint64_t structure_allowance(const Records& rec) {
+  uint64_t a = 1 << 20;
+  for (const auto& t : rec.tensors) a += 8192 + 4 * t.key.size() + 16 * t.shape.size();
+  for (const auto& [k, v] : rec.counters) a += 8192 + 4 * k.size();
+  for (const auto& [k, v] : rec.meta) a += 8192 + 4 * k.size();
+  return a;
+}
+
+}  // namespace
+
+CheckpointData load_checkpoint(const std::string& path, const LoadOptions& opt) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw CheckpointError(path + ": cannot read the checkpoint: " + errno_text() +
+                          "; check the path (find_latest_checkpoint(dir) finds the newest one)");
+  if (S_ISDIR(st.st_mode))
+    throw CheckpointError(path +
+                          ": is a directory, not a checkpoint file; pass one of its "
+                          "step_<N>.h5 files (find_latest_checkpoint(dir) finds the newest)");
+  // a FIFO, a socket or a device: refused before anything opens it (core/file.h)
+  if (const std::string why = input_problem(path); !why.empty()) throw CheckpointError(path + ": " + why);
+  const auto size = static_cast<uint64_t>(st.st_size);
+  const std::optional<uint64_t> seal = size > 0 ? read_seal(path, size) : std::nullopt;
+
+  // 1. The structure (no tensor's bytes): what the file declares bounds everything after it.
+  const IsolatedOutput structure = run_pass(path, st.st_size, ReadPass{}, kStructureSeconds);
+  const Records declared = parse_records(structure, path, false);
+  if (!seal)  // libhdf5 found a file past byte 0 that carries no checksum block
+    throw CheckpointError(path + ": an HDF5 file without Horizon's checksum block: Horizon reads only sealed checkpoints");
+  uint64_t data_bytes = 0, needed = 0;
+  for (const auto& t : declared.tensors) {
+    data_bytes += t.nbytes;
+    if (t.section == 0 || opt.optimizer) needed += t.nbytes;
+  }
+  for (const auto& [k, v] : declared.meta) data_bytes += v.size();
+  const uint64_t allowance = structure_allowance(declared);
+  if (size > kUserblock + data_bytes + allowance)
+    throw CheckpointError(path + ": the file holds " + std::to_string(size) + " bytes, but its datasets declare " +
+                          std::to_string(data_bytes) + " bytes of data (and at most " + std::to_string(allowance) +
+                          " of HDF5 structure): padded or sparse, refused before reading it; use an earlier checkpoint");
+  if (opt.check) {
+    CheckpointManifest m;
+    m.format_version = declared.format_version, m.step = declared.step, m.tokens_seen = declared.tokens_seen;
+    for (const auto& t : declared.tensors) (t.section ? m.optimizer : m.model).emplace(t.key, TensorInfo{t.dtype, t.shape});
+    m.counters = declared.counters;
+    m.meta = declared.meta;
+    opt.check(m);
+  }
+
+  // 2. The checksum over the (now bounded) file, then the tensors the caller asked for, within a
+  // deadline of 2 minutes plus 10 MB/s of what is hashed and read.
+  const double budget = 120.0 + static_cast<double>(size + needed) / 10e6;
+  const IsolatedOutput out = run_pass(path, st.st_size, ReadPass{true, opt.optimizer, seal}, budget);
+  const Records rec = parse_records(out, path, true);
+  CheckpointData c;
+  c.format_version = rec.format_version, c.step = rec.step, c.tokens_seen = rec.tokens_seen;
+  c.counters = rec.counters;
+  c.meta = rec.meta;
+  // exactly what the first pass declared of the sections asked for (the file cannot have changed in between)
+  std::vector<const Records::Entry*> want;
+  for (const auto& t : declared.tensors)
+    if (t.section == 0 || opt.optimizer) want.push_back(&t);
+  if (want.size() != rec.tensors.size())
+    throw CheckpointError(path + ": the file changed while it was read; load it again");
+  for (size_t k = 0; k < want.size(); ++k) {
+    const auto& t = rec.tensors[k];
+    if (want[k]->section != t.section || want[k]->key != t.key || want[k]->shape != t.shape || want[k]->dtype != t.dtype)
+      throw CheckpointError(path + ": the file changed while it was read; load it again");
+    Tensor x = Tensor::empty(t.shape, t.dtype);
+    if (t.nbytes != static_cast<uint64_t>(x.numel()) * dtype_size(t.dtype))
+      throw CheckpointError(path + ": the isolated reader's output is inconsistent");
+    if (t.nbytes) std::memcpy(x.raw_data(), t.data, t.nbytes);
+    const int64_t bad = x.first_non_finite();
+    if (bad >= 0)
+      throw CheckpointError(path + ": /" + (t.section ? "optimizer/" : "model/") + escape_key(t.key) + " ('" + t.key +
+                            "'): element " + std::to_string(bad) + " of " + shape_str(x.shape()) + " is " +
+                            std::to_string(x.at_flat(bad)) +
+                            ": a checkpoint holds finite values only (a diverged run, or a damaged file)");
+    (t.section ? c.optimizer : c.model).emplace(t.key, std::move(x));
+  }
+  // the content checksum covers the optimizer too: without it, the verified seal vouches for the bytes
+  if (opt.optimizer && checkpoint_checksum(c) != rec.stored)
     throw CheckpointError(path + ": checksum mismatch: the file is corrupted; use an earlier checkpoint");
   return c;
 }

@@ -25,13 +25,26 @@
 // ---- Whole-file checksum (since issue 19) -----------------------------------------------------
 // The file starts with a 512-byte HDF5 user block (HDF5 data follows at byte 512; h5py reads it
 // as usual): "HZSUM001", u64 file size, u64 FNV-1a 64 of bytes [512, size), zeros. load_checkpoint
-// verifies it before libhdf5 reads anything (libhdf5 can crash on a damaged file) and refuses a file
-// without the block (written before issue 19, or stripped). The checksum is unkeyed, so it stops
-// damage, not a crafted file: for those the reader asks libhdf5 only for what Horizon writes (hard
-// links; contiguous, unfiltered datasets inside the file; fixed-size numbers and fixed-length
-// strings; no variable-length data, whose global heap libhdf5 reads unchecked; io/hdf5.h), refuses
-// non-finite tensor values naming the tensor, and runs libhdf5 in a child process (core/isolate.h)
-// with a deadline of 2 minutes plus 10 MB/s: a file that crashes it or keeps it looping is refused.
+// checks the size it declares before libhdf5 sees the file and refuses a file without the block
+// (written before issue 19, or stripped). The checksum is unkeyed, so it stops damage, not a crafted
+// file: for those the reader asks libhdf5 only for what Horizon writes (hard links; contiguous,
+// unfiltered datasets inside the file; fixed-size numbers and fixed-length strings; no
+// variable-length data, whose global heap libhdf5 reads unchecked; io/hdf5.h), refuses non-finite
+// tensor values naming the tensor, and runs libhdf5 in a child process (core/isolate.h): a file
+// that crashes it or keeps it looping is refused.
+//
+// Loading is two passes of that child, so that the work is bounded by what the file declares:
+//   1. the structure alone (every tensor's key, dtype and shape checked against its stored bytes,
+//      the counters and meta; no tensor's bytes), within 2 minutes whatever the file's size. The
+//      file may hold no more than the data its datasets declare plus an allowance for HDF5's own
+//      structure (1 MiB, plus 8 KiB and four times its key per dataset): a padded or sparse file
+//      (a 1 TB hole behind a rewritten checksum block) is refused here, before any hashing. LoadOptions::check then sees the
+//      manifest (an evaluation compares the shapes with the model its recipe builds), still
+//      before any tensor is read or allocated.
+//   2. the whole-file checksum (holes of a sparse file hashed as the zeros they read as, without
+//      reading them), then the tensors of the sections asked for (LoadOptions::optimizer), within
+//      2 minutes plus 10 MB/s of what is hashed and read. The content checksum below is
+//      verified when the optimizer is read; without it the verified whole-file checksum vouches.
 //
 // ---- Checksum -----------------------------------------------------------------------------------
 // FNV-1a 64 (offset basis 0xcbf29ce484222325, prime 0x100000001b3) over this byte stream, with
@@ -50,13 +63,15 @@
 // previous complete file or the new complete file at `path` (plus at most a stale ".tmp", which
 // the next save of that path overwrites and prune_checkpoints removes).
 // load_checkpoint refuses, with a CheckpointError naming the path and what is wrong: a missing
-// file, a file that is not HDF5, a truncated/damaged file, a file without Horizon's layout, an
-// unsupported format_version (naming the one found and the one supported), and a checksum
-// mismatch. Tensors are loaded on the CPU, contiguous.
+// file or one that is not a regular file, a file that is not HDF5, a truncated/damaged file, a file
+// larger than its datasets declare, a file without Horizon's layout, an unsupported format_version
+// (naming the one found and the one supported), and a checksum mismatch. Tensors are loaded on the
+// CPU, contiguous.
 //
 // Not thread-safe (the serial HDF5 library): save/load from one thread at a time.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -84,7 +99,27 @@ struct CheckpointData {
 // meta value, format_version other than kCheckpointFormatVersion) and CheckpointError when the
 // file cannot be written (the ".tmp" is removed; the previous file at `path` is untouched).
 void save_checkpoint(const std::string& path, const CheckpointData& c);
-CheckpointData load_checkpoint(const std::string& path);
+
+// What a checkpoint's structure declares, read before any tensor's bytes (see "Loading").
+struct TensorInfo {
+  DType dtype;
+  Shape shape;
+};
+struct CheckpointManifest {
+  int64_t format_version = 0, step = 0, tokens_seen = 0;
+  std::map<std::string, TensorInfo> model, optimizer;
+  std::map<std::string, int64_t> counters;
+  std::map<std::string, std::string> meta;
+};
+struct LoadOptions {
+  // Read /optimizer's tensors (a resume needs them; evaluation and init_from do not, and leave
+  // CheckpointData::optimizer empty).
+  bool optimizer = true;
+  // Called with the manifest before any tensor is read or allocated: throws to refuse the file
+  // (e.g. shapes that are not the model's).
+  std::function<void(const CheckpointManifest&)> check;
+};
+CheckpointData load_checkpoint(const std::string& path, const LoadOptions& opt = {});
 
 // The checksum save_checkpoint stores (exposed for tests and tools).
 uint64_t checkpoint_checksum(const CheckpointData& c);

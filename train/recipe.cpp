@@ -433,12 +433,9 @@ struct Reader {
 }  // namespace
 
 std::vector<double> factors_from_json(const std::string& path, const std::string& field) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  HZ_CHECK(!ec, ValueError, "cannot read the JSON file '", path, "'");
-  HZ_CHECK(size <= (16u << 20), ValueError, "'", path, "' has ", size, " bytes; a factor file has at most 16 MiB");
-  std::ifstream in(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;  // a regular file of at most 16 MiB (core/file.h)
+  if (const std::string why = read_file_capped(path, 16u << 20, text); !why.empty())
+    throw ValueError("cannot read the JSON file '" + path + "': " + why);
   if (const std::string deep = json_depth_problem(text); !deep.empty()) throw ValueError("'" + path + "': " + deep);
   nlohmann::json j;
   try {
@@ -796,11 +793,10 @@ RecipeFiles read_recipe_files(const std::string& text, const std::string& file, 
 }
 
 std::string read_recipe_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw RecipeError("cannot open recipe '" + path + "': no such file or not readable");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  std::string text;  // a regular file (core/file.h); a recipe is a few KB
+  if (const std::string why = read_file_capped(path, kMaxRecipeBytes, text); !why.empty())
+    throw RecipeError("cannot open recipe '" + path + "': " + why);
+  return text;
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {

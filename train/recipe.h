@@ -211,7 +211,9 @@ RecipeFiles read_recipe_files(const std::string& yaml_text, const std::string& n
 // nothing but the text.
 std::string model_fill_dir(const std::string& yaml_text, const std::string& name,
                            const std::vector<std::string>& overrides = {});
-// The text of a recipe file (RecipeError when it cannot be read).
+// The text of a recipe file (RecipeError when it cannot be read: missing, not a regular file, or
+// larger than kMaxRecipeBytes).
+constexpr uint64_t kMaxRecipeBytes = 16u << 20;
 std::string read_recipe_file(const std::string& path);
 // A list of numbers a recipe field names by a JSON file (rope_freq_factors: factors.json): the file's
 // top-level list; for the LongRoPE fields (longrope_long_factors / longrope_short_factors) also an

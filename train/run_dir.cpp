@@ -46,7 +46,7 @@ void make_dirs(const std::string& dir, const char* what) {
 
 // Keeps metrics.jsonl's records of steps <= step (the rest are trained again), atomically.
 void drop_metrics_after(const std::string& path, int64_t step) {
-  std::ifstream in(path);
+  std::ifstream in = open_input_stream(path);  // a regular file, or none yet (core/file.h)
   if (!in) return;
   std::ostringstream kept;
   bool dropped = false;

@@ -149,7 +149,9 @@ std::map<std::string, Tensor> load_init_weights(const std::string& from) {
     path = find_latest_checkpoint(fs::exists(from + "/checkpoints") ? from + "/checkpoints" : from);
     HZ_CHECK(!path.empty(), ValueError, "init_from: no checkpoint found in '", from, "'");
   }
-  return load_checkpoint(path).model;
+  LoadOptions opt;
+  opt.optimizer = false;  // the weights only
+  return load_checkpoint(path, opt).model;
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 // input passes when it is read or refused with an hz::Error (the CLI's exit 1). Anything else is
 // a failure: a signal (crash), std::bad_alloc or another exception type (exit 3), a hang, or the
 // memory cap. Failing inputs are printed and, with --save DIR, kept as DIR/<target>/<hash>.bin.
+// Before the mutations, every target is also given what is not a file in the input's place (a FIFO,
+// a directory, /dev/zero through a symbolic link, a Unix socket): each must be refused at once, with a
+// message naming the file ("not_a_file" in the summary).
 //
 //   hz_fuzz [--iterations N] [--seed S] [--target NAME] [--seconds T] [--save DIR] [--replay DIR]
 //           [--list] [--selftest]
@@ -20,6 +23,8 @@
 #include <hdf5.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,6 +54,7 @@
 #include "core/hash.h"
 #include "core/tensor.h"
 #include "data/corpus.h"
+#include "data/shard.h"
 #include "data/token_files.h"
 #include "data/tokenizer.h"
 #include "distributed/rendezvous.h"
@@ -122,6 +128,22 @@ Bytes checkpoint_seed(const std::string& dir) {
   const std::string p = dir + "/seed.h5";
   hz::train::save_checkpoint(p, c);
   return read_bytes(p);
+}
+
+// A token shard of three documents (data/shard.h).
+Bytes shard_seed(const std::string& dir) {
+  const std::string p = dir + "/seed_shard.bin";
+  hz::data::write_shard(p, {{1, 2, 3}, {70000, 5}, {}});
+  return read_bytes(p);
+}
+
+// model.safetensors.index.json for the llama fixture stored as one shard.
+Bytes index_seed() {
+  const auto f = hz::io::SafetensorsFile::open(src("tests/fixtures/hf/llama/model.safetensors"));
+  nlohmann::json j;
+  j["metadata"] = {{"total_size", 0}};
+  for (const auto& e : f.entries()) j["weight_map"][e.name] = "model-00001-of-00001.safetensors";
+  return j.dump(1);
 }
 
 // The same checkpoint as written before issue 19: variable-length string attributes and meta
@@ -526,6 +548,17 @@ std::vector<Target> make_targets(const std::string& work) {
                  }
                  if (!valid) throw hz::ValueError(why);
                }});
+  t.push_back({"token_shard", "train.bin", {shard_seed(work)}, nullptr, [](const std::string& p) {
+                 const auto s = hz::data::Shard::open(p);
+                 if (s->n_docs() > 0) (void)s->doc(0);
+               }});
+  // a sharded directory's index (weight_map), next to the llama fixture as its one shard
+  t.push_back({"safetensors_index", "model.safetensors.index.json", {index_seed()},
+               [](const std::string& dir) {
+                 fs::copy_file(src("tests/fixtures/hf/llama/config.json"), dir + "/config.json");
+                 fs::copy_file(src("tests/fixtures/hf/llama/model.safetensors"), dir + "/model-00001-of-00001.safetensors");
+               },
+               [](const std::string& p) { (void)hz::io::SafetensorsSet::open_dir(fs::path(p).parent_path().string()); }});
   // structure-aware twins of the text and header formats (same seeds and loaders, values mutated)
   for (const char* name : {"tokenizer_json", "safetensors", "config_json", "recipe_yaml"}) {
     Target x = *std::find_if(t.begin(), t.end(), [&](const Target& y) { return y.name == name; });
@@ -639,7 +672,7 @@ constexpr rlim_t kMemCap = 3ull << 30;  // address space of a child (the process
 constexpr unsigned kTimeBudget = 20;    // seconds per input (a hang fails)
 
 // Runs target.load(path) in a forked child; `why` says what failed.
-Outcome run_one(const Target& t, const std::string& path, std::string& why) {
+Outcome run_one(const Target& t, const std::string& path, std::string& why, unsigned budget = kTimeBudget) {
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
@@ -654,7 +687,7 @@ Outcome run_one(const Target& t, const std::string& path, std::string& why) {
     rlimit lim{kMemCap, kMemCap};
     setrlimit(RLIMIT_AS, &lim);
 #endif
-    alarm(kTimeBudget);
+    alarm(budget);
     int code = 0;
     try {
       t.load(path);
@@ -682,7 +715,7 @@ Outcome run_one(const Target& t, const std::string& path, std::string& why) {
   }
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
-    why = sig == SIGALRM ? "hang (over " + std::to_string(kTimeBudget) + " s)" : std::string("signal ") + strsignal(sig);
+    why = sig == SIGALRM ? "hang (over " + std::to_string(budget) + " s)" : std::string("signal ") + strsignal(sig);
     return Outcome::Failed;
   }
   const int code = WEXITSTATUS(status);
@@ -728,6 +761,59 @@ bool run_input(const Target& t, const Bytes& input, const std::string& work, con
   }
   std::printf("FAIL %s %s: %s%s\n", t.name.c_str(), label.c_str(), why.c_str(), kept.empty() ? "" : (" -> " + kept).c_str());
   return false;
+}
+
+// What is not a file, in the input's place: each must be refused at once (a FIFO used to keep readers
+// waiting for a writer for ever, /dev/zero to read without end), naming the file.
+constexpr unsigned kNotAFileBudget = 5;  // seconds: a refusal takes milliseconds
+
+bool run_not_a_file(const Target& t, const std::string& work, Stats& st) {
+  bool all = true;
+  for (const char* kind : {"fifo", "directory", "device", "socket"}) {
+    const std::string dir = work + "/case";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    if (t.prepare) t.prepare(dir);
+    const std::string path = dir + "/" + t.file;
+    const std::string k = kind;
+    int sock = -1;
+    bool made = false;
+    if (k == "fifo") made = mkfifo(path.c_str(), 0600) == 0;
+    if (k == "directory") made = fs::create_directory(path);
+    if (k == "device") {
+      std::error_code ec;
+      fs::create_symlink("/dev/zero", path, ec);
+      made = !ec;
+    }
+    if (k == "socket" && path.size() < sizeof(sockaddr_un::sun_path)) {
+      sock = socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+      made = sock >= 0 && bind(sock, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && listen(sock, 1) == 0;
+    }
+    if (!made) {
+      if (sock >= 0) close(sock);
+      if (k == "socket") continue;  // a path too long for a socket address: not this machine's to test
+      std::printf("FAIL %s not_a_file %s: cannot make it\n", t.name.c_str(), kind);
+      all = false;
+      continue;
+    }
+    std::string why;
+    const Outcome o = run_one(t, path, why, kNotAFileBudget);
+    if (sock >= 0) close(sock);
+    ++st.run;
+    if (o == Outcome::Refused) {
+      ++st.refused;
+      continue;
+    }
+    ++st.failed;
+    all = false;
+    if (o == Outcome::Read) why = "read as if it were the file";
+    if (o == Outcome::RefusedUnnamed) why = "refused without naming the file";
+    std::printf("FAIL %s not_a_file %s: %s\n", t.name.c_str(), kind, why.c_str());
+  }
+  return all;
 }
 
 }  // namespace
@@ -864,7 +950,13 @@ int main(int argc, char** argv) {
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   int64_t failures = 0;
   std::vector<Stats> stats(targets.size());
-  // 1. the regression inputs, then the seeds themselves
+  // 1. what is not a file in each input's place, the regression inputs, then the seeds themselves
+  Stats not_a_file;
+  for (size_t k = 0; k < targets.size(); ++k) {
+    const Target& t = targets[k];
+    if (!only.empty() && t.name != only) continue;
+    failures += !run_not_a_file(t, work, not_a_file);
+  }
   for (size_t k = 0; k < targets.size(); ++k) {
     const Target& t = targets[k];
     if (!only.empty() && t.name != only) continue;
@@ -903,6 +995,11 @@ int main(int argc, char** argv) {
                 targets[k].name.c_str(), static_cast<long long>(stats[k].run), static_cast<long long>(stats[k].read),
                 static_cast<long long>(stats[k].refused), static_cast<long long>(stats[k].unnamed),
                 static_cast<long long>(stats[k].failed));
+  }
+  if (not_a_file.run) {
+    total += not_a_file.run;
+    std::printf("%-16s %6lld inputs: %6lld refused, %lld failed\n", "not_a_file", static_cast<long long>(not_a_file.run),
+                static_cast<long long>(not_a_file.refused), static_cast<long long>(not_a_file.failed));
   }
   std::printf("hz_fuzz: %lld inputs in %.1f s, %lld failed (seed %llu)\n", static_cast<long long>(total), elapsed(),
               static_cast<long long>(failures), static_cast<unsigned long long>(seed));

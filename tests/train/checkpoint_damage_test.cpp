@@ -7,16 +7,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cmath>
+#include <map>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <filesystem>
 #include <functional>
 #include <string>
 
+#include "core/hash.h"
 #include "io/hdf5.h"
 #include "train/checkpoint.h"
 
@@ -261,4 +267,138 @@ TEST(CheckpointCrafted, NonFiniteWeightsAreRefusedNamingTheTensor) {
       EXPECT_NE(m.find("'layers.0.attn.wq.weight'): element 9 of (3, 4) is"), std::string::npos) << m;
     }
   }
+}
+
+// ---- bounded work (hardening, third round) --------------------------------------------------------
+namespace {
+// Adds a never-written dataset of `bytes` bytes (f32) to `group` of a saved checkpoint: its storage is
+// allocated (the file grows by that much) but never written, so the file holds a hole there, as a
+// crafted or damaged file would. Then reseals the file.
+void add_hole(const std::string& p, const std::string& group, const std::string& key, int64_t bytes) {
+  {
+    h5::File f = h5::File::open(p, /*writable=*/true);
+    const h5::Group g = f.root().open_group(group);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    const hsize_t dims[1] = {static_cast<hsize_t>(bytes / 4)};
+    const hid_t sp = H5Screate_simple(1, dims, nullptr);
+    const std::string link = hz::train::escape_key(key);
+    h5::Dataset d(h5::Id(H5Dcreate2(g.id(), link.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose),
+                  "/" + group + "/" + link);
+    H5Sclose(sp);
+    H5Pclose(dcpl);
+    d.write_attr_string("key", key);
+    d.write_attr_string("dtype", "f32");
+    d.close();
+    f.close();
+  }
+  hz::train::seal_checkpoint_file(p);
+}
+
+// Peak resident memory (bytes) of this process and of its reaped children, above `base`.
+int64_t peak_above(int64_t base) {
+  rusage self{}, kids{};
+  getrusage(RUSAGE_SELF, &self);
+  getrusage(RUSAGE_CHILDREN, &kids);
+  return std::max(self.ru_maxrss, kids.ru_maxrss) * 1024 - base;
+}
+int64_t resident_now() {
+  long pages = 0, resident = 0;
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+}
+
+hz::train::CheckpointData tiny_checkpoint(int64_t step) {
+  hz::train::CheckpointData c;
+  c.step = step;
+  c.model["w"] = hz::Tensor::zeros({4, 4}, hz::DType::F32);
+  c.optimizer["adamw/w/exp_avg"] = hz::Tensor::zeros({4, 4}, hz::DType::F32);
+  c.counters["world_size"] = 1;
+  c.meta["recipe"] = "x";
+  return c;
+}
+}  // namespace
+
+TEST(CheckpointBounds, AFileLargerThanItsDatasetsDeclareIsRefusedBeforeHashing) {
+  // a checkpoint grown to 4 GiB by a hole at its end, its checksum block rewritten to match: every byte
+  // used to be hashed first (a 2 GiB file took 14 s, a 1 TB one hours), then the file was read
+  TmpDir d;
+  const std::string p = d.path + "/step_8.h5";
+  hz::train::save_checkpoint(p, tiny_checkpoint(8));
+  ASSERT_EQ(truncate(p.c_str(), int64_t{4} << 30), 0);
+  hz::train::seal_checkpoint_file(p);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = refusal_of(p);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(msg.find("holds 4294967296 bytes, but its datasets declare"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("refused before reading it"), std::string::npos) << msg;
+  EXPECT_LT(took, 5.0);
+
+  // the bound leaves room for HDF5's own structure: many small tensors with long keys still load
+  hz::train::CheckpointData many = tiny_checkpoint(10);
+  for (int i = 0; i < 2000; ++i)
+    many.optimizer["adamw/" + std::string(200, 'k') + std::to_string(i) + "/exp_avg"] = hz::Tensor::zeros({1}, hz::DType::F32);
+  const std::string q = d.path + "/step_10.h5";
+  hz::train::save_checkpoint(q, many);
+  EXPECT_EQ(hz::train::load_checkpoint(q).optimizer.size(), 2001u);
+}
+
+TEST(CheckpointBounds, TheOptimizerIsReadOnlyWhenAskedAndTheManifestComesFirst) {
+  // 1 GiB never written in /optimizer (a few hundred KB on disk): a load that does not need the
+  // optimizer state must not hold it in memory (it used to reach 2.27 GB before anything could refuse)
+  TmpDir d;
+  const std::string p = d.path + "/step_9.h5";
+  hz::train::save_checkpoint(p, tiny_checkpoint(9));
+  add_hole(p, "optimizer", "adamw/huge/exp_avg", int64_t{1} << 30);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // alone in a process, so that its peak memory is this load's
+    alarm(60);
+    const int64_t base = resident_now();
+    int code = 0;
+    try {
+      hz::train::LoadOptions opt;
+      opt.optimizer = false;
+      std::map<std::string, hz::train::TensorInfo> seen;
+      opt.check = [&](const hz::train::CheckpointManifest& m) { seen = m.optimizer; };
+      const auto c = hz::train::load_checkpoint(p, opt);
+      if (!c.optimizer.empty() || c.model.size() != 1 || c.step != 9) code = 2;
+      else if (!seen.count("adamw/huge/exp_avg") || seen.at("adamw/huge/exp_avg").shape != hz::Shape{int64_t{1} << 28}) code = 3;
+      else if (peak_above(base) > (256 << 20)) code = 4;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "refused: %s\n", e.what());
+      code = 5;
+    }
+    std::fflush(nullptr);
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: optimizer read, 3: no manifest, 4: over 256 MiB resident, 5: refused";
+
+  // a hole is hashed as the zeros it reads as, without reading it: the same checksum as every byte's
+  const std::string small = d.path + "/step_11.h5";
+  hz::train::save_checkpoint(small, tiny_checkpoint(11));
+  add_hole(small, "optimizer", "adamw/hole/exp_avg", 8 << 20);
+  {
+    std::ifstream in(small, std::ios::binary);
+    const std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(b.size(), size_t{8} << 20);
+    uint64_t stored = 0;
+    std::memcpy(&stored, b.data() + 16, 8);
+    EXPECT_EQ(stored, hz::fnv1a64(b.data() + 512, b.size() - 512));
+  }
+
+  // a check that refuses the manifest stops the load before any tensor is read
+  hz::train::LoadOptions refuse;
+  refuse.check = [](const hz::train::CheckpointManifest&) { throw hz::ValueError("not this model"); };
+  EXPECT_THROW((void)hz::train::load_checkpoint(p, refuse), hz::ValueError);
 }
