@@ -13,7 +13,14 @@
 //                     eval.passkey_examples as the task passkey_argmax), probe R^2, SWAN a
 //                     per window, attention FLOPs, order awareness
 // Every number also goes to DIR/report.json (what the plot script reads).
+//
+// A run's files are untrusted input (read_run_results): a run that cannot be read (not a run
+// directory, not evaluated, an eval.json / metrics.jsonl / CSV that is not what Horizon writes) is
+// left out with the file and the reason on stderr, in README.md and in report.json's "left_out";
+// the report refuses (ValueError) only when no run is left.
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +42,11 @@ struct ReportResult {
 };
 
 ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o);
+// The results of the evaluated run in `dir` as the report takes them (train_curve, final_train_loss,
+// lengths, nll_by_position, needles (passkey.csv's grid as the task passkey_argmax), probes,
+// swan_fit): every value checked, at most 1 GiB per file; a ValueError names the file, the line and
+// what is wrong. A line of metrics.jsonl that is not JSON (cut short when training stopped) is skipped.
+nlohmann::json read_run_results(const std::string& dir);
 // The mean of v and the half-width of its 95% confidence interval (Student's t, n - 1 degrees of
 // freedom; 0 for a single value).
 std::pair<double, double> mean_ci95(const std::vector<double>& v);
