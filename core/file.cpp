@@ -6,11 +6,49 @@
 #include <string>
 #include <atomic>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "core/error.h"
 
 namespace hz {
+
+namespace {
+// Why a write failed, in words a user can act on: RLIMIT_FSIZE (`ulimit -f`; SIGXFSZ is ignored at
+// process start, so the write fails with EFBIG instead of killing the process) or a full disk.
+std::string write_failure(const std::string& path, int err) {
+  if (err == EFBIG)
+    return detail::concat_msg("writing '", path, "' failed: ", std::strerror(err),
+                              ": the file size limit (ulimit -f) is smaller than the file; raise it");
+  return detail::concat_msg("writing '", path, "' failed: ", std::strerror(err), "; is the disk full?");
+}
+}  // namespace
+
+namespace detail {
+void (*on_file_synced)(const std::string& path) = nullptr;
+}
+
+namespace {
+// fsync of a written file; false (errno set) when it fails.
+bool sync_file(FILE* f, const std::string& path) {
+  if (::fsync(::fileno(f)) != 0) return false;
+  if (detail::on_file_synced) detail::on_file_synced(path);
+  return true;
+}
+// fsync of a directory, so that the names created or renamed in it are on disk. Best effort: a
+// file system that cannot sync a directory (EINVAL on some network and FUSE mounts) keeps its own rules.
+void sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  if (ok && detail::on_file_synced) detail::on_file_synced(dir.empty() ? "." : dir);
+}
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+}  // namespace
 
 void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts) {
   // a temporary of this process's own: two processes writing the same file (two runs preparing one
@@ -22,19 +60,20 @@ void write_file_atomic(const std::string& path, std::initializer_list<std::strin
            "; check that the directory exists and is writable");
   bool written = true;
   for (std::string_view p : parts) written = written && std::fwrite(p.data(), 1, p.size(), f) == p.size();
-  written = written && std::fflush(f) == 0;
+  written = written && std::fflush(f) == 0 && sync_file(f, tmp);  // on disk before the rename makes it `path`
   const int err = errno;
   const bool closed = std::fclose(f) == 0;
   if (!written || !closed) {
     const int e = written ? errno : err;
     std::remove(tmp.c_str());
-    throw Error(detail::concat_msg("writing '", path, "' failed: ", std::strerror(e), "; is the disk full?"));
+    throw Error(write_failure(path, e));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     std::remove(tmp.c_str());
     throw Error(detail::concat_msg("cannot rename '", tmp, "' to '", path, "': ", std::strerror(e)));
   }
+  sync_dir(dir_of(path));  // the rename itself
 }
 
 namespace {
@@ -45,12 +84,13 @@ void write_whole(const std::string& path, const std::string& content, const std:
   FILE* f = std::fopen(path.c_str(), "wb");
   HZ_CHECK(f != nullptr, Error, "cannot create '", path, "': ", std::strerror(errno),
            "; check that the directory exists and is writable");
-  bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && std::fflush(f) == 0;
+  bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && std::fflush(f) == 0 &&
+            sync_file(f, path);
   const int err = errno;
   ok = std::fclose(f) == 0 && ok;
   if (!ok) {
     std::remove(path.c_str());
-    throw Error(detail::concat_msg("writing '", shown, "' failed: ", std::strerror(err), "; is the disk full?"));
+    throw Error(write_failure(shown, err));
   }
 }
 }  // namespace
@@ -73,6 +113,7 @@ void finish_file_set(const std::string& dir) {
     if (std::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0 && errno != ENOENT)
       throw Error(detail::concat_msg("cannot rename '", tmp, "' into place: ", std::strerror(errno)));
   }
+  sync_dir(dir);  // the renames on disk before the journal that would redo them goes
   std::remove((dir + kJournal).c_str());
 }
 
@@ -90,6 +131,9 @@ void write_files_atomic(const std::string& dir, const FileSet& files) {
     for (const auto& [name, content] : files) std::remove((dir + "/" + name + kSetTmp).c_str());
     throw;
   }
+  // every file of the set and its name on disk before the journal's rename promises them: a crash
+  // after it finds them whole (each was fsync'd as it was written)
+  sync_dir(dir);
   write_file_atomic(dir + kJournal, names);
   finish_file_set(dir);
 }

@@ -14,6 +14,11 @@
 // one stopped after it leaves complete files that finish_file_set(dir) renames into place (the
 // next writer does it first, and a reader calls it before reading). So readers see the old set or
 // the new one, never a mix.
+//
+// Durability: every file is fsync'd before it is renamed into place and its directory after the
+// rename; a set's files and their directory are fsync'd before the journal's rename, and the
+// directory again after the set's renames, before the journal goes. A crash (power loss) finds the
+// previous file or set, or the journal with whole files, never a journal naming lost data.
 #pragma once
 #include <initializer_list>
 #include <string>
@@ -31,5 +36,11 @@ inline void write_file_atomic(const std::string& path, const std::string& conten
 using FileSet = std::vector<std::pair<std::string, std::string>>;  // (name in the directory, content)
 void write_files_atomic(const std::string& dir, const FileSet& files);
 void finish_file_set(const std::string& dir);
+
+namespace detail {
+// Called with each path (file or directory) these writers have fsync'd, in order; tests observe the
+// order through it. nullptr (the default): nothing is called.
+extern void (*on_file_synced)(const std::string& path);
+}  // namespace detail
 
 }  // namespace hz
