@@ -1,6 +1,12 @@
 #include "study/report.h"
 
 #include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -189,11 +195,57 @@ std::string positions_of(const data::PositionOptions& p) {
          (p.scheme == data::PositionScheme::PoSE ? fmt::format(" ({} chunks)", p.chunks) : "");
 }
 
+// The plot script: --script PATH when given, else the copy installed with this binary (the build copies
+// scripts/tools/report_plots.py beside it; an install puts it in <prefix>/share/horizon) and no other:
+// never one that happens to sit in the working directory.
 std::string find_script(const std::string& given) {
   if (!given.empty()) return given;
-  for (const std::string& p : {std::string("scripts/tools/report_plots.py"), std::string(HZ_SOURCE_DIR) + "/scripts/tools/report_plots.py"})
-    if (fs::exists(p)) return p;
-  throw ValueError("report: scripts/tools/report_plots.py not found; run from the Horizon checkout or pass --script PATH");
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  HZ_CHECK(!ec, ValueError, "report: cannot find this program's own path (/proc/self/exe: ", ec.message(),
+           "); pass --script PATH");
+  const fs::path beside = exe.parent_path() / "report_plots.py";
+  const fs::path installed = exe.parent_path().parent_path() / "share" / "horizon" / "report_plots.py";
+  for (const fs::path& p : {beside, installed})
+    if (fs::is_regular_file(p, ec)) return p.string();
+  throw ValueError("report: the plot script is not installed with " + exe.string() + " (looked for " + beside.string() +
+                   " and " + installed.string() + "); rebuild, or pass --script PATH");
+}
+
+// Runs argv[0] (searched in PATH when it names no directory) with argv as its argument vector, no shell
+// between: a quote or $(...) in a directory name stays part of the name. SIGXFSZ back to its default
+// in the child (horizon ignores it). Returns the exit status, or -1 with `why` when it could not run or
+// ended by a signal.
+int run_program(const std::vector<std::string>& args, std::string& why) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGXFSZ);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    why = std::string("cannot run it: ") + std::strerror(rc);
+    return -1;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      why = std::string("waitpid: ") + std::strerror(errno);
+      return -1;
+    }
+  if (WIFSIGNALED(status)) {
+    why = std::string("killed by ") + strsignal(WTERMSIG(status));
+    return -1;
+  }
+  why = "exit status " + std::to_string(WEXITSTATUS(status));
+  return WEXITSTATUS(status);
 }
 
 }  // namespace
@@ -711,9 +763,11 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   // ---- plots ---------------------------------------------------------------------------------
   std::string py = o.python;
   if (py.empty()) py = std::getenv("HZ_PYTHON") ? std::getenv("HZ_PYTHON") : "/usr/bin/python3";
-  const std::string cmd = fmt::format("'{}' '{}' '{}' '{}'", py, find_script(o.script), res.json_path, o.out_dir);
-  const int rc = std::system(cmd.c_str());
-  HZ_CHECK(rc == 0, ValueError, "report: the plot script failed (", cmd, "); the plots need matplotlib for ", py,
+  const std::vector<std::string> cmd = {py, find_script(o.script), res.json_path, o.out_dir};
+  std::string why;
+  const int rc = run_program(cmd, why);
+  HZ_CHECK(rc == 0, ValueError, "report: the plot script failed (", fmt::format("{}", fmt::join(cmd, " ")), ": ", why,
+           "); the plots need matplotlib for ", py,
            " (Debian: apt-get install python3-matplotlib, which scripts/setup.sh installs). The tables are in ",
            res.markdown_path);
   for (const auto& e : fs::directory_iterator(o.out_dir))

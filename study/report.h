@@ -1,6 +1,7 @@
 // Horizon: `horizon report RUN... -o DIR` — one markdown page (DIR/README.md) with the tables of
 // one or more evaluated runs and PNG plots drawn by scripts/tools/report_plots.py (Debian's
-// python3-matplotlib through /usr/bin/python3, or $HZ_PYTHON):
+// python3-matplotlib through /usr/bin/python3, or $HZ_PYTHON; the copy installed with the binary,
+// run with an argument vector, no shell):
 //   main table        method, parameters, steps, final training loss, held-out loss and
 //                     last-256 loss at every evaluation length
 //   plots             loss and last-256 loss vs length, NLL by position, training loss, needle
@@ -29,7 +30,7 @@ namespace hz::study {
 
 struct ReportOptions {
   std::string out_dir;
-  std::string script;            // "" = scripts/tools/report_plots.py found next to the sources
+  std::string script;            // "" = report_plots.py installed with the binary (beside it, or ../share/horizon)
   std::string python;            // "" = $HZ_PYTHON or /usr/bin/python3
   int64_t oa_T = 512, oa_heads = 10, oa_layers = 10, oa_trials = 2;
   bool plots = true;

@@ -375,3 +375,39 @@ TEST(Report, BrokenRunsAreLeftOutNamingTheFile) {
     EXPECT_NE(m.find(root + "/text_eval/eval.json"), std::string::npos) << m;
   }
 }
+
+// The plot script ran through /bin/sh: an apostrophe in the output directory broke the command and
+// a name holding '$(cmd)' ran cmd; and ./scripts/tools/report_plots.py of the working directory ran
+// before the build's own copy. Now the copy installed with the binary runs, with an argument vector.
+// A stand-in interpreter records the arguments it is given.
+TEST(Report, PlotScriptIsTheInstalledOneRunWithoutAShell) {
+  const std::string root = tmp_root() + "/plots_argv";
+  write_evaluated_run(root, "run", "model: {d_model: 32, n_layers: 1, n_heads: 2}\n", {}, 1.0, 0.5);
+  const std::string fake = root + "/fake_python";
+  std::ofstream(fake) << "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$3/args.txt\"\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  // a working directory holding a script of the same name, which must not run
+  fs::create_directories(root + "/cwd/scripts/tools");
+  std::ofstream(root + "/cwd/scripts/tools/report_plots.py") << "open('ran_from_cwd', 'w')\n";
+  const fs::path before = fs::current_path();
+  fs::current_path(root + "/cwd");
+  ReportOptions o;
+  o.out_dir = root + "/cwd/it's a'$(touch pwned)'report";
+  o.python = fake;
+  o.oa_T = 16, o.oa_heads = 4, o.oa_layers = 2;
+  std::string error;
+  try {
+    (void)make_report({root + "/run"}, o);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  fs::current_path(before);
+  EXPECT_EQ(error, "");
+  EXPECT_FALSE(fs::exists(root + "/cwd/pwned")) << "a command in the directory's name ran";
+  std::ifstream in(o.out_dir + "/args.txt");
+  std::vector<std::string> args;
+  for (std::string line; std::getline(in, line);) args.push_back(line);
+  const std::string installed = fs::read_symlink("/proc/self/exe").parent_path().string() + "/report_plots.py";
+  EXPECT_EQ(args, (std::vector<std::string>{installed, o.out_dir + "/report.json", o.out_dir}));
+  EXPECT_TRUE(fs::exists(installed));
+}
