@@ -2,11 +2,15 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 #include <atomic>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -48,13 +52,46 @@ std::string dir_of(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
 }
+std::string host_name() {
+  char h[256] = {};
+  if (::gethostname(h, sizeof h - 1) != 0 || h[0] == '\0') return "localhost";
+  std::string s(h);
+  for (char& c : s)
+    if (c == '/') c = '_';
+  return s;
+}
+// Temporaries of `path` (path.tmp.<host>.<pid>.<n>) that a writer on this host left when it was
+// killed before it could remove them (SIGKILL, the OOM killer, a power cut): removed by the next
+// writer of `path`. Another host's (a data cache on a shared file system) and a running process's
+// stay.
+void remove_stale_temporaries(const std::string& path, const std::string& host) {
+  const std::string dir = dir_of(path);
+  const std::string base = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+  const std::string prefix = base + ".tmp." + host + ".";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = name.substr(prefix.size());  // <pid>.<n>
+    char* end = nullptr;
+    const long pid = std::strtol(rest.c_str(), &end, 10);
+    if (pid <= 0 || end == rest.c_str() || *end != '.') continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) stale.push_back(dir + "/" + name);
+  }
+  ::closedir(d);
+  for (const auto& p : stale) std::remove(p.c_str());
+}
 }  // namespace
 
 void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts) {
   // a temporary of this process's own: two processes writing the same file (two runs preparing one
   // data cache side by side) each rename a whole file into place, and the last one stands
   static std::atomic<uint64_t> serial{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
+  static const std::string host = host_name();
+  remove_stale_temporaries(path, host);
+  const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid()) + "." + std::to_string(serial++);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   HZ_CHECK(f != nullptr, Error, "cannot create '", tmp, "': ", std::strerror(errno),
            "; check that the directory exists and is writable");

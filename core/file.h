@@ -1,7 +1,8 @@
 // Horizon: writing a result file so that it is complete or absent.
 //
-// write_file_atomic(path, content) writes `path + ".tmp.<pid>.<n>"` (a temporary of its own, so two
-// processes may write one file side by side), checks every byte reached the file
+// write_file_atomic(path, content) writes `path + ".tmp.<host>.<pid>.<n>"` (a temporary of its own, so
+// two processes may write one file side by side; one a killed writer on this host left is removed by
+// the next writer of `path`), checks every byte reached the file
 // (a full disk is an error, not a short file), and renames it over `path`: a reader (or a second
 // writer) sees the previous file or the new one, never a mix or a truncated one. On failure the
 // ".tmp" is removed, `path` is untouched, and an hz::Error names the file and the reason.

@@ -129,3 +129,27 @@ TEST(FileSet, EveryFileAndTheDirectoryAreSyncedBeforeTheJournal) {
   EXPECT_TRUE(synced.back().journal) << order;
   EXPECT_FALSE(fs::exists(d.path() + "/.results.pending"));
 }
+
+// A writer killed before it removed its temporary (SIGKILL, the OOM killer) left it in the data cache
+// for good: the next writer of the file removes this host's temporaries whose process is gone, and
+// leaves a running process's and another host's (a cache on a shared file system).
+TEST(FileAtomic, AKilledWritersTemporaryIsRemovedByTheNextWriter) {
+  hzdt::TempDir d;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);  // a pid no process holds now
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  const std::string path = d.path() + "/train.shard";
+  const std::string dead = path + ".tmp." + host + "." + std::to_string(child) + ".0";
+  const std::string live = path + ".tmp." + host + "." + std::to_string(getpid()) + ".999";
+  const std::string other = path + ".tmp.another-host." + std::to_string(child) + ".0";
+  for (const auto& p : {dead, live, other}) std::ofstream(p) << "partial";
+  hz::write_file_atomic(path, "whole");
+  EXPECT_EQ(hzdt::read_bytes(path), "whole");
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
+}
