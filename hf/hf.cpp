@@ -264,9 +264,10 @@ json exported_tokenizer_config(const fs::path& src, bool with_settings, std::vec
       out[k] = v;
     } else if (with_settings && k == "tokenizer_class") {
       // a class transformers defines (PreTrainedTokenizerFast, LlamaTokenizerFast...), named plainly
-      const bool plain = v.is_string() && !v.get<std::string>().empty() &&
-                         std::all_of(v.get<std::string>().begin(), v.get<std::string>().end(),
-                                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+      const std::string name = v.is_string() ? v.get<std::string>() : std::string();
+      const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+      });
       if (!plain) wrong("the name of a tokenizer class");
       out[k] = v;
     } else if (k == "auto_map") {
