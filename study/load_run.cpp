@@ -29,8 +29,8 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
   }
   const train::CheckpointData ck = train::load_checkpoint(lr.checkpoint);
   HZ_CHECK(ck.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
-  const train::Recipe trained = train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe");
-  lr.recipe = overrides.empty() ? trained : train::parse_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
+  const train::Recipe trained = train::parse_trained_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe");
+  lr.recipe = overrides.empty() ? trained : train::parse_trained_recipe(ck.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
   train::check_architecture(trained, lr.recipe, lr.checkpoint);  // a checkpoint's architecture is its own
   lr.step = ck.step;
   lr.model = std::make_unique<nn::Transformer>(train::model_config_at(lr.recipe, ck.step), 0, /*draw_weights=*/false);

@@ -533,12 +533,12 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     }
     HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
              "' has not been evaluated; run horizon eval ", dir, " first");
-    train::Recipe r = train::load_recipe(dir + "/config.yaml");
+    train::Recipe r = train::load_trained_recipe(dir + "/config.yaml");
     // the run as evaluated: horizon eval writes the recipe it ran with (the training recipe and
     // its overrides, which may change inference-time fields only: freeze_scopes, RoPE scalings,
     // eval.rope_scaling...) beside its results; runs evaluated before it did have config.yaml only
     if (fs::exists(dir + "/eval_recipe.yaml")) {
-      const train::Recipe re = train::load_recipe(dir + "/eval_recipe.yaml");
+      const train::Recipe re = train::load_trained_recipe(dir + "/eval_recipe.yaml");
       r.model = re.model;
       r.eval.opts.inference = re.eval.opts.inference;
     }
@@ -605,7 +605,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   }
   // attention FLOPs per method at every evaluated length (forward, all layers, one sequence)
   for (auto& run : data["runs"]) {
-    const train::Recipe r = train::load_recipe(run["dir"].get<std::string>() + "/config.yaml");
+    const train::Recipe r = train::load_trained_recipe(run["dir"].get<std::string>() + "/config.yaml");
     const nn::Transformer m(train::model_config_at(r, r.train.steps), 0);
     json fl = json::array();
     for (int64_t T : all_lengths) {

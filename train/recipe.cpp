@@ -771,18 +771,31 @@ void check_settings(const Recipe& r, const Reader& rd) {
 
 }  // namespace
 
-Recipe parse_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
-                    const ModelFill* fill) {
+namespace {
+Recipe parse(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
+             const ModelFill* fill, bool trained) {
   Reader rd = read_root(text, file, overrides);
   if (fill) fill_model(rd.root, *fill);
   Recipe r;
   r.source_file = file;
   visit_fields(r, rd);
   rd.check_unknown(rd.root, "");
-  check_settings(r, rd);
+  if (!trained) check_settings(r, rd);
   r.validate();
   return r;
 }
+}  // namespace
+
+Recipe parse_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
+                    const ModelFill* fill) {
+  return parse(text, file, overrides, fill, /*trained=*/false);
+}
+
+Recipe parse_trained_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+  return parse(text, file, overrides, nullptr, /*trained=*/true);
+}
+
+Recipe load_trained_recipe(const std::string& path) { return parse_trained_recipe(read_recipe_file(path), path); }
 
 std::string model_fill_dir(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
   return fill_dir_of(read_root(text, file, overrides).root);

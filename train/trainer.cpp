@@ -248,7 +248,7 @@ class Trainer {
     start_ = ck_.step;
     // a checkpoint's architecture is its own: the recipe resuming it may not change it
     if (ck_.meta.count("recipe"))
-      check_architecture(parse_recipe(ck_.meta.at("recipe"), resume_path_ + ":recipe"), r_,
+      check_architecture(parse_trained_recipe(ck_.meta.at("recipe"), resume_path_ + ":recipe"), r_,
                          "checkpoint.resume " + resume_path_);
     saved_world_ = ck_.counters.count("world_size") ? ck_.counters.at("world_size") : 1;
     saved_context_ = ck_.counters.count("parallel_context") ? ck_.counters.at("parallel_context") : 1;

@@ -245,6 +245,10 @@ TEST(Recipe, PrefixAsLongAsTheSequenceAndPositionMaxWithIndexAreRefusedWithTheir
   e = error_of("data: {seq_len: 64}\n", {"train.position_max=256"});
   EXPECT_TRUE(has(e, "test.yaml (command-line override train.position_max): train.position_max: 256")) << e;
   EXPECT_EQ(error_of("data: {seq_len: 64}\n", {"train.position_max=0"}), "");
+  // a run that trained with them before is still loaded (evaluated, reported, resumed from)
+  const Recipe trained = parse_trained_recipe(with("64") + "train: {position_max: 256}\n", "config.yaml");
+  EXPECT_EQ(trained.train.positions.max, 256);
+  EXPECT_EQ(trained.model.cfg.kinds[0].attn.mask.prefix, 64);
 }
 
 TEST(Recipe, SectionOfTheWrongTypeIsRefused) {
