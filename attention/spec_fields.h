@@ -57,7 +57,8 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
          "or chunk (0 = off)")
         .at_least(0).at_most(16777216));
   v(p + ".prefix", s.mask.prefix,
-    arch("prefix-LM: the first P positions of each document attend bidirectionally, the rest causally (0 = off)")
+    arch("prefix-LM: the first P positions of each document attend bidirectionally, the rest causally (0 = off; "
+         "below data.seq_len: the loss takes the targets after the prefix)")
         .at_least(0).at_most(16777216));
   v(p + ".scope_gamma", s.mask.scope_gamma, arch("SCOPE gamma (0 = auto, T^(1/H))").at_least(0));
   v(p + ".scope_min", s.mask.scope_min, arch("SCOPE minimum scope").at_least(1));

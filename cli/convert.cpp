@@ -110,6 +110,7 @@ int convert_to_hf(const std::vector<std::string>& a) {
       hf::export_dir(run.model->cfg, run.model->state_dict(), run.recipe.data.tokenizer, out, opt);
   fmt::print("exported {} (step {}) as {}\n", run.checkpoint, run.step, rep.architecture);
   for (const auto& n : rep.notes) fmt::print("  note: {}\n", n);
+  for (const auto& w : rep.warnings) fmt::print(stderr, "horizon convert to-hf: {}\n", w);
   for (const auto& f : rep.files) fmt::print("  wrote {}\n", f);
   return 0;
 }

@@ -79,6 +79,7 @@ int generate_main(const std::vector<std::string>& a) {
   o.stop_token = f.has("stop-at-eos") ? tok->eos() : -1;
   o.train_len = run.recipe.data.seq_len;
   o.inference = run.recipe.eval_options().inference;
+  o.model = run.checkpoint;
   const eval::Generation g = eval::generate(*run.model, prompt, o);
   const std::string out = tok->decode(g.tokens);
   if (!f.has("json")) {

@@ -40,7 +40,7 @@ int info_main(const std::vector<std::string>& a) {
   if (a.size() < 2) return 0;
   const std::vector<std::string> ov(a.begin() + 2, a.end());
   train::Recipe r;
-  if (fs::is_directory(a[1])) r = train::load_recipe(a[1] + "/config.yaml", ov);
+  if (fs::is_directory(a[1])) r = train::parse_trained_recipe(train::read_recipe_file(a[1] + "/config.yaml"), a[1] + "/config.yaml", ov);
   else r = study::load_recipe(a[1], ov);  // its init_from may name a Hugging Face directory
   const nn::Transformer m(r.model_config(), 0);
   fmt::print("\nrecipe {} (run {})\n  parameters: {}\n", r.source_file, r.run.name, m.num_parameters());

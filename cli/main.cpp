@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <unistd.h>
@@ -226,6 +227,9 @@ int stdout_error(int err) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past RLIMIT_FSIZE (ulimit -f) fails with EFBIG, which every writer turns into an error
+  // naming the file (and removes its temporary), instead of SIGXFSZ killing the process without a word
+  std::signal(SIGXFSZ, SIG_IGN);
   bound_omp_spinning(argv);
   // progress lines go out one by one also when stdout is a file or a pipe (nohup, mpirun, batch jobs)
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -16,7 +16,8 @@ int report_main(const std::vector<std::string>& a) {
         "usage: horizon report RUN_DIR... -o DIR [--no-plots] [--python PY] [--script PATH]\n"
         "                      [--oa-T 512] [--oa-heads 10] [--oa-layers 10] [--oa-trials 2]\n"
         "  One markdown page DIR/README.md with the runs' tables (evaluate them first with horizon eval)\n"
-        "  and PNG plots drawn by scripts/tools/report_plots.py with Debian's python3-matplotlib.\n");
+        "  and PNG plots drawn by scripts/tools/report_plots.py with Debian's python3-matplotlib (the copy\n"
+        "  installed with this binary, the build's beside it, unless --script PATH names another).\n");
     return a.size() < 2 ? 2 : 0;
   }
   study::ReportOptions o;

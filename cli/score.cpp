@@ -16,6 +16,7 @@
 #include "cli/flags.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "eval/eval.h"
 #include "eval/inference.h"
 #include "eval/score.h"
 #include "io/safetensors.h"
@@ -117,8 +118,7 @@ int score_main(const std::vector<std::string>& a) {
   double sum = 0;
   for (double x : nll) sum += x;
   const double mean = sum / static_cast<double>(nll.size());
-  HZ_CHECK(std::isfinite(mean), ValueError, pos[0], ": the mean NLL of ", pos[1], " is not finite (", mean,
-           "): the model has non-finite weights or outputs (a diverged run or a damaged checkpoint)");
+  eval::require_finite(mean, pos[0], "the mean NLL of " + pos[1]);
   if (json_out) {
     nlohmann::ordered_json j;
     j["tokens"] = ids.size();

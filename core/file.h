@@ -1,7 +1,8 @@
 // Horizon: writing a result file so that it is complete or absent.
 //
-// write_file_atomic(path, content) writes `path + ".tmp.<pid>.<n>"` (a temporary of its own, so two
-// processes may write one file side by side), checks every byte reached the file
+// write_file_atomic(path, content) writes `path + ".tmp.<host>.<pid>.<n>"` (a temporary of its own, so
+// two processes may write one file side by side; one a killed writer on this host left is removed by
+// the next writer of `path`), checks every byte reached the file
 // (a full disk is an error, not a short file), and renames it over `path`: a reader (or a second
 // writer) sees the previous file or the new one, never a mix or a truncated one. On failure the
 // ".tmp" is removed, `path` is untouched, and an hz::Error names the file and the reason.
@@ -22,6 +23,11 @@
 // in place of a file makes open() and read() wait for a writer for ever, a device such as
 // /dev/zero never ends, a directory fails obscurely. Commands that document reading standard input
 // ("-") handle that themselves, before calling these.
+//
+// Durability: every file is fsync'd before it is renamed into place and its directory after the
+// rename; a set's files and their directory are fsync'd before the journal's rename, and the
+// directory again after the set's renames, before the journal goes. A crash (power loss) finds the
+// previous file or set, or the journal with whole files, never a journal naming lost data.
 #pragma once
 #include <cstdint>
 #include <fstream>
@@ -57,5 +63,11 @@ std::string read_file_capped(const std::string& path, uint64_t max_bytes, std::s
 // it exists but is not a regular file; a missing file gives a stream that is not open (callers that
 // take a missing file as "none yet" test it, as before).
 std::ifstream open_input_stream(const std::string& path);
+//
+namespace detail {
+// Called with each path (file or directory) these writers have fsync'd, in order; tests observe the
+// order through it. nullptr (the default): nothing is called.
+extern void (*on_file_synced)(const std::string& path);
+}  // namespace detail
 
 }  // namespace hz

@@ -17,6 +17,11 @@
 
 namespace hz::eval {
 
+void require_finite(double value, const std::string& model, const std::string& what) {
+  HZ_CHECK(std::isfinite(value), ValueError, model, ": ", what, " is not finite (", value,
+           "): the model has non-finite weights or outputs (a diverged run or a damaged checkpoint)");
+}
+
 namespace {
 
 struct Scores {

@@ -54,6 +54,12 @@ struct EvalReport {
 // Evaluate `m` on the validation shard with the options (inference options per length).
 EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOptions& o, bool with_nll_by_position = true);
 
+// A model's output that is not a number is no result: refuses `value` (a loss, a mean NLL, a logit)
+// when it is not finite with a ValueError naming the model's file and what was measured. horizon eval,
+// score and generate refuse through this one check (a NaN would otherwise print as a result: a loss
+// of -nan, or NUL bytes for the argmax of NaN logits).
+void require_finite(double value, const std::string& model, const std::string& what);
+
 // Mean loss on one set of batches at length L (no inference options). For training-time checks.
 double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, int64_t batch, int64_t max_batches,
                  int64_t train_len, const attn::DocumentOptions& docs = {});

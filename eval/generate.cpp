@@ -9,6 +9,7 @@
 
 #include "core/device.h"
 #include "data/sampling.h"
+#include "eval/eval.h"
 #include "eval/inference.h"
 #include "nn/kv_cache.h"
 
@@ -116,7 +117,13 @@ Generation generate(nn::Transformer& m, const std::vector<int32_t>& prompt, cons
       Generator gen(o.seed, static_cast<uint64_t>(i));
       u = data::uniform01(gen);
     }
-    const int32_t tok = choose_token(lg.to_vector(), o.temperature, o.top_p, u);
+    const std::vector<double> row = lg.to_vector();
+    // NaN or infinite logits choose no token (the argmax of NaNs is id 0, printed as a NUL byte):
+    // refused as horizon eval and score refuse a non-finite loss
+    for (size_t v = 0; v < row.size(); ++v)
+      if (!std::isfinite(row[v]))
+        require_finite(row[v], o.model, fmt::format("the logit of token {} for generated token {}", v, i + 1));
+    const int32_t tok = choose_token(row, o.temperature, o.top_p, u);
     g.tokens.push_back(tok);
     if (tok == o.stop_token || i + 1 == o.max_new_tokens) break;
     t0 = settled();

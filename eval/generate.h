@@ -34,6 +34,7 @@ struct GenerateOptions {
   // document and the cache restarts after it. Stream: the whole prompt is one sequence.
   attn::DocumentOptions documents;
   int32_t eos = -1;
+  std::string model;  // the model's file, named when its logits are not finite (eval::require_finite)
 };
 
 struct Generation {

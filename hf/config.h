@@ -82,6 +82,7 @@ struct ExportReport {
   std::string architecture, dir;
   std::vector<FieldNote> config;      // what config.json says, and from which Horizon field
   std::vector<std::string> notes;     // e.g. zero biases added, NTK folded into rope_theta
+  std::vector<std::string> warnings;  // what was left out of the source's files (auto_map, ...): stderr
   std::vector<std::string> files;
 };
 

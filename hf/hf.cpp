@@ -3,6 +3,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <sstream>
 
 #include "core/file.h"
+#include "data/hf_pipeline.h"
 #include "data/tokenizer.h"
 #include "hf/architecture.h"
 
@@ -233,6 +236,60 @@ void write_text(const fs::path& p, const std::string& text) {
   if (!out) throw HfError(p.string() + ": write failed; check free disk space and permissions");
 }
 
+// The tokenizer_config.json / special_tokens_map.json beside an exported tokenizer file, rewritten
+// with the keys Horizon understands only: the special tokens (as their text), the tokenizer's class
+// and the length and BOS/EOS flags transformers reads. Everything else is left out by name in
+// `warnings`, above all an auto_map: it names tokenizer code in another repository, which a user who
+// loads the export with trust_remote_code=True (as a HorizonForCausalLM export asks) would run.
+json exported_tokenizer_config(const fs::path& src, bool with_settings, std::vector<std::string>& warnings) {
+  static const std::set<std::string> kTokens = {"bos_token", "eos_token", "pad_token", "unk_token"};
+  static const std::set<std::string> kFlags = {"add_bos_token", "add_eos_token", "clean_up_tokenization_spaces"};
+  const json in = data::hf::parse_json_file(src.string());
+  if (!in.is_object()) throw HfError(src.string() + ": expected a JSON object");
+  json out = json::object();
+  std::vector<std::string> dropped;
+  for (auto it = in.begin(); it != in.end(); ++it) {
+    const std::string& k = it.key();
+    const json& v = it.value();
+    auto wrong = [&](const char* want) {
+      throw HfError(src.string() + ": " + k + ": expected " + want + ", got " +
+                    v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 80));
+    };
+    if (kTokens.count(k)) {
+      if (v.is_null() || v.is_string()) out[k] = v;
+      else if (v.is_object() && v.contains("content") && v["content"].is_string()) out[k] = v["content"];
+      else wrong("a token string, null or {\"content\": ...}");
+    } else if (with_settings && kFlags.count(k)) {
+      if (!v.is_boolean()) wrong("true or false");
+      out[k] = v;
+    } else if (with_settings && k == "model_max_length") {
+      if (!v.is_number()) wrong("a number");
+      out[k] = v;
+    } else if (with_settings && k == "tokenizer_class") {
+      // a class transformers defines (PreTrainedTokenizerFast, LlamaTokenizerFast...), named plainly
+      const std::string name = v.is_string() ? v.get<std::string>() : std::string();
+      const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+      });
+      if (!plain) wrong("the name of a tokenizer class");
+      out[k] = v;
+    } else if (k == "auto_map") {
+      warnings.push_back(src.string() + ": left out auto_map " +
+                         v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 200) +
+                         ": it names tokenizer code from another repository, which loading the export with "
+                         "trust_remote_code=True would run");
+    } else {
+      dropped.push_back(k);
+    }
+  }
+  if (!dropped.empty()) {
+    std::string names;
+    for (const auto& d : dropped) names += (names.empty() ? "" : ", ") + d;
+    warnings.push_back(src.string() + ": left out keys Horizon does not read: " + names);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string byte_tokenizer_json() {
@@ -364,9 +421,16 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
     const std::string name = src.extension() == ".model" ? "tokenizer.model" : "tokenizer.json";
     fs::copy_file(src, d / name, fs::copy_options::overwrite_existing, ec);
     if (ec) throw HfError(out_dir + ": cannot copy the tokenizer " + tokenizer + ": " + ec.message());
-    for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json"})
-      if (fs::exists(src.parent_path() / extra, ec)) fs::copy_file(src.parent_path() / extra, d / extra, ec);
     rep.files.push_back((d / name).string());
+    // the files beside it rewritten with what Horizon understands, never copied: an auto_map there
+    // would make the export run another repository's code
+    for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json"})
+      if (fs::exists(src.parent_path() / extra, ec)) {
+        const json kept = exported_tokenizer_config(src.parent_path() / extra,
+                                                    std::string(extra) == "tokenizer_config.json", rep.warnings);
+        write_text(d / extra, kept.dump(2) + "\n");
+        rep.files.push_back((d / extra).string());
+      }
   }
   return rep;
 }

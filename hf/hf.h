@@ -63,7 +63,9 @@ struct ExportOptions {
 // Writes config.json, the weights (Hugging Face names; zero biases where the architecture has
 // them and Horizon does not) and, when `tokenizer` is "byte", a tokenizer.json +
 // tokenizer_config.json reproducing Horizon's byte tokenizer (a tokenizer.json / .model path is
-// copied; "" writes none). `out_dir` must not exist or be empty.
+// copied, its tokenizer_config.json / special_tokens_map.json rewritten with the keys Horizon reads:
+// the rest, an auto_map above all, left out and named in the report's warnings; "" writes none).
+// `out_dir` must not exist or be empty.
 ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Tensor>& weights,
                         const std::string& tokenizer, const std::string& out_dir, const ExportOptions& opt = {});
 

@@ -78,10 +78,9 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm)
     // a loss that is not a number is no result (a NaN loses every comparison: the length's best
     // stays at +inf): refuse instead of writing it
     for (size_t i = 0; i < rep.lengths.size(); ++i)
-      HZ_CHECK(std::isfinite(rep.lengths[i].loss), ValueError, run.checkpoint, ": the validation loss at length ",
-               i < eo.lengths.size() ? eo.lengths[i] : rep.lengths[i].length,
-               " is not finite: the model has non-finite weights or outputs (a diverged run or a damaged checkpoint); "
-               "no results written");
+      eval::require_finite(rep.lengths[i].loss, run.checkpoint,
+                           "the validation loss at length " +
+                               std::to_string(i < eo.lengths.size() ? eo.lengths[i] : rep.lengths[i].length));
   }
   if (!lead) return "";
   // every result of this evaluation is one set, written when all are known: an interrupted

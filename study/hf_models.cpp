@@ -45,7 +45,7 @@ train::Recipe resolve_recipe(const std::string& text, const std::string& file, c
     if (run.empty()) return train::parse_recipe(text, file, overrides, nullptr, &files);
     train::Recipe trained;
     try {
-      trained = train::load_recipe(run + "/config.yaml");
+      trained = train::load_trained_recipe(run + "/config.yaml");
     } catch (const train::RecipeError& e) {
       throw train::RecipeError(file + ": checkpoint.init_from names run " + run + ", whose config.yaml does not load: " +
                                e.what());

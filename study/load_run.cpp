@@ -34,10 +34,10 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
   opt.optimizer = false;
   opt.check = [&](const train::CheckpointManifest& m) {
     HZ_CHECK(m.meta.count("recipe"), ValueError, lr.checkpoint, ": checkpoint carries no recipe");
-    const train::Recipe trained = train::parse_recipe(m.meta.at("recipe"), lr.checkpoint + ":recipe");
+    const train::Recipe trained = train::parse_trained_recipe(m.meta.at("recipe"), lr.checkpoint + ":recipe");
     if (!overrides.empty()) {  // an override may name a JSON file of numbers (eval.longrope_long_factors)
       const train::RecipeFiles files = train::read_recipe_files(m.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
-      lr.recipe = train::parse_recipe(m.meta.at("recipe"), lr.checkpoint + ":recipe", overrides, nullptr, &files);
+      lr.recipe = train::parse_trained_recipe(m.meta.at("recipe"), lr.checkpoint + ":recipe", overrides, nullptr, &files);
     } else {
       lr.recipe = trained;
     }

@@ -1,8 +1,15 @@
 #include "study/report.h"
 
 #include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +22,7 @@
 
 #include "attention/accounting.h"
 #include "core/file.h"
+#include "core/json_guard.h"
 #include "eval/needles.h"
 #include "eval/order_awareness.h"
 #include "train/recipe.h"
@@ -27,27 +35,135 @@ namespace hz::study {
 
 namespace {
 
-// rows of a CSV with a header line (numbers and plain names only: Horizon's own files)
-std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
-  std::vector<std::map<std::string, std::string>> rows;
-  std::ifstream f = open_input_stream(path);  // a regular file, or none (core/file.h)
-  if (!f) return rows;
+// ---- a run's result files, read as untrusted input ---------------------------------------------
+// Every value the report takes from a run (eval.json, metrics.jsonl, the CSVs horizon eval writes) is
+// checked here: a file that is not what Horizon writes (empty, not JSON, a string where a number
+// belongs, a row with a cell missing) is a ValueError naming the file, the line and the value, which
+// make_report turns into leaving that run out. At most kMaxRunFileBytes per file, JSON nested at most
+// 64 deep (core/json_guard.h), before anything is parsed.
+constexpr uint64_t kMaxRunFileBytes = 1ull << 30;
+
+[[noreturn]] void bad_file(const std::string& path, int64_t line, const std::string& what) {
+  throw ValueError(path + (line > 0 ? ":" + std::to_string(line) : std::string()) + ": " + what);
+}
+
+// The text of a result file; false when it does not exist.
+bool read_result_file(const std::string& path, std::string& text) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return false;
+  const std::string why = read_file_capped(path, kMaxRunFileBytes, text);
+  if (!why.empty()) bad_file(path, 0, why);
+  return true;
+}
+
+json parse_json_text(const std::string& text, const std::string& path, int64_t line) {
+  if (const std::string deep = json_depth_problem(text); !deep.empty()) bad_file(path, line, deep);
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad_file(path, line, text.empty() ? "empty, not JSON" : "not valid JSON");
+  return j;
+}
+
+// A cell as a message shows it: at most 40 bytes, those outside printable ASCII as \xNN (a message
+// goes into report.json, which must stay UTF-8).
+std::string shown(const std::string& cell) {
+  std::string out;
+  for (size_t i = 0; i < cell.size() && i < 40; ++i) {
+    const unsigned char c = static_cast<unsigned char>(cell[i]);
+    out += c >= 0x20 && c < 0x7f ? std::string(1, static_cast<char>(c)) : fmt::format("\\x{:02x}", c);
+  }
+  return out + (cell.size() > 40 ? "..." : "");
+}
+std::string shown(const json& v) { return shown(v.dump(-1, ' ', false, json::error_handler_t::replace)); }
+
+// A whole cell or JSON value as a finite number / a non-negative integer.
+double parse_number(const std::string& cell, const std::string& path, int64_t line, const std::string& what) {
+  double v = 0;
+  const char* end = cell.data() + cell.size();
+  const auto [at, ec] = std::from_chars(cell.data(), end, v);
+  if (cell.empty() || ec != std::errc() || at != end || !std::isfinite(v))
+    bad_file(path, line, what + " is '" + shown(cell) + "', not a finite number");
+  return v;
+}
+// Lengths as a recipe's eval.lengths allows them: [2, 2^24] (the report computes each one's attention FLOPs).
+constexpr int64_t kMinLength = 2, kMaxLength = int64_t{1} << 24;
+int64_t parse_count(const std::string& cell, const std::string& path, int64_t line, const std::string& what,
+                    int64_t lo = 0, int64_t hi = INT64_MAX) {
+  int64_t v = 0;
+  const char* end = cell.data() + cell.size();
+  const auto [at, ec] = std::from_chars(cell.data(), end, v);
+  if (cell.empty() || ec != std::errc() || at != end || v < lo || v > hi)
+    bad_file(path, line, what + " is '" + shown(cell) + "', not a whole number in [" + std::to_string(lo) + ", " +
+                             std::to_string(hi) + "]");
+  return v;
+}
+double json_number(const json& j, const char* key, const std::string& path, int64_t line) {
+  if (!j.contains(key)) bad_file(path, line, std::string("no \"") + key + "\"");
+  const json& v = j[key];
+  if (!v.is_number() || !std::isfinite(v.get<double>()))
+    bad_file(path, line, std::string("\"") + key + "\" is " + shown(v) + ", not a finite number");
+  return v.get<double>();
+}
+int64_t json_count(const json& j, const char* key, const std::string& path, int64_t line, int64_t lo = 0,
+                   int64_t hi = INT64_MAX) {
+  if (!j.contains(key)) bad_file(path, line, std::string("no \"") + key + "\"");
+  const json& v = j[key];
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+      v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    bad_file(path, line, std::string("\"") + key + "\" is " + shown(v) + ", not a whole number in [" +
+                             std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v.get<int64_t>();
+}
+
+// A CSV with a header line, as horizon eval writes it (numbers and plain names, no quoting); absent: no rows.
+struct Csv {
+  std::string path;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<int64_t> lines;  // each row's line in the file
+  size_t column(const std::string& name) const {
+    for (size_t i = 0; i < header.size(); ++i)
+      if (header[i] == name) return i;
+    bad_file(path, 1, "no column '" + name + "' in the header");
+  }
+  double num(size_t r, const std::string& col) const { return parse_number(rows[r][column(col)], path, lines[r], col); }
+  int64_t count(size_t r, const std::string& col, int64_t lo = 0, int64_t hi = INT64_MAX) const {
+    return parse_count(rows[r][column(col)], path, lines[r], col, lo, hi);
+  }
+  int64_t length(size_t r) const { return count(r, "length", kMinLength, kMaxLength); }
+  const std::string& str(size_t r, const std::string& col) const { return rows[r][column(col)]; }
+};
+
+Csv read_csv(const std::string& path) {
+  Csv c;
+  c.path = path;
+  std::string text;
+  if (!read_result_file(path, text)) return c;
   auto split = [](const std::string& line) {
     std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
+    size_t at = 0;
+    for (size_t comma; (comma = line.find(',', at)) != std::string::npos; at = comma + 1) out.push_back(line.substr(at, comma - at));
+    out.push_back(line.substr(at));
     return out;
   };
+  std::istringstream in(text);
   std::string line;
-  if (!std::getline(f, line)) return rows;
-  const auto header = split(line);
-  while (std::getline(f, line)) {
-    const auto cells = split(line);
-    std::map<std::string, std::string> r;
-    for (size_t i = 0; i < header.size() && i < cells.size(); ++i) r[header[i]] = cells[i];
-    rows.push_back(r);
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (n == 1) {
+      c.header = split(line);
+      continue;
+    }
+    if (line.empty()) continue;
+    std::vector<std::string> cells = split(line);
+    if (cells.size() != c.header.size())
+      bad_file(path, n, std::to_string(cells.size()) + " cells where the header names " + std::to_string(c.header.size()));
+    c.rows.push_back(std::move(cells));
+    c.lines.push_back(n);
   }
-  return rows;
+  if (n == 0) bad_file(path, 0, "empty: no header line");
+  return c;
 }
 
 std::string method_of(const nn::ModelConfig& c) {
@@ -79,11 +195,57 @@ std::string positions_of(const data::PositionOptions& p) {
          (p.scheme == data::PositionScheme::PoSE ? fmt::format(" ({} chunks)", p.chunks) : "");
 }
 
+// The plot script: --script PATH when given, else the copy installed with this binary (the build copies
+// scripts/tools/report_plots.py beside it; an install puts it in <prefix>/share/horizon) and no other:
+// never one that happens to sit in the working directory.
 std::string find_script(const std::string& given) {
   if (!given.empty()) return given;
-  for (const std::string& p : {std::string("scripts/tools/report_plots.py"), std::string(HZ_SOURCE_DIR) + "/scripts/tools/report_plots.py"})
-    if (fs::exists(p)) return p;
-  throw ValueError("report: scripts/tools/report_plots.py not found; run from the Horizon checkout or pass --script PATH");
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  HZ_CHECK(!ec, ValueError, "report: cannot find this program's own path (/proc/self/exe: ", ec.message(),
+           "); pass --script PATH");
+  const fs::path beside = exe.parent_path() / "report_plots.py";
+  const fs::path installed = exe.parent_path().parent_path() / "share" / "horizon" / "report_plots.py";
+  for (const fs::path& p : {beside, installed})
+    if (fs::is_regular_file(p, ec)) return p.string();
+  throw ValueError("report: the plot script is not installed with " + exe.string() + " (looked for " + beside.string() +
+                   " and " + installed.string() + "); rebuild, or pass --script PATH");
+}
+
+// Runs argv[0] (searched in PATH when it names no directory) with argv as its argument vector, no shell
+// between: a quote or $(...) in a directory name stays part of the name. SIGXFSZ back to its default
+// in the child (horizon ignores it). Returns the exit status, or -1 with `why` when it could not run or
+// ended by a signal.
+int run_program(const std::vector<std::string>& args, std::string& why) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGXFSZ);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    why = std::string("cannot run it: ") + std::strerror(rc);
+    return -1;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      why = std::string("waitpid: ") + std::strerror(errno);
+      return -1;
+    }
+  if (WIFSIGNALED(status)) {
+    why = std::string("killed by ") + strsignal(WTERMSIG(status));
+    return -1;
+  }
+  why = "exit status " + std::to_string(WEXITSTATUS(status));
+  return WEXITSTATUS(status);
 }
 
 }  // namespace
@@ -267,6 +429,85 @@ std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
 }
 }  // namespace
 
+json read_run_results(const std::string& dir) {
+  json run;
+  // training curve: a line that is not JSON (one cut short when training stopped) holds no point; a
+  // parsed line's step and loss must be numbers
+  json curve = json::array();
+  {
+    const std::string path = dir + "/metrics.jsonl";
+    std::string text;
+    if (read_result_file(path, text)) {
+      std::istringstream in(text);
+      int64_t n = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++n;
+        if (!json_depth_problem(line).empty()) bad_file(path, n, json_depth_problem(line));
+        const json j = json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || !j.contains("loss")) continue;
+        curve.push_back({json_count(j, "step", path, n), json_number(j, "loss", path, n)});
+      }
+    }
+  }
+  run["train_curve"] = curve;
+  run["final_train_loss"] = curve.empty() ? json(nullptr) : curve.back()[1];
+  {
+    const std::string path = dir + "/eval.json";
+    std::string text;
+    if (read_result_file(path, text)) {
+      const json ev = parse_json_text(text, path, 0);
+      if (!ev.is_object() || !ev.contains("lengths") || !ev["lengths"].is_array())
+        bad_file(path, 0, "expected an object with a list \"lengths\" (as horizon eval writes it)");
+      json lengths = json::array();
+      for (size_t i = 0; i < ev["lengths"].size(); ++i) {
+        const json& l = ev["lengths"][i];
+        const std::string at = path + " (lengths[" + std::to_string(i) + "])";
+        if (!l.is_object()) bad_file(at, 0, "expected an object, got " + shown(l));
+        json out = {{"length", json_count(l, "length", at, 0, kMinLength, kMaxLength)}, {"loss", json_number(l, "loss", at, 0)},
+                    {"last256_loss", json_number(l, "last256_loss", at, 0)}};
+        for (const char* key : {"ppl", "tokens", "drope_c", "swan_a"})
+          if (l.contains(key)) out[key] = json_number(l, key, at, 0);
+        lengths.push_back(out);
+      }
+      run["lengths"] = lengths;
+    }
+  }
+  std::vector<double> nll;
+  const Csv nc = read_csv(dir + "/nll_by_position.csv");
+  for (size_t i = 0; i < nc.rows.size(); ++i) nll.push_back(nc.num(i, "nll"));
+  run["nll_by_position"] = nll;
+  json needles = json::array();
+  const Csv nd = read_csv(dir + "/needles.csv");
+  for (size_t i = 0; i < nd.rows.size(); ++i) {
+    const std::string& task = nd.str(i, "task");  // a name as horizon eval writes it (eval/needles.h)
+    if (task.empty() || task.size() > 64 || !std::all_of(task.begin(), task.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+        }))
+      bad_file(nd.path, nd.lines[i], "the task '" + shown(task) + "' is not a task name (letters, digits, '_', '-', '.')");
+    needles.push_back({{"task", nd.str(i, "task")}, {"length", nd.length(i)}, {"depth", nd.num(i, "depth")},
+                       {"accuracy", nd.num(i, "accuracy")}, {"score", nd.num(i, "score")},
+                       {"samples", nd.count(i, "samples")}});
+  }
+  // the passkey grid (eval.passkey_examples: every answer digit the argmax) as one more retrieval task
+  const Csv pk = read_csv(dir + "/passkey.csv");
+  for (size_t i = 0; i < pk.rows.size(); ++i)
+    needles.push_back({{"task", "passkey_argmax"}, {"length", pk.length(i)}, {"depth", pk.num(i, "depth")},
+                       {"accuracy", pk.num(i, "accuracy")}, {"score", pk.num(i, "digit_accuracy")},
+                       {"samples", pk.count(i, "examples")}});
+  run["needles"] = needles;
+  json probes = json::array();
+  const Csv pr = read_csv(dir + "/probes.csv");
+  for (size_t i = 0; i < pr.rows.size(); ++i) probes.push_back({{"layer", pr.count(i, "layer")}, {"r2", pr.num(i, "r2_heldout")}});
+  run["probes"] = probes;
+  json swan = json::array();
+  const Csv sw = read_csv(dir + "/swan_fit.csv");
+  for (size_t i = 0; i < sw.rows.size(); ++i)
+    swan.push_back({{"length", sw.length(i)}, {"begin", sw.count(i, "begin")}, {"best_a", sw.num(i, "best_a")},
+                    {"nll_best", sw.num(i, "nll_best")}, {"nll_off", sw.num(i, "nll_off")}});
+  run["swan_fit"] = swan;
+  return run;
+}
+
 ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o) {
   HZ_CHECK(!runs.empty(), ValueError, "report: give at least one run directory");
   HZ_CHECK(!o.out_dir.empty(), ValueError, "report: give the output directory (-o DIR)");
@@ -279,7 +520,11 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   json data;
   data["runs"] = json::array();
   std::set<int64_t> all_lengths;
-  for (const std::string& dir : runs) {
+  // a run that cannot be read (not a run directory, not evaluated, a result file that is not what
+  // Horizon writes) is left out, said on stderr and in the report: one broken run of thirty does not
+  // stop the report of the other twenty-nine
+  json left_out = json::array();
+  for (const std::string& dir : runs) try {
     HZ_CHECK(fs::exists(dir + "/config.yaml"), ValueError, "report: '", dir, "' is not a run directory (no config.yaml)");
     try {
       finish_file_set(dir);  // an evaluation stopped between its renames: its complete files go into place
@@ -288,12 +533,12 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     }
     HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
              "' has not been evaluated; run horizon eval ", dir, " first");
-    train::Recipe r = train::load_recipe(dir + "/config.yaml");
+    train::Recipe r = train::load_trained_recipe(dir + "/config.yaml");
     // the run as evaluated: horizon eval writes the recipe it ran with (the training recipe and
     // its overrides, which may change inference-time fields only: freeze_scopes, RoPE scalings,
     // eval.rope_scaling...) beside its results; runs evaluated before it did have config.yaml only
     if (fs::exists(dir + "/eval_recipe.yaml")) {
-      const train::Recipe re = train::load_recipe(dir + "/eval_recipe.yaml");
+      const train::Recipe re = train::load_trained_recipe(dir + "/eval_recipe.yaml");
       r.model = re.model;
       r.eval.opts.inference = re.eval.opts.inference;
     }
@@ -331,49 +576,21 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     run["tokenizer"] = r.data.tokenizer;
     const nn::Transformer m(mc, 0);
     run["parameters"] = m.num_parameters();
-    // training curve
-    json curve = json::array();
-    {
-      std::ifstream mf = open_input_stream(dir + "/metrics.jsonl");
-      for (std::string line; std::getline(mf, line);) {
-        const json j = json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j.contains("loss")) curve.push_back({j["step"], j["loss"]});
-      }
-    }
-    run["train_curve"] = curve;
-    run["final_train_loss"] = curve.empty() ? json(nullptr) : curve.back()[1];
-    if (fs::exists(dir + "/eval.json")) {
-      std::ifstream ef = open_input_stream(dir + "/eval.json");
-      const json ev = json::parse(ef);
-      run["lengths"] = ev["lengths"];
-      for (const auto& l : ev["lengths"]) all_lengths.insert(l["length"].get<int64_t>());
-    }
-    std::vector<double> nll;
-    for (const auto& row : read_csv(dir + "/nll_by_position.csv")) nll.push_back(std::stod(row.at("nll")));
-    run["nll_by_position"] = nll;
-    json needles = json::array();
-    for (const auto& row : read_csv(dir + "/needles.csv"))
-      needles.push_back({{"task", row.at("task")}, {"length", std::stoll(row.at("length"))}, {"depth", std::stod(row.at("depth"))},
-                         {"accuracy", std::stod(row.at("accuracy"))}, {"score", std::stod(row.at("score"))},
-                         {"samples", std::stoll(row.at("samples"))}});
-    // the passkey grid (eval.passkey_examples: every answer digit the argmax) as one more retrieval task
-    for (const auto& row : read_csv(dir + "/passkey.csv"))
-      needles.push_back({{"task", "passkey_argmax"}, {"length", std::stoll(row.at("length"))},
-                         {"depth", std::stod(row.at("depth"))}, {"accuracy", std::stod(row.at("accuracy"))},
-                         {"score", std::stod(row.at("digit_accuracy"))}, {"samples", std::stoll(row.at("examples"))}});
-    run["needles"] = needles;
-    json probes = json::array();
-    for (const auto& row : read_csv(dir + "/probes.csv"))
-      probes.push_back({{"layer", std::stoll(row.at("layer"))}, {"r2", std::stod(row.at("r2_heldout"))}});
-    run["probes"] = probes;
-    json swan = json::array();
-    for (const auto& row : read_csv(dir + "/swan_fit.csv"))
-      swan.push_back({{"length", std::stoll(row.at("length"))}, {"begin", std::stoll(row.at("begin"))},
-                      {"best_a", std::stod(row.at("best_a"))}, {"nll_best", std::stod(row.at("nll_best"))},
-                      {"nll_off", std::stod(row.at("nll_off"))}});
-    run["swan_fit"] = swan;
+    const json results = read_run_results(dir);
+    run.update(results);
+    if (results.contains("lengths"))
+      for (const auto& l : results["lengths"]) all_lengths.insert(l["length"].get<int64_t>());
     data["runs"].push_back(run);
+  } catch (const Error& e) {
+    left_out.push_back({{"dir", dir}, {"reason", e.what()}});
+    fmt::print(stderr, "report: left out {}: {}\n", dir, e.what());
   }
+  if (data["runs"].empty()) {
+    std::string why;
+    for (const auto& l : left_out) why += "\n  " + l["reason"].get<std::string>();
+    throw ValueError("report: no run could be read:" + why);
+  }
+  data["left_out"] = left_out;
   // runs of one directory name (p00-rope-1 of two sweeps) are named with their parent directory too,
   // so that tables, report.json and the needle plots keep them apart
   {
@@ -388,7 +605,7 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   }
   // attention FLOPs per method at every evaluated length (forward, all layers, one sequence)
   for (auto& run : data["runs"]) {
-    const train::Recipe r = train::load_recipe(run["dir"].get<std::string>() + "/config.yaml");
+    const train::Recipe r = train::load_trained_recipe(run["dir"].get<std::string>() + "/config.yaml");
     const nn::Transformer m(train::model_config_at(r, r.train.steps), 0);
     json fl = json::array();
     for (int64_t T : all_lengths) {
@@ -435,9 +652,14 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
     main << "\n";
   }
   res.main_table = main.str();
-  md << "# Horizon report\n\n" << runs.size() << " run(s). Losses are held-out nats per token; `last256@L` is the mean loss of "
+  md << "# Horizon report\n\n" << data["runs"].size() << " run(s). Losses are held-out nats per token; `last256@L` is the mean loss of "
      << "the last 256 positions at length L (as in the SCOPE paper); lengths beyond `train T` are extrapolation.\n\n";
   md << "## Main table\n\n" << res.main_table << "\n";
+  if (!left_out.empty()) {
+    md << "Left out (" << left_out.size() << " of " << runs.size() << " runs; fix the file or evaluate the run again):\n\n";
+    for (const auto& l : left_out) md << "- `" << l["dir"].get<std::string>() << "`: " << l["reason"].get<std::string>() << "\n";
+    md << "\n";
+  }
   md << "![loss vs length](loss_vs_length.png)\n\n![NLL by position](nll_by_position.png)\n\n"
      << "![training loss](training_loss.png)\n\n";
   md << seed_groups(data, all_lengths);
@@ -534,15 +756,18 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   md << "\n![order awareness](order_awareness.png)\n";
   res.json_path = o.out_dir + "/report.json";
   res.markdown_path = o.out_dir + "/README.md";
-  write_file_atomic(res.json_path, data.dump(1) + "\n");
+  // a directory's name need not be UTF-8: its bytes are replaced, never thrown over
+  write_file_atomic(res.json_path, data.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
   write_file_atomic(res.markdown_path, md.str());
   if (!o.plots) return res;
   // ---- plots ---------------------------------------------------------------------------------
   std::string py = o.python;
   if (py.empty()) py = std::getenv("HZ_PYTHON") ? std::getenv("HZ_PYTHON") : "/usr/bin/python3";
-  const std::string cmd = fmt::format("'{}' '{}' '{}' '{}'", py, find_script(o.script), res.json_path, o.out_dir);
-  const int rc = std::system(cmd.c_str());
-  HZ_CHECK(rc == 0, ValueError, "report: the plot script failed (", cmd, "); the plots need matplotlib for ", py,
+  const std::vector<std::string> cmd = {py, find_script(o.script), res.json_path, o.out_dir};
+  std::string why;
+  const int rc = run_program(cmd, why);
+  HZ_CHECK(rc == 0, ValueError, "report: the plot script failed (", fmt::format("{}", fmt::join(cmd, " ")), ": ", why,
+           "); the plots need matplotlib for ", py,
            " (Debian: apt-get install python3-matplotlib, which scripts/setup.sh installs). The tables are in ",
            res.markdown_path);
   for (const auto& e : fs::directory_iterator(o.out_dir))

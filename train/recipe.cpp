@@ -136,7 +136,8 @@ void visit_fields(Recipe& r, V& v) {
                         "temperature read them; masks and evaluation keep indices"),
                 data::parse_position_scheme, static_cast<const char* (*)(data::PositionScheme)>(data::name));
   v("train.position_max", r.train.positions.max,
-    run_opt("pose / randomized: positions lie in [0, position_max) (the target length; > data.seq_len)").in(0, 1 << 30));
+    run_opt("pose / randomized / continuous: positions lie in [0, position_max) (the target length; > data.seq_len); "
+            "refused with index positions, which do not read it").in(0, 1 << 30));
   v("train.pose_chunks", r.train.positions.chunks, run_opt("pose: chunks per sequence (PoSE's N)").in(1, 1 << 20));
   v("train.loss_chunk", r.train.loss_chunk,
     run_opt("rows of LM-head logits alive at a time (-1 = automatic: about 64 MiB of them, 1 GiB on a GPU; 0 = all); "
@@ -749,10 +750,32 @@ Reader read_root(const std::string& text, const std::string& file, const std::ve
   return rd;
 }
 
+// Settings that parse and would train, but not what they say, refused with the key's file and line
+// (or its command-line override) like any field error: a prefix-LM prefix as long as the sequence
+// leaves each sequence one target or none (the loss skips the targets a prefix shows its queries), and
+// train.position_max is read by drawn positions only (with index positions it would change nothing).
+void check_settings(const Recipe& r, const Reader& rd) {
+  const int64_t T = r.data.seq_len;
+  for (const auto& k : r.model.cfg.kinds)
+    if (k.attn.mask.prefix >= T) {
+      const std::string path = "model.layer_kinds." + k.name + ".prefix";
+      rd.fail(rd.find(path), path,
+              std::to_string(k.attn.mask.prefix) + " is at least data.seq_len = " + std::to_string(T) +
+                  ": a prefix-LM leaves the targets after its prefix to the loss, so each sequence would train " +
+                  (k.attn.mask.prefix == T ? "one target" : "no target") + "; set it below data.seq_len");
+    }
+  if (r.train.positions.scheme == data::PositionScheme::Index && r.train.positions.max != 0)
+    rd.fail(rd.find("train.position_max"), "train.position_max",
+            std::to_string(r.train.positions.max) +
+                " is read by drawn positions only (train.positions pose, randomized or continuous); with index "
+                "positions it changes nothing: remove it, or set train.positions");
+}
+
 }  // namespace
 
-Recipe parse_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
-                    const ModelFill* fill, const RecipeFiles* files) {
+namespace {
+Recipe parse(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
+             const ModelFill* fill, const RecipeFiles* files, bool trained) {
   Reader rd = read_root(text, file, overrides);
   rd.files = files;
   if (fill) fill_model(rd.root, *fill);
@@ -760,9 +783,23 @@ Recipe parse_recipe(const std::string& text, const std::string& file, const std:
   r.source_file = file;
   visit_fields(r, rd);
   rd.check_unknown(rd.root, "");
+  if (!trained) check_settings(r, rd);
   r.validate();
   return r;
 }
+}  // namespace
+
+Recipe parse_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
+                    const ModelFill* fill, const RecipeFiles* files) {
+  return parse(text, file, overrides, fill, files, /*trained=*/false);
+}
+
+Recipe parse_trained_recipe(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
+                            const RecipeFiles* files) {
+  return parse(text, file, overrides, nullptr, files, /*trained=*/true);
+}
+
+Recipe load_trained_recipe(const std::string& path) { return parse_trained_recipe(read_recipe_file(path), path); }
 
 std::string model_fill_dir(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
   return fill_dir_of(read_root(text, file, overrides).root);

@@ -206,6 +206,13 @@ std::vector<NamedFile> named_files(const std::string& yaml_text, const std::stri
 // Reads them (factors_from_json), for parse_recipe.
 RecipeFiles read_recipe_files(const std::string& yaml_text, const std::string& name,
                               const std::vector<std::string>& overrides = {});
+// The recipe a run trained with (a checkpoint's, a run directory's config.yaml / eval_recipe.yaml) for
+// evaluating, reporting or resuming it: as parse_recipe, without the refusals of settings that would
+// train other than they say (a prefix of at least data.seq_len, train.position_max with index
+// positions), which a run trained before they were refused still carries.
+Recipe parse_trained_recipe(const std::string& yaml_text, const std::string& name,
+                            const std::vector<std::string>& overrides = {}, const RecipeFiles* files = nullptr);
+Recipe load_trained_recipe(const std::string& path);
 // The directory a recipe's model is to be filled from: checkpoint.init_from when it is set and the
 // recipe (with its overrides) leaves out some model field or data.tokenizer; "" otherwise. Reads
 // nothing but the text.

@@ -251,7 +251,7 @@ class Trainer {
     start_ = ck_.step;
     // a checkpoint's architecture is its own: the recipe resuming it may not change it
     if (ck_.meta.count("recipe"))
-      check_architecture(parse_recipe(ck_.meta.at("recipe"), resume_path_ + ":recipe"), r_,
+      check_architecture(parse_trained_recipe(ck_.meta.at("recipe"), resume_path_ + ":recipe"), r_,
                          "checkpoint.resume " + resume_path_);
     saved_world_ = ck_.counters.count("world_size") ? ck_.counters.at("world_size") : 1;
     saved_context_ = ck_.counters.count("parallel_context") ? ck_.counters.at("parallel_context") : 1;
@@ -553,6 +553,7 @@ class Trainer {
     std::string line = fmt::format("{{\"step\": {}, \"eval\": {{", step_done);
     double at_train = std::nan("");
     bool first = true;
+    evaluated_.clear();
     for (int64_t L : r_.eval_lengths()) {
       const double l = eval::mean_loss(*model_, *data_.val, L, eb, r_.eval.opts.batches, r_.data.seq_len, docs_);
       if (std::isnan(l)) {
@@ -560,6 +561,7 @@ class Trainer {
         continue;
       }
       if (L == r_.data.seq_len) at_train = l;
+      evaluated_.emplace_back(L, l);
       line += fmt::format("{}\"{}\": {{\"loss\": {:.6f}, \"ppl\": {:.4f}}}", first ? "" : ", ", L, l, std::exp(l));
       log("  eval step {:>6}  length {:>6}  loss {:.4f}  ppl {:.3f}", step_done, L, l, std::exp(l));
       first = false;
@@ -612,11 +614,26 @@ class Trainer {
     if (step != r_.train.steps) return;  // stopped early (stop_after): no final evaluation or checkpoint
     res_.final_val_loss = r_.eval.final ? evaluate(step) : std::nan("");
     save(step);
-    log("done: {} steps, {:.0f} tok/s, final val loss {}", step - start_, res_.tokens_per_second,
-        std::isnan(res_.final_val_loss) ? std::string(r_.eval.final ? "n/a (no validation split)" : "n/a (eval.final false)")
-                                         : fmt::format("{:.4f}", res_.final_val_loss));
+    log("done: {} steps, {:.0f} tok/s, final val loss {}", step - start_, res_.tokens_per_second, final_words());
   }
 
+  // The final evaluation in words: the loss at the training length, or why there is none and what
+  // was evaluated instead (eval.lengths may leave data.seq_len out).
+  std::string final_words() const {
+    if (!std::isnan(res_.final_val_loss)) return fmt::format("{:.4f}", res_.final_val_loss);
+    if (!r_.eval.final) return "n/a (eval.final false)";
+    if (!data_.val) return "n/a (no validation split)";
+    std::string at;
+    for (const auto& [L, l] : evaluated_) at += fmt::format("{}{} at length {}", at.empty() ? "" : ", ", fmt::format("{:.4f}", l), L);
+    const auto& lengths = r_.eval_lengths();
+    if (std::find(lengths.begin(), lengths.end(), r_.data.seq_len) == lengths.end())
+      return fmt::format("n/a at the training length {} (eval.lengths {} leave it out); evaluated: {}", r_.data.seq_len,
+                         fmt::format("[{}]", fmt::join(lengths, ", ")), at.empty() ? std::string("none") : at);
+    return fmt::format("n/a (the validation split holds no batch at length {}){}", r_.data.seq_len,
+                       at.empty() ? std::string() : "; evaluated: " + at);
+  }
+
+  std::vector<std::pair<int64_t, double>> evaluated_;  // the last evaluation's (length, loss), rank 0
   const Recipe& r_;
   const TrainOptions& opt_;
   std::unique_ptr<dist::Communicator> local_;

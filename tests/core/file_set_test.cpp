@@ -80,3 +80,76 @@ TEST(FileAtomic, WritersSideBySideEachLandAWholeFile) {
   for (const auto& e : fs::directory_iterator(d.path()))
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
 }
+
+// Nothing was fsync'd: a crash (power loss) after the journal's rename could find the journal naming
+// files whose data never reached the disk. Every file is synced before the journal appears, the
+// directory too, and the directory again after the set's renames, before the journal goes.
+namespace {
+struct Synced {
+  std::string path;
+  bool journal;  // the journal existed when the path was synced
+};
+std::vector<Synced>* g_synced = nullptr;
+std::string g_dir;
+void record_sync(const std::string& path) {
+  g_synced->push_back({path, fs::exists(g_dir + "/.results.pending")});
+}
+}  // namespace
+
+TEST(FileSet, EveryFileAndTheDirectoryAreSyncedBeforeTheJournal) {
+  hzdt::TempDir d;
+  std::vector<Synced> synced;
+  g_synced = &synced;
+  g_dir = d.path();
+  hz::detail::on_file_synced = record_sync;
+  hz::write_files_atomic(d.path(), {{"eval.json", "json"}, {"nll.csv", "csv"}});
+  hz::detail::on_file_synced = nullptr;
+  auto at = [&](const std::string& path, size_t from = 0) {
+    for (size_t i = from; i < synced.size(); ++i)
+      if (synced[i].path == path) return i;
+    return synced.size();
+  };
+  std::string order;
+  for (const auto& s : synced) order += s.path + (s.journal ? " (journal)\n" : "\n");
+  const size_t a = at(d.path() + "/eval.json.set.tmp"), b = at(d.path() + "/nll.csv.set.tmp");
+  const size_t dir = at(d.path(), std::max(a, b));
+  ASSERT_LT(a, synced.size()) << order;
+  ASSERT_LT(b, synced.size()) << order;
+  ASSERT_LT(dir, synced.size()) << order;
+  EXPECT_FALSE(synced[a].journal || synced[b].journal || synced[dir].journal) << order;
+  // the journal's own temporary, synced before its rename, then the directory after it
+  size_t journal = synced.size();
+  for (size_t i = dir; i < synced.size(); ++i)
+    if (synced[i].path.find("/.results.pending.tmp.") != std::string::npos) journal = i;
+  ASSERT_LT(journal, synced.size()) << order;
+  EXPECT_FALSE(synced[journal].journal) << order;
+  // after the renames: the directory, while the journal still stands
+  ASSERT_FALSE(synced.empty());
+  EXPECT_EQ(synced.back().path, d.path()) << order;
+  EXPECT_TRUE(synced.back().journal) << order;
+  EXPECT_FALSE(fs::exists(d.path() + "/.results.pending"));
+}
+
+// A writer killed before it removed its temporary (SIGKILL, the OOM killer) left it in the data cache
+// for good: the next writer of the file removes this host's temporaries whose process is gone, and
+// leaves a running process's and another host's (a cache on a shared file system).
+TEST(FileAtomic, AKilledWritersTemporaryIsRemovedByTheNextWriter) {
+  hzdt::TempDir d;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);  // a pid no process holds now
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  const std::string path = d.path() + "/train.shard";
+  const std::string dead = path + ".tmp." + host + "." + std::to_string(child) + ".0";
+  const std::string live = path + ".tmp." + host + "." + std::to_string(getpid()) + ".999";
+  const std::string other = path + ".tmp.another-host." + std::to_string(child) + ".0";
+  for (const auto& p : {dead, live, other}) std::ofstream(p) << "partial";
+  hz::write_file_atomic(path, "whole");
+  EXPECT_EQ(hzdt::read_bytes(path), "whole");
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
+}

@@ -60,6 +60,7 @@
 #include "distributed/rendezvous.h"
 #include "hf/hf.h"
 #include "io/safetensors.h"
+#include "study/report.h"
 #include "train/checkpoint.h"
 #include "train/recipe.h"
 
@@ -559,6 +560,49 @@ std::vector<Target> make_targets(const std::string& work) {
                  fs::copy_file(src("tests/fixtures/hf/llama/model.safetensors"), dir + "/model-00001-of-00001.safetensors");
                },
                [](const std::string& p) { (void)hz::io::SafetensorsSet::open_dir(fs::path(p).parent_path().string()); }});
+  // horizon report's inputs: a run directory's eval.json, metrics.jsonl and needles.csv, each mutated in
+  // a directory holding the other two and a config.yaml. The input is read (study::read_run_results:
+  // refused naming the file) and, when read, reported (study::make_report without plots; metrics.jsonl
+  // read only).
+  {
+    const Bytes config = "model: {d_model: 16, n_layers: 1, n_heads: 2}\ndata: {seq_len: 32}\n";
+    const Bytes eval_json =
+        "{\"train_length\": 32, \"lengths\": [{\"length\": 32, \"loss\": 3.25, \"ppl\": 25.79, \"last256_loss\": 3.3, "
+        "\"tokens\": 124, \"drope_c\": 0, \"swan_a\": 0}, {\"length\": 64, \"loss\": 3.5, \"ppl\": 33.1, \"last256_loss\": "
+        "3.6, \"tokens\": 252, \"drope_c\": 0, \"swan_a\": 0}], \"nll_length\": 64}\n";
+    const Bytes metrics = "{\"step\": 1, \"loss\": 5.5, \"lr\": 1e-3, \"grad_norm\": 2.5, \"tokens\": 128, \"tok_per_s\": 1e4}\n"
+                          "{\"step\": 2, \"eval\": {\"32\": {\"loss\": 3.25, \"ppl\": 25.79}}, \"eval_mem_peak\": 1}\n"
+                          "{\"step\": 2, \"loss\": 4.25, \"lr\": 1e-3, \"grad_norm\": 1.5, \"tokens\": 256, \"tok_per_s\": 1e4}\n";
+    const Bytes needles = "task,length,depth,samples,correct,accuracy,score\npasskey,32,0.5,4,4,1.0000,1.0000\n"
+                          "passkey,64,0.5,4,1,0.2500,0.5000\nniah_multikey_1,32,0,2,1,0.5000,0.5000\n";
+    auto files = [=](const std::string& except) {
+      return [=](const std::string& dir) {
+        write_bytes(dir + "/config.yaml", config);
+        if (except != "eval.json") write_bytes(dir + "/eval.json", eval_json);
+        if (except != "metrics.jsonl") write_bytes(dir + "/metrics.jsonl", metrics);
+        if (except != "needles.csv") write_bytes(dir + "/needles.csv", needles);
+      };
+    };
+    auto read = [](const std::string& p) { (void)hz::study::read_run_results(fs::path(p).parent_path().string()); };
+    auto report = [](const std::string& p) {
+      const std::string dir = fs::path(p).parent_path().string();
+      (void)hz::study::read_run_results(dir);
+      hz::study::ReportOptions o;
+      o.out_dir = dir + "/report";
+      o.plots = false;
+      o.oa_T = 8, o.oa_heads = 2, o.oa_layers = 1, o.oa_trials = 1;
+      (void)hz::study::make_report({dir}, o);
+    };
+    t.push_back({"report_eval_json", "eval.json", {eval_json}, files("eval.json"), report});
+    // most mutated metrics lines are read (a line that is not JSON is skipped): read only, the report's
+    // cost (~30 ms an input) spent where the values decide the tables (lengths, needles)
+    t.push_back({"report_metrics_jsonl", "metrics.jsonl", {metrics}, files("metrics.jsonl"), read});
+    t.push_back({"report_needles_csv", "needles.csv", {needles}, files("needles.csv"), report});
+    Target x = t[t.size() - 3];
+    x.name = "report_eval_json_struct";
+    x.mutator = json_mutation;
+    t.push_back(std::move(x));
+  }
   // structure-aware twins of the text and header formats (same seeds and loaders, values mutated)
   for (const char* name : {"tokenizer_json", "safetensors", "config_json", "recipe_yaml"}) {
     Target x = *std::find_if(t.begin(), t.end(), [&](const Target& y) { return y.name == name; });

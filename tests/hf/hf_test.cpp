@@ -637,3 +637,48 @@ TEST(HfImport, RefusesABadHorizonLayerKindByName) {
   EXPECT_TRUE(has(refusal([](json& j) { j["layer_kinds"]["a"]["rope_factor"] = 0; }), "out of range"));
   EXPECT_EQ(refusal([](json&) {}), "(no error)");
 }
+
+// convert to-hf copied tokenizer_config.json and special_tokens_map.json verbatim, an auto_map
+// included: loading the export with trust_remote_code=True (as a HorizonForCausalLM export asks) then
+// ran tokenizer code from another repository. The export keeps the keys Horizon understands and says
+// what it left out, the auto_map by name.
+TEST(HfExport, TokenizerConfigKeepsOnlyWhatHorizonReadsAndDropsAForeignAutoMap) {
+  TempDir d;
+  fs::create_directories(d.file("tok"));
+  fs::copy_file(std::string(HZ_SOURCE_DIR) + "/tests/data/fixtures/tokenizers/llama2_style/tokenizer.json",
+                d.file("tok") + "/tokenizer.json");
+  std::ofstream(d.file("tok") + "/tokenizer_config.json")
+      << R"({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": {"content": "<s>", "lstrip": false},)"
+      << R"( "eos_token": "</s>", "pad_token": null, "model_max_length": 2048, "add_bos_token": true,)"
+      << R"( "auto_map": {"AutoTokenizer": ["evil/repo--tokenization_evil.EvilTokenizer", null]},)"
+      << R"( "chat_template": "{{ messages }}"})";
+  std::ofstream(d.file("tok") + "/special_tokens_map.json")
+      << R"({"bos_token": "<s>", "eos_token": "</s>", "auto_map": {"AutoTokenizer": "x.Y"}, "tokenizer_class": "X"})";
+  hz::nn::ModelConfig plain;
+  plain.vocab_size = 1024;  // the fixture's 956 tokens
+  plain.kinds = {{"rope", {}}};
+  plain.pattern = {"rope"};
+  const hf::ExportReport rep =
+      hf::export_dir(plain, hz::nn::Transformer(plain, 0).state_dict(), d.file("tok") + "/tokenizer.json", d.file("out"));
+  const json tc = read_json(d.file("out") + "/tokenizer_config.json");
+  EXPECT_EQ(tc, json::parse(R"({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+                                "pad_token": null, "model_max_length": 2048, "add_bos_token": true})"));
+  const json sm = read_json(d.file("out") + "/special_tokens_map.json");
+  EXPECT_EQ(sm, json::parse(R"({"bos_token": "<s>", "eos_token": "</s>"})"));
+  std::string all;
+  for (const auto& w : rep.warnings) all += w + "\n";
+  EXPECT_TRUE(has(all, d.file("tok") + "/tokenizer_config.json: left out auto_map")) << all;
+  EXPECT_TRUE(has(all, "evil/repo--tokenization_evil.EvilTokenizer")) << all;
+  EXPECT_TRUE(has(all, "trust_remote_code=True")) << all;
+  EXPECT_TRUE(has(all, "left out keys Horizon does not read: chat_template")) << all;
+  EXPECT_TRUE(has(all, d.file("tok") + "/special_tokens_map.json: left out auto_map")) << all;
+  EXPECT_TRUE(has(all, "special_tokens_map.json: left out keys Horizon does not read: tokenizer_class")) << all;
+  // a value of the wrong type is refused naming the file and the key
+  std::ofstream(d.file("tok") + "/tokenizer_config.json", std::ios::trunc) << R"({"add_bos_token": "yes"})";
+  try {
+    hf::export_dir(plain, hz::nn::Transformer(plain, 0).state_dict(), d.file("tok") + "/tokenizer.json", d.file("bad"));
+    FAIL() << "a number read as a token";
+  } catch (const hf::HfError& e) {
+    EXPECT_TRUE(has(e.what(), d.file("tok") + "/tokenizer_config.json: add_bos_token: expected true or false")) << e.what();
+  }
+}

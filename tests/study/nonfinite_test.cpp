@@ -1,6 +1,7 @@
 // A model whose weights are not finite gives no numbers: loading it is refused naming the tensor
 // (issue 36), and a model whose finite weights overflow in the forward pass is refused by horizon eval
-// (evaluate_run) and horizon score (exit 1) instead of reporting mean_nll: -nan with exit 0 (issue 19).
+// (evaluate_run), horizon score and horizon generate (exit 1) through one check, instead of reporting
+// mean_nll: -nan (issue 19) or printing NUL bytes (generate), with exit 0.
 #include <gtest/gtest.h>
 
 #include "tests/train/train_test_util.h"
@@ -76,5 +77,18 @@ TEST(NonFinite, EvalAndScoreRefuseNaNWeights) {
   const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(out.find("not finite"), std::string::npos) << out;
   EXPECT_NE(out.find(bad), std::string::npos) << out;
+  // horizon generate refuses the same model through the same check (it printed NUL bytes, the argmax of
+  // NaN logits, and exited 0)
+  const int grc = std::system((hz_bin + " generate " + bad + " --prompt 'In the' --max-new-tokens 4 > " + root +
+                               "/gen.out 2> " + root + "/gen.err").c_str());
+  ASSERT_TRUE(WIFEXITED(grc));
+  EXPECT_EQ(WEXITSTATUS(grc), 1);
+  std::ifstream go(root + "/gen.out"), ge(root + "/gen.err");
+  const std::string gout((std::istreambuf_iterator<char>(go)), std::istreambuf_iterator<char>());
+  const std::string gerr((std::istreambuf_iterator<char>(ge)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(gout.find('\0'), std::string::npos) << "NUL bytes printed";
+  EXPECT_NE(gerr.find("not finite"), std::string::npos) << gerr;
+  EXPECT_NE(gerr.find("non-finite weights or outputs"), std::string::npos) << gerr;
+  EXPECT_NE(gerr.find(bad), std::string::npos) << gerr;
   fs::remove_all(root);
 }

@@ -314,3 +314,100 @@ TEST(Report, SeedsOfOneMethodAreGroupedWithIntervals) {
   ASSERT_NE(partial, std::string::npos) << text;
   EXPECT_NE(text.find("| passkey_argmax | 100% +- 0 |\n", partial), std::string::npos) << text;  // the lengths evaluated
 }
+
+// A run whose result files are not what Horizon writes (an empty or non-JSON eval.json, a string loss
+// in metrics.jsonl, a non-number in needles.csv) made horizon report exit 3 (a JSON or stod exception).
+// Each is now left out, named with its file and the reason (stderr, README.md, report.json's
+// "left_out"), and the report goes on with the runs it can read; with none left it refuses.
+TEST(Report, BrokenRunsAreLeftOutNamingTheFile) {
+  const std::string root = tmp_root() + "/broken";
+  const std::string model = "model: {d_model: 32, n_layers: 1, n_heads: 2}\n";
+  for (const char* n : {"good", "empty_eval", "text_eval", "string_loss", "word_needles", "null_loss"})
+    write_evaluated_run(root, n, model, {}, 1.0, 0.5);
+  std::ofstream(root + "/empty_eval/eval.json", std::ios::trunc);
+  std::ofstream(root + "/text_eval/eval.json", std::ios::trunc) << "this is not JSON\n";
+  std::ofstream(root + "/string_loss/metrics.jsonl") << "{\"step\": 1, \"loss\": 4.5}\n{\"step\": 2, \"loss\": \"high\"}\n";
+  std::ofstream(root + "/word_needles/needles.csv", std::ios::trunc)
+      << "task,length,depth,samples,correct,accuracy,score\npasskey,32,0.5,4,4,most,1.0\n";
+  std::ofstream(root + "/null_loss/eval.json", std::ios::trunc)
+      << "{\"lengths\": [{\"length\": 32, \"loss\": null, \"last256_loss\": 1}]}\n";
+  // a metrics line cut short when training stopped holds no point and is no error
+  std::ofstream(root + "/good/metrics.jsonl") << "{\"step\": 1, \"loss\": 4.5}\n{\"step\": 2, \"lo";
+  std::vector<std::string> dirs;
+  for (const char* n : {"good", "empty_eval", "text_eval", "string_loss", "word_needles", "null_loss"})
+    dirs.push_back(root + "/" + n);
+  const ReportResult r = small_report(root, dirs);
+  std::ifstream rj(r.json_path);
+  const nlohmann::json j = nlohmann::json::parse(rj);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  EXPECT_EQ(j["runs"][0]["name"], "good");
+  EXPECT_EQ(j["runs"][0]["final_train_loss"], 4.5);
+  ASSERT_EQ(j["left_out"].size(), 5u) << j["left_out"].dump();
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"/empty_eval/eval.json", "empty, not JSON"},
+      {"/text_eval/eval.json", "not valid JSON"},
+      {"/string_loss/metrics.jsonl:2", "\"loss\" is \"high\", not a finite number"},
+      {"/word_needles/needles.csv:2", "accuracy is 'most', not a finite number"},
+      {"/null_loss/eval.json (lengths[0])", "\"loss\" is null, not a finite number"}};
+  std::ifstream md(r.markdown_path);
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("Left out (5 of 6 runs"), std::string::npos) << text;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::string reason = j["left_out"][i]["reason"];
+    EXPECT_NE(reason.find(root + want[i].first), std::string::npos) << reason;
+    EXPECT_NE(reason.find(want[i].second), std::string::npos) << reason;
+    EXPECT_NE(text.find(reason), std::string::npos) << reason;
+  }
+  // the reader alone refuses with the same message
+  try {
+    (void)read_run_results(root + "/word_needles");
+    FAIL() << "a word read as a number";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("needles.csv:2: accuracy"), std::string::npos) << e.what();
+  }
+  // nothing readable: refused, naming every run's reason
+  try {
+    (void)small_report(root, {root + "/empty_eval", root + "/text_eval"});
+    FAIL() << "a report of no run";
+  } catch (const ValueError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("no run could be read"), std::string::npos) << m;
+    EXPECT_NE(m.find(root + "/text_eval/eval.json"), std::string::npos) << m;
+  }
+}
+
+// The plot script ran through /bin/sh: an apostrophe in the output directory broke the command and
+// a name holding '$(cmd)' ran cmd; and ./scripts/tools/report_plots.py of the working directory ran
+// before the build's own copy. Now the copy installed with the binary runs, with an argument vector.
+// A stand-in interpreter records the arguments it is given.
+TEST(Report, PlotScriptIsTheInstalledOneRunWithoutAShell) {
+  const std::string root = tmp_root() + "/plots_argv";
+  write_evaluated_run(root, "run", "model: {d_model: 32, n_layers: 1, n_heads: 2}\n", {}, 1.0, 0.5);
+  const std::string fake = root + "/fake_python";
+  std::ofstream(fake) << "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$3/args.txt\"\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  // a working directory holding a script of the same name, which must not run
+  fs::create_directories(root + "/cwd/scripts/tools");
+  std::ofstream(root + "/cwd/scripts/tools/report_plots.py") << "open('ran_from_cwd', 'w')\n";
+  const fs::path before = fs::current_path();
+  fs::current_path(root + "/cwd");
+  ReportOptions o;
+  o.out_dir = root + "/cwd/it's a'$(touch pwned)'report";
+  o.python = fake;
+  o.oa_T = 16, o.oa_heads = 4, o.oa_layers = 2;
+  std::string error;
+  try {
+    (void)make_report({root + "/run"}, o);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  fs::current_path(before);
+  EXPECT_EQ(error, "");
+  EXPECT_FALSE(fs::exists(root + "/cwd/pwned")) << "a command in the directory's name ran";
+  std::ifstream in(o.out_dir + "/args.txt");
+  std::vector<std::string> args;
+  for (std::string line; std::getline(in, line);) args.push_back(line);
+  const std::string installed = fs::read_symlink("/proc/self/exe").parent_path().string() + "/report_plots.py";
+  EXPECT_EQ(args, (std::vector<std::string>{installed, o.out_dir + "/report.json", o.out_dir}));
+  EXPECT_TRUE(fs::exists(installed));
+}

@@ -239,6 +239,36 @@ TEST(Recipe, DrawnPositionsNeedALayerThatReadsThem) {
   EXPECT_TRUE(has(e, "no layer reads positions")) << e;
 }
 
+// Settings that trained silently and did not do what they say: a prefix-LM prefix of at least
+// data.seq_len (one target per sequence, or none) and train.position_max with index positions (read
+// by drawn positions only). Refused with the file, the line and the key, as other recipe errors are.
+TEST(Recipe, PrefixAsLongAsTheSequenceAndPositionMaxWithIndexAreRefusedWithTheirLine) {
+  const std::string prefix = "data: {seq_len: 64}\nmodel:\n  layer_kinds:\n    p: {pos: rope, prefix: P}\n  pattern: [p]\n";
+  auto with = [&](const std::string& p) {
+    std::string s = prefix;
+    s.replace(s.find("P}"), 1, p);
+    return s;
+  };
+  EXPECT_EQ(error_of(with("63")), "");  // two targets per sequence: allowed
+  std::string e = error_of(with("64"));
+  EXPECT_TRUE(has(e, "test.yaml:4: model.layer_kinds.p.prefix: 64 is at least data.seq_len = 64")) << e;
+  EXPECT_TRUE(has(e, "one target")) << e;
+  e = error_of(with("100"));
+  EXPECT_TRUE(has(e, "test.yaml:4: model.layer_kinds.p.prefix: 100")) << e;
+  EXPECT_TRUE(has(e, "no target")) << e;
+  e = error_of(with("16"), {"data.seq_len=16"});  // the sequence shortened on the command line
+  EXPECT_TRUE(has(e, "model.layer_kinds.p.prefix: 16 is at least data.seq_len = 16")) << e;
+  e = error_of("data: {seq_len: 64}\ntrain:\n  steps: 10\n  position_max: 256\nschedule: {warmup_steps: 0}\n");
+  EXPECT_TRUE(has(e, "test.yaml:4: train.position_max: 256 is read by drawn positions only")) << e;
+  e = error_of("data: {seq_len: 64}\n", {"train.position_max=256"});
+  EXPECT_TRUE(has(e, "test.yaml (command-line override train.position_max): train.position_max: 256")) << e;
+  EXPECT_EQ(error_of("data: {seq_len: 64}\n", {"train.position_max=0"}), "");
+  // a run that trained with them before is still loaded (evaluated, reported, resumed from)
+  const Recipe trained = parse_trained_recipe(with("64") + "train: {position_max: 256}\n", "config.yaml");
+  EXPECT_EQ(trained.train.positions.max, 256);
+  EXPECT_EQ(trained.model.cfg.kinds[0].attn.mask.prefix, 64);
+}
+
 TEST(Recipe, SectionOfTheWrongTypeIsRefused) {
   std::string e = error_of("run: {name: x}\ntrain: -5\n");
   EXPECT_TRUE(has(e, "test.yaml:2")) << e;

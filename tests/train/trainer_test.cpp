@@ -268,6 +268,25 @@ TEST(Trainer, MuonAndAccumulationTrain) {
   EXPECT_LT(r.losses.back(), r.losses.front() - 0.5);
 }
 
+// eval.lengths without data.seq_len: the final line said "n/a (no validation split)", which was not
+// the reason; it says the training length was left out and what was evaluated instead.
+TEST(Trainer, FinalLineSaysWhatWasEvaluatedWithoutTheTrainingLength) {
+  const TrainResult r =
+      hz::train::train(tiny("lengths", {"train.steps=2", "schedule.warmup_steps=0", "eval.lengths=[128]", "eval.batches=1",
+                                        "checkpoint.every=0"}),
+                       quiet());
+  EXPECT_TRUE(std::isnan(r.final_val_loss));
+  std::ifstream f(tmp_root() + "/lengths/train.log");
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t done = log.find("done: ");
+  ASSERT_NE(done, std::string::npos) << log;
+  const std::string line = log.substr(done, log.find('\n', done) - done);
+  EXPECT_EQ(line.find("no validation split"), std::string::npos) << line;
+  EXPECT_NE(line.find("n/a at the training length 64 (eval.lengths [128] leave it out); evaluated: "), std::string::npos)
+      << line;
+  EXPECT_NE(line.find(" at length 128"), std::string::npos) << line;
+}
+
 TEST(Surgery, DropeChangesNoWeightAndRemovesAllRotation) {
   nn::ModelConfig c = tiny("x").model_config();
   nn::Transformer m(c, 3);
