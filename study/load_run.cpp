@@ -37,7 +37,7 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
     const train::Recipe trained = train::parse_trained_recipe(m.meta.at("recipe"), lr.checkpoint + ":recipe");
     if (!overrides.empty()) {  // an override may name a JSON file of numbers (eval.longrope_long_factors)
       const train::RecipeFiles files = train::read_recipe_files(m.meta.at("recipe"), lr.checkpoint + ":recipe", overrides);
-      lr.recipe = train::parse_trained_recipe(m.meta.at("recipe"), lr.checkpoint + ":recipe", overrides, nullptr, &files);
+      lr.recipe = train::parse_trained_recipe(m.meta.at("recipe"), lr.checkpoint + ":recipe", overrides, &files);
     } else {
       lr.recipe = trained;
     }
