@@ -38,9 +38,9 @@
 //               for reuse (at most 1/8 of their high-water mark, core/cpu/backend.cpp) and the
 //               freed small blocks glibc's heap keeps resident between them, with the GEMM
 //               libraries' buffers allocated on first use. Counted as 1/6 of the tensors' peak:
-//               measured, the process peaked at 1.04-1.35x the tensors' peak over eight shapes
-//               (124M at T 1024 and 8192, d 256 at T 512 and 2048, recompute none and layer), and
-//               outside + 7/6 x tensors is within 12% of every one.
+//               measured, the process peaked at 1.03-1.35x the tensors' peak over 20 shapes (124M
+//               at T 1024-8192 with every recompute and loss setting, d 256 at T 512 and 2048), and
+//               outside + 7/6 x tensors was 0.89-1.14x each (docs/recipes.md has the table).
 // tests/train/memory_plan_test.cpp holds the tensors' prediction to within 15% of the CPU
 // allocator's measured peak over several shapes, and the process's to within 15% of its resident
 // peak; scripts/bench/bench_memory.sh measures both at the 124M shape.
