@@ -121,16 +121,24 @@ void finish(Built& b, cudnnHandle_t h) {
   check(b.graph->get_workspace_size(b.workspace), "sizing the workspace");
 }
 
-Built build_forward(const AttnKernelParams& P, const CudnnGraphDesc& g, cudnnHandle_t h) {
+// A graph in bf16 with f32 softmax and accumulation, and its q, k, v inputs.
+Built new_graph() {
   Built b;
   b.graph = std::make_shared<fe::graph::Graph>();
-  fe::graph::Graph& G = *b.graph;
-  G.set_io_data_type(fe::DataType_t::BFLOAT16)
+  b.graph->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto Q = tensor(G, "q", kQ, {P.B, P.H, P.Tq, P.D});
-  auto K = tensor(G, "k", kK, {P.B, P.Hkv, P.Tk, P.D});
-  auto V = tensor(G, "v", kV, {P.B, P.Hkv, P.Tk, P.D});
+  return b;
+}
+auto qkv(fe::graph::Graph& G, const AttnKernelParams& P) {
+  return std::make_tuple(tensor(G, "q", kQ, {P.B, P.H, P.Tq, P.D}), tensor(G, "k", kK, {P.B, P.Hkv, P.Tk, P.D}),
+                         tensor(G, "v", kV, {P.B, P.Hkv, P.Tk, P.D}));
+}
+
+Built build_forward(const AttnKernelParams& P, const CudnnGraphDesc& g, cudnnHandle_t h) {
+  Built b = new_graph();
+  fe::graph::Graph& G = *b.graph;
+  auto [Q, K, V] = qkv(G, P);
   auto o = fe::graph::SDPA_attributes().set_name("horizon_attention").set_generate_stats(true);
   describe_to(o, g);
   if (g.sink) o.set_sink_token(tensor(G, "sink", kSink, {1, P.H, 1, 1}, true));
@@ -143,15 +151,9 @@ Built build_forward(const AttnKernelParams& P, const CudnnGraphDesc& g, cudnnHan
 }
 
 Built build_backward(const AttnKernelParams& P, const CudnnGraphDesc& g, cudnnHandle_t h) {
-  Built b;
-  b.graph = std::make_shared<fe::graph::Graph>();
+  Built b = new_graph();
   fe::graph::Graph& G = *b.graph;
-  G.set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto Q = tensor(G, "q", kQ, {P.B, P.H, P.Tq, P.D});
-  auto K = tensor(G, "k", kK, {P.B, P.Hkv, P.Tk, P.D});
-  auto V = tensor(G, "v", kV, {P.B, P.Hkv, P.Tk, P.D});
+  auto [Q, K, V] = qkv(G, P);
   auto O = tensor(G, "o", kO, {P.B, P.H, P.Tq, P.D});
   auto dO = tensor(G, "do", kDO, {P.B, P.H, P.Tq, P.D});
   auto Stats = tensor(G, "stats", kStats, {P.B, P.H, P.Tq, 1}, true);

@@ -12,8 +12,10 @@
 #include <filesystem>
 #include <string>
 
+#include "core/process.h"
 #include "io/hdf5.h"
 #include "study/load_run.h"
+#include "tests/train/checkpoint_hole.h"
 #include "tests/train/train_test_util.h"
 #include "train/checkpoint.h"
 #include "train/recipe.h"
@@ -23,41 +25,7 @@ using namespace hz;
 namespace fs = std::filesystem;
 namespace h5 = hz::io::h5;
 
-namespace {
-// A never-written f32 dataset of `bytes` bytes in `group` (a hole in the file), then the file resealed.
-void add_hole(const std::string& p, const std::string& group, const std::string& key, int64_t bytes) {
-  {
-    h5::File f = h5::File::open(p, /*writable=*/true);
-    const h5::Group g = f.root().open_group(group);
-    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
-    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
-    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
-    const hsize_t dims[1] = {static_cast<hsize_t>(bytes / 4)};
-    const hid_t sp = H5Screate_simple(1, dims, nullptr);
-    const std::string link = train::escape_key(key);
-    h5::Dataset d(h5::Id(H5Dcreate2(g.id(), link.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose),
-                  "/" + group + "/" + link);
-    H5Sclose(sp);
-    H5Pclose(dcpl);
-    d.write_attr_string("key", key);
-    d.write_attr_string("dtype", "f32");
-    d.close();
-    f.close();
-  }
-  train::seal_checkpoint_file(p);
-}
-
-int64_t resident_now() {
-  long pages = 0, resident = 0;
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
-}
-}  // namespace
+using hz::test::add_hole;  // tests/train/checkpoint_hole.h
 
 TEST(LoadBounds, EvaluationReadsTheModelOnlyAndChecksItsShapesFirst) {
   const std::string root = test::make_tmp_dir("hz_load_bounds_test");
@@ -83,7 +51,7 @@ TEST(LoadBounds, EvaluationReadsTheModelOnlyAndChecksItsShapesFirst) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {  // alone in a process, so that its peak memory is this load's
     alarm(60);
-    const int64_t base = resident_now();
+    const int64_t base = resident_bytes();
     int code = 0;
     try {
       const study::LoadedRun lr = study::load_run(hole, {});

@@ -23,7 +23,9 @@
 #include <string>
 
 #include "core/hash.h"
+#include "core/process.h"
 #include "io/hdf5.h"
+#include "tests/train/checkpoint_hole.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -271,31 +273,7 @@ TEST(CheckpointCrafted, NonFiniteWeightsAreRefusedNamingTheTensor) {
 
 // ---- bounded work (hardening, third round) --------------------------------------------------------
 namespace {
-// Adds a never-written dataset of `bytes` bytes (f32) to `group` of a saved checkpoint: its storage is
-// allocated (the file grows by that much) but never written, so the file holds a hole there, as a
-// crafted or damaged file would. Then reseals the file.
-void add_hole(const std::string& p, const std::string& group, const std::string& key, int64_t bytes) {
-  {
-    h5::File f = h5::File::open(p, /*writable=*/true);
-    const h5::Group g = f.root().open_group(group);
-    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
-    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
-    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
-    const hsize_t dims[1] = {static_cast<hsize_t>(bytes / 4)};
-    const hid_t sp = H5Screate_simple(1, dims, nullptr);
-    const std::string link = hz::train::escape_key(key);
-    h5::Dataset d(h5::Id(H5Dcreate2(g.id(), link.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose),
-                  "/" + group + "/" + link);
-    H5Sclose(sp);
-    H5Pclose(dcpl);
-    d.write_attr_string("key", key);
-    d.write_attr_string("dtype", "f32");
-    d.close();
-    f.close();
-  }
-  hz::train::seal_checkpoint_file(p);
-}
+using hz::test::add_hole;  // tests/train/checkpoint_hole.h
 
 // Peak resident memory (bytes) of this process and of its reaped children, above `base`.
 int64_t peak_above(int64_t base) {
@@ -303,15 +281,6 @@ int64_t peak_above(int64_t base) {
   getrusage(RUSAGE_SELF, &self);
   getrusage(RUSAGE_CHILDREN, &kids);
   return std::max(self.ru_maxrss, kids.ru_maxrss) * 1024 - base;
-}
-int64_t resident_now() {
-  long pages = 0, resident = 0;
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
 }
 
 hz::train::CheckpointData tiny_checkpoint(int64_t step) {
@@ -361,7 +330,7 @@ TEST(CheckpointBounds, TheOptimizerIsReadOnlyWhenAskedAndTheManifestComesFirst) 
   ASSERT_GE(pid, 0);
   if (pid == 0) {  // alone in a process, so that its peak memory is this load's
     alarm(60);
-    const int64_t base = resident_now();
+    const int64_t base = hz::resident_bytes();
     int code = 0;
     try {
       hz::train::LoadOptions opt;
