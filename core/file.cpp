@@ -217,9 +217,11 @@ int open_input(const std::string& path, std::string& why) {
 
 std::ifstream open_input_stream(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return std::ifstream();
-  const std::string why = input_problem(path);
-  HZ_CHECK(why.empty(), ValueError, "'", path, "': ", why);
+  if (::stat(path.c_str(), &st) != 0) {
+    HZ_CHECK(errno == ENOENT, ValueError, "'", path, "': cannot open: ", std::strerror(errno));
+    return std::ifstream();  // missing: the caller's "none yet"
+  }
+  HZ_CHECK(S_ISREG(st.st_mode), ValueError, "'", path, "': ", not_regular(st.st_mode));
   return std::ifstream(path, std::ios::binary);
 }
 

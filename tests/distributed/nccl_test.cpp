@@ -272,14 +272,19 @@ TEST_F(NcclTwoRanks, AllReduce) {
     sum.push_back(3.0 * (i % 11));
     avg.push_back(1.5 * (i % 11));
   }
-  for (DType dt : {DType::F32, DType::BF16}) {
-    Tensor t = Tensor::from_vector(v, {3000}, dt, dev());
-    comm().all_reduce(t, ReduceOp::Sum);
-    EXPECT_EQ(values(t), sum) << dtype_name(dt);
-    Tensor a = Tensor::from_vector(v, {3000}, dt, dev());
-    comm().all_reduce_async(a, ReduceOp::Mean)->wait();
-    EXPECT_EQ(values(a), avg) << dtype_name(dt);
-  }
+  // f32 and bf16 on the device: `in` reduced by `op` (blocking) and by `op_async`
+  const auto device_reduce = [&](const std::vector<double>& in, ReduceOp op, const std::vector<double>& want,
+                                 ReduceOp op_async, const std::vector<double>& want_async) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      Tensor t = Tensor::from_vector(in, {3000}, dt, dev());
+      comm().all_reduce(t, op);
+      EXPECT_EQ(values(t), want) << dtype_name(dt);
+      Tensor a = Tensor::from_vector(in, {3000}, dt, dev());
+      comm().all_reduce_async(a, op_async)->wait();
+      EXPECT_EQ(values(a), want_async) << dtype_name(dt);
+    }
+  };
+  device_reduce(v, ReduceOp::Sum, sum, ReduceOp::Mean, avg);
   // CPU tensors (staged through the device)
   Tensor i64 = Tensor::from_vector({double(r + 1), double((int64_t{1} << 40) * (r + 1))}, {2}, DType::I64);
   comm().all_reduce(i64, ReduceOp::Sum);
@@ -293,14 +298,7 @@ TEST_F(NcclTwoRanks, AllReduce) {
     mine.push_back((i + r) % 2 == 0 ? hi : lo);
     most.push_back(hi);
   }
-  for (DType dt : {DType::F32, DType::BF16}) {
-    Tensor t = Tensor::from_vector(mine, {3000}, dt, dev());
-    comm().all_reduce(t, ReduceOp::Max);
-    EXPECT_EQ(values(t), most) << dtype_name(dt);
-    Tensor a = Tensor::from_vector(mine, {3000}, dt, dev());
-    comm().all_reduce_async(a, ReduceOp::Max)->wait();
-    EXPECT_EQ(values(a), most) << dtype_name(dt);
-  }
+  device_reduce(mine, ReduceOp::Max, most, ReduceOp::Max, most);
   Tensor f64 = Tensor::from_vector(mine, {3000}, DType::F64);
   comm().all_reduce(f64, ReduceOp::Max);
   EXPECT_EQ(values(f64), most);
