@@ -508,127 +508,107 @@ json read_run_results(const std::string& dir) {
   return run;
 }
 
-ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o) {
-  HZ_CHECK(!runs.empty(), ValueError, "report: give at least one run directory");
-  HZ_CHECK(!o.out_dir.empty(), ValueError, "report: give the output directory (-o DIR)");
-  {
-    std::error_code ec;
-    fs::create_directories(o.out_dir, ec);
-    HZ_CHECK(!ec && fs::is_directory(o.out_dir), ValueError, "report: cannot create the output directory '", o.out_dir,
-             "': ", ec ? ec.message() : std::string("a file of that name is in the way"));
-  }
-  json data;
-  data["runs"] = json::array();
-  std::set<int64_t> all_lengths;
-  // a run that cannot be read (not a run directory, not evaluated, a result file that is not what
-  // Horizon writes) is left out, said on stderr and in the report: one broken run of thirty does not
-  // stop the report of the other twenty-nine
-  json left_out = json::array();
-  for (const std::string& dir : runs) try {
-    HZ_CHECK(fs::exists(dir + "/config.yaml"), ValueError, "report: '", dir, "' is not a run directory (no config.yaml)");
-    try {
-      finish_file_set(dir);  // an evaluation stopped between its renames: its complete files go into place
-    } catch (const Error&) {
-      // read-only: the previous set is still whole, read it
-    }
-    HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
-             "' has not been evaluated; run horizon eval ", dir, " first");
-    train::Recipe r = train::load_trained_recipe(dir + "/config.yaml");
-    // the run as evaluated: horizon eval writes the recipe it ran with (the training recipe and
-    // its overrides, which may change inference-time fields only: freeze_scopes, RoPE scalings,
-    // eval.rope_scaling...) beside its results; runs evaluated before it did have config.yaml only
-    if (fs::exists(dir + "/eval_recipe.yaml")) {
-      const train::Recipe re = train::load_trained_recipe(dir + "/eval_recipe.yaml");
-      r.model = re.model;
-      r.eval.opts.inference = re.eval.opts.inference;
-    }
-    const nn::ModelConfig mc = train::model_config_at(r, r.train.steps);  // after DroPE when the run dropped
-    json run;
-    {  // runs whose resolved recipes differ only in seed, name, directories and checkpointing (each
-       // seed of a recalibration starts from that seed's run) are seeds of one method
-      train::Recipe k = r;
-      // how often it saved, whether it resumed (an interrupted seed continued from its checkpoint)
-      // and what it started from are not the method
-      k.checkpoint = train::CheckpointSection{};
-      k.metrics = train::MetricsSection{};
-      // factors searched per run (horizon longrope-search on each seed) come from that seed's run too
-      if (!k.eval.opts.inference.longrope_long_factors.empty()) k.eval.opts.inference.longrope_long_factors = {-1.0};
-      if (!k.eval.opts.inference.longrope_short_factors.empty()) k.eval.opts.inference.longrope_short_factors = {-1.0};
-      k.run.seed = 0;
-      k.run.name.clear();
-      k.run.out_dir.clear();
-      k.data.cache_dir.clear();
-      k.source_file.clear();
-      run["group_key"] = train::to_yaml(k);
-      run["seed"] = r.run.seed;
-    }
-    run["name"] = fs::path(dir).filename().string();
-    if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
-    run["dir"] = dir;
-    run["method"] = method_of(mc) + positions_of(r.train.positions) + inference_of(r.eval.opts.inference);
-    {
-      std::string layers;
-      for (const auto& n : mc.layer_kind_names()) layers += (layers.empty() ? "" : ", ") + n;
-      run["layers"] = layers;
-    }
-    run["train_length"] = r.data.seq_len;
-    run["steps"] = r.train.steps;
-    run["tokenizer"] = r.data.tokenizer;
-    const nn::Transformer m(mc, 0);
-    run["parameters"] = m.num_parameters();
-    const json results = read_run_results(dir);
-    run.update(results);
-    if (results.contains("lengths"))
-      for (const auto& l : results["lengths"]) all_lengths.insert(l["length"].get<int64_t>());
-    data["runs"].push_back(run);
-  } catch (const Error& e) {
-    left_out.push_back({{"dir", dir}, {"reason", e.what()}});
-    fmt::print(stderr, "report: left out {}: {}\n", dir, e.what());
-  }
-  if (data["runs"].empty()) {
-    std::string why;
-    for (const auto& l : left_out) why += "\n  " + l["reason"].get<std::string>();
-    throw ValueError("report: no run could be read:" + why);
-  }
-  data["left_out"] = left_out;
-  // runs of one directory name (p00-rope-1 of two sweeps) are named with their parent directory too,
-  // so that tables, report.json and the needle plots keep them apart
-  {
-    std::map<std::string, int> uses;
-    for (const auto& run : data["runs"]) ++uses[run["name"].get<std::string>()];
-    for (auto& run : data["runs"])
-      if (uses[run["name"].get<std::string>()] > 1) {
-        fs::path d = fs::path(run["dir"].get<std::string>()).lexically_normal();
-        if (d.filename().empty()) d = d.parent_path();  // "runs/a/p00/" names p00 too
-        run["name"] = d.parent_path().filename().string() + "/" + run["name"].get<std::string>();
-      }
-  }
-  // attention FLOPs per method at every evaluated length (forward, all layers, one sequence)
-  for (auto& run : data["runs"]) {
-    const train::Recipe r = train::load_trained_recipe(run["dir"].get<std::string>() + "/config.yaml");
-    const nn::Transformer m(train::model_config_at(r, r.train.steps), 0);
-    json fl = json::array();
-    for (int64_t T : all_lengths) {
-      double flops = 0;
-      for (const auto& b : m.layers) {
-        nn::AttnCall call;
-        call.T = T;
-        call.train_len = r.data.seq_len;
-        flops += attn::attention_cost(b->attn->attn_config(call), b->attn->attn_heads(), T, T, m.cfg.hdim()).flops_fwd;
-      }
-      fl.push_back({T, flops});
-    }
-    run["attention_flops"] = fl;
-  }
-  // order awareness (the SCOPE paper's simulation): T = 2^H
-  json oa = json::object();
-  for (auto s : {eval::OaScheme::NoPE, eval::OaScheme::Scope, eval::OaScheme::NoPE1, eval::OaScheme::Uniform})
-    oa[eval::name(s)] = eval::order_awareness(eval::oa_windows(s, o.oa_T, o.oa_heads), o.oa_T, o.oa_layers, o.oa_trials, 0);
-  data["order_awareness"] = {{"T", o.oa_T}, {"heads", o.oa_heads}, {"r", oa}};
+namespace {
 
-  // ---- markdown ----------------------------------------------------------------------------
-  ReportResult res;
-  std::ostringstream md, main;
+// One run directory as the report reads it (throws Error when it cannot be read).
+json read_report_run(const std::string& dir) {
+  HZ_CHECK(fs::exists(dir + "/config.yaml"), ValueError, "report: '", dir, "' is not a run directory (no config.yaml)");
+  try {
+    finish_file_set(dir);  // an evaluation stopped between its renames: its complete files go into place
+  } catch (const Error&) {
+    // read-only: the previous set is still whole, read it
+  }
+  HZ_CHECK(fs::exists(dir + "/eval.json") || fs::exists(dir + "/needles.csv"), ValueError, "report: run '", dir,
+           "' has not been evaluated; run horizon eval ", dir, " first");
+  train::Recipe r = train::load_trained_recipe(dir + "/config.yaml");
+  // the run as evaluated: horizon eval writes the recipe it ran with (the training recipe and
+  // its overrides, which may change inference-time fields only: freeze_scopes, RoPE scalings,
+  // eval.rope_scaling...) beside its results; runs evaluated before it did have config.yaml only
+  if (fs::exists(dir + "/eval_recipe.yaml")) {
+    const train::Recipe re = train::load_trained_recipe(dir + "/eval_recipe.yaml");
+    r.model = re.model;
+    r.eval.opts.inference = re.eval.opts.inference;
+  }
+  const nn::ModelConfig mc = train::model_config_at(r, r.train.steps);  // after DroPE when the run dropped
+  json run;
+  {  // runs whose resolved recipes differ only in seed, name, directories and checkpointing (each
+     // seed of a recalibration starts from that seed's run) are seeds of one method
+    train::Recipe k = r;
+    // how often it saved, whether it resumed (an interrupted seed continued from its checkpoint)
+    // and what it started from are not the method
+    k.checkpoint = train::CheckpointSection{};
+    k.metrics = train::MetricsSection{};
+    // factors searched per run (horizon longrope-search on each seed) come from that seed's run too
+    if (!k.eval.opts.inference.longrope_long_factors.empty()) k.eval.opts.inference.longrope_long_factors = {-1.0};
+    if (!k.eval.opts.inference.longrope_short_factors.empty()) k.eval.opts.inference.longrope_short_factors = {-1.0};
+    k.run.seed = 0;
+    k.run.name.clear();
+    k.run.out_dir.clear();
+    k.data.cache_dir.clear();
+    k.source_file.clear();
+    run["group_key"] = train::to_yaml(k);
+    run["seed"] = r.run.seed;
+  }
+  run["name"] = fs::path(dir).filename().string();
+  if (run["name"].get<std::string>().empty()) run["name"] = fs::path(dir).parent_path().filename().string();
+  run["dir"] = dir;
+  run["method"] = method_of(mc) + positions_of(r.train.positions) + inference_of(r.eval.opts.inference);
+  {
+    std::string layers;
+    for (const auto& n : mc.layer_kind_names()) layers += (layers.empty() ? "" : ", ") + n;
+    run["layers"] = layers;
+  }
+  run["train_length"] = r.data.seq_len;
+  run["steps"] = r.train.steps;
+  run["tokenizer"] = r.data.tokenizer;
+  const nn::Transformer m(mc, 0);
+  run["parameters"] = m.num_parameters();
+  run.update(read_run_results(dir));
+  return run;
+}
+
+// Runs of one directory name (p00-rope-1 of two sweeps) are named with their parent directory too,
+// so that tables, report.json and the needle plots keep them apart.
+void name_apart(json& runs) {
+  std::map<std::string, int> uses;
+  for (const auto& run : runs) ++uses[run["name"].get<std::string>()];
+  for (auto& run : runs)
+    if (uses[run["name"].get<std::string>()] > 1) {
+      fs::path d = fs::path(run["dir"].get<std::string>()).lexically_normal();
+      if (d.filename().empty()) d = d.parent_path();  // "runs/a/p00/" names p00 too
+      run["name"] = d.parent_path().filename().string() + "/" + run["name"].get<std::string>();
+    }
+}
+
+// Attention FLOPs of a run's model at every evaluated length (forward, all layers, one sequence).
+json attention_flops(const json& run, const std::set<int64_t>& all_lengths) {
+  const train::Recipe r = train::load_trained_recipe(run["dir"].get<std::string>() + "/config.yaml");
+  const nn::Transformer m(train::model_config_at(r, r.train.steps), 0);
+  json fl = json::array();
+  for (int64_t T : all_lengths) {
+    double flops = 0;
+    for (const auto& b : m.layers) {
+      nn::AttnCall call;
+      call.T = T;
+      call.train_len = r.data.seq_len;
+      flops += attn::attention_cost(b->attn->attn_config(call), b->attn->attn_heads(), T, T, m.cfg.hdim()).flops_fwd;
+    }
+    fl.push_back({T, flops});
+  }
+  return fl;
+}
+
+// A markdown table's header: "| first | L1 | L2 | ... |" over the lengths, and its rule.
+std::string length_header(const std::string& first, const std::set<int64_t>& all_lengths) {
+  std::string h = "| " + first + " |";
+  for (int64_t L : all_lengths) h += " " + std::to_string(L) + " |";
+  h += "\n|---|";
+  for (size_t i = 0; i < all_lengths.size(); ++i) h += "---|";
+  return h + "\n";
+}
+
+std::string main_table(const json& data, const std::set<int64_t>& all_lengths) {
+  std::ostringstream main;
   main << "| run | method | params | train T | steps | final train loss |";
   for (int64_t L : all_lengths) main << " loss@" << L << " |";
   for (int64_t L : all_lengths) main << " last256@" << L << " |";
@@ -651,7 +631,186 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
       }
     main << "\n";
   }
-  res.main_table = main.str();
+  return main.str();
+}
+
+// Needles: accuracy per task and length, averaged over depths, and each task's effective length
+// (also into data["effective_length"]: run -> task -> length).
+std::string needles_section(json& data, const std::set<int64_t>& all_lengths) {
+  bool any_needles = false;
+  for (const auto& run : data["runs"]) any_needles |= !run["needles"].empty();
+  if (!any_needles) return "";
+  std::ostringstream md;
+  md << "## Needles (greedy decoding, exact containment; passkey_argmax: the passkey grid, every answer digit the "
+        "argmax; accuracy averaged over depths)\n\n"
+     << "Effective length (NoLiMa's): the longest length up to which every length keeps at least 85% of the run's "
+        "own accuracy at its shortest length.\n\n| run | task |";
+  for (int64_t L : all_lengths) md << " " << L << " |";
+  md << " effective length |\n|---|---|";
+  for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
+  md << "---|\n";
+  json data_effective = json::object();
+  for (const auto& run : data["runs"]) {
+    std::map<std::string, std::map<int64_t, std::pair<double, int>>> acc;
+    for (const auto& c : run["needles"]) {
+      auto& a = acc[c["task"].get<std::string>()][c["length"].get<int64_t>()];
+      a.first += c["accuracy"].get<double>();
+      a.second += 1;
+    }
+    for (const auto& [task, byL] : acc) {
+      md << "| " << run["name"].get<std::string>() << " | " << task << " |";
+      std::map<int64_t, double> mean;
+      for (const auto& [L, a] : byL) mean[L] = a.first / a.second;
+      for (int64_t L : all_lengths) {
+        auto it = mean.find(L);
+        md << " " << (it == mean.end() ? std::string("-") : fmt::format("{:.0f}%", 100.0 * it->second)) << " |";
+      }
+      const int64_t eff = eval::effective_length(mean);
+      md << " " << eff << " |\n";
+      data_effective[run["name"].get<std::string>()][task] = eff;
+    }
+  }
+  data["effective_length"] = data_effective;
+  md << "\n";
+  for (const auto& run : data["runs"])
+    if (!run["needles"].empty()) {
+      std::string file = run["name"].get<std::string>();  // as report_plots.py names it
+      std::replace(file.begin(), file.end(), '/', '-');
+      md << "![needles " << run["name"].get<std::string>() << "](needles_" << file << ".png)\n\n";
+    }
+  return md.str();
+}
+
+std::string probes_section(const json& data) {
+  bool any_probes = false;
+  for (const auto& run : data["runs"]) any_probes |= !run["probes"].empty();
+  if (!any_probes) return "";
+  std::ostringstream md;
+  md << "## Position probe (ridge, R^2 on held-out positions; layer 0 = embeddings)\n\n| run |";
+  size_t nl = 0;
+  for (const auto& run : data["runs"]) nl = std::max(nl, run["probes"].size());
+  for (size_t l = 0; l < nl; ++l) md << " L" << l << " |";
+  md << "\n|---|";
+  for (size_t l = 0; l < nl; ++l) md << "---|";
+  md << "\n";
+  for (const auto& run : data["runs"]) {
+    if (run["probes"].empty()) continue;
+    md << "| " << run["name"].get<std::string>() << " |";
+    for (const auto& p : run["probes"]) md << fmt::format(" {:.3f} |", p["r2"].get<double>());
+    md << "\n";
+  }
+  md << "\n![probe R^2](probe_r2.png)\n\n";
+  return md.str();
+}
+
+std::string swan_section(const json& data) {
+  std::ostringstream md;
+  for (const auto& run : data["runs"]) {
+    if (run["swan_fit"].empty()) continue;
+    md << "## SWAN a per 128-token window: " << run["name"].get<std::string>() << "\n\n| length | window | best a | NLL | NLL without |\n|---|---|---|---|---|\n";
+    for (const auto& f : run["swan_fit"])
+      md << fmt::format("| {} | {} | {:g} | {:.4f} | {:.4f} |\n", f["length"].get<int64_t>(), f["begin"].get<int64_t>(),
+                        f["best_a"].get<double>(), f["nll_best"].get<double>(), f["nll_off"].get<double>());
+    md << "\n";
+  }
+  return md.str();
+}
+
+std::string flops_section(const json& data, const std::set<int64_t>& all_lengths) {
+  std::ostringstream md;
+  md << "## Attention FLOPs (forward, all layers, one sequence; exact visible pairs)\n\n" << length_header("run", all_lengths);
+  for (const auto& run : data["runs"]) {
+    md << "| " << run["name"].get<std::string>() << " |";
+    for (const auto& f : run["attention_flops"]) md << fmt::format(" {:.3g} |", f[1].get<double>());
+    md << "\n";
+  }
+  md << "\n![attention FLOPs](attention_flops.png)\n\n";
+  return md.str();
+}
+
+// Order awareness (the SCOPE paper's simulation): T = 2^H; its data and its table.
+json order_awareness_data(const ReportOptions& o) {
+  json oa = json::object();
+  for (auto s : {eval::OaScheme::NoPE, eval::OaScheme::Scope, eval::OaScheme::NoPE1, eval::OaScheme::Uniform})
+    oa[eval::name(s)] = eval::order_awareness(eval::oa_windows(s, o.oa_T, o.oa_heads), o.oa_T, o.oa_layers, o.oa_trials, 0);
+  return {{"T", o.oa_T}, {"heads", o.oa_heads}, {"r", oa}};
+}
+
+std::string order_awareness_section(const json& oa, const ReportOptions& o) {
+  std::ostringstream md;
+  md << "## Order awareness (the SCOPE paper's simulation, T = " << o.oa_T << ", H = " << o.oa_heads << ", " << o.oa_trials
+     << " trials; exact integers)\n\n| scheme |";
+  for (int64_t l = 1; l <= o.oa_layers; ++l) md << " " << l << " |";
+  md << "\n|---|";
+  for (int64_t l = 0; l < o.oa_layers; ++l) md << "---|";
+  md << "\n";
+  for (auto& [s, r] : oa["r"].items()) {
+    md << "| " << s << " |";
+    for (const auto& x : r) md << fmt::format(" {:.3f} |", x.get<double>());
+    md << "\n";
+  }
+  md << "\n![order awareness](order_awareness.png)\n";
+  return md.str();
+}
+
+// report_plots.py over report.json: the PNGs beside it.
+std::vector<std::string> draw_plots(const ReportOptions& o, const ReportResult& res) {
+  std::string py = o.python;
+  if (py.empty()) py = std::getenv("HZ_PYTHON") ? std::getenv("HZ_PYTHON") : "/usr/bin/python3";
+  const std::vector<std::string> cmd = {py, find_script(o.script), res.json_path, o.out_dir};
+  std::string why;
+  const int rc = run_program(cmd, why);
+  HZ_CHECK(rc == 0, ValueError, "report: the plot script failed (", fmt::format("{}", fmt::join(cmd, " ")), ": ", why,
+           "); the plots need matplotlib for ", py,
+           " (Debian: apt-get install python3-matplotlib, which scripts/setup.sh installs). The tables are in ",
+           res.markdown_path);
+  std::vector<std::string> pngs;
+  for (const auto& e : fs::directory_iterator(o.out_dir))
+    if (e.path().extension() == ".png") pngs.push_back(e.path().string());
+  std::sort(pngs.begin(), pngs.end());
+  return pngs;
+}
+
+}  // namespace
+
+ReportResult make_report(const std::vector<std::string>& runs, const ReportOptions& o) {
+  HZ_CHECK(!runs.empty(), ValueError, "report: give at least one run directory");
+  HZ_CHECK(!o.out_dir.empty(), ValueError, "report: give the output directory (-o DIR)");
+  {
+    std::error_code ec;
+    fs::create_directories(o.out_dir, ec);
+    HZ_CHECK(!ec && fs::is_directory(o.out_dir), ValueError, "report: cannot create the output directory '", o.out_dir,
+             "': ", ec ? ec.message() : std::string("a file of that name is in the way"));
+  }
+  json data;
+  data["runs"] = json::array();
+  std::set<int64_t> all_lengths;
+  // a run that cannot be read (not a run directory, not evaluated, a result file that is not what
+  // Horizon writes) is left out, said on stderr and in the report: one broken run of thirty does not
+  // stop the report of the other twenty-nine
+  json left_out = json::array();
+  for (const std::string& dir : runs) try {
+    json run = read_report_run(dir);
+    if (run.contains("lengths"))
+      for (const auto& l : run["lengths"]) all_lengths.insert(l["length"].get<int64_t>());
+    data["runs"].push_back(run);
+  } catch (const Error& e) {
+    left_out.push_back({{"dir", dir}, {"reason", e.what()}});
+    fmt::print(stderr, "report: left out {}: {}\n", dir, e.what());
+  }
+  if (data["runs"].empty()) {
+    std::string why;
+    for (const auto& l : left_out) why += "\n  " + l["reason"].get<std::string>();
+    throw ValueError("report: no run could be read:" + why);
+  }
+  data["left_out"] = left_out;
+  name_apart(data["runs"]);
+  for (auto& run : data["runs"]) run["attention_flops"] = attention_flops(run, all_lengths);
+  data["order_awareness"] = order_awareness_data(o);
+
+  ReportResult res;
+  res.main_table = main_table(data, all_lengths);
+  std::ostringstream md;
   md << "# Horizon report\n\n" << data["runs"].size() << " run(s). Losses are held-out nats per token; `last256@L` is the mean loss of "
      << "the last 256 positions at length L (as in the SCOPE paper); lengths beyond `train T` are extrapolation.\n\n";
   md << "## Main table\n\n" << res.main_table << "\n";
@@ -662,117 +821,14 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   }
   md << "![loss vs length](loss_vs_length.png)\n\n![NLL by position](nll_by_position.png)\n\n"
      << "![training loss](training_loss.png)\n\n";
-  md << seed_groups(data, all_lengths);
-  // needles: accuracy per task and length, averaged over depths
-  bool any_needles = false;
-  for (const auto& run : data["runs"]) any_needles |= !run["needles"].empty();
-  if (any_needles) {
-    md << "## Needles (greedy decoding, exact containment; passkey_argmax: the passkey grid, every answer digit the "
-          "argmax; accuracy averaged over depths)\n\n"
-       << "Effective length (NoLiMa's): the longest length up to which every length keeps at least 85% of the run's "
-          "own accuracy at its shortest length.\n\n| run | task |";
-    for (int64_t L : all_lengths) md << " " << L << " |";
-    md << " effective length |\n|---|---|";
-    for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
-    md << "---|\n";
-    json data_effective = json::object();
-    for (const auto& run : data["runs"]) {
-      std::map<std::string, std::map<int64_t, std::pair<double, int>>> acc;
-      for (const auto& c : run["needles"]) {
-        auto& a = acc[c["task"].get<std::string>()][c["length"].get<int64_t>()];
-        a.first += c["accuracy"].get<double>();
-        a.second += 1;
-      }
-      for (const auto& [task, byL] : acc) {
-        md << "| " << run["name"].get<std::string>() << " | " << task << " |";
-        std::map<int64_t, double> mean;
-        for (const auto& [L, a] : byL) mean[L] = a.first / a.second;
-        for (int64_t L : all_lengths) {
-          auto it = mean.find(L);
-          md << " " << (it == mean.end() ? std::string("-") : fmt::format("{:.0f}%", 100.0 * it->second)) << " |";
-        }
-        const int64_t eff = eval::effective_length(mean);
-        md << " " << eff << " |\n";
-        data_effective[run["name"].get<std::string>()][task] = eff;
-      }
-    }
-    data["effective_length"] = data_effective;  // report.json: run -> task -> length
-    md << "\n";
-    for (const auto& run : data["runs"])
-      if (!run["needles"].empty()) {
-        std::string file = run["name"].get<std::string>();  // as report_plots.py names it
-        std::replace(file.begin(), file.end(), '/', '-');
-        md << "![needles " << run["name"].get<std::string>() << "](needles_" << file << ".png)\n\n";
-      }
-  }
-  bool any_probes = false;
-  for (const auto& run : data["runs"]) any_probes |= !run["probes"].empty();
-  if (any_probes) {
-    md << "## Position probe (ridge, R^2 on held-out positions; layer 0 = embeddings)\n\n| run |";
-    size_t nl = 0;
-    for (const auto& run : data["runs"]) nl = std::max(nl, run["probes"].size());
-    for (size_t l = 0; l < nl; ++l) md << " L" << l << " |";
-    md << "\n|---|";
-    for (size_t l = 0; l < nl; ++l) md << "---|";
-    md << "\n";
-    for (const auto& run : data["runs"]) {
-      if (run["probes"].empty()) continue;
-      md << "| " << run["name"].get<std::string>() << " |";
-      for (const auto& p : run["probes"]) md << fmt::format(" {:.3f} |", p["r2"].get<double>());
-      md << "\n";
-    }
-    md << "\n![probe R^2](probe_r2.png)\n\n";
-  }
-  for (const auto& run : data["runs"]) {
-    if (run["swan_fit"].empty()) continue;
-    md << "## SWAN a per 128-token window: " << run["name"].get<std::string>() << "\n\n| length | window | best a | NLL | NLL without |\n|---|---|---|---|---|\n";
-    for (const auto& f : run["swan_fit"])
-      md << fmt::format("| {} | {} | {:g} | {:.4f} | {:.4f} |\n", f["length"].get<int64_t>(), f["begin"].get<int64_t>(),
-                        f["best_a"].get<double>(), f["nll_best"].get<double>(), f["nll_off"].get<double>());
-    md << "\n";
-  }
-  md << "## Attention FLOPs (forward, all layers, one sequence; exact visible pairs)\n\n| run |";
-  for (int64_t L : all_lengths) md << " " << L << " |";
-  md << "\n|---|";
-  for (size_t i = 0; i < all_lengths.size(); ++i) md << "---|";
-  md << "\n";
-  for (const auto& run : data["runs"]) {
-    md << "| " << run["name"].get<std::string>() << " |";
-    for (const auto& f : run["attention_flops"]) md << fmt::format(" {:.3g} |", f[1].get<double>());
-    md << "\n";
-  }
-  md << "\n![attention FLOPs](attention_flops.png)\n\n";
-  md << "## Order awareness (the SCOPE paper's simulation, T = " << o.oa_T << ", H = " << o.oa_heads << ", " << o.oa_trials
-     << " trials; exact integers)\n\n| scheme |";
-  for (int64_t l = 1; l <= o.oa_layers; ++l) md << " " << l << " |";
-  md << "\n|---|";
-  for (int64_t l = 0; l < o.oa_layers; ++l) md << "---|";
-  md << "\n";
-  for (auto& [s, r] : oa.items()) {
-    md << "| " << s << " |";
-    for (const auto& x : r) md << fmt::format(" {:.3f} |", x.get<double>());
-    md << "\n";
-  }
-  md << "\n![order awareness](order_awareness.png)\n";
+  md << seed_groups(data, all_lengths) << needles_section(data, all_lengths) << probes_section(data) << swan_section(data)
+     << flops_section(data, all_lengths) << order_awareness_section(data["order_awareness"], o);
   res.json_path = o.out_dir + "/report.json";
   res.markdown_path = o.out_dir + "/README.md";
   // a directory's name need not be UTF-8: its bytes are replaced, never thrown over
   write_file_atomic(res.json_path, data.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
   write_file_atomic(res.markdown_path, md.str());
-  if (!o.plots) return res;
-  // ---- plots ---------------------------------------------------------------------------------
-  std::string py = o.python;
-  if (py.empty()) py = std::getenv("HZ_PYTHON") ? std::getenv("HZ_PYTHON") : "/usr/bin/python3";
-  const std::vector<std::string> cmd = {py, find_script(o.script), res.json_path, o.out_dir};
-  std::string why;
-  const int rc = run_program(cmd, why);
-  HZ_CHECK(rc == 0, ValueError, "report: the plot script failed (", fmt::format("{}", fmt::join(cmd, " ")), ": ", why,
-           "); the plots need matplotlib for ", py,
-           " (Debian: apt-get install python3-matplotlib, which scripts/setup.sh installs). The tables are in ",
-           res.markdown_path);
-  for (const auto& e : fs::directory_iterator(o.out_dir))
-    if (e.path().extension() == ".png") res.pngs.push_back(e.path().string());
-  std::sort(res.pngs.begin(), res.pngs.end());
+  if (o.plots) res.pngs = draw_plots(o, res);
   return res;
 }
 
