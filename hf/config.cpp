@@ -72,6 +72,174 @@ const std::map<std::string, std::string>& harmless_fields() {
   return m;
 }
 
+// The RoPE parameters of one config (rope_scaling or rope_parameters) as a variant reads them: each
+// read marks its key used (the rest are reported as ignored) and refuses a bad value by its key.
+struct RopeParams {
+  Fields& c;
+  const json& p;
+  std::string src;  // "rope_scaling" or "rope_parameters"
+  int64_t max_pos;  // max_position_embeddings
+  std::set<std::string> used{"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+
+  const json* get(const std::string& k) {
+    used.insert(k);
+    return p.contains(k) && !p[k].is_null() ? &p[k] : nullptr;
+  }
+  double number(const std::string& k, std::optional<double> def) {
+    const json* v = get(k);
+    if (!v) {
+      if (!def) c.fail(src + "." + k, "is missing");
+      return *def;
+    }
+    if (!v->is_number()) c.fail(src + "." + k, "must be a number, got " + v->dump());
+    const double x = v->get<double>();
+    if (!std::isfinite(x)) c.fail(src + "." + k, "must be a finite number, got " + v->dump());
+    return x;
+  }
+  // factors, thetas, lengths: > 0 (a zero or negative one divides by zero or flips the frequencies)
+  double positive(const std::string& k, std::optional<double> def) {
+    const double x = number(k, def);
+    if (!(x > 0)) c.fail(src + "." + k, "must be positive, got " + num(x));
+    return x;
+  }
+  // original_max_position_embeddings: a positive integer below 2^31 (written as a number), read from
+  // the parameters, else from the config's top level, else `fallback`
+  int64_t original_context(int64_t fallback) {
+    const std::string k = "original_max_position_embeddings";
+    if (!get(k)) return c.integer(k, fallback);
+    const double x = number(k, 0);
+    if (!(x >= 1 && x < 2147483648.0) || x != std::floor(x))
+      c.fail(src + "." + k, "must be a positive integer below 2^31, got " + num(x));
+    return static_cast<int64_t>(x);
+  }
+  // LongRoPE's lists: one positive finite factor per frequency pair
+  std::vector<double> factors(const std::string& k) {
+    const json* v = get(k);
+    if (!v || !v->is_array() || v->empty() || v->size() > 65536)
+      c.fail(src + "." + k, "must be a list of positive numbers, one per frequency pair");
+    std::vector<double> out;
+    for (const json& x : *v) {
+      if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>()))
+        c.fail(src + "." + k, "holds " + x.dump() + "; every factor must be a positive finite number");
+      out.push_back(x.get<double>());
+    }
+    return out;
+  }
+  void mapped(const std::string& k, const std::string& value, const std::string& to) { c.mapped(src + "." + k, value, to); }
+};
+
+// transformers' rope types, one reader each: what it sets in the RoPE layers' spec.
+void read_default(RopeParams& r, attn::PositionSpec&) { r.mapped("rope_type", "default", "pos: rope (no scaling)"); }
+
+void read_linear(RopeParams& r, attn::PositionSpec& pos) {
+  pos.scaling = attn::RopeScaling::PI;
+  pos.factor = r.positive("factor", std::nullopt);
+  r.mapped("rope_type", "linear", "rope_scaling: pi");
+  r.mapped("factor", num(pos.factor), "rope_factor (positions divided by it)");
+}
+
+void read_dynamic(RopeParams& r, attn::PositionSpec& pos) {
+  pos.scaling = attn::RopeScaling::DynamicNTK;
+  pos.factor = r.positive("factor", std::nullopt);
+  pos.original_context = r.max_pos;
+  r.mapped("rope_type", "dynamic", "rope_scaling: dynamic_ntk (s = factor T/C - (factor - 1) past C)");
+  r.mapped("factor", num(pos.factor), "rope_factor");
+  r.c.mapped("max_position_embeddings", std::to_string(r.max_pos), "rope_original_context C of dynamic_ntk");
+}
+
+void read_yarn(RopeParams& r, attn::PositionSpec& pos) {
+  const int64_t orig = r.original_context(r.max_pos);
+  if (orig <= 0) r.c.fail("original_max_position_embeddings", "must be positive, got " + std::to_string(orig));
+  const double factor = r.get("factor") ? r.positive("factor", 0) : static_cast<double>(r.max_pos) / orig;
+  const double bf = r.get("beta_fast") ? r.number("beta_fast", 32) : 32.0;
+  const double bs = r.get("beta_slow") ? r.number("beta_slow", 1) : 1.0;
+  bool truncate = true;
+  if (const json* t = r.get("truncate")) {
+    if (!t->is_boolean()) r.c.fail(r.src + ".truncate", "must be true or false");
+    truncate = t->get<bool>();
+  }
+  auto get_mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
+  double af = 0;
+  if (r.get("attention_factor")) af = r.number("attention_factor", 0);
+  const double ms = r.get("mscale") ? r.number("mscale", 0) : 0, msa = r.get("mscale_all_dim") ? r.number("mscale_all_dim", 0) : 0;
+  if (af == 0 && ms != 0 && msa != 0) af = get_mscale(factor, ms) / get_mscale(factor, msa);
+  if (factor <= 1.0) {
+    if (af != 0 && af != 1.0)
+      r.c.fail(r.src, "yarn with factor " + num(factor) + " <= 1 but an attention factor " + num(af) +
+                          ": Horizon's YaRN is the identity there; refused");
+    r.mapped("rope_type", "yarn", "pos: rope (factor <= 1: no scaling)");
+    return;
+  }
+  pos.scaling = attn::RopeScaling::YaRN;
+  pos.factor = factor;
+  pos.original_context = orig;
+  pos.yarn_beta = bf == 0 ? 32.0 : bf;  // transformers: `beta_fast or 32`
+  pos.yarn_alpha = bs == 0 ? 1.0 : bs;
+  pos.yarn_ramp = attn::YarnRamp::Index;
+  pos.yarn_truncate = truncate;
+  pos.yarn_mscale = af;
+  r.mapped("rope_type", "yarn", "rope_scaling: yarn, yarn_ramp: index (transformers' ramp over pair indices)");
+  r.mapped("factor", num(factor), "rope_factor");
+  r.mapped("original_max_position_embeddings", std::to_string(orig), "rope_original_context");
+  r.mapped("beta_fast", num(pos.yarn_beta), "yarn_beta");
+  r.mapped("beta_slow", num(pos.yarn_alpha), "yarn_alpha");
+  r.mapped("truncate", truncate ? "true" : "false", "yarn_truncate");
+  r.mapped("attention_factor", af > 0 ? num(af) : "auto", af > 0 ? "yarn_mscale" : "yarn_mscale 0 (0.1 ln s + 1)");
+}
+
+void read_llama3(RopeParams& r, attn::PositionSpec& pos) {
+  pos.scaling = attn::RopeScaling::Llama3;
+  pos.factor = r.positive("factor", std::nullopt);
+  pos.llama3_low_freq_factor = r.positive("low_freq_factor", std::nullopt);
+  pos.llama3_high_freq_factor = r.positive("high_freq_factor", std::nullopt);
+  if (!(pos.llama3_high_freq_factor > pos.llama3_low_freq_factor))
+    r.c.fail(r.src + ".high_freq_factor", "(" + num(pos.llama3_high_freq_factor) + ") must exceed low_freq_factor (" +
+                                              num(pos.llama3_low_freq_factor) + "): the smoothing divides by their difference");
+  pos.original_context = r.original_context(r.max_pos);
+  if (pos.original_context <= 0)
+    r.c.fail("original_max_position_embeddings", "must be positive, got " + std::to_string(pos.original_context));
+  r.mapped("rope_type", "llama3", "rope_scaling: llama3");
+  r.mapped("factor", num(pos.factor), "rope_factor");
+  r.mapped("low_freq_factor", num(pos.llama3_low_freq_factor), "llama3_low_freq_factor");
+  r.mapped("high_freq_factor", num(pos.llama3_high_freq_factor), "llama3_high_freq_factor");
+  r.mapped("original_max_position_embeddings", std::to_string(pos.original_context), "rope_original_context");
+  if (pos.factor <= 1.0) pos.scaling = attn::RopeScaling::None;
+}
+
+// LongRoPE (Phi-3's): inv_freq_m / lambda_m, the long factors past original_max_position_embeddings
+void read_longrope(RopeParams& r, attn::PositionSpec& pos) {
+  pos.longrope_long_factors = r.factors("long_factor");
+  pos.longrope_short_factors = r.factors("short_factor");
+  pos.original_context = r.original_context(0);
+  if (pos.original_context <= 0) r.c.fail(r.src + ".original_max_position_embeddings", "is missing (LongRoPE switches factors there)");
+  // transformers: factor, else max_position_embeddings / original_max_position_embeddings (Phi-3)
+  pos.factor = r.get("factor") ? r.positive("factor", 0) : static_cast<double>(r.max_pos) / pos.original_context;
+  if (pos.factor < 1.0) r.c.fail(r.src + ".factor", "= " + num(pos.factor) + " < 1: LongRoPE extends a context; refused");
+  if (r.get("attention_factor")) pos.yarn_mscale = r.positive("attention_factor", 0);
+  pos.scaling = attn::RopeScaling::LongRoPE;
+  r.mapped("rope_type", "longrope", "rope_scaling: longrope");
+  r.mapped("long_factor", std::to_string(pos.longrope_long_factors.size()) + " values", "longrope_long_factors");
+  r.mapped("short_factor", std::to_string(pos.longrope_short_factors.size()) + " values", "longrope_short_factors");
+  r.mapped("factor", num(pos.factor), "rope_factor (the attention factor's s)");
+  r.mapped("original_max_position_embeddings", std::to_string(pos.original_context), "rope_original_context");
+  r.mapped("attention_factor", pos.yarn_mscale > 0 ? num(pos.yarn_mscale) : "auto",
+           pos.yarn_mscale > 0 ? "yarn_mscale" : "yarn_mscale 0 (sqrt(1 + ln s / ln C))");
+}
+
+struct RopeVariant {
+  const char* type;  // transformers' rope_type
+  void (*read)(RopeParams&, attn::PositionSpec&);
+};
+constexpr RopeVariant kRopeVariants[] = {{"default", read_default}, {"linear", read_linear}, {"dynamic", read_dynamic},
+                                         {"yarn", read_yarn},       {"llama3", read_llama3}, {"longrope", read_longrope}};
+
+std::string rope_type_names() {  // "default, linear, ..., llama3 and longrope"
+  std::string s;
+  const size_t n = std::size(kRopeVariants);
+  for (size_t i = 0; i < n; ++i) s += (i == 0 ? "" : i + 1 == n ? " and " : ", ") + std::string(kRopeVariants[i].type);
+  return s;
+}
+
 // rope_parameters / rope_scaling / rope_theta / partial_rotary_factor -> the RoPE layers' spec.
 attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
   const json* rs = c.find("rope_scaling");
@@ -97,174 +265,39 @@ attn::PositionSpec import_rope(Fields& c, int64_t max_pos) {
   for (auto it = p.begin(); it != p.end(); ++it)
     if (!known.count(it.key()))
       c.fail(src + "." + it.key(), "= " + it.value().dump() + " is not a RoPE parameter Horizon knows; refused (it may change the frequencies)");
-  std::set<std::string> used{"rope_type", "type", "rope_theta", "partial_rotary_factor"};
-  auto get = [&](const std::string& k) -> const json* {
-    used.insert(k);
-    return p.contains(k) && !p[k].is_null() ? &p[k] : nullptr;
-  };
-  auto number = [&](const std::string& k, std::optional<double> def) {
-    const json* v = get(k);
-    if (!v) {
-      if (!def) c.fail(src + "." + k, "is missing");
-      return *def;
-    }
-    if (!v->is_number()) c.fail(src + "." + k, "must be a number, got " + v->dump());
-    const double x = v->get<double>();
-    if (!std::isfinite(x)) c.fail(src + "." + k, "must be a finite number, got " + v->dump());
-    return x;
-  };
-  // factors, thetas, lengths: > 0 (a zero or negative one divides by zero or flips the frequencies)
-  auto positive_number = [&](const std::string& k, std::optional<double> def) {
-    const double x = number(k, def);
-    if (!(x > 0)) c.fail(src + "." + k, "must be positive, got " + num(x));
-    return x;
-  };
-  // original_max_position_embeddings: a positive integer below 2^31 (written as a number)
-  auto context_length = [&](const std::string& k) {
-    const double x = number(k, 0);
-    if (!(x >= 1 && x < 2147483648.0) || x != std::floor(x))
-      c.fail(src + "." + k, "must be a positive integer below 2^31, got " + num(x));
-    return static_cast<int64_t>(x);
-  };
   // rope_type (or legacy type) of a dict that is given: null drops the scaling silently in
   // Horizon and makes transformers fail, so it is refused by name
   for (const char* k : {"rope_type", "type"}) {
     if (!p.contains(k)) continue;
-    if (p[k].is_null()) c.fail(src + "." + k, "is null; give the RoPE type (default, linear, dynamic, yarn or llama3)");
+    if (p[k].is_null()) c.fail(src + "." + k, "is null; give the RoPE type (" + rope_type_names() + ")");
     if (!p[k].is_string()) c.fail(src + "." + k, "must be a string, got " + p[k].dump());
     break;  // transformers reads rope_type first, type only without it
   }
-
+  RopeParams r{c, p, src, max_pos};
   attn::PositionSpec pos;
   pos.kind = attn::PosKind::Rope;
-  const json* theta_in = get("rope_theta");
+  const json* theta_in = r.get("rope_theta");
   const double top_theta = c.number("rope_theta", 10000.0);
   if (!(top_theta > 0)) c.fail("rope_theta", "must be positive, got " + num(top_theta));
-  pos.rope_base = theta_in ? positive_number("rope_theta", 0) : top_theta;
+  pos.rope_base = theta_in ? r.positive("rope_theta", 0) : top_theta;
   c.mapped(theta_in ? src + ".rope_theta" : "rope_theta", num(pos.rope_base), "layer kinds' rope_base");
-  const json* prf = get("partial_rotary_factor");
-  const double partial = prf ? number("partial_rotary_factor", 1.0) : c.number("partial_rotary_factor", 1.0);
+  const json* prf = r.get("partial_rotary_factor");
+  const double partial = prf ? r.number("partial_rotary_factor", 1.0) : c.number("partial_rotary_factor", 1.0);
   if (partial != 1.0)
     c.fail("partial_rotary_factor", "= " + num(partial) +
                                         ": transformers then rotates only the first dims of each head at standard "
                                         "frequencies, which no Horizon position encoding computes (p-RoPE keeps "
                                         "log-spaced frequencies); refused");
   std::string type = "default";
-  if (const json* t = get("rope_type")) type = show(*t);
-  else if (const json* t2 = get("type")) type = show(*t2);
-  if (type == "default") {
-    c.mapped(src + ".rope_type", type, "pos: rope (no scaling)");
-  } else if (type == "linear") {
-    pos.scaling = attn::RopeScaling::PI;
-    pos.factor = positive_number("factor", std::nullopt);
-    c.mapped(src + ".rope_type", type, "rope_scaling: pi");
-    c.mapped(src + ".factor", num(pos.factor), "rope_factor (positions divided by it)");
-  } else if (type == "dynamic") {
-    pos.scaling = attn::RopeScaling::DynamicNTK;
-    pos.factor = positive_number("factor", std::nullopt);
-    pos.original_context = max_pos;
-    c.mapped(src + ".rope_type", type, "rope_scaling: dynamic_ntk (s = factor T/C - (factor - 1) past C)");
-    c.mapped(src + ".factor", num(pos.factor), "rope_factor");
-    c.mapped("max_position_embeddings", std::to_string(max_pos), "rope_original_context C of dynamic_ntk");
-  } else if (type == "yarn") {
-    const json* omp = get("original_max_position_embeddings");
-    int64_t orig = omp ? context_length("original_max_position_embeddings")
-                       : c.integer("original_max_position_embeddings", max_pos);
-    if (orig <= 0) c.fail("original_max_position_embeddings", "must be positive, got " + std::to_string(orig));
-    double factor = get("factor") ? positive_number("factor", 0) : static_cast<double>(max_pos) / orig;
-    const double bf = get("beta_fast") ? number("beta_fast", 32) : 32.0;
-    const double bs = get("beta_slow") ? number("beta_slow", 1) : 1.0;
-    bool truncate = true;
-    if (const json* t = get("truncate")) {
-      if (!t->is_boolean()) c.fail(src + ".truncate", "must be true or false");
-      truncate = t->get<bool>();
-    }
-    auto get_mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
-    double af = 0;
-    if (get("attention_factor")) af = number("attention_factor", 0);
-    const double ms = get("mscale") ? number("mscale", 0) : 0, msa = get("mscale_all_dim") ? number("mscale_all_dim", 0) : 0;
-    if (af == 0 && ms != 0 && msa != 0) af = get_mscale(factor, ms) / get_mscale(factor, msa);
-    if (factor <= 1.0) {
-      if (af != 0 && af != 1.0)
-        c.fail(src, "yarn with factor " + num(factor) + " <= 1 but an attention factor " + num(af) +
-                        ": Horizon's YaRN is the identity there; refused");
-      c.mapped(src + ".rope_type", type, "pos: rope (factor <= 1: no scaling)");
-    } else {
-      pos.scaling = attn::RopeScaling::YaRN;
-      pos.factor = factor;
-      pos.original_context = orig;
-      pos.yarn_beta = bf == 0 ? 32.0 : bf;  // transformers: `beta_fast or 32`
-      pos.yarn_alpha = bs == 0 ? 1.0 : bs;
-      pos.yarn_ramp = attn::YarnRamp::Index;
-      pos.yarn_truncate = truncate;
-      pos.yarn_mscale = af;
-      c.mapped(src + ".rope_type", type, "rope_scaling: yarn, yarn_ramp: index (transformers' ramp over pair indices)");
-      c.mapped(src + ".factor", num(factor), "rope_factor");
-      c.mapped(src + ".original_max_position_embeddings", std::to_string(orig), "rope_original_context");
-      c.mapped(src + ".beta_fast", num(pos.yarn_beta), "yarn_beta");
-      c.mapped(src + ".beta_slow", num(pos.yarn_alpha), "yarn_alpha");
-      c.mapped(src + ".truncate", truncate ? "true" : "false", "yarn_truncate");
-      c.mapped(src + ".attention_factor", af > 0 ? num(af) : "auto",
-               af > 0 ? "yarn_mscale" : "yarn_mscale 0 (0.1 ln s + 1)");
-    }
-  } else if (type == "llama3") {
-    pos.scaling = attn::RopeScaling::Llama3;
-    pos.factor = positive_number("factor", std::nullopt);
-    pos.llama3_low_freq_factor = positive_number("low_freq_factor", std::nullopt);
-    pos.llama3_high_freq_factor = positive_number("high_freq_factor", std::nullopt);
-    if (!(pos.llama3_high_freq_factor > pos.llama3_low_freq_factor))
-      c.fail(src + ".high_freq_factor", "(" + num(pos.llama3_high_freq_factor) + ") must exceed low_freq_factor (" +
-                                            num(pos.llama3_low_freq_factor) + "): the smoothing divides by their difference");
-    const json* omp = get("original_max_position_embeddings");
-    pos.original_context = omp ? context_length("original_max_position_embeddings")
-                               : c.integer("original_max_position_embeddings", max_pos);
-    if (pos.original_context <= 0)
-      c.fail("original_max_position_embeddings", "must be positive, got " + std::to_string(pos.original_context));
-    c.mapped(src + ".rope_type", type, "rope_scaling: llama3");
-    c.mapped(src + ".factor", num(pos.factor), "rope_factor");
-    c.mapped(src + ".low_freq_factor", num(pos.llama3_low_freq_factor), "llama3_low_freq_factor");
-    c.mapped(src + ".high_freq_factor", num(pos.llama3_high_freq_factor), "llama3_high_freq_factor");
-    c.mapped(src + ".original_max_position_embeddings", std::to_string(pos.original_context), "rope_original_context");
-    if (pos.factor <= 1.0) pos.scaling = attn::RopeScaling::None;
-  } else if (type == "longrope") {
-    // LongRoPE (Phi-3's): inv_freq_m / lambda_m, the long factors past original_max_position_embeddings
-    auto factors = [&](const std::string& k) {
-      const json* v = get(k);
-      if (!v || !v->is_array() || v->empty() || v->size() > 65536)
-        c.fail(src + "." + k, "must be a list of positive numbers, one per frequency pair");
-      std::vector<double> out;
-      for (const json& x : *v) {
-        if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>()))
-          c.fail(src + "." + k, "holds " + x.dump() + "; every factor must be a positive finite number");
-        out.push_back(x.get<double>());
-      }
-      return out;
-    };
-    pos.longrope_long_factors = factors("long_factor");
-    pos.longrope_short_factors = factors("short_factor");
-    const json* omp = get("original_max_position_embeddings");
-    pos.original_context = omp ? context_length("original_max_position_embeddings")
-                               : c.integer("original_max_position_embeddings", 0);
-    if (pos.original_context <= 0) c.fail(src + ".original_max_position_embeddings", "is missing (LongRoPE switches factors there)");
-    // transformers: factor, else max_position_embeddings / original_max_position_embeddings (Phi-3)
-    pos.factor = get("factor") ? positive_number("factor", 0) : static_cast<double>(max_pos) / pos.original_context;
-    if (pos.factor < 1.0)
-      c.fail(src + ".factor", "= " + num(pos.factor) + " < 1: LongRoPE extends a context; refused");
-    if (get("attention_factor")) pos.yarn_mscale = positive_number("attention_factor", 0);
-    pos.scaling = attn::RopeScaling::LongRoPE;
-    c.mapped(src + ".rope_type", type, "rope_scaling: longrope");
-    c.mapped(src + ".long_factor", std::to_string(pos.longrope_long_factors.size()) + " values", "longrope_long_factors");
-    c.mapped(src + ".short_factor", std::to_string(pos.longrope_short_factors.size()) + " values", "longrope_short_factors");
-    c.mapped(src + ".factor", num(pos.factor), "rope_factor (the attention factor's s)");
-    c.mapped(src + ".original_max_position_embeddings", std::to_string(pos.original_context), "rope_original_context");
-    c.mapped(src + ".attention_factor", pos.yarn_mscale > 0 ? num(pos.yarn_mscale) : "auto",
-             pos.yarn_mscale > 0 ? "yarn_mscale" : "yarn_mscale 0 (sqrt(1 + ln s / ln C))");
-  } else {
-    c.fail(src + ".rope_type", "'" + type + "' is not supported; Horizon imports default, linear, dynamic, yarn, llama3 and "
-                               "longrope RoPE");
-  }
+  if (const json* t = r.get("rope_type")) type = show(*t);
+  else if (const json* t2 = r.get("type")) type = show(*t2);
+  const RopeVariant* v = std::find_if(std::begin(kRopeVariants), std::end(kRopeVariants),
+                                      [&](const RopeVariant& x) { return type == x.type; });
+  if (v == std::end(kRopeVariants))
+    c.fail(src + ".rope_type", "'" + type + "' is not supported; Horizon imports " + rope_type_names() + " RoPE");
+  v->read(r, pos);
   for (auto it = p.begin(); it != p.end(); ++it)
-    if (!used.count(it.key()))
+    if (!r.used.count(it.key()))
       c.ignored(src + "." + it.key(), show(it.value()), "not used by rope_type " + type + " (transformers ignores it too)");
   return pos;
 }
