@@ -56,8 +56,21 @@ if [ "${HZ_SKIP_DEVICE:-0}" != "1" ] && { command -v nvcc > /dev/null || [ -x /u
     rm -rf "$deps" && mkdir -p "$deps" && tar -xJf .deps/gpu-deps.tar.xz -C "$deps"
     sha256sum < .deps/gpu-deps.tar.xz > "$deps/.from"
   fi
+  # The bundle's headers are Debian's -dev packages' (scripts/gpu/gpu_deps.sh): when each one is this
+  # machine's copy byte for byte (or cudnn-frontend's in .deps/), the build reads this machine's copies,
+  # so its command lines are the main configuration's and the compiler cache serves those units; it
+  # still links the bundle's archives and libraries, as the GPU machine does.
+  headers=$deps/include
+  root=$PWD
+  if (cd "$deps/include" && find . -type f -print0 | while IFS= read -r -d '' f; do
+        cmp -s "$f" "/usr/include/$f" || cmp -s "$f" "$root/.deps/cudnn-frontend/include/$f" || exit 1
+      done); then
+    headers=/usr/include
+  else
+    echo "[test] the bundle's headers differ from this machine's: the GPU machine's configuration compiles them (no cache sharing)"
+  fi
   { read -r cfg; read -r targets; } < <(scripts/gpu/gpu_check.sh print-build)
-  HZ_BUILD_DIR=build-device HZ_CMAKE_ARGS="$cfg -DHZ_DEPS_PREFIX=$deps" HZ_TARGETS="$targets" scripts/setup.sh
+  HZ_BUILD_DIR=build-device HZ_CMAKE_ARGS="$cfg -DHZ_DEPS_PREFIX=$deps -DHZ_DEPS_INCLUDE=$headers" HZ_TARGETS="$targets" scripts/setup.sh
   build-device/horizon info > /dev/null
   for t in $targets; do
     case "$t" in hz_test_*) [ -x "build-device/$t" ] && "build-device/$t" --gtest_list_tests > /dev/null ;; esac

@@ -5,9 +5,9 @@
 # A lent GPU machine has nvcc, cuBLAS(Lt), cuDNN, NCCL, CMake, ninja and PyTorch but no apt and no
 # yaml-cpp, HDF5, fmt, nlohmann-json, PCRE2, utf8proc, SentencePiece, GoogleTest or MPI. This script downloads Debian's -dev packages (apt-get
 # download: no root needed, nothing is installed), keeps their headers and static archives and
-# packs them (~7 MB), with cudnn-frontend's headers (scripts/tools/cudnn_frontend.sh). scripts/gpu/gpu_check.sh unpacks them there and configures CMake with
-# -DHZ_DEPS_PREFIX=<prefix>, which links those archives (fmt header-only, no MPI, portable CPU
-# GEMM), so the build needs nothing else from the machine.
+# packs them (~4 MB), with cudnn-frontend's headers (scripts/tools/cudnn_frontend.sh). scripts/gpu/gpu_check.sh unpacks them there and configures CMake with
+# -DHZ_DEPS_PREFIX=<prefix>, which links those archives (fmt and SentencePiece as shared libraries
+# found by rpath, no MPI, portable CPU GEMM), so the build needs nothing else from the machine.
 #
 #   scripts/gpu/gpu_deps.sh          # idempotent: rebuilds the archive only when missing
 #   HZ_FORCE=1 scripts/gpu/gpu_deps.sh
@@ -17,12 +17,14 @@ OUT=.deps/gpu-deps.tar.xz
 # cudnn-frontend's headers (cuDNN's fused attention) ride along: an archive without them (or with
 # another pinned version) is rebuilt
 fe=$(scripts/tools/cudnn_frontend.sh)
-fe_version=$(cat "$fe/../VERSION")
-if [ -f "$OUT" ] && [ "${HZ_FORCE:-0}" != "1" ] && [ "$(tar -xJOf "$OUT" ./cudnn-frontend.version 2> /dev/null)" = "$fe_version" ]; then
+# the bundle's layout version: an archive of another layout is rebuilt (2: fmt as a shared library)
+layout=2
+stamp="$(cat "$fe/../VERSION") layout $layout"
+if [ -f "$OUT" ] && [ "${HZ_FORCE:-0}" != "1" ] && [ "$(tar -xJOf "$OUT" ./cudnn-frontend.version 2> /dev/null)" = "$stamp" ]; then
   echo "[gpu_deps] $OUT exists ($(du -h "$OUT" | cut -f1)); HZ_FORCE=1 to rebuild"
   exit 0
 fi
-PKGS=(libyaml-cpp-dev libfmt-dev libhdf5-dev libhdf5-103-1 libaec-dev libaec0 libsz2 zlib1g-dev
+PKGS=(libyaml-cpp-dev libfmt-dev libfmt9 libhdf5-dev libhdf5-103-1 libaec-dev libaec0 libsz2 zlib1g-dev
       libgtest-dev libgmock-dev nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libutf8proc-dev
       libsentencepiece-dev libsentencepiece0)
 work=$(mktemp -d)
@@ -44,11 +46,14 @@ for a in libyaml-cpp.a libhdf5_serial.a libaec.a libsz.a libz.a libgtest.a libgt
          libpcre2-8.a libutf8proc.a; do
   cp "$L/$a" "$prefix/lib/"
 done
-# SentencePiece ships no static archive: its shared library (needs only glibc >= 2.34 and a GCC 11
-# libstdc++; protobuf-lite is inside it) is linked by full path, found through the build's rpath
+# SentencePiece and fmt ship no static archive: their shared libraries (need only glibc >= 2.34 and a
+# GCC 11 libstdc++; protobuf-lite is inside SentencePiece's) are linked by full path, found through
+# the build's rpath. fmt as a shared library (not header-only) keeps the GPU machine's command lines
+# those of the main configuration (FMT_SHARED), so scripts/test.sh builds the two from one cache.
 cp -L "$L/libsentencepiece.so.0" "$prefix/lib/libsentencepiece.so.0"
+cp -L "$L/libfmt.so.9" "$prefix/lib/libfmt.so.9"
 cp -r "$fe"/. "$prefix/include/"
-echo "$fe_version" > "$prefix/cudnn-frontend.version"
+echo "$stamp" > "$prefix/cudnn-frontend.version"
 mkdir -p .deps
 tar -C "$prefix" -cJf "$OUT" .
 echo "[gpu_deps] wrote $OUT ($(du -h "$OUT" | cut -f1)): $(tar -tJf "$OUT" | grep -c '\.a$') static archives"
