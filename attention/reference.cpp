@@ -1,11 +1,122 @@
 #include "attention/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "autograd/functions.h"
+#include "core/error.h"
 
 namespace hz::attn {
+
+ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Tq, int64_t Tk) {
+  HZ_CHECK(!cfg.logn_whole_row, ValueError, "reference attention: logn_whole_row (LogN's n over the whole row) is not modelled");
+  const int64_t offset = cfg.q_offset < 0 ? Tk - Tq : cfg.q_offset;
+  const int64_t key_end = cfg.key_end < 0 ? Tk : cfg.key_end;
+  const int64_t kp = cfg.key_position;  // key j sits at absolute position kp + j, query i at kp + offset + i
+  // packed documents: each absolute position's document id, first position and length, read
+  // straight off the cumulative lengths (not through Documents::bounds, which the kernels use)
+  const Documents* docs = cfg.documents.get();
+  const int64_t T = docs ? docs->seq_len() : kp + std::max(Tk, offset + Tq);
+  HZ_CHECK(!docs || (docs->batch() == B && kp + std::max(Tk, offset + Tq) <= T), ShapeError,
+           "reference attention: documents of ", docs ? docs->batch() : 0, " x ", T, " for ", B, " sequences reaching position ",
+           kp + std::max(Tk, offset + Tq));
+  // token positions (drawn by the data): what the logit terms read in place of the indices
+  std::vector<double> tokpos;
+  int64_t tokpos_T = 0;
+  if (cfg.positions.defined()) {
+    HZ_CHECK(cfg.positions.size(0) == B, ShapeError, "reference attention: token positions for ",
+             cfg.positions.size(0), " sequences, the call has ", B);
+    tokpos = cfg.positions.to(Device::cpu()).to_vector();
+    tokpos_T = cfg.positions.size(1);
+  }
+  auto position_of = [&](int64_t b, int64_t idx) {  // the position key index idx of sequence b carries
+    return tokpos.empty() ? static_cast<double>(kp + idx) : tokpos[b * tokpos_T + kp + idx];
+  };
+  const int64_t Bd = docs ? B : 1;
+  std::vector<int64_t> doc_id(Bd * T, 0), doc_first(Bd * T, 0), doc_len(Bd * T, T);
+  if (docs) {
+    const auto& cu = docs->cu_seqlens();
+    for (size_t d = 0; d + 1 < cu.size(); ++d)
+      for (int64_t g = cu[d]; g < cu[d + 1]; ++g) {
+        doc_id[g] = static_cast<int64_t>(d);
+        doc_first[g] = cu[d] % T;
+        doc_len[g] = cu[d + 1] - cu[d];
+      }
+  }
+  ReferenceMask out;
+  out.B = B;
+  out.H = H;
+  out.Tq = Tq;
+  out.Tk = Tk;
+  out.visible.assign(B * H * Tq * Tk, 0);
+  out.row_factor.assign(B * H * Tq, 0.0);
+  out.coef.assign(B * H * Tq * Tk, 0.0);
+  out.bias.assign(B * H * Tq * Tk, -std::numeric_limits<double>::infinity());
+  for (int64_t b = 0; b < B; ++b)
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t w = cfg.window.empty() ? 0 : cfg.window[h];
+    const double slope = cfg.alibi_slope.empty() ? 0.0 : cfg.alibi_slope[h];
+    const int64_t* id = doc_id.data() + (docs ? b * T : 0);
+    const int64_t* first = doc_first.data() + (docs ? b * T : 0);
+    for (int64_t i = 0; i < Tq; ++i) {
+      const int64_t p = offset + i;
+      // the position of key index x inside its document (of the sequence: absolute, without documents)
+      auto in_doc = [&](int64_t x) { return docs ? kp + x - first[kp + x] : kp + x; };
+      auto visible = [&](int64_t j) {
+        const int64_t t = p - j;
+        if (j < cfg.key_begin || j >= key_end) return false;
+        if (docs && id[kp + j] != id[kp + p]) return false;
+        // prefix-LM: both in the document's first `prefix` positions (of the sequence), either order
+        if (in_doc(p) < cfg.prefix && in_doc(j) < cfg.prefix) return true;
+        if (t < cfg.min_distance || t < 0) return false;
+        // sink tokens: the first S positions of the document (of the sequence) whatever the window or chunk
+        if (in_doc(j) < cfg.sink_tokens) return true;
+        if (w > 0 && t >= w) return false;
+        if (cfg.chunk > 0) {  // the same chunk of C positions: absolute, or inside the document with reset
+          const bool reset = docs && docs->position_reset();
+          const int64_t pq = reset ? in_doc(p) : kp + p;
+          const int64_t pk = reset ? in_doc(j) : kp + j;
+          if (pq / cfg.chunk != pk / cfg.chunk) return false;
+        }
+        return true;
+      };
+      int64_t n = 0;
+      for (int64_t j = 0; j < Tk; ++j) n += visible(j);
+      double r = 1.0;
+      // the row's position: absolute (key 0 sits at key_position), or inside its document
+      const double row = docs && docs->position_reset() ? static_cast<double>(in_doc(p)) : position_of(b, p);
+      if (cfg.logit == LogitKind::LogN) {
+        const double cnt = cfg.logn_position ? row + 1 : static_cast<double>(n);
+        r = cnt > 0 ? std::log(cnt) : 0.0;
+      }
+      if (cfg.logit == LogitKind::SwanRow) r = std::log(cfg.swan_a + row) / std::log(cfg.swan_a);
+      if (cfg.logit == LogitKind::Temperature) {
+        r = cfg.beta;
+        if (docs && cfg.temp_c != 0.0 && cfg.train_len > 0) {
+          const double sc = static_cast<double>(doc_len[b * T + kp + p]) / static_cast<double>(cfg.train_len);
+          r = sc > 1.0 ? 1.0 + cfg.temp_c * std::log(sc) : 1.0;
+        }
+      }
+      if (cfg.qtemp_alpha != 0.0) r *= 1.0 + cfg.qtemp_alpha * std::log(std::floor((row + 1) / cfg.qtemp_beta) + 1.0);
+      out.row_factor[(b * H + h) * Tq + i] = r;
+      for (int64_t j = 0; j < Tk; ++j) {
+        const int64_t idx = ((b * H + h) * Tq + i) * Tk + j;
+        if (!visible(j)) continue;
+        const double t = std::abs(position_of(b, p) - position_of(b, j));  // |t|: a prefix's later keys
+        double a = 1.0, m = 0.0;
+        if (cfg.logit == LogitKind::ScaleInvariant) {
+          a = std::sqrt(2.0 * std::log(t / cfg.tau + 1.0) + 1.0);
+          m = -2.0 * std::log(t / cfg.tau + 1.0);
+        }
+        out.visible[idx] = 1;
+        out.coef[idx] = r * a;
+        out.bias[idx] = m - slope * t;
+      }
+    }
+  }
+  return out;
+}
 
 ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
                                  const AttnConfig& cfg, const AttnTerms& terms) {
@@ -14,7 +125,6 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
   const int64_t Hkv = k.size(1), Tk = k.size(2), G = H / Hkv;
   const DType dt = q.dtype();
   const int64_t offset = cfg.q_offset < 0 ? Tk - Tq : cfg.q_offset;
-  const int64_t key_end = cfg.key_end < 0 ? Tk : cfg.key_end;
   const double scale = cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
   // repeat kv heads for GQA: (B, Hkv, Tk, D) -> (B, H, Tk, D)
   auto repeat = [&](const ag::Variable& x) {
@@ -24,96 +134,11 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
   const ag::Variable kh = repeat(k), vh = repeat(v);
   ag::Variable s = ag::matmul(q, kh, false, true, scale);  // (B, H, Tq, Tk)
 
-  // packed documents: each position's document id and start, read straight off the cumulative
-  // lengths (not through Documents::bounds, which the kernels use)
-  const Documents* docs = cfg.documents.get();
-  // token positions (drawn by the data): what the logit terms read in place of the indices
-  std::vector<double> tokpos;
-  int64_t tokpos_T = 0;
-  if (cfg.positions.defined()) {
-    tokpos = cfg.positions.to(Device::cpu()).to_vector();
-    tokpos_T = cfg.positions.size(1);
-  }
-  auto position_of = [&](int64_t b, int64_t idx) {  // the position key index idx of sequence b carries
-    return tokpos.empty() ? static_cast<double>(cfg.key_position + idx) : tokpos[b * tokpos_T + cfg.key_position + idx];
-  };
   // the coefficients differ per sequence only with documents or token positions
-  const int64_t Bc = docs || !tokpos.empty() ? B : 1;
-  std::vector<int64_t> doc_id(Bc * Tk, 0), doc_first(Bc * Tk, 0), doc_len(Bc * Tk, Tk);
-  if (docs) {
-    const auto& cu = docs->cu_seqlens();
-    for (size_t d = 0; d + 1 < cu.size(); ++d)
-      for (int64_t g = cu[d]; g < cu[d + 1]; ++g) {
-        doc_id[g] = static_cast<int64_t>(d);
-        doc_first[g] = cu[d] % Tk;
-        doc_len[g] = cu[d + 1] - cu[d];
-      }
-  }
-  std::vector<double> coef(Bc * H * Tq * Tk), bias(Bc * H * Tq * Tk);
-  const double ninf = -std::numeric_limits<double>::infinity();
-  for (int64_t b = 0; b < Bc; ++b)
-  for (int64_t h = 0; h < H; ++h) {
-    const int64_t w = cfg.window.empty() ? 0 : cfg.window[h];
-    const double slope = cfg.alibi_slope.empty() ? 0.0 : cfg.alibi_slope[h];
-    for (int64_t i = 0; i < Tq; ++i) {
-      const int64_t p = offset + i;
-      auto visible = [&](int64_t j) {
-        const int64_t t = p - j;
-        if (j < cfg.key_begin || j >= key_end) return false;
-        if (docs && doc_id[b * Tk + j] != doc_id[b * Tk + p]) return false;
-        // prefix-LM: both in the document's first `prefix` positions (of the sequence), either order
-        const int64_t ppos = docs ? p - doc_first[b * Tk + p] : cfg.key_position + p;
-        const int64_t jpos0 = docs ? j - doc_first[b * Tk + j] : cfg.key_position + j;
-        if (ppos < cfg.prefix && jpos0 < cfg.prefix) return true;
-        if (t < cfg.min_distance || t < 0) return false;
-        // sink tokens: the first S positions of the document (of the sequence) whatever the window or chunk
-        const int64_t jpos = docs ? j - doc_first[b * Tk + j] : cfg.key_position + j;
-        if (jpos < cfg.sink_tokens) return true;
-        if (w > 0 && t >= w) return false;
-        if (cfg.chunk > 0) {  // the same chunk of C positions: absolute, or inside the document with reset
-          const bool reset = docs && docs->position_reset();
-          const int64_t pq = reset ? p - doc_first[b * Tk + p] : cfg.key_position + p;
-          const int64_t pk = reset ? j - doc_first[b * Tk + j] : cfg.key_position + j;
-          if (pq / cfg.chunk != pk / cfg.chunk) return false;
-        }
-        return true;
-      };
-      int64_t n = 0;
-      for (int64_t j = 0; j < Tk; ++j) n += visible(j);
-      double r = 1.0;
-      // the row's position: absolute (key 0 sits at key_position), or inside its document
-      const double row = docs && docs->position_reset() ? static_cast<double>(p - doc_first[b * Tk + p]) : position_of(b, p);
-      if (cfg.logit == LogitKind::LogN) {
-        const double cnt = cfg.logn_position ? row + 1 : static_cast<double>(n);
-        r = cnt > 0 ? std::log(cnt) : 0.0;
-      }
-      if (cfg.logit == LogitKind::SwanRow) r = std::log(cfg.swan_a + row) / std::log(cfg.swan_a);
-      if (cfg.logit == LogitKind::Temperature) {
-        r = cfg.beta;
-        if (docs && cfg.temp_c != 0.0 && cfg.train_len > 0) {
-          const double sc = static_cast<double>(doc_len[b * Tk + p]) / static_cast<double>(cfg.train_len);
-          r = sc > 1.0 ? 1.0 + cfg.temp_c * std::log(sc) : 1.0;
-        }
-      }
-      if (cfg.qtemp_alpha != 0.0) r *= 1.0 + cfg.qtemp_alpha * std::log(std::floor((row + 1) / cfg.qtemp_beta) + 1.0);
-      for (int64_t j = 0; j < Tk; ++j) {
-        const int64_t idx = ((b * H + h) * Tq + i) * Tk + j;
-        if (!visible(j)) {
-          coef[idx] = 0.0;
-          bias[idx] = ninf;
-          continue;
-        }
-        const double t = std::abs(position_of(b, p) - position_of(b, j));  // |t|: a prefix's later keys
-        double a = 1.0, m = 0.0;
-        if (cfg.logit == LogitKind::ScaleInvariant) {
-          a = std::sqrt(2.0 * std::log(t / cfg.tau + 1.0) + 1.0);
-          m = -2.0 * std::log(t / cfg.tau + 1.0);
-        }
-        coef[idx] = r * a;
-        bias[idx] = m - slope * t;
-      }
-    }
-  }
+  const int64_t Bc = cfg.documents || cfg.positions.defined() ? B : 1;
+  const ReferenceMask mask = reference_visibility(cfg, Bc, H, Tq, Tk);
+  const std::vector<double>& coef = mask.coef;
+  const std::vector<double>& bias = mask.bias;
   const ag::Variable C(Tensor::from_vector(coef, {Bc, H, Tq, Tk}, dt));
   const ag::Variable Bi(Tensor::from_vector(bias, {Bc, H, Tq, Tk}, dt));
   ag::Variable logits = ag::mul(s, C);

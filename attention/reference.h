@@ -1,13 +1,32 @@
 // Horizon: the slow twin of fused_attention, composed of primitive autograd ops. It
 // materialises the (B, H, Tq, Tk) scores, so it is for tests only. The mask and the transform
 // coefficients are built here by direct loops over (i, j) from docs/methods.md's definitions, written
-// independently of the kernel's range arithmetic.
+// independently of the kernel's range arithmetic (reference_visibility, the float64 oracle).
 // Packed documents (cfg.documents) are read straight from their cumulative lengths. Sinks are an
 // extra column of logits, FoX's decay a (Tq, Tk) bias from the prefix sums of log f.
 #pragma once
+#include <cstdint>
+#include <vector>
+
 #include "attention/fused.h"
 
 namespace hz::attn {
+
+// The mask and the logit coefficients of one call (B sequences, H query heads, Tq queries, Tk keys),
+// in float64: which keys each query row sees and the L_ij = coef_ij s_ij + bias_ij (times LogN's c_h)
+// of the pairs it sees. This is the oracle: tests/attention/oracle_test.cpp writes it for a few
+// hundred drawn calls into tests/fixtures/attention_oracle.json, the case table that tiling.h (the
+// kernels' arithmetic), the fused op and hf/remote/modeling_horizon.py are held to.
+// B is the call's batch, or 1 when neither packed documents nor token positions make the
+// coefficients differ per sequence (reference_attention broadcasts them then). LogN over the whole
+// row (logn_whole_row) is not modelled: refused.
+struct ReferenceMask {
+  int64_t B = 0, H = 0, Tq = 0, Tk = 0;
+  std::vector<uint8_t> visible;    // (B, H, Tq, Tk): 1 when key j is visible to row i of head h
+  std::vector<double> row_factor;  // (B, H, Tq): r_i without LogN's c_h (Llama 4's temperature included)
+  std::vector<double> coef, bias;  // (B, H, Tq, Tk): r_i a_t and m_t - slope_h t; 0 and -inf where hidden
+};
+ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Tq, int64_t Tk);
 
 ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
                                  const AttnConfig& cfg, const AttnTerms& terms = {});

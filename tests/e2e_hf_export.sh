@@ -3,7 +3,9 @@
 #   tests/e2e_hf_export.sh HORIZON SRC [PART]   PART: remote | recipes | inference | lm_eval | all (default)
 # CTest runs the parts as entries of their own (e2e_hf_*), side by side with the C++ suites.
 #   remote     tests/hf/remote_code_test.py checks modeling_horizon.py on its own (every ingredient against
-#              a brute-force float64 formula, the cache, padding, packing); no Horizon run
+#              a brute-force float64 formula, the cache, padding, packing), and tests/hf/oracle_test.py its
+#              masks and row factors against attention's oracle table (tests/fixtures/attention_oracle.json,
+#              which the C++ suite holds tiling.h to); no Horizon run
 #   recipes    for each recipe under recipes/: one training step at the recipe's shape (batch 1, init_std
 #              0.05, lr 1e-4; the benchmark's GPT-2 with 2 layers, the byte vocabulary and T 256; runs
 #              that start from a checkpoint start from the ones trained here), then `horizon convert
@@ -33,9 +35,11 @@ if ! "$PY" -c 'import torch, transformers, safetensors' 2> /dev/null; then
   if [ "${HZ_REQUIRE_PYPI:-0}" = "1" ]; then echo "HZ_TEST_PYTHON=$PY lacks torch/transformers/safetensors"; exit 1; fi
   echo "skipped: no Python with torch, transformers and safetensors (HZ_TEST_PYTHON)"; exit 77
 fi
-# the remote code on its own: brute-force formulas, the cache, padding, packing (tiny random models)
+# the remote code on its own: brute-force formulas, the cache, padding, packing (tiny random models);
+# its masks and row factors against the oracle table that tiling.h is held to
 if want remote; then
   "$PY" "$SRC/tests/hf/remote_code_test.py"
+  "$PY" "$SRC/tests/hf/oracle_test.py"
   [ "$PART" = all ] || { echo "e2e hf export: the remote code OK"; exit 0; }
 fi
 cd "$SRC"  # recipes name their tokenizer files relative to the repository

@@ -221,6 +221,84 @@ def alibi_slopes(H: int) -> List[float]:
     return [math.pow(2.0, -8.0 * h / H) for h in range(1, H + 1)]
 
 
+# The mask and logit helpers below are what tests/hf/oracle_test.py holds to attention's float64 oracle
+# table (tests/fixtures/attention_oracle.json), case by case. ctx is a call's context (HorizonModel._context).
+
+def mask_parts(kind: Dict[str, Any], ctx: Dict[str, Any]):
+    """The parts of a layer's mask that no head changes, each (B, Tn, Tk) bool or a constant:
+    chunked attention (Llama 4): keys in the query's chunk of C positions, floor(p_j / C) = floor(p_i / C)
+    (positions count from each document's start, as transformers' packing gives them);
+    sink tokens (StreamingLLM): the document's first S positions stay visible beside the window and chunk;
+    prefix-LM: a document's first P positions attend to each other in both directions (ALiBi and
+    scale-invariant read |t|)."""
+    C, S, P = int(kind["chunk"]), int(kind["sink_tokens"]), int(kind["prefix"])
+    chunked = (ctx["q_pos"][:, :, None] // C == ctx["k_pos"][:, None, :] // C) if C > 0 else True
+    sinks = ctx["k_pos"][:, None, :] < S if S > 0 else False
+    prefix = (ctx["same_doc"] & (ctx["q_pos"][:, :, None] < P) & (ctx["k_pos"][:, None, :] < P)) if P > 0 else False
+    return chunked, sinks, prefix
+
+
+def head_visible(ctx: Dict[str, Any], parts, w_h: torch.Tensor) -> torch.Tensor:
+    """The keys each query of one head sees (B, Tn, Tk): a real key of the query's document, not after it,
+    with t < W_h when W_h > 0 (w_h (B, 1, 1)) and in the query's chunk; or a sink token; or both in the prefix."""
+    chunked, sinks, prefix = parts
+    return (ctx["visible"] & ((((w_h == 0) | (ctx["t"] < w_h)) & chunked) | sinks)) | prefix
+
+
+def row_factor(kind: Dict[str, Any], ctx: Dict[str, Any], n_visible: torch.Tensor, train_length: int) -> torch.Tensor:
+    """r_i of one head (float64, broadcastable to (B, Tn, Tk)) without LogN's c_h; P_i the query's position."""
+    p = ctx["q_pos"].to(torch.float64)[:, :, None]  # (B, Tn, 1)
+    logit = kind["logit"]
+    if logit == "logn":
+        # SSMax: r = ln(n_i), n_i the keys row i sees (its window, scope, document);
+        # LogN by position (logn_position): n_i = P_i + 1. r = 0 when n = 0.
+        n = p + 1.0 if kind["logn_position"] else n_visible.to(torch.float64)
+        r = torch.where(n > 0, torch.log(n.clamp(min=1.0)), torch.zeros_like(n))
+    elif logit == "swan_row":
+        # SWAN: g(P_i) = ln(a + P_i) / ln(a)
+        a = float(kind["swan_a"])
+        r = torch.log(a + p) / math.log(a)
+    elif logit == "temperature":
+        # DroPE: r = beta, or with temp_c: 1 + c ln s when s = T / train_length > 1 (else 1), T the
+        # query's document's length (context_length when set)
+        if kind["temp_c"] != 0.0:
+            L = train_length
+            T_doc = ctx["T_doc"].to(torch.float64)[:, :, None]
+            s = T_doc / L if L and L > 0 else torch.ones_like(T_doc)
+            r = torch.where(s > 1.0, 1.0 + kind["temp_c"] * torch.log(s.clamp(min=1.0)), torch.ones_like(s))
+        else:
+            r = torch.full_like(p, float(kind["beta"]))
+    else:
+        r = torch.ones_like(p)
+    if kind["qtemp_alpha"] != 0.0:
+        # Llama 4: r *= 1 + alpha ln(floor((P_i + 1) / beta) + 1)
+        steps = torch.floor((p + 1.0) / float(kind["qtemp_beta"]))
+        r = r * (1.0 + kind["qtemp_alpha"] * torch.log(steps + 1.0))
+    return r
+
+
+def distance_terms(kind: Dict[str, Any], t: torch.Tensor):
+    """|t| (float64; a prefix's later keys read the distance both ways) and the scale-invariant terms
+    a_t = sqrt(2 ln(1 + t/tau) + 1), m_t = -2 ln(1 + t/tau) at |t| (None for other logits)."""
+    tt = t.abs().to(torch.float64)
+    a_t = m_t = None
+    if kind["logit"] == "scale_invariant":
+        lg = torch.log1p(tt / float(kind["tau"]))
+        a_t, m_t = torch.sqrt(2.0 * lg + 1.0), -2.0 * lg
+    return tt, a_t, m_t
+
+
+def head_logit_terms(r: torch.Tensor, a_t, m_t, tt: torch.Tensor, slope: Optional[float]):
+    """One head's L = coef * s * c_h + bias: coef = r_i a_t, bias = m_t - slope_h |t| (ALiBi); bias None when 0."""
+    coef, bias = r, None
+    if a_t is not None:
+        coef, bias = coef * a_t, m_t
+    if slope is not None:
+        # ALiBi: -slope_h * t
+        bias = -slope * tt if bias is None else bias - slope * tt
+    return coef, bias
+
+
 class HorizonRMSNorm(nn.Module):
     """y = x / sqrt(mean(x^2) + eps) * w."""
 
@@ -400,38 +478,6 @@ class HorizonAttention(nn.Module):
         ms = torch.tensor([table[T][1] for T in T_rows], dtype=torch.float64)
         return inv, ms
 
-    def _row_factor(self, ctx: Dict[str, Any], n_visible: torch.Tensor) -> torch.Tensor:
-        """r_i of one head (float64, broadcastable to (B, Tn, Tk)) without LogN's c_h; P_i the query's position."""
-        kind = self.kind
-        p = ctx["q_pos"].to(torch.float64)[:, :, None]  # (B, Tn, 1)
-        logit = kind["logit"]
-        if logit == "logn":
-            # SSMax: r = ln(n_i), n_i the keys row i sees (its window, scope, document);
-            # LogN by position (logn_position): n_i = P_i + 1. r = 0 when n = 0.
-            n = p + 1.0 if kind["logn_position"] else n_visible.to(torch.float64)
-            r = torch.where(n > 0, torch.log(n.clamp(min=1.0)), torch.zeros_like(n))
-        elif logit == "swan_row":
-            # SWAN: g(P_i) = ln(a + P_i) / ln(a)
-            a = float(kind["swan_a"])
-            r = torch.log(a + p) / math.log(a)
-        elif logit == "temperature":
-            # DroPE: r = beta, or with temp_c: 1 + c ln s when s = T / train_length > 1 (else 1), T the
-            # query's document's length (context_length when set)
-            if kind["temp_c"] != 0.0:
-                L = self.config.train_length
-                T_doc = ctx["T_doc"].to(torch.float64)[:, :, None]
-                s = T_doc / L if L and L > 0 else torch.ones_like(T_doc)
-                r = torch.where(s > 1.0, 1.0 + kind["temp_c"] * torch.log(s.clamp(min=1.0)), torch.ones_like(s))
-            else:
-                r = torch.full_like(p, float(kind["beta"]))
-        else:
-            r = torch.ones_like(p)
-        if kind["qtemp_alpha"] != 0.0:
-            # Llama 4: r *= 1 + alpha ln(floor((P_i + 1) / beta) + 1)
-            steps = torch.floor((p + 1.0) / float(kind["qtemp_beta"]))
-            r = r * (1.0 + kind["qtemp_alpha"] * torch.log(steps + 1.0))
-        return r
-
     def _lampe_positions(self, ctx, cfg):
         """LaMPE: for input length l, mapping length m = L / (1 + exp(-(a l + b))), rho =
         min(1, max(0, (m - s_local - s_sink) / (l - s_local - s_sink))) (1 when l <= s_local + s_sink),
@@ -489,17 +535,9 @@ class HorizonAttention(nn.Module):
                 for T in set(T_rows)}  # DIFF V2: the pair shares its output head's window
         W = torch.tensor([wins[T] for T in T_rows], dtype=torch.long, device=x.device)  # (B, H)
         t = ctx["t"]  # (B, Tn, Tk) distances p_i - p_j
-        # chunked attention (Llama 4): keys in the query's chunk of C positions, floor(p_j / C) = floor(p_i / C)
-        # (positions count from each document's start, as transformers' packing gives them)
-        C = int(kind["chunk"])
-        chunked = (ctx["q_pos"][:, :, None] // C == ctx["k_pos"][:, None, :] // C) if C > 0 else True
-        # sink tokens (StreamingLLM): the document's first S positions stay visible beside the window and chunk
-        S = int(kind["sink_tokens"])
-        sinks = ctx["k_pos"][:, None, :] < S if S > 0 else False
-        # prefix-LM: a document's first P positions attend to each other in both directions (ALiBi and
-        # scale-invariant read |t|); decoding needs the whole prefix in the first call
-        P = int(kind["prefix"])
-        prefix = (ctx["same_doc"] & (ctx["q_pos"][:, :, None] < P) & (ctx["k_pos"][:, None, :] < P)) if P > 0 else False
+        # chunks, sink tokens and the prefix (mask_parts); decoding needs the whole prefix in the first call
+        C, P = int(kind["chunk"]), int(kind["prefix"])
+        parts = mask_parts(kind, ctx)
         if P > 0 and ctx["past"] and bool(((ctx["q_pos"] < P) & ctx["q_valid"]).any()):
             raise ValueError(f"layer {self.layer_idx}: its prefix of {P} tokens attends bidirectionally; decode with a "
                              f"prompt of at least {P} tokens (Horizon refuses it too)")
@@ -528,13 +566,8 @@ class HorizonAttention(nn.Module):
         elif rotary:
             q, k = apply_rotary(q, ctx["q_pos"], inv, mscale), apply_rotary(k, ctx["k_pos"], inv, mscale)
 
-        # terms that do not depend on the head
-        tt = t.abs().to(torch.float64)  # |t|: a prefix's later keys read the distance both ways
-        a_t = m_t = None
-        if kind["logit"] == "scale_invariant":
-            # a_t = sqrt(2 ln(1 + t/tau) + 1), m_t = -2 ln(1 + t/tau)
-            lg = torch.log1p(tt / float(kind["tau"]))
-            a_t, m_t = torch.sqrt(2.0 * lg + 1.0), -2.0 * lg
+        # terms that do not depend on the head: |t|, scale-invariant's a_t and m_t
+        tt, a_t, m_t = distance_terms(kind, t)
         csum = torch.cumsum(log_f.to(torch.float64), dim=-1) if log_f is not None else None  # FoX: C = cumsum(log f)
         scale = 1.0 / math.sqrt(D)
 
@@ -543,8 +576,7 @@ class HorizonAttention(nn.Module):
         for h in range(H):
             g = h // G  # GQA: query head h reads kv head h // (H / Hkv)
             # mask: a real key of the query's document, not after it, and t < W_h when W_h > 0
-            w_h = W[:, h][:, None, None]
-            visible = (ctx["visible"] & ((((w_h == 0) | (t < w_h)) & chunked) | sinks)) | prefix  # (B, Tn, Tk)
+            visible = head_visible(ctx, parts, W[:, h][:, None, None])  # (B, Tn, Tk)
             # scores s_ij = scale * q_i . k_j
             if lampe is not None:
                 s_reg = [torch.matmul(qs[0][:, h], k_plain[:, g].transpose(-1, -2)),
@@ -556,13 +588,8 @@ class HorizonAttention(nn.Module):
             n_visible = visible.sum(-1, keepdim=True)  # (B, Tn, 1)
 
             # L = r_i * a_t * s * c_h + m_t - slope_h * t + (C_i - C_j)
-            coef = self._row_factor(ctx, n_visible)
-            bias = None
-            if a_t is not None:
-                coef, bias = coef * a_t, m_t
-            if self.slopes is not None:
-                # ALiBi: -slope_h * t
-                bias = -self.slopes[h] * tt if bias is None else bias - self.slopes[h] * tt
+            coef, bias = head_logit_terms(row_factor(kind, ctx, n_visible, self.config.train_length), a_t, m_t, tt,
+                                          self.slopes[h] if self.slopes is not None else None)
             logits = scores * coef.to(dt)
             if kind["logit"] == "logn":
                 logits = logits * (self.logn_c[h].to(dt) if kind["logn_learnable"] else float(kind["logn_c"]))
