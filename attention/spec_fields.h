@@ -3,7 +3,7 @@
 // which is also its config.json key in a HorizonForCausalLM export (layer_kinds.NAME.*, hf/horizon.cpp),
 // its role, range and documentation, and what Hugging Face's stock architectures (Llama, Mistral, Qwen2,
 // SmolLM3: hf/) do with a value other than its default. Everything per field is read from here: the recipe
-// (train/recipe.cpp: reader, writer, schema, checks; core/fields.h), the HorizonForCausalLM config and its
+// (train/recipe_yaml.cpp: reader, writer, schema, checks; core/fields.h), the HorizonForCausalLM config and its
 // table hf/remote/horizon_fields.json (hf/horizon.cpp), the stock export's refusals (hf/config.cpp) and
 // describe()'s toggles (spec.cpp). tests/attention/spec_fields_test.cpp holds the rows to the structs'
 // members, so a member without a row fails a test.
