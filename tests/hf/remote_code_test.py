@@ -1,5 +1,5 @@
 """Checks of HorizonForCausalLM (hf/remote/*.py) that need no Horizon: tiny random models written as an
-export would be (config.json with auto_map, model.safetensors, the two .py files) and loaded with
+export would be (config.json with auto_map, model.safetensors, the two .py files and horizon_fields.json) and loaded with
 AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True).
 
 Run: python tests/hf/remote_code_test.py   (exit 0 when every check passes, 1 otherwise)
@@ -18,7 +18,8 @@ and untied heads):
   5. a left-padded batch equals each sequence alone;
   6. packed documents (position_ids restarting at 0) equal each document alone; with a cache they are refused;
   7. float64 (model.double()) computes in float64 and its decoding equals its full forward to 1e-10;
-  8. the loss with labels is transformers' shifted mean cross-entropy; config.json round-trips.
+  8. the loss with labels is transformers' shifted mean cross-entropy; config.json round-trips; a layer-kind
+     value out of its field's range or type (horizon_fields.json) is refused naming the field.
 """
 import copy
 import json
