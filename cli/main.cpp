@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <unistd.h>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@
 #include "distributed/communicator.h"
 #include "distributed/context/layout.h"
 #include "eval/eval.h"
+#include "eval/lm_eval_export.h"
+#include "cli/flags.h"
 #include "study/evaluate_run.h"
 #include "study/hf_models.h"
 #include "train/checkpoint.h"
@@ -138,6 +141,28 @@ int cmd_train(const std::vector<std::string>& a) {
   });
 }
 
+// horizon eval RUN --export-lm-eval DIR: the needle grid the run's recipe (with the overrides) asks
+// for, as lm-eval-harness tasks (eval/lm_eval_export.h); the run is loaded, as horizon eval loads
+// it, for its recipe: its tokenizer, seed and lengths make the examples.
+int export_lm_eval(const std::string& target, const std::vector<std::string>& overrides, const std::string& dir) {
+  const hz::study::LoadedRun run = hz::study::load_run(target, overrides);
+  const hz::eval::EvalOptions eo = run.recipe.eval_options();
+  const hz::eval::LmEvalExport ex = hz::eval::needle_lm_eval_files(eo);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  HZ_CHECK(!ec && fs::is_directory(dir), hz::ValueError, dir, ": cannot make the lm-eval task folder",
+           ec ? ": " + ec.message() : std::string(" (a file of that name is in the way)"));
+  hz::write_files_atomic(dir, ex.files);
+  for (const auto& s : ex.skipped) fmt::print("skipped: {}\n", s);
+  fmt::print("wrote {} needle examples of {} as lm-eval tasks {} (group {}) to {}\n"
+             "run them (max_length: the longest length, so lm-eval cuts no prompt):\n"
+             "  lm_eval run --model hf --model_args pretrained=HF_EXPORT,trust_remote_code=True,max_length={} \\\n"
+             "    --tasks {} --include_path {} --log_samples --output_path OUT\n",
+             ex.examples, target, fmt::join(ex.tasks, ", "), hz::eval::kLmEvalNeedleGroup, dir,
+             *std::max_element(eo.lengths.begin(), eo.lengths.end()), hz::eval::kLmEvalNeedleGroup, dir);
+  return 0;
+}
+
 int cmd_eval(const std::vector<std::string>& a) {
   if (a.size() < 2 || wants_help(a)) {
     fmt::print("{}", "usage: horizon eval RUN_DIR|CHECKPOINT.h5 [key=value ...]\n"
@@ -145,14 +170,21 @@ int cmd_eval(const std::vector<std::string>& a) {
                "  eval.rope_scaling=yarn  eval.swan_a=362  eval.drope_c=0.4  eval.fit_drope_c=[0,0.2,0.4]\n"
                "  eval.lampe=true  eval.batches=8  eval.fit_swan_a=[64,362]  eval.probe_sequences=16\n"
                "  eval.needle_tasks=[passkey,niah_multikey_1] eval.needle_samples=5 eval.needle_format=short\n"
+               "  eval.needle_per_example=true (every needle example's output: needles_examples.jsonl)\n"
                "  Writes eval.csv, eval.json, nll_by_position.csv, eval_recipe.yaml (the recipe with these overrides;\n"
                "  horizon report names the run by it) (+ needles, probes, fits) to the run dir.\n"
+               "  --export-lm-eval DIR: evaluate nothing; write the needle grid these overrides ask for (the same\n"
+               "  examples) as lm-eval-harness tasks to DIR (group horizon_needles; docs/needles.md).\n"
                "  mpirun -np N horizon eval ...: each sequence split over the N ranks (lengths one rank cannot hold).\n");
     return a.size() < 2 ? 2 : 0;
   }
+  const hz::cli::Flags f = hz::cli::parse_flags(a, {"export-lm-eval"});
+  HZ_CHECK(!f.positional.empty(), hz::ValueError, "horizon eval: no run directory or checkpoint given; see --help");
+  const std::vector<std::string> overrides(f.positional.begin() + 1, f.positional.end());
+  if (f.has("export-lm-eval")) return export_lm_eval(f.positional[0], overrides, f.get("export-lm-eval"));
   // Under mpirun -np N every rank loads the run and each evaluated sequence is split over the N
   // ranks (context parallelism); rank 0 prints and writes the results.
-  hz::study::LoadedRun run = hz::study::load_run(a[1], std::vector<std::string>(a.begin() + 2, a.end()));
+  hz::study::LoadedRun run = hz::study::load_run(f.positional[0], overrides);
   std::unique_ptr<hz::dist::Communicator> comm = ranks_communicator(run.recipe.run.device);
   const bool lead = comm->rank() == 0;
   return on_every_rank(*comm, [&] {

@@ -13,60 +13,74 @@
 
 namespace hz::eval {
 
-NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o) {
-  NeedleReport rep;
-  if (o.needles.tasks.empty()) return rep;
+void for_each_needle_cell(const data::Tokenizer& tok, const EvalOptions& o,
+                          const std::function<void(const std::vector<NeedleItem>&)>& cell,
+                          std::vector<std::string>& skipped) {
   HZ_CHECK(o.needles.samples >= 1, ValueError, "needles: samples per cell must be >= 1");
-  const auto tok = data::make_tokenizer(o.tokenizer);
-  const data::NeedleFormat fmt_ = o.needles.format;
   const auto& verses = data::bible_verses();
   for (const std::string& given : o.needles.tasks) {
     const data::NeedleTask task = data::parse_needle_task(given);
     const std::string tname = data::name(task);  // an earlier name reports under the current one
     for (int64_t L : o.lengths) {
       for (size_t di = 0; di < o.needles.depths.size(); ++di) {
-        NeedleCell cell;
-        cell.task = tname;
-        cell.length = L;
-        cell.depth = o.needles.depths[di];
-        double score_sum = 0;
+        std::vector<NeedleItem> items;
         bool skip = false;
-        for (int64_t s = 0; s < o.needles.samples && !skip; ++s) {
+        for (int64_t s = 0; s < o.needles.samples; ++s) {
           const uint64_t stream = static_cast<uint64_t>(task) * 1000000000ull + static_cast<uint64_t>(L) * 10000ull +
                                   di * 100ull + static_cast<uint64_t>(s);
           Generator g(o.seed + 104729, stream);
           // the budget depends on the answer, drawn inside make_needle: size it on a copy first
           Generator probe = g;
-          data::NeedleExample ex;
+          NeedleItem it{tname, L, s, o.needles.depths[di], {}, 0};
           try {
-            ex = data::make_needle(*tok, verses, task, fmt_, probe, L, cell.depth, 0);
-            const int64_t budget = static_cast<int64_t>(ex.answer.size()) + 4;
-            ex = data::make_needle(*tok, verses, task, fmt_, g, L, cell.depth, budget);
+            it.example = data::make_needle(tok, verses, task, o.needles.format, probe, L, it.depth, 0);
+            it.max_new_tokens = static_cast<int64_t>(it.example.answer.size()) + 4;
+            it.example = data::make_needle(tok, verses, task, o.needles.format, g, L, it.depth, it.max_new_tokens);
           } catch (const ValueError& e) {
-            rep.skipped.push_back(fmt::format("{} at length {}: {}", tname, L, e.what()));
+            skipped.push_back(fmt::format("{} at length {}: {}", tname, L, e.what()));
             skip = true;
             break;
           }
-          GenerateOptions go;
-          go.max_new_tokens = static_cast<int64_t>(ex.answer.size()) + 4;
-          go.stop_token = tok->eos();
-          go.train_len = o.train_len;
-          go.inference = o.inference;
-          const Generation gen = generate(m, ex.prompt, go);
-          const std::string out = tok->decode(gen.tokens);
-          const double sc = data::needle_score(out, ex.answers);
-          score_sum += sc;
-          cell.correct += sc == 1.0;
-          ++cell.samples;
-          if (s == 0)
-            rep.samples.push_back({tname, L, static_cast<int64_t>(ex.prompt.size()), cell.depth, ex.answers, out});
+          items.push_back(std::move(it));
         }
-        if (skip) break;
-        cell.score = score_sum / std::max<int64_t>(1, cell.samples);
-        rep.cells.push_back(cell);
+        if (skip) break;  // the pair is too short: no cell of it
+        cell(items);
       }
     }
   }
+}
+
+NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o) {
+  NeedleReport rep;
+  if (o.needles.tasks.empty()) return rep;
+  const auto tok = data::make_tokenizer(o.tokenizer);
+  for_each_needle_cell(*tok, o, [&](const std::vector<NeedleItem>& items) {
+    NeedleCell cell;
+    cell.task = items.front().task;
+    cell.length = items.front().length;
+    cell.depth = items.front().depth;
+    double score_sum = 0;
+    for (const NeedleItem& it : items) {
+      GenerateOptions go;
+      go.max_new_tokens = it.max_new_tokens;
+      go.stop_token = tok->eos();
+      go.train_len = o.train_len;
+      go.inference = o.inference;
+      const Generation gen = generate(m, it.example.prompt, go);
+      const std::string out = tok->decode(gen.tokens);
+      const double sc = data::needle_score(out, it.example.answers);
+      score_sum += sc;
+      cell.correct += sc == 1.0;
+      ++cell.samples;
+      if (it.sample == 0)
+        rep.samples.push_back({it.task, it.length, static_cast<int64_t>(it.example.prompt.size()), it.depth,
+                               it.example.answers, out});
+      if (o.needles.per_example)
+        rep.results.push_back({it.task, it.length, it.sample, it.depth, it.example.answers, out, gen.tokens, sc});
+    }
+    cell.score = score_sum / std::max<int64_t>(1, cell.samples);
+    rep.cells.push_back(cell);
+  }, rep.skipped);
   return rep;
 }
 
@@ -130,8 +144,19 @@ FileSet needle_files(const NeedleReport& r) {
                              {"answers", s.answers}, {"output", s.output}});
   j["skipped"] = r.skipped;
   j["effective_length"] = effective_lengths(r);
-  return {{"needles.csv", csv.str()},
-          {"needles.json", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"}};
+  FileSet files{{"needles.csv", csv.str()},
+                {"needles.json", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"}};
+  if (!r.results.empty()) {
+    // one line per example, keyed as needle_lm_eval_files keys its rows (task, length, depth, sample)
+    std::string lines;
+    for (const auto& e : r.results)
+      lines += nlohmann::json{{"task", e.task}, {"length", e.length}, {"depth", e.depth}, {"sample", e.sample},
+                              {"outputs", e.answers}, {"output", e.output}, {"output_tokens", e.output_tokens}, {"score", e.score},
+                              {"correct", e.score == 1.0}}
+                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    files.emplace_back("needles_examples.jsonl", lines);
+  }
+  return files;
 }
 
 void write_needles(const NeedleReport& r, const std::string& dir) {

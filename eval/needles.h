@@ -6,6 +6,7 @@
 // token count + 4, reserved inside the length, so prompt + answer never exceed it.
 #pragma once
 #include "core/file.h"
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,11 +33,40 @@ struct NeedleSample {     // the first example of each cell, for reading what th
   std::string output;
 };
 
+struct NeedleResult {     // every example, with eval.needle_per_example (needles_examples.jsonl)
+  std::string task;
+  int64_t length = 0, sample = 0;
+  double depth = 0;
+  std::vector<std::string> answers;
+  std::string output;
+  std::vector<int32_t> output_tokens;  // what the model generated (output is their decoding)
+  double score = 0;       // share of the answers contained; correct when 1
+};
+
 struct NeedleReport {
   std::vector<NeedleCell> cells;
   std::vector<NeedleSample> samples;
+  std::vector<NeedleResult> results;  // empty unless o.needles.per_example
   std::vector<std::string> skipped;  // (task, length) pairs too short for the task, with why
 };
+
+// One example of the grid as horizon eval answers it: its cell, its index there, and the decoding
+// budget (the canonical answer's token count + 4).
+struct NeedleItem {
+  std::string task;        // the current name (an earlier name given reports under it)
+  int64_t length = 0, sample = 0;
+  double depth = 0;
+  data::NeedleExample example;
+  int64_t max_new_tokens = 0;
+};
+
+// The grid's examples in evaluation order (task, length, depth, sample), one cell at a time: `cell`
+// gets each cell's examples. A (task, length) pair whose prompt cannot fit is appended to `skipped`
+// (with why) and its depths passed over. evaluate_needles answers exactly these examples, and
+// needle_lm_eval_files (eval/lm_eval_export.h) writes them for lm-eval-harness.
+void for_each_needle_cell(const data::Tokenizer& tok, const EvalOptions& o,
+                          const std::function<void(const std::vector<NeedleItem>&)>& cell,
+                          std::vector<std::string>& skipped);
 
 NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o);
 
@@ -50,7 +80,8 @@ int64_t effective_length(const std::map<int64_t, double>& accuracy_by_length);
 std::map<std::string, int64_t> effective_lengths(const NeedleReport& r);
 
 std::string needle_table(const NeedleReport& r);
-FileSet needle_files(const NeedleReport& r);  // needles.csv, needles.json; none without cells
+// needles.csv, needles.json (+ needles_examples.jsonl with per-example results); none without cells
+FileSet needle_files(const NeedleReport& r);
 void write_needles(const NeedleReport& r, const std::string& dir);
 
 }  // namespace hz::eval

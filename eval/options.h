@@ -36,6 +36,7 @@ struct NeedleOptions {
   int64_t samples = 0;             // examples per (task, length, depth) cell
   std::vector<double> depths{0.0, 0.25, 0.5, 0.75, 1.0};
   data::NeedleFormat format = data::NeedleFormat::Ruler;  // RULER's wording | the same facts in fewer tokens
+  bool per_example = false;        // every example's output and score (needles_examples.jsonl)
 };
 
 struct EvalOptions {

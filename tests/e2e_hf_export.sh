@@ -21,7 +21,8 @@
 #   inference  inference-time options (`horizon score eval.X=...` against the export with the same edit
 #              in its config.json): YaRN, dynamic NTK, LongRoPE, LaMPE, DroPE's c, SWAN's a
 #   lm_eval    tests/hf/lm_eval_check.py runs lm-eval-harness on the FoX export with local tasks and
-#              compares every request with `horizon score` / `horizon generate`
+#              compares every request with `horizon score` / `horizon generate`, and the needle grid
+#              `horizon eval --export-lm-eval` writes with `horizon eval`'s answers, example by example
 # Needs PyTorch, transformers and lm-eval (HZ_TEST_PYTHON, made by scripts/test.sh): exit 77 (skipped)
 # without them, a failure with HZ_REQUIRE_PYPI=1.
 set -euo pipefail
