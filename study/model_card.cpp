@@ -123,14 +123,14 @@ std::string training_section(const LoadedRun& run, const json& results) {
 std::string recipe_section(const LoadedRun& run) {
   std::string text;
   const std::string path = run.run_dir + "/config.yaml";
-  std::string source = "the run's `config.yaml`, the fully resolved recipe";
+  std::string source = "The run's `config.yaml`, the fully resolved recipe (`horizon train config.yaml` repeats the run)";
   if (!read_file_capped(path, kMaxRecipeBytes, text).empty()) {
-    text = train::to_yaml(run.recipe);  // a checkpoint outside its run: the recipe it carries
-    source = "the recipe the checkpoint carries (no config.yaml beside it)";
+    text = train::to_yaml(run.recipe);  // a checkpoint outside its run, a Hugging Face directory
+    source = "The recipe Horizon resolved for the exported model (no config.yaml beside it)";
   }
   if (!text.empty() && text.back() != '\n') text += '\n';
   const std::string fence = fence_for(text);
-  return "## Recipe\n\n" + source + " (`horizon train config.yaml` repeats the run):\n\n" + fence + "yaml\n" + text +
+  return "## Recipe\n\n" + source + ":\n\n" + fence + "yaml\n" + text +
          fence + "\n\n";
 }
 
@@ -140,7 +140,9 @@ std::string evaluation_section(const LoadedRun& run, const json& results) {
   const bool lengths = results.contains("lengths") && !results["lengths"].empty();
   const bool needles = !results["needles"].empty();
   if (!lengths && !needles) {
-    md << "Not evaluated (run `horizon eval " << run.run_dir << "`).\n\n";
+    // a run directory, else what was exported (a checkpoint or a Hugging Face directory) is what horizon eval takes
+    const bool is_run = fs::exists(run.run_dir + "/config.yaml");
+    md << "Not evaluated (run `horizon eval " << (is_run ? run.run_dir : run.checkpoint) << "`).\n\n";
     return md.str();
   }
   const std::string latest = train::find_latest_checkpoint(run.run_dir + "/checkpoints");

@@ -166,6 +166,11 @@ TEST(HubExport, UnevaluatedRunsAndDamagedResults) {
   EXPECT_TRUE(has(card, "\nlicense: other\n")) << card;
   EXPECT_TRUE(has(card, "**License: not set.**")) << card;
   EXPECT_TRUE(has(card, "Not evaluated (run `horizon eval " + run + "`)")) << card;
+  // the export exported again: a Hugging Face directory is what horizon eval takes, no run directory
+  export_run(root + "/hf", root + "/again", 5000000000ull);
+  const std::string again = read_text(root + "/again/README.md");
+  EXPECT_TRUE(has(again, "Not evaluated (run `horizon eval " + root + "/hf`)")) << again;
+  EXPECT_TRUE(has(again, "steps and tokens seen: not recorded")) << again;
 
   // an eval.json that is not what horizon eval writes: refused by name, nothing written
   std::ofstream(run + "/eval.json") << "{\"lengths\": [{\"length\": 32, \"loss\": \"low\"}]}";
