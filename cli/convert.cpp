@@ -3,8 +3,9 @@
 //       config.json + *.safetensors -> a Horizon checkpoint (step 0) whose recipe carries the
 //       imported model; prints how every config.json field was used.
 //   horizon convert to-hf CKPT|RUN_DIR|HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--max-shard-size 5GB]
-//                         [--remote-code | --stock]
-//       -> config.json + model.safetensors (sharded above the size) + tokenizer, for transformers: a
+//                         [--remote-code | --stock] [--license ID]
+//       -> config.json + generation_config.json + model.safetensors (sharded above the size) +
+//       tokenizer + README.md (the model card, study/model_card.h), for transformers and the Hub: a
 //       stock architecture where one expresses the model, else HorizonForCausalLM with its code.
 #include "cli/convert.h"
 
@@ -17,6 +18,7 @@
 #include "hf/hf.h"
 #include "study/hf_models.h"
 #include "study/load_run.h"
+#include "study/model_card.h"
 #include "train/checkpoint.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -33,7 +35,7 @@ void usage() {
   fmt::print(
       "usage: horizon convert hf HF_DIR OUT.h5 [key=value ...]\n"
       "       horizon convert to-hf CKPT|RUN_DIR|HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--max-shard-size 5GB]\n"
-      "                             [--remote-code | --stock]\n\n"
+      "                             [--remote-code | --stock] [--license ID]\n\n"
       "  hf     imports a Hugging Face directory ({}),\n"
       "         or one Horizon exported as {} (config.json + model.safetensors or shards) into a\n"
       "         Horizon checkpoint at step 0 (usable by horizon eval / score and checkpoint.init_from); the\n"
@@ -45,7 +47,10 @@ void usage() {
       "         load it with from_pretrained(OUT_DIR, trust_remote_code=True). --remote-code: always\n"
       "         {}; --stock: refuse, naming the reasons, what no stock architecture\n"
       "         expresses. --dtype: storage of the weights (default f32); --max-shard-size: shard above\n"
-      "         it (default 5GB). OUT_DIR must be new.\n",
+      "         it (default 5GB; model-0000k-of-0000n.safetensors + model.safetensors.index.json). Also\n"
+      "         writes generation_config.json and README.md, the Hub's model card (recipe, layer kinds,\n"
+      "         tokens seen, eval.json's results); --license: its license (the Hub's identifier, e.g.\n"
+      "         apache-2.0; default other, to be set before publishing). OUT_DIR must be new.\n",
       stock, arch.back(), arch.back(), arch.back());
 }
 
@@ -89,6 +94,7 @@ int convert_to_hf(const std::vector<std::string>& a) {
   }
   const std::string src = a[2], out = a[3];
   hf::ExportOptions opt;
+  study::CardOptions card;
   for (size_t i = 4; i < a.size(); ++i) {
     if (a[i] == "--dtype" && i + 1 < a.size()) {
       opt.store = io::parse_store_as(a[++i]);
@@ -99,6 +105,9 @@ int convert_to_hf(const std::vector<std::string>& a) {
       opt.target = hf::ExportTarget::Stock;
     } else if (a[i] == "--max-shard-size" && i + 1 < a.size()) {
       opt.max_shard_bytes = io::parse_byte_size(a[++i]);
+    } else if (a[i] == "--license" && i + 1 < a.size()) {
+      card.license = a[++i];
+      study::check_license_id(card.license);
     } else {
       fmt::print(stderr, "horizon convert to-hf: unknown option '{}'\n", a[i]);
       usage();
@@ -106,6 +115,7 @@ int convert_to_hf(const std::vector<std::string>& a) {
     }
   }
   study::LoadedRun run = study::load_run(src, {});
+  opt.model_card = [&](const std::string& architecture) { return study::model_card(run, architecture, card); };
   const hf::ExportReport rep =
       hf::export_dir(run.model->cfg, run.model->state_dict(), run.recipe.data.tokenizer, out, opt);
   fmt::print("exported {} (step {}) as {}\n", run.checkpoint, run.step, rep.architecture);

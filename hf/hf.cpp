@@ -230,10 +230,20 @@ std::string utf8(uint32_t c) {
 
 const char* const kByteSpecials[] = {"<|horizon_bos|>", "<|horizon_eos|>", "<|horizon_pad|>"};
 
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p);
-  out << text;
-  if (!out) throw HfError(p.string() + ": write failed; check free disk space and permissions");
+// Every file of an export is written whole or not at all (core/file.h), as its weights are.
+void write_text(const fs::path& p, const std::string& text) { write_file_atomic(p.string(), text); }
+
+// generation_config.json as transformers' GenerationConfig.from_model_config writes it: the special
+// token ids exactly as the exported config.json has them (a null one left out), nothing else, so
+// generate() decodes greedily as `horizon generate` does unless the call asks otherwise.
+std::string generation_config(const std::string& config_json) {
+  const json c = json::parse(config_json);
+  json g = json::object();
+  g["_from_model_config"] = true;
+  for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (c.contains(k) && !c[k].is_null()) g[k] = c[k];
+  if (c.contains("transformers_version")) g["transformers_version"] = c["transformers_version"];
+  return g.dump(2) + "\n";
 }
 
 // The tokenizer_config.json / special_tokens_map.json beside an exported tokenizer file, rewritten
@@ -366,6 +376,7 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
   std::error_code ec;
   if (fs::exists(d, ec) && !(fs::is_directory(d, ec) && fs::is_empty(d, ec)))
     throw HfError(out_dir + ": exists and is not an empty directory; export into a new directory");
+  const std::string card = opt.model_card ? opt.model_card(rep.architecture) : std::string();
 
   std::map<std::string, Tensor> hf;
   const auto shapes = parameter_shapes(c);
@@ -384,6 +395,12 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
   rep.files = io::save_safetensors_dir(out_dir, hf, {{"format", "pt"}}, opt.store, opt.max_shard_bytes);
   write_text(d / "config.json", config);
   rep.files.push_back((d / "config.json").string());
+  write_text(d / "generation_config.json", generation_config(config));
+  rep.files.push_back((d / "generation_config.json").string());
+  if (!card.empty()) {
+    write_text(d / "README.md", card);
+    rep.files.push_back((d / "README.md").string());
+  }
   if (horizon) {
     write_text(d / "configuration_horizon.py", configuration_horizon_py());
     write_text(d / "modeling_horizon.py", modeling_horizon_py());
@@ -421,8 +438,13 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
   } else {
     const fs::path src(tokenizer);
     const std::string name = src.extension() == ".model" ? "tokenizer.model" : "tokenizer.json";
-    fs::copy_file(src, d / name, fs::copy_options::overwrite_existing, ec);
-    if (ec) throw HfError(out_dir + ": cannot copy the tokenizer " + tokenizer + ": " + ec.message());
+    const fs::path tmp = d / (name + ".tmp");  // complete or absent, as every file of the export
+    fs::copy_file(src, tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::rename(tmp, d / name, ec);
+    if (ec) {
+      fs::remove(tmp, ec);
+      throw HfError(out_dir + ": cannot copy the tokenizer " + tokenizer + ": " + ec.message());
+    }
     rep.files.push_back((d / name).string());
     // the files beside it rewritten with what Horizon understands, never copied: an auto_map there
     // would make the export run another repository's code

@@ -11,6 +11,7 @@
 // architecture has and Horizon does not) and the tokenizer.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -57,15 +58,20 @@ enum class ExportTarget : uint8_t { Auto, Stock, Horizon };
 struct ExportOptions {
   ExportTarget target = ExportTarget::Auto;
   io::StoreAs store = io::StoreAs::F32;
-  uint64_t max_shard_bytes = 5000000000ull;  // transformers' default "5GB"
+  uint64_t max_shard_bytes = 5000000000ull;  // transformers 4's default "5GB" (the Hub's advice per file)
+  // README.md, the Hub's model card (study/model_card.h), made from the architecture chosen before
+  // anything is written (so a card that cannot be made leaves no directory); empty = none
+  std::function<std::string(const std::string& architecture)> model_card;
 };
 
-// Writes config.json, the weights (Hugging Face names; zero biases where the architecture has
-// them and Horizon does not) and, when `tokenizer` is "byte", a tokenizer.json +
-// tokenizer_config.json reproducing Horizon's byte tokenizer (a tokenizer.json / .model path is
+// Writes config.json, generation_config.json (the special token ids of config.json), the weights
+// (Hugging Face names; zero biases where the architecture has them and Horizon does not; sharded
+// above opt.max_shard_bytes, io/safetensors.h), opt.model_card as README.md and, when `tokenizer`
+// is "byte", a tokenizer.json + tokenizer_config.json reproducing Horizon's byte tokenizer (a tokenizer.json / .model path is
 // copied, its tokenizer_config.json / special_tokens_map.json rewritten with the keys Horizon reads:
 // the rest, an auto_map above all, left out and named in the report's warnings; "" writes none).
-// `out_dir` must not exist or be empty.
+// `out_dir` must not exist or be empty. Every file is written atomically (core/file.h); nothing
+// written refers to a path outside `out_dir` (push_to_hub uploads the directory as it is).
 ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Tensor>& weights,
                         const std::string& tokenizer, const std::string& out_dir, const ExportOptions& opt = {});
 

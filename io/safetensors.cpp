@@ -16,6 +16,7 @@
 #include <set>
 
 #include "core/bf16.h"
+#include "core/file.h"
 #include "core/json_guard.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; port safetensors.cpp first");
@@ -575,8 +576,13 @@ std::vector<std::string> save_safetensors_dir(const std::string& dir, const std:
     written.push_back(p);
     return written;
   }
+  // as transformers' save_pretrained writes it (json.dumps(index, indent=2, sort_keys=True) + "\n"):
+  // metadata.total_parameters (the stored tensors' elements: the model's parameters, the tied head
+  // not stored) and total_size (their bytes), weight_map in name order
+  uint64_t params = 0;
+  for (const auto& e : enc) params += static_cast<uint64_t>(shape_numel(e.shape));
   nlohmann::ordered_json index;
-  index["metadata"] = {{"total_size", total}};
+  index["metadata"] = {{"total_parameters", params}, {"total_size", total}};
   nlohmann::ordered_json wm = nlohmann::ordered_json::object();
   const size_t n = shards.size();
   for (size_t k = 0; k < n; ++k) {
@@ -589,12 +595,7 @@ std::vector<std::string> save_safetensors_dir(const std::string& dir, const std:
   }
   index["weight_map"] = wm;
   const std::string ip = (fs::path(dir) / "model.safetensors.index.json").string();
-  {
-    std::ofstream out(ip + ".tmp");
-    out << index.dump(2) << "\n";
-    if (!out) throw SafetensorsError(ip + ": write failed; check free disk space");
-  }
-  if (std::rename((ip + ".tmp").c_str(), ip.c_str()) != 0) throw SafetensorsError(ip + ": cannot rename: " + errno_text());
+  hz::write_file_atomic(ip, index.dump(2) + "\n");  // core/file.h; the shards are whole before the index names them
   written.push_back(ip);
   return written;
 }

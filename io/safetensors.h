@@ -112,8 +112,11 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
                       StoreAs store = StoreAs::Native);
 
 // Writes model.safetensors, or, when the stored bytes exceed max_shard_bytes, shards named
-// model-0000k-of-0000n.safetensors (tensors in name order, greedily) plus
-// model.safetensors.index.json (metadata.total_size = stored tensor bytes). Returns the files.
+// model-0000k-of-0000n.safetensors (tensors in name order, greedily; a tensor is never split, one
+// larger than the limit gets a shard of its own) plus model.safetensors.index.json as transformers'
+// save_pretrained writes it (metadata.total_parameters = stored elements, metadata.total_size =
+// stored tensor bytes, weight_map in name order, 2-space indent), after the shards, each file
+// atomically. Returns the files.
 std::vector<std::string> save_safetensors_dir(const std::string& dir, const std::map<std::string, Tensor>& tensors,
                                               const std::map<std::string, std::string>& metadata,
                                               StoreAs store, uint64_t max_shard_bytes);

@@ -57,6 +57,7 @@ void load_horizon_run(const std::string& target, const std::vector<std::string>&
   };
   const train::CheckpointData ck = train::load_checkpoint(lr.checkpoint, opt);
   lr.step = ck.step;
+  lr.tokens_seen = ck.tokens_seen;
   lr.model->load_state_dict(ck.model, /*strict=*/true, lr.checkpoint);
 }
 }  // namespace

@@ -17,6 +17,7 @@ struct LoadedRun {
   std::unique_ptr<nn::Transformer> model;
   std::string run_dir, checkpoint;
   int64_t step = 0;
+  int64_t tokens_seen = 0;        // training tokens up to the checkpoint (0 for a Hugging Face directory)
   bool results_written = false;  // set by evaluate_run: false when run_dir is read-only (published checkpoints)
 };
 LoadedRun load_run(const std::string& run_dir_or_checkpoint, const std::vector<std::string>& overrides);

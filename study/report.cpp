@@ -429,6 +429,19 @@ std::string seed_groups(json& data, const std::set<int64_t>& all_lengths) {
 }
 }  // namespace
 
+std::map<std::string, std::map<int64_t, double>> needle_accuracy(const json& needles) {
+  std::map<std::string, std::map<int64_t, std::pair<double, int>>> acc;
+  for (const auto& c : needles) {
+    auto& a = acc[c["task"].get<std::string>()][c["length"].get<int64_t>()];
+    a.first += c["accuracy"].get<double>();
+    a.second += 1;
+  }
+  std::map<std::string, std::map<int64_t, double>> mean;
+  for (const auto& [task, byL] : acc)
+    for (const auto& [L, a] : byL) mean[task][L] = a.first / a.second;
+  return mean;
+}
+
 json read_run_results(const std::string& dir) {
   json run;
   // training curve: a line that is not JSON (one cut short when training stopped) holds no point; a
@@ -651,16 +664,8 @@ std::string needles_section(json& data, const std::set<int64_t>& all_lengths) {
   md << "---|\n";
   json data_effective = json::object();
   for (const auto& run : data["runs"]) {
-    std::map<std::string, std::map<int64_t, std::pair<double, int>>> acc;
-    for (const auto& c : run["needles"]) {
-      auto& a = acc[c["task"].get<std::string>()][c["length"].get<int64_t>()];
-      a.first += c["accuracy"].get<double>();
-      a.second += 1;
-    }
-    for (const auto& [task, byL] : acc) {
+    for (const auto& [task, mean] : needle_accuracy(run["needles"])) {
       md << "| " << run["name"].get<std::string>() << " | " << task << " |";
-      std::map<int64_t, double> mean;
-      for (const auto& [L, a] : byL) mean[L] = a.first / a.second;
       for (int64_t L : all_lengths) {
         auto it = mean.find(L);
         md << " " << (it == mean.end() ? std::string("-") : fmt::format("{:.0f}%", 100.0 * it->second)) << " |";

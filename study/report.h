@@ -22,6 +22,8 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +50,9 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
 // swan_fit): every value checked, at most 1 GiB per file; a ValueError names the file, the line and
 // what is wrong. A line of metrics.jsonl that is not JSON (cut short when training stopped) is skipped.
 nlohmann::json read_run_results(const std::string& dir);
+// Needle accuracy per task and length as the report shows it (read_run_results' "needles"): the mean
+// over depths of the cells' accuracies; eval::effective_length of a task's row is its effective length.
+std::map<std::string, std::map<int64_t, double>> needle_accuracy(const nlohmann::json& needles);
 // The mean of v and the half-width of its 95% confidence interval (Student's t, n - 1 degrees of
 // freedom; 0 for a single value).
 std::pair<double, double> mean_ci95(const std::vector<double>& v);

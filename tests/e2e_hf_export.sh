@@ -19,7 +19,9 @@
 #              generate() with the cache, a left-padded batch and packed position_ids.
 #              HZ_HF_EXPORT_ALL=1 holds every recipe to Horizon, not one per signature.
 #   inference  inference-time options (`horizon score eval.X=...` against the export with the same edit
-#              in its config.json): YaRN, dynamic NTK, LongRoPE, LaMPE, DroPE's c, SWAN's a
+#              in its config.json): YaRN, dynamic NTK, LongRoPE, LaMPE, DroPE's c, SWAN's a; and the
+#              Hub's layout: sharded exports (--max-shard-size) loaded offline against the single file,
+#              with their index, tokenizer, generation_config.json and model card (compare_exports.py --sharded)
 #   lm_eval    tests/hf/lm_eval_check.py runs lm-eval-harness on the FoX export with local tasks and
 #              compares every request with `horizon score` / `horizon generate`, and the needle grid
 #              `horizon eval --export-lm-eval` writes with `horizon eval`'s answers, example by example
@@ -156,6 +158,16 @@ if want inference; then
   inference_case pretrain_swan swan_a 362 eval.swan_a=362
   "$PY" "$SRC/tests/hf/compare_inference.py" --cases "$OUT/inference_cases.txt"  # one process: torch imported once
   echo "e2e hf export: inference-time options OK"
+  # the Hub's layout: the same runs exported in shards of 4 MB (a stock and a HorizonForCausalLM one),
+  # loaded offline from a copy of the folder alone, against the single-file exports
+  : > "$OUT/hub_cases.txt"
+  for n in pretrain_rope drope_recalibrate; do
+    "$HZ" convert to-hf "$OUT/runs/$n" "$OUT/hf/${n}_sharded" --max-shard-size 4MB > /dev/null
+    echo "$OUT/hf/$n $OUT/hf/${n}_sharded 4000000 $OUT/$n.ids1" >> "$OUT/hub_cases.txt"
+  done
+  # (stdin closed: a trust_remote_code question transformers would ask fails instead of waiting)
+  HF_HUB_OFFLINE=1 "$PY" "$SRC/tests/hf/compare_exports.py" --sharded "$OUT/hub_cases.txt" < /dev/null
+  echo "e2e hf export: sharded exports OK"
 fi
 # lm-eval-harness on one export (FoX: HorizonForCausalLM), offline, against horizon score / generate
 if want lm_eval; then

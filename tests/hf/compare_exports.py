@@ -1,6 +1,17 @@
 """Loads Horizon exports with transformers and checks they compute what Horizon computed.
 
-Usage: compare_exports.py MANIFEST, one line per export: NAME ARCHITECTURE DIR, where DIR holds the
+Usage: compare_exports.py MANIFEST | --sharded CASES
+
+--sharded CASES, one line per case: PLAIN SHARDED MAX_SHARD_BYTES IDS, two exports of one run (the
+default size and `--max-shard-size`): the sharded folder, copied elsewhere and loaded offline
+(HF_HUB_OFFLINE=1) as a Hub user gets it, gives the plain one's logits exactly; its index has the
+metadata and weight_map transformers' own save_pretrained writes for that model at that size; its
+tokenizer loads with AutoTokenizer (trust_remote_code only for HorizonForCausalLM) and encodes as the
+plain one's;
+GenerationConfig.from_pretrained reads config.json's token ids from generation_config.json; and the
+model card's front matter is what huggingface_hub's ModelCard reads (license, library_name, pipeline_tag).
+
+MANIFEST: one line per export: NAME ARCHITECTURE DIR, where DIR holds the
 export and what tests/e2e_hf_export.sh wrote beside it: ids_T.txt / ids_4T.txt (token ids),
 horizon_T.safetensors, horizon_4T.safetensors, horizon_T_f64.safetensors (Horizon's logits, tensor
 "logits") and horizon_generate.json (`horizon generate --json`: prompt_tokens, tokens, capacity).
@@ -13,7 +24,10 @@ keep RMSNorm and the rotary tables in float32 even in a float64 model, so theirs
 packed with position_ids that restart at 0 give each document's logits alone.
 """
 import json
+import os
+import shutil
 import sys
+import tempfile
 
 import torch
 from safetensors.torch import load_file
@@ -123,7 +137,66 @@ def check(name, arch, d):
     return failures
 
 
+def check_sharded(plain, sharded, max_shard, ids_path):
+    from huggingface_hub import ModelCard
+    from transformers import AutoTokenizer, GenerationConfig
+
+    failures = []
+    with open(f"{sharded}/model.safetensors.index.json") as f:
+        index = json.load(f)
+    shards = sorted(set(index["weight_map"].values()))
+    if len(shards) < 2 or os.path.exists(f"{sharded}/model.safetensors"):
+        failures.append(f"expected several shards and no model.safetensors, got {shards}")
+    with tempfile.TemporaryDirectory() as tmp:
+        # the folder alone, elsewhere: nothing in it may point back at the run or the export's place
+        hub = shutil.copytree(sharded, f"{tmp}/hub")
+        ids = ids_of(ids_path)
+        want = logits(AutoModelForCausalLM.from_pretrained(plain, trust_remote_code=True), ids, torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(hub, trust_remote_code=True)
+        model.eval()
+        got = logits(model, ids, torch.float32)
+        if not torch.equal(got, want):
+            failures.append(f"sharded logits differ from the single file's: {rel_err(got, want):.2e}")
+        # the index transformers writes for this model at this size
+        model.save_pretrained(f"{tmp}/resaved", max_shard_size=max_shard)
+        with open(f"{tmp}/resaved/model.safetensors.index.json") as f:
+            theirs = json.load(f)
+        if theirs["metadata"] != index["metadata"]:
+            failures.append(f"index metadata {index['metadata']} != transformers' {theirs['metadata']}")
+        if sorted(theirs["weight_map"]) != sorted(index["weight_map"]):
+            failures.append("the index's tensors are not the ones transformers saves")
+        # AutoTokenizer reads config.json: a HorizonForCausalLM's model type is its own code's, so it takes
+        # trust_remote_code=True as the model does (without it transformers asks on stdin); a stock one needs none
+        with open(f"{hub}/config.json") as f:
+            remote = "auto_map" in json.load(f)
+        text = "In the beginning God created the heaven and the earth."
+        tok = AutoTokenizer.from_pretrained(hub, trust_remote_code=True) if remote else AutoTokenizer.from_pretrained(hub)
+        tok_plain = AutoTokenizer.from_pretrained(plain, trust_remote_code=True)
+        if tok(text)["input_ids"] != tok_plain(text)["input_ids"]:
+            failures.append("the sharded folder's tokenizer encodes differently")
+        gen = GenerationConfig.from_pretrained(hub)
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if getattr(gen, key) != getattr(model.config, key):
+                failures.append(f"generation_config.json {key} = {getattr(gen, key)}, config.json has "
+                                f"{getattr(model.config, key)}")
+        card = ModelCard.load(f"{hub}/README.md").data
+        if (card.library_name, card.pipeline_tag, card.license) != ("transformers", "text-generation", "other"):
+            failures.append(f"model card front matter: {card.to_dict()}")
+    print(f"  {sharded}: {len(shards)} shards, logits equal to the single file's: {not failures}")
+    return failures
+
+
 def main():
+    if sys.argv[1] == "--sharded":
+        bad = 0
+        with open(sys.argv[2]) as f:
+            cases = [line.split() for line in f if line.strip()]
+        for plain, sharded, max_shard, ids in cases:
+            for msg in check_sharded(plain, sharded, int(max_shard), ids):
+                print(f"FAIL {sharded}: {msg}")
+                bad += 1
+        print(f"{len(cases)} sharded exports, {bad} failures")
+        sys.exit(1 if bad else 0)
     bad = 0
     with open(sys.argv[1]) as f:
         entries = [line.split() for line in f if line.strip()]

@@ -220,6 +220,7 @@ TEST(Safetensors, ShardedDirectories) {
   EXPECT_TRUE(fs::exists(d.file("m/model-00003-of-00003.safetensors")));
   const nlohmann::json index = read_json(d.file("m/model.safetensors.index.json"));
   EXPECT_EQ(index["metadata"]["total_size"].get<int>(), 2000);
+  EXPECT_EQ(index["metadata"].value("total_parameters", -1), 500);  // as transformers' save_pretrained writes it
   const SafetensorsSet s = SafetensorsSet::open_dir(d.file("m"));
   EXPECT_EQ(s.names().size(), 5u);
   for (const auto& [n, v] : t) EXPECT_EQ(s.load(n).to_vector(), v.to_vector()) << n;
