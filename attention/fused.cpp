@@ -18,9 +18,7 @@
 namespace hz::attn {
 
 int64_t head_reach(const AttnConfig& cfg, size_t h) {
-  const int64_t w = cfg.window[h] > 0 ? cfg.window[h] : 0;
-  if (cfg.chunk <= 0) return w;
-  return w > 0 ? std::min(w, cfg.chunk) : cfg.chunk;
+  return terms_reach(LowerTerms{}, cfg, static_cast<int64_t>(h));  // the nearest of the terms' reaches (tiling.h)
 }
 
 int64_t max_reach(const AttnConfig& cfg) {

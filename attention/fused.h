@@ -93,8 +93,9 @@ struct AttnConfig {
 
 // What a caller that keeps only some keys (the KV cache's rings, context parallelism's halo) asks
 // of a config, rather than deriving it again. A head's reach: the most keys back a query of head h
-// sees, its window or its chunk, the nearer (a query sees at most the C keys of its chunk); 0 for
-// an unbounded head. A prefix's own rows see their whole prefix, beyond it. max_reach: the largest over the heads, 0 when any head is unbounded.
+// sees, the nearest of its lower-bound terms' reaches (tiling.h: its window or its chunk; a query
+// sees at most the C keys of its chunk); 0 for an unbounded head. A prefix's own rows see their
+// whole prefix, beyond it. max_reach: the largest over the heads, 0 when any head is unbounded.
 int64_t head_reach(const AttnConfig& cfg, size_t h);
 int64_t max_reach(const AttnConfig& cfg);
 // Whether the sink tokens can be kept apart from a bounded reach, pinned as the sequence's first S

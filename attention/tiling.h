@@ -32,7 +32,11 @@
 // document iff it is at or after the document's start, so the document rule only raises lo.
 // Row i's visible keys form the interval key_range(i) = [lo_i, hi_i] (empty when lo_i > hi_i) with
 //     lo_i = max(key_begin, p_i - window + 1, start_b(p_i), chunk_start(p_i)),   hi_i = min(key_end - 1, p_i - min_distance).
-// (A chunk's start, like a document's, only raises lo and never decreases along the rows.)
+// Each ingredient of lo_i is a lower-bound term (below: KeyBegin, Window, Document, Chunk), non-decreasing
+// along the rows, with its transpose and its reach; key_range, query_range (the window's transpose
+// written out there), nonempty_rows/keys, sink_rows, logn_count and attn::head_reach fold over the
+// one list of them, so an ingredient that raises lo is written once (its term) and named once
+// (term::BoundsFrom).
 // Both ends are non-decreasing in i, and a nonempty row's hi reaches the next row's lo (no gaps; with
 // documents min_distance must be 0), so (1) the rows with a visible key form an interval
 // (nonempty_rows), (2) the visible keys of a run of consecutive rows form one interval, and a query
@@ -68,6 +72,7 @@
 #include <math.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "attention/spec.h"
 #include "core/hd.h"
@@ -181,19 +186,145 @@ HZ_HD int64_t chunk_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
   return chunk_start_of(p, b, pos) + p.chunk;
 }
 
+// ---- lower-bound terms ---------------------------------------------------------------------------
+// Each ingredient that raises a row's first visible key lo_i is a term: a stateless struct of
+//   on(p, h)                whether it bounds the rows of head h in this call;
+//   key_lo(p, b, h, pos)    the lowest key it lets the query at key position pos see (when on),
+//                           non-decreasing in pos;
+//   last_row(p, b, h, j)    its transpose: the last query row it lets see key j (an index that may
+//                           lie outside [0, Tq)): key_lo(q_offset + i) <= j iff i <= last_row(j), for
+//                           a key inside the call's limits (query_range refuses the others first);
+//   reach(c, h)             how far back it lets a query see, key_lo(pos) > pos - reach (t < reach),
+//                           0 when it bounds no distance; c an AttnConfig or AttnKernelParams
+//                           (attn::head_reach in fused.h reads the same terms).
+// The range functions below fold over a list of them (the max of key_lo, the min of last_row, the
+// nearest nonzero reach; a list's first term bounds every row and starts the folds), so a new
+// ingredient is one struct here and one name in BoundsFrom (query_range writes the window's transpose
+// out by hand, for the dK/dV kernels' registers, and folds the rest). Sink tokens and the prefix are
+// second intervals, not bounds: written out where they apply.
+namespace term {
+struct KeyBegin {  // the call's first key
+  HZ_HD static bool on(const AttnKernelParams&, int64_t) { return true; }
+  HZ_HD static int64_t key_lo(const AttnKernelParams& p, int64_t, int64_t, int64_t) { return p.key_begin; }
+  HZ_HD static int64_t last_row(const AttnKernelParams& p, int64_t, int64_t, int64_t) { return p.Tq - 1; }
+  template <class C>
+  HZ_HD static int64_t reach(const C&, int64_t) { return 0; }
+};
+struct SequenceStart {  // the sequence's first position (key index -key_position), whatever the call's limits
+  HZ_HD static bool on(const AttnKernelParams&, int64_t) { return true; }
+  HZ_HD static int64_t key_lo(const AttnKernelParams& p, int64_t, int64_t, int64_t) { return -p.key_position; }
+  HZ_HD static int64_t last_row(const AttnKernelParams& p, int64_t, int64_t, int64_t) { return p.Tq - 1; }
+  template <class C>
+  HZ_HD static int64_t reach(const C&, int64_t) { return 0; }
+};
+struct Window {  // sliding window of w keys per head: t < w
+  HZ_HD static bool on(const AttnKernelParams& p, int64_t h) { return p.window[h] > 0; }
+  HZ_HD static int64_t key_lo(const AttnKernelParams& p, int64_t, int64_t h, int64_t pos) {
+    return pos - p.window[h] + 1;
+  }
+  HZ_HD static int64_t last_row(const AttnKernelParams& p, int64_t, int64_t h, int64_t j) {
+    return j + p.window[h] - 1 - p.q_offset;
+  }
+  template <class C>
+  HZ_HD static int64_t reach(const C& c, int64_t h) { return c.window[h] > 0 ? c.window[h] : 0; }
+};
+struct Document {  // packed documents: keys from the start of the query's document
+  HZ_HD static bool on(const AttnKernelParams& p, int64_t) { return has_documents(p); }
+  HZ_HD static int64_t key_lo(const AttnKernelParams& p, int64_t b, int64_t, int64_t pos) {
+    return doc_start_of(p, b, pos);
+  }
+  HZ_HD static int64_t last_row(const AttnKernelParams& p, int64_t b, int64_t, int64_t j) {
+    return doc_end_of(p, b, j) - 1 - p.q_offset;
+  }
+  template <class C>
+  HZ_HD static int64_t reach(const C&, int64_t) { return 0; }  // a document may be any length
+};
+struct Chunk {  // chunked attention: keys from the start of the query's chunk (at most C keys back)
+  HZ_HD static bool on(const AttnKernelParams& p, int64_t) { return HZ_CHUNKS(p); }
+  HZ_HD static int64_t key_lo(const AttnKernelParams& p, int64_t b, int64_t, int64_t pos) {
+    return chunk_start_of(p, b, pos);
+  }
+  HZ_HD static int64_t last_row(const AttnKernelParams& p, int64_t b, int64_t, int64_t j) {
+    return chunk_end_of(p, b, j) - 1 - p.q_offset;
+  }
+  template <class C>
+  HZ_HD static int64_t reach(const C& c, int64_t) { return HZ_CHUNKS(c) ? c.chunk : 0; }
+};
+template <class... T>
+struct List {};
+// The mask's lower bounds after a first term that bounds every row: add a new ingredient here.
+template <class First>
+using BoundsFrom = List<First, Window, Document, Chunk>;
+}  // namespace term
+// A row's bounds in this call; logn_whole_row's (the row's keys over the whole sequence, from its
+// first position, whatever the call's key limits).
+using LowerTerms = term::BoundsFrom<term::KeyBegin>;
+using WholeRowTerms = term::BoundsFrom<term::SequenceStart>;
+
+namespace detail {
+template <class T>
+HZ_HD void raise_key_lo(const AttnKernelParams& p, int64_t b, int64_t h, int64_t pos, int64_t& lo) {
+  if (T::on(p, h)) {
+    const int64_t x = T::key_lo(p, b, h, pos);
+    if (x > lo) lo = x;
+  }
+}
+template <class T>
+HZ_HD void lower_last_row(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j, int64_t& last) {
+  if (T::on(p, h)) {
+    const int64_t x = T::last_row(p, b, h, j);
+    if (x < last) last = x;
+  }
+}
+template <class T, class C>
+HZ_HD void lower_reach(const C& c, int64_t h, int64_t& r) {
+  const int64_t x = T::reach(c, h);
+  if (x > 0 && (r == 0 || x < r)) r = x;
+}
+template <class T>
+HZ_HD bool out_of_reach(const AttnKernelParams& p, int64_t h) {
+  const int64_t r = T::reach(p, h);
+  return r > 0 && p.min_distance > r - 1;
+}
+}  // namespace detail
+// The first key the terms let the query at key position pos see.
+template <class T0, class... T>
+HZ_HD int64_t terms_key_lo(term::List<T0, T...>, const AttnKernelParams& p, int64_t b, int64_t h, int64_t pos) {
+  int64_t lo = T0::key_lo(p, b, h, pos);
+  (detail::raise_key_lo<T>(p, b, h, pos, lo), ...);
+  return lo;
+}
+// The last query row the terms let see key j (in the call's limits; at most Tq - 1).
+template <class T0, class... T>
+HZ_HD int64_t terms_last_row(term::List<T0, T...>, const AttnKernelParams& p, int64_t b, int64_t h, int64_t j) {
+  int64_t last = T0::last_row(p, b, h, j);
+  (detail::lower_last_row<T>(p, b, h, j, last), ...);
+  return last;
+}
+// terms_last_row's fold from `last` (the first term's bound or below) over the other terms but Skip.
+template <class Skip, class T0, class... T>
+HZ_HD int64_t terms_last_row_but(term::List<T0, T...>, const AttnKernelParams& p, int64_t b, int64_t h, int64_t j,
+                                 int64_t last) {
+  ((std::is_same<T, Skip>::value ? void() : detail::lower_last_row<T>(p, b, h, j, last)), ...);
+  return last;
+}
+// How far back a query of head h sees at most (the nearest nonzero reach); 0: unbounded.
+template <class C, class... T>
+HZ_HD int64_t terms_reach(term::List<T...>, const C& c, int64_t h) {
+  int64_t r = 0;
+  (detail::lower_reach<T>(c, h, r), ...);
+  return r;
+}
+// Whether every row of head h has an empty first interval: min_distance at or beyond a term's reach.
+template <class... T>
+HZ_HD bool terms_out_of_reach(term::List<T...>, const AttnKernelParams& p, int64_t h) {
+  return (detail::out_of_reach<T>(p, h) || ...);
+}
+
 // Visible keys of query row i of head h in sequence b.
 HZ_HD IndexRange key_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
-  const int64_t pos = p.q_offset + i, w = p.window[h];
-  int64_t lo = p.key_begin, hi = pos - p.min_distance;
-  if (w > 0 && pos - w + 1 > lo) lo = pos - w + 1;
-  if (has_documents(p)) {
-    const int64_t ds = doc_start_of(p, b, pos);
-    if (ds > lo) lo = ds;
-  }
-  if (HZ_CHUNKS(p)) {
-    const int64_t cs = chunk_start_of(p, b, pos);
-    if (cs > lo) lo = cs;
-  }
+  const int64_t pos = p.q_offset + i;
+  int64_t lo = terms_key_lo(LowerTerms{}, p, b, h, pos), hi = pos - p.min_distance;
   if (HZ_PREFIX(p) && pos < prefix_end_of(p, b, pos)) {  // a prefix row sees the whole prefix
     const int64_t o = sink_origin(p, b, pos);
     lo = o > p.key_begin ? o : p.key_begin;
@@ -235,18 +366,8 @@ HZ_HD bool in_ranges(IndexRange kr, IndexRange sr, int64_t j) {
 // that splits a row's keys over several calls gives each call the whole row's n).
 HZ_HD int64_t logn_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i) {
   if (!p.logn_whole_row) return visible_count(p, b, h, i);
-  const int64_t pos = p.q_offset + i, w = p.window[h];
-  int64_t lo = -p.key_position;
-  const int64_t hi = pos - p.min_distance;
-  if (w > 0 && pos - w + 1 > lo) lo = pos - w + 1;
-  if (has_documents(p)) {
-    const int64_t ds = doc_start_of(p, b, pos);
-    if (ds > lo) lo = ds;
-  }
-  if (HZ_CHUNKS(p)) {
-    const int64_t cs = chunk_start_of(p, b, pos);
-    if (cs > lo) lo = cs;
-  }
+  const int64_t pos = p.q_offset + i;
+  const int64_t lo = terms_key_lo(WholeRowTerms{}, p, b, h, pos), hi = pos - p.min_distance;
   int64_t n = hi >= lo ? hi - lo + 1 : 0;
   if (HZ_SINK_TOKENS(p)) {  // the sink tokens before lo, as sink_range
     const int64_t o = sink_origin(p, b, pos), shi = detail::sink_hi(p, o, lo, hi);
@@ -255,14 +376,16 @@ HZ_HD int64_t logn_count(const AttnKernelParams& p, int64_t b, int64_t h, int64_
   return n;
 }
 // Query rows of head h that see key j of sequence b (the transpose of key_range), clamped to [0, Tq).
+// The window's bound (term::Window::last_row's) is written out ahead of the other terms' fold: the
+// dK/dV kernels call this per key inside their main loop, and with the window folded like the others
+// the plain D 128 one spilled 172 bytes rather than 36 (its budget is 64; tests/kernel_registers.sh).
 HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j) {
   if (j < p.key_begin || j >= p.key_end) return {0, -1};
   const int64_t w = p.window[h];
   int64_t lo = j + p.min_distance - p.q_offset, hi = p.Tq - 1;
   if (lo < 0) lo = 0;
   if (w > 0 && j + w - 1 - p.q_offset < hi) hi = j + w - 1 - p.q_offset;
-  if (has_documents(p) && doc_end_of(p, b, j) - 1 - p.q_offset < hi) hi = doc_end_of(p, b, j) - 1 - p.q_offset;
-  if (HZ_CHUNKS(p) && chunk_end_of(p, b, j) - 1 - p.q_offset < hi) hi = chunk_end_of(p, b, j) - 1 - p.q_offset;
+  hi = terms_last_row_but<term::Window>(LowerTerms{}, p, b, h, j, hi);
   if (HZ_PREFIX(p) && j < prefix_end_of(p, b, j)) {  // a prefix key: every prefix row of its document sees it
     int64_t plo = sink_origin(p, b, j) - p.q_offset, phi = prefix_end_of(p, b, j) - 1 - p.q_offset;
     if (plo < 0) plo = 0;
@@ -277,49 +400,36 @@ HZ_HD IndexRange query_range(const AttnKernelParams& p, int64_t b, int64_t h, in
 }
 // Query rows of head h that see key j through the sink tokens (the transpose of sink_range): key j is
 // one of its document's first S, and the rows are those of its document whose first interval
-// starts after j (past the window, p_i >= j + w, or in a later chunk, p_i >= chunk_end(j)), from
-// j + min_distance on; the lower end is non-decreasing in j, the upper one fixed per document.
+// starts after j (past every term's last_row(j): beyond the window, p_i >= j + w, or in a later
+// chunk, p_i >= chunk_end(j)), from j + min_distance on; the lower end is non-decreasing in j, the
+// upper one fixed per document. Without a bounded reach no row of the document passes j.
 HZ_HD IndexRange sink_rows(const AttnKernelParams& p, int64_t b, int64_t h, int64_t j) {
-  if (!HZ_SINK_TOKENS(p) || j < p.key_begin || j >= p.key_end || j - sink_origin(p, b, j) >= p.sink_tokens)
+  if (!HZ_SINK_TOKENS(p) || j < p.key_begin || j >= p.key_end || j - sink_origin(p, b, j) >= p.sink_tokens ||
+      terms_reach(LowerTerms{}, p, h) == 0)
     return {0, -1};
-  const int64_t w = p.window[h];
-  int64_t first = -1;  // the first position whose first interval starts after j
-  if (w > 0) first = j + w;
-  if (HZ_CHUNKS(p) && (first < 0 || chunk_end_of(p, b, j) < first)) first = chunk_end_of(p, b, j);
-  if (first < 0) return {0, -1};
-  if (j + p.min_distance > first) first = j + p.min_distance;
-  if (HZ_PREFIX(p) && prefix_end_of(p, b, j) > first) first = prefix_end_of(p, b, j);  // prefix rows see j already
-  int64_t lo = first - p.q_offset, hi = p.Tq - 1;
+  int64_t lo = terms_last_row(LowerTerms{}, p, b, h, j) + 1, hi = p.Tq - 1;  // the first row whose first interval starts after j
+  if (j + p.min_distance - p.q_offset > lo) lo = j + p.min_distance - p.q_offset;
+  if (HZ_PREFIX(p) && prefix_end_of(p, b, j) - p.q_offset > lo) lo = prefix_end_of(p, b, j) - p.q_offset;  // prefix rows see j already
   if (lo < 0) lo = 0;
   if (has_documents(p) && doc_end_of(p, b, j) - 1 - p.q_offset < hi) hi = doc_end_of(p, b, j) - 1 - p.q_offset;
   return {lo, hi};
 }
 // Query rows of head h with at least one key in the first interval (an interval, see the header comment).
 HZ_HD IndexRange nonempty_rows(const AttnKernelParams& p, int64_t b, int64_t h) {
-  const int64_t w = p.window[h];
-  if (p.key_begin >= p.key_end || (w > 0 && p.min_distance > w - 1)) return {0, -1};
-  int64_t lo = p.key_begin + p.min_distance - p.q_offset, hi = p.Tq - 1;
+  if (p.key_begin >= p.key_end || terms_out_of_reach(LowerTerms{}, p, h)) return {0, -1};
+  int64_t lo = p.key_begin + p.min_distance - p.q_offset;
   if (lo < 0) lo = 0;
-  if (w > 0 && p.key_end + w - 2 - p.q_offset < hi) hi = p.key_end + w - 2 - p.q_offset;
-  // documents (min_distance 0): a row past key_end sees keys only while its document started before
-  // key_end, i.e. while p_i < end_b(key_end - 1)
-  if (has_documents(p) && doc_end_of(p, b, p.key_end - 1) - 1 - p.q_offset < hi)
-    hi = doc_end_of(p, b, p.key_end - 1) - 1 - p.q_offset;
-  // chunks likewise: a row past key_end sees keys only while its chunk started before key_end
-  if (HZ_CHUNKS(p) && chunk_end_of(p, b, p.key_end - 1) - 1 - p.q_offset < hi)
-    hi = chunk_end_of(p, b, p.key_end - 1) - 1 - p.q_offset;
+  // the rows up to the last one that sees key key_end - 1 (with documents or chunks, min_distance 0:
+  // a row past key_end sees keys only while its document or chunk started before key_end)
+  const int64_t hi = terms_last_row(LowerTerms{}, p, b, h, p.key_end - 1);
   return {lo, hi};
 }
 // Keys of head h in sequence b seen by at least one query row through the first interval.
 HZ_HD IndexRange nonempty_keys(const AttnKernelParams& p, int64_t b, int64_t h) {
-  const int64_t w = p.window[h];
-  if (p.Tq <= 0 || (w > 0 && p.min_distance > w - 1)) return {0, -1};
-  int64_t lo = p.key_begin, hi = p.key_end - 1;
-  if (w > 0 && p.q_offset - w + 1 > lo) lo = p.q_offset - w + 1;
-  // documents: a key before the first query is seen only inside the first query's document
-  if (has_documents(p) && doc_start_of(p, b, p.q_offset) > lo) lo = doc_start_of(p, b, p.q_offset);
-  // chunks likewise: a key before the first query is seen only inside the first query's chunk
-  if (HZ_CHUNKS(p) && chunk_start_of(p, b, p.q_offset) > lo) lo = chunk_start_of(p, b, p.q_offset);
+  if (p.Tq <= 0 || terms_out_of_reach(LowerTerms{}, p, h)) return {0, -1};
+  // from the first key the first query sees (a key before it is seen only inside its document, chunk
+  // or window)
+  int64_t lo = terms_key_lo(LowerTerms{}, p, b, h, p.q_offset), hi = p.key_end - 1;
   // a first query inside its document's prefix sees the prefix from its start
   if (HZ_PREFIX(p) && p.q_offset < prefix_end_of(p, b, p.q_offset)) {
     const int64_t o = sink_origin(p, b, p.q_offset);
