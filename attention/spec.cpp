@@ -1,8 +1,11 @@
 #include "attention/spec.h"
 
 #include <cmath>
+#include <functional>
 #include <sstream>
+#include <type_traits>
 
+#include "attention/spec_fields.h"
 #include "attention/tiling.h"
 #include "core/error.h"
 #include "core/names.h"
@@ -193,6 +196,47 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
   }
 }
 
+namespace {
+// describe()'s toggles: the fields the table (spec_fields.h) marks shown, each where it is not at its
+// default, as "name(value)" (a number), "name=value" (a choice) or "name" (a switch); those of the mask
+// (part = &s.mask) or those of AttentionSpec itself (part = nullptr). FoX shows its bias: fox(b=...).
+struct Shown {
+  std::ostringstream& os;
+  const AttentionSpec& s;
+  const void* part;
+  bool in(const void* x) const {
+    auto inside = [&](const auto& m) {
+      const char *c = static_cast<const char*>(x), *b = reinterpret_cast<const char*>(&m);
+      return std::less_equal<const char*>()(b, c) && std::less<const char*>()(c, b + sizeof(m));
+    };
+    if (part) return part == &s.mask && inside(s.mask);
+    return !inside(s.pos) && !inside(s.mask) && !inside(s.logit);
+  }
+  static std::string leaf(const std::string& p) { return p.substr(p.rfind('.') + 1); }
+  template <class T>
+  void operator()(const std::string& p, T& v, const SpecField& f, const T& dflt) {
+    if constexpr (std::is_arithmetic_v<T>) {  // no list is shown
+      if (!f.described || v == dflt || !in(&v)) return;
+      if constexpr (std::is_same_v<T, bool>) os << " " << (&v == &s.forget ? "fox(b=" + num(s.forget_bias) + ")" : leaf(p));
+      else os << " " << leaf(p) << "(" << v << ")";
+    }
+  }
+  template <class E, class P, class N>
+  void enumeration(const std::string& p, E& v, const SpecField& f, P, N name, const E& dflt) {
+    if (f.described && v != dflt && in(&v)) os << " " << leaf(p) << "=" << name(v);
+  }
+  static std::string num(double x) {
+    std::ostringstream o;
+    o << x;
+    return o.str();
+  }
+};
+void shown_fields(std::ostringstream& os, AttentionSpec& s, const void* part) {
+  Shown w{os, s, part};
+  visit_spec_fields_with_defaults("", s, w);
+}
+}  // namespace
+
 std::string AttentionSpec::describe() const {
   std::ostringstream os;
   os << name(pos.kind);
@@ -222,9 +266,8 @@ std::string AttentionSpec::describe() const {
   if (mask.kind == MaskKind::Scope)
     os << (mask.scopes.empty() ? "(gamma=" + (mask.scope_gamma > 0 ? std::to_string(mask.scope_gamma) : std::string("auto"))
                                : std::string("(explicit")) << (mask.freeze_scopes ? ", frozen)" : ")");
-  if (mask.chunk > 0) os << " chunk(" << mask.chunk << ")";
-  if (mask.sink_tokens > 0) os << " sink_tokens(" << mask.sink_tokens << ")";
-  if (mask.prefix > 0) os << " prefix(" << mask.prefix << ")";
+  AttentionSpec fields = *this;  // the table visits a mutable spec
+  shown_fields(os, fields, &fields.mask);  // chunk(C) sink_tokens(S) prefix(P)
   os << " " << name(logit.kind);
   if (logit.kind == LogitKind::ScaleInvariant) os << "(tau=" << logit.tau << ")";
   if (logit.kind == LogitKind::SwanRow) os << "(a=" << logit.swan_a << ")";
@@ -233,11 +276,7 @@ std::string AttentionSpec::describe() const {
     os << "(c=" << logit.logn_c << (logit.logn_learnable ? ", learned" : "")
        << (logit.logn_position ? ", n=position" : ", n=visible") << ")";
   if (logit.qtemp_alpha != 0.0) os << " qtemp(alpha=" << logit.qtemp_alpha << ", beta=" << logit.qtemp_beta << ")";
-  if (qk_norm != QKNorm::None) os << " qk_norm=" << name(qk_norm);
-  if (gate != OutputGate::None) os << " gate=" << name(gate);
-  if (sink) os << " sink";
-  if (forget) os << " fox(b=" << forget_bias << ")";
-  if (diff) os << " diff";
+  shown_fields(os, fields, nullptr);  // qk_norm=K gate=G sink fox(b=B) diff
   return os.str();
 }
 

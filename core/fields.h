@@ -1,4 +1,4 @@
-// Horizon: the fields of a configuration table (the recipe, train/recipe.cpp; an attention layer
+// Horizon: the fields of a configuration table (the recipe, train/recipe_fields.h; an attention layer
 // kind's fields, attention/spec_fields.h), each with its documentation, its role and, for numbers
 // (and each element of a list of numbers), its range. A table is a function over a visitor that
 // reads, writes, checks or documents every field the same way.

@@ -8,7 +8,9 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
+#include "attention/spec_fields.h"
 #include "core/json_guard.h"
 #include "hf/architecture.h"
 #include "hf/config.h"
@@ -636,174 +638,179 @@ json common_config(const Architecture& A, const nn::ModelConfig& c, const Specia
   return j;
 }
 
-std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store, ExportReport* report) {
-  ExportReport rep;
-  std::vector<std::string> why;
-  const std::vector<attn::AttentionSpec> specs = c.layer_specs();
+namespace {
+
+std::string leaf(const std::string& path) { return path.substr(path.rfind('.') + 1); }
+
+// A layer's refusals, from the field table (attention/spec_fields.h): each field the table marks refused,
+// at a value no stock architecture expresses, as "<what> (<field> = <value>): <why>" from the table's
+// words "<what>: <why>".
+struct StockRefusals {
+  const attn::AttentionSpec& s;
+  const std::string& at;  // "layer L (kind 'K'): "
+  std::vector<std::string>& why;
+  void refuse(const std::string& path, const std::string& value, const std::string& words) {
+    const size_t colon = words.find(": ");
+    why.push_back(at + words.substr(0, colon) + " (" + leaf(path) + " = " + value + ")" +
+                  (colon == std::string::npos ? "" : words.substr(colon)));
+  }
+  template <class T>
+  static std::string value(const T& v) {
+    if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
+      return "a list of " + std::to_string(v.size());
+    else return json(v).dump();
+  }
+  template <class T>
+  void operator()(const std::string& path, T& v, const attn::SpecField& f, const T& dflt) {
+    if (f.stock == attn::Stock::Refused && v != dflt && (!f.when || f.when(s))) refuse(path, value(v), f.refusal);
+  }
+  template <class E, class P, class N>
+  void enumeration(const std::string& path, E& v, const attn::SpecField& f, P, N name, const E&) {
+    const char* words = f.value_refusals ? f.value_refusals[static_cast<int>(v)] : nullptr;
+    if (f.stock == attn::Stock::Refused && words && (!f.when || f.when(s))) refuse(path, name(v), words);
+  }
+};
+
+// Stock architectures have one RoPE setting per model: the fields the export writes as rope_theta and
+// rope_parameters agree on every RoPE layer.
+bool same_rope(const attn::PositionSpec& a, const attn::PositionSpec& b) {
+  return a.rope_base == b.rope_base && a.scaling == b.scaling && a.factor == b.factor &&
+         a.original_context == b.original_context && a.yarn_alpha == b.yarn_alpha && a.yarn_beta == b.yarn_beta &&
+         a.yarn_ramp == b.yarn_ramp && a.yarn_truncate == b.yarn_truncate && a.yarn_mscale == b.yarn_mscale &&
+         a.llama3_low_freq_factor == b.llama3_low_freq_factor && a.llama3_high_freq_factor == b.llama3_high_freq_factor;
+}
+
+// The layers as a stock config describes them (which rotate, which slide), the one RoPE setting and the
+// one window it has, with every reason a layer cannot be described so.
+struct StockLayers {
+  LayerLayout layers;
+  const attn::PositionSpec* rope = nullptr;  // the first RoPE layer's (into the caller's specs)
+  int64_t window = 0;                        // the one sliding window (0: none)
+};
+
+StockLayers stock_layers(const nn::ModelConfig& c, const std::vector<attn::AttentionSpec>& specs,
+                         std::vector<std::string>& why) {
   const std::vector<std::string> kind_names = c.layer_kind_names();
   const int64_t n = c.n_layers;
-  if (c.mlp != nn::MlpKind::SwiGLU)
-    why.push_back(std::string("MLP ") + nn::mlp_name(c.mlp) +
-                  ": the Llama family's MLP is SwiGLU (down(silu(gate x) * up x)); no standard architecture there "
-                  "computes " + nn::mlp_name(c.mlp));
-  const attn::PositionSpec* rope = nullptr;
-  int64_t W = 0;
-  LayerLayout layers{std::vector<bool>(n), std::vector<int64_t>(n)};
-  std::vector<bool>& use_rope = layers.use_rope;
-  std::vector<int64_t>& window = layers.window;
+  StockLayers out{{std::vector<bool>(n), std::vector<int64_t>(n)}};
   bool pos_mismatch = false, window_mismatch = false;
   for (int64_t l = 0; l < n; ++l) {
     const attn::AttentionSpec& s = specs[l];
     const std::string at = "layer " + std::to_string(l) + " (kind '" + kind_names[l] + "'): ";
-    switch (s.pos.kind) {
-      case attn::PosKind::Rope: use_rope[l] = true; break;
-      case attn::PosKind::None: use_rope[l] = false; break;
-      case attn::PosKind::PRope:
-        why.push_back(at + "p-RoPE: transformers' partial rotary rotates the first dims at standard frequencies, "
-                           "not p-RoPE's log-spaced ones");
-        break;
-      case attn::PosKind::Alibi: why.push_back(at + "ALiBi: no Llama-family architecture adds position biases"); break;
-      default: break;
-    }
-    if (s.pos.kind == attn::PosKind::Rope && s.pos.partial())
-      why.push_back(at + "partial RoPE (rope_pairs / rope_fraction): the Llama family rotates every frequency pair");
-    if (!s.pos.rope_freq_factors.empty())
-      why.push_back(at + "per-pair RoPE frequency factors (rope_freq_factors): no stock config carries them exactly");
+    attn::AttentionSpec fields = s;  // the table visits a mutable spec
+    StockRefusals r{fields, at, why};
+    attn::visit_spec_fields_with_defaults("layer_kinds." + kind_names[l], fields, r);
+    // what the stock config does express: NoPE or RoPE layers, causal or sliding ones
+    out.layers.use_rope[l] = s.pos.kind == attn::PosKind::Rope;
     if (s.pos.kind == attn::PosKind::Rope) {
-      if (!rope) rope = &s.pos;
-      else if (s.pos.rope_base != rope->rope_base || s.pos.scaling != rope->scaling || s.pos.factor != rope->factor ||
-               s.pos.original_context != rope->original_context || s.pos.yarn_alpha != rope->yarn_alpha ||
-               s.pos.yarn_beta != rope->yarn_beta || s.pos.yarn_ramp != rope->yarn_ramp ||
-               s.pos.yarn_truncate != rope->yarn_truncate || s.pos.yarn_mscale != rope->yarn_mscale ||
-               s.pos.llama3_low_freq_factor != rope->llama3_low_freq_factor ||
-               s.pos.llama3_high_freq_factor != rope->llama3_high_freq_factor)
-        pos_mismatch = true;
+      if (!out.rope) out.rope = &s.pos;
+      else if (!same_rope(s.pos, *out.rope)) pos_mismatch = true;
     }
-    switch (s.mask.kind) {
-      case attn::MaskKind::Causal: window[l] = 0; break;
-      case attn::MaskKind::Window:
-        window[l] = s.mask.window;
-        if (W && W != s.mask.window) window_mismatch = true;
-        W = W ? W : s.mask.window;
-        break;
-      case attn::MaskKind::Scope:
-        why.push_back(at + "SCOPE per-head scopes: no standard architecture gives each head its own window");
-        break;
-      default: break;
+    out.layers.window[l] = s.mask.kind == attn::MaskKind::Window ? s.mask.window : 0;
+    if (s.mask.kind == attn::MaskKind::Window) {
+      if (out.window && out.window != s.mask.window) window_mismatch = true;
+      out.window = out.window ? out.window : s.mask.window;
     }
-    const bool identity = s.logit.kind == attn::LogitKind::Identity ||
-                          (s.logit.kind == attn::LogitKind::Temperature && s.logit.beta == 1.0 && s.logit.temp_c == 0.0);
-    if (!identity)
-      why.push_back(at + attn::name(s.logit.kind) + " logits: the Llama family computes plain softmax(q.k / sqrt(d))");
-    if (s.mask.prefix > 0)
-      why.push_back(at + "a prefix-LM mask (prefix): Llama, Mistral, Qwen2 and SmolLM3 attend causally throughout");
-    if (s.mask.sink_tokens > 0)
-      why.push_back(at + "sink tokens (sink_tokens): Llama, Mistral, Qwen2 and SmolLM3 keep no first tokens beside a window");
-    if (s.mask.chunk > 0)
-      why.push_back(at + "chunked attention (chunk): Llama, Mistral, Qwen2 and SmolLM3 have no chunks (Llama4ForCausalLM's "
-                         "come with its mixture of experts)");
-    if (s.logit.qtemp_alpha != 0.0)
-      why.push_back(at + "Llama 4's position temperature (qtemp_alpha): Llama, Mistral, Qwen2 and SmolLM3 scale no logits by "
-                         "position");
-    if (s.qk_norm == attn::QKNorm::Full)
-      why.push_back(at + "whole-projection QK-norm (DroPE's): no Llama-family architecture normalises the whole q/k "
-                         "projection (recalibrate without drope.qk_norm to export)");
-    if (s.qk_norm == attn::QKNorm::PerHead)
-      why.push_back(at + "per-head QK-norm: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which has it");
-    if (s.gate != attn::OutputGate::None)
-      why.push_back(at + "gated attention output: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which gates "
-                         "the attention output");
-    if (s.sink)
-      why.push_back(at + "attention sinks: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which has a sink logit");
-    if (s.forget)
-      why.push_back(at + "FoX forget gates: no Llama-family architecture decays its logits by a learned gate");
-    if (s.diff)
-      why.push_back(at + "DIFF Transformer V2 (diff): no Llama-family architecture subtracts paired attention heads");
   }
   if (pos_mismatch)
     why.push_back("the RoPE layers use different RoPE settings (base or scaling); these architectures have one "
                   "rope_theta / scaling per model");
   if (window_mismatch) why.push_back("the windowed layers use different windows; these architectures have one sliding_window");
-  json rp = json::object();  // rope_parameters (transformers 5)
-  const double theta_default = 10000.0;
-  double theta = rope ? rope->rope_base : theta_default;
-  int64_t max_pos = c.train_len;
-  if (rope) {
-    const attn::PositionSpec& p = *rope;
-    const int64_t D = c.hdim();
-    const int64_t orig = p.original_context > 0 ? p.original_context : c.train_len;
-    switch (p.scaling) {
-      case attn::RopeScaling::None: rp["rope_type"] = "default"; break;
-      case attn::RopeScaling::PI:
-        rp = {{"rope_type", "linear"}, {"factor", p.factor}};
-        if (p.factor <= 1.0) rp = {{"rope_type", "default"}};
-        break;
-      case attn::RopeScaling::NTK:
-        rp["rope_type"] = "default";
-        if (p.factor > 1.0) {
-          theta = p.rope_base * std::pow(p.factor, static_cast<double>(D) / (D - 2));
-          rep.notes.push_back(fmt::format("static NTK x{:g} folded into rope_theta = {:.17g} (base {:g} * s^(d/(d-2)))",
-                                          p.factor, theta, p.rope_base));
-        }
-        break;
-      case attn::RopeScaling::DynamicNTK:
-        rp = {{"rope_type", "dynamic"}, {"factor", p.factor}};
-        max_pos = orig;
-        rep.notes.push_back("dynamic NTK: max_position_embeddings = " + std::to_string(orig) +
-                            " is the context C it scales beyond");
-        break;
-      case attn::RopeScaling::YaRN:
-        if (p.yarn_ramp != attn::YarnRamp::Index) {
-          why.push_back("YaRN with the rotations ramp (the paper's, docs/methods.md: linear in rotations r_m): transformers implements "
-                        "only the index ramp (linear in the pair index); use yarn_ramp: index, or export without scaling");
-        } else if (p.factor > 1.0) {
-          rp = {{"rope_type", "yarn"},
-                {"factor", p.factor},
-                {"original_max_position_embeddings", orig},
-                {"beta_fast", p.yarn_beta},
-                {"beta_slow", p.yarn_alpha},
-                {"truncate", p.yarn_truncate}};
-          if (p.yarn_mscale > 0) rp["attention_factor"] = p.yarn_mscale;
-          max_pos = std::max<int64_t>(c.train_len, static_cast<int64_t>(std::llround(orig * p.factor)));
-        } else {
-          rp["rope_type"] = "default";
-        }
-        break;
-      case attn::RopeScaling::Llama3:
-        rp = {{"rope_type", "llama3"},
-              {"factor", p.factor},
-              {"low_freq_factor", p.llama3_low_freq_factor},
-              {"high_freq_factor", p.llama3_high_freq_factor},
-              {"original_max_position_embeddings", orig}};
-        if (p.factor <= 1.0) rp = {{"rope_type", "default"}};
-        max_pos = std::max<int64_t>(c.train_len, static_cast<int64_t>(std::llround(orig * p.factor)));
-        break;
-      case attn::RopeScaling::LongRoPE:
-        rp = {{"rope_type", "longrope"},
-              {"long_factor", p.longrope_long_factors},
-              {"short_factor", p.longrope_short_factors.empty() ? std::vector<double>(D / 2, 1.0) : p.longrope_short_factors},
-              {"factor", p.factor},
-              {"original_max_position_embeddings", orig}};
-        if (p.yarn_mscale > 0) rp["attention_factor"] = p.yarn_mscale;
-        max_pos = std::max<int64_t>(c.train_len, static_cast<int64_t>(std::llround(orig * p.factor)));
-        break;
-      default: break;
-    }
-  } else {
-    rp["rope_type"] = "default";
-  }
-  rp["rope_theta"] = theta;
-  if (!why.empty()) {
-    std::string msg = "no standard Hugging Face architecture expresses this model:";
-    for (const auto& w : why) msg += "\n  - " + w;
-    throw HfError(msg);
-  }
+  return out;
+}
 
+// rope_parameters (transformers 5) with rope_theta, and the max_position_embeddings they imply.
+struct RopeParams {
+  json rp = json::object();
+  double theta = 10000.0;
+  int64_t max_pos = 0;
+};
+
+RopeParams rope_parameters(const nn::ModelConfig& c, const attn::PositionSpec* rope, ExportReport& rep,
+                           std::vector<std::string>& why) {
+  RopeParams r;
+  r.max_pos = c.train_len;
+  if (!rope) {
+    r.rp = {{"rope_type", "default"}, {"rope_theta", r.theta}};
+    return r;
+  }
+  const attn::PositionSpec& p = *rope;
+  json& rp = r.rp;
+  r.theta = p.rope_base;
+  const int64_t D = c.hdim();
+  const int64_t orig = p.original_context > 0 ? p.original_context : c.train_len;
+  auto extended = [&] { return std::max<int64_t>(c.train_len, static_cast<int64_t>(std::llround(orig * p.factor))); };
+  switch (p.scaling) {
+    case attn::RopeScaling::None: rp["rope_type"] = "default"; break;
+    case attn::RopeScaling::PI:
+      rp = {{"rope_type", "linear"}, {"factor", p.factor}};
+      if (p.factor <= 1.0) rp = {{"rope_type", "default"}};
+      break;
+    case attn::RopeScaling::NTK:
+      rp["rope_type"] = "default";
+      if (p.factor > 1.0) {
+        r.theta = p.rope_base * std::pow(p.factor, static_cast<double>(D) / (D - 2));
+        rep.notes.push_back(fmt::format("static NTK x{:g} folded into rope_theta = {:.17g} (base {:g} * s^(d/(d-2)))",
+                                        p.factor, r.theta, p.rope_base));
+      }
+      break;
+    case attn::RopeScaling::DynamicNTK:
+      rp = {{"rope_type", "dynamic"}, {"factor", p.factor}};
+      r.max_pos = orig;
+      rep.notes.push_back("dynamic NTK: max_position_embeddings = " + std::to_string(orig) +
+                          " is the context C it scales beyond");
+      break;
+    case attn::RopeScaling::YaRN:
+      if (p.yarn_ramp != attn::YarnRamp::Index) {
+        why.push_back("YaRN with the rotations ramp (the paper's, docs/methods.md: linear in rotations r_m): transformers implements "
+                      "only the index ramp (linear in the pair index); use yarn_ramp: index, or export without scaling");
+      } else if (p.factor > 1.0) {
+        rp = {{"rope_type", "yarn"},
+              {"factor", p.factor},
+              {"original_max_position_embeddings", orig},
+              {"beta_fast", p.yarn_beta},
+              {"beta_slow", p.yarn_alpha},
+              {"truncate", p.yarn_truncate}};
+        if (p.yarn_mscale > 0) rp["attention_factor"] = p.yarn_mscale;
+        r.max_pos = extended();
+      } else {
+        rp["rope_type"] = "default";
+      }
+      break;
+    case attn::RopeScaling::Llama3:
+      rp = {{"rope_type", "llama3"},
+            {"factor", p.factor},
+            {"low_freq_factor", p.llama3_low_freq_factor},
+            {"high_freq_factor", p.llama3_high_freq_factor},
+            {"original_max_position_embeddings", orig}};
+      if (p.factor <= 1.0) rp = {{"rope_type", "default"}};
+      r.max_pos = extended();
+      break;
+    case attn::RopeScaling::LongRoPE:
+      rp = {{"rope_type", "longrope"},
+            {"long_factor", p.longrope_long_factors},
+            {"short_factor", p.longrope_short_factors.empty() ? std::vector<double>(D / 2, 1.0) : p.longrope_short_factors},
+            {"factor", p.factor},
+            {"original_max_position_embeddings", orig}};
+      if (p.yarn_mscale > 0) rp["attention_factor"] = p.yarn_mscale;
+      r.max_pos = extended();
+      break;
+    default: break;
+  }
+  rp["rope_theta"] = r.theta;
+  return r;
+}
+
+// The stock config.json: the architecture that expresses the layers, the shared fields, RoPE in both
+// layouts and the architecture's own fields.
+std::string stock_config(const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store, const StockLayers& L,
+                         const RopeParams& r, ExportReport& rep) {
+  const int64_t n = c.n_layers;
   bool any_nope = false, any_window = false, all_window = true;
   for (int64_t l = 0; l < n; ++l) {
-    any_nope |= !use_rope[l];
-    any_window |= window[l] > 0;
-    all_window &= window[l] > 0;
+    any_nope |= !L.layers.use_rope[l];
+    any_window |= L.layers.window[l] > 0;
+    all_window &= L.layers.window[l] > 0;
   }
   // the architecture that expresses the model: per-layer NoPE needs SmolLM3, q/k/v biases Qwen2,
   // then Llama (no window), Mistral (a window on every layer) or SmolLM3 (windows on some layers)
@@ -815,25 +822,46 @@ std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io
   rep.architecture = A->name;
   json j = common_config(*A, c, tok, store);
   j["hidden_act"] = "silu";
-  j["max_position_embeddings"] = max_pos;
+  j["max_position_embeddings"] = r.max_pos;
   j["attention_dropout"] = 0.0;
   // both layouts: transformers 5 reads rope_parameters, transformers 4 rope_theta / rope_scaling
-  j["rope_parameters"] = rp;
-  j["rope_theta"] = theta;
-  if (rp["rope_type"] == "default") {
+  j["rope_parameters"] = r.rp;
+  j["rope_theta"] = r.theta;
+  if (r.rp["rope_type"] == "default") {
     j["rope_scaling"] = nullptr;
   } else {
-    json legacy = rp;
+    json legacy = r.rp;
     legacy.erase("rope_theta");
-    legacy["type"] = rp["rope_type"];
+    legacy["type"] = r.rp["rope_type"];
     j["rope_scaling"] = legacy;
   }
   std::vector<std::string> lt;
-  for (int64_t l = 0; l < n; ++l) lt.push_back(window[l] ? "sliding_attention" : "full_attention");
-  A->export_fields(ExportLayout{c, layers, lt, W, any_window}, j, rep);
+  for (int64_t l = 0; l < n; ++l) lt.push_back(L.layers.window[l] ? "sliding_attention" : "full_attention");
+  A->export_fields(ExportLayout{c, L.layers, lt, L.window, any_window}, j, rep);
   for (auto it = j.begin(); it != j.end(); ++it) rep.config.push_back({it.key(), show(it.value()), ""});
-  if (report) *report = rep;
   return j.dump(2) + "\n";
+}
+
+}  // namespace
+
+std::string export_config(const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store, ExportReport* report) {
+  ExportReport rep;
+  std::vector<std::string> why;
+  if (c.mlp != nn::MlpKind::SwiGLU)
+    why.push_back(std::string("MLP ") + nn::mlp_name(c.mlp) +
+                  ": the Llama family's MLP is SwiGLU (down(silu(gate x) * up x)); no standard architecture there "
+                  "computes " + nn::mlp_name(c.mlp));
+  const std::vector<attn::AttentionSpec> specs = c.layer_specs();
+  const StockLayers layers = stock_layers(c, specs, why);
+  const RopeParams rope = rope_parameters(c, layers.rope, rep, why);
+  if (!why.empty()) {
+    std::string msg = "no standard Hugging Face architecture expresses this model:";
+    for (const auto& w : why) msg += "\n  - " + w;
+    throw HfError(msg);
+  }
+  std::string text = stock_config(c, tok, store, layers, rope, rep);
+  if (report) *report = rep;
+  return text;
 }
 
 }  // namespace hz::hf

@@ -387,8 +387,10 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
   if (horizon) {
     write_text(d / "configuration_horizon.py", configuration_horizon_py());
     write_text(d / "modeling_horizon.py", modeling_horizon_py());
+    write_text(d / "horizon_fields.json", horizon_fields_json());  // configuration_horizon.py's defaults and checks
     rep.files.push_back((d / "configuration_horizon.py").string());
     rep.files.push_back((d / "modeling_horizon.py").string());
+    rep.files.push_back((d / "horizon_fields.json").string());
     rep.notes.push_back("load with AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True): the model's code "
                         "is modeling_horizon.py");
     if (!stock_refusal.empty()) {  // the first reason the stock architectures gave

@@ -72,6 +72,12 @@ ExportReport export_dir(const nn::ModelConfig& c, const std::map<std::string, Te
 // The remote code written beside a HorizonForCausalLM export (hf/remote/*.py, compiled in).
 const char* configuration_horizon_py();
 const char* modeling_horizon_py();
+// horizon_fields.json, written beside them: every field of an attention layer kind from its table
+// (attention/spec_fields.h): name, config.json key, type, default, range, role, doc and what stock
+// architectures do with it. configuration_horizon.py takes its defaults and checks from it; the copy in
+// hf/remote/ is held to this text by a test (regenerate: HZ_WRITE_FIELDS_JSON=1 build/hz_test_hf
+// --gtest_filter=HorizonFields.*).
+std::string horizon_fields_json();
 
 // The tokenizer.json (Hugging Face `tokenizers` format) of Horizon's byte tokenizer: a byte-level
 // BPE without merges whose 256 tokens are the bytes (GPT-2's byte-to-unicode alphabet) plus the

@@ -116,6 +116,42 @@ struct SpecReader {
   }
 };
 
+// One entry of horizon_fields.json per field of the table, its keys in the order written here.
+using ojson = nlohmann::ordered_json;
+struct FieldsJson {
+  ojson& out;
+  static ojson bound(double x) { return std::isfinite(x) ? ojson(x) : ojson(nullptr); }
+  void add(const std::string& p, const char* type, ojson dflt, const attn::SpecField& f, ojson choices = nullptr) {
+    ojson e = {{"name", leaf(p)}, {"config_key", "layer_kinds.<kind>." + leaf(p)}, {"type", type}};
+    if (!choices.is_null()) e["choices"] = choices;
+    e["default"] = dflt;
+    e["range"] = f.bounded() ? ojson{{"text", f.range()}, {"lo", bound(f.lo)}, {"hi", bound(f.hi)},
+                                     {"lo_open", f.lo_open}, {"hi_open", f.hi_open}}
+                             : ojson(nullptr);
+    e["role"] = role_name(f.role);
+    e["doc"] = f.doc;
+    e["stock"] = f.stock == attn::Stock::Via ? std::string("via ") + f.via : attn::stock_name(f.stock);
+    if (f.refusal) e["refusal"] = f.refusal;
+    out.push_back(e);
+  }
+  void operator()(const std::string& p, int64_t& v, const attn::SpecField& f) { add(p, "int", v, f); }
+  void operator()(const std::string& p, double& v, const attn::SpecField& f) { add(p, "float", v, f); }
+  void operator()(const std::string& p, bool& v, const attn::SpecField& f) { add(p, "bool", v, f); }
+  void operator()(const std::string& p, std::string& v, const attn::SpecField& f) { add(p, "string", v, f); }
+  void operator()(const std::string& p, std::vector<int64_t>& v, const attn::SpecField& f) { add(p, "int_list", v, f); }
+  void operator()(const std::string& p, std::vector<double>& v, const attn::SpecField& f) { add(p, "float_list", v, f); }
+  template <class E, class P, class N>
+  void enumeration(const std::string& p, E& v, const attn::SpecField& f, P, N name) {
+    ojson choices = ojson::array(), refusals = ojson::object();
+    for (int i = 0; i < static_cast<int>(E::Count); ++i) {
+      choices.push_back(name(static_cast<E>(i)));
+      if (f.value_refusals && f.value_refusals[i]) refusals[name(static_cast<E>(i))] = f.value_refusals[i];
+    }
+    add(p, "choice", name(v), f, choices);
+    if (!refusals.empty()) out.back()["refusal"] = refusals;
+  }
+};
+
 const char* hidden_act(nn::MlpKind k) {
   return k == nn::MlpKind::SwiGLU ? "silu" : k == nn::MlpKind::ReLU2 ? "relu2" : "gelu";
 }
@@ -128,6 +164,19 @@ void no_layers(Fields&, LayerLayout&) {}
 
 const Architecture kHorizon{"HorizonForCausalLM", "horizon", true, 0,
                             import_attention_mlp_bias, no_layers, no_fields, no_zero_tensors};
+
+std::string horizon_fields_json() {
+  ojson fields = ojson::array();
+  FieldsJson w{fields};
+  attn::AttentionSpec dflt;
+  attn::visit_spec_fields("layer_kinds.<kind>", dflt, w);
+  ojson j = {{"about", "Every field of a Horizon attention layer kind (HorizonForCausalLM's config.json: "
+                       "layer_kinds.<kind>.<name>), generated from its table, attention/spec_fields.h; do not edit "
+                       "(docs/hf.md). configuration_horizon.py reads its defaults and checks from it."},
+             {"int_ceiling", static_cast<int64_t>(kIntCeiling)},
+             {"fields", fields}};
+  return j.dump(2) + "\n";
+}
 
 std::string horizon_config(const nn::ModelConfig& c, const SpecialTokens& tok, io::StoreAs store, ExportReport* report) {
   json j = common_config(kHorizon, c, tok, store);

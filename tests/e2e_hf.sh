@@ -53,7 +53,7 @@ fails "whole-projection QK-norm" "$HZ" convert to-hf "$OUT/drope_from_hf" "$OUT/
 test ! -e "$OUT/refused"
 "$HZ" convert to-hf "$OUT/drope_from_hf" "$OUT/drope_hf" | grep "as HorizonForCausalLM" >/dev/null
 grep -q '"AutoModelForCausalLM": "modeling_horizon.HorizonForCausalLM"' "$OUT/drope_hf/config.json"
-test -s "$OUT/drope_hf/modeling_horizon.py" && test -s "$OUT/drope_hf/configuration_horizon.py"
+test -s "$OUT/drope_hf/modeling_horizon.py" && test -s "$OUT/drope_hf/configuration_horizon.py" && test -s "$OUT/drope_hf/horizon_fields.json"
 "$HZ" convert hf "$OUT/drope_hf" "$OUT/drope_back.h5" | grep "architecture: HorizonForCausalLM" >/dev/null
 "$HZ" score "$OUT/drope_from_hf" "$OUT/text.txt" --json > "$OUT/e.json"
 "$HZ" score "$OUT/drope_back.h5" "$OUT/text.txt" --json > "$OUT/f.json"

@@ -10,93 +10,114 @@ Length-dependent terms (SCOPE scopes that are not frozen, dynamic NTK, the tempe
 s = T / train_length, LaMPE's input length l) use T = `context_length`, or, when it is null, the
 number of key positions the call sees (the sequence's past and new tokens, pads excluded).
 """
+import copy
+import json
+import math
+import os
 from typing import Any, Dict, List, Optional
 
 from transformers import PretrainedConfig
 
-# Every field of a layer kind with Horizon's default (attention/spec.h). config.json written by
-# Horizon always lists all of them; a missing one takes this default, an unknown one is refused.
-LAYER_KIND_DEFAULTS: Dict[str, Any] = {
-    "pos": "rope",
-    "rope_base": 10000.0,
-    "rope_scaling": "none",
-    "rope_factor": 1.0,
-    "rope_original_context": 0,
-    "yarn_alpha": 1.0,
-    "yarn_beta": 32.0,
-    "yarn_ramp": "rotations",
-    "yarn_truncate": True,
-    "yarn_mscale": 0.0,
-    "llama3_low_freq_factor": 1.0,
-    "llama3_high_freq_factor": 4.0,
-    "prope_fraction": 0.5,
-    "prope_base_eff": 1024.0,
-    "rope_pairs": [],
-    "rope_fraction": 1.0,
-    "rope_freq_factors": [],
-    "longrope_long_factors": [],
-    "longrope_short_factors": [],
-    "rope_select": "high",
-    "mask": "causal",
-    "window": 0,
-    "chunk": 0,
-    "sink_tokens": 0,
-    "prefix": 0,
-    "scope_gamma": 0.0,
-    "scope_min": 1,
-    "scope_max": 0,
-    "scopes": [],
-    "freeze_scopes": False,
-    "logit": "identity",
-    "tau": 10.0,
-    "logn_c": 1.0,
-    "logn_learnable": True,
-    "swan_a": 362.0,
-    "beta": 1.0,
-    "temp_c": 0.0,
-    "logn_position": False,
-    "qtemp_alpha": 0.0,
-    "qtemp_beta": 8192.0,
-    "qk_norm": "none",
-    "gate": "none",
-    "sink": False,
-    "forget": False,
-    "forget_bias": 0.0,
-    "diff": False,
-}
+# Every field of a layer kind, with its type, default and range: horizon_fields.json, written by Horizon
+# from its field table (attention/spec_fields.h) beside this file. config.json written by Horizon always
+# lists every field; a missing one takes the table's default, an unknown one is refused, and each value is
+# checked against its type, range or names as Horizon checks it. transformers copies only the .py files
+# into its module cache, so the table is read from beside this file or from the model's directory
+# (HorizonConfig.from_pretrained), and save_pretrained writes it beside the saved config.
+FIELDS_FILE = "horizon_fields.json"
+_FIELDS: Optional[Dict[str, Any]] = None
 
-# The accepted names of each enumerated field ("ssmax" is another name of logn).
-LAYER_KIND_ENUMS: Dict[str, tuple] = {
-    "pos": ("none", "rope", "prope", "alibi"),
-    "rope_scaling": ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope"),
-    "yarn_ramp": ("rotations", "index"),
-    "rope_select": ("high", "low", "uniform"),
-    "mask": ("causal", "window", "scope"),
-    "logit": ("identity", "scale_invariant", "logn", "swan_row", "temperature"),
-    "qk_norm": ("none", "full", "per_head"),
-    "gate": ("none", "head", "element"),
-}
+
+def use_fields_file(path: str) -> Dict[str, Any]:
+    """Reads a horizon_fields.json and makes it the table every layer kind is checked against."""
+    global _FIELDS
+    try:
+        with open(path, encoding="utf-8") as f:
+            table = json.load(f)
+        table["by_name"] = {e["name"]: e for e in table["fields"]}
+        table["int_ceiling"] = int(table["int_ceiling"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a Horizon field table ({err})") from err
+    _FIELDS = table
+    return table
+
+
+def fields_table() -> Dict[str, Any]:
+    if _FIELDS is not None:
+        return _FIELDS
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), FIELDS_FILE)
+    if not os.path.isfile(beside):
+        raise ValueError(f"{FIELDS_FILE} is missing: Horizon writes it beside configuration_horizon.py and "
+                         f"config.json (horizon convert to-hf); load the model with from_pretrained(dir) of that folder")
+    return use_fields_file(beside)
+
+
+def layer_kind_defaults() -> Dict[str, Any]:
+    return {name: copy.deepcopy(e["default"]) for name, e in fields_table()["by_name"].items()}
+
 
 LAMPE_DEFAULTS: Dict[str, Any] = {"L": 0.0, "a": 0.0, "b": 0.0, "s_local": 512, "s_sink": 200}
 
 HIDDEN_ACTS = ("silu", "relu2", "gelu")
 
 
+def _check_value(where: str, e: Dict[str, Any], v: Any, ceiling: int) -> None:
+    """One value against its field's type and range (hf/horizon.cpp's SpecReader checks the same)."""
+    t = e["type"]
+    if t == "choice":
+        if v not in e["choices"]:
+            raise ValueError(f"{where} = {v!r}; expected one of {', '.join(e['choices'])}")
+        return
+    if t == "bool":
+        if not isinstance(v, bool):
+            raise ValueError(f"{where} must be true or false, got {v!r}")
+        return
+    if t == "string":
+        if not isinstance(v, str):
+            raise ValueError(f"{where} must be a string, got {v!r}")
+        return
+    if t in ("int_list", "float_list"):
+        if not isinstance(v, list):
+            raise ValueError(f"{where} must be a list, got {v!r}")
+        if len(v) > 65536:
+            raise ValueError(f"{where} has {len(v)} entries; at most 65536")
+        for x in v:
+            _check_number(where, e, x, t == "int_list", ceiling)
+        return
+    _check_number(where, e, v, t == "int", ceiling)
+
+
+def _check_number(where: str, e: Dict[str, Any], x: Any, integer: bool, ceiling: int) -> None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or (integer and not isinstance(x, int)):
+        raise ValueError(f"{where} must be {'an integer' if integer else 'a number'}, got {x!r}")
+    r = e["range"]
+    ok = abs(x) <= ceiling if integer else math.isfinite(x)  # integers at most 2^40, numbers finite
+    if ok and r is not None:
+        if r["lo"] is not None:
+            ok = x > r["lo"] if r["lo_open"] else x >= r["lo"]
+        if ok and r["hi"] is not None:
+            ok = x < r["hi"] if r["hi_open"] else x <= r["hi"]
+    if not ok:
+        what = r["text"] if r is not None else ("at most 2^40" if integer else "finite")
+        raise ValueError(f"{where} = {x!r} is out of range ({what})")
+
+
 def resolve_layer_kind(name: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     """The fields of one layer kind with defaults filled in, checked (ValueError naming the field)."""
     if not isinstance(fields, dict):
         raise ValueError(f"layer_kinds.{name} must be an object of fields, got {fields!r}")
-    unknown = sorted(set(fields) - set(LAYER_KIND_DEFAULTS))
+    table = fields_table()
+    known = table["by_name"]
+    unknown = sorted(set(fields) - set(known))
     if unknown:
         raise ValueError(f"layer_kinds.{name}: {', '.join(unknown)} is not a field of a Horizon layer kind "
-                         f"(known: {', '.join(LAYER_KIND_DEFAULTS)})")
-    kind = dict(LAYER_KIND_DEFAULTS)
+                         f"(known: {', '.join(known)})")
+    kind = layer_kind_defaults()
     kind.update(fields)
-    if kind["logit"] == "ssmax":
+    if kind["logit"] == "ssmax":  # another name of logn (attention/spec.cpp's parse_logit)
         kind["logit"] = "logn"
-    for key, names in LAYER_KIND_ENUMS.items():
-        if kind[key] not in names:
-            raise ValueError(f"layer_kinds.{name}.{key} = {kind[key]!r}; expected one of {', '.join(names)}")
+    for key, e in known.items():
+        _check_value(f"layer_kinds.{name}.{key}", e, kind[key], table["int_ceiling"])
     return kind
 
 
@@ -175,6 +196,28 @@ class HorizonConfig(PretrainedConfig):
             unknown = sorted(set(self.lampe) - set(LAMPE_DEFAULTS))
             if unknown:
                 raise ValueError(f"lampe: {', '.join(unknown)} is not a LaMPE field ({', '.join(LAMPE_DEFAULTS)})")
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        # the field table beside config.json (transformers' module cache holds only the .py files)
+        path = str(pretrained_model_name_or_path)
+        if os.path.isdir(path):
+            found = os.path.join(path, FIELDS_FILE)
+            found = found if os.path.isfile(found) else None
+        else:
+            from transformers.utils import cached_file
+            hub = {k: kwargs[k] for k in ("cache_dir", "force_download", "proxies", "token", "revision",
+                                          "local_files_only", "subfolder") if k in kwargs}
+            found = cached_file(path, FIELDS_FILE, _raise_exceptions_for_missing_entries=False, **hub)
+        if found:
+            use_fields_file(found)
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        super().save_pretrained(save_directory, *args, **kwargs)
+        with open(os.path.join(save_directory, FIELDS_FILE), "w", encoding="utf-8") as f:
+            json.dump({k: v for k, v in fields_table().items() if k != "by_name"}, f, indent=2)
+            f.write("\n")
 
     def layer_kind_name(self, i: int) -> str:
         return self.layer_overrides.get(str(i), self.layer_pattern[i % len(self.layer_pattern)])

@@ -1,5 +1,5 @@
 """Checks of HorizonForCausalLM (hf/remote/*.py) that need no Horizon: tiny random models written as an
-export would be (config.json with auto_map, model.safetensors, the two .py files) and loaded with
+export would be (config.json with auto_map, model.safetensors, the two .py files and horizon_fields.json) and loaded with
 AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True).
 
 Run: python tests/hf/remote_code_test.py   (exit 0 when every check passes, 1 otherwise)
@@ -18,7 +18,8 @@ and untied heads):
   5. a left-padded batch equals each sequence alone;
   6. packed documents (position_ids restarting at 0) equal each document alone; with a cache they are refused;
   7. float64 (model.double()) computes in float64 and its decoding equals its full forward to 1e-10;
-  8. the loss with labels is transformers' shifted mean cross-entropy; config.json round-trips.
+  8. the loss with labels is transformers' shifted mean cross-entropy; config.json round-trips; a layer-kind
+     value out of its field's range or type (horizon_fields.json) is refused naming the field.
 """
 import copy
 import json
@@ -215,7 +216,7 @@ def write_export(name, seed=0, **override):
     c.update(override)
     d = os.path.join(TMP, f"{name}_{seed}")
     os.makedirs(d, exist_ok=True)
-    for f in ("configuration_horizon.py", "modeling_horizon.py"):
+    for f in ("configuration_horizon.py", "modeling_horizon.py", "horizon_fields.json"):
         shutil.copy(os.path.join(REMOTE, f), d)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
@@ -784,6 +785,22 @@ def test_loss_and_config():
     except ValueError as err:
         refused = "windw" in str(err)
     check("an unknown layer-kind field is refused by name", refused)
+    # each value is checked against its field's range, type or names from horizon_fields.json
+    for field, value, words in (("chunk", -1, "in [0, 16777216]"), ("swan_a", 1.0, "> 1"), ("rope_fraction", 1.5, "in [0, 1]"),
+                                ("window", 2.5, "an integer"), ("scopes", [4, 0], ">= 1"), ("gate", "row", "element"),
+                                ("rope_base", float("inf"), "> 0"), ("sink", 1, "true or false")):
+        try:
+            bad_cfg = dict(c, layer_kinds={"x": dict(KIND_DEFAULTS, **{field: value})}, layer_pattern=["x"],
+                           layer_overrides={})
+            type(cfg)(**{k: v for k, v in bad_cfg.items() if k not in ("architectures", "model_type", "auto_map")})
+            msg = ""
+        except ValueError as err:
+            msg = str(err)
+        check(f"{field} = {value!r} is refused with the field's name and range", f"layer_kinds.x.{field}" in msg
+              and words in msg, msg or "accepted")
+    # the saved copy carries the field table beside config.json (the module cache holds only the .py files)
+    check("save_pretrained writes horizon_fields.json beside config.json",
+          os.path.isfile(os.path.join(out_dir, "horizon_fields.json")))
     tied = m.lm_head.weight.data_ptr() == m.model.embed_tokens.weight.data_ptr()
     check("tie_word_embeddings ties lm_head to embed_tokens", tied)
     d2, _ = write_export("lampe", seed=7)
