@@ -3,7 +3,8 @@
 #   tests/e2e_hf_export.sh HORIZON SRC [PART]   PART: remote | recipes | inference | lm_eval | all (default)
 # CTest runs the parts as entries of their own (e2e_hf_*), side by side with the C++ suites.
 #   remote     tests/hf/remote_code_test.py checks modeling_horizon.py on its own (every ingredient against
-#              a brute-force float64 formula, the cache, padding, packing), and tests/hf/oracle_test.py its
+#              a brute-force float64 formula, the cache, padding, packing), tests/hf/attention_paths_test.py
+#              its sdpa and flex_attention paths and gradient checkpointing against eager, and tests/hf/oracle_test.py its
 #              masks and row factors against attention's oracle table (tests/fixtures/attention_oracle.json,
 #              which the C++ suite holds tiling.h to); no Horizon run
 #   recipes    for each recipe under recipes/: one training step at the recipe's shape (batch 1, init_std
@@ -38,10 +39,11 @@ if ! "$PY" -c 'import torch, transformers, safetensors' 2> /dev/null; then
   if [ "${HZ_REQUIRE_PYPI:-0}" = "1" ]; then echo "HZ_TEST_PYTHON=$PY lacks torch/transformers/safetensors"; exit 1; fi
   echo "skipped: no Python with torch, transformers and safetensors (HZ_TEST_PYTHON)"; exit 77
 fi
-# the remote code on its own: brute-force formulas, the cache, padding, packing (tiny random models);
-# its masks and row factors against the oracle table that tiling.h is held to
+# the remote code on its own: brute-force formulas, the cache, padding, packing (tiny random models), its
+# attention paths against eager; its masks and row factors against the oracle table that tiling.h is held to
 if want remote; then
   "$PY" "$SRC/tests/hf/remote_code_test.py"
+  "$PY" "$SRC/tests/hf/attention_paths_test.py"
   "$PY" "$SRC/tests/hf/oracle_test.py"
   [ "$PART" = all ] || { echo "e2e hf export: the remote code OK"; exit 0; }
 fi

@@ -20,6 +20,14 @@ only inside its query's document. T, the length that length-dependent terms use 
 dynamic NTK, LaMPE's l, the temperature's s), is config.context_length, or when null the number of
 real keys of the sequence in the call (past + new; for the temperature the query's document's).
 
+Attention runs on one of three paths, chosen per layer by config._attn_implementation (from_pretrained(...,
+attn_implementation=...)): "eager" (the default and the reference: each head's logits written out term by term),
+"sdpa" (torch's scaled_dot_product_attention, for layers whose logits are scale * q . k: the mask as is_causal or
+a boolean attn_mask; other layers eager) and "flex_attention" (FlexAttention: the mask as a mask_mod over a
+BlockMask, the terms as a score_mod, sinks through the log-sum-exp; LaMPE's layers eager). The mods call the
+helpers the eager path uses (mask_parts_at, visible_at, distance_terms, head_logit_terms, row_factor). Gradient
+checkpointing: HorizonDecoderLayer is transformers' GradientCheckpointingLayer.
+
 The KV cache keeps keys before RoPE (they are rotated at attention time with the call's
 frequencies and LaMPE map), the positions, the pad mask and FoX's log f. Decoding equals the full
 forward when T is fixed (config.context_length set, as Horizon fixes T = prompt + max_new_tokens);
@@ -34,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.utils import logging
 
@@ -43,6 +52,11 @@ try:  # transformers 5: initialisers that leave loaded weights alone
     from transformers import initialization as hf_init
 except ImportError:  # pragma: no cover
     hf_init = nn.init
+
+try:  # FlexAttention (torch >= 2.5; the log-sum-exp through AuxRequest from 2.9)
+    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
+except ImportError:  # pragma: no cover
+    flex_attention = None
 
 logger = logging.get_logger(__name__)
 
@@ -224,6 +238,19 @@ def alibi_slopes(H: int) -> List[float]:
 # The mask and logit helpers below are what tests/hf/oracle_test.py holds to attention's float64 oracle
 # table (tests/fixtures/attention_oracle.json), case by case. ctx is a call's context (HorizonModel._context).
 
+def mask_parts_at(kind: Dict[str, Any], q_pos, k_pos, same_doc):
+    """mask_parts at broadcastable positions q_pos, k_pos (a FlexAttention mask_mod passes scalars; same_doc
+    is read only with a prefix, and may be a callable that makes it)."""
+    C, S, P = int(kind["chunk"]), int(kind["sink_tokens"]), int(kind["prefix"])
+    chunked = (q_pos // C == k_pos // C) if C > 0 else True
+    sinks = k_pos < S if S > 0 else False
+    if P > 0:
+        prefix = (same_doc() if callable(same_doc) else same_doc) & (q_pos < P) & (k_pos < P)
+    else:
+        prefix = False
+    return chunked, sinks, prefix
+
+
 def mask_parts(kind: Dict[str, Any], ctx: Dict[str, Any]):
     """The parts of a layer's mask that no head changes, each (B, Tn, Tk) bool or a constant:
     chunked attention (Llama 4): keys in the query's chunk of C positions, floor(p_j / C) = floor(p_i / C)
@@ -231,18 +258,20 @@ def mask_parts(kind: Dict[str, Any], ctx: Dict[str, Any]):
     sink tokens (StreamingLLM): the document's first S positions stay visible beside the window and chunk;
     prefix-LM: a document's first P positions attend to each other in both directions (ALiBi and
     scale-invariant read |t|)."""
-    C, S, P = int(kind["chunk"]), int(kind["sink_tokens"]), int(kind["prefix"])
-    chunked = (ctx["q_pos"][:, :, None] // C == ctx["k_pos"][:, None, :] // C) if C > 0 else True
-    sinks = ctx["k_pos"][:, None, :] < S if S > 0 else False
-    prefix = (ctx["same_doc"] & (ctx["q_pos"][:, :, None] < P) & (ctx["k_pos"][:, None, :] < P)) if P > 0 else False
-    return chunked, sinks, prefix
+    return mask_parts_at(kind, ctx["q_pos"][:, :, None], ctx["k_pos"][:, None, :], lambda: ctx["same_doc"])
+
+
+def visible_at(visible, t, w_h, parts):
+    """head_visible at broadcastable operands: visible (a real key of the query's document, not after it),
+    t = p_i - p_j, the head's window w_h (0 = unbounded) and mask_parts."""
+    chunked, sinks, prefix = parts
+    return (visible & ((((w_h == 0) | (t < w_h)) & chunked) | sinks)) | prefix
 
 
 def head_visible(ctx: Dict[str, Any], parts, w_h: torch.Tensor) -> torch.Tensor:
     """The keys each query of one head sees (B, Tn, Tk): a real key of the query's document, not after it,
     with t < W_h when W_h > 0 (w_h (B, 1, 1)) and in the query's chunk; or a sink token; or both in the prefix."""
-    chunked, sinks, prefix = parts
-    return (ctx["visible"] & ((((w_h == 0) | (ctx["t"] < w_h)) & chunked) | sinks)) | prefix
+    return visible_at(ctx["visible"], ctx["t"], w_h, parts)
 
 
 def row_factor(kind: Dict[str, Any], ctx: Dict[str, Any], n_visible: torch.Tensor, train_length: int) -> torch.Tensor:
@@ -415,6 +444,31 @@ def _horizon_cache_layer(cache: Cache, idx: int) -> HorizonCacheLayer:
     return layer
 
 
+_COMPILED_FLEX = None
+
+
+def _compiled_flex_attention():
+    """torch.compile(flex_attention), made once (transformers' WrappedFlexAttention does the same)."""
+    global _COMPILED_FLEX
+    if _COMPILED_FLEX is None:
+        _COMPILED_FLEX = torch.compile(flex_attention)
+    return _COMPILED_FLEX
+
+
+def _flex_compiles(config, q: torch.Tensor, need_lse: bool) -> bool:
+    """Whether the flex path runs compiled (the fused kernel that never holds a (Tn, Tk) table) or eagerly (torch
+    evaluates the mods over the whole table: exact, slower, as much memory as eager). config.flex_compile: None
+    (default) compiles on a GPU only; True compiles where torch 2.15 can: on a GPU always, on the CPU for inference
+    (no gradients) in float32 / bf16 / fp16 without the log-sum-exp (a layer with sinks runs uncompiled); False never."""
+    choice = getattr(config, "flex_compile", None)
+    if choice is False or (choice is None and not q.is_cuda):
+        return False
+    if q.is_cuda:
+        return True
+    return (not (torch.is_grad_enabled() and q.requires_grad) and not need_lse
+            and q.dtype in (torch.float32, torch.bfloat16, torch.float16))
+
+
 # ---------------------------------------------------------------------------------------------
 # Attention
 # ---------------------------------------------------------------------------------------------
@@ -506,12 +560,71 @@ class HorizonAttention(nn.Module):
         region = torch.where(ctx["t"] < s_local, 0, torch.where(j[:, None, :] < s_sink, 1, 2))
         return (p, q_sink, q_mid), k_mid, region
 
-    # -- forward ------------------------------------------------------------------------------
+    # -- which path attends --------------------------------------------------------------------
+
+    def score_terms(self) -> List[str]:
+        """The terms of the layer's logits beyond scale * q . k: what SDPA cannot take."""
+        k, out = self.kind, []
+        if k["pos"] == "alibi":
+            out.append("ALiBi")
+        if k["logit"] != "identity":
+            out.append(f"logit {k['logit']}")
+        if k["qtemp_alpha"] != 0.0:
+            out.append("Llama 4's qtemp")
+        if k["forget"]:
+            out.append("FoX forget gates")
+        if k["sink"]:
+            out.append("attention sinks")
+        return out
+
+    def _uses_lampe(self) -> bool:
+        """LaMPE (config.lampe) applies to RoPE layers (pos rope) with every window unbounded, no chunks, no prefix."""
+        k = self.kind
+        return (k["pos"] == "rope" and k["mask"] == "causal" and int(k["chunk"]) == 0 and int(k["prefix"]) == 0
+                and self.config.lampe_settings() is not None)
+
+    def attention_path(self) -> Tuple[str, str]:
+        """(path, why) under config._attn_implementation: the path that attends ("eager", "sdpa" or
+        "flex_attention") and, when it is not the requested one, why (else "")."""
+        want = getattr(self.config, "_attn_implementation", None) or "eager"
+        if want == "eager":
+            return "eager", ""
+        if want not in ("sdpa", "flex_attention"):
+            raise ValueError(f"attn_implementation {want!r}: HorizonForCausalLM attends through 'eager', 'sdpa' or "
+                             "'flex_attention'")
+        if self._uses_lampe():
+            return "eager", "LaMPE rotates q and k at each region's positions (three dot products per pair)"
+        if want == "sdpa" and self.score_terms():
+            return "eager", f"SDPA takes no score terms ({', '.join(self.score_terms())})"
+        return want, ""
+
+    # -- forward: project, position terms, attention by path, output ---------------------------
 
     def forward(self, x: torch.Tensor, ctx: Dict[str, Any], cache_layer: Optional[HorizonCacheLayer]) -> torch.Tensor:
+        q, k, v, log_f = self._project(x, ctx, cache_layer)
+        W = self._windows(ctx, x.device)
+        q, k, lampe = self._rotate(q, k, ctx, W)
+        path, why = self.attention_path()
+        if path == "flex_attention" and not q.is_cuda and torch.is_grad_enabled() and q.requires_grad:
+            path, why = "eager", "FlexAttention has no backward on the CPU in torch 2.15 (a call that needs gradients)"
+        if why:
+            name = self.config.layer_kind_name(self.layer_idx)
+            logger.warning_once(f"HorizonForCausalLM: layer {self.layer_idx} (kind {name!r}) attends through {path}, "
+                                f"not {self.config._attn_implementation}: {why}")
+        self.last_path = path  # the path of the latest call (an attribute for callers and tests)
+        if path == "sdpa":
+            y = self._attend_sdpa(q, k, v, ctx, W)
+        elif path == "flex_attention":
+            y = self._attend_flex(q, k, v, log_f, ctx, W)
+        else:
+            y = self._attend_eager(q, k, v, log_f, ctx, W, lampe)
+        return self._output(x, y)
+
+    def _project(self, x, ctx, cache_layer):
+        """q (B, H, Tn, D), k and v (B, Hkv, Tk, D) with the cached keys before them (keys before RoPE), FoX's log f
+        (B, H, Tk) or None."""
         B, Tn, _ = x.shape
-        H, Ho, Hkv, D, kind = self.Ha, self.H, self.Hkv, self.D, self.kind  # H: attention heads, Ho: output heads
-        dt = x.dtype
+        H, Hkv, D, kind = self.Ha, self.Hkv, self.D, self.kind
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if kind["qk_norm"] == "full":
             q, k = self.q_norm(q), self.k_norm(k)
@@ -527,51 +640,59 @@ class HorizonAttention(nn.Module):
             log_f = log_f.masked_fill(~ctx["q_valid"][:, None, :], 0.0)
         if cache_layer is not None:
             k, v, log_f = cache_layer.append(k, v, ctx["q_pos"], ctx["q_valid"], log_f)
-        Tk = k.shape[-2]
+        return q, k, v, log_f
 
-        # windows W_h per sequence (its T) and query head; 0 = unbounded
+    def _windows(self, ctx, device) -> torch.Tensor:
+        """W (B, H): the window of each sequence (its T) and attention head; 0 = unbounded. Decoding needs a
+        prefix whole in the first call."""
+        H, Ho, kind = self.Ha, self.H, self.kind
         T_rows = ctx["T_rows"]
         wins = {T: [w for w in layer_windows(kind, Ho, T, self.config.train_length) for _ in range(H // Ho)]
                 for T in set(T_rows)}  # DIFF V2: the pair shares its output head's window
-        W = torch.tensor([wins[T] for T in T_rows], dtype=torch.long, device=x.device)  # (B, H)
-        t = ctx["t"]  # (B, Tn, Tk) distances p_i - p_j
-        # chunks, sink tokens and the prefix (mask_parts); decoding needs the whole prefix in the first call
-        C, P = int(kind["chunk"]), int(kind["prefix"])
-        parts = mask_parts(kind, ctx)
+        P = int(kind["prefix"])
         if P > 0 and ctx["past"] and bool(((ctx["q_pos"] < P) & ctx["q_valid"]).any()):
             raise ValueError(f"layer {self.layer_idx}: its prefix of {P} tokens attends bidirectionally; decode with a "
                              f"prompt of at least {P} tokens (Horizon refuses it too)")
+        return torch.tensor([wins[T] for T in T_rows], dtype=torch.long, device=device)
 
-        # position encoding: RoPE / p-RoPE rotate q and k at their positions (LaMPE: at each region's)
-        rotary = kind["pos"] in ("rope", "prope")
-        lampe = None
-        if rotary:
-            inv, mscale = self._frequencies(T_rows)
-            inv, mscale = inv.to(x.device), mscale.to(x.device)
-            # LaMPE (config.lampe, read at each call): RoPE layers (pos rope, as Horizon's eval.lampe sets
-            # it) whose every window is unbounded, without chunks
-            use = kind["pos"] == "rope" and not bool((W != 0).any()) and C == 0 and P == 0
-            lampe = self.config.lampe_settings() if use else None
-        if lampe is not None:
-            if kind["sink"] or kind["forget"] or kind["logit"] == "logn":
-                raise NotImplementedError(f"layer {self.layer_idx}: LaMPE attends to its regions separately and takes "
-                                          "no sinks, FoX forget gates or LogN / SSMax c (Horizon's LaMPE refuses them "
-                                          "too); set config.lampe = None for this model")
-            if ctx["packed"]:
-                raise NotImplementedError("LaMPE remaps positions for one input length and cannot score packed "
-                                          "documents; run each document alone")
-            q_positions, k_mid, region = self._lampe_positions(ctx, lampe)
-            qs = [apply_rotary(q, pos, inv, mscale) for pos in q_positions]  # local, sink, middle
-            k_plain, k_middle = apply_rotary(k, ctx["k_pos"], inv, mscale), apply_rotary(k, k_mid, inv, mscale)
-        elif rotary:
-            q, k = apply_rotary(q, ctx["q_pos"], inv, mscale), apply_rotary(k, ctx["k_pos"], inv, mscale)
+    def _rotate(self, q, k, ctx, W):
+        """RoPE / p-RoPE: q and k rotated at their positions. With LaMPE, q and k stay and the third value holds
+        (q at each region's positions, k plain, k at the middle's positions, the region of each pair)."""
+        kind = self.kind
+        if kind["pos"] not in ("rope", "prope"):
+            return q, k, None
+        inv, mscale = self._frequencies(ctx["T_rows"])
+        inv, mscale = inv.to(q.device), mscale.to(q.device)
+        # LaMPE (config.lampe, read at each call): RoPE layers (pos rope, as Horizon's eval.lampe sets it) whose
+        # every window is unbounded, without chunks
+        use = kind["pos"] == "rope" and not bool((W != 0).any()) and int(kind["chunk"]) == 0 and int(kind["prefix"]) == 0
+        lampe = self.config.lampe_settings() if use else None
+        if lampe is None:
+            return apply_rotary(q, ctx["q_pos"], inv, mscale), apply_rotary(k, ctx["k_pos"], inv, mscale), None
+        if kind["sink"] or kind["forget"] or kind["logit"] == "logn":
+            raise NotImplementedError(f"layer {self.layer_idx}: LaMPE attends to its regions separately and takes "
+                                      "no sinks, FoX forget gates or LogN / SSMax c (Horizon's LaMPE refuses them "
+                                      "too); set config.lampe = None for this model")
+        if ctx["packed"]:
+            raise NotImplementedError("LaMPE remaps positions for one input length and cannot score packed "
+                                      "documents; run each document alone")
+        q_positions, k_mid, region = self._lampe_positions(ctx, lampe)
+        qs = [apply_rotary(q, pos, inv, mscale) for pos in q_positions]  # local, sink, middle
+        return q, k, (qs, apply_rotary(k, ctx["k_pos"], inv, mscale), apply_rotary(k, k_mid, inv, mscale), region)
 
+    def _logn_c(self, h: int, dt):
+        return self.logn_c[h].to(dt) if self.kind["logn_learnable"] else float(self.kind["logn_c"])
+
+    def _attend_eager(self, q, k, v, log_f, ctx, W, lampe) -> torch.Tensor:
+        """The reference: each head's (B, Tn, Tk) logits written out term by term. Returns (B, Tn, H, D)."""
+        B, H, Tn, D = q.shape
+        Tk, kind, dt = k.shape[-2], self.kind, q.dtype
+        parts = mask_parts(kind, ctx)  # chunks, sink tokens and the prefix
         # terms that do not depend on the head: |t|, scale-invariant's a_t and m_t
-        tt, a_t, m_t = distance_terms(kind, t)
+        tt, a_t, m_t = distance_terms(kind, ctx["t"])
         csum = torch.cumsum(log_f.to(torch.float64), dim=-1) if log_f is not None else None  # FoX: C = cumsum(log f)
         scale = 1.0 / math.sqrt(D)
-
-        G = H // Hkv
+        G = H // self.Hkv
         outs = []
         for h in range(H):
             g = h // G  # GQA: query head h reads kv head h // (H / Hkv)
@@ -579,6 +700,7 @@ class HorizonAttention(nn.Module):
             visible = head_visible(ctx, parts, W[:, h][:, None, None])  # (B, Tn, Tk)
             # scores s_ij = scale * q_i . k_j
             if lampe is not None:
+                qs, k_plain, k_middle, region = lampe
                 s_reg = [torch.matmul(qs[0][:, h], k_plain[:, g].transpose(-1, -2)),
                          torch.matmul(qs[1][:, h], k_plain[:, g].transpose(-1, -2)),
                          torch.matmul(qs[2][:, h], k_middle[:, g].transpose(-1, -2))]
@@ -592,7 +714,7 @@ class HorizonAttention(nn.Module):
                                           self.slopes[h] if self.slopes is not None else None)
             logits = scores * coef.to(dt)
             if kind["logit"] == "logn":
-                logits = logits * (self.logn_c[h].to(dt) if kind["logn_learnable"] else float(kind["logn_c"]))
+                logits = logits * self._logn_c(h, dt)
             if bias is not None:
                 logits = logits + bias.to(dt)
             if csum is not None:
@@ -611,12 +733,113 @@ class HorizonAttention(nn.Module):
                 probs = torch.softmax(logits, dim=-1)
             probs = probs.masked_fill(empty, 0.0)
             outs.append(torch.matmul(probs, v[:, g]))  # (B, Tn, D)
+        return torch.stack(outs, dim=2)  # (B, Tn, H, D)
 
-        y = torch.stack(outs, dim=2)  # (B, Tn, H, D)
+    def _heads_share_mask(self, W) -> bool:
+        return bool((W == W[:, :1]).all())
+
+    def _attend_sdpa(self, q, k, v, ctx, W) -> torch.Tensor:
+        """torch's scaled_dot_product_attention for a layer without score terms: is_causal when the call is one
+        unpadded sequence without past keys and the mask is causal, else head_visible as a boolean attn_mask
+        ((B, 1, Tn, Tk) when every head has the same window). A row that sees nothing (a pad) outputs 0, as eager's."""
+        kind, (B, H, Tn, D), Tk = self.kind, q.shape, k.shape[-2]
+        gqa = H != self.Hkv
+        plain = kind["mask"] == "causal" and int(kind["chunk"]) == 0 and int(kind["prefix"]) == 0
+        if plain and not ctx["packed"] and not ctx["past"] and bool(ctx["k_valid"].all()):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        else:
+            parts = mask_parts(kind, ctx)
+            if self._heads_share_mask(W):
+                mask = head_visible(ctx, parts, W[:, 0][:, None, None])[:, None]
+            else:
+                mask = torch.stack([head_visible(ctx, parts, W[:, h][:, None, None]) for h in range(H)], dim=1)
+            empty = ~mask.any(dim=-1, keepdim=True)  # SDPA's softmax over no key is NaN: let it see all, then 0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | empty, enable_gqa=gqa)
+            out = out.masked_fill(empty, 0.0)
+        return out.transpose(1, 2)  # (B, Tn, H, D)
+
+    def _row_factors(self, ctx, W) -> torch.Tensor:
+        """r_i of every head and row (B, H, Tn) float64, by row_factor. SSMax's n_i (the keys a row sees) is
+        counted with head_visible over blocks of 256 rows, so no (Tn, Tk) table is held whole."""
+        kind, (B, H) = self.kind, W.shape
+        L = self.config.train_length
+        if kind["logit"] != "logn" or kind["logn_position"]:
+            r = row_factor(kind, ctx, None, L)  # the same for every head
+            return r[..., 0].expand(B, ctx["q_pos"].shape[1])[:, None].expand(B, H, -1)
+        Tn, rows = ctx["q_pos"].shape[1], []
+        for a in range(0, Tn, 256):
+            sub = ctx.rows(a, min(Tn, a + 256))
+            parts = mask_parts(kind, sub)
+            n = torch.stack([head_visible(sub, parts, W[:, h][:, None, None]).sum(-1) for h in range(H)], dim=1)
+            rows.append(n)
+        n = torch.cat(rows, dim=-1)  # (B, H, Tn)
+        return torch.stack([row_factor(kind, ctx, n[:, h, :, None], L)[..., 0] for h in range(H)], dim=1)
+
+    def _attend_flex(self, q, k, v, log_f, ctx, W) -> torch.Tensor:
+        """FlexAttention: the mask as a mask_mod (mask_parts_at / visible_at at one pair: documents, causality,
+        windows and scopes, chunks, sink tokens, the prefix, pads, the cache's offset) over a BlockMask, the logit
+        terms as a score_mod (distance_terms and head_logit_terms at one pair, r_i captured per head and row by
+        row_factor, FoX's cumulative log f captured per head and key); sinks fold in through the log-sum-exp:
+        softmax over the keys and z_h scales the keys' output by sigmoid(lse - z_h). Returns (B, Tn, H, D)."""
+        kind, (B, H, Tn, D), Tk, dt = self.kind, q.shape, k.shape[-2], q.dtype
+        off = Tk - Tn  # the cached keys before the new queries
+        q_pos, k_pos, doc_q, doc = ctx["q_pos"], ctx["k_pos"], ctx["doc_q"], ctx["doc"]
+
+        def same_doc(b, qi, kj):
+            return (doc_q[b, qi] == doc[b, kj]) & (doc[b, kj] >= 0)
+
+        def mask_mod(b, h, qi, kj):
+            qp, kp = q_pos[b, qi], k_pos[b, kj]
+            parts = mask_parts_at(kind, qp, kp, lambda: same_doc(b, qi, kj))
+            return visible_at(same_doc(b, qi, kj) & (kj <= qi + off), qp - kp, W[b, h], parts)
+
+        Hm = 1 if self._heads_share_mask(W) else H
+        compiled = _flex_compiles(self.config, q, need_lse=bool(kind["sink"]))
+        block_mask = create_block_mask(mask_mod, B, Hm, Tn, Tk, device=q.device, _compile=compiled)
+
+        score_mod = None
+        if self.score_terms():
+            R = self._row_factors(ctx, W)
+            slopes = torch.tensor(self.slopes, dtype=torch.float64, device=q.device) if self.slopes is not None else None
+            c = None  # LogN's c_h: learned, or the constant (in float64, as eager's Python float)
+            if kind["logit"] == "logn":
+                c = self.logn_c if kind["logn_learnable"] else torch.full((H,), float(kind["logn_c"]), dtype=torch.float64,
+                                                                          device=q.device)
+            csum = torch.cumsum(log_f.to(torch.float64), dim=-1) if log_f is not None else None
+
+            def score_mod(s, b, h, qi, kj):
+                # L = r_i * a_t * s * c_h + m_t - slope_h * t + (C_i - C_j), in eager's order
+                tt, a_t, m_t = distance_terms(kind, q_pos[b, qi] - k_pos[b, kj])
+                coef, bias = head_logit_terms(R[b, h, qi], a_t, m_t, tt, slopes[h] if slopes is not None else None)
+                s = s * coef.to(dt)
+                if c is not None:
+                    s = s * c[h].to(dt)
+                if bias is not None:
+                    s = s + bias.to(dt)
+                if csum is not None:
+                    s = s + (csum[b, h, qi + off] - csum[b, h, kj]).to(dt)
+                return s
+
+        fn = _compiled_flex_attention() if compiled else flex_attention
+        # the mods read the layer kind's floats (tau, swan_a, ...): constants of the traced graph, not inputs
+        with torch._dynamo.config.patch(specialize_float=True):
+            if kind["sink"]:
+                out, aux = fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=H != self.Hkv,
+                              return_aux=AuxRequest(lse=True))
+                # the sink z_h: one more column of the softmax that carries no value; a row that sees nothing
+                # has lse = -inf and output 0, as eager's
+                out = out * torch.sigmoid(aux.lse.to(dt) - self.sinks.to(dt)[None, :, None])[..., None]
+            else:
+                out = fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=H != self.Hkv)
+        return out.transpose(1, 2)  # (B, Tn, H, D)
+
+    def _output(self, x, y) -> torch.Tensor:
+        """DIFF V2's pairs, the output gate and o_proj on y (B, Tn, H attention heads, D)."""
+        B, Tn = x.shape[:2]
+        kind, H, D = self.kind, self.H, self.D
         if kind["diff"]:
             # DIFF V2: y_h = A_2h V - sigmoid(lambda_h) A_2h+1 V, lambda = x W_lambda per token and head
             y = y[:, :, 0::2] - torch.sigmoid(self.lambda_proj(x))[..., None] * y[:, :, 1::2]
-        H = Ho
         if kind["gate"] == "head":
             # y_h <- y_h * sigmoid(x . w_h)
             y = y * torch.sigmoid(self.gate_proj(x))[..., None]
@@ -627,8 +850,10 @@ class HorizonAttention(nn.Module):
         return self.o_proj(y)
 
 
-class HorizonDecoderLayer(nn.Module):
-    """h = x + Attn(RMSNorm(x)); out = h + MLP(RMSNorm(h))."""
+class HorizonDecoderLayer(GradientCheckpointingLayer):
+    """h = x + Attn(RMSNorm(x)); out = h + MLP(RMSNorm(h)). With gradient checkpointing (transformers'
+    GradientCheckpointingLayer) the layer keeps only its input and re-runs its forward in backward; x must come
+    positionally, and the cache comes as the keyword `cache`, which checkpointing drops (a re-run would append twice)."""
 
     def __init__(self, config: HorizonConfig, layer_idx: int):
         super().__init__()
@@ -637,8 +862,8 @@ class HorizonDecoderLayer(nn.Module):
         self.post_attention_layernorm = HorizonRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = HorizonMLP(config)
 
-    def forward(self, x, ctx, cache_layer):
-        h = x + self.self_attn(self.input_layernorm(x), ctx, cache_layer)
+    def forward(self, x, ctx=None, cache=None):
+        h = x + self.self_attn(self.input_layernorm(x), ctx, cache)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -650,10 +875,30 @@ class HorizonPreTrainedModel(PreTrainedModel):
     config_class = HorizonConfig
     config: HorizonConfig
     base_model_prefix = "model"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _no_split_modules = ["HorizonDecoderLayer"]
     _supports_cache_class = True
     _supports_static_cache = False
+    # attn_implementation: "eager" (the default: the reference), "sdpa" or "flex_attention", chosen per layer
+    # among what each expresses (HorizonAttention.attention_path); flash_attention_2 is refused below
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_flash_attn = False
+
+    def get_correct_attn_implementation(self, requested_attention: Optional[str], is_init_check: bool = False) -> str:
+        # transformers picks sdpa when none is requested; here eager, each term written out, stays the default
+        return super().get_correct_attn_implementation(requested_attention or "eager", is_init_check)
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        # each layer reads config._attn_implementation at every call, so set_attn_implementation() takes effect
+        return True
+
+    def _flash_attn_can_dispatch(self, *args, **kwargs):
+        raise ValueError("HorizonForCausalLM has no flash_attention_2 path: FlashAttention's kernels take no per-row "
+                         "logit terms (SSMax, temperatures), distance terms (ALiBi, scale-invariant, FoX), per-head "
+                         "windows or sinks; load with attn_implementation=\"flex_attention\" (every layer but LaMPE's) "
+                         "or \"sdpa\" (layers without score terms), or \"eager\"")
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -669,6 +914,34 @@ class HorizonPreTrainedModel(PreTrainedModel):
 def _output(cls, cache, **fields):
     fields[_CACHE_FIELD] = cache
     return cls(**fields)
+
+
+class CallContext(dict):
+    """What every layer of one call shares (HorizonModel._context): per token (B, Tn) / (B, Tk) q_pos, k_pos,
+    q_valid, k_valid, doc_q and doc (document ids, -1 on pads), q_idx / k_idx (indices among the keys), T_rows,
+    T_doc, packed, past. The (B, Tn, Tk) tables t (p_i - p_j), same_doc and visible (a real key of the query's
+    document, not after it) are made on first use and kept: eager reads them, while the sdpa and flex paths work
+    from the per-token vectors and hold no (Tn, Tk) table unless their mask is one."""
+
+    def __missing__(self, key):
+        if key == "t":
+            value = self["q_pos"][:, :, None] - self["k_pos"][:, None, :]
+        elif key == "same_doc":
+            value = (self["doc_q"][:, :, None] == self["doc"][:, None, :]) & (self["doc"][:, None, :] >= 0)
+        elif key == "visible":
+            value = self["same_doc"] & (self["k_idx"][None, :] <= self["q_idx"][:, None])[None]
+        else:
+            raise KeyError(key)
+        self[key] = value
+        return value
+
+    def rows(self, a: int, b: int) -> "CallContext":
+        """The context of queries a..b-1 (every key)."""
+        sub = CallContext({k: v for k, v in self.items() if k not in ("t", "same_doc", "visible")})
+        for k in ("q_pos", "q_valid", "doc_q", "T_doc"):
+            sub[k] = self[k][:, a:b]
+        sub["q_idx"] = self["q_idx"][a:b]
+        return sub
 
 
 class HorizonModel(HorizonPreTrainedModel):
@@ -727,18 +1000,18 @@ class HorizonModel(HorizonPreTrainedModel):
             raise ValueError("packed documents (position_ids that restart) with a KV cache are not supported "
                              "(Horizon refuses them too); decode each document alone, or call with use_cache=False")
         doc_q = torch.where(q_valid, doc[:, Tk - Tn:], torch.full_like(q_pos, -1))
-        same_doc = (doc_q[:, :, None] == doc[:, None, :]) & (doc[:, None, :] >= 0)  # (B, Tn, Tk)
-        causal = idx[None, :] <= (idx[Tk - Tn:])[:, None]  # key index <= query index
-        visible = same_doc & causal[None]
         ctx_len = self.config.context_length
         if ctx_len:
             T_rows = [int(ctx_len)] * B
             T_doc = torch.full((B, Tn), int(ctx_len), dtype=torch.long, device=device)
         else:
             T_rows = [max(1, int(n)) for n in k_valid.sum(-1).tolist()]
-            T_doc = same_doc.sum(-1)
-        return {"q_pos": q_pos, "k_pos": k_pos, "q_valid": q_valid, "t": q_pos[:, :, None] - k_pos[:, None, :],
-                "visible": visible, "same_doc": same_doc, "T_rows": T_rows, "T_doc": T_doc, "packed": packed, "past": past_pos.shape[-1] > 0}
+            # the keys of the query's document: a count per document id (pads, -1, count nowhere)
+            counts = torch.zeros(B, Tk + 1, dtype=torch.long, device=device).scatter_add_(1, doc + 1, torch.ones_like(doc))
+            T_doc = torch.where(doc_q >= 0, counts.gather(1, doc_q + 1), torch.zeros_like(doc_q))
+        return CallContext(q_pos=q_pos, k_pos=k_pos, q_valid=q_valid, k_valid=k_valid, doc_q=doc_q, doc=doc,
+                           q_idx=idx[Tk - Tn:], k_idx=idx, T_rows=T_rows, T_doc=T_doc, packed=packed,
+                           past=past_pos.shape[-1] > 0)
 
     def forward(
         self,
@@ -759,6 +1032,10 @@ class HorizonModel(HorizonPreTrainedModel):
             raise ValueError("give exactly one of input_ids and inputs_embeds")
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         B, Tn = x.shape[:2]
+        if use_cache and self.training and torch.is_grad_enabled() and any(l.gradient_checkpointing for l in self.layers):
+            logger.warning_once("HorizonForCausalLM: gradient checkpointing re-runs each layer in backward, which "
+                                "would append to the cache twice: use_cache=False")
+            use_cache, cache = False, None
         if use_cache and cache is None:
             cache = DynamicCache()
         layers = [_horizon_cache_layer(cache, i) for i in range(len(self.layers))] if cache is not None else [None] * len(self.layers)
@@ -770,7 +1047,7 @@ class HorizonModel(HorizonPreTrainedModel):
                 "cached keys of earlier steps were computed at another T than a full forward would use. Set "
                 "config.context_length (Horizon decodes at T = prompt + max_new_tokens) for exact decoding.")
         for layer, kv in zip(self.layers, layers):
-            x = layer(x, ctx, kv)
+            x = layer(x, ctx=ctx, cache=kv)
         x = self.norm(x)
         return _output(BaseModelOutputWithPast, cache if use_cache else None, last_hidden_state=x)
 
