@@ -82,7 +82,9 @@ TEST(SpecFields, EveryRowSaysWhatStockArchitecturesDoWithIt) {
       case Stock::Refused: {
         ASSERT_TRUE(f.refusal || f.value_refusals);
         const std::string words = f.refusal ? f.refusal : "";
-        if (f.refusal) EXPECT_NE(words.find(": "), std::string::npos) << "words are '<what>: <why>'";
+        if (f.refusal) {
+          EXPECT_NE(words.find(": "), std::string::npos) << "words are '<what>: <why>'";
+        }
         break;
       }
       case Stock::Via: ASSERT_TRUE(f.via); EXPECT_TRUE(names.count(f.via)) << f.via; break;

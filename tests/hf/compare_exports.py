@@ -21,20 +21,23 @@ logit; (2) at T in float64 within 1e-10 (HorizonForCausalLM; transformers' stock
 keep RMSNorm and the rotary tables in float32 even in a float64 model, so theirs are held to 1e-6);
 (3) greedy generate() with the cache gives Horizon's tokens (up to a near tie of the two float32 logits);
 (4) a left-padded batch gives each sequence's logits alone; (5) for HorizonForCausalLM, two documents
-packed with position_ids that restart at 0 give each document's logits alone.
+packed with position_ids that restart at 0 give each document's logits alone; (6) for HorizonForCausalLM,
+attn_implementation "sdpa" and "flex_attention" give eager's float64 logits at T (relative 1e-12).
 """
 import json
 import os
 import shutil
 import sys
 import tempfile
+import warnings
 
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 torch.set_num_threads(2)
-F32_TOL, F64_TOL, F64_STOCK_TOL = 1e-5, 1e-10, 1e-6
+warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+F32_TOL, F64_TOL, F64_STOCK_TOL, PATH_TOL = 1e-5, 1e-10, 1e-6, 1e-12
 
 
 def rel_err(got, want):
@@ -71,11 +74,23 @@ def check(name, arch, d):
     model64 = AutoModelForCausalLM.from_pretrained(d, trust_remote_code=True, dtype=torch.float64)
     model64.eval()
     want = load_file(f"{d}/horizon_T_f64.safetensors")["logits"]
-    e = rel_err(logits(model64, ids, torch.float64), want)
+    eager64 = logits(model64, ids, torch.float64)
+    e = rel_err(eager64, want)
     tol = F64_TOL if horizon else F64_STOCK_TOL
     if not e <= tol:
         failures.append(f"float64 logits at T: relative error {e:.2e} > {tol}")
     print(f"  {name}: float64 at T: {e:.2e}")
+    # (6) HorizonForCausalLM's SDPA and FlexAttention paths give eager's float64 logits (each layer on the
+    # path it can take; FlexAttention uncompiled on the CPU)
+    if horizon:
+        for impl in ("sdpa", "flex_attention"):
+            model64.set_attn_implementation(impl)
+            e = rel_err(logits(model64, ids, torch.float64), eager64)
+            paths = sorted({layer.self_attn.last_path for layer in model64.model.layers})
+            if not e <= PATH_TOL:
+                failures.append(f"{impl}: float64 logits differ from eager's by {e:.2e} > {PATH_TOL}")
+            print(f"  {name}: {impl} (layers on {', '.join(paths)}) against eager, float64: {e:.2e}")
+        model64.set_attn_implementation("eager")
     del model64
     # (3) greedy generation with the cache, at Horizon's decoding length (prompt + new tokens)
     with open(f"{d}/horizon_generate.json") as f:
