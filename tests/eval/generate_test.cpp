@@ -9,25 +9,13 @@
 #include "eval/inference.h"
 #include "eval/needles.h"
 #include "eval/score.h"
+#include "tests/eval/small_model.h"
 
 using namespace hz;
 using namespace hz::eval;
 
 namespace {
 
-nn::ModelConfig small(DType dt) {
-  nn::ModelConfig c;
-  c.vocab_size = 259;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.mlp_hidden = 64;
-  c.train_len = 16;
-  c.init_std = 0.2;
-  c.dtype = dt;
-  return c;
-}
 
 std::vector<double> frequencies(const std::vector<double>& lg, double temp, double top_p) {
   std::vector<double> f(lg.size(), 0.0);
@@ -61,7 +49,7 @@ TEST(Generate, ChooseToken) {
 }
 
 TEST(Generate, SamplingIsReproducibleAndSeeded) {
-  nn::Transformer m(small(DType::F32), 3);
+  nn::Transformer m(hzt::small_model(DType::F32), 3);
   GenerateOptions o;
   o.max_new_tokens = 24;
   o.temperature = 1.0;
@@ -88,7 +76,7 @@ TEST(Generate, SamplingIsReproducibleAndSeeded) {
 TEST(Generate, InferenceOptionsMatchTheFullForward) {
   // LaMPE + YaRN + DroPE temperature at 3x the training length, float64: greedy tokens are the
   // argmax of the full forward over the same tokens under the same options at T = capacity
-  nn::Transformer m(small(DType::F64), 4);
+  nn::Transformer m(hzt::small_model(DType::F64), 4);
   InferenceOptions io;
   io.rope_scaling = attn::RopeScaling::YaRN;
   io.drope_c = 0.3;
@@ -122,7 +110,7 @@ TEST(Generate, InferenceOptionsMatchTheFullForward) {
 }
 
 TEST(Generate, NeedleGridShape) {
-  nn::Transformer m(small(DType::F32), 5);
+  nn::Transformer m(hzt::small_model(DType::F32), 5);
   EvalOptions o;
   o.train_len = 16;
   o.lengths = {120, 400};
@@ -149,7 +137,7 @@ TEST(Generate, NeedleGridShape) {
 // document alone, and the greedy tokens equal the argmax of a full forward with the document mask
 // and position reset over the same tokens; a generated EOS restarts the document.
 TEST(Generate, MaskedDocumentsSeeOnlyTheLastDocument) {
-  nn::ModelConfig c = small(DType::F64);
+  nn::ModelConfig c = hzt::small_model(DType::F64);
   nn::Transformer m(c, 5);
   m.compute_dtype = DType::F64;
   const int32_t eos = 257;
@@ -198,7 +186,7 @@ TEST(Generate, MaskedDocumentsSeeOnlyTheLastDocument) {
 // issue 36: `horizon score` ignored data.documents=masked and scored packed documents as one. With
 // masked documents and position reset, a document's scores are those it gets scored alone.
 TEST(Score, MaskedDocumentsScoreEachDocumentAlone) {
-  nn::Transformer m(small(DType::F64), 6);
+  nn::Transformer m(hzt::small_model(DType::F64), 6);
   m.compute_dtype = DType::F64;
   const int64_t eos = 257;
   const std::vector<int64_t> a{10, 20, 30, 40, eos}, b{50, 60, 70, 80, 90, 100};

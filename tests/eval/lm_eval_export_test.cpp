@@ -13,25 +13,13 @@
 #include "eval/generate.h"
 #include "eval/lm_eval_export.h"
 #include "eval/needles.h"
+#include "tests/eval/small_model.h"
 
 using namespace hz;
 using namespace hz::eval;
 
 namespace {
 
-nn::ModelConfig small() {
-  nn::ModelConfig c;
-  c.vocab_size = 259;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.mlp_hidden = 64;
-  c.train_len = 16;
-  c.init_std = 0.2;
-  c.dtype = DType::F32;
-  return c;
-}
 
 EvalOptions grid() {
   EvalOptions o;
@@ -61,7 +49,7 @@ std::vector<nlohmann::json> rows(const std::string& jsonl) {
 }  // namespace
 
 TEST(NeedleLmEval, RowsAreTheExamplesHorizonEvalAnswers) {
-  nn::Transformer m(small(), 5);
+  nn::Transformer m(hzt::small_model(), 5);
   const EvalOptions o = grid();
   const NeedleReport r = evaluate_needles(m, o);
   const LmEvalExport ex = needle_lm_eval_files(o);
