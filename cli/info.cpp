@@ -1,6 +1,7 @@
 // Horizon: `horizon info [RECIPE|RUN_DIR]`: the build (threads, GEMM, CUDA, MPI, NCCL), and for a
 // recipe its layers, the attention cost per evaluation length, the memory plan per rank by world
-// size, the context-parallel traffic per layer and, with masked documents, a training batch.
+// size, the context-parallel traffic per layer, the feasible RoPE base per rotating layer kind and, with
+// masked documents, a training batch.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 
 #include "attention/accounting.h"
 #include "attention/backend.h"
+#include "attention/rope_bounds.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "core/device.h"
 #include "core/process.h"
 #include "core/version.h"
@@ -26,11 +29,55 @@ namespace fs = std::filesystem;
 
 namespace hz::cli {
 
-int info_main(const std::vector<std::string>& a) {
-  if (std::find(a.begin(), a.end(), "--help") != a.end() || std::find(a.begin(), a.end(), "-h") != a.end()) {
-    fmt::print("{}", "usage: horizon info [RECIPE.yaml|RUN_DIR] [key=value ...]\n");
+namespace {
+
+// The RoPE base bounds of every rotating layer kind at the training length and each evaluation length
+// (attention/rope_bounds.h), with a warning per kind whose base falls outside at the training length.
+void print_rope_bounds(const train::Recipe& r, const nn::Transformer& m, double eps) {
+  std::vector<std::pair<std::string, attn::AttentionSpec>> kinds;
+  int64_t depth = 0;
+  const auto names = m.cfg.layer_kind_names();
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const attn::AttentionSpec& s = m.layers[l]->attn->spec;
+    if (!s.rotary()) continue;
+    ++depth;
+    if (std::none_of(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == names[l]; }))
+      kinds.emplace_back(names[l], s);
+  }
+  if (kinds.empty()) return;
+  // the phase in float32, as transformers computes it for an export (Horizon's kernels use float64)
+  const double eps_mach = 1.1920928955078125e-07;
+  const auto rows = attn::rope_bounds_table(kinds, m.cfg.hdim(), depth, r.data.seq_len, r.eval_lengths(), eps, eps_mach);
+  fmt::print("\nRoPE base bounds (Liu 2026, docs/methods.md): {} rotating layers, eps {}, float32 phases\n", depth, eps);
+  fmt::print("  {:<12} {:>8} {:>12} {:>12} {:>12} {:>12}\n", "layer kind", "L", "base", "aliasing >", "stability >=",
+             "precision <");
+  for (const auto& row : rows)
+    fmt::print("  {:<12} {:>8} {:>12.6g} {:>12.6g} {:>12.6g} {:>12.6g}{}{}\n", row.kind, row.L, row.base,
+               row.bounds.aliasing, row.bounds.stability, row.bounds.precision, row.training ? " (training)" : "",
+               row.verdict.empty() ? "" : "  " + row.verdict);
+  for (const auto& row : rows)
+    if (row.training && !row.verdict.empty())
+      fmt::print("  warning: layer kind {}: base {:.6g} is {} at the training length {} (feasible: [{:.6g}, {:.6g})); "
+                 "change its rope_base or the length\n",
+                 row.kind, row.base, row.verdict, row.L, row.bounds.lower(), row.bounds.precision);
+}
+
+}  // namespace
+
+int info_main(const std::vector<std::string>& args) {
+  if (std::find(args.begin(), args.end(), "--help") != args.end() || std::find(args.begin(), args.end(), "-h") != args.end()) {
+    fmt::print("{}", "usage: horizon info [RECIPE.yaml|RUN_DIR] [key=value ...] [--rope-eps EPS]\n"
+                     "  --rope-eps EPS  the smallest cosine the slowest RoPE pair's phase may reach over a length,\n"
+                     "                  for the base bounds' stability bound (0 < EPS < 1; default 0.01)\n");
     return 0;
   }
+  // the recipe or run and its key=value overrides are positional
+  const Flags f = parse_flags(args, {"rope-eps"});
+  const double rope_eps = f.getd("rope-eps", 0.01, 0.0, 1.0);
+  HZ_CHECK(rope_eps > 0 && rope_eps < 1, ValueError, "info: --rope-eps must lie strictly between 0 and 1, got ",
+           f.get("rope-eps"));
+  std::vector<std::string> a{args.empty() ? std::string("info") : args[0]};
+  a.insert(a.end(), f.positional.begin(), f.positional.end());
   fmt::print("horizon {}\n", version());
   for (const std::string& line : cpu::runtime_report(true)) fmt::print("  {}\n", line);
   fmt::print("  cuda: {}{}\n", cuda::compiled() ? "compiled" : "not compiled",
@@ -46,6 +93,7 @@ int info_main(const std::vector<std::string>& a) {
   fmt::print("\nrecipe {} (run {})\n  parameters: {}\n", r.source_file, r.run.name, m.num_parameters());
   for (size_t l = 0; l < m.layers.size(); ++l)
     fmt::print("  layer {:>2}: {:<12} {}\n", l, m.cfg.layer_kind_names()[l], m.layers[l]->attn->spec.describe());
+  print_rope_bounds(r, m, rope_eps);
   // which implementation runs each layer kind's attention on a GPU (attention/backend.h)
   fmt::print("\nattention on a GPU (run.attention_backend: {}, {} activations{}):\n", attn::name(r.run.attention_backend),
              r.run.precision == nn::Precision::BF16 ? "bf16" : dtype_name(m.cfg.dtype),
