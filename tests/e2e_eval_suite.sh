@@ -84,6 +84,7 @@ test -s "$OUT/grid/sweep.csv"
 
 # 4. the report
 "$HZ" report "$R" "$OUT/grid/p00-0.001" -o "$OUT/report" > /dev/null
+grep "^| quickstart | 10 |" "$OUT/report/README.md" > /dev/null && grep "^| quickstart | 20 |" "$OUT/report/README.md" > /dev/null
 for f in README.md report.json loss_vs_length.png needles_quickstart.png probe_r2.png order_awareness.png; do
   test -s "$OUT/report/$f"
 done
