@@ -157,32 +157,35 @@ RowProbabilities reference_row_probabilities(const Tensor& q, const Tensor& k, c
   out.rows = rows;
   out.p.assign(B * H * R * Tk, 0.0);
   out.sink.assign(B * H * R, 0.0);
-  std::vector<double> L(Tk);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t r = 0; r < R; ++r) {
-        const int64_t m = ((Bc == 1 ? 0 : b) * H + h) * R + r;  // the mask's row
-        const double* qi = qv.data() + ((b * H + h) * Tq + rows[r]) * D;
-        const double* kb = kv.data() + (b * (H / G) + h / G) * Tk * D;
-        double mx = sink.empty() ? -std::numeric_limits<double>::infinity() : sink[h];
-        for (int64_t j = 0; j < Tk; ++j) {
-          if (!mask.visible[m * Tk + j]) continue;
-          double s = 0;
-          for (int64_t d = 0; d < D; ++d) s += qi[d] * kb[j * D + d];
-          L[j] = mask.coef[m * Tk + j] * scale * s * logn[h] + mask.bias[m * Tk + j];
-          if (!c.empty()) L[j] += c[(b * H + h) * Tk + offset + rows[r]] - c[(b * H + h) * Tk + j];
-          mx = std::max(mx, L[j]);
-        }
-        if (mx == -std::numeric_limits<double>::infinity()) continue;  // a row that sees nothing
-        double z = sink.empty() ? 0.0 : std::exp(sink[h] - mx);
-        for (int64_t j = 0; j < Tk; ++j)
-          if (mask.visible[m * Tk + j]) z += std::exp(L[j] - mx);
-        const double lse = mx + std::log(z);
-        double* p = out.p.data() + ((b * H + h) * R + r) * Tk;
-        for (int64_t j = 0; j < Tk; ++j)
-          if (mask.visible[m * Tk + j]) p[j] = std::exp(L[j] - lse);
-        if (!sink.empty()) out.sink[(b * H + h) * R + r] = std::exp(sink[h] - lse);
+  // each (sequence, head) apart: a long row's scores are rows x keys x D products per head
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    std::vector<double> L(Tk);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t m = ((Bc == 1 ? 0 : b) * H + h) * R + r;  // the mask's row
+      const double* qi = qv.data() + ((b * H + h) * Tq + rows[r]) * D;
+      const double* kb = kv.data() + (b * (H / G) + h / G) * Tk * D;
+      double mx = sink.empty() ? -std::numeric_limits<double>::infinity() : sink[h];
+      for (int64_t j = 0; j < Tk; ++j) {
+        if (!mask.visible[m * Tk + j]) continue;
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += qi[d] * kb[j * D + d];
+        L[j] = mask.coef[m * Tk + j] * scale * s * logn[h] + mask.bias[m * Tk + j];
+        if (!c.empty()) L[j] += c[(b * H + h) * Tk + offset + rows[r]] - c[(b * H + h) * Tk + j];
+        mx = std::max(mx, L[j]);
       }
+      if (mx == -std::numeric_limits<double>::infinity()) continue;  // a row that sees nothing
+      double z = sink.empty() ? 0.0 : std::exp(sink[h] - mx);
+      for (int64_t j = 0; j < Tk; ++j)
+        if (mask.visible[m * Tk + j]) z += std::exp(L[j] - mx);
+      const double lse = mx + std::log(z);
+      double* p = out.p.data() + ((b * H + h) * R + r) * Tk;
+      for (int64_t j = 0; j < Tk; ++j)
+        if (mask.visible[m * Tk + j]) p[j] = std::exp(L[j] - lse);
+      if (!sink.empty()) out.sink[(b * H + h) * R + r] = std::exp(sink[h] - lse);
+    }
+  }
   return out;
 }
 
