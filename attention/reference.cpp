@@ -9,7 +9,11 @@
 
 namespace hz::attn {
 
-ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Tq, int64_t Tk) {
+ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Tq, int64_t Tk,
+                                   const std::vector<int64_t>& rows) {
+  for (int64_t i : rows)
+    HZ_CHECK(i >= 0 && i < Tq, ValueError, "reference attention: query row ", i, " outside the call's ", Tq, " rows");
+  const int64_t R = rows.empty() ? Tq : static_cast<int64_t>(rows.size());  // the rows computed
   HZ_CHECK(!cfg.logn_whole_row, ValueError, "reference attention: logn_whole_row (LogN's n over the whole row) is not modelled");
   const int64_t offset = cfg.q_offset < 0 ? Tk - Tq : cfg.q_offset;
   const int64_t key_end = cfg.key_end < 0 ? Tk : cfg.key_end;
@@ -47,19 +51,20 @@ ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, 
   ReferenceMask out;
   out.B = B;
   out.H = H;
-  out.Tq = Tq;
+  out.Tq = R;
   out.Tk = Tk;
-  out.visible.assign(B * H * Tq * Tk, 0);
-  out.row_factor.assign(B * H * Tq, 0.0);
-  out.coef.assign(B * H * Tq * Tk, 0.0);
-  out.bias.assign(B * H * Tq * Tk, -std::numeric_limits<double>::infinity());
+  out.visible.assign(B * H * R * Tk, 0);
+  out.row_factor.assign(B * H * R, 0.0);
+  out.coef.assign(B * H * R * Tk, 0.0);
+  out.bias.assign(B * H * R * Tk, -std::numeric_limits<double>::infinity());
   for (int64_t b = 0; b < B; ++b)
   for (int64_t h = 0; h < H; ++h) {
     const int64_t w = cfg.window.empty() ? 0 : cfg.window[h];
     const double slope = cfg.alibi_slope.empty() ? 0.0 : cfg.alibi_slope[h];
     const int64_t* id = doc_id.data() + (docs ? b * T : 0);
     const int64_t* first = doc_first.data() + (docs ? b * T : 0);
-    for (int64_t i = 0; i < Tq; ++i) {
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t i = rows.empty() ? r : rows[r];
       const int64_t p = offset + i;
       // the position of key index x inside its document (of the sequence: absolute, without documents)
       auto in_doc = [&](int64_t x) { return docs ? kp + x - first[kp + x] : kp + x; };
@@ -83,25 +88,25 @@ ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, 
       };
       int64_t n = 0;
       for (int64_t j = 0; j < Tk; ++j) n += visible(j);
-      double r = 1.0;
+      double rf = 1.0;
       // the row's position: absolute (key 0 sits at key_position), or inside its document
       const double row = docs && docs->position_reset() ? static_cast<double>(in_doc(p)) : position_of(b, p);
       if (cfg.logit == LogitKind::LogN) {
         const double cnt = cfg.logn_position ? row + 1 : static_cast<double>(n);
-        r = cnt > 0 ? std::log(cnt) : 0.0;
+        rf = cnt > 0 ? std::log(cnt) : 0.0;
       }
-      if (cfg.logit == LogitKind::SwanRow) r = std::log(cfg.swan_a + row) / std::log(cfg.swan_a);
+      if (cfg.logit == LogitKind::SwanRow) rf = std::log(cfg.swan_a + row) / std::log(cfg.swan_a);
       if (cfg.logit == LogitKind::Temperature) {
-        r = cfg.beta;
+        rf = cfg.beta;
         if (docs && cfg.temp_c != 0.0 && cfg.train_len > 0) {
           const double sc = static_cast<double>(doc_len[b * T + kp + p]) / static_cast<double>(cfg.train_len);
-          r = sc > 1.0 ? 1.0 + cfg.temp_c * std::log(sc) : 1.0;
+          rf = sc > 1.0 ? 1.0 + cfg.temp_c * std::log(sc) : 1.0;
         }
       }
-      if (cfg.qtemp_alpha != 0.0) r *= 1.0 + cfg.qtemp_alpha * std::log(std::floor((row + 1) / cfg.qtemp_beta) + 1.0);
-      out.row_factor[(b * H + h) * Tq + i] = r;
+      if (cfg.qtemp_alpha != 0.0) rf *= 1.0 + cfg.qtemp_alpha * std::log(std::floor((row + 1) / cfg.qtemp_beta) + 1.0);
+      out.row_factor[(b * H + h) * R + r] = rf;
       for (int64_t j = 0; j < Tk; ++j) {
-        const int64_t idx = ((b * H + h) * Tq + i) * Tk + j;
+        const int64_t idx = ((b * H + h) * R + r) * Tk + j;
         if (!visible(j)) continue;
         const double t = std::abs(position_of(b, p) - position_of(b, j));  // |t|: a prefix's later keys
         double a = 1.0, m = 0.0;
@@ -110,9 +115,75 @@ ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, 
           m = -2.0 * std::log(t / cfg.tau + 1.0);
         }
         out.visible[idx] = 1;
-        out.coef[idx] = r * a;
+        out.coef[idx] = rf * a;
         out.bias[idx] = m - slope * t;
       }
+    }
+  }
+  return out;
+}
+
+RowProbabilities reference_row_probabilities(const Tensor& q, const Tensor& k, const AttnConfig& cfg,
+                                             const AttnTerms& terms, const std::vector<int64_t>& rows) {
+  HZ_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(0) == k.size(0) && q.size(3) == k.size(3) && k.size(1) > 0 &&
+               q.size(1) % k.size(1) == 0,
+           ShapeError, "reference probabilities: q ", shape_str(q.shape()), " and k ", shape_str(k.shape()),
+           " are not (B, H, Tq, D) and (B, Hkv, Tk, D) with Hkv dividing H");
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3), Tk = k.size(2), G = H / k.size(1);
+  const int64_t R = static_cast<int64_t>(rows.size());
+  const int64_t offset = cfg.q_offset < 0 ? Tk - Tq : cfg.q_offset;
+  const double scale = cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  // the coefficients differ per sequence only with documents or token positions (as reference_attention)
+  const int64_t Bc = cfg.documents || cfg.positions.defined() ? B : 1;
+  const ReferenceMask mask = reference_visibility(cfg, Bc, H, Tq, Tk, rows);
+  auto host = [](const Tensor& t) { return t.to(Device::cpu()).to_vector(); };
+  const std::vector<double> qv = host(q), kv = host(k);
+  std::vector<double> logn(H, 1.0), sink;
+  if (cfg.logit == LogitKind::LogN && terms.logn_c.defined()) logn = host(terms.logn_c.value());
+  if (terms.sink.defined()) sink = host(terms.sink.value());
+  std::vector<double> c;  // FoX: the running sum of log f over the keys, (B, H, Tk)
+  if (terms.forget.defined()) {
+    c = host(terms.forget.value());
+    HZ_CHECK(static_cast<int64_t>(c.size()) == B * H * Tk, ShapeError, "reference probabilities: forget gates of ",
+             shape_str(terms.forget.shape()), " for ", B, " x ", H, " x ", Tk);
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t j = 1; j < Tk; ++j) c[bh * Tk + j] += c[bh * Tk + j - 1];
+  }
+  RowProbabilities out;
+  out.B = B;
+  out.H = H;
+  out.R = R;
+  out.Tk = Tk;
+  out.rows = rows;
+  out.p.assign(B * H * R * Tk, 0.0);
+  out.sink.assign(B * H * R, 0.0);
+  // each (sequence, head) apart: a long row's scores are rows x keys x D products per head
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    std::vector<double> L(Tk);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t m = ((Bc == 1 ? 0 : b) * H + h) * R + r;  // the mask's row
+      const double* qi = qv.data() + ((b * H + h) * Tq + rows[r]) * D;
+      const double* kb = kv.data() + (b * (H / G) + h / G) * Tk * D;
+      double mx = sink.empty() ? -std::numeric_limits<double>::infinity() : sink[h];
+      for (int64_t j = 0; j < Tk; ++j) {
+        if (!mask.visible[m * Tk + j]) continue;
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += qi[d] * kb[j * D + d];
+        L[j] = mask.coef[m * Tk + j] * scale * s * logn[h] + mask.bias[m * Tk + j];
+        if (!c.empty()) L[j] += c[(b * H + h) * Tk + offset + rows[r]] - c[(b * H + h) * Tk + j];
+        mx = std::max(mx, L[j]);
+      }
+      if (mx == -std::numeric_limits<double>::infinity()) continue;  // a row that sees nothing
+      double z = sink.empty() ? 0.0 : std::exp(sink[h] - mx);
+      for (int64_t j = 0; j < Tk; ++j)
+        if (mask.visible[m * Tk + j]) z += std::exp(L[j] - mx);
+      const double lse = mx + std::log(z);
+      double* p = out.p.data() + ((b * H + h) * R + r) * Tk;
+      for (int64_t j = 0; j < Tk; ++j)
+        if (mask.visible[m * Tk + j]) p[j] = std::exp(L[j] - lse);
+      if (!sink.empty()) out.sink[(b * H + h) * R + r] = std::exp(sink[h] - lse);
     }
   }
   return out;

@@ -26,7 +26,22 @@ struct ReferenceMask {
   std::vector<double> row_factor;  // (B, H, Tq): r_i without LogN's c_h (Llama 4's temperature included)
   std::vector<double> coef, bias;  // (B, H, Tq, Tk): r_i a_t and m_t - slope_h t; 0 and -inf where hidden
 };
-ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Tq, int64_t Tk);
+ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Tq, int64_t Tk,
+                                   const std::vector<int64_t>& rows = {});
+
+// The attention probabilities of a few query rows of one call, which the fused op never forms
+// (eval/retrieval.h's probe reads them): p_ij = exp(L_ij - lse_i) in float64 with L_ij from
+// reference_visibility's coefficients, LogN's c_h, FoX's c_(p_i) - c_j and the sink's column in
+// the log-sum-exp, as reference_attention composes them. q (B, H, Tq, D) and k (B, Hkv, Tk, D) as
+// the op takes them (rotated), any dtype and device. O(B H rows (Tk + D Tk)).
+struct RowProbabilities {
+  int64_t B = 0, H = 0, R = 0, Tk = 0;
+  std::vector<int64_t> rows;  // the query rows, R of them
+  std::vector<double> p;      // (B, H, R, Tk): 0 where hidden
+  std::vector<double> sink;   // (B, H, R): the sink's share of the row (0 without a sink)
+};
+RowProbabilities reference_row_probabilities(const Tensor& q, const Tensor& k, const AttnConfig& cfg,
+                                             const AttnTerms& terms, const std::vector<int64_t>& rows);
 
 ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
                                  const AttnConfig& cfg, const AttnTerms& terms = {});

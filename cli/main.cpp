@@ -171,31 +171,46 @@ int cmd_eval(const std::vector<std::string>& a) {
                "  eval.lampe=true  eval.batches=8  eval.fit_swan_a=[64,362]  eval.probe_sequences=16\n"
                "  eval.needle_tasks=[passkey,niah_multikey_1] eval.needle_samples=5 eval.needle_format=short\n"
                "  eval.needle_per_example=true (every needle example's output: needles_examples.jsonl)\n"
+               "  eval.retrieval_heads=true (each attention head's retrieval score on the needles: retrieval_heads.csv)\n"
                "  Writes eval.csv, eval.json, nll_by_position.csv, eval_recipe.yaml (the recipe with these overrides;\n"
                "  horizon report names the run by it) (+ needles, probes, fits) to the run dir.\n"
                "  --export-lm-eval DIR: evaluate nothing; write the needle grid these overrides ask for (the same\n"
                "  examples) as lm-eval-harness tasks to DIR (group horizon_needles; docs/needles.md).\n"
+               "  --all-checkpoints: evaluate every kept checkpoint of RUN_DIR, oldest first (the results files end\n"
+               "  with the latest's; retrieval_heads.csv holds every checkpoint's heads, by step).\n"
                "  mpirun -np N horizon eval ...: each sequence split over the N ranks (lengths one rank cannot hold).\n");
     return a.size() < 2 ? 2 : 0;
   }
-  const hz::cli::Flags f = hz::cli::parse_flags(a, {"export-lm-eval"});
+  const hz::cli::Flags f = hz::cli::parse_flags(a, {"export-lm-eval"}, {"all-checkpoints"});
   HZ_CHECK(!f.positional.empty(), hz::ValueError, "horizon eval: no run directory or checkpoint given; see --help");
   const std::vector<std::string> overrides(f.positional.begin() + 1, f.positional.end());
   if (f.has("export-lm-eval")) return export_lm_eval(f.positional[0], overrides, f.get("export-lm-eval"));
+  // the checkpoints to evaluate: the one given (a run directory: its latest), or every kept one
+  std::vector<std::string> targets{f.positional[0]};
+  if (f.has("all-checkpoints")) {
+    HZ_CHECK(fs::is_directory(f.positional[0]), hz::ValueError, "horizon eval --all-checkpoints: '", f.positional[0],
+             "' is not a run directory");
+    targets = hz::train::list_checkpoints(f.positional[0] + "/checkpoints");
+    HZ_CHECK(!targets.empty(), hz::ValueError, "no checkpoint in '", f.positional[0], "/checkpoints'; train first");
+  }
   // Under mpirun -np N every rank loads the run and each evaluated sequence is split over the N
   // ranks (context parallelism); rank 0 prints and writes the results.
-  hz::study::LoadedRun run = hz::study::load_run(f.positional[0], overrides);
+  hz::study::LoadedRun run = hz::study::load_run(targets[0], overrides);
   std::unique_ptr<hz::dist::Communicator> comm = ranks_communicator(run.recipe.run.device);
   const bool lead = comm->rank() == 0;
+  std::vector<hz::eval::RetrievalHead> retrieval;  // every evaluated checkpoint's, by step
   return on_every_rank(*comm, [&] {
-    if (lead)
-      fmt::print("evaluating {} (step {}), trained at length {}{}\n", run.checkpoint, run.step, run.recipe.data.seq_len,
-                 comm->size() > 1 ? fmt::format(", each sequence split over {} ranks", comm->size()) : "");
-    const std::string tables = hz::study::evaluate_run(run, true, comm.get());
-    if (lead)
-      fmt::print("{}{}\n", tables,
-                 run.results_written ? "wrote the results to " + run.run_dir
-                                     : run.run_dir + " is read-only: the results above were not written");
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (i > 0) run = hz::study::load_run(targets[i], overrides);
+      if (lead)
+        fmt::print("evaluating {} (step {}), trained at length {}{}\n", run.checkpoint, run.step, run.recipe.data.seq_len,
+                   comm->size() > 1 ? fmt::format(", each sequence split over {} ranks", comm->size()) : "");
+      const std::string tables = hz::study::evaluate_run(run, true, comm.get(), &retrieval);
+      if (lead)
+        fmt::print("{}{}\n", tables,
+                   run.results_written ? "wrote the results to " + run.run_dir
+                                       : run.run_dir + " is read-only: the results above were not written");
+    }
   });
 }
 

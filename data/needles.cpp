@@ -56,6 +56,7 @@ std::string join_list(const std::vector<std::string>& v, const char* last_sep) {
 // The pieces of one example: needle lines (the asked one first), instruction, question.
 struct Parts {
   std::vector<std::string> needles;  // needles[0] is placed at the depth
+  std::vector<bool> asked;           // per needle: it holds an asked value (needles[0] always does)
   std::string head, question;
   std::vector<std::string> answers;
   std::string answer_text;
@@ -67,6 +68,7 @@ Parts make_parts(NeedleTask task, NeedleFormat fmt, Generator& g) {
   if (task == NeedleTask::Passkey) {
     const std::string v = random_number(g);
     p.needles = {"The pass key is " + v + ". Remember it. " + v + " is the pass key."};
+    p.asked = {true};
     p.head = ruler ? "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
                      "I will quiz you about the important information there.\n"
                    : "";
@@ -105,9 +107,13 @@ Parts make_parts(NeedleTask task, NeedleFormat fmt, Generator& g) {
                  : "The magic " + one + " for " + k + " is " + v + ".";
   };
   p.needles.push_back(needle(keys[order[0]], values[order[0]][0]));
+  p.asked.push_back(true);
   for (int k = 0; k < L.n_keys; ++k)
     for (int vi = 0; vi < L.n_values; ++vi)
-      if (!(k == order[0] && vi == 0)) p.needles.push_back(needle(keys[k], values[k][vi]));
+      if (!(k == order[0] && vi == 0)) {
+        p.needles.push_back(needle(keys[k], values[k][vi]));
+        p.asked.push_back(std::find(order.begin(), order.begin() + L.n_queries, k) != order.begin() + L.n_queries);
+      }
   const bool single = L.n_queries * L.n_values == 1;
   const std::string query = join_list(asked, ", and ");
   const std::string noun = single ? one : std::string(type);
@@ -125,9 +131,11 @@ Parts make_parts(NeedleTask task, NeedleFormat fmt, Generator& g) {
   return p;
 }
 
-// The prompt text with `n` verses from `start` and the needles at their lines.
+// The prompt text with `n` verses from `start` and the needles at their lines; asked_chars gets the
+// byte range [begin, end) of each asked needle's sentence in the returned text (without its newline).
 std::string render(const Parts& p, const std::vector<std::string>& verses, int64_t start, int64_t n, double depth,
-                   const std::vector<double>& other_pos, int64_t* needle_line) {
+                   const std::vector<double>& other_pos, int64_t* needle_line,
+                   std::vector<std::pair<size_t, size_t>>* asked_chars = nullptr) {
   // insertion points: boundary index in [0, n] (before verse b)
   std::vector<std::pair<int64_t, size_t>> ins;
   ins.push_back({static_cast<int64_t>(std::llround(depth * static_cast<double>(n))), 0});
@@ -142,6 +150,10 @@ std::string render(const Parts& p, const std::vector<std::string>& verses, int64
   for (int64_t b = 0; b <= n; ++b) {
     for (; k < ins.size() && ins[k].first == b; ++k) {
       if (ins[k].second == 0 && needle_line) *needle_line = line;
+      if (asked_chars && p.asked[ins[k].second]) {
+        const size_t at = p.head.size() + ctx.size();
+        asked_chars->push_back({at, at + p.needles[ins[k].second].size()});
+      }
       ctx += p.needles[ins[k].second] + "\n";
       ++line;
     }
@@ -226,8 +238,17 @@ NeedleExample make_needle(const Tokenizer& tok, const std::vector<std::string>& 
     (tokens_with(mid) <= limit ? lo : hi) = mid;
   }
   ex.haystack_lines = lo;
-  ex.prompt_text = render(p, verses, start, lo, depth, other, &ex.needle_line);
+  std::vector<std::pair<size_t, size_t>> asked_chars;
+  ex.prompt_text = render(p, verses, start, lo, depth, other, &ex.needle_line, &asked_chars);
   ex.prompt = tok.encode(ex.prompt_text);
+  // an asked needle's tokens: those of the text up to its end less those of the text before it
+  // (needles are whole lines, so a tokenizer that splits at newlines starts a token there)
+  const int64_t P = static_cast<int64_t>(ex.prompt.size());
+  for (const auto& [b, e] : asked_chars) {
+    const int64_t tb = std::min<int64_t>(P, static_cast<int64_t>(tok.encode(ex.prompt_text.substr(0, b)).size()));
+    const int64_t te = std::min<int64_t>(P, static_cast<int64_t>(tok.encode(ex.prompt_text.substr(0, e)).size()));
+    if (te > tb) ex.needle_spans.push_back({tb, te});
+  }
   ex.answers = p.answers;
   ex.answer_text = p.answer_text;
   ex.answer = tok.encode(p.answer_text);

@@ -25,6 +25,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -51,6 +52,12 @@ struct NeedleExample {
   int64_t haystack_lines = 0;          // verses used
   double depth = 0;                    // requested depth of the asked needle
   int64_t needle_line = 0;             // the asked needle's line index in the context
+  // The token ranges [begin, end) of prompt that hold the needles with an asked value (the asked
+  // one; every value's for multi-value, every asked key's for multi-query), in prompt order: the
+  // tokens of prompt_text up to the sentence's end less those before it (exact for the byte
+  // tokenizer and for tokenizers that start a token after a newline). The retrieval-head probe's
+  // needle span (eval/retrieval.h).
+  std::vector<std::pair<int64_t, int64_t>> needle_spans;
 };
 
 // The Bible's verses in canonical order (load_bible_kjv() split into lines), loaded once.

@@ -54,6 +54,9 @@ NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o) {
   NeedleReport rep;
   if (o.needles.tasks.empty()) return rep;
   const auto tok = data::make_tokenizer(o.tokenizer);
+  // the retrieval heads of each (task, length), pooled over its depths and samples, in grid order
+  std::vector<std::pair<std::string, int64_t>> pairs;
+  std::map<std::pair<std::string, int64_t>, std::vector<RetrievalHead>> heads;
   for_each_needle_cell(*tok, o, [&](const std::vector<NeedleItem>& items) {
     NeedleCell cell;
     cell.task = items.front().task;
@@ -69,6 +72,12 @@ NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o) {
       const Generation gen = generate(m, it.example.prompt, go);
       const std::string out = tok->decode(gen.tokens);
       const double sc = data::needle_score(out, it.example.answers);
+      if (o.needles.retrieval_heads) {
+        const std::pair<std::string, int64_t> key{it.task, it.length};
+        if (!heads.count(key)) pairs.push_back(key);
+        probe_needle_example(m, it.task, it.length, it.example, gen.tokens, gen.capacity,
+                             o.train_len > 0 ? o.train_len : m.cfg.train_len, o.inference, heads[key]);
+      }
       score_sum += sc;
       cell.correct += sc == 1.0;
       ++cell.samples;
@@ -81,6 +90,7 @@ NeedleReport evaluate_needles(nn::Transformer& m, const EvalOptions& o) {
     cell.score = score_sum / std::max<int64_t>(1, cell.samples);
     rep.cells.push_back(cell);
   }, rep.skipped);
+  for (const auto& key : pairs) rep.retrieval.insert(rep.retrieval.end(), heads[key].begin(), heads[key].end());
   return rep;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "eval/options.h"
+#include "eval/retrieval.h"
 #include "nn/transformer.h"
 
 namespace hz::eval {
@@ -48,6 +49,8 @@ struct NeedleReport {
   std::vector<NeedleSample> samples;
   std::vector<NeedleResult> results;  // empty unless o.needles.per_example
   std::vector<std::string> skipped;  // (task, length) pairs too short for the task, with why
+  // With o.needles.retrieval_heads: every (task, length)'s heads (eval/retrieval.h), step 0
+  std::vector<RetrievalHead> retrieval;
 };
 
 // One example of the grid as horizon eval answers it: its cell, its index there, and the decoding

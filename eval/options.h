@@ -37,6 +37,7 @@ struct NeedleOptions {
   std::vector<double> depths{0.0, 0.25, 0.5, 0.75, 1.0};
   data::NeedleFormat format = data::NeedleFormat::Ruler;  // RULER's wording | the same facts in fewer tokens
   bool per_example = false;        // every example's output and score (needles_examples.jsonl)
+  bool retrieval_heads = false;    // score every attention head as a retrieval head (eval/retrieval.h)
 };
 
 struct EvalOptions {

@@ -44,7 +44,8 @@ void write_eval_events(const std::string& dir, int64_t step, const eval::EvalRep
 }
 }  // namespace
 
-std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm) {
+std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm,
+                         std::vector<eval::RetrievalHead>* retrieval) {
   const bool split = comm && comm->size() > 1, lead = !split || comm->rank() == 0;
   // One evaluation writes the run's results at a time. The lock is for writers: a run directory on
   // read-only storage (a published checkpoint) is evaluated all the same, its tables printed only.
@@ -86,13 +87,24 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm)
   // every result of this evaluation is one set, written when all are known: an interrupted
   // evaluation leaves the previous set whole (core/file.h)
   std::string out = eval::report_table(rep, T);
-  const eval::NeedleReport needles = eval::evaluate_needles(*run.model, eo);
+  eval::NeedleReport needles = eval::evaluate_needles(*run.model, eo);
+  for (auto& h : needles.retrieval) h.step = run.step;
   FileSet files = eval::report_files(rep, T, eval::effective_lengths(needles));
   // the recipe this evaluation ran with (config.yaml and the overrides given to it: inference-time
   // fields such as freeze_scopes, rope_scaling, eval.*), which horizon report describes the run by
   files.emplace_back("eval_recipe.yaml", train::to_yaml(run.recipe));
   out += eval::needle_table(needles);
   for (auto& f : eval::needle_files(needles)) files.push_back(std::move(f));
+  // the retrieval heads of the checkpoints evaluated before this one (horizon eval --all-checkpoints),
+  // then this one's: one file over the steps
+  if (retrieval) {
+    retrieval->insert(retrieval->end(), needles.retrieval.begin(), needles.retrieval.end());
+    out += eval::retrieval_table(needles.retrieval);
+    for (auto& f : eval::retrieval_files(*retrieval)) files.push_back(std::move(f));
+  } else {
+    out += eval::retrieval_table(needles.retrieval);
+    for (auto& f : eval::retrieval_files(needles.retrieval)) files.push_back(std::move(f));
+  }
   if (eo.probe_sequences > 0 && val) {
     const auto probes = eval::position_probe(*run.model, *val, T, eo.probe_sequences, eo.seed, T);
     out += eval::probe_table(probes);

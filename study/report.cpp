@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -518,6 +519,21 @@ json read_run_results(const std::string& dir) {
     swan.push_back({{"length", sw.length(i)}, {"begin", sw.count(i, "begin")}, {"best_a", sw.num(i, "best_a")},
                     {"nll_best", sw.num(i, "nll_best")}, {"nll_off", sw.num(i, "nll_off")}});
   run["swan_fit"] = swan;
+  // the retrieval-head probe (eval/retrieval.h): one row per (step, task, length, layer, head)
+  json heads = json::array();
+  const Csv rh = read_csv(dir + "/retrieval_heads.csv");
+  for (size_t i = 0; i < rh.rows.size(); ++i) {
+    const std::string& kind = rh.str(i, "layer_kind");
+    if (kind != "global" && kind != "windowed" && kind != "mixed")
+      bad_file(rh.path, rh.lines[i], "layer_kind is '" + shown(kind) + "', not global, windowed or mixed");
+    const double score = rh.num(i, "score"), mass = rh.num(i, "needle_mass");
+    if (score < 0 || score > 1) bad_file(rh.path, rh.lines[i], "score " + shown(rh.str(i, "score")) + " is outside [0, 1]");
+    heads.push_back({{"step", rh.count(i, "step")}, {"task", rh.str(i, "task")}, {"length", rh.length(i)},
+                     {"layer", rh.count(i, "layer", 0, 1 << 20)}, {"layer_kind", kind}, {"head", rh.count(i, "head", 0, 1 << 20)},
+                     {"window", rh.count(i, "window")}, {"score", score}, {"needle_mass", mass},
+                     {"opportunities", rh.count(i, "opportunities")}});
+  }
+  run["retrieval_heads"] = heads;
   return run;
 }
 
@@ -708,6 +724,52 @@ std::string probes_section(const json& data) {
   return md.str();
 }
 
+// Retrieval heads per run and checkpoint step: each head's copies and opportunities pooled over the
+// needle tasks and lengths (copies = score x opportunities), the heads scoring at least 0.1 counted
+// by their layer's kind, and the best head. Adds each run's "retrieval_by_step".
+constexpr double kRetrievalHead = 0.1;
+std::string retrieval_section(json& data) {
+  bool any = false;
+  for (const auto& run : data["runs"]) any |= !run["retrieval_heads"].empty();
+  if (!any) return "";
+  std::ostringstream md;
+  md << "## Retrieval heads (Wu et al. 2024; eval.retrieval_heads)\n\nA head's score pools its copies of needle "
+        "tokens over its copy opportunities across the needle tasks and lengths; heads scoring at least "
+     << kRetrievalHead << " counted by their layer's kind, per checkpoint step.\n\n"
+     << "| run | step | global | windowed | mixed | best head (layer.head, kind) | best score |\n|---|---|---|---|---|---|---|\n";
+  for (auto& run : data["runs"]) {
+    // step -> (layer, head) -> (copies, opportunities, kind)
+    std::map<int64_t, std::map<std::pair<int64_t, int64_t>, std::tuple<double, double, std::string>>> pooled;
+    for (const auto& h : run["retrieval_heads"]) {
+      auto& t = pooled[h["step"].get<int64_t>()][{h["layer"].get<int64_t>(), h["head"].get<int64_t>()}];
+      const double opp = static_cast<double>(h["opportunities"].get<int64_t>());
+      std::get<0>(t) += h["score"].get<double>() * opp;
+      std::get<1>(t) += opp;
+      std::get<2>(t) = h["layer_kind"].get<std::string>();
+    }
+    json by_step = json::array();
+    for (const auto& [step, heads] : pooled) {
+      std::map<std::string, int64_t> count{{"global", 0}, {"windowed", 0}, {"mixed", 0}};
+      double best = -1;
+      std::pair<int64_t, int64_t> at{0, 0};
+      std::string best_kind;
+      for (const auto& [lh, t] : heads) {
+        const double score = std::get<1>(t) > 0 ? std::get<0>(t) / std::get<1>(t) : 0.0;
+        count[std::get<2>(t)] += score >= kRetrievalHead;
+        if (score > best) best = score, at = lh, best_kind = std::get<2>(t);
+      }
+      md << fmt::format("| {} | {} | {} | {} | {} | {}.{} ({}) | {:.3f} |\n", run["name"].get<std::string>(), step,
+                        count["global"], count["windowed"], count["mixed"], at.first, at.second, best_kind, best);
+      by_step.push_back({{"step", step}, {"global", count["global"]}, {"windowed", count["windowed"]},
+                         {"mixed", count["mixed"]}, {"best_layer", at.first}, {"best_head", at.second},
+                         {"best_kind", best_kind}, {"best_score", best}});
+    }
+    run["retrieval_by_step"] = by_step;
+  }
+  md << "\n";
+  return md.str();
+}
+
 std::string swan_section(const json& data) {
   std::ostringstream md;
   for (const auto& run : data["runs"]) {
@@ -826,7 +888,8 @@ ReportResult make_report(const std::vector<std::string>& runs, const ReportOptio
   }
   md << "![loss vs length](loss_vs_length.png)\n\n![NLL by position](nll_by_position.png)\n\n"
      << "![training loss](training_loss.png)\n\n";
-  md << seed_groups(data, all_lengths) << needles_section(data, all_lengths) << probes_section(data) << swan_section(data)
+  md << seed_groups(data, all_lengths) << needles_section(data, all_lengths) << retrieval_section(data) << probes_section(data)
+     << swan_section(data)
      << flops_section(data, all_lengths) << order_awareness_section(data["order_awareness"], o);
   res.json_path = o.out_dir + "/report.json";
   res.markdown_path = o.out_dir + "/README.md";

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end CLI test of the evaluation suite: progress lines reach a redirected stdout while
 # training runs (line buffering), generate (text and --json), eval with needles / probe / SWAN
-# fit, simulate, sweep (interrupted by a killed process, then resumed), and report.
+# fit and retrieval heads over every kept checkpoint, simulate, sweep (interrupted by a killed process, then
+# resumed), and report.
 set -euo pipefail
 # (grep without -q: it reads its whole input, so a writer never dies of SIGPIPE under pipefail)
 HZ=$1; SRC=$2; OUT=$(mktemp -d)
@@ -35,6 +36,20 @@ test "$rc" -eq 1 && echo "$msg" | grep "no global NoPE layer" >/dev/null
 "$HZ" eval "$R" eval.batches=1 eval.needle_tasks=[passkey] eval.needle_samples=1 eval.needle_depths=[0.5] \
   eval.needle_format=short eval.probe_sequences=2 > /dev/null
 test -s "$R/needles.csv" && test -s "$R/needles.json" && test -s "$R/probes.csv"
+# retrieval heads of every kept checkpoint (steps 10 and 20), one file over the steps
+"$HZ" eval "$R" --all-checkpoints eval.batches=1 eval.lengths=[128] eval.needle_tasks=[passkey] eval.needle_samples=1 \
+  eval.needle_depths=[0.5] eval.needle_format=short eval.retrieval_heads=true > "$OUT/rh.txt"
+grep "^retrieval heads" "$OUT/rh.txt" > /dev/null
+test "$(head -1 "$R/retrieval_heads.csv")" = "step,task,length,layer,layer_kind,head,window,score,needle_mass,opportunities"
+test "$(grep -c '^10,passkey,128,' "$R/retrieval_heads.csv")" -eq 8 && test "$(grep -c '^20,passkey,128,' "$R/retrieval_heads.csv")" -eq 8
+set +e
+msg=$("$HZ" eval "$R" eval.retrieval_heads=true 2>&1); rc=$?
+set -e
+test "$rc" -eq 1 && echo "$msg" | grep "eval.needle_tasks" >/dev/null
+set +e
+msg=$("$HZ" eval "$R/checkpoints/step_20.h5" --all-checkpoints 2>&1); rc=$?
+set -e
+test "$rc" -eq 1 && echo "$msg" | grep "is not a run directory" >/dev/null
 "$HZ" simulate order-awareness --T 64 --heads 6 --layers 4 --trials 1 -o "$OUT/oa.csv" > "$OUT/oa.txt"
 grep -q "^scope" "$OUT/oa.txt"
 test "$(wc -l < "$OUT/oa.csv")" -eq 17
@@ -69,6 +84,7 @@ test -s "$OUT/grid/sweep.csv"
 
 # 4. the report
 "$HZ" report "$R" "$OUT/grid/p00-0.001" -o "$OUT/report" > /dev/null
+grep "^| quickstart | 10 |" "$OUT/report/README.md" > /dev/null && grep "^| quickstart | 20 |" "$OUT/report/README.md" > /dev/null
 for f in README.md report.json loss_vs_length.png needles_quickstart.png probe_r2.png order_awareness.png; do
   test -s "$OUT/report/$f"
 done

@@ -563,8 +563,8 @@ std::vector<Target> make_targets(const std::string& work) {
                  fs::copy_file(src("tests/fixtures/hf/llama/model.safetensors"), dir + "/model-00001-of-00001.safetensors");
                },
                [](const std::string& p) { (void)hz::io::SafetensorsSet::open_dir(fs::path(p).parent_path().string()); }});
-  // horizon report's inputs: a run directory's eval.json, metrics.jsonl and needles.csv, each mutated in
-  // a directory holding the other two and a config.yaml. The input is read (study::read_run_results:
+  // horizon report's inputs: a run directory's eval.json, metrics.jsonl, needles.csv and
+  // retrieval_heads.csv, each mutated in a directory holding the others and a config.yaml. The input is read (study::read_run_results:
   // refused naming the file) and, when read, reported (study::make_report without plots; metrics.jsonl
   // read only).
   {
@@ -578,12 +578,16 @@ std::vector<Target> make_targets(const std::string& work) {
                           "{\"step\": 2, \"loss\": 4.25, \"lr\": 1e-3, \"grad_norm\": 1.5, \"tokens\": 256, \"tok_per_s\": 1e4}\n";
     const Bytes needles = "task,length,depth,samples,correct,accuracy,score\npasskey,32,0.5,4,4,1.0000,1.0000\n"
                           "passkey,64,0.5,4,1,0.2500,0.5000\nniah_multikey_1,32,0,2,1,0.5000,0.5000\n";
+    const Bytes heads = "step,task,length,layer,layer_kind,head,window,score,needle_mass,opportunities\n"
+                        "10,passkey,32,0,global,0,0,0.500000,0.400000,4\n10,passkey,32,0,global,1,0,0.000000,0.100000,4\n"
+                        "20,passkey,32,0,windowed,0,8,0.750000,0.600000,8\n20,passkey,32,0,windowed,1,8,0.125000,0.200000,8\n";
     auto files = [=](const std::string& except) {
       return [=](const std::string& dir) {
         write_bytes(dir + "/config.yaml", config);
         if (except != "eval.json") write_bytes(dir + "/eval.json", eval_json);
         if (except != "metrics.jsonl") write_bytes(dir + "/metrics.jsonl", metrics);
         if (except != "needles.csv") write_bytes(dir + "/needles.csv", needles);
+        if (except != "retrieval_heads.csv") write_bytes(dir + "/retrieval_heads.csv", heads);
       };
     };
     auto read = [](const std::string& p) { (void)hz::study::read_run_results(fs::path(p).parent_path().string()); };
@@ -601,7 +605,8 @@ std::vector<Target> make_targets(const std::string& work) {
     // cost (~30 ms an input) spent where the values decide the tables (lengths, needles)
     t.push_back({"report_metrics_jsonl", "metrics.jsonl", {metrics}, files("metrics.jsonl"), read});
     t.push_back({"report_needles_csv", "needles.csv", {needles}, files("needles.csv"), report});
-    Target x = t[t.size() - 3];
+    t.push_back({"report_retrieval_heads_csv", "retrieval_heads.csv", {heads}, files("retrieval_heads.csv"), report});
+    Target x = t[t.size() - 4];
     x.name = "report_eval_json_struct";
     x.mutator = json_mutation;
     t.push_back(std::move(x));

@@ -411,3 +411,40 @@ TEST(Report, PlotScriptIsTheInstalledOneRunWithoutAShell) {
   EXPECT_EQ(args, (std::vector<std::string>{installed, o.out_dir + "/report.json", o.out_dir}));
   EXPECT_TRUE(fs::exists(installed));
 }
+
+// Issue 58: horizon report reads retrieval_heads.csv (eval.retrieval_heads) and shows, per run and
+// checkpoint step, the heads scoring >= 0.1 by layer kind and the best head; each head's score pools
+// its copies over the needle tasks and lengths (copies = score x opportunities).
+TEST(Report, RetrievalHeadsByStepAndLayerKind) {
+  const std::string root = tmp_root() + "/retrieval";
+  const std::string model = "model: {d_model: 32, n_layers: 2, n_heads: 2}\n";
+  write_evaluated_run(root, "rh", model, {}, 1.0, 0.5);
+  write_evaluated_run(root, "bad_kind", model, {}, 1.0, 0.5);
+  const std::string header = "step,task,length,layer,layer_kind,head,window,score,needle_mass,opportunities\n";
+  std::ofstream(root + "/rh/retrieval_heads.csv") << header
+      // step 100: L0H0 pools (0.5 x 4 + 0) / 8 = 0.25, L1H0 (0.05 x 4 + 0.25 x 4) / 8 = 0.15, L0H1 0
+      << "100,passkey,32,0,global,0,0,0.5,0.4,4\n100,passkey,32,0,global,1,0,0,0.1,4\n100,passkey,32,1,windowed,0,8,0.05,0.2,4\n"
+      << "100,niah_single_2,64,0,global,0,0,0,0.3,4\n100,niah_single_2,64,0,global,1,0,0,0.1,4\n"
+      << "100,niah_single_2,64,1,windowed,0,8,0.25,0.2,4\n"
+      // step 200: L1H0 0.75 on both (the best); L0H0 (0.125 x 8 + 0) / 16 = 0.0625 < 0.1
+      << "200,passkey,32,0,global,0,0,0.125,0.4,8\n200,passkey,32,0,global,1,0,0,0.1,8\n200,passkey,32,1,windowed,0,8,0.75,0.6,8\n"
+      << "200,niah_single_2,64,0,global,0,0,0,0.3,8\n200,niah_single_2,64,0,global,1,0,0,0.1,8\n"
+      << "200,niah_single_2,64,1,windowed,0,8,0.75,0.6,8\n";
+  std::ofstream(root + "/bad_kind/retrieval_heads.csv") << header << "100,passkey,32,0,sideways,0,0,0.5,0.4,4\n";
+  const ReportResult r = small_report(root, {root + "/rh", root + "/bad_kind"});
+  std::ifstream md(r.markdown_path);
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("## Retrieval heads"), std::string::npos) << text;
+  EXPECT_NE(text.find("| rh | 100 | 1 | 1 | 0 | 0.0 (global) | 0.250 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| rh | 200 | 0 | 1 | 0 | 1.0 (windowed) | 0.750 |"), std::string::npos) << text;
+  std::ifstream rj(r.json_path);
+  const nlohmann::json j = nlohmann::json::parse(rj);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  ASSERT_EQ(j["runs"][0]["retrieval_heads"].size(), 12u);
+  ASSERT_EQ(j["runs"][0]["retrieval_by_step"].size(), 2u);
+  EXPECT_EQ(j["runs"][0]["retrieval_by_step"][1]["step"], 200);
+  EXPECT_EQ(j["runs"][0]["retrieval_by_step"][1]["windowed"], 1);
+  ASSERT_EQ(j["left_out"].size(), 1u);
+  const std::string reason = j["left_out"][0]["reason"];
+  EXPECT_NE(reason.find("bad_kind/retrieval_heads.csv:2: layer_kind is 'sideways'"), std::string::npos) << reason;
+}
