@@ -131,7 +131,7 @@ if want recipes; then
   # issue 58's learned angles, on the retrieval study's shape with its kinds (an export beside the recipes'):
   # accumulated angles with V rotated, GRAPE-M per KV head, accumulated per KV head with GRAPE-M per layer
   if [ -z "${HZ_RECIPES:-}" ] || [[ learned_angles =~ $HZ_RECIPES ]]; then
-    export_recipe recipes/study/retrieval_base.yaml learned_angles "model.pattern=[acc_rope_v,grape_m,acc_rope,rope]" \
+    export_recipe recipes/study/retrieval_base.yaml learned_angles "model.pattern=[acc_rope_v,grape_m,acc_rope,rope]" data.seq_len=128 \
       model.layer_kinds.acc_rope.angles_per_head=true model.layer_kinds.acc_rope.learned_freqs=layer
     hold_to_horizon learned_angles
   fi
