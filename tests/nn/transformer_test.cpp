@@ -700,3 +700,32 @@ TEST(SinksAndForgetGates, LayerEqualsPlainLoops) {
       expect_output_projection(got, wo, y, T, C, H * D);
     }
 }
+
+// The cost of learned angles (horizon info, the memory plan): a rotation is 6 FLOPs a pair (q and k
+// rows, with rotate_v also v and the output), the steps about 4 per angle, GRAPE-M's product 1;
+// angle_w counts as a GEMM weight (6 per weight per token in flops_per_token).
+TEST(LearnedAngles, TheirFlopsAndKeptBytes) {
+  ModelConfig c = tiny(DType::F64);  // head_dim 4, 2 query heads
+  c.n_kv_heads = 2;
+  attn::AttentionSpec s = rope();
+  s.pos.rope_angles = attn::RopeAngles::Accumulated;
+  s.pos.angles_per_head = true;
+  s.pos.rotate_v = true;
+  s.pos.learned_freqs = attn::LearnedFreqs::Layer;
+  c.kinds = {{"k", s}};
+  c.pattern = {"k"};
+  ModelConfig p = c;
+  p.kinds = {{"k", rope()}};
+  Transformer ml(c, 1), mp(p, 1);
+  const AttentionLayer& A = *ml.layers[0]->attn;
+  // rotations 3 (2 + 2 + 2 + 2) 4 = 96; steps 4 * 2 groups * 2 pairs = 16; factors 2 groups * 2 = 4
+  EXPECT_DOUBLE_EQ(A.angle_flops_per_token(), 116.0);
+  EXPECT_DOUBLE_EQ(ml.flops_per_token(6) - mp.flops_per_token(6),
+                   2 * (6.0 * A.angle_w.numel() + 3.0 * 116.0));  // two layers
+  EXPECT_DOUBLE_EQ(mp.layers[0]->attn->angle_flops_per_token(), 0.0);
+  // kept: the angles (B T G D/2 f64), the steps' logits and softplus (f64), steps and deltas, the rotated output
+  const CallShape cs{2, 6, 8};
+  const int64_t GA = 2 * 6 * 2 * 2;
+  EXPECT_EQ(A.cost(cs, AttnCall{}).kept - mp.layers[0]->attn->cost(cs, AttnCall{}).kept,
+            GA * 8 + 2 * GA * 8 + 2 * GA * 8 + 2 * 6 * 2 * 4 * 8);
+}
