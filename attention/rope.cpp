@@ -137,4 +137,20 @@ ag::Variable apply_rope(const ag::Variable& x, const Tensor& positions, const Ro
   });
 }
 
+DType angle_dtype(const Tensor& x) {
+  return x.device().is_cpu() || x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+}
+
+ag::Variable rotate_by_angles(const ag::Variable& x, const ag::Variable& angles, double mscale, bool inverse) {
+  const Tensor y = ops::rotate_angles(x.value(), angles.value(), mscale, inverse);
+  return ag::make_result(y, {x, angles}, "rotate_by_angles", [&] {
+    const Tensor yk = y, a = angles.value();
+    return [=](const Tensor& g, ag::Grads& gr) {
+      // orthogonal (times mscale): the adjoint in x is the rotation by the opposite angle
+      if (gr.needs(0)) gr.set(0, ops::rotate_angles(g, a, mscale, !inverse));
+      if (gr.needs(1)) gr.set(1, ops::rotate_angles_grad(yk, g, a, inverse));
+    };
+  });
+}
+
 }  // namespace hz::attn

@@ -53,4 +53,15 @@ ag::Variable apply_rope(const ag::Variable& x, const Tensor& positions, const Ro
 // Plain-tensor version (no autograd); `inverse` rotates by -angle (the backward).
 Tensor rope_rotate(const Tensor& x, const Tensor& positions, const RopeFreqs& f, bool inverse);
 
+// Rotation by given angles, the op of learned and accumulated angles (rope_angles, learned_freqs):
+// x (B, Hx, T, D), angles (B or 1, G, T, D/2) with Hx % G == 0 (head h uses group h / (Hx / G));
+// pair (m, m + D/2), as in apply_rope, rotates by angles[.., m] (inverse: by minus it), then times
+// mscale. Differentiable in x (the adjoint: the inverse rotation times mscale) and in the angles:
+// with (a', b') the rotated pair and (g_a, g_b) their gradients, dL/dtheta = sum over the group's
+// heads of g_b a' - g_a b' (core/ops.h rotate_angles_grad; minus it for the inverse).
+ag::Variable rotate_by_angles(const ag::Variable& x, const ag::Variable& angles, double mscale, bool inverse = false);
+// The angles' dtype for activations x: f64 on the CPU (a running sum over a long sequence keeps its
+// digits, as FoX's c) and for f64 x, f32 otherwise.
+DType angle_dtype(const Tensor& x);
+
 }  // namespace hz::attn

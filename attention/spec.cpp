@@ -21,6 +21,10 @@ const char* const kRopeSelect[] = {"high", "low", "uniform"};
 const char* const kLogit[] = {"identity", "scale_invariant", "logn", "swan_row", "temperature"};
 const char* const kQK[] = {"none", "full", "per_head"};
 const char* const kGate[] = {"none", "head", "element"};
+const char* const kRopeAngles[] = {"position", "accumulated"};
+const char* const kLearnedFreqs[] = {"none", "layer", "head"};
+static_assert(sizeof(kRopeAngles) / sizeof(*kRopeAngles) == static_cast<size_t>(RopeAngles::Count));
+static_assert(sizeof(kLearnedFreqs) / sizeof(*kLearnedFreqs) == static_cast<size_t>(LearnedFreqs::Count));
 static_assert(sizeof(kPos) / sizeof(*kPos) == static_cast<size_t>(PosKind::Count));
 static_assert(sizeof(kScaling) / sizeof(*kScaling) == static_cast<size_t>(RopeScaling::Count));
 static_assert(sizeof(kYarnRamp) / sizeof(*kYarnRamp) == static_cast<size_t>(YarnRamp::Count));
@@ -39,6 +43,12 @@ const char* name(LogitKind k) { return kLogit[static_cast<int>(k)]; }
 const char* name(RopeSelect k) { return kRopeSelect[static_cast<int>(k)]; }
 RopeSelect parse_rope_select(const std::string& s) {
   return parse_name<RopeSelect>(s, kRopeSelect, "rope_select");
+}
+const char* name(RopeAngles k) { return kRopeAngles[static_cast<int>(k)]; }
+const char* name(LearnedFreqs k) { return kLearnedFreqs[static_cast<int>(k)]; }
+RopeAngles parse_rope_angles(const std::string& s) { return parse_name<RopeAngles>(s, kRopeAngles, "rope_angles"); }
+LearnedFreqs parse_learned_freqs(const std::string& s) {
+  return parse_name<LearnedFreqs>(s, kLearnedFreqs, "learned_freqs");
 }
 const char* name(QKNorm k) { return kQK[static_cast<int>(k)]; }
 const char* name(OutputGate k) { return kGate[static_cast<int>(k)]; }
@@ -136,6 +146,17 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
   HZ_CHECK(pos.rope_freq_factors.empty() || pos.kind == PosKind::Rope || pos.kind == PosKind::PRope, ValueError,
            "attention: rope_freq_factors multiply RoPE's frequencies, but the layer's position encoding is '",
            name(pos.kind), "'");
+  // learned angles rotate through rotate_by_angles with RoPE's frequencies: a rope layer only
+  const char* learned = pos.rope_angles != RopeAngles::Position ? "rope_angles: accumulated"
+                        : pos.learned_freqs != LearnedFreqs::None ? "learned_freqs"
+                        : pos.rotate_v                            ? "rotate_v"
+                        : pos.angles_per_head                     ? "angles_per_head"
+                                                                  : nullptr;
+  HZ_CHECK(!learned || pos.kind == PosKind::Rope, ValueError, "attention: ", learned,
+           " learns or reuses RoPE's angles, but the layer's position encoding is '", name(pos.kind),
+           "'; use pos: rope");
+  HZ_CHECK(!pos.angles_per_head || pos.rope_angles == RopeAngles::Accumulated, ValueError,
+           "attention: angles_per_head gives each KV head its own accumulated angles; it needs rope_angles: accumulated");
   if (pos.kind == PosKind::PRope) {
     HZ_CHECK(pos.prope_fraction > 0 && pos.prope_fraction <= 1, ValueError,
              "attention: prope_fraction must be in (0, 1], got ", pos.prope_fraction);
@@ -248,6 +269,11 @@ std::string AttentionSpec::describe() const {
   }
   if ((pos.kind == PosKind::Rope || pos.kind == PosKind::PRope) && !pos.rope_freq_factors.empty())
     os << ", freq factors x" << pos.rope_freq_factors.size();
+  if (pos.kind == PosKind::Rope && pos.rope_angles != RopeAngles::Position)
+    os << ", angles=" << name(pos.rope_angles) << (pos.angles_per_head ? " per head" : "");
+  if (pos.kind == PosKind::Rope && pos.learned_freqs != LearnedFreqs::None)
+    os << ", learned_freqs=" << name(pos.learned_freqs);
+  if (pos.kind == PosKind::Rope && pos.rotate_v) os << ", rotate_v";
   if (pos.kind == PosKind::Rope && pos.scaling != RopeScaling::None) {
     os << ", " << name(pos.scaling) << " x" << pos.factor;
     if (pos.original_context > 0) os << " of " << pos.original_context;

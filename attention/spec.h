@@ -23,11 +23,18 @@ enum class LogitKind : uint8_t { Identity, ScaleInvariant, LogN, SwanRow, Temper
 enum class QKNorm : uint8_t { None, Full, PerHead, Count };
 enum class OutputGate : uint8_t { None, Head, Element, Count };
 enum class RopeSelect : uint8_t { High, Low, Uniform, Count };
+// RoPE's angles (attention/rope.h rotate_by_angles): position p_i w_m, or accumulated token-dependent
+// steps theta_i = sum_{t <= i} w_m softplus(x_t W + b) (arXiv 2606.24975).
+enum class RopeAngles : uint8_t { Position, Accumulated, Count };
+// GRAPE's multiplicative form, cheap version (arXiv 2512.07805): RoPE's per-pair frequency factors
+// as a trained parameter, one vector per layer or per KV head.
+enum class LearnedFreqs : uint8_t { None, Layer, Head, Count };
 static_assert(static_cast<int>(PosKind::Count) == 4 && static_cast<int>(RopeScaling::Count) == 7 &&
                   static_cast<int>(YarnRamp::Count) == 2 &&
                   static_cast<int>(MaskKind::Count) == 3 && static_cast<int>(LogitKind::Count) == 5 &&
                   static_cast<int>(QKNorm::Count) == 3 && static_cast<int>(OutputGate::Count) == 3 &&
-                  static_cast<int>(RopeSelect::Count) == 3,
+                  static_cast<int>(RopeSelect::Count) == 3 && static_cast<int>(RopeAngles::Count) == 2 &&
+                  static_cast<int>(LearnedFreqs::Count) == 3,
               "update the name tables in spec.cpp");
 
 const char* name(PosKind k);
@@ -38,6 +45,8 @@ const char* name(LogitKind k);
 const char* name(QKNorm k);
 const char* name(OutputGate k);
 const char* name(RopeSelect k);
+const char* name(RopeAngles k);
+const char* name(LearnedFreqs k);
 // Parse a lower-case name ("rope", "yarn", "scope", "scale_invariant", "per_head", ...);
 // throws ValueError listing the accepted names.
 PosKind parse_pos(const std::string& s);
@@ -48,6 +57,8 @@ LogitKind parse_logit(const std::string& s);
 QKNorm parse_qknorm(const std::string& s);
 OutputGate parse_gate(const std::string& s);
 RopeSelect parse_rope_select(const std::string& s);
+RopeAngles parse_rope_angles(const std::string& s);
+LearnedFreqs parse_learned_freqs(const std::string& s);
 
 struct PositionSpec {
   PosKind kind = PosKind::Rope;
@@ -79,6 +90,20 @@ struct PositionSpec {
   // LongRoPE's searched rescale factors (rope_scaling longrope): w_m <- w_m / lambda_m, lambda the long
   // factors beyond C_train and the short ones (empty: 1) within it; D/2 values > 0 each.
   std::vector<double> longrope_long_factors, longrope_short_factors;
+  // Learned angles (pos rope only; docs/methods.md). rope_angles accumulated: theta_{i,m} =
+  // sum_{t <= i} w_m softplus(x_t W + b)_m with the layer's parameters angle_w, angle_b (steps 1 at
+  // W = 0: RoPE's relative angles at initialisation); angles_per_head: one angle sequence per KV head
+  // (else one shared by every head). rotate_v: v_j rotated by theta_j and the output o_i back by
+  // -theta_i. learned_freqs (GRAPE-M): angles times a trained factor per pair, per layer or per KV head.
+  RopeAngles rope_angles = RopeAngles::Position;
+  bool angles_per_head = false;
+  bool rotate_v = false;
+  LearnedFreqs learned_freqs = LearnedFreqs::None;
+  // Whether the layer rotates through rotate_by_angles with an angle tensor it makes (rather than
+  // the rotary op at positions).
+  bool learned_angles() const {
+    return rope_angles != RopeAngles::Position || rotate_v || learned_freqs != LearnedFreqs::None;
+  }
 };
 
 struct MaskSpec {

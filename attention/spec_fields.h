@@ -82,6 +82,12 @@ inline constexpr const char* kQKNorm[] = {
 inline constexpr const char* kGate[] = {
     nullptr, "gated attention output: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which gates the attention output",
     "gated attention output: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which gates the attention output"};
+inline constexpr const char* kRopeAngles[] = {
+    nullptr, "accumulated RoPE angles: the Llama family rotates by fixed position angles, not learned token-dependent "
+             "steps"};
+inline constexpr const char* kLearnedFreqs[] = {
+    nullptr, "learned RoPE frequencies (GRAPE-M): no stock config carries trained per-pair frequency factors",
+    "learned RoPE frequencies per head (GRAPE-M): the Llama family shares one frequency table across heads"};
 // partial RoPE matters on a RoPE layer (p-RoPE is refused as such, a NoPE layer rotates nothing)
 inline bool rotates(const AttentionSpec& s) { return s.pos.kind == PosKind::Rope; }
 // temperature with beta 1 and c 0 is the identity
@@ -145,6 +151,23 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
   v(p + ".longrope_short_factors", s.pos.longrope_short_factors,
     expressed(infer("LongRoPE rescale factors within C_train ([] = 1; a list or a JSON file as longrope_long_factors)")
                   .above(0)));
+  // learned angles (h58-rot: arXiv 2606.24975's accumulated rotations, GRAPE's learned frequencies)
+  v.enumeration(p + ".rope_angles", s.pos.rope_angles,
+                refused_values<RopeAngles>(arch("RoPE's angles: position (p_i w_m) | accumulated (theta_i = sum_{t<=i} "
+                                                "w_m softplus(x_t W + b), learned token-dependent steps)"),
+                                           stock::kRopeAngles),
+                parse_rope_angles, static_cast<const char* (*)(RopeAngles)>(name));
+  v(p + ".angles_per_head", s.pos.angles_per_head,
+    via(arch("rope_angles accumulated: one angle sequence per KV head (false: one shared by every head)"),
+        "rope_angles"));
+  v(p + ".rotate_v", s.pos.rotate_v,
+    refused(arch("rotate v_j by its angle theta_j and the attention output o_i back by -theta_i (pos rope)"),
+            "rotated values: the Llama family rotates only queries and keys"));
+  v.enumeration(p + ".learned_freqs", s.pos.learned_freqs,
+                refused_values<LearnedFreqs>(arch("GRAPE-M learned frequency factors: none | layer | head (per KV head), "
+                                                  "initialised to rope_freq_factors (or 1)"),
+                                             stock::kLearnedFreqs),
+                parse_learned_freqs, static_cast<const char* (*)(LearnedFreqs)>(name));
   v.enumeration(p + ".rope_select", s.pos.rope_select,
                 via(arch("which pairs rope_fraction keeps: high (HoPE) | low | uniform"), "rope_fraction"),
                 parse_rope_select, static_cast<const char* (*)(RopeSelect)>(name));

@@ -115,6 +115,16 @@ int info_main(const std::vector<std::string>& args) {
     }
     fmt::print("{:>8} {:>16} {:>12.3f} {:>9.1f}%\n", T, pairs, flops / 1e9, 100.0 * flops / dense);
   }
+  {  // learned RoPE angles: the steps' projection (2 per weight of angle_w) and the rotations, per token
+    double per_token = 0;
+    for (const auto& b : m.layers) {
+      per_token += b->attn->angle_flops_per_token();
+      if (b->attn->angle_w.defined()) per_token += 2.0 * static_cast<double>(b->attn->angle_w.numel());
+    }
+    if (per_token > 0)
+      fmt::print("learned RoPE angles (the steps' projection and the rotations): {:.3f} MFLOP fwd per token, {:.3f} "
+                 "GFLOP per sequence at T {}\n", per_token / 1e6, per_token * r.data.seq_len / 1e9, r.data.seq_len);
+  }
   {  // the memory plan per rank, by world size (the optimizer state and buckets depend on it)
     fmt::print("\nmemory plan per rank (train/memory_plan.h): B {} x T {}, {}, recompute {}, loss_chunk {}, "
                "shard_optimizer {}\n", r.data.batch_size, r.data.seq_len, nn::name(r.run.precision),

@@ -72,6 +72,9 @@ struct Backend {
   ops::RmsNormGrads (*rms_norm_backward)(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                          const Tensor& gout, bool need_gx, bool need_gw);
   Tensor (*rotary)(const Tensor& x, const Tensor& positions, const RotaryParams& p);  // x (B, H, T, D)
+  // x (B, Hx, T, D) by angles (B or 1, G, T, D/2) f32/f64, and the angles' gradient (core/ops.h)
+  Tensor (*rotate_angles)(const Tensor& x, const Tensor& angles, double mscale, bool inverse);
+  Tensor (*rotate_angles_grad)(const Tensor& y, const Tensor& gy, const Tensor& angles, bool inverse);
   // ---- optimizer updates (in place; p, m, v contiguous, same shape) --------------------------
   void (*adamw_update)(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
   // buf = mu buf + (1 - mu) g;  out = nesterov ? (1 - mu) g + mu buf : buf

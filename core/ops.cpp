@@ -290,6 +290,37 @@ Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p) {
   return HZ_BACKEND(x.device(), rotary)(x, positions, p);
 }
 
+namespace {
+void check_rotate_angles(const Tensor& x, const Tensor& angles, const char* op) {
+  check_defined(x, op, "x");
+  check_defined(angles, op, "angles");
+  check_floating(x, op);
+  HZ_CHECK(x.dim() == 4 && x.size(3) % 2 == 0, ShapeError, op, ": x must be (B, H, T, D) with D even, got ",
+           shape_str(x.shape()));
+  HZ_CHECK(angles.dtype() == DType::F32 || angles.dtype() == DType::F64, DTypeError, op,
+           ": angles must be f32 or f64, got ", dtype_name(angles.dtype()));
+  HZ_CHECK(angles.dim() == 4 && (angles.size(0) == x.size(0) || angles.size(0) == 1) && angles.size(1) > 0 &&
+               x.size(1) % angles.size(1) == 0 && angles.size(2) == x.size(2) && angles.size(3) * 2 == x.size(3),
+           ShapeError, op, ": angles must be (B or 1, G, T, D/2) with G dividing the heads for x ",
+           shape_str(x.shape()), ", got ", shape_str(angles.shape()));
+  check_device(x, angles, op);
+}
+}  // namespace
+
+Tensor rotate_angles(const Tensor& x, const Tensor& angles, double mscale, bool inverse) {
+  check_rotate_angles(x, angles, "rotate_angles");
+  return HZ_BACKEND(x.device(), rotate_angles)(x, angles, mscale, inverse);
+}
+
+Tensor rotate_angles_grad(const Tensor& y, const Tensor& gy, const Tensor& angles, bool inverse) {
+  check_rotate_angles(y, angles, "rotate_angles_grad");
+  check_defined(gy, "rotate_angles_grad", "gy");
+  HZ_CHECK(gy.shape() == y.shape() && gy.dtype() == y.dtype(), ShapeError, "rotate_angles_grad: gy ",
+           shape_str(gy.shape()), " must match y ", shape_str(y.shape()));
+  check_device(y, gy, "rotate_angles_grad");
+  return HZ_BACKEND(y.device(), rotate_angles_grad)(y, gy, angles, inverse);
+}
+
 void random_fill_(Tensor& t, const RandomFill& r) {
   check_defined(t, "random_fill_", "t");
   check_floating(t, "random_fill_");

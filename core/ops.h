@@ -134,6 +134,17 @@ Tensor scatter_dim(const Tensor& src, const Tensor& index, int64_t dim, const Sh
 // (same dtype; computed in double/f32).
 Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p);
 
+// ---- rotation by given angles (learned or accumulated RoPE angles) -------------------------------
+// x (B, Hx, T, D), angles (B or 1, G, T, D/2) f32 or f64 with Hx % G == 0 (head h reads group
+// h / (Hx / G), the GQA grouping): pair (m, m + D/2) of each row rotates by angles[.., m] (inverse:
+// by minus it), then times mscale. cos and sin in double, applied in x's compute type.
+Tensor rotate_angles(const Tensor& x, const Tensor& angles, double mscale, bool inverse);
+// The angles' gradient, from y = rotate_angles(x, angles, ..) and its gradient gy: per (b, g, t, m)
+// the sum over the group's heads (and over the batch when angles has one row) of g_b y_a - g_a y_b
+// (inverse: minus it), (y_a, y_b) the rotated pair; accumulated in double (f32 for f32 angles on
+// CUDA) in head order by one thread, so deterministic. Angles' shape and dtype.
+Tensor rotate_angles_grad(const Tensor& y, const Tensor& gy, const Tensor& angles, bool inverse);
+
 // ---- random fill --------------------------------------------------------------------------------
 void random_fill_(Tensor& t, const RandomFill& r);  // floating t, any device
 

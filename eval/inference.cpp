@@ -6,6 +6,7 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
   for (auto& b : m.layers) saved_.push_back({b->attn->spec, b->attn->lampe});
   const double s = static_cast<double>(L) / train_len;
   int n_rope = 0, n_swan = 0, n_temp = 0, n_lampe = 0;  // layers each option reached
+  bool learned_lampe = false;
   for (auto& b : m.layers) {
     attn::AttentionSpec& sp = b->attn->spec;
     if (e.rope_scaling && sp.pos.kind == attn::PosKind::Rope) {
@@ -27,6 +28,8 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
       sp.logit.temp_c = e.drope_c;
       ++n_temp;
     }
+    // LaMPE remaps fixed positions per region: learned or accumulated angles have none to remap
+    if (e.lampe && sp.pos.kind == attn::PosKind::Rope && sp.pos.learned_angles()) learned_lampe = true;
     if (e.lampe && sp.pos.kind == attn::PosKind::Rope) {
       attn::LampeConfig lc;
       lc.L = e.lampe_L > 0 ? e.lampe_L : 0.75 * train_len;
@@ -65,6 +68,9 @@ ScopedInference::ScopedInference(nn::Transformer& m, const InferenceOptions& e, 
          "for SWAN row scaling; use it on SWAN or NoPE models");
   refuse(e.drope_c != 0, n_temp, "eval.drope_c / fit_drope_c: no layer has identity logits to put a temperature on");
   refuse(e.lampe, n_lampe, "eval.lampe: the model has no RoPE layer; LaMPE remaps RoPE positions");
+  refuse(learned_lampe, 0,
+         "eval.lampe: a RoPE layer has learned angles (rope_angles, learned_freqs or rotate_v), which LaMPE's position "
+         "remapping does not take; evaluate without eval.lampe");
 }
 
 ScopedInference::~ScopedInference() {

@@ -55,6 +55,12 @@ std::vector<std::pair<std::string, std::string>> parameter_names(const nn::Model
       out.emplace_back(p + "self_attn.forget_proj.weight", h + "attn.forget_w");
       out.emplace_back(p + "self_attn.forget_proj.bias", h + "attn.forget_b");
     }
+    if (s.pos.kind == attn::PosKind::Rope && s.pos.rope_angles == attn::RopeAngles::Accumulated) {
+      out.emplace_back(p + "self_attn.angle_proj.weight", h + "attn.angle_w");
+      out.emplace_back(p + "self_attn.angle_proj.bias", h + "attn.angle_b");
+    }
+    if (s.pos.kind == attn::PosKind::Rope && s.pos.learned_freqs != attn::LearnedFreqs::None)
+      out.emplace_back(p + "self_attn.freq_factors", h + "attn.freq_factors");
     out.emplace_back(p + "post_attention_layernorm.weight", h + "norm2.weight");
     if (c.mlp == nn::MlpKind::SwiGLU) {
       out.emplace_back(p + "mlp.gate_proj.weight", h + "mlp.w1.weight");
@@ -107,6 +113,13 @@ std::map<std::string, Shape> parameter_shapes(const nn::ModelConfig& c) {
       s[h + "attn.forget_w"] = {Ha, C};
       s[h + "attn.forget_b"] = {Ha};
     }
+    if (a.pos.kind == attn::PosKind::Rope && a.pos.rope_angles == attn::RopeAngles::Accumulated) {
+      const int64_t G = a.pos.angles_per_head ? Hkv : 1;
+      s[h + "attn.angle_w"] = {G * (D / 2), C};
+      s[h + "attn.angle_b"] = {G * (D / 2)};
+    }
+    if (a.pos.kind == attn::PosKind::Rope && a.pos.learned_freqs != attn::LearnedFreqs::None)
+      s[h + "attn.freq_factors"] = {(a.pos.learned_freqs == attn::LearnedFreqs::Head ? Hkv : 1) * (D / 2)};
   }
   return s;
 }

@@ -1,5 +1,7 @@
 #include "nn/attention_layer.h"
 
+#include <cmath>
+
 #include "core/names.h"
 #include "nn/kv_cache.h"
 
@@ -40,6 +42,72 @@ AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec
     forget_w = register_parameter("forget_w", Tensor::zeros({Ha, d.d_model}, dt), Init::normal(init_std));
     forget_b = register_parameter("forget_b", Tensor::zeros({Ha}, dt), Init::constant(spec.forget_bias));
   }
+  if (spec.pos.kind == attn::PosKind::Rope && spec.pos.rope_angles == attn::RopeAngles::Accumulated) {
+    // b = ln(e - 1): softplus(b) = 1, so at W = 0 every step is 1 and theta_i = w (i + 1), RoPE's angles
+    const int64_t G = spec.pos.angles_per_head ? Hkv : 1;
+    angle_w = register_parameter("angle_w", Tensor::zeros({G * (D / 2), d.d_model}, dt), Init::normal(init_std));
+    angle_b = register_parameter("angle_b", Tensor::zeros({G * (D / 2)}, dt), Init::constant(std::log(std::exp(1.0) - 1.0)));
+  }
+  if (spec.pos.kind == attn::PosKind::Rope && spec.pos.learned_freqs != attn::LearnedFreqs::None) {
+    const int64_t G = spec.pos.learned_freqs == attn::LearnedFreqs::Head ? Hkv : 1;
+    std::vector<double> init = spec.pos.rope_freq_factors;
+    if (init.empty()) init.assign(D / 2, 1.0);
+    freq_factors = register_parameter("freq_factors", Tensor::zeros({G * (D / 2)}, dt), Init::tiled(init));
+  }
+}
+
+int64_t AttentionLayer::angle_groups() const {
+  const bool per_head = (spec.pos.rope_angles == attn::RopeAngles::Accumulated && spec.pos.angles_per_head) ||
+                        spec.pos.learned_freqs == attn::LearnedFreqs::Head;
+  return per_head ? dims.n_kv_heads : 1;
+}
+
+ag::Variable AttentionLayer::angles(const ag::Variable& x, const Tensor& positions, const attn::RopeFreqs& f,
+                                    AttentionRoute& route) const {
+  const int64_t B = x.size(0), T = x.size(1), half = dims.head_dim / 2;
+  const DType adt = attn::angle_dtype(x.value());
+  const Device dev = x.value().device();
+  // RoPE's frequencies for this call (after any scaling and pair selection: pairs that do not rotate stay 0)
+  const ag::Variable w(Tensor::from_vector(f.inv_freq, {1, 1, 1, half}, adt, dev));
+  ag::Variable theta;
+  if (angle_w.defined()) {
+    // steps s = softplus(x W^T + b) (B, T, G half) in the layer's compute dtype (f32 for bf16), then
+    // delta = w s in the angles' dtype and theta = its running sum over the whole sequence. Packed
+    // documents need no reset: the relative angle theta_i - theta_j of two tokens of one document sums
+    // only that document's steps.
+    const DType ld = x.dtype() == DType::BF16 ? DType::F32 : x.dtype();
+    const ag::Variable xf = x.dtype() == ld ? x : ag::cast(x, ld);
+    const ag::Variable W = angle_w.dtype() == ld ? angle_w : ag::cast(angle_w, ld);
+    const ag::Variable b = angle_b.dtype() == ld ? angle_b : ag::cast(angle_b, ld);
+    const ag::Variable steps = ag::neg(ag::log_sigmoid(ag::neg(ag::linear(xf, W, b))));  // softplus
+    const int64_t G = angle_w.size(0) / half;
+    ag::Variable s4 = ag::contiguous(ag::transpose(ag::reshape(steps, {B, T, G, half}), 1, 2));  // (B, G, T, half)
+    if (s4.dtype() != adt) s4 = ag::cast(s4, adt);
+    theta = route.running_sum(ag::mul(s4, w));
+  } else {  // positions (T) or (B, T), integer or drawn (f64): theta = p w
+    const Tensor p = positions.to(adt).to(dev).contiguous();
+    const Tensor p4 = p.dim() == 2 ? p.view({p.size(0), 1, T, 1}) : p.view({1, 1, T, 1});
+    theta = ag::mul(ag::Variable(p4), w);
+  }
+  if (freq_factors.defined()) {
+    const int64_t G = freq_factors.size(0) / half;
+    const ag::Variable phi = freq_factors.dtype() == adt ? freq_factors : ag::cast(freq_factors, adt);
+    theta = ag::mul(theta, ag::reshape(phi, {1, G, 1, half}));
+  }
+  return theta;
+}
+
+double AttentionLayer::angle_flops_per_token() const {
+  if (!spec.pos.learned_angles() || spec.pos.kind != attn::PosKind::Rope) return 0.0;
+  const double D = static_cast<double>(dims.head_dim), G = static_cast<double>(angle_groups());
+  // a rotation: 6 per pair, 3 per element, of q, k (and v and the output with rotate_v)
+  double rows = attn_heads() + dims.n_kv_heads;
+  if (spec.pos.rotate_v) rows += attn_heads() + dims.n_kv_heads;
+  double fl = 3.0 * rows * D;
+  // the angles: softplus, the frequency product and the running sum (about 4 per angle), the factors' product
+  if (angle_w.defined()) fl += 4.0 * G * D / 2;
+  if (freq_factors.defined()) fl += G * D / 2;
+  return fl;
 }
 
 attn::AttnTerms AttentionLayer::terms(const ag::Variable& x) const {
@@ -104,6 +172,15 @@ ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) co
   if (spec.gate != attn::OutputGate::None)
     kept += 2 * N * (spec.gate == attn::OutputGate::Head ? H : H * D) * a + N * H * D * a;
   if (spec.forget) kept += N * H * a + 3 * N * H * 4;
+  if (spec.pos.kind == attn::PosKind::Rope && spec.pos.learned_angles()) {
+    // the angles (B, G, T, D/2), f64 (the CPU's) or f32 (bf16 runs on a GPU), kept by the rotations;
+    // accumulated: the steps' logits and softplus (compute dtype) and the steps and deltas in the
+    // angles' dtype; rotate_v: the rotated output (the rotated v is the v counted above)
+    const int64_t ab = a == 2 ? 4 : 8, la = a == 2 ? 4 : a, GA = N * angle_groups() * (D / 2);
+    kept += GA * ab;
+    if (angle_w.defined()) kept += 2 * GA * la + 2 * GA * ab;
+    if (spec.pos.rotate_v) kept += N * H * D * a;
+  }
   if (call.route) kept += call.route->kept_bytes(attn_config(call), shape(s));
   // no grad: q, k, v with one rotated copy being made, the output and its (B, T, H D) copy with
   // the rows' statistics, the output projection; gates add their sigmoid and product
@@ -116,6 +193,8 @@ bool AttentionLayer::rotary() const { return spec.rotary(); }
 
 attn::RopeFreqs AttentionLayer::rope_freqs(const AttnCall& call) const {
   attn::PositionSpec ps = spec.pos;
+  // GRAPE-M: the trained freq_factors (initialised to rope_freq_factors) take the fixed factors' place
+  if (ps.learned_freqs != attn::LearnedFreqs::None) ps.rope_freq_factors.clear();
   if (ps.original_context == 0) ps.original_context = call.train_len > 0 ? call.train_len : call.T;
   return attn::rope_frequencies(ps, dims.head_dim, call.T);
 }
@@ -150,6 +229,9 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
     HZ_CHECK(!cfg.documents, NotImplementedError,
              "attention: LaMPE remaps positions for one input length and cannot score packed documents; "
              "evaluate with data.documents=stream (one document per sequence)");
+    HZ_CHECK(!spec.pos.learned_angles(), NotImplementedError,
+             "attention: LaMPE remaps fixed RoPE positions and does not take learned angles (rope_angles, "
+             "learned_freqs, rotate_v)");
     attn::LampeConfig lc = *lampe;
     if (lc.length == 0) lc.length = call.T;
     if (cache) {
@@ -159,12 +241,20 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
       o = attn::lampe_attention(q, k, v, f, lc, cfg).out;
     }
   } else {
-    if (rot) {
+    AttentionRoute& route = cache ? *cache : call.route ? *call.route : fused_route();
+    ag::Variable theta;  // learned angles (B or 1, G, T, D/2)
+    if (rot && spec.pos.learned_angles()) {
+      theta = angles(x, positions, f, route);
+      q = attn::rotate_by_angles(q, theta, f.mscale);
+      k = attn::rotate_by_angles(k, theta, f.mscale);
+      if (spec.pos.rotate_v) v = attn::rotate_by_angles(v, theta, 1.0);  // v_j by theta_j
+    } else if (rot) {
       q = attn::apply_rope(q, positions, f);
       k = attn::apply_rope(k, positions, f);
     }
-    AttentionRoute& route = cache ? *cache : call.route ? *call.route : fused_route();
     o = route.attend(q, k, v, cfg, terms(x));
+    // rotate_v: o_i back by -theta_i, before DIFF's combine and the output gate
+    if (theta.defined() && spec.pos.rotate_v) o = attn::rotate_by_angles(o, theta, 1.0, /*inverse=*/true);
   }
   if (spec.diff) {  // DIFF V2: o_h = A_2h V - sigmoid(lambda_h) A_2h+1 V, lambda = x W_l per token
     const ag::Variable pairs = ag::reshape(o, {B, H, 2, T, D});

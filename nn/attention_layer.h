@@ -95,6 +95,22 @@ class AttentionLayer : public Module {
   ag::Variable forget_w, forget_b;  // FoX (spec.forget): (Ha, C) ~ normal(init_std), (Ha) = forget_bias
   // The op's terms for input x (B, T, C): LogN's c, the sinks, FoX's log f (B, H, T) (f32 for bf16 x).
   attn::AttnTerms terms(const ag::Variable& x) const;
+  // Learned angles (spec.pos.learned_angles(); docs/methods.md), G angle groups (angle_groups()):
+  ag::Variable angle_w, angle_b;  // rope_angles accumulated: (G D/2, C) ~ normal(init_std), (G D/2) = ln(e - 1)
+  // learned_freqs (GRAPE-M): (Gf D/2), Gf = 1 (layer) or Hkv (head), initialised to rope_freq_factors
+  // (or 1). Stored flat, one vector per group, so the optimizer treats it as a gain (AdamW), not as a
+  // matrix (Muon).
+  ag::Variable freq_factors;
+  // 1, or Hkv when the accumulated angles are per head or the frequencies per head.
+  int64_t angle_groups() const;
+  // The angles (B or 1, G, T, D/2) of input x (B, T, C) at `positions`, in attn::angle_dtype: the
+  // accumulated steps' running sum through `route` (every route gives the whole sequence's sum at its
+  // rows), or positions times RoPE's frequencies f; times the learned frequency factors.
+  ag::Variable angles(const ag::Variable& x, const Tensor& positions, const attn::RopeFreqs& f,
+                      AttentionRoute& route) const;
+  // Forward FLOPs per token of the learned angles: the rotations and the steps' elementwise work
+  // (the projection angle_w is a GEMM weight, counted with the others).
+  double angle_flops_per_token() const;
   // Inference: when set on a causal RoPE layer, attention runs as LaMPE (attention/lampe.h).
   std::optional<attn::LampeConfig> lampe;
 

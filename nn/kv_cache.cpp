@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "autograd/functions.h"
+#include "core/ops.h"
 
 namespace hz::nn {
 
@@ -219,6 +220,14 @@ void LayerKV::reset() {
     b.len = 0;
   }
   length_ = 0;
+  angle_total_ = Tensor();
+}
+
+ag::Variable LayerKV::running_sum(const ag::Variable& x) {
+  Tensor c = ops::cumsum(x.value(), 2);
+  if (angle_total_.defined()) c = ops::add(c, angle_total_);
+  angle_total_ = c.narrow(2, c.size(2) - 1, 1).contiguous();
+  return ag::Variable(c);
 }
 
 std::pair<Tensor, Tensor> LayerKV::append_all(const Tensor& k, const Tensor& v) {

@@ -56,11 +56,14 @@ class LayerKV final : public AttentionRoute {
   ag::Variable attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v, const attn::AttnConfig& cfg,
                       const attn::AttnTerms& terms) override;
   std::string name() const override { return "a KV cache"; }
+  // Accumulated RoPE angles: the new rows' prefix sums plus the total of every earlier call, whose
+  // new total the cache keeps (x (1, G, n, D/2); no gradient: decoding).
+  ag::Variable running_sum(const ag::Variable& x) override;
   // LaMPE layers: stores k and v (unrotated), then returns every key and value of the sequence so
   // far (1, Hkv, length(), D), the new ones last.
   std::pair<Tensor, Tensor> append_all(const Tensor& k, const Tensor& v);
 
-  void reset();  // forgets every key: the next token is position 0
+  void reset();  // forgets every key (and the angles' running total): the next token is position 0
   int64_t length() const { return length_; }
   const std::vector<int64_t>& keys_kept() const { return cap_; }  // per kv head
   int64_t bytes() const;  // allocated keys + values
@@ -83,6 +86,7 @@ class LayerKV final : public AttentionRoute {
                              const attn::AttnTerms& tb, int64_t p0);
   std::vector<Band> bands_;
   std::vector<int64_t> cap_;
+  Tensor angle_total_;  // running_sum's total so far (1, G, 1, D/2); undefined: none yet
   int64_t capacity_ = 0, length_ = 0, G_ = 1;
 };
 

@@ -100,6 +100,10 @@ void Module::init_parameters(uint64_t seed) {
     Tensor& t = p.var.value();
     if (p.init.kind == Init::Kind::Constant) {
       t.fill_(p.init.value);
+    } else if (p.init.kind == Init::Kind::Values) {
+      std::vector<double> v(t.numel());
+      for (size_t i = 0; i < v.size(); ++i) v[i] = p.init.values[i % p.init.values.size()];
+      t.copy_(Tensor::from_vector(v, t.shape(), DType::F64).to(t.device()));
     } else {
       Generator g(seed, name_stream(n));
       g.normal_(t, 0.0, p.init.value);

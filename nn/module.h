@@ -14,10 +14,12 @@ namespace hz::nn {
 
 // How a parameter is initialised by Module::init_parameters.
 struct Init {
-  enum class Kind : uint8_t { Normal, Constant } kind = Kind::Normal;
+  enum class Kind : uint8_t { Normal, Constant, Values } kind = Kind::Normal;
   double value = 0.02;  // stddev for Normal, the value for Constant
-  static Init normal(double std) { return {Kind::Normal, std}; }
-  static Init constant(double v) { return {Kind::Constant, v}; }
+  std::vector<double> values;  // Values: element i (row-major) is values[i % values.size()]
+  static Init normal(double std) { return {Kind::Normal, std, {}}; }
+  static Init constant(double v) { return {Kind::Constant, v, {}}; }
+  static Init tiled(std::vector<double> v) { return {Kind::Values, 0.0, std::move(v)}; }
 };
 
 struct LoadReport {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "attention/fused.h"
+#include "autograd/functions.h"
 #include "nn/cost.h"
 
 namespace hz::nn {
@@ -31,6 +32,11 @@ class AttentionRoute {
   virtual bool whole_sequence() const { return true; }
   virtual ag::Variable attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
                               const attn::AttnConfig& cfg, const attn::AttnTerms& terms) = 0;
+  // Inclusive prefix sums of x over the sequence (dim 2) as the whole sequence has them at this call's
+  // rows: accumulated RoPE angles (rope_angles: accumulated). Over the call's own rows a plain
+  // cumsum; a route holding a share adds what comes before it (the ranks before it, the tokens a KV
+  // cache holds from earlier calls). Differentiable where the route is used for training.
+  virtual ag::Variable running_sum(const ag::Variable& x) { return ag::cumsum(x, 2); }
   // The memory plan: the most rows of a T-token sequence one rank of this route holds, and the
   // bytes a layer's call keeps for its backward beyond the layer's own activations (exchanged keys,
   // a ring's saved state). A route over the call's own rows: T and 0.

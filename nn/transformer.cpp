@@ -246,6 +246,7 @@ double Transformer::flops_per_token(int64_t T) const {
     call.train_len = T;
     const attn::AttnConfig c = layer->attn->attn_config(call);
     attn_flops += 3.0 * attn::attention_cost(c, layer->attn->attn_heads(), T, T, cfg.hdim()).flops_fwd / static_cast<double>(T);
+    attn_flops += 3.0 * layer->attn->angle_flops_per_token();
   }
   return 6.0 * n_mm + attn_flops;
 }

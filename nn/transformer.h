@@ -107,7 +107,8 @@ class Transformer : public Module {
   HeadCost head_cost(const CallShape& s, int64_t loss_chunk) const;
   // Model FLOPs of one token at sequence length T, forward + backward (3x forward; recomputation
   // not counted): 6 per GEMM weight (the tied head counts the embedding once; an untied embedding
-  // is a gather) plus the attention score and value products over each layer's exact visible pairs.
+  // is a gather) plus the attention score and value products over each layer's exact visible pairs
+  // and the learned angles' rotations (AttentionLayer::angle_flops_per_token).
   double flops_per_token(int64_t T) const;
 
   ModelConfig cfg;

@@ -18,7 +18,9 @@
 #              float64, and a greedy continuation (`horizon generate`), which
 #              tests/hf/compare_exports.py checks through transformers (trust_remote_code): logits,
 #              generate() with the cache, a left-padded batch and packed position_ids.
-#              HZ_HF_EXPORT_ALL=1 holds every recipe to Horizon, not one per signature.
+#              HZ_HF_EXPORT_ALL=1 holds every recipe to Horizon, not one per signature. Beside the recipes,
+#              one export of the learned RoPE angles (retrieval_base.yaml's acc_rope_v, grape_m, acc_rope
+#              per KV head with learned_freqs layer) is held to Horizon the same way.
 #   inference  inference-time options (`horizon score eval.X=...` against the export with the same edit
 #              in its config.json): YaRN, dynamic NTK, LongRoPE, LaMPE, DroPE's c, SWAN's a; and the
 #              Hub's layout: sharded exports (--max-shard-size) loaded offline against the single file,
@@ -67,9 +69,10 @@ name_of() {  # recipes/x.yaml -> x, recipes/dir/x.yaml -> dir_x
   [ "$(dirname "$1")" != recipes ] && n="$(basename "$(dirname "$1")")_$n"
   echo "$n"
 }
-export_recipe() {  # RECIPE: one training step, then the export in $OUT/hf/NAME (once)
+export_recipe() {  # RECIPE [NAME OVERRIDES...]: one training step, then the export in $OUT/hf/NAME (once)
   local r=$1 n extra=() run
-  n=$(name_of "$r")
+  n=${2:-$(name_of "$r")}
+  [ $# -le 2 ] || extra=("${@:3}")
   [ -d "$OUT/hf/$n" ] && return 0
   case "$n" in  # runs that start from another: it first
     drope_recalibrate|drope_partial|swan_continue)
@@ -125,9 +128,16 @@ if want recipes; then
     first[$sig]=${first[$sig]:-$n}
     hold_to_horizon "$n"
   done
+  # issue 58's learned angles, on the retrieval study's shape with its kinds (an export beside the recipes'):
+  # accumulated angles with V rotated, GRAPE-M per KV head, accumulated per KV head with GRAPE-M per layer
+  if [ -z "${HZ_RECIPES:-}" ] || [[ learned_angles =~ $HZ_RECIPES ]]; then
+    export_recipe recipes/study/retrieval_base.yaml learned_angles "model.pattern=[acc_rope_v,grape_m,acc_rope,rope]" data.seq_len=128 \
+      model.layer_kinds.acc_rope.angles_per_head=true model.layer_kinds.acc_rope.learned_freqs=layer
+    hold_to_horizon learned_angles
+  fi
   "$PY" "$SRC/tests/hf/compare_exports.py" "$manifest"
   echo "e2e hf export: $(( $(wc -l < "$manifest") + skipped )) recipes exported, $(wc -l < "$manifest") held to" \
-       "Horizon (one per layer signature; HZ_HF_EXPORT_ALL=1: every one)"
+       "Horizon (one per layer signature; HZ_HF_EXPORT_ALL=1: every one; and the learned angles' export)"
 fi
 # inference-time options: `horizon score eval.X=...` at 4T against the export with the same edit in
 # its config.json (HorizonForCausalLM exports: --remote-code where a stock class would be written)

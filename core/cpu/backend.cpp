@@ -171,6 +171,8 @@ Backend make_cpu_backend() {
   b.rms_norm = cpu::rms_norm;
   b.rms_norm_backward = cpu::rms_norm_backward;
   b.rotary = cpu::rotary;
+  b.rotate_angles = cpu::rotate_angles;
+  b.rotate_angles_grad = cpu::rotate_angles_grad;
   b.adamw_update = cpu::adamw_update;
   b.momentum_update = cpu::momentum_update;
   return b;

@@ -20,6 +20,8 @@ double sum_squares(const std::vector<Tensor>& xs);
 Tensor scatter_dim(const Tensor& src, const Tensor& index, int64_t dim, const Shape& out_shape);
 void random_fill(Tensor& dst, const RandomFill& r);
 Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p);
+Tensor rotate_angles(const Tensor& x, const Tensor& angles, double mscale, bool inverse);
+Tensor rotate_angles_grad(const Tensor& y, const Tensor& gy, const Tensor& angles, bool inverse);
 void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
 void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
 Tensor reduce_dim(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);

@@ -82,6 +82,78 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
   return out;
 }
 
+namespace {
+// angle element (b, g, t, m) of a contiguous (Ba, G, T, half) table as double
+template <class F>
+void dispatch_angles(DType dt, F&& f) {
+  if (dt == DType::F64) f(double{});
+  else f(float{});
+}
+}  // namespace
+
+Tensor rotate_angles(const Tensor& x_in, const Tensor& angles_in, double mscale, bool inverse) {
+  const int64_t B = x_in.size(0), H = x_in.size(1), T = x_in.size(2), D = x_in.size(3), half = D / 2;
+  const int64_t Ba = angles_in.size(0), G = angles_in.size(1), per = H / G;
+  const Tensor x = x_in.contiguous(), angles = angles_in.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  dispatch_all_float(x.dtype(), [&](auto tag) { using S = decltype(tag); using A = math::acc_t<S>;
+    dispatch_angles(angles.dtype(), [&](auto atag) { using P = decltype(atag);
+      const S* xp = static_cast<const S*>(x.raw_data());
+      const P* ap = static_cast<const P*>(angles.raw_data());
+      S* op = static_cast<S*>(out.raw_data());
+#pragma omp parallel for schedule(static) if (B * H * T * D > 32768)
+      for (int64_t r = 0; r < B * H * T; ++r) {
+        const int64_t b = r / (H * T), h = (r / T) % H, t = r % T;
+        const P* a = ap + (((Ba == 1 ? 0 : b) * G + h / per) * T + t) * half;
+        const S* xr = xp + r * D;
+        S* o = op + r * D;
+        for (int64_t m = 0; m < half; ++m) {
+          const double th = static_cast<double>(a[m]);
+          const A cm = static_cast<A>(std::cos(th) * mscale);
+          const A sm = static_cast<A>((inverse ? -std::sin(th) : std::sin(th)) * mscale);
+          const A x1 = load(xr[m]), x2 = load(xr[m + half]);
+          o[m] = store<S>(x1 * cm - x2 * sm);
+          o[m + half] = store<S>(x1 * sm + x2 * cm);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+// One (b, g, t) row of the angles per iteration: its heads (and batch rows when the angles are
+// shared over the batch) summed in order, in double.
+Tensor rotate_angles_grad(const Tensor& y_in, const Tensor& gy_in, const Tensor& angles, bool inverse) {
+  const int64_t B = y_in.size(0), H = y_in.size(1), T = y_in.size(2), D = y_in.size(3), half = D / 2;
+  const int64_t Ba = angles.size(0), G = angles.size(1), per = H / G;
+  const Tensor y = y_in.contiguous(), gy = gy_in.contiguous();
+  Tensor out = Tensor::empty(angles.shape(), angles.dtype());
+  const double sign = inverse ? -1.0 : 1.0;
+  dispatch_all_float(y.dtype(), [&](auto tag) { using S = decltype(tag);
+    dispatch_angles(angles.dtype(), [&](auto atag) { using P = decltype(atag);
+      const S* yp = static_cast<const S*>(y.raw_data());
+      const S* gp = static_cast<const S*>(gy.raw_data());
+      P* op = static_cast<P*>(out.raw_data());
+#pragma omp parallel for schedule(static) if (B * H * T * D > 32768)
+      for (int64_t r = 0; r < Ba * G * T; ++r) {
+        const int64_t ba = r / (G * T), g = (r / T) % G, t = r % T;
+        std::vector<double> acc(half, 0.0);
+        for (int64_t b = (Ba == 1 ? 0 : ba); b < (Ba == 1 ? B : ba + 1); ++b)
+          for (int64_t h = g * per; h < (g + 1) * per; ++h) {
+            const int64_t row = ((b * H + h) * T + t) * D;
+            const S* yr = yp + row;
+            const S* gr = gp + row;
+            for (int64_t m = 0; m < half; ++m)
+              acc[m] += static_cast<double>(load(gr[m + half])) * static_cast<double>(load(yr[m])) -
+                        static_cast<double>(load(gr[m])) * static_cast<double>(load(yr[m + half]));
+          }
+        for (int64_t m = 0; m < half; ++m) op[r * half + m] = static_cast<P>(sign * acc[m]);
+      }
+    });
+  });
+  return out;
+}
+
 Tensor scatter_dim(const Tensor& src_in, const Tensor& index_in, int64_t dim, const Shape& out_shape) {
   Tensor out = Tensor::zeros(out_shape, src_in.dtype());
   const Tensor src = src_in.contiguous(), ix = index_in.contiguous();

@@ -35,6 +35,8 @@ Backend make_table() {
   b.rms_norm = rms_norm;
   b.rms_norm_backward = rms_norm_backward;
   b.rotary = rotary;
+  b.rotate_angles = rotate_angles;
+  b.rotate_angles_grad = rotate_angles_grad;
   b.adamw_update = adamw_update;
   b.momentum_update = momentum_update;
   return b;

@@ -39,6 +39,8 @@ ops::RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps);
 ops::RmsNormGrads rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& gout,
                                     bool need_gx, bool need_gw);
 Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p);
+Tensor rotate_angles(const Tensor& x, const Tensor& angles, double mscale, bool inverse);
+Tensor rotate_angles_grad(const Tensor& y, const Tensor& gy, const Tensor& angles, bool inverse);
 void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
 void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
 

@@ -316,6 +316,97 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
   return out;
 }
 
+// ---- rotation by given angles ---------------------------------------------------------------------
+namespace {
+// One thread per (row, pair): cos/sin of the angle in double (as the CPU), applied in S's compute type.
+template <class S, class P>
+__global__ void rotate_angles_kernel(const S* __restrict__ x, const P* __restrict__ ang, S* __restrict__ y, int64_t rows,
+                                     int64_t H, int64_t T, int64_t half, int64_t Ba, int64_t G, double mscale,
+                                     bool inverse) {
+  using A = math::acc_t<S>;
+  const int64_t total = rows * half, per = H / G;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < total;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = j / half, m = j % half, b = r / (H * T), h = (r / T) % H, t = r % T;
+    const double th = static_cast<double>(ang[(((Ba == 1 ? 0 : b) * G + h / per) * T + t) * half + m]);
+    double sn, cs;
+    ::sincos(th, &sn, &cs);
+    const A c = static_cast<A>(cs * mscale), s = static_cast<A>((inverse ? -sn : sn) * mscale);
+    const S* xr = x + r * 2 * half;
+    S* yr = y + r * 2 * half;
+    const A x1 = load(xr[m]), x2 = load(xr[m + half]);
+    yr[m] = store<S>(x1 * c - x2 * s);
+    yr[m + half] = store<S>(x1 * s + x2 * c);
+  }
+}
+// One thread per angle (b, g, t, m): the group's heads (and the batch when the angles are shared)
+// summed in order in P (no atomics: deterministic).
+template <class S, class P>
+__global__ void rotate_angles_grad_kernel(const S* __restrict__ y, const S* __restrict__ gy, P* __restrict__ out,
+                                          int64_t B, int64_t H, int64_t T, int64_t half, int64_t Ba, int64_t G,
+                                          P sign) {
+  const int64_t total = Ba * G * T * half, per = H / G;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < total;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = j % half, t = (j / half) % T, g = (j / (half * T)) % G, ba = j / (half * T * G);
+    P acc = 0;
+    for (int64_t b = (Ba == 1 ? 0 : ba); b < (Ba == 1 ? B : ba + 1); ++b)
+      for (int64_t h = g * per; h < (g + 1) * per; ++h) {
+        const int64_t row = ((b * H + h) * T + t) * 2 * half;
+        acc += static_cast<P>(load(gy[row + m + half])) * static_cast<P>(load(y[row + m])) -
+               static_cast<P>(load(gy[row + m])) * static_cast<P>(load(y[row + m + half]));
+      }
+    out[j] = sign * acc;
+  }
+}
+template <class F>
+void dispatch_angle_dtype(DType dt, F&& f) {
+  if (dt == DType::F64) f(double{});
+  else f(float{});
+}
+}  // namespace
+
+Tensor rotate_angles(const Tensor& x_in, const Tensor& angles_in, double mscale, bool inverse) {
+  const Tensor x = x_in.contiguous(), angles = angles_in.contiguous();
+  const int64_t H = x.size(1), T = x.size(2), half = x.size(3) / 2, rows = x.numel() / std::max<int64_t>(2 * half, 1);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (rows == 0 || half == 0) return out;
+  const int dev = x.device().index;
+  use_device(dev);
+  dispatch_floating(x.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    dispatch_angle_dtype(angles.dtype(), [&](auto atag) {
+      using P = decltype(atag);
+      rotate_angles_kernel<S, P><<<blocks_for(rows * half), kThreads, 0, stream(dev)>>>(
+          ptr<const S>(x), ptr<const P>(angles), ptr<S>(out), rows, H, T, half, angles.size(0), angles.size(1), mscale,
+          inverse);
+      HZ_CUDA_LAUNCHED("rotate_angles");
+    });
+  });
+  return out;
+}
+
+Tensor rotate_angles_grad(const Tensor& y_in, const Tensor& gy_in, const Tensor& angles, bool inverse) {
+  const Tensor y = y_in.contiguous(), gy = gy_in.contiguous();
+  const int64_t B = y.size(0), H = y.size(1), T = y.size(2), half = y.size(3) / 2;
+  Tensor out = Tensor::empty(angles.shape(), angles.dtype(), y.device());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const int dev = y.device().index;
+  use_device(dev);
+  dispatch_floating(y.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    dispatch_angle_dtype(angles.dtype(), [&](auto atag) {
+      using P = decltype(atag);
+      rotate_angles_grad_kernel<S, P><<<blocks_for(n), kThreads, 0, stream(dev)>>>(
+          ptr<const S>(y), ptr<const S>(gy), ptr<P>(out), B, H, T, half, angles.size(0), angles.size(1),
+          static_cast<P>(inverse ? -1 : 1));
+      HZ_CUDA_LAUNCHED("rotate_angles_grad");
+    });
+  });
+  return out;
+}
+
 // ---- optimizer updates ------------------------------------------------------------------------------
 namespace {
 template <class T>

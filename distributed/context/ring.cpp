@@ -23,13 +23,18 @@ std::array<Tensor, 2> chunk_rows(const Tensor& t, const ZigzagLayout& L) {
   return {t.narrow(2, 0, la).contiguous(), t.narrow(2, la, t.size(2) - la).contiguous()};
 }
 
-// Every chunk's total by chunk index, from the (2, B, H) sums each rank gathers.
+// Every chunk's total by chunk index, from the (2, a's shape) sums each rank gathers.
 std::vector<Tensor> chunk_totals(ContextLink& link, const Tensor& a, const Tensor& b) {
   const ZigzagLayout& L = link.layout;
-  Tensor mine = Tensor::empty(Shape{2, a.size(0), a.size(1)}, a.dtype(), a.device());
+  Shape two{2}, every{L.n, 2};
+  for (int64_t d : a.shape()) {
+    two.push_back(d);
+    every.push_back(d);
+  }
+  Tensor mine = Tensor::empty(two, a.dtype(), a.device());
   mine.select(0, 0).copy_(a);
   mine.select(0, 1).copy_(b);
-  Tensor all = Tensor::empty(Shape{L.n, 2, a.size(0), a.size(1)}, a.dtype(), a.device());
+  Tensor all = Tensor::empty(every, a.dtype(), a.device());
   link.comm->all_gather_into(mine, all);
   link.bytes_sent += bytes_of(mine) * (L.n - 1);
   std::vector<Tensor> t(2 * L.n);
@@ -40,7 +45,7 @@ std::vector<Tensor> chunk_totals(ContextLink& link, const Tensor& a, const Tenso
 
 }  // namespace
 
-ag::Variable fox_prefix(const ag::Variable& x, const std::shared_ptr<ContextLink>& link) {
+ag::Variable sequence_prefix(const ag::Variable& x, const std::shared_ptr<ContextLink>& link) {
   const ZigzagLayout& L = link->layout;
   const auto ch = L.chunks();
   const int64_t la = L.chunk_len(ch[0]), lb = L.chunk_len(ch[1]);

@@ -14,7 +14,7 @@
 // its share to the block it holds and passes both on; after N steps each accumulator reaches its
 // owner. dQ accumulates locally. Never more than two blocks (and their accumulators) live at once,
 // and nothing of the gathered sequence is kept for the backward.
-// FoX: c = cumsum(log f) over the whole sequence (fox_prefix: each chunk's prefix sum plus the
+// FoX: c = cumsum(log f) over the whole sequence (sequence_prefix: each chunk's prefix sum plus the
 // all-gathered totals of the chunks before it) travels with the keys; each part gets the keys' c
 // and its queries' c (partial_attention's layout), and dLoss/dc returns with dK/dV.
 #pragma once
@@ -26,11 +26,12 @@
 
 namespace hz::dist {
 
-// (B, H, Tl) local rows of log f -> c (B, H, Tl), the prefix sums over the whole sequence at the
-// local positions: each chunk's own prefix sum plus the sum of every chunk before it (the chunks'
-// totals all-gathered, added in chunk order). Backward: dLoss/d(log f_m) = sum_{p >= m} dc_p, each
-// chunk's reverse prefix sum plus the totals of every chunk after it.
-ag::Variable fox_prefix(const ag::Variable& log_f, const std::shared_ptr<ContextLink>& link);
+// x with the local rows on dim 2 ((B, H, Tl) FoX's log f; (B, G, Tl, D/2) accumulated RoPE steps) ->
+// the prefix sums over the whole sequence at the local positions: each chunk's own prefix sum plus
+// the sum of every chunk before it (the chunks' totals all-gathered, added in chunk order).
+// Backward: dLoss/dx_m = sum_{p >= m} dc_p, each chunk's reverse prefix sum plus the totals of every
+// chunk after it.
+ag::Variable sequence_prefix(const ag::Variable& x, const std::shared_ptr<ContextLink>& link);
 
 // One layer call's ring, made by std::make_shared. attend() runs the forward and records a node
 // that keeps the ring and whose backward is backward(); the members are what the backward reads.
@@ -38,7 +39,7 @@ class Ring : public std::enable_shared_from_this<Ring> {
  public:
   Ring(std::shared_ptr<ContextLink> link, const attn::AttnConfig& cfg);
   // q (B, H, Tl, D), k/v (B, Hkv, Tl, D) this rank's rows; terms as the fused op's, FoX's global c
-  // (fox_prefix) in place of its log f. Returns out (B, H, Tl, D) in q's dtype.
+  // (sequence_prefix) in place of its log f. Returns out (B, H, Tl, D) in q's dtype.
   ag::Variable attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v, const attn::AttnTerms& terms,
                       const ag::Variable& fox_c);
 

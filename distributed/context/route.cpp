@@ -69,6 +69,15 @@ int64_t ContextRoute::sequence_length(int64_t rows) const {
   return layout().T;
 }
 
+// The whole sequence's running sum at this rank's rows (accumulated RoPE angles): the ring's prefix
+// over the chunks, the totals of the chunks before each one all-gathered (forward and backward).
+ag::Variable ContextRoute::running_sum(const ag::Variable& x) {
+  HZ_CHECK(link_->comm, ValueError, "context parallel: a planning route sums nothing (it has no ranks)");
+  HZ_CHECK(x.dim() >= 3 && x.size(2) == layout().local_len(), ShapeError, "context parallel: a running sum needs this ",
+           "rank's ", layout().local_len(), " rows on dim 2, got ", shape_str(x.shape()));
+  return sequence_prefix(x, link_);
+}
+
 ag::Variable ContextRoute::attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
                                   const attn::AttnConfig& cfg, const attn::AttnTerms& terms) {
   HZ_CHECK(link_->comm, ValueError, "context parallel: a planning route attends nothing (it has no ranks)");
@@ -92,7 +101,7 @@ ag::Variable ContextRoute::attend(const ag::Variable& q, const ag::Variable& k, 
     // as the fused op's: c_i - c_j of long prefix sums loses float32's digits)
     const DType adt = q.value().device().is_cpu() ? DType::F64 : acc_dtype(q.dtype());
     const ag::Variable c =
-        fox ? fox_prefix(terms.forget.dtype() == adt ? terms.forget : ag::cast(terms.forget, adt), link_) : ag::Variable();
+        fox ? sequence_prefix(terms.forget.dtype() == adt ? terms.forget : ag::cast(terms.forget, adt), link_) : ag::Variable();
     return std::make_shared<Ring>(link_, cfg)->attend(q, k, v, terms, c);
   }
   // FoX's log f travels with k and v (as a (B, H, Tl, 1) tensor): the decay c_i - c_j is a sum of

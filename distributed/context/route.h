@@ -32,6 +32,8 @@ class ContextRoute final : public nn::AttentionRoute {
   // defaults (set per chunk here); FoX's log forget gates (B, H, Tl) this rank's rows.
   ag::Variable attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v, const attn::AttnConfig& cfg,
                       const attn::AttnTerms& terms) override;
+  // x (.., .., Tl, ..) this rank's rows -> the whole sequence's prefix sums at them (sequence_prefix).
+  ag::Variable running_sum(const ag::Variable& x) override;
 
   // The memory plan (nn/route.h): the longest share, and what a layer's call keeps beyond the
   // layer's own activations: the gathered keys and values (all-gather), the halos, or the ring's

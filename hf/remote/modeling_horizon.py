@@ -13,6 +13,12 @@ that carries no value). r_i is the row factor of the logit transform (times Llam
 temperature), a_t and m_t the scale-invariant terms, c_h LogN's per-head constant, slope_h ALiBi's,
 C the running sum of FoX's log forget gates.
 
+Learned angles (a RoPE layer with rope_angles accumulated, learned_freqs or rotate_v; Horizon's
+attn::rotate_by_angles): pair m of q_i and k_j rotates by theta_i, theta_j (B, G, T, D/2), head h
+reading group h // (n / G). Accumulated: theta_i = sum_{t <= i} w_m softplus(x_t . angle_proj)_m over
+the sequence's real tokens (pads take no step); else theta_i = p_i w_m. learned_freqs multiplies them by
+freq_factors (per layer or per KV head). rotate_v: v_j rotated by theta_j and the output o_i back by -theta_i.
+
 Positions and masks follow transformers' conventions: attention_mask (B, past + new) is 0 on
 (left) pads, which are never visible and count nowhere; position_ids default to cumsum(mask) - 1;
 position_ids that restart (p_j != p_(j-1) + 1) start a new packed document, and a key is visible
@@ -194,6 +200,23 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tenso
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+def rotate_by_angles(x: torch.Tensor, theta: torch.Tensor, mscale: Optional[torch.Tensor] = None,
+                     inverse: bool = False) -> torch.Tensor:
+    """Rotate pairs (x_m, x_(m+D/2)) of x (B, n, T, D) by the angles theta (B, G, T, D/2) float64, head h reading
+    group h // (n / G); minus the angles when inverse; times mscale (B) when given (Horizon's attn::rotate_by_angles).
+    cos and sin are computed in float64, then cast to x's dtype."""
+    a = theta.repeat_interleave(x.shape[1] // theta.shape[1], dim=1)
+    cos, sin = torch.cos(a), torch.sin(a)
+    if inverse:
+        sin = -sin
+    if mscale is not None:
+        cos, sin = cos * mscale[:, None, None, None], sin * mscale[:, None, None, None]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Masks and logit terms
 # ---------------------------------------------------------------------------------------------
@@ -365,21 +388,23 @@ class HorizonMLP(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 class HorizonCacheLayer(DynamicLayer):
-    """One layer's cache: keys before RoPE (B, Hkv, Tk, D), values, and beside them the keys'
-    positions (B, Tk), which of them are real tokens (B, Tk; pads are not) and FoX's log f (B, H, Tk)."""
+    """One layer's cache: keys before RoPE (B, Hkv, Tk, D), values (before rotate_v's rotation), and beside
+    them the keys' positions (B, Tk), which of them are real tokens (B, Tk; pads are not), FoX's log f (B, H, Tk)
+    and the learned angles' sums before the frequency factors (B, G, D/2, Tk; the tokens last as the others)."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.positions: Optional[torch.Tensor] = None
         self.valid: Optional[torch.Tensor] = None
         self.log_f: Optional[torch.Tensor] = None
+        self.angles: Optional[torch.Tensor] = None
 
-    def append(self, k, v, positions, valid, log_f):
-        """Stores the new tokens' entries; returns every key, value and log f (None without FoX)."""
+    def append(self, k, v, positions, valid, log_f, angles=None):
+        """Stores the new tokens' entries; returns every key, value, log f and angle sum (None without them)."""
         if not self.is_initialized or self.keys is None or self.keys.dim() != 4:
             self.device = k.device
             self.keys, self.values = k, v
-            self.positions, self.valid, self.log_f = positions, valid, log_f
+            self.positions, self.valid, self.log_f, self.angles = positions, valid, log_f, angles
             self.is_initialized = True
         else:
             self.keys = torch.cat([self.keys, k], dim=-2)
@@ -388,19 +413,21 @@ class HorizonCacheLayer(DynamicLayer):
             self.valid = torch.cat([self.valid, valid], dim=-1)
             if log_f is not None:
                 self.log_f = torch.cat([self.log_f, log_f], dim=-1)
-        return self.keys, self.values, self.log_f
+            if angles is not None:
+                self.angles = torch.cat([self.angles, angles], dim=-1)
+        return self.keys, self.values, self.log_f, self.angles
 
     def update(self, key_states, value_states, *args, **kwargs):
         raise NotImplementedError("HorizonCacheLayer is filled by HorizonForCausalLM itself (append)")
 
     def _each_extra(self, fn):
-        for name in ("positions", "valid", "log_f"):
+        for name in ("positions", "valid", "log_f", "angles"):
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, fn(t))
 
     def reset(self) -> None:
-        self.positions = self.valid = self.log_f = None
+        self.positions = self.valid = self.log_f = self.angles = None
         super().reset()
 
     def crop(self, tokens_to_remove: int) -> None:
@@ -509,6 +536,15 @@ class HorizonAttention(nn.Module):
         # FoX: log f = log sigmoid(x w_h + b_h) per head and token
         if self.kind["forget"]:
             self.forget_proj = nn.Linear(C, Ha, bias=True)
+        # learned angles (rotate_by_angles): accumulated steps softplus(x . angle_proj) per pair, G = 1 or Hkv
+        # (angles_per_head); GRAPE-M's trained frequency factors per layer or per KV head (flat, G D/2)
+        k = self.kind
+        self.learned_angles = k["pos"] == "rope" and (
+            k["rope_angles"] == "accumulated" or k["rotate_v"] or k["learned_freqs"] != "none")
+        if k["pos"] == "rope" and k["rope_angles"] == "accumulated":
+            self.angle_proj = nn.Linear(C, (Hkv if k["angles_per_head"] else 1) * (D // 2), bias=True)
+        if k["pos"] == "rope" and k["learned_freqs"] != "none":
+            self.freq_factors = nn.Parameter(torch.ones((Hkv if k["learned_freqs"] == "head" else 1) * (D // 2)))
         self.slopes = alibi_slopes(H) if self.kind["pos"] == "alibi" else None
         if self.slopes is not None and Ha != H:  # the pair shares its output head's slope
             self.slopes = [s for s in self.slopes for _ in range(2)]
@@ -527,7 +563,10 @@ class HorizonAttention(nn.Module):
 
     def _frequencies(self, T_rows: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
         """inv_freq (B, D/2) and mscale (B), float64, for each sequence's length T."""
-        table = {T: rope_frequencies(self.kind, self.D, T, self.config.train_length) for T in set(T_rows)}
+        kind = self.kind
+        if kind["pos"] == "rope" and kind["learned_freqs"] != "none":  # the trained factors replace the fixed ones
+            kind = dict(kind, rope_freq_factors=[])
+        table = {T: rope_frequencies(kind, self.D, T, self.config.train_length) for T in set(T_rows)}
         inv = torch.tensor([table[T][0] for T in T_rows], dtype=torch.float64)
         ms = torch.tensor([table[T][1] for T in T_rows], dtype=torch.float64)
         return inv, ms
@@ -601,9 +640,23 @@ class HorizonAttention(nn.Module):
     # -- forward: project, position terms, attention by path, output ---------------------------
 
     def forward(self, x: torch.Tensor, ctx: Dict[str, Any], cache_layer: Optional[HorizonCacheLayer]) -> torch.Tensor:
-        q, k, v, log_f = self._project(x, ctx, cache_layer)
+        q, k, v, log_f, angles = self._project(x, ctx, cache_layer)
         W = self._windows(ctx, x.device)
-        q, k, lampe = self._rotate(q, k, ctx, W)
+        if angles is not None:  # learned angles: theta (B, G, Tk, D/2) of every key, the queries' the last Tn
+            if self.config.lampe_settings() is not None and self._uses_lampe():
+                raise NotImplementedError(f"layer {self.layer_idx}: LaMPE remaps fixed RoPE positions and takes no "
+                                          "learned angles (Horizon refuses it too); set config.lampe = None")
+            theta = angles.transpose(-1, -2)
+            if self.kind["learned_freqs"] != "none":
+                theta = theta * self.freq_factors.to(torch.float64).view(1, -1, 1, self.D // 2)
+            theta_q = theta[:, :, theta.shape[2] - q.shape[2]:]
+            _, mscale = self._frequencies(ctx["T_rows"])
+            mscale = mscale.to(q.device)
+            q, k, lampe = rotate_by_angles(q, theta_q, mscale), rotate_by_angles(k, theta, mscale), None
+            if self.kind["rotate_v"]:
+                v = rotate_by_angles(v, theta)
+        else:
+            q, k, lampe = self._rotate(q, k, ctx, W)
         path, why = self.attention_path()
         if path == "flex_attention" and not q.is_cuda and torch.is_grad_enabled() and q.requires_grad:
             path, why = "eager", "FlexAttention has no backward on the CPU in torch 2.15 (a call that needs gradients)"
@@ -618,11 +671,13 @@ class HorizonAttention(nn.Module):
             y = self._attend_flex(q, k, v, log_f, ctx, W)
         else:
             y = self._attend_eager(q, k, v, log_f, ctx, W, lampe)
+        if angles is not None and self.kind["rotate_v"]:  # o_i back by -theta_i, before DIFF's pairs and the gate
+            y = rotate_by_angles(y.transpose(1, 2), theta_q, inverse=True).transpose(1, 2)
         return self._output(x, y)
 
     def _project(self, x, ctx, cache_layer):
         """q (B, H, Tn, D), k and v (B, Hkv, Tk, D) with the cached keys before them (keys before RoPE), FoX's log f
-        (B, H, Tk) or None."""
+        (B, H, Tk) or None, the learned angles' sums before the frequency factors (B, G, D/2, Tk) or None."""
         B, Tn, _ = x.shape
         H, Hkv, D, kind = self.Ha, self.Hkv, self.D, self.kind
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
@@ -638,9 +693,28 @@ class HorizonAttention(nn.Module):
             # FoX: log f_m = log sigmoid(x_m . w_h + b_h); pads forget nothing (log f = 0)
             log_f = F.logsigmoid(self.forget_proj(x)).transpose(1, 2)  # (B, H, Tn)
             log_f = log_f.masked_fill(~ctx["q_valid"][:, None, :], 0.0)
+        angles = self._angle_sums(x, ctx, cache_layer) if self.learned_angles else None
         if cache_layer is not None:
-            k, v, log_f = cache_layer.append(k, v, ctx["q_pos"], ctx["q_valid"], log_f)
-        return q, k, v, log_f
+            k, v, log_f, angles = cache_layer.append(k, v, ctx["q_pos"], ctx["q_valid"], log_f, angles)
+        return q, k, v, log_f, angles
+
+    def _angle_sums(self, x, ctx, cache_layer):
+        """The new tokens' angles before the frequency factors (B, G, D/2, Tn) float64: accumulated, the running sum
+        of delta_t = w softplus(x_t . angle_proj) continuing the cached total (pads take no step: the angle between
+        two real tokens sums only the steps between them); else the positions times RoPE's frequencies w."""
+        B, Tn, _ = x.shape
+        half = self.D // 2
+        inv, _ = self._frequencies(ctx["T_rows"])
+        inv = inv.to(x.device)  # (B, D/2)
+        if self.kind["rope_angles"] != "accumulated":
+            return (ctx["q_pos"].to(torch.float64)[:, None, :] * inv[:, :, None])[:, None]  # (B, 1, D/2, Tn)
+        steps = -F.logsigmoid(-self.angle_proj(x))  # softplus(z) = -log sigmoid(-z), as Horizon computes it
+        delta = steps.view(B, Tn, -1, half).to(torch.float64) * inv[:, None, None, :]  # (B, Tn, G, D/2)
+        delta = delta.masked_fill(~ctx["q_valid"][:, :, None, None], 0.0).permute(0, 2, 3, 1)  # (B, G, D/2, Tn)
+        sums = torch.cumsum(delta, dim=-1)
+        if cache_layer is not None and cache_layer.angles is not None:
+            sums = sums + cache_layer.angles[..., -1:]
+        return sums
 
     def _windows(self, ctx, device) -> torch.Tensor:
         """W (B, H): the window of each sequence (its T) and attention head; 0 = unbounded. Decoding needs a
@@ -909,6 +983,13 @@ class HorizonPreTrainedModel(PreTrainedModel):
                 hf_init.constant_(module.logn_c, float(module.kind["logn_c"]))
             if hasattr(module, "forget_proj"):
                 hf_init.constant_(module.forget_proj.bias, float(module.kind["forget_bias"]))
+            if hasattr(module, "angle_proj"):  # softplus(b) = 1: RoPE's steps at W = 0
+                hf_init.constant_(module.angle_proj.bias, math.log(math.e - 1.0))
+            if hasattr(module, "freq_factors"):
+                f = module.kind["rope_freq_factors"] or [1.0] * (module.D // 2)
+                with torch.no_grad():
+                    module.freq_factors.copy_(torch.tensor(f, dtype=module.freq_factors.dtype).repeat(
+                        module.freq_factors.numel() // len(f)))
 
 
 def _output(cls, cache, **fields):

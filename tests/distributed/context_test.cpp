@@ -304,6 +304,10 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
       {"rope frequency factors", "    k: {pos: rope, mask: causal, rope_freq_factors: [1, 0.8, 0.3, 0]}\n"
                                  "    w: {pos: rope, mask: window, window: 6, rope_freq_factors: [0.5, 0.5, 1, 2]}\n"
                                  "  pattern: [k, w]\n"},
+      // the accumulated steps' running sum over the ranks (the ring's prefix), V rotated, GRAPE-M
+      {"learned angles", "    k: {pos: rope, mask: causal, rope_angles: accumulated, angles_per_head: true, rotate_v: true}\n"
+                         "    w: {pos: rope, mask: window, window: 6, rope_angles: accumulated, learned_freqs: head}\n"
+                         "  pattern: [k, w]\n"},
   };
   for (const auto& [name, kinds] : models)
     for (int64_t T : {40, 37}) {

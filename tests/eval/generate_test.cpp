@@ -222,3 +222,31 @@ TEST(Needles, EffectiveLength) {
   EXPECT_EQ(effective_lengths(r).at("passkey"), 512);
   EXPECT_NE(needle_table(r).find("effective length of passkey"), std::string::npos);
 }
+
+// LaMPE remaps fixed RoPE positions: a model with learned angles (accumulated, GRAPE-M or rotated
+// values) is refused by name, and the refusal leaves every layer's spec as it was.
+TEST(Generate, LampeRefusesLearnedAngles) {
+  for (int which = 0; which < 3; ++which) {
+    nn::ModelConfig c = hzt::small_model(DType::F32);
+    attn::AttentionSpec s;
+    if (which == 0) s.pos.rope_angles = attn::RopeAngles::Accumulated;
+    if (which == 1) s.pos.learned_freqs = attn::LearnedFreqs::Layer;
+    if (which == 2) s.pos.rotate_v = true;
+    c.kinds = {{"plain", attn::AttentionSpec{}}, {"learned", s}};
+    c.pattern = {"plain", "learned"};
+    nn::Transformer m(c, 3);
+    InferenceOptions io;
+    io.lampe = true;
+    io.rope_scaling = attn::RopeScaling::YaRN;
+    try {
+      ScopedInference si(m, io, 16, 48);
+      ADD_FAILURE() << "LaMPE over learned angles (" << which << ") was taken";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("learned angles"), std::string::npos) << e.what();
+    }
+    for (const auto& b : m.layers) {
+      EXPECT_FALSE(b->attn->lampe.has_value());
+      EXPECT_EQ(b->attn->spec.pos.scaling, attn::RopeScaling::None);
+    }
+  }
+}

@@ -49,6 +49,7 @@ EXPECT = {
     "lampe": {"sdpa": set(), "flex_attention": {2, 3}},  # LaMPE's layers (causal RoPE) stay eager
     "packable": {"sdpa": set(), "flex_attention": set(range(4))},
     "masks": {"sdpa": set(range(5)), "flex_attention": set(range(5))},
+    "learned": {"sdpa": {0, 1}, "flex_attention": set(range(3))},  # learned angles rotate before any path; FoX's layer
 }
 
 
@@ -74,7 +75,7 @@ def decode(m, ids, mask, ends):
 
 def test_logits():
     print("1-2. sdpa and flex_attention equal eager (float64): padding, packing, the cache; the paths taken")
-    for mname in ("mixed", "lampe", "packable", "masks"):
+    for mname in ("mixed", "lampe", "packable", "masks", "learned"):
         d, c = rc.write_export(mname, seed=5)
         eager = load(d, "eager")
         N = 14

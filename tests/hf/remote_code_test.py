@@ -60,6 +60,7 @@ KIND_DEFAULTS = {
     "logit": "identity", "tau": 10.0, "logn_c": 1.0, "logn_learnable": True, "swan_a": 362.0, "beta": 1.0,
     "temp_c": 0.0, "logn_position": False, "qtemp_alpha": 0.0, "qtemp_beta": 8192.0, "qk_norm": "none",
     "gate": "none", "sink": False, "forget": False, "forget_bias": 0.0,
+    "rope_angles": "position", "angles_per_head": False, "rotate_v": False, "learned_freqs": "none",
 }
 
 
@@ -139,6 +140,21 @@ MODELS = {
         },
         layer_pattern=["alibi_temp_fox", "rope_swan_swa", "nope_logn", "yarn_ssmax"],
     ),
+    # learned angles (issue 58): accumulated per KV head with V rotated and GRAPE-M per head under a window;
+    # accumulated shared with V rotated under YaRN's mscale, partial pairs and DIFF V2; GRAPE-M per layer
+    # from rope_freq_factors at positions, with FoX; GQA 4:2
+    "learned": dict(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, hidden_act="silu",
+        tie_word_embeddings=True, attention_bias=False, train_length=12, num_hidden_layers=3,
+        layer_kinds={
+            "acc_head_v": kind(rope_angles="accumulated", angles_per_head=True, rotate_v=True, learned_freqs="head",
+                               mask="window", window=5),
+            "acc_yarn_v_diff": kind(rope_angles="accumulated", rotate_v=True, rope_scaling="yarn", rope_factor=2.0,
+                                    rope_original_context=10, rope_pairs=[0, 2], diff=True),
+            "grape_fox": kind(learned_freqs="layer", rope_freq_factors=[1.0, 0.5, 2.0, 0.25], forget=True),
+        },
+        layer_pattern=["acc_head_v", "acc_yarn_v_diff", "grape_fox"],
+    ),
 }
 
 VOCAB = 61
@@ -204,6 +220,13 @@ def random_weights(c, seed):
         if k["forget"]:
             w[p + "self_attn.forget_proj.weight"] = rnd(Ha, C, std=0.3)
             w[p + "self_attn.forget_proj.bias"] = rnd(Ha, std=0.5, mean=k["forget_bias"] + 1.0)
+        if k["rope_angles"] == "accumulated":
+            G = Hkv if k["angles_per_head"] else 1
+            w[p + "self_attn.angle_proj.weight"] = rnd(G * (D // 2), C, std=0.3)
+            w[p + "self_attn.angle_proj.bias"] = rnd(G * (D // 2), std=0.3, mean=0.5)
+        if k["learned_freqs"] != "none":
+            w[p + "self_attn.freq_factors"] = rnd((Hkv if k["learned_freqs"] == "head" else 1) * (D // 2), std=0.3,
+                                                  mean=1.0)
         if c["hidden_act"] == "silu":
             w[p + "mlp.gate_proj.weight"] = rnd(Fh, C)
         w[p + "mlp.up_proj.weight"] = rnd(Fh, C)
@@ -334,6 +357,16 @@ def bf_rotate(vec, pos, w, ms):
     return out
 
 
+def bf_rotate_by(vec, angles, ms):
+    half = len(angles)
+    out = vec.clone()
+    for m in range(half):
+        a, x1, x2 = angles[m], vec[m].item(), vec[m + half].item()
+        out[m] = ms * (x1 * math.cos(a) - x2 * math.sin(a))
+        out[m + half] = ms * (x1 * math.sin(a) + x2 * math.cos(a))
+    return out
+
+
 def bf_rms(x, w, eps):
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
@@ -370,7 +403,27 @@ def bf_attention(att, k, x, mask, pos, cfg):
         doc_len = {dd: sum(1 for j in real if doc[j] == dd) for dd in set(doc.values())}
         wins = bf_windows(k, H, Tseq, L)
         rotary = k["pos"] in ("rope", "prope")
-        w, ms = bf_frequencies(k, D, Tseq, L) if rotary else (None, 1.0)
+        learned = k["pos"] == "rope" and (k["rope_angles"] == "accumulated" or k["rotate_v"] or k["learned_freqs"] != "none")
+        kf = dict(k, rope_freq_factors=[]) if k["learned_freqs"] != "none" else k  # trained factors replace them
+        w, ms = bf_frequencies(kf, D, Tseq, L) if rotary else (None, 1.0)
+        theta = {}  # learned angles: (token, kv head) -> D/2 angles
+        if learned:
+            half, run = D // 2, {}
+            for j in real:  # accumulated: the running sum over the real tokens of w_m softplus(x_j . angle_proj)
+                for g_ in range(Hkv):
+                    if k["rope_angles"] == "accumulated":
+                        st = torch.nn.functional.softplus(lin("angle_proj", xb[j]))
+                        G_ = len(st) // half
+                        gi = g_ if G_ > 1 else 0
+                        run[g_] = [run.get(g_, [0.0] * half)[m] + w[m] * st[gi * half + m].item() for m in range(half)]
+                        a_ = run[g_]
+                    else:
+                        a_ = [pos[b, j].item() * w[m] for m in range(half)]
+                    if k["learned_freqs"] != "none":
+                        ff = sd["freq_factors"]
+                        gi = g_ if len(ff) > half else 0
+                        a_ = [a_[m] * ff[gi * half + m].item() for m in range(half)]
+                    theta[j, g_] = a_
         use_lampe = lampe is not None and k["pos"] == "rope" and all(x_ == 0 for x_ in wins)
         logf = None
         if k["forget"]:
@@ -391,6 +444,8 @@ def bf_attention(att, k, x, mask, pos, cfg):
 
                 def qk(j):
                     pj = pos[b, j].item()
+                    if learned:
+                        return (bf_rotate_by(q[i, ha], theta[i, g], ms) @ bf_rotate_by(kk[j, g], theta[j, g], ms)).item() / math.sqrt(D), 0
                     if not rotary:
                         return (q[i, ha] @ kk[j, g]).item() / math.sqrt(D), 0
                     if not use_lampe:
@@ -443,7 +498,11 @@ def bf_attention(att, k, x, mask, pos, cfg):
                 if z is not None:
                     mx = max(mx, z)
                 den = sum(math.exp(val - mx) for val in logits.values()) + (math.exp(z - mx) if z is not None else 0)
-                att_out[i, ha] = sum(math.exp(logits[j] - mx) / den * v[j, g] for j in vis)
+                if learned and k["rotate_v"]:  # v_j by theta_j, the output back by -theta_i
+                    o_ = sum(math.exp(logits[j] - mx) / den * bf_rotate_by(v[j, g], theta[j, g], 1.0) for j in vis)
+                    att_out[i, ha] = bf_rotate_by(o_, [-a_ for a_ in theta[i, g]], 1.0)
+                else:
+                    att_out[i, ha] = sum(math.exp(logits[j] - mx) / den * v[j, g] for j in vis)
         for i in real:
             for h in range(H):
                 zero = torch.zeros(D, dtype=torch.float64)
@@ -473,7 +532,7 @@ def check(name, ok, detail=""):
 def test_brute_force():
     """1. each layer's attention (float64) against the loop formula, on a left-padded batch and packed documents."""
     print("1. brute-force single-layer formula (float64)")
-    for mname in ("mixed", "lampe", "packable"):
+    for mname in ("mixed", "lampe", "packable", "learned"):
         d, c = write_export(mname, seed=1)
         m = load(d, torch.float64)
         C = c["hidden_size"]
@@ -573,7 +632,7 @@ def decode_all(m, ids, prefill, chunk=1, mask=None):
 def test_cache_equals_full():
     """3. cached decoding vs the full forward (context_length = the whole length, as Horizon decodes)."""
     print("3. prefill + decoding with the cache equals the full forward (float32)")
-    for mname in ("mixed", "lampe", "packable"):
+    for mname in ("mixed", "lampe", "packable", "learned"):
         d, c = write_export(mname, seed=2)
         m = load(d)
         N = 40
@@ -652,7 +711,7 @@ def test_generate():
 def test_left_padding():
     """5. a left-padded batch equals each sequence alone."""
     print("5. left-padded batch vs each sequence alone")
-    for mname in ("mixed", "lampe", "packable"):
+    for mname in ("mixed", "lampe", "packable", "learned"):
         d, c = write_export(mname, seed=4)
         m = load(d)
         a, b = ids_for(17, 31), ids_for(30, 32)
@@ -676,7 +735,7 @@ def test_left_padding():
 def test_packed():
     """6. packed documents through position_ids equal the documents alone; refused with a cache."""
     print("6. packed documents (position_ids restart at 0) vs each document alone")
-    for mname, lengths in (("mixed", (9, 14, 17)), ("packable", (11, 5, 24))):
+    for mname, lengths in (("mixed", (9, 14, 17)), ("packable", (11, 5, 24)), ("learned", (8, 13, 6))):
         d, c = write_export(mname, seed=5)
         m = load(d)
         docs = [ids_for(n, 40 + i) for i, n in enumerate(lengths)]
@@ -719,7 +778,7 @@ def test_packed():
 def test_float64():
     """7. float64."""
     print("7. float64")
-    for mname in ("mixed", "lampe", "packable"):
+    for mname in ("mixed", "lampe", "packable", "learned"):
         d, c = write_export(mname, seed=6)
         m32 = load(d)
         m64 = load(d).double()

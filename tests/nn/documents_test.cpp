@@ -67,6 +67,14 @@ std::vector<Kind> kinds() {
     s.pos.factor = 2.0;
     s.pos.original_context = 8;
   });
+  // learned angles: the accumulated angle between two tokens of a document sums only its steps, so
+  // packing needs no reset; GRAPE-M's angles read the per-document positions
+  add("accumulated_v", [](attn::AttentionSpec& s) {
+    s.pos.rope_angles = attn::RopeAngles::Accumulated;
+    s.pos.angles_per_head = true;
+    s.pos.rotate_v = true;
+  });
+  add("grape_m", [](attn::AttentionSpec& s) { s.pos.learned_freqs = attn::LearnedFreqs::Head; });
   add("drope_temperature", [](attn::AttentionSpec& s) {
     s.pos.kind = attn::PosKind::None;
     s.logit.kind = attn::LogitKind::Temperature;

@@ -125,6 +125,22 @@ TEST(KVCache, PerPairRopeFrequencyFactors) {  // issue 38: decoding reads the sa
   check_case({"freq_factors", {f, rope()}});
 }
 
+// Learned angles: the accumulated steps' running sum continues from the total the cache keeps (per
+// KV head, with V rotated; under a window's ring with GRAPE-M per head); GRAPE-M at positions with V
+// rotated under DIFF V2.
+TEST(KVCache, LearnedAngles) {
+  attn::AttentionSpec a = rope(), w = windowed(rope(), 4), d = rope();
+  a.pos.rope_angles = attn::RopeAngles::Accumulated;
+  a.pos.angles_per_head = true;
+  a.pos.rotate_v = true;
+  w.pos.rope_angles = attn::RopeAngles::Accumulated;
+  w.pos.learned_freqs = attn::LearnedFreqs::Head;
+  d.pos.learned_freqs = attn::LearnedFreqs::Layer;
+  d.pos.rotate_v = true;
+  d.diff = true;
+  check_case({"learned_angles", {a, w, d}, 2});
+}
+
 TEST(KVCache, GatedOutputPerHeadAndPerElement) {
   attn::AttentionSpec h = rope(), e = nope();
   h.gate = attn::OutputGate::Head;
@@ -386,4 +402,39 @@ TEST(KVCacheCuda, DecodesOnTheGpuAsOnTheCpu) {
     lb = b.step(tok);
   }
   EXPECT_EQ(a.bytes(), b.bytes());
+}
+
+TEST(KVCacheCuda, LearnedAnglesDecodeOnTheGpuAsOnTheCpu) {
+  if (!cuda::available())
+    GTEST_SKIP() << "no usable CUDA device (" << (cuda::compiled() ? "no GPU/driver visible" : "HZ_CUDA=OFF build")
+                 << "); scripts/gpu/gpu_check.sh runs this on a GPU machine";
+  attn::AttentionSpec a = rope(), g = rope();
+  a.pos.rope_angles = attn::RopeAngles::Accumulated;
+  a.pos.angles_per_head = true;
+  a.pos.rotate_v = true;
+  g.pos.learned_freqs = attn::LearnedFreqs::Head;
+  ModelConfig c = base_config();
+  c.dtype = DType::F32;
+  c.n_kv_heads = 2;
+  c.n_layers = 2;
+  c.kinds = {{"a", a}, {"g", g}};
+  c.pattern = {"a", "g"};
+  Transformer cpu(c, 5), gpu(c, 5);
+  gpu.to(Device::cuda(0));
+  KVCache ca(cpu, 30), cb(gpu, 30);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 9; ++i) prompt.push_back((i * 5 + 2) % 29);
+  Tensor la = ca.prefill(prompt), lb = cb.prefill(prompt);
+  for (int s = 0; s < 15; ++s) {
+    const std::vector<double> x = la.to_vector(), y = lb.to_vector();
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff = std::max(diff, std::abs(x[i] - y[i]));
+      scale = std::max(scale, std::abs(x[i]));
+    }
+    EXPECT_LT(diff, 1e-4 * std::max(1.0, scale)) << "step " << s;
+    const int32_t tok = static_cast<int32_t>(argmax(x, 0, c.vocab_size));
+    la = ca.step(tok);
+    lb = cb.step(tok);
+  }
 }

@@ -35,6 +35,9 @@ std::vector<std::pair<std::string, attn::AttentionSpec>> specs() {
   s = {};
   s.pos.kind = attn::PosKind::None, s.logit.kind = attn::LogitKind::SwanRow;
   v.push_back({"swan_row", s});
+  s = {};
+  s.pos.rope_angles = attn::RopeAngles::Accumulated, s.pos.rotate_v = true, s.pos.learned_freqs = attn::LearnedFreqs::Head;
+  v.push_back({"learned_angles", s});
   return v;
 }
 

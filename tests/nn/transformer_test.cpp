@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "autograd/gradcheck.h"
 #include "nn/transformer.h"
@@ -178,6 +179,10 @@ struct ModelCase {
 
 class ModelGradcheck : public ::testing::TestWithParam<ModelCase> {};
 
+// The loss's analytic gradient (backward) against central differences of the loss itself, every
+// element of every parameter perturbed in place. (Not through ag::gradcheck with the parameters
+// rebound to fresh Variables: the layers keep their own handles of their parameters, so a rebound
+// copy reaches no layer and such a check compares two zeros.)
 TEST_P(ModelGradcheck, LossAndEveryParameterGradient) {
   ModelConfig c = GetParam().cfg;
   c.dtype = DType::F64;
@@ -185,24 +190,36 @@ TEST_P(ModelGradcheck, LossAndEveryParameterGradient) {
   Transformer m(c, 3);
   const Tensor ids = ids_of({1, 5, 2, 9, 12, 0, 3, 3, 7, 1, 4, 11}, 2, 6);
   const Tensor tgt = ids_of({5, 2, 9, 12, 0, 3, 3, 7, 1, 4, 11, 6}, 2, 6);
-  auto params = m.named_parameters();
-  std::vector<Tensor> values;
-  for (auto& [n, v] : params) values.push_back(v->value());
-  auto f = [&](const std::vector<ag::Variable>& xs) {
-    std::vector<ag::Variable> saved;
-    for (size_t i = 0; i < params.size(); ++i) {
-      saved.push_back(*params[i].second);
-      *params[i].second = xs[i];
-    }
-    ag::Variable l = m.loss(ids, tgt);
-    for (size_t i = 0; i < params.size(); ++i) *params[i].second = saved[i];
-    return l;
-  };
-  ag::GradcheckResult r = ag::gradcheck(f, values);
-  EXPECT_TRUE(r.ok) << GetParam().name << ": " << r.message;
-  EXPECT_EQ(r.checked, m.num_parameters());
-  // and the loss is a sane cross-entropy
+  m.zero_grad();
   const double loss = m.loss(ids, tgt).item();
+  m.loss(ids, tgt).backward();
+  auto loss_now = [&] {
+    ag::NoGradGuard ng;
+    return m.loss(ids, tgt).item();
+  };
+  const double eps = 1e-6;
+  int64_t checked = 0, nonzero = 0;
+  for (auto& [n, v] : m.named_parameters()) {
+    Tensor& x = v->value();
+    ASSERT_TRUE(x.is_contiguous() && x.dtype() == DType::F64) << n;
+    double* p = x.data<double>();
+    const Tensor ga = v->grad();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double orig = p[i];
+      p[i] = orig + eps;
+      const double lp = loss_now();
+      p[i] = orig - eps;
+      const double lm = loss_now();
+      p[i] = orig;
+      const double num = (lp - lm) / (2 * eps), ana = ga.defined() ? ga.at_flat(i) : 0.0;
+      EXPECT_NEAR(ana, num, 1e-7 + 1e-6 * std::abs(num)) << GetParam().name << ": " << n << " element " << i;
+      nonzero += std::abs(num) > 1e-9;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, m.num_parameters());
+  EXPECT_GT(nonzero, checked / 2) << "most parameters move the loss";
+  // and the loss is a sane cross-entropy
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_GT(loss, 0.0);
 }
@@ -278,6 +295,24 @@ std::vector<ModelCase> model_cases() {
   df.pattern = {"diff_swa", "diff_alibi"};
   df.n_kv_heads = 1;
   v.push_back({"diff_v2_gqa", df});
+
+  // learned angles (angle_w, angle_b, freq_factors): accumulated per KV head with V rotated and GRAPE-M
+  // per head; accumulated shared with GRAPE-M per layer and V rotated under DIFF V2's paired heads on
+  // a window
+  ModelConfig la = tiny();
+  la.n_kv_heads = 2;
+  attn::AttentionSpec acc = rope(), accw = swa_rope(3);
+  acc.pos.rope_angles = attn::RopeAngles::Accumulated;
+  acc.pos.angles_per_head = true;
+  acc.pos.rotate_v = true;
+  acc.pos.learned_freqs = attn::LearnedFreqs::Head;
+  accw.pos.rope_angles = attn::RopeAngles::Accumulated;
+  accw.pos.learned_freqs = attn::LearnedFreqs::Layer;
+  accw.pos.rotate_v = true;
+  accw.diff = true;
+  la.kinds = {{"acc_head_v", acc}, {"acc_swa_diff", accw}};
+  la.pattern = {"acc_head_v", "acc_swa_diff"};
+  v.push_back({"learned_angles_gqa", la});
   return v;
 }
 }  // namespace
@@ -358,6 +393,112 @@ TEST(Transformer, RopeFrequencyFactorsOfOneOverSAreInterpolation) {
   }
   EXPECT_LT(worst, 1e-12);
   EXPECT_GT(apart, 1e-6);
+}
+
+namespace {
+// logits of a float64 model built from `spec` on every layer, with `edit` applied to it first
+std::vector<double> logits_of(const attn::AttentionSpec& spec, const Tensor& ids, const Tensor& positions = Tensor(),
+                              int64_t n_kv_heads = 2, const std::function<void(Transformer&)>& edit = nullptr) {
+  ModelConfig c = tiny(DType::F64);
+  c.n_kv_heads = n_kv_heads;
+  c.init_std = 0.3;
+  c.kinds = {{"k", spec}};
+  c.pattern = {"k"};
+  Transformer m(c, 7);
+  m.compute_dtype = DType::F64;
+  if (edit) edit(m);
+  return m.forward(ids, positions).value().to_vector();
+}
+double max_gap(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double g = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) g = std::max(g, std::abs(a[i] - b[i]));
+  return g;
+}
+}  // namespace
+
+// Accumulated angles with W = 0 step 1 per token (b = ln(e - 1)): theta_i = w (i + 1), RoPE's
+// relative angles, so the model equals RoPE to rounding (YaRN's mscale, partial pairs and GQA
+// included); GRAPE-M's factors start at rope_freq_factors, so it equals RoPE with those factors.
+TEST(LearnedAngles, AtInitialisationTheyAreRope) {
+  const Tensor ids = ids_of({1, 5, 2, 7, 3, 9, 4, 11, 0, 6, 2, 12}, 2, 6);
+  attn::AttentionSpec base = rope();
+  base.pos.scaling = attn::RopeScaling::YaRN;
+  base.pos.factor = 2;
+  base.pos.original_context = 4;
+  base.pos.rope_pairs = {0};  // pair 1 stays still
+  base.pos.rope_freq_factors = {0.7, 1.0};
+  const std::vector<double> want = logits_of(base, ids);
+  auto zero_w = [](Transformer& m) {
+    for (auto& b : m.layers) b->attn->angle_w.value().fill_(0.0);
+  };
+  for (bool per_head : {false, true}) {
+    attn::AttentionSpec acc = base;
+    acc.pos.rope_angles = attn::RopeAngles::Accumulated;
+    acc.pos.angles_per_head = per_head;
+    EXPECT_LT(max_gap(logits_of(acc, ids, Tensor(), 2, zero_w), want), 1e-12) << "per head " << per_head;
+    // and trained steps move it away
+    EXPECT_GT(max_gap(logits_of(acc, ids), want), 1e-6);
+  }
+  for (auto lf : {attn::LearnedFreqs::Layer, attn::LearnedFreqs::Head}) {
+    attn::AttentionSpec g = base;
+    g.pos.learned_freqs = lf;
+    EXPECT_LT(max_gap(logits_of(g, ids), want), 1e-12) << attn::name(lf);
+    auto scaled = [](Transformer& m) {
+      for (auto& b : m.layers) b->attn->freq_factors.value().fill_(0.5);
+    };
+    EXPECT_GT(max_gap(logits_of(g, ids, Tensor(), 2, scaled), want), 1e-6) << attn::name(lf);
+  }
+}
+
+// V rotated by theta_j and the output back by -theta_i: the output reads only theta_j - theta_i, so
+// shifting every position leaves it unchanged (a missing back-rotation would not), and it differs
+// from RoPE without V's rotation.
+TEST(LearnedAngles, RotatedValuesKeepTheRelativeLaw) {
+  const Tensor ids = ids_of({1, 5, 2, 7, 3, 9}, 1, 6);
+  std::vector<double> p0(6), p1(6);
+  for (int i = 0; i < 6; ++i) {
+    p0[i] = i;
+    p1[i] = i + 37;
+  }
+  const Tensor a = Tensor::from_vector(p0, {6}, DType::I64), b = Tensor::from_vector(p1, {6}, DType::I64);
+  attn::AttentionSpec v = rope();
+  v.pos.rotate_v = true;
+  const std::vector<double> at0 = logits_of(v, ids, a), at37 = logits_of(v, ids, b);
+  EXPECT_LT(max_gap(at0, at37), 1e-12);
+  EXPECT_GT(max_gap(at0, logits_of(rope(), ids, a)), 1e-6);
+}
+
+TEST(LearnedAngles, ParametersAndTheirInitialisation) {
+  ModelConfig c = tiny();
+  c.n_kv_heads = 2;
+  attn::AttentionSpec s = rope();
+  s.pos.rope_angles = attn::RopeAngles::Accumulated;
+  s.pos.angles_per_head = true;
+  s.pos.learned_freqs = attn::LearnedFreqs::Head;
+  s.pos.rope_freq_factors = {0.5, 2.0};
+  c.kinds = {{"k", s}};
+  c.pattern = {"k"};
+  Transformer m(c, 3);
+  const AttentionLayer& A = *m.layers[0]->attn;
+  const int64_t half = c.hdim() / 2;
+  EXPECT_EQ(A.angle_w.shape(), (Shape{2 * half, c.d_model}));
+  EXPECT_EQ(A.angle_b.shape(), (Shape{2 * half}));
+  EXPECT_EQ(A.freq_factors.shape(), (Shape{2 * half}));
+  for (double b : A.angle_b.value().to_vector()) EXPECT_NEAR(std::log1p(std::exp(b)), 1.0, 1e-6);
+  EXPECT_EQ(A.freq_factors.value().to_vector(), (std::vector<double>{0.5, 2.0, 0.5, 2.0}));
+  attn::AttentionSpec bad = rope();
+  bad.pos.kind = attn::PosKind::Alibi;
+  bad.pos.rope_angles = attn::RopeAngles::Accumulated;
+  try {
+    bad.validate(2, 2, 4, 6);
+    ADD_FAILURE() << "accumulated angles on an ALiBi layer";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_angles"), std::string::npos) << e.what();
+  }
+  attn::AttentionSpec lone = rope();
+  lone.pos.angles_per_head = true;
+  EXPECT_THROW(lone.validate(2, 2, 4, 6), ValueError);
 }
 
 namespace {
@@ -558,4 +699,33 @@ TEST(SinksAndForgetGates, LayerEqualsPlainLoops) {
         }
       expect_output_projection(got, wo, y, T, C, H * D);
     }
+}
+
+// The cost of learned angles (horizon info, the memory plan): a rotation is 6 FLOPs a pair (q and k
+// rows, with rotate_v also v and the output), the steps about 4 per angle, GRAPE-M's product 1;
+// angle_w counts as a GEMM weight (6 per weight per token in flops_per_token).
+TEST(LearnedAngles, TheirFlopsAndKeptBytes) {
+  ModelConfig c = tiny(DType::F64);  // head_dim 4, 2 query heads
+  c.n_kv_heads = 2;
+  attn::AttentionSpec s = rope();
+  s.pos.rope_angles = attn::RopeAngles::Accumulated;
+  s.pos.angles_per_head = true;
+  s.pos.rotate_v = true;
+  s.pos.learned_freqs = attn::LearnedFreqs::Layer;
+  c.kinds = {{"k", s}};
+  c.pattern = {"k"};
+  ModelConfig p = c;
+  p.kinds = {{"k", rope()}};
+  Transformer ml(c, 1), mp(p, 1);
+  const AttentionLayer& A = *ml.layers[0]->attn;
+  // rotations 3 (2 + 2 + 2 + 2) 4 = 96; steps 4 * 2 groups * 2 pairs = 16; factors 2 groups * 2 = 4
+  EXPECT_DOUBLE_EQ(A.angle_flops_per_token(), 116.0);
+  EXPECT_DOUBLE_EQ(ml.flops_per_token(6) - mp.flops_per_token(6),
+                   2 * (6.0 * A.angle_w.numel() + 3.0 * 116.0));  // two layers
+  EXPECT_DOUBLE_EQ(mp.layers[0]->attn->angle_flops_per_token(), 0.0);
+  // kept: the angles (B T G D/2 f64), the steps' logits and softplus (f64), steps and deltas, the rotated output
+  const CallShape cs{2, 6, 8};
+  const int64_t GA = 2 * 6 * 2 * 2;
+  EXPECT_EQ(A.cost(cs, AttnCall{}).kept - mp.layers[0]->attn->cost(cs, AttnCall{}).kept,
+            GA * 8 + 2 * GA * 8 + 2 * GA * 8 + 2 * 6 * 2 * 4 * 8);
 }

@@ -61,6 +61,9 @@ TEST(MemoryPlan, WithinFifteenPercentOfTheMeasuredPeak) {
       {"parallel.shard_optimizer=true"},
       {"model.layer_kinds.rope.forget=true", "model.layer_kinds.rope.sink=true", "model.layer_kinds.rope.gate=head"},
       {"model.layer_kinds.rope.forget=true", "train.recompute=layer"},
+      // learned angles: the steps, the angles and the rotated output (AttentionLayer::cost)
+      {"model.layer_kinds.rope.rope_angles=accumulated", "model.layer_kinds.rope.angles_per_head=true",
+       "model.layer_kinds.rope.rotate_v=true", "model.layer_kinds.rope.learned_freqs=head", "model.n_kv_heads=2"},
   };
   int i = 0;
   for (const auto& c : cases) {
