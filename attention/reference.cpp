@@ -53,6 +53,7 @@ ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, 
   out.row_factor.assign(B * H * Tq, 0.0);
   out.coef.assign(B * H * Tq * Tk, 0.0);
   out.bias.assign(B * H * Tq * Tk, -std::numeric_limits<double>::infinity());
+  out.distance.assign(B * H * Tq * Tk, 0.0);
   for (int64_t b = 0; b < B; ++b)
   for (int64_t h = 0; h < H; ++h) {
     const int64_t w = cfg.window.empty() ? 0 : cfg.window[h];
@@ -112,6 +113,7 @@ ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, 
         out.visible[idx] = 1;
         out.coef[idx] = r * a;
         out.bias[idx] = m - slope * t;
+        out.distance[idx] = t;
       }
     }
   }
@@ -148,6 +150,16 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
     const ag::Variable c = ag::cumsum(terms.forget, 2);                                    // (B, H, Tk)
     const ag::Variable cq = ag::reshape(ag::narrow(c, 2, offset, Tq), {B, H, Tq, 1});
     logits = ag::add(logits, ag::sub(cq, ag::reshape(c, {B, H, 1, Tk})));
+  }
+  if (terms.dist_q.defined() || terms.dist_k.defined()) {  // GRAPE-A: - |t_ij| (dist_q_i + dist_k_j)
+    ag::Variable rate;
+    if (terms.dist_q.defined()) rate = ag::reshape(ag::cast(terms.dist_q, dt), {B, H, Tq, 1});
+    if (terms.dist_k.defined()) {
+      const ag::Variable rk = ag::reshape(ag::cast(terms.dist_k, dt), {B, H, 1, Tk});
+      rate = rate.defined() ? ag::add(rate, rk) : rk;
+    }
+    const ag::Variable dist(Tensor::from_vector(mask.distance, {Bc, H, Tq, Tk}, dt));
+    logits = ag::sub(logits, ag::mul(rate, dist));
   }
   if (terms.sink.defined()) {  // the sink is one more column of logits whose value row is zero
     const ag::Variable z = ag::expand(ag::reshape(ag::cast(terms.sink, dt), {1, H, 1, 1}), {B, H, Tq, 1});
