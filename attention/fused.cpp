@@ -488,7 +488,7 @@ struct PartCall {
   bool empty;
 };
 PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                     const Tensor& fox_c) {
+                     const Tensor& fox_c, const Tensor& dist_q, const Tensor& dist_k) {
   check_qkv(q, k, v);
   PartCall c;
   c.qc = q.contiguous();
@@ -504,6 +504,7 @@ PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, cons
     set_logn_c(c.t, logn_c, c.dev, c.adt);
   }
   set_part_fox(c.P, c.t, fox_c, c.dev, c.adt);
+  set_dist(c.P, c.held, dist_q, dist_k, c.dev);
   c.kn = choose_kernels(cfg, c.P, c.dt, c.dev);
   c.empty = c.qc.numel() == 0 || c.kc.numel() == 0;
   return c;
@@ -512,8 +513,8 @@ PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, cons
 }  // namespace
 
 Partial partial_attention(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                          const Tensor& fox_c) {
-  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c);
+                          const Tensor& fox_c, const Tensor& dist_q, const Tensor& dist_k) {
+  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c, dist_q, dist_k);
   Partial p;
   if (c.empty) {
     p.lse = Tensor::full({c.P.B, c.P.H, c.P.Tq}, -std::numeric_limits<double>::infinity(), c.adt, c.dev);
@@ -527,8 +528,10 @@ Partial partial_attention(const AttnConfig& cfg, const Tensor& q, const Tensor& 
 
 PartialGrads partial_attention_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c,
-                                        const Tensor& fox_c, bool want_c) {
-  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c);
+                                        const Tensor& fox_c, bool want_c, const Tensor& dist_q,
+                                        const Tensor& dist_k) {
+  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c, dist_q, dist_k);
+  const bool need_dq = dist_q.defined(), need_dk = dist_k.defined();
   const bool need_c = cfg.logit == LogitKind::LogN && want_c;
   PartialGrads g;
   if (c.empty) {
@@ -537,10 +540,14 @@ PartialGrads partial_attention_backward(const AttnConfig& cfg, const Tensor& q, 
     g.dv = Tensor::zeros(c.kc.shape(), c.adt, c.dev);
     if (need_c) g.dc = Tensor::zeros({c.P.H}, DType::F64);
     if (c.P.fox) g.dfox = Tensor::zeros(fox_c.shape(), c.adt, c.dev);
+    if (need_dq) g.ddist_q = Tensor::zeros(dist_q.shape(), c.adt, c.dev);
+    if (need_dk) g.ddist_k = Tensor::zeros(dist_k.shape(), c.adt, c.dev);
     return g;
   }
   const KernelGrads kg = run_backward(c.P, c.kn, c.qc, c.kc, c.vc, out.to(c.kdt).contiguous(), lse.contiguous(),
-                                      gout.to(c.kdt).contiguous(), c.t, need_c, false, c.P.fox);
+                                      gout.to(c.kdt).contiguous(), c.t, need_c, false, c.P.fox, need_dq, need_dk);
+  if (need_dq) g.ddist_q = kg.ddq.to(c.adt);
+  if (need_dk) g.ddist_k = kg.ddk.to(c.adt);
   g.dq = kg.dq.to(c.adt);
   g.dk = kg.dk.to(c.adt);
   g.dv = kg.dv.to(c.adt);

@@ -136,7 +136,8 @@ AttentionLayer::QKV AttentionLayer::project_qkv(const ag::Variable& x) const {
 }
 
 AttnShape AttentionLayer::shape(const CallShape& s) const {
-  return {s, attn_heads(), dims.n_kv_heads, dims.head_dim, spec.forget};
+  return {s, attn_heads(), dims.n_kv_heads, dims.head_dim, spec.forget,
+          spec.additive_rates() && spec.additive != attn::AdditiveKind::Query};
 }
 
 ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) const {
