@@ -509,7 +509,11 @@ class HorizonAttention(nn.Module):
         # FoX: log f = log sigmoid(x w_h + b_h) per head and token
         if self.kind["forget"]:
             self.forget_proj = nn.Linear(C, Ha, bias=True)
-        self.slopes = alibi_slopes(H) if self.kind["pos"] == "alibi" else None
+        # ALiBi as the position encoding or beside another one (additive: alibi, GRAPE's fixed-rate form)
+        self.slopes = alibi_slopes(H) if self.kind["pos"] == "alibi" or self.kind["additive"] == "alibi" else None
+        if self.kind["additive"] not in ("none", "alibi"):
+            raise NotImplementedError(f"layer kind additive: {self.kind['additive']} (GRAPE-A's gated rates) is not "
+                                      "computed by this code; Horizon refuses to export it")
         if self.slopes is not None and Ha != H:  # the pair shares its output head's slope
             self.slopes = [s for s in self.slopes for _ in range(2)]
 
@@ -565,7 +569,7 @@ class HorizonAttention(nn.Module):
     def score_terms(self) -> List[str]:
         """The terms of the layer's logits beyond scale * q . k: what SDPA cannot take."""
         k, out = self.kind, []
-        if k["pos"] == "alibi":
+        if k["pos"] == "alibi" or k["additive"] == "alibi":
             out.append("ALiBi")
         if k["logit"] != "identity":
             out.append(f"logit {k['logit']}")

@@ -59,7 +59,8 @@ KIND_DEFAULTS = {
     "scope_gamma": 0.0, "scope_min": 1, "scope_max": 0, "scopes": [], "freeze_scopes": False,
     "logit": "identity", "tau": 10.0, "logn_c": 1.0, "logn_learnable": True, "swan_a": 362.0, "beta": 1.0,
     "temp_c": 0.0, "logn_position": False, "qtemp_alpha": 0.0, "qtemp_beta": 8192.0, "qk_norm": "none",
-    "gate": "none", "sink": False, "forget": False, "forget_bias": 0.0,
+    "gate": "none", "sink": False, "forget": False, "forget_bias": 0.0, "additive": "none",
+    "additive_learned_slope": True,
 }
 
 
@@ -104,7 +105,7 @@ MODELS = {
                                    longrope_long_factors=[1.0, 1.5, 2.5, 4.0], longrope_short_factors=[1.0, 1.0, 1.1, 1.2],
                                    mask="window", window=4, sink_tokens=2, logit="logn"),
             "ntk_high": kind(rope_scaling="ntk", rope_factor=3.0, rope_fraction=0.75, rope_select="high",
-                             logit="scale_invariant", tau=1.5, forget=True, qk_norm="full"),
+                             logit="scale_invariant", tau=1.5, forget=True, qk_norm="full", additive="alibi"),
         },
         layer_pattern=["yarn_rot_si", "yarn_idx_scope", "prope_swan", "alibi_temp_fox", "nope_logn_pos",
                        "dyn_pairs", "llama3_frozen", "pi_ntk_low", "ntk_high"],
@@ -433,7 +434,7 @@ def bf_attention(att, k, x, mask, pos, cfg):
                         a = math.sqrt(2 * math.log(1 + t / k["tau"]) + 1)
                         mb = -2 * math.log(1 + t / k["tau"])
                     val = r * a * s + mb
-                    if k["pos"] == "alibi":
+                    if k["pos"] == "alibi" or k["additive"] == "alibi":  # ALiBi, or beside RoPE
                         val -= 2 ** (-8 * (h + 1) / H) * t
                     if logf is not None:
                         val += sum(logf[mm, ha].item() for mm in range(j + 1, i + 1))
