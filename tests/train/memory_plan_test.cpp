@@ -61,6 +61,7 @@ TEST(MemoryPlan, WithinFifteenPercentOfTheMeasuredPeak) {
       {"parallel.shard_optimizer=true"},
       {"model.layer_kinds.rope.forget=true", "model.layer_kinds.rope.sink=true", "model.layer_kinds.rope.gate=head"},
       {"model.layer_kinds.rope.forget=true", "train.recompute=layer"},
+      {"model.layer_kinds.rope.additive=query_key", "model.n_kv_heads=2"},  // GRAPE-A's gates and rates
   };
   int i = 0;
   for (const auto& c : cases) {
