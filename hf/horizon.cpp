@@ -187,14 +187,6 @@ std::string horizon_config(const nn::ModelConfig& c, const SpecialTokens& tok, i
   j["train_length"] = c.train_len;
   j["max_position_embeddings"] = c.train_len;
   j["context_length"] = nullptr;
-  // GRAPE-A's gated rates: modeling_horizon.py does not compute them yet (ALiBi beside a position
-  // encoding, additive: alibi, it does); refused for a layer that uses them
-  const std::vector<attn::AttentionSpec> specs = c.layer_specs();
-  for (size_t l = 0; l < specs.size(); ++l)
-    if (specs[l].additive_rates())
-      throw HfError("layer " + std::to_string(l) + " has additive: " + attn::name(specs[l].additive) +
-                    " (GRAPE-A's gated distance rates), which HorizonForCausalLM's remote code does not compute yet; "
-                    "refused (export a model whose layers use additive none or alibi)");
   json kinds = json::object();
   for (const nn::LayerKind& k : c.kinds) {
     json spec = json::object();

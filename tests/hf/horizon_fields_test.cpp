@@ -11,7 +11,6 @@
 #include <sstream>
 
 #include "attention/spec_fields.h"
-#include "hf/architecture.h"
 #include "hf/config.h"
 #include "hf/hf.h"
 
@@ -105,26 +104,11 @@ TEST(HorizonFields, StockRefusalsNameTheFieldAndItsValue) {
   EXPECT_NE(temp.find("temperature logits (logit = temperature)"), std::string::npos) << temp;
 }
 
-// GRAPE's additive form: refused by the stock export with its words; HorizonForCausalLM takes ALiBi beside
-// RoPE (additive: alibi, which modeling_horizon.py computes) and refuses the gated rates by name, for a
-// layer that uses them only
+// GRAPE's additive form: refused by the stock export with its words (HorizonForCausalLM computes it)
 TEST(HorizonFields, AdditiveFormRefusals) {
   using S = hz::attn::AttentionSpec;
   const std::string alibi = refusal([](S& s) { s.additive = hz::attn::AdditiveKind::Alibi; });
   EXPECT_NE(alibi.find("(additive = alibi): no Llama-family architecture adds position biases"), std::string::npos) << alibi;
   const std::string key = refusal([](S& s) { s.additive = hz::attn::AdditiveKind::Key; });
   EXPECT_NE(key.find("(additive = key): no Llama-family architecture adds a gated distance bias"), std::string::npos) << key;
-  hz::nn::ModelConfig c;
-  c.kinds = {{"k", {}}, {"g", {}}};
-  c.kinds[0].attn.additive = hz::attn::AdditiveKind::Alibi;
-  c.kinds[1].attn.additive = hz::attn::AdditiveKind::QueryKey;
-  c.pattern = {"k"};
-  EXPECT_NO_THROW(hf::horizon_config(c, {}, hz::io::StoreAs::F32));  // the gated kind is in no layer
-  c.pattern = {"k", "g"};
-  try {
-    hf::horizon_config(c, {}, hz::io::StoreAs::F32);
-    ADD_FAILURE() << "a layer with GRAPE-A's gated rates was exported";
-  } catch (const hf::HfError& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 1 has additive: query_key"), std::string::npos) << e.what();
-  }
 }
