@@ -47,6 +47,7 @@ CudnnPlan cudnn_plan(const AttnKernelParams& P, DType dt) {
   if (dt != DType::BF16) return no(std::string(dtype_name(dt)) + " activations (cuDNN's fused attention takes bf16)");
   if (P.D % 8 != 0 || P.D > 256) return no("head_dim " + std::to_string(P.D) + " (cuDNN: a multiple of 8 up to 256)");
   if (P.fox) return no("FoX forget gates");
+  if (P.dist) return no("GRAPE's additive distance term");
   if (P.chunk > 0) return no("chunked attention");
   if (P.sink_tokens > 0) return no("sink tokens (StreamingLLM)");
   if (P.prefix > 0) return no("a prefix-LM prefix");
@@ -98,6 +99,7 @@ LayerRoute route_layer(const AttentionSpec& spec, int64_t n_heads, int64_t Hkv, 
   AttnKernelParams P = make_kernel_params(make_attn_config(spec, n_heads, T, train_len), 1, H, Hkv, T, T, D);
   P.sink = spec.sink;
   P.fox = spec.forget;
+  P.dist = spec.additive_rates();
   LayerRoute r;
   r.plan = cudnn_plan(P, dt);
   if (r.plan.ok && documents) r.plan = CudnnPlan{false, kDocuments, {}};  // what cudnn_plan says of such a call

@@ -17,7 +17,7 @@
 //   attn_scale        1/sqrt(D) times the temperature's beta (a constant per call)
 //   gqa               H query heads over Hkv key/value heads
 // Everything else stays on Horizon's kernels, named by the ingredient that keeps it there: SCOPE's
-// per-head scopes, chunks, sink tokens, a prefix, FoX's gates, drawn positions, packed documents
+// per-head scopes, chunks, sink tokens, a prefix, FoX's gates, GRAPE's additive rates, drawn positions, packed documents
 // (cuDNN's ragged sequences index a (tokens, heads, D) layout; Horizon's documents sit inside
 // (B, H, T, D) rows, a mapping not yet checked on a GPU), the logit
 // transforms that depend on the row or the distance (scale-invariant, SSMax / LogN, SWAN's row,

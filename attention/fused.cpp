@@ -41,7 +41,8 @@ AttnConfig make_attn_config(const AttentionSpec& spec, int64_t n_heads, int64_t 
   cfg.chunk = spec.mask.chunk;
   cfg.sink_tokens = spec.mask.sink_tokens;
   cfg.prefix = spec.mask.prefix;
-  if (spec.pos.kind == PosKind::Alibi) cfg.alibi_slope = alibi_slopes(n_heads);
+  // ALiBi as the position encoding, or beside another one (additive: alibi): the same fixed slopes
+  if (spec.pos.kind == PosKind::Alibi || spec.additive == AdditiveKind::Alibi) cfg.alibi_slope = alibi_slopes(n_heads);
   if (spec.diff) {  // DIFF V2: attention heads 2h and 2h+1 share output head h's window and slope
     auto pairs = [](const auto& v) {
       std::decay_t<decltype(v)> out;
@@ -215,6 +216,13 @@ Kernels choose_kernels(const AttnConfig& cfg, const AttnKernelParams& P, DType d
              "; use auto or horizon");
   }
   k.tc = use_tensor_core(cfg, dt, P.D, dev);
+  if (k.tc && P.dist) {  // GRAPE's rates run on the reference kernels (the tensor-core ones lack the term)
+    const AttnImpl impl = cfg.impl == AttnImpl::Auto ? env_impl() : cfg.impl;
+    HZ_CHECK(impl != AttnImpl::TensorCore, NotImplementedError,
+             "attention: the tensor-core kernels do not take GRAPE's additive distance term (dist_q / dist_k); use the "
+             "reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
+    k.tc = false;
+  }
   return k;
 }
 
@@ -322,16 +330,17 @@ Tensor run_forward(const AttnKernelParams& P, const Kernels& kn, const Tensor& q
 }
 
 // Gradients of one call: dq, dk, dv in the kernel dtype; dc (LogN's c) and dz (the sinks), (H),
-// and df (FoX's dLoss/dc, (B, H, fox_T) in ct.fox_c's dtype), each only where asked.
+// df (FoX's dLoss/dc, (B, H, fox_T) in ct.fox_c's dtype) and GRAPE's rates' ddq (B, H, Tq) and ddk
+// (B, H, Tk) (f64 on the CPU, the accumulation dtype on CUDA), each only where asked.
 struct KernelGrads {
-  Tensor dq, dk, dv, dc, dz, df;
+  Tensor dq, dk, dv, dc, dz, df, ddq, ddk;
 };
 
 // The backward kernels of one nonempty call given its rows' out (kernel dtype) and lse; dc and dz
 // come back on the op's device in the accumulation dtype (CPU: f64).
 KernelGrads run_backward(const AttnKernelParams& P, const Kernels& kn, const Tensor& qc, const Tensor& kc,
                          const Tensor& vc, const Tensor& out, const Tensor& lse, const Tensor& gc, const KernelTerms& t,
-                         bool need_c, bool need_z, bool need_f) {
+                         bool need_c, bool need_z, bool need_f, bool need_dq = false, bool need_dk = false) {
   const Device dev = qc.device();
   const bool use_tc = kn.tc;
   const DType kdt = kernel_dtype(qc.dtype(), dev);
@@ -349,7 +358,11 @@ KernelGrads run_backward(const AttnKernelParams& P, const Kernels& kn, const Ten
   if (dev.is_cpu()) {
     std::vector<double> dcv, dzv;
     if (need_f) g.df = Tensor::empty({P.B, P.H, P.fox_T}, DType::F64);
+    if (need_dq) g.ddq = Tensor::empty({P.B, P.H, P.Tq}, DType::F64);
+    if (need_dk) g.ddk = Tensor::empty({P.B, P.H, P.Tk}, DType::F64);
     detail::CpuTermGrads tg;
+    tg.dist_q = need_dq ? &g.ddq : nullptr;
+    tg.dist_k = need_dk ? &g.ddk : nullptr;
     tg.logn_c = need_c ? &dcv : nullptr;
     tg.sink = need_z ? &dzv : nullptr;
     tg.fox_c = need_f ? &g.df : nullptr;
@@ -362,7 +375,7 @@ KernelGrads run_backward(const AttnKernelParams& P, const Kernels& kn, const Ten
   const bool tc_z = need_z && use_tc;  // the tensor-core dQ pass gives the sinks' per-row gradient
   detail::cuda_backward(P, use_tc, qc, kc, vc, out, lse, gc, t.c_dev, t.ct.fox_c, tc_z ? t.z_dev : Tensor(), g.dq, g.dk,
                         g.dv, need_c ? &dc_rows : nullptr, need_f ? &dfq : nullptr, need_f ? &dfk : nullptr,
-                        tc_z ? &dz_rows : nullptr);
+                        tc_z ? &dz_rows : nullptr, need_dq ? &g.ddq : nullptr, need_dk ? &g.ddk : nullptr);
   if (need_f) {  // dLoss/dc_m = sum_j dL_mj (m a query's position) - sum_i dL_im
     g.df = Tensor::zeros({P.B, P.H, P.fox_T}, dfk.dtype(), dev);
     Tensor keys = g.df.narrow(2, 0, P.Tk), rows = g.df.narrow(2, P.q_offset, P.Tq);
@@ -399,8 +412,26 @@ void check_qkv(const Tensor& qv, const Tensor& kv, const Tensor& vv) {
 // The tables a call's parameters point into on its device: the documents' bounds and the token
 // positions (keep them alive while the parameters are used).
 struct HeldTables {
-  Tensor doc_bounds, positions;
+  Tensor doc_bounds, positions, dist_q, dist_k;
 };
+
+// GRAPE's rates (AttnTerms::dist_q / dist_k) for the kernels: checked against the call's shapes, held
+// in f64 on the call's device (the parameters point into them). Either may be undefined (0).
+void set_dist(AttnKernelParams& P, HeldTables& held, const Tensor& dq, const Tensor& dk, Device dev) {
+  auto one = [&](const Tensor& x, int64_t T, const char* what, Tensor& keep) -> const double* {
+    if (!x.defined()) return nullptr;
+    HZ_CHECK(x.shape() == Shape({P.B, P.H, T}) && is_floating(x.dtype()), ShapeError, "attention: ", what,
+             " (GRAPE's additive rates) must be floating (B, H, ", what[5] == 'q' ? "Tq" : "Tk", ") = (", P.B, ", ",
+             P.H, ", ", T, "), got ", shape_str(x.shape()), " ", dtype_name(x.dtype()));
+    HZ_CHECK(x.device() == dev, DeviceError, "attention: ", what, " is on ", x.device().str(), ", the queries on ",
+             dev.str());
+    keep = x.to(DType::F64).contiguous();
+    return keep.data<double>();
+  };
+  P.dist_q = one(dq, P.Tq, "dist_q", held.dist_q);
+  P.dist_k = one(dk, P.Tk, "dist_k", held.dist_k);
+  P.dist = P.dist_q != nullptr || P.dist_k != nullptr;
+}
 
 // The kernel parameters of a call with its tables on the call's device.
 AttnKernelParams call_params(const AttnConfig& cfg, const Tensor& qc, const Tensor& kc, HeldTables& held) {
@@ -457,7 +488,7 @@ struct PartCall {
   bool empty;
 };
 PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                     const Tensor& fox_c) {
+                     const Tensor& fox_c, const Tensor& dist_q, const Tensor& dist_k) {
   check_qkv(q, k, v);
   PartCall c;
   c.qc = q.contiguous();
@@ -473,6 +504,7 @@ PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, cons
     set_logn_c(c.t, logn_c, c.dev, c.adt);
   }
   set_part_fox(c.P, c.t, fox_c, c.dev, c.adt);
+  set_dist(c.P, c.held, dist_q, dist_k, c.dev);
   c.kn = choose_kernels(cfg, c.P, c.dt, c.dev);
   c.empty = c.qc.numel() == 0 || c.kc.numel() == 0;
   return c;
@@ -481,8 +513,8 @@ PartCall part_call(const AttnConfig& cfg, const Tensor& q, const Tensor& k, cons
 }  // namespace
 
 Partial partial_attention(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
-                          const Tensor& fox_c) {
-  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c);
+                          const Tensor& fox_c, const Tensor& dist_q, const Tensor& dist_k) {
+  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c, dist_q, dist_k);
   Partial p;
   if (c.empty) {
     p.lse = Tensor::full({c.P.B, c.P.H, c.P.Tq}, -std::numeric_limits<double>::infinity(), c.adt, c.dev);
@@ -496,8 +528,10 @@ Partial partial_attention(const AttnConfig& cfg, const Tensor& q, const Tensor& 
 
 PartialGrads partial_attention_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c,
-                                        const Tensor& fox_c, bool want_c) {
-  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c);
+                                        const Tensor& fox_c, bool want_c, const Tensor& dist_q,
+                                        const Tensor& dist_k) {
+  const PartCall c = part_call(cfg, q, k, v, logn_c, fox_c, dist_q, dist_k);
+  const bool need_dq = dist_q.defined(), need_dk = dist_k.defined();
   const bool need_c = cfg.logit == LogitKind::LogN && want_c;
   PartialGrads g;
   if (c.empty) {
@@ -506,10 +540,14 @@ PartialGrads partial_attention_backward(const AttnConfig& cfg, const Tensor& q, 
     g.dv = Tensor::zeros(c.kc.shape(), c.adt, c.dev);
     if (need_c) g.dc = Tensor::zeros({c.P.H}, DType::F64);
     if (c.P.fox) g.dfox = Tensor::zeros(fox_c.shape(), c.adt, c.dev);
+    if (need_dq) g.ddist_q = Tensor::zeros(dist_q.shape(), c.adt, c.dev);
+    if (need_dk) g.ddist_k = Tensor::zeros(dist_k.shape(), c.adt, c.dev);
     return g;
   }
   const KernelGrads kg = run_backward(c.P, c.kn, c.qc, c.kc, c.vc, out.to(c.kdt).contiguous(), lse.contiguous(),
-                                      gout.to(c.kdt).contiguous(), c.t, need_c, false, c.P.fox);
+                                      gout.to(c.kdt).contiguous(), c.t, need_c, false, c.P.fox, need_dq, need_dk);
+  if (need_dq) g.ddist_q = kg.ddq.to(c.adt);
+  if (need_dk) g.ddist_k = kg.ddk.to(c.adt);
   g.dq = kg.dq.to(c.adt);
   g.dk = kg.dk.to(c.adt);
   g.dv = kg.dv.to(c.adt);
@@ -549,6 +587,8 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
     HZ_CHECK(terms.forget.value().device() == dev, DeviceError, "attention: FoX's log forget gates are on ",
              terms.forget.value().device().str(), ", the queries on ", dev.str());
   }
+  set_dist(P, held, terms.dist_q.defined() ? terms.dist_q.value() : Tensor(),
+           terms.dist_k.defined() ? terms.dist_k.value() : Tensor(), dev);
   const bool empty = qc.numel() == 0 || kc.numel() == 0;
   const Kernels kn = choose_kernels(cfg, P, dt, dev);
   // LogN's c: a host vector for the CPU kernel, a device tensor in the accumulation dtype on CUDA;
@@ -589,17 +629,23 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
   if (P.sink) inputs.push_back(terms.sink);
   const int ifx = P.fox ? static_cast<int>(inputs.size()) : -1;
   if (P.fox) inputs.push_back(fox_c);
+  const int idq = terms.dist_q.defined() ? static_cast<int>(inputs.size()) : -1;
+  if (idq >= 0) inputs.push_back(terms.dist_q);
+  const int idk = terms.dist_k.defined() ? static_cast<int>(inputs.size()) : -1;
+  if (idk >= 0) inputs.push_back(terms.dist_k);
+  const DType dq_dtype = idq >= 0 ? terms.dist_q.dtype() : adt, dk_dtype = idk >= 0 ? terms.dist_k.dtype() : adt;
   const DType c_dtype = with_c ? logn_c.dtype() : adt, z_dtype = P.sink ? terms.sink.dtype() : adt;
   const Device c_device = with_c ? logn_c.value().device() : dev, z_device = P.sink ? terms.sink.value().device() : dev;
   AttnOutput res;
   res.lse = lse;
   res.out = ag::make_result(out, inputs, "fused_attention", [&] {
-    return [P, held, kn, empty, qc, kc, vc, out = out_saved, lse, kt, ic, iz, ifx, c_dtype, c_device,
-            z_dtype, z_device](const Tensor& g, ag::Grads& gr) {
+    return [P, held, kn, empty, qc, kc, vc, out = out_saved, lse, kt, ic, iz, ifx, idq, idk, c_dtype, c_device,
+            z_dtype, z_device, dq_dtype, dk_dtype](const Tensor& g, ag::Grads& gr) {
       const Device dev = qc.device();
       const DType dt = qc.dtype();
       const Tensor gc = (g.dtype() == dt ? g : g.to(dt)).contiguous();
       const bool need_c = ic >= 0 && gr.needs(ic), need_z = iz >= 0 && gr.needs(iz), need_f = ifx >= 0 && gr.needs(ifx);
+      const bool need_dq = idq >= 0 && gr.needs(idq), need_dk = idk >= 0 && gr.needs(idk);
       KernelGrads kg;
       if (empty) {
         kg.dq = Tensor::zeros(qc.shape(), dt, dev);
@@ -608,8 +654,10 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
         if (need_c) kg.dc = Tensor::zeros({P.H}, c_dtype, c_device);
         if (need_z) kg.dz = Tensor::zeros({P.H}, z_dtype, z_device);
         if (need_f) kg.df = Tensor::zeros({P.B, P.H, P.Tk}, kt.ct.fox_c.dtype(), dev);
+        if (need_dq) kg.ddq = Tensor::zeros({P.B, P.H, P.Tq}, dq_dtype, dev);
+        if (need_dk) kg.ddk = Tensor::zeros({P.B, P.H, P.Tk}, dk_dtype, dev);
       } else {
-        kg = run_backward(P, kn, qc, kc, vc, out, lse, gc, kt, need_c, need_z, need_f);
+        kg = run_backward(P, kn, qc, kc, vc, out, lse, gc, kt, need_c, need_z, need_f, need_dq, need_dk);
       }
       if (gr.needs(0)) gr.set(0, kg.dq.dtype() == dt ? kg.dq : kg.dq.to(dt));
       if (gr.needs(1)) gr.set(1, kg.dk.dtype() == dt ? kg.dk : kg.dk.to(dt));
@@ -617,6 +665,8 @@ AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const a
       if (need_c) gr.set(ic, kg.dc.to(c_dtype).to(c_device));
       if (need_z) gr.set(iz, kg.dz.to(z_dtype).to(z_device));
       if (need_f) gr.set(ifx, kg.df);
+      if (need_dq) gr.set(idq, kg.ddq.to(dq_dtype));
+      if (need_dk) gr.set(idk, kg.ddk.to(dk_dtype));
     };
   });
   return res;

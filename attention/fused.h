@@ -10,7 +10,7 @@
 // Tk - Tq: the queries are the last Tq positions); key j is visible iff key_begin <= j < key_end,
 // t = p_i - j >= min_distance, t < window[h] (window 0 = unbounded) and, with packed documents,
 // j lies in p_i's document; logits are L_ij = r_i a_t s_ij + m_t - slope_h t with
-// s_ij = scale q_i . k_j.
+// s_ij = scale q_i . k_j (plus the terms' parts below).
 //
 // Forward is a tiled online softmax returning out and the row log-sum-exp; backward recomputes
 // the probabilities from the log-sum-exp block by block, so no (Tq, Tk) tensor ever exists. Both
@@ -159,10 +159,18 @@ struct AttnOutput {
 //                q_offset + Tq <= Tk). Logits gain the decay sum_{j < m <= p_i} log f_m = c_{p_i} - c_j,
 //                c = cumsum(log f) over the keys (f64 on the CPU, the accumulation dtype on CUDA); dLoss/dc comes back
 //                through the prefix sum. Composes with every mask, encoding and transform.
+//   dist_q  (B, H, Tq), dist_k (B, H, Tk)  GRAPE's additive form (GRAPE-A, arXiv 2512.07805): per-token
+//                rates of a distance penalty; logits gain -|t_ij| (dist_q_i + dist_k_j), t the distance
+//                ALiBi reads (token positions included), so dist_k = slope_h with dist_q undefined is
+//                ALiBi exactly. Either may be undefined (0); dLoss/ddist_q_i = -sum_j dL_ij |t_ij|,
+//                dLoss/ddist_k_j = -sum_i dL_ij |t_ij| (per (b, h), no float atomics). Taken in f64 by
+//                the kernels; on CUDA the reference kernels run such calls (not the tensor-core ones).
 struct AttnTerms {
   ag::Variable logn_c{};
   ag::Variable sink{};
   ag::Variable forget{};
+  ag::Variable dist_q{};
+  ag::Variable dist_k{};
 };
 
 AttnOutput fused_attention(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,

@@ -62,18 +62,21 @@ struct CpuPlan {
 };
 
 // Turn raw scores s (nq, nk; leading dim ld) into logits in place, masking only when `boundary`:
-// L = r a_t s + m_t - slope t (tiling.h's logit_coef with the tables), plus FoX's c_(p_i) - c_j
-// when fc (the row of c of (b, h)) is given.
+// L = r a_t s + m_t - (slope + dist_q_i + dist_k_j) t (tiling.h's logit_coef with the tables), plus
+// FoX's c_(p_i) - c_j when fc (the row of c of (b, h)) is given.
 template <class T>
 void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk, int64_t ld,
                   bool boundary, const double* rs, const double* fc, T* s) {
   const AttnKernelParams& P = C.P;
   const double slope = P.alibi ? P.slope[h] : 0.0;
   const bool simple = !logits_depend_on_t(P);
+  const double* dq = P.dist_q ? P.dist_q + (b * P.H + h) * P.Tq : nullptr;  // GRAPE's rates (tiling.h dist_rate)
+  const double* dk = P.dist_k ? P.dist_k + (b * P.H + h) * P.Tk : nullptr;
   for (int64_t i = 0; i < nq; ++i) {
     T* si = s + i * ld;
     const int64_t pos = P.q_offset + i0 + i;
     const T r = static_cast<T>(rs[i]);
+    const double row_slope = slope + (dq ? dq[i0 + i] : 0.0);
     if (simple) {
       if (r != T(1))
         for (int64_t jj = 0; jj < nk; ++jj) si[jj] *= r;
@@ -82,14 +85,16 @@ void block_logits(const CpuPlan& C, int64_t b, int64_t h, int64_t i0, int64_t nq
         for (int64_t jj = 0; jj < nk; ++jj) {
           double m_t, ta;
           const double a = C.coef_at_positions(b, pos, j0 + jj, m_t, ta);
-          si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(m_t - slope * ta);
+          const double sl = row_slope + (dk ? dk[j0 + jj] : 0.0);
+          si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(m_t - sl * ta);
         }
       } else {
         for (int64_t jj = 0; jj < nk; ++jj) {
           const int64_t t = pos - (j0 + jj);
           const int64_t ta = t < 0 ? -t : t;  // |t|: a prefix's later keys (other t < 0 are masked below)
           const double a = C.has_tables ? C.a[ta] : 1.0;
-          const double add = (C.has_tables ? C.m[ta] : 0.0) - slope * static_cast<double>(ta);
+          const double sl = row_slope + (dk ? dk[j0 + jj] : 0.0);
+          const double add = (C.has_tables ? C.m[ta] : 0.0) - sl * static_cast<double>(ta);
           si[jj] = static_cast<T>(rs[i] * a) * si[jj] + static_cast<T>(add);
         }
       }
@@ -200,7 +205,8 @@ void forward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tens
 template <class T>
 void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, const Tensor& gout, Tensor& dq, Tensor& dk_h, Tensor& dv_h,
-                   std::vector<double>* dlogn_c, std::vector<double>* dsink, Tensor* dfox) {
+                   std::vector<double>* dlogn_c, std::vector<double>* dsink, Tensor* dfox, Tensor* ddist_q,
+                   Tensor* ddist_k) {
   const AttnKernelParams& P = C.P;
   const T* qp = q.data<T>();
   const T* kp = k.data<T>();
@@ -219,6 +225,8 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
   std::vector<double> dc_bh(P.B * P.H, 0.0);  // per (b, h) task, summed over b in order below
   std::vector<double> dz_bh(P.B * P.H, 0.0);  // the sink's, likewise
   double* dfp = dfox ? dfox->data<double>() : nullptr;  // (B, H, fox_T) f64: each task writes its own row
+  double* ddqp = ddist_q ? ddist_q->data<double>() : nullptr;  // GRAPE's rates: (B, H, Tq) and (B, H, Tk) f64, likewise
+  double* ddkp = ddist_k ? ddist_k->data<double>() : nullptr;
   int64_t visited = 0;
   // Heads differ widely in cost (SCOPE: scopes from a few tokens to T), so hand the (b, h) tasks
   // out largest first (LPT) to balance the threads.
@@ -253,6 +261,11 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
       const double* fc = C.fox_row(b, h);
       double* dfc = dfp ? dfp + bh * P.fox_T : nullptr;
       if (dfc) std::fill(dfc, dfc + P.fox_T, 0.0);
+      double* ddq = ddqp ? ddqp + bh * P.Tq : nullptr;
+      double* ddk = ddkp ? ddkp + bh * P.Tk : nullptr;
+      if (ddq) std::fill(ddq, ddq + P.Tq, 0.0);
+      if (ddk) std::fill(ddk, ddk + P.Tk, 0.0);
+      const bool dist = ddq || ddk;
       double dz = 0.0;
       for (int64_t i = 0; i < P.Tq; ++i) {  // D_i = dO_i . O_i
         T a = T(0);
@@ -297,11 +310,11 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
             const T Di = Dvec[i0 + i];
             const T rsc = static_cast<T>(rf[i]) * scale;
             const int64_t pos = P.q_offset + i0 + i;
-            if (!C.pair_terms() && !logn && !dfc) {  // plain logits: one vectorized pass
+            if (!C.pair_terms() && !logn && !dfc && !dist) {  // plain logits: one vectorized pass
               for (int64_t jj = 0; jj < nk; ++jj) pi[jj] = pi[jj] * (di[jj] - Di) * rsc;
               continue;
             }
-            double drow = 0.0;
+            double drow = 0.0, drate = 0.0;
             for (int64_t jj = 0; jj < nk; ++jj) {
               const T dl = pi[jj] * (di[jj] - Di);  // dLoss/dL_ij
               T a = T(1);
@@ -315,9 +328,16 @@ void backward_impl(const CpuPlan& C, const Tensor& q, const Tensor& k, const Ten
                 drow += dl;
                 dfc[j0 + jj] -= dl;
               }
+              if (dist && pi[jj] != T(0)) {  // L_ij gains -|t| (dist_q_i + dist_k_j)
+                const double t = P.positions ? pair_distance<double>(P, b, pos, j0 + jj) : static_cast<double>(pos - j0 - jj);
+                const double g = -static_cast<double>(dl) * std::abs(t);
+                drate += g;
+                if (ddk) ddk[j0 + jj] += g;
+              }
               pi[jj] = dl * rsc * a;  // dLoss/d(q.k)
             }
             if (dfc) dfc[pos] += drow;
+            if (ddq) ddq[i0 + i] += drate;
           }
           // dQ_blk (nq, D) += dS K_blk ; dK_blk (nk, D) += dS^T Q_blk
           cpu::gemm<T>(false, false, nq, P.D, nk, T(1), pr, Bk, kh + j0 * P.D, P.D, T(1), dqh + i0 * P.D, P.D);
@@ -370,7 +390,8 @@ void cpu_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
   Tensor dv_h = grouped ? Tensor::empty({P.B, P.H, P.Tk, P.D}, q.dtype()) : dv;
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    backward_impl<T>(C, q, k, v, out, lse, gout, dq, dk_h, dv_h, grads.logn_c, grads.sink, grads.fox_c);
+    backward_impl<T>(C, q, k, v, out, lse, gout, dq, dk_h, dv_h, grads.logn_c, grads.sink, grads.fox_c, grads.dist_q,
+                     grads.dist_k);
   });
   if (grouped) {  // sum the per-query-head copies over each GQA group, in head order
     dk.copy_(ops::sum(dk_h.view({P.B, P.Hkv, P.G, P.Tk, P.D}), 2, false));

@@ -27,6 +27,8 @@ struct CpuTermGrads {
   std::vector<double>* logn_c = nullptr;  // (H)
   std::vector<double>* sink = nullptr;    // (H)
   Tensor* fox_c = nullptr;                // (B, H, fox_T) f64
+  Tensor* dist_q = nullptr;               // (B, H, Tq) f64: GRAPE's rates (P.dist_q / dist_k), -sum_j dL_ij |t_ij|
+  Tensor* dist_k = nullptr;               // (B, H, Tk) f64: -sum_i dL_ij |t_ij|
 };
 void cpu_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const CpuTerms& terms,
                  Tensor& out, Tensor& lse);
@@ -51,11 +53,13 @@ void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const
 // dlogn_c_rows: when not null, receives per-row partials (B, H, Tq) in the accumulation dtype
 // (fused.cpp sums them in a fixed order); dfox_q / dfox_k: FoX's dLoss/dc as row sums (B, H, Tq)
 // and negated key sums (B, H, Tk) (fused.cpp adds the first at the queries' positions); dsink_rows
-// (use_tc, with sink): the sinks' per-row -exp(z_h - lse_i) D_i (B, H, Tq).
+// (use_tc, with sink): the sinks' per-row -exp(z_h - lse_i) D_i (B, H, Tq); ddist_q / ddist_k (reference
+// kernels: fused.cpp does not send calls with GRAPE's term to the tensor-core ones): its rates' gradients
+// (B, H, Tq) and (B, H, Tk) in the accumulation dtype.
 void cuda_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
                    const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dlogn_c_rows, Tensor* dfox_q,
-                   Tensor* dfox_k, Tensor* dsink_rows);
+                   Tensor* dfox_k, Tensor* dsink_rows, Tensor* ddist_q = nullptr, Tensor* ddist_k = nullptr);
 AttnStats cuda_stats();  // every device used so far (synchronises them)
 void cuda_reset_stats();
 

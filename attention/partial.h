@@ -22,12 +22,14 @@ namespace hz::attn {
 // One part. q/k/v of one device and storage dtype; logn_c (H) or undefined; fox_c, FoX's
 // c = cumsum(log f) itself (not log f), (B, H, fox_T) in the accumulation dtype with the keys' c at
 // [0, Tk) and the queries' at [q_offset, q_offset + Tq) (fox_T >= both ends; what lies between is
-// not read), or undefined.
+// not read), or undefined; dist_q (B, H, Tq) and dist_k (B, H, Tk), GRAPE-A's rates (fused.h), or
+// undefined.
 struct Partial {
   Tensor out, lse;
 };
 Partial partial_attention(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& logn_c = {}, const Tensor& fox_c = {});
+                          const Tensor& logn_c = {}, const Tensor& fox_c = {}, const Tensor& dist_q = {},
+                          const Tensor& dist_k = {});
 
 // acc (rows of the parts so far) combined in place with one more part of the same rows. acc_out /
 // acc_lse may be views (a chunk's rows of a larger buffer).
@@ -39,12 +41,14 @@ void fold_sink(const Tensor& z, Tensor& out, Tensor& lse);
 Tensor sink_grad(const Tensor& z, const Tensor& lse, const Tensor& out, const Tensor& gout);
 
 // One part's gradients given the rows' final out and lse: dq, dk, dv in the accumulation dtype;
-// dc (H, f64 on the host) LogN's c when want_c; dfox dLoss/d(fox_c) (B, H, fox_T) with fox_c.
+// dc (H, f64 on the host) LogN's c when want_c; dfox dLoss/d(fox_c) (B, H, fox_T) with fox_c; ddist_q
+// and ddist_k (the accumulation dtype) with GRAPE-A's rates.
 struct PartialGrads {
-  Tensor dq, dk, dv, dc, dfox;
+  Tensor dq, dk, dv, dc, dfox, ddist_q, ddist_k;
 };
 PartialGrads partial_attention_backward(const AttnConfig& cfg, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& out, const Tensor& lse, const Tensor& gout,
-                                        const Tensor& logn_c = {}, const Tensor& fox_c = {}, bool want_c = false);
+                                        const Tensor& logn_c = {}, const Tensor& fox_c = {}, bool want_c = false,
+                                        const Tensor& dist_q = {}, const Tensor& dist_k = {});
 
 }  // namespace hz::attn

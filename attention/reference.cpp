@@ -57,6 +57,7 @@ ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, 
   out.row_factor.assign(B * H * R, 0.0);
   out.coef.assign(B * H * R * Tk, 0.0);
   out.bias.assign(B * H * R * Tk, -std::numeric_limits<double>::infinity());
+  out.distance.assign(B * H * R * Tk, 0.0);
   for (int64_t b = 0; b < B; ++b)
   for (int64_t h = 0; h < H; ++h) {
     const int64_t w = cfg.window.empty() ? 0 : cfg.window[h];
@@ -117,6 +118,7 @@ ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, 
         out.visible[idx] = 1;
         out.coef[idx] = rf * a;
         out.bias[idx] = m - slope * t;
+        out.distance[idx] = t;
       }
     }
   }
@@ -149,6 +151,9 @@ RowProbabilities reference_row_probabilities(const Tensor& q, const Tensor& k, c
     for (int64_t bh = 0; bh < B * H; ++bh)
       for (int64_t j = 1; j < Tk; ++j) c[bh * Tk + j] += c[bh * Tk + j - 1];
   }
+  // GRAPE-A's rates: (B, H, Tq) and (B, H, Tk), empty when absent
+  const std::vector<double> dq = terms.dist_q.defined() ? host(terms.dist_q.value()) : std::vector<double>();
+  const std::vector<double> dk = terms.dist_k.defined() ? host(terms.dist_k.value()) : std::vector<double>();
   RowProbabilities out;
   out.B = B;
   out.H = H;
@@ -173,6 +178,9 @@ RowProbabilities reference_row_probabilities(const Tensor& q, const Tensor& k, c
         for (int64_t d = 0; d < D; ++d) s += qi[d] * kb[j * D + d];
         L[j] = mask.coef[m * Tk + j] * scale * s * logn[h] + mask.bias[m * Tk + j];
         if (!c.empty()) L[j] += c[(b * H + h) * Tk + offset + rows[r]] - c[(b * H + h) * Tk + j];
+        if (!dq.empty() || !dk.empty())  // - |t_ij| (dist_q_i + dist_k_j)
+          L[j] -= mask.distance[m * Tk + j] * ((dq.empty() ? 0.0 : dq[(b * H + h) * Tq + rows[r]]) +
+                                               (dk.empty() ? 0.0 : dk[(b * H + h) * Tk + j]));
         mx = std::max(mx, L[j]);
       }
       if (mx == -std::numeric_limits<double>::infinity()) continue;  // a row that sees nothing
@@ -219,6 +227,16 @@ ag::Variable reference_attention(const ag::Variable& q, const ag::Variable& k, c
     const ag::Variable c = ag::cumsum(terms.forget, 2);                                    // (B, H, Tk)
     const ag::Variable cq = ag::reshape(ag::narrow(c, 2, offset, Tq), {B, H, Tq, 1});
     logits = ag::add(logits, ag::sub(cq, ag::reshape(c, {B, H, 1, Tk})));
+  }
+  if (terms.dist_q.defined() || terms.dist_k.defined()) {  // GRAPE-A: - |t_ij| (dist_q_i + dist_k_j)
+    ag::Variable rate;
+    if (terms.dist_q.defined()) rate = ag::reshape(ag::cast(terms.dist_q, dt), {B, H, Tq, 1});
+    if (terms.dist_k.defined()) {
+      const ag::Variable rk = ag::reshape(ag::cast(terms.dist_k, dt), {B, H, 1, Tk});
+      rate = rate.defined() ? ag::add(rate, rk) : rk;
+    }
+    const ag::Variable dist(Tensor::from_vector(mask.distance, {Bc, H, Tq, Tk}, dt));
+    logits = ag::sub(logits, ag::mul(rate, dist));
   }
   if (terms.sink.defined()) {  // the sink is one more column of logits whose value row is zero
     const ag::Variable z = ag::expand(ag::reshape(ag::cast(terms.sink, dt), {1, H, 1, 1}), {B, H, Tq, 1});

@@ -3,7 +3,8 @@
 // coefficients are built here by direct loops over (i, j) from docs/methods.md's definitions, written
 // independently of the kernel's range arithmetic (reference_visibility, the float64 oracle).
 // Packed documents (cfg.documents) are read straight from their cumulative lengths. Sinks are an
-// extra column of logits, FoX's decay a (Tq, Tk) bias from the prefix sums of log f.
+// extra column of logits, FoX's decay a (Tq, Tk) bias from the prefix sums of log f, GRAPE's additive
+// term -|t| (dist_q_i + dist_k_j) a broadcast sum times the distances.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -25,6 +26,7 @@ struct ReferenceMask {
   std::vector<uint8_t> visible;    // (B, H, Tq, Tk): 1 when key j is visible to row i of head h
   std::vector<double> row_factor;  // (B, H, Tq): r_i without LogN's c_h (Llama 4's temperature included)
   std::vector<double> coef, bias;  // (B, H, Tq, Tk): r_i a_t and m_t - slope_h t; 0 and -inf where hidden
+  std::vector<double> distance;    // (B, H, Tq, Tk): |t| where visible, 0 where hidden (GRAPE's rates multiply it)
 };
 ReferenceMask reference_visibility(const AttnConfig& cfg, int64_t B, int64_t H, int64_t Tq, int64_t Tk,
                                    const std::vector<int64_t>& rows = {});

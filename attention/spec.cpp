@@ -25,6 +25,8 @@ const char* const kRopeAngles[] = {"position", "accumulated"};
 const char* const kLearnedFreqs[] = {"none", "layer", "head"};
 static_assert(sizeof(kRopeAngles) / sizeof(*kRopeAngles) == static_cast<size_t>(RopeAngles::Count));
 static_assert(sizeof(kLearnedFreqs) / sizeof(*kLearnedFreqs) == static_cast<size_t>(LearnedFreqs::Count));
+const char* const kAdditive[] = {"none", "alibi", "key", "query", "query_key"};
+static_assert(sizeof(kAdditive) / sizeof(*kAdditive) == static_cast<size_t>(AdditiveKind::Count));
 static_assert(sizeof(kPos) / sizeof(*kPos) == static_cast<size_t>(PosKind::Count));
 static_assert(sizeof(kScaling) / sizeof(*kScaling) == static_cast<size_t>(RopeScaling::Count));
 static_assert(sizeof(kYarnRamp) / sizeof(*kYarnRamp) == static_cast<size_t>(YarnRamp::Count));
@@ -62,6 +64,8 @@ LogitKind parse_logit(const std::string& s) {
 }
 QKNorm parse_qknorm(const std::string& s) { return parse_name<QKNorm>(s, kQK, "qk_norm"); }
 OutputGate parse_gate(const std::string& s) { return parse_name<OutputGate>(s, kGate, "output gate"); }
+const char* name(AdditiveKind k) { return kAdditive[static_cast<int>(k)]; }
+AdditiveKind parse_additive(const std::string& s) { return parse_name<AdditiveKind>(s, kAdditive, "additive"); }
 
 std::vector<int64_t> scope_windows(int64_t H, int64_t T, double gamma, int64_t min_scope,
                                    int64_t max_scope) {
@@ -188,6 +192,9 @@ void AttentionSpec::validate(int64_t H, int64_t Hkv, int64_t D, int64_t T) const
   HZ_CHECK(mask.prefix == 0 || !forget, ValueError,
            "attention: a prefix attends to later keys, where FoX's decay (a product of gates between query and key) "
            "is not defined; use prefix or forget, not both");
+  HZ_CHECK(additive != AdditiveKind::Alibi || pos.kind != PosKind::Alibi, ValueError,
+           "attention: additive 'alibi' adds ALiBi's slopes beside the position encoding, which is alibi already; use "
+           "pos: alibi or additive: alibi, not both");
   HZ_CHECK(mask.sink_tokens >= 0, ValueError, "attention: sink_tokens must be >= 0 (0 = none), got ", mask.sink_tokens);
   HZ_CHECK(mask.sink_tokens == 0 || mask.kind != MaskKind::Causal || mask.chunk > 0, ValueError,
            "attention: sink_tokens (", mask.sink_tokens, ") keep the first tokens visible beside a window, a scope ",

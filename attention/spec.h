@@ -29,6 +29,9 @@ enum class RopeAngles : uint8_t { Position, Accumulated, Count };
 // GRAPE's multiplicative form, cheap version (arXiv 2512.07805): RoPE's per-pair frequency factors
 // as a trained parameter, one vector per layer or per KV head.
 enum class LearnedFreqs : uint8_t { None, Layer, Head, Count };
+// GRAPE's additive form beside the position encoding (AttentionSpec::additive).
+enum class AdditiveKind : uint8_t { None, Alibi, Key, Query, QueryKey, Count };
+static_assert(static_cast<int>(AdditiveKind::Count) == 5, "update the name table in spec.cpp");
 static_assert(static_cast<int>(PosKind::Count) == 4 && static_cast<int>(RopeScaling::Count) == 7 &&
                   static_cast<int>(YarnRamp::Count) == 2 &&
                   static_cast<int>(MaskKind::Count) == 3 && static_cast<int>(LogitKind::Count) == 5 &&
@@ -47,6 +50,7 @@ const char* name(OutputGate k);
 const char* name(RopeSelect k);
 const char* name(RopeAngles k);
 const char* name(LearnedFreqs k);
+const char* name(AdditiveKind k);
 // Parse a lower-case name ("rope", "yarn", "scope", "scale_invariant", "per_head", ...);
 // throws ValueError listing the accepted names.
 PosKind parse_pos(const std::string& s);
@@ -59,6 +63,7 @@ OutputGate parse_gate(const std::string& s);
 RopeSelect parse_rope_select(const std::string& s);
 RopeAngles parse_rope_angles(const std::string& s);
 LearnedFreqs parse_learned_freqs(const std::string& s);
+AdditiveKind parse_additive(const std::string& s);
 
 struct PositionSpec {
   PosKind kind = PosKind::Rope;
@@ -170,18 +175,31 @@ struct AttentionSpec {
   // window and ALiBi slope); sinks, LogN's c and FoX's gates are per attention head (2H).
   bool diff = false;
   int64_t attn_heads(int64_t n_heads) const { return diff ? 2 * n_heads : n_heads; }
+  // GRAPE's additive form (Zhang et al., arXiv 2512.07805) beside any position encoding: logits gain
+  // -(p_i - p_j) (dist_q_i + dist_k_j) (attention/fused.h AttnTerms::dist_q / dist_k). alibi: ALiBi's
+  // fixed slopes (dist_k = slope_h; not with pos alibi); key: dist_k = omega_h softplus(u_h . k_j /
+  // sqrt(D)) with u_h unit-normalised, k after QK-norm and before any rotation; query: dist_q from
+  // q_i and v_h likewise; query_key: both. omega_h = softplus(w_h) slope_h (ALiBi's slopes), w_h
+  // starting at ln(e - 1) so omega_h = slope_h, learned when additive_learned_slope (the gated kinds
+  // only: alibi's slopes stay fixed).
+  AdditiveKind additive = AdditiveKind::None;
+  bool additive_learned_slope = true;
+  // Whether the fused op takes per-token rates (the gated kinds; alibi rides on the op's slopes).
+  bool additive_rates() const {
+    return additive == AdditiveKind::Key || additive == AdditiveKind::Query || additive == AdditiveKind::QueryKey;
+  }
 
   // Throws ValueError naming the field and what to change.
   void validate(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t T) const;
   // One window per query head for sequence length T (0 = unbounded).
   std::vector<int64_t> windows(int64_t n_heads, int64_t T) const;
   std::string describe() const;  // one line: "rope(base=10000) causal identity"
-  // Whether the rotation (RoPE, p-RoPE) or a logit term (ALiBi's and scale-invariant attention's
+  // Whether the rotation (RoPE, p-RoPE) or a logit term (ALiBi's, GRAPE-A's and scale-invariant attention's
   // distance, LogN by position, SWAN's row, Llama 4's temperature) reads the tokens' positions:
   // what drawn token positions (PoSE, randomized, real-valued) change.
   bool rotary() const { return pos.kind == PosKind::Rope || pos.kind == PosKind::PRope; }
   bool logits_read_positions() const {
-    return pos.kind == PosKind::Alibi || logit.kind == LogitKind::ScaleInvariant ||
+    return pos.kind == PosKind::Alibi || additive != AdditiveKind::None || logit.kind == LogitKind::ScaleInvariant ||
            (logit.kind == LogitKind::LogN && logit.logn_position) || logit.kind == LogitKind::SwanRow ||
            logit.qtemp_alpha != 0;
   }

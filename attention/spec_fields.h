@@ -79,6 +79,11 @@ inline constexpr const char* kQKNorm[] = {
     "whole-projection QK-norm (DroPE's): no Llama-family architecture normalises the whole q/k projection "
     "(recalibrate without drope.qk_norm to export)",
     "per-head QK-norm: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which has it"};
+inline constexpr const char* kAdditive[] = {
+    nullptr, "ALiBi beside the position encoding: no Llama-family architecture adds position biases",
+    "GRAPE's additive form: no Llama-family architecture adds a gated distance bias",
+    "GRAPE's additive form: no Llama-family architecture adds a gated distance bias",
+    "GRAPE's additive form: no Llama-family architecture adds a gated distance bias"};
 inline constexpr const char* kGate[] = {
     nullptr, "gated attention output: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which gates the attention output",
     "gated attention output: Horizon exports Llama/Mistral/Qwen2/SmolLM3, none of which gates the attention output"};
@@ -238,6 +243,19 @@ void visit_spec_fields(const std::string& p, AttentionSpec& s, V& v) {
         .shown());
   v(p + ".forget_bias", s.forget_bias,
     via(arch("FoX: initial forget-gate bias b_h (0 as in FoX; larger = longer memory at init)"), "forget"));
+  // GRAPE's additive form (h58-grape)
+  v.enumeration(p + ".additive", s.additive,
+                refused_values<AdditiveKind>(
+                    arch("additive distance term beside pos (GRAPE-A): none | alibi (ALiBi's fixed slopes; not with pos "
+                         "alibi) | key | query | query_key (logits gain -(p_i - p_j) omega_h softplus(u_h . k_j / "
+                         "sqrt(D)), from q_i, or both)"),
+                    stock::kAdditive)
+                    .shown(),
+                parse_additive, static_cast<const char* (*)(AdditiveKind)>(name));
+  v(p + ".additive_learned_slope", s.additive_learned_slope,
+    via(arch("GRAPE-A: omega_h = softplus(w_h) x ALiBi slope_h is learned (key | query | query_key; alibi's slopes "
+             "stay fixed)"),
+        "additive"));
 }
 
 // Visits the fields of `s` as visit_spec_fields does, and hands the visitor, beside each field, the same

@@ -59,7 +59,8 @@
 //   temperature     r = beta; with documents and DroPE's beta = 1 + c ln s (temp_c != 0), s is
 //                   each row's document length over train_len (s <= 1: beta = 1), the s the
 //                   document would get evaluated alone;
-//   ALiBi (position encoding alibi) adds -slope_h * t to any of them; Llama 4's temperature
+//   ALiBi (position encoding alibi) adds -slope_h * t to any of them, and GRAPE's additive term
+//   -t (dist_q_i + dist_k_j) (per-token rates, dist_rate below) likewise; Llama 4's temperature
 //   multiplies r by 1 + alpha ln(floor((P_i + 1) / beta) + 1) (qtemp_alpha != 0). P_i, the row's
 //   position: key_position + p_i, or p_i - start_b(p_i) with position reset.
 // Token positions (positions != null: PoSE's, randomized or real-valued positions drawn by the data,
@@ -114,6 +115,12 @@ struct AttnKernelParams {
   bool logn_whole_row = false;        // logn's visible count ignores the key limits (fused.h)
   const double* positions = nullptr;  // token positions (B, positions_T), indexed by key_position + j (null: indices)
   int64_t positions_T = 0;
+  // GRAPE's additive distance term (fused.h AttnTerms::dist_q / dist_k): logits gain -|t| (dist_q_i +
+  // dist_k_j), t the distance ALiBi reads; dist_q (B, H, Tq) and dist_k (B, H, Tk) f64 on the call's
+  // device, contiguous, null = 0 (dist_rate below).
+  bool dist = false;                  // the term is on (either pointer set; planning reads this alone)
+  const double* dist_q = nullptr;
+  const double* dist_k = nullptr;
   int64_t window[kMaxAttnHeads] = {};  // per query head, 0 = unbounded
   double slope[kMaxAttnHeads] = {};    // ALiBi slope per query head (used when alibi)
 };
@@ -141,7 +148,7 @@ HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
   return p.doc_end[b * p.doc_T + p.key_position + pos] - p.key_position;
 }
 
-// Whether this compilation handles chunks, sink tokens, a prefix and token positions. The device pass of
+// Whether this compilation handles chunks, sink tokens, a prefix, token positions and GRAPE's distance term. The device pass of
 // the tensor-core kernels' plain variant (attention/cuda/attn_mma.cu defines HZ_TILING_PLAIN) leaves
 // them out: the extra index arithmetic spilled the dK/dV kernel's registers past its budget
 // (tests/kernel_registers.sh), and calls that have them run the general variant
@@ -153,11 +160,13 @@ HZ_HD int64_t doc_end_of(const AttnKernelParams& p, int64_t b, int64_t pos) {
 #define HZ_SINK_TOKENS(p) false
 #define HZ_PREFIX(p) false
 #define HZ_TOKEN_POSITIONS(p) false
+#define HZ_DIST(p) false
 #else
 #define HZ_CHUNKS(p) ((p).chunk > 0)
 #define HZ_SINK_TOKENS(p) ((p).sink_tokens > 0)
 #define HZ_PREFIX(p) ((p).prefix > 0)
 #define HZ_TOKEN_POSITIONS(p) ((p).positions != nullptr)
+#define HZ_DIST(p) ((p).dist)
 #endif
 
 // The first position of the document holding key position pos (of the sequence, key index
@@ -728,8 +737,9 @@ template <class F>
 struct LogitCoef {
   F mul, add;
 };
+// `rate`: GRAPE's additive term of the pair (dist_rate), a per-pair slope beside ALiBi's.
 template <class F>
-HZ_HD LogitCoef<F> logit_coef(const AttnKernelParams& p, int64_t h, F r, F t) {
+HZ_HD LogitCoef<F> logit_coef(const AttnKernelParams& p, int64_t h, F r, F t, F rate = F(0)) {
   if (t < F(0)) t = -t;  // a prefix's later keys (prefix-LM): the distance both ways
   LogitCoef<F> c{r, F(0)};
   if (p.logit == LogitKind::ScaleInvariant) {
@@ -739,11 +749,23 @@ HZ_HD LogitCoef<F> logit_coef(const AttnKernelParams& p, int64_t h, F r, F t) {
     c.add = m;
   }
   if (p.alibi) c.add -= static_cast<F>(p.slope[h]) * t;
+  if (HZ_DIST(p)) c.add -= rate * t;
   return c;
+}
+// GRAPE's additive term (fused.h): the rate dist_q_i + dist_k_j of row i and key j of (b, h), whose
+// logit gains -|t| times it; 0 without the term. Its gradients are -sum_j dL_ij |t_ij| per row and
+// -sum_i dL_ij |t_ij| per key.
+template <class F>
+HZ_HD F dist_rate(const AttnKernelParams& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (!HZ_DIST(p)) return F(0);
+  F r = F(0);
+  if (p.dist_q != nullptr) r += static_cast<F>(p.dist_q[(b * p.H + h) * p.Tq + i]);
+  if (p.dist_k != nullptr) r += static_cast<F>(p.dist_k[(b * p.H + h) * p.Tk + j]);
+  return r;
 }
 // Whether logits depend on the distance t (otherwise L = r * s).
 HZ_HD bool logits_depend_on_t(const AttnKernelParams& p) {
-  return p.logit == LogitKind::ScaleInvariant || p.alibi;
+  return p.logit == LogitKind::ScaleInvariant || p.alibi || HZ_DIST(p);
 }
 
 }  // namespace hz::attn

@@ -2,7 +2,7 @@
 //   horizon bench attention [--device cpu|cuda] [--dtype f32|bf16|f64] [--impl auto|reference|tensor_core|cudnn]
 //                           [--T 1024,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]
 //                           [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docs2048,chunk8192,sink4]
-//                           [--logits identity,scale_invariant,...] [--terms none,sink,fox,sink+fox] [--json FILE]
+//                           [--logits identity,scale_invariant,...] [--terms none,sink,fox,sink+fox,grape] [--json FILE]
 // Forward+backward of the fused attention op per mask, logit transform and length (docsN: causal
 // inside packed documents of N tokens, positions reset; the block-diagonal; chunkN: causal inside
 // chunks of N positions, Llama 4's; sinkS: the sliding window plus the first S tokens): median time
@@ -68,11 +68,12 @@ int bench_attention(const Flags& args) {
   const int64_t W = args.geti("window", 512), reps = args.geti("reps", gpu ? 10 : 3);
   const auto masks = split_list(args.get("masks", "causal,swa,scope"));
   const auto logits = split_list(args.get("logits", "identity"));
-  // the softmax additions: none, sink, fox or sink+fox (timed against none at the same mask)
+  // the softmax additions: none, sink, fox, sink+fox or grape (GRAPE-A's learned rates dist_q and dist_k;
+  // on CUDA the reference kernels) (timed against none at the same mask)
   const auto term_sets = split_list(args.get("terms", "none"));
   for (const auto& t : term_sets)
-    HZ_CHECK(t == "none" || t == "sink" || t == "fox" || t == "sink+fox", ValueError, "bench: --terms takes none, sink, "
-             "fox and sink+fox, got '", t, "'");
+    HZ_CHECK(t == "none" || t == "sink" || t == "fox" || t == "sink+fox" || t == "grape", ValueError, "bench: --terms "
+             "takes none, sink, fox, sink+fox and grape, got '", t, "'");
   const std::string impl = args.get("impl", "auto");
   HZ_CHECK(impl == "auto" || impl == "reference" || impl == "tensor_core" || impl == "cudnn", ValueError,
            "bench: --impl auto, reference, tensor_core or cudnn");
@@ -128,11 +129,13 @@ int bench_attention(const Flags& args) {
             cost.flops_fwd /= B;
             cost.flops_fwd_bwd /= B;
           }
-          const bool tc = attn::attn_tiles(cfg, dev, dt, D, T).tensor_core;
+          const bool grape = terms == "grape";
+          const bool tc = attn::attn_tiles(cfg, dev, dt, D, T).tensor_core && !grape;  // GRAPE-A: the reference kernels
           // the kernels that run (fused.cpp's choice): cuDNN's where the call goes there (attention/backend.h)
           attn::AttnKernelParams P = attn::make_kernel_params(cfg, B, H, H, T, T, D);
           P.sink = terms.find("sink") != std::string::npos;
           P.fox = terms.find("fox") != std::string::npos;
+          P.dist = grape;
           if (cfg.documents) P.doc_start = P.doc_end = &kAnyDocuments;  // any: the plan asks whether there are some
           const bool on_cudnn = gpu && attn::cudnn_compiled() && attn::cudnn_plan(P, dt).ok &&
                                 (impl == "cudnn" || (impl == "auto" && attn::attention_backend() != attn::AttnBackend::Horizon));
@@ -146,6 +149,10 @@ int bench_attention(const Flags& args) {
           if (terms.find("sink") != std::string::npos) at.sink = ag::Variable(Tensor::zeros({H}, DType::F32, dev), true);
           if (terms.find("fox") != std::string::npos)  // learned log f: its gradient is part of the backward
             at.forget = ag::Variable(g.uniform({B, H, T}, -0.1, 0.0, DType::F32, dev), true);
+          if (grape) {  // learned rates: their gradients are part of the backward
+            at.dist_q = ag::Variable(g.uniform({B, H, T}, 0.0, 0.05, DType::F32, dev), true);
+            at.dist_k = ag::Variable(g.uniform({B, H, T}, 0.0, 0.05, DType::F32, dev), true);
+          }
           const Tensor gout = g.normal({B, H, T, D}, 0, 1, dt, dev);
           std::vector<double> fwd, tot;
           int64_t peak = 0;
@@ -448,7 +455,7 @@ int bench_main(const std::vector<std::string>& args) {
                "                               [--T 1024,2048,...] [--B 1] [--H 8] [--D 64] [--window 512] [--reps 3]\n"
                "                               [--block-q 0] [--block-k 0] [--masks causal,swa,scope,docsN,chunkN,sinkS]\n"
                "                               [--logits identity,scale_invariant,logn,swan_row,temperature]\n"
-               "                               [--terms none,sink,fox,sink+fox] [--json FILE]\n"
+               "                               [--terms none,sink,fox,sink+fox,grape] [--json FILE]\n"
                "         (block 0: the device's tiles; cuda defaults: bf16, H = 2048/D, B = 16384/T, T up to 32768, 10 reps)\n"
                "       horizon bench generate RECIPE.yaml|RUN_DIR [...]   (horizon bench generate --help)\n"
                "       horizon bench tokenizer TOKENIZER DOCS.jsonl [...] (horizon bench tokenizer --help)\n");

@@ -61,6 +61,11 @@ std::vector<std::pair<std::string, std::string>> parameter_names(const nn::Model
     }
     if (s.pos.kind == attn::PosKind::Rope && s.pos.learned_freqs != attn::LearnedFreqs::None)
       out.emplace_back(p + "self_attn.freq_factors", h + "attn.freq_factors");
+    if (s.additive_rates()) {  // GRAPE-A: the gates' directions, and omega's w when it is learned
+      if (s.additive != attn::AdditiveKind::Query) out.emplace_back(p + "self_attn.additive_u", h + "attn.additive_u");
+      if (s.additive != attn::AdditiveKind::Key) out.emplace_back(p + "self_attn.additive_v", h + "attn.additive_v");
+      if (s.additive_learned_slope) out.emplace_back(p + "self_attn.additive_w", h + "attn.additive_w");
+    }
     out.emplace_back(p + "post_attention_layernorm.weight", h + "norm2.weight");
     if (c.mlp == nn::MlpKind::SwiGLU) {
       out.emplace_back(p + "mlp.gate_proj.weight", h + "mlp.w1.weight");
@@ -120,6 +125,11 @@ std::map<std::string, Shape> parameter_shapes(const nn::ModelConfig& c) {
     }
     if (a.pos.kind == attn::PosKind::Rope && a.pos.learned_freqs != attn::LearnedFreqs::None)
       s[h + "attn.freq_factors"] = {(a.pos.learned_freqs == attn::LearnedFreqs::Head ? Hkv : 1) * (D / 2)};
+    if (a.additive_rates()) {
+      if (a.additive != attn::AdditiveKind::Query) s[h + "attn.additive_u"] = {Ha, D};
+      if (a.additive != attn::AdditiveKind::Key) s[h + "attn.additive_v"] = {Ha, D};
+      if (a.additive_learned_slope) s[h + "attn.additive_w"] = {Ha};
+    }
   }
   return s;
 }

@@ -54,6 +54,18 @@ AttentionLayer::AttentionLayer(const AttentionDims& d, const attn::AttentionSpec
     if (init.empty()) init.assign(D / 2, 1.0);
     freq_factors = register_parameter("freq_factors", Tensor::zeros({G * (D / 2)}, dt), Init::tiled(init));
   }
+  if (spec.additive_rates()) {  // GRAPE-A: directions ~ normal(1/sqrt(D)), omega_h = softplus(w_h) slope_h
+    const double gate_std = 1.0 / std::sqrt(static_cast<double>(D));
+    const attn::AdditiveKind a = spec.additive;
+    if (a == attn::AdditiveKind::Key || a == attn::AdditiveKind::QueryKey)
+      additive_u = register_parameter("additive_u", Tensor::zeros({Ha, D}, dt), Init::normal(gate_std));
+    if (a == attn::AdditiveKind::Query || a == attn::AdditiveKind::QueryKey)
+      additive_v = register_parameter("additive_v", Tensor::zeros({Ha, D}, dt), Init::normal(gate_std));
+    const double w0 = std::log(std::exp(1.0) - 1.0);  // softplus(w0) = 1
+    Tensor w = Tensor::full({Ha}, w0, dt);
+    if (spec.additive_learned_slope) additive_w = register_parameter("additive_w", w, Init::constant(w0));
+    else additive_w = ag::Variable(w);
+  }
 }
 
 int64_t AttentionLayer::angle_groups() const {
@@ -110,7 +122,7 @@ double AttentionLayer::angle_flops_per_token() const {
   return fl;
 }
 
-attn::AttnTerms AttentionLayer::terms(const ag::Variable& x) const {
+attn::AttnTerms AttentionLayer::terms(const ag::Variable& x, const ag::Variable& q, const ag::Variable& k) const {
   attn::AttnTerms t;
   t.logn_c = logn_c;
   t.sink = sink;
@@ -121,12 +133,43 @@ attn::AttnTerms AttentionLayer::terms(const ag::Variable& x) const {
     const ag::Variable b = forget_b.dtype() == fd ? forget_b : ag::cast(forget_b, fd);
     t.forget = ag::contiguous(ag::transpose(ag::log_sigmoid(ag::linear(xf, w, b)), 1, 2));
   }
+  if (spec.additive_rates()) {
+    // GRAPE-A's rates in f32 for bf16 activations: omega_h softplus(u_h . k_j / sqrt(D)) for the keys (kv head
+    // h / G), likewise from q_i and v_h for the queries; u / sqrt(|u|^2 + 1e-12) is u's unit direction (0
+    // stays 0, as normalize's floor does in the GRAPE code)
+    const DType fd = x.dtype() == DType::BF16 ? DType::F32 : x.dtype();
+    auto as_fd = [&](const ag::Variable& a) { return a.dtype() == fd ? a : ag::cast(a, fd); };
+    const int64_t B = q.size(0), Ha = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), G = Ha / Hkv;
+    const ag::Variable softplus_w = ag::neg(ag::log_sigmoid(ag::neg(as_fd(additive_w))));
+    std::vector<double> slopes = attn::alibi_slopes(dims.n_heads);
+    if (spec.diff) {  // DIFF V2: attention heads 2h and 2h+1 share output head h's slope (make_attn_config)
+      std::vector<double> paired;
+      for (double m : slopes) paired.insert(paired.end(), {m, m});
+      slopes = paired;
+    }
+    const ag::Variable omega = ag::reshape(
+        ag::mul(softplus_w, ag::Variable(Tensor::from_vector(slopes, {Ha}, fd).to(q.value().device()))), {1, Ha, 1});
+    auto rate = [&](const ag::Variable& heads, const ag::Variable& dir) {  // heads (B, Ha, T, D), dir (Ha, D)
+      const ag::Variable d = as_fd(dir);
+      const ag::Variable unit = ag::mul(d, ag::rsqrt(ag::add_scalar(ag::sum(ag::square(d), 1, true), 1e-12)));
+      const ag::Variable s = ag::sum(ag::mul(as_fd(heads), ag::reshape(unit, {1, Ha, 1, D})), 3);  // (B, Ha, T)
+      const ag::Variable sp = ag::neg(ag::log_sigmoid(ag::neg(ag::mul_scalar(s, 1.0 / std::sqrt(static_cast<double>(D))))));
+      return ag::contiguous(ag::mul(sp, omega));
+    };
+    if (additive_u.defined()) {
+      const ag::Variable kh = G == 1 ? k : ag::reshape(ag::expand(ag::unsqueeze(k, 2), {B, Hkv, G, T, D}), {B, Ha, T, D});
+      t.dist_k = rate(kh, additive_u);
+    }
+    if (additive_v.defined()) t.dist_q = rate(q, additive_v);
+  }
   return t;
 }
 
 void AttentionLayer::move_buffers(Device dev) {
   if (logn_c.defined() && !logn_c.requires_grad() && logn_c.value().device() != dev)
     logn_c = ag::Variable(logn_c.value().to(dev));
+  if (additive_w.defined() && !additive_w.requires_grad() && additive_w.value().device() != dev)
+    additive_w = ag::Variable(additive_w.value().to(dev));
 }
 
 attn::AttnConfig AttentionLayer::attn_config(const AttnCall& call) const {
@@ -159,7 +202,8 @@ AttentionLayer::QKV AttentionLayer::project_qkv(const ag::Variable& x) const {
 }
 
 AttnShape AttentionLayer::shape(const CallShape& s) const {
-  return {s, attn_heads(), dims.n_kv_heads, dims.head_dim, spec.forget};
+  return {s, attn_heads(), dims.n_kv_heads, dims.head_dim, spec.forget,
+          spec.additive_rates() && spec.additive != attn::AdditiveKind::Query};
 }
 
 ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) const {
@@ -180,6 +224,12 @@ ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) co
     kept += GA * ab;
     if (angle_w.defined()) kept += 2 * GA * la + 2 * GA * ab;
     if (spec.pos.rotate_v) kept += N * H * D * a;
+  }
+  // GRAPE-A, per gated side: its heads before the rotation (kept by the gate's product, f32 at most), the
+  // projections, their softplus and the rates (f32), and the op's f64 copy of the rates
+  if (spec.additive_rates()) {
+    const bool keys = spec.additive != attn::AdditiveKind::Query, queries = spec.additive != attn::AdditiveKind::Key;
+    kept += (keys ? N * Hkv * D * 4 + 3 * N * H * 4 + N * H * 8 : 0) + (queries ? N * H * D * 4 + 3 * N * H * 4 + N * H * 8 : 0);
   }
   if (call.route) kept += call.route->kept_bytes(attn_config(call), shape(s));
   // no grad: q, k, v with one rotated copy being made, the output and its (B, T, H D) copy with
@@ -224,8 +274,9 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
            "attention: ", call.route ? call.route->name() : "", " splits a training or evaluation sequence; decoding "
            "with a KV cache and LaMPE run on one rank");
   if (uses_lampe(cfg)) {  // LaMPE rotates per region itself, for the input length l = call.T
-    HZ_CHECK(!spec.sink && !spec.forget, NotImplementedError,
-             "attention: LaMPE remaps RoPE positions per region and does not take sinks or FoX forget gates");
+    HZ_CHECK(!spec.sink && !spec.forget && !spec.additive_rates(), NotImplementedError,
+             "attention: LaMPE remaps RoPE positions per region and does not take sinks, FoX forget gates or GRAPE-A's "
+             "gated rates");
     HZ_CHECK(!cfg.documents, NotImplementedError,
              "attention: LaMPE remaps positions for one input length and cannot score packed documents; "
              "evaluate with data.documents=stream (one document per sequence)");
@@ -241,6 +292,7 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
       o = attn::lampe_attention(q, k, v, f, lc, cfg).out;
     }
   } else {
+    const attn::AttnTerms tm = terms(x, q, k);  // GRAPE-A's gates read q and k before the rotation
     AttentionRoute& route = cache ? *cache : call.route ? *call.route : fused_route();
     ag::Variable theta;  // learned angles (B or 1, G, T, D/2)
     if (rot && spec.pos.learned_angles()) {
@@ -252,7 +304,7 @@ ag::Variable AttentionLayer::forward(const ag::Variable& x, const Tensor& positi
       q = attn::apply_rope(q, positions, f);
       k = attn::apply_rope(k, positions, f);
     }
-    o = route.attend(q, k, v, cfg, terms(x));
+    o = route.attend(q, k, v, cfg, tm);
     // rotate_v: o_i back by -theta_i, before DIFF's combine and the output gate
     if (theta.defined() && spec.pos.rotate_v) o = attn::rotate_by_angles(o, theta, 1.0, /*inverse=*/true);
   }

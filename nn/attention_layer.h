@@ -2,7 +2,7 @@
 // (bias-free, or with q/k/v biases as Qwen2 has); optional QK-norm (full: RMSNorm over the whole q / k projection with gains of
 // size H*D / Hkv*D, as in DroPE; per_head: RMSNorm over each head's D with a shared gain of D);
 // RoPE / p-RoPE at explicit positions; the fused attention op with this layer's windows, ALiBi
-// slopes and logit transform, sinks and FoX's forget gates; an optional output gate; output
+// slopes and logit transform, sinks, FoX's forget gates and GRAPE-A's gated distance rates; an optional output gate; output
 // projection wo (a residual projection).
 #pragma once
 #include <optional>
@@ -64,7 +64,8 @@ class AttentionLayer : public Module {
   // included (call.route; the fused op keeps nothing more). kept: its output's (B, T, C) copy; q, k,
   // v after RoPE and the attention output; the rows' log-sum-exps; with QK-norm the pre-norm q and k
   // and their statistics; with an output gate its logits, the gates and the gated output; with FoX
-  // the gate's logits, log f (f32), its transpose and c. transient: dO, dq, dk, dv, the gradients of
+  // the gate's logits, log f (f32), its transpose and c; with GRAPE-A's gates, per gated side the heads
+  // before rotation, the projections, softplus and rates (f32) and the op's f64 rates. transient: dO, dq, dk, dv, the gradients of
   // its input and output, the rows' softmax statistics.
   ActivationCost cost(const CallShape& s, const AttnCall& call) const;
   // This layer's attention shape for a call (what a route's costs read).
@@ -93,8 +94,6 @@ class AttentionLayer : public Module {
   ag::Variable logn_c;  // (Ha): a parameter when learnable, else a constant
   ag::Variable sink;    // (Ha): the sink logits (spec.sink), initialised to 0
   ag::Variable forget_w, forget_b;  // FoX (spec.forget): (Ha, C) ~ normal(init_std), (Ha) = forget_bias
-  // The op's terms for input x (B, T, C): LogN's c, the sinks, FoX's log f (B, H, T) (f32 for bf16 x).
-  attn::AttnTerms terms(const ag::Variable& x) const;
   // Learned angles (spec.pos.learned_angles(); docs/methods.md), G angle groups (angle_groups()):
   ag::Variable angle_w, angle_b;  // rope_angles accumulated: (G D/2, C) ~ normal(init_std), (G D/2) = ln(e - 1)
   // learned_freqs (GRAPE-M): (Gf D/2), Gf = 1 (layer) or Hkv (head), initialised to rope_freq_factors
@@ -111,11 +110,19 @@ class AttentionLayer : public Module {
   // Forward FLOPs per token of the learned angles: the rotations and the steps' elementwise work
   // (the projection angle_w is a GEMM weight, counted with the others).
   double angle_flops_per_token() const;
+  // GRAPE-A (spec.additive key / query / query_key): the gates' directions u (keys) and v (queries),
+  // (Ha, D) ~ normal(1/sqrt(D)), used unit-normalised; w (Ha) = ln(e - 1), so omega_h = softplus(w_h)
+  // slope_h starts at ALiBi's slope (a parameter when spec.additive_learned_slope, else a constant).
+  ag::Variable additive_u, additive_v, additive_w;
+  // The op's terms for input x (B, T, C) and its projections q (B, Ha, T, D), k (B, Hkv, T, D) after
+  // QK-norm and before any rotation: LogN's c, the sinks, FoX's log f (B, H, T) and GRAPE-A's rates
+  // dist_k / dist_q (B, Ha, T) (f32 for bf16 x).
+  attn::AttnTerms terms(const ag::Variable& x, const ag::Variable& q, const ag::Variable& k) const;
   // Inference: when set on a causal RoPE layer, attention runs as LaMPE (attention/lampe.h).
   std::optional<attn::LampeConfig> lampe;
 
  protected:
-  void move_buffers(Device dev) override;  // logn_c when it is a constant
+  void move_buffers(Device dev) override;  // logn_c and additive_w when they are constants
 };
 
 }  // namespace hz::nn

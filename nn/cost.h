@@ -32,6 +32,7 @@ struct AttnShape {
   CallShape call;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   bool fox = false;
+  bool key_rates = false;  // GRAPE-A's dist_k travels with the keys (spec.additive key / query_key)
 };
 
 // A block (nn/transformer.h): what it keeps under each train.recompute setting and the two moments

@@ -144,10 +144,23 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, co
   const Tensor& v = vvar.value();
   const int64_t n = k.size(2), p0 = length_;
   const ag::Variable& logn_c = terms.logn_c;
-  // FoX's log f of the new tokens as (1, H, n, 1), stored beside the keys: the decay between a
-  // kept key and a query sums the log f of the positions between them, all inside the buffer
-  const bool fox = terms.forget.defined();
-  const Tensor fnew = fox ? terms.forget.value().unsqueeze(3) : Tensor();
+  // The per-key terms of the new tokens as (1, H, n, c), stored beside the keys: FoX's log f (the
+  // decay between a kept key and a query sums the log f of the positions between them, all inside
+  // the buffer) and GRAPE-A's key rates dist_k, in that order along the last dimension
+  const bool fox = terms.forget.defined(), dk = terms.dist_k.defined();
+  const bool keyed = fox || dk;
+  Tensor fnew;
+  if (keyed) {
+    std::vector<ag::Variable> parts;
+    if (fox) parts.push_back(ag::Variable(terms.forget.value().unsqueeze(3)));
+    if (dk) parts.push_back(ag::Variable(terms.dist_k.value().to(fox ? terms.forget.dtype() : terms.dist_k.dtype()).unsqueeze(3)));
+    fnew = parts.size() == 1 ? parts[0].value() : ag::cat(parts, 3).value();
+  }
+  // the kept per-key terms F (1, h, keys, c) as the op's inputs
+  auto key_terms = [&](attn::AttnTerms& tb, const Tensor& F) {
+    if (fox) tb.forget = ag::Variable(F.narrow(3, 0, 1).squeeze(3).contiguous());
+    if (dk) tb.dist_k = ag::Variable(F.narrow(3, fox ? 1 : 0, 1).squeeze(3).contiguous());
+  };
   HZ_CHECK(k.dim() == 4 && k.size(0) == 1 && k.size(1) == static_cast<int64_t>(cap_.size()), ShapeError,
            "kv cache: keys must be (1, ", cap_.size(), ", n, D), got ", shape_str(k.shape()));
   HZ_CHECK(p0 + n <= capacity_, ValueError, "kv cache: ", p0 + n, " tokens do not fit the capacity of ", capacity_);
@@ -169,13 +182,15 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, co
     attn::AttnTerms tb;
     tb.logn_c = logn_c.defined() && !whole ? ag::narrow(logn_c, 0, h0, h1 - h0) : logn_c;
     tb.sink = terms.sink.defined() && !whole ? ag::narrow(terms.sink, 0, h0, h1 - h0) : terms.sink;
-    const Tensor fb = fox ? (whole ? fnew : fnew.narrow(1, h0, h1 - h0)) : Tensor();
-    if (b.sinks > 0) {
-      HZ_CHECK(!fox, NotImplementedError, "kv cache: FoX's decay spans the keys a ring with pinned sinks drops");
+    if (terms.dist_q.defined()) tb.dist_q = whole ? terms.dist_q : ag::narrow(terms.dist_q, 1, h0, h1 - h0);
+    const Tensor fb = keyed ? (whole ? fnew : fnew.narrow(1, h0, h1 - h0)) : Tensor();
+    if (b.sinks > 0) {  // (the constructor pins no sinks for layers with per-key terms)
+      HZ_CHECK(!keyed, NotImplementedError, "kv cache: per-key terms (FoX's decay, GRAPE-A's key rates) beside pinned "
+               "sink tokens are not kept");
       outs.push_back(attend_pinned(b, qb, kb, vb, c, tb, p0));
       continue;
     }
-    if (fox && !b.f.defined()) b.f = Tensor::zeros({1, h1 - h0, b.rows, 1}, fnew.dtype(), fnew.device());
+    if (keyed && !b.f.defined()) b.f = Tensor::zeros({1, h1 - h0, b.rows, fnew.size(3)}, fnew.dtype(), fnew.device());
     const int64_t kept = b.len + n > b.rows ? std::min(b.len, b.cap - 1) : b.len;  // after a shift
     if (kept + n <= b.rows) {
       // in place: the queries sit at buffer index (position - base), keys beyond len are masked
@@ -184,7 +199,7 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, co
       c.key_position = b.base;  // terms that read absolute positions (LogN's position, Llama 4's temperature)
       c.key_begin = 0;
       c.key_end = b.len;
-      if (fox) tb.forget = ag::Variable(b.f.squeeze(3));  // rows past len are masked keys
+      if (keyed) key_terms(tb, b.f);  // rows past len are masked keys
       outs.push_back(attn::fused_attention(qb, ag::Variable(b.k), ag::Variable(b.v), c, tb).out);
     } else {
       // more new keys than the buffer holds (a long prompt on a window layer): attend over the
@@ -196,16 +211,16 @@ ag::Variable LayerKV::attend(const ag::Variable& q, const ag::Variable& kvar, co
       c.q_offset = kept;
       c.key_position = p0 - kept;
       Tensor F;
-      if (fox) {
+      if (keyed) {
         F = kept > 0 ? ag::cat({ag::Variable(b.f.narrow(2, b.len - kept, kept)), ag::Variable(fb)}, 2).value()
                      : fb.contiguous();
-        tb.forget = ag::Variable(F.squeeze(3));
+        key_terms(tb, F);
       }
       outs.push_back(attn::fused_attention(qb, ag::Variable(K), ag::Variable(V), c, tb).out);
       const int64_t total = kept + n, tail = std::min(b.cap, total);
       b.k.narrow(2, 0, tail).copy_(K.narrow(2, total - tail, tail));
       b.v.narrow(2, 0, tail).copy_(V.narrow(2, total - tail, tail));
-      if (fox) b.f.narrow(2, 0, tail).copy_(F.narrow(2, total - tail, tail));
+      if (keyed) b.f.narrow(2, 0, tail).copy_(F.narrow(2, total - tail, tail));
       b.base = p0 + n - tail;
       b.len = tail;
     }
@@ -255,7 +270,9 @@ KVCache::KVCache(const Transformer& m, int64_t capacity, int64_t train_len)
     const attn::AttnConfig cfg = A.attn_config(c);
     const bool lampe = A.uses_lampe(cfg);
     // LaMPE remaps every key's distance: keep them all
-    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), capacity_, lampe, A.spec.forget, act, dev);
+    // per-key terms (FoX's gates, GRAPE-A's key rates) travel with the keys, so no sinks are pinned apart
+    kv_.emplace_back(cfg, m.cfg.kv_heads(), m.cfg.hdim(), capacity_, lampe,
+                     A.spec.forget || (A.spec.additive_rates() && A.spec.additive != attn::AdditiveKind::Query), act, dev);
     info_.push_back({kv_.back().keys_kept(), lampe, kv_.back().bytes()});
   }
 }

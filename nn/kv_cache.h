@@ -44,7 +44,7 @@ namespace hz::nn {
 class LayerKV final : public AttentionRoute {
  public:
   // cfg: the layer's kernel config for T = capacity; keep_all: every key stays (LaMPE); forget: the
-  // layer has FoX's gates (attn::sinks_pinnable). A head keeps its reach (attn::head_reach) in a ring.
+  // layer has per-key terms, FoX's gates or GRAPE-A's key rates (attn::sinks_pinnable). A head keeps its reach (attn::head_reach) in a ring.
   // The buffers are allocated now, zeroed, in `dtype` on `dev` (keys of another dtype are cast).
   LayerKV(const attn::AttnConfig& cfg, int64_t n_kv_heads, int64_t head_dim, int64_t capacity, bool keep_all,
           bool forget, DType dtype, Device dev);
@@ -52,7 +52,8 @@ class LayerKV final : public AttentionRoute {
   // q (1, H, n, D), k and v (1, Hkv, n, D) of positions length() .. length() + n - 1: stores the
   // keys and values, then returns the attention of the n queries over every key they can see
   // (1, H, n, D) with the op's logit transform and the layer's terms (LogN's c, sinks; FoX's log
-  // forget gates (1, H, n) of the new tokens, kept beside their keys).
+  // forget gates and GRAPE-A's key rates (1, H, n) of the new tokens, kept beside their keys; its
+  // query rates of the new queries).
   ag::Variable attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v, const attn::AttnConfig& cfg,
                       const attn::AttnTerms& terms) override;
   std::string name() const override { return "a KV cache"; }
@@ -75,7 +76,7 @@ class LayerKV final : public AttentionRoute {
     int64_t sinks = 0;          // pinned sink tokens: rows [0, sinks) hold positions 0 .. sinks - 1
     int64_t base = 0, len = 0;  // the buffer (after the sinks) holds positions [base, base + len)
     Tensor k, v;                // (1, kv1 - kv0, rows, D)
-    Tensor f;                   // FoX: (1, G (kv1 - kv0), rows, 1) log f of the band's query heads
+    Tensor f;                   // per-key terms (1, G (kv1 - kv0), rows, c) of the band's query heads: FoX's log f, GRAPE-A's dist_k
     Tensor pos;                 // pinned sinks: each row's position (1, rows) f64, made for base = pos_base
     int64_t pos_base = -1;
   };

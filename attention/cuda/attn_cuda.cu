@@ -33,6 +33,8 @@ void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const
   const int dev = q.device().index;
   cuda::use_device(dev);
   cuda_impl::Counter* cnt = counters(dev);
+  HZ_CHECK(!(use_tc && P.dist), NotImplementedError,
+           "attention: the tensor-core kernels do not take GRAPE's additive distance term; use the reference kernels");
   if (use_tc) cuda_impl::mma_forward(P, q, k, v, logn_c, fox_c, sink, out, lse, cnt, cuda::stream(dev));
   else cuda_impl::ref_forward(P, q, k, v, logn_c, fox_c, out, lse, cnt, cuda::stream(dev));
 }
@@ -40,16 +42,18 @@ void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const
 void cuda_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
                    const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dlogn_c_rows, Tensor* dfox_q,
-                   Tensor* dfox_k, Tensor* dsink_rows) {
+                   Tensor* dfox_k, Tensor* dsink_rows, Tensor* ddist_q, Tensor* ddist_k) {
   const int dev = q.device().index;
   cuda::use_device(dev);
   cuda_impl::Counter* cnt = counters(dev);
+  HZ_CHECK(!(use_tc && P.dist), NotImplementedError,
+           "attention: the tensor-core kernels do not take GRAPE's additive distance term; use the reference kernels");
   if (use_tc)
     cuda_impl::mma_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k,
                             dsink_rows, cnt, cuda::stream(dev));
   else
-    cuda_impl::ref_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k, cnt,
-                            cuda::stream(dev));
+    cuda_impl::ref_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k,
+                            ddist_q, ddist_k, cnt, cuda::stream(dev));
 }
 
 AttnStats cuda_stats() {

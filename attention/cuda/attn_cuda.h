@@ -6,7 +6,9 @@
 // Shapes (contiguous): q/out/gout/dq (B, H, Tq, D), k/v/dk/dv (B, Hkv, Tk, D), lse (B, H, Tq) in the
 // accumulation dtype A (f32, or f64 for f64 inputs), logn_c (H) in A or undefined, dc_rows
 // (B, H, Tq) in A; FoX's fox_c (B, H, Tk) in A or undefined, its gradient's two parts dfox_q
-// (B, H, Tq: sum_j dL_ij of row i) and dfox_k (B, H, Tk: -sum_i dL_ij of key j) in A. counters: 3 unsigned 64-bit integers on the device (forward blocks, forward
+// (B, H, Tq: sum_j dL_ij of row i) and dfox_k (B, H, Tk: -sum_i dL_ij of key j) in A; GRAPE's rates
+// (P.dist_q / dist_k, reference kernels only) likewise: ddist_q (B, H, Tq: -sum_j dL_ij |t_ij|) and
+// ddist_k (B, H, Tk: -sum_i dL_ij |t_ij|). counters: 3 unsigned 64-bit integers on the device (forward blocks, forward
 // boundary blocks, backward blocks), added to atomically (integers: the order does not matter).
 #pragma once
 #include <cuda_runtime.h>
@@ -24,8 +26,8 @@ void ref_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, co
                  const Tensor& fox_c, Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s);
 void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, Tensor& dq,
-                  Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Counter* counters,
-                  cudaStream_t s);
+                  Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Tensor* ddist_q,
+                  Tensor* ddist_k, Counter* counters, cudaStream_t s);
 
 // ---- tensor-core kernels (attn_mma.cu): bf16, D 64 or 128 ----------------------------------------
 // Calls with chunked attention, sink tokens, a prefix or token positions run the general variant

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const A* fch = fc ? fc + (b * P.H + h) * P.fox_T : nullptr;  // FoX: L_ij += c_pos - c_j
     const A fci = fch ? fch[pos] : A(0);
     auto logit = [&](int64_t j) {
-      const LogitCoef<A> cf = logit_coef<A>(P, h, r, pair_distance<A>(P, b, pos, j));
+      const LogitCoef<A> cf = logit_coef<A>(P, h, r, pair_distance<A>(P, b, pos, j), dist_rate<A>(P, b, h, i, j));
       return cf.mul * (scale * dot_row(qs, kh + j * P.D, P.D)) + cf.add + (fch ? fci - fch[j] : A(0));
     };
     A m = neg_inf<A>();
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     ref_bwd_dq_kernel(const AttnKernelParams P, const T* __restrict__ q, const T* __restrict__ k,
                       const T* __restrict__ v, const A* __restrict__ lse, const A* __restrict__ Dvec,
                       const T* __restrict__ gout, const A* __restrict__ c, const A* __restrict__ fc,
-                      T* __restrict__ dq, A* __restrict__ dc_rows, A* __restrict__ dfq) {
+                      T* __restrict__ dq, A* __restrict__ dc_rows, A* __restrict__ dfq, A* __restrict__ ddq) {
   extern __shared__ unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   A* qs = reinterpret_cast<A*>(smem_raw) + warp * 2 * P.D;  // q_i (D)
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t pos = P.q_offset + i;
     const A* fch = fc ? fc + (b * P.H + h) * P.fox_T : nullptr;
     const A fci = fch ? fch[pos] : A(0);
-    A acc[kPer], dcs = A(0), dfs = A(0);
+    A acc[kPer], dcs = A(0), dfs = A(0), dds = A(0);
 #pragma unroll
     for (int u = 0; u < kPer; ++u) acc[u] = A(0);
     for (const IndexRange& kr : ranges)
@@ -184,13 +184,15 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t j = jb + lane;
         A gval = A(0);
         if (j <= kr.hi) {
-          const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), pair_distance<A>(P, b, pos, j));  // a_t and the additive part
+          const A t = pair_distance<A>(P, b, pos, j);
+          const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), t, dist_rate<A>(P, b, h, i, j));  // a_t and the additive part
           const A s = scale * dot_row(qs, kh + j * P.D, P.D);
           const A p = math::exp_(r * cf.mul * s + cf.add + (fch ? fci - fch[j] : A(0)) - li);
           const A ds = p * (dot_row(gs, vh + j * P.D, P.D) - Di);  // dLoss/dL_ij
           gval = ds * r * cf.mul * scale;                           // dLoss/d(q_i . k_j)
           dcs += ds * f * cf.mul * s;                               // dLoss/dc_h (LogN)
           dfs += ds;                                                // FoX: dLoss/dc_pos, this row's part
+          dds -= ds * (t < A(0) ? -t : t);                          // GRAPE: dLoss/ddist_q_i
         }
         accumulate_rows(acc, gval, kh + jb * P.D, chunk(jb, kr.hi), P.D, lane);
       }
@@ -205,6 +207,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       dfs = warp_sum(dfs);
       if (lane == 0) dfq[row] = dfs;
     }
+    if (ddq != nullptr) {
+      dds = warp_sum(dds);
+      if (lane == 0) ddq[row] = dds;
+    }
   }
 }
 
@@ -215,7 +221,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     ref_bwd_dkdv_kernel(const AttnKernelParams P, const T* __restrict__ q, const T* __restrict__ k,
                         const T* __restrict__ v, const A* __restrict__ lse, const A* __restrict__ Dvec,
                         const T* __restrict__ gout, const A* __restrict__ c, const A* __restrict__ fc,
-                        T* __restrict__ dk, T* __restrict__ dv, A* __restrict__ dfk, Counter* __restrict__ counters) {
+                        T* __restrict__ dk, T* __restrict__ dv, A* __restrict__ dfk, A* __restrict__ ddk,
+                        Counter* __restrict__ counters) {
   extern __shared__ unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   A* ks = reinterpret_cast<A*>(smem_raw) + warp * 2 * P.D;  // k_j (D)
@@ -244,19 +251,22 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int64_t hrow = (b * P.H + h) * P.Tq;
       const A* fch = fc ? fc + (b * P.H + h) * P.fox_T : nullptr;
       A dfs = A(0);  // FoX: -sum_i dL_ij, key j's part of dLoss/dc_j for this query head
+      A dds = A(0);  // GRAPE: -sum_i dL_ij |t_ij|, dLoss/ddist_k_j for this query head
       for (const IndexRange& qr : ranges)
         for (int64_t ib = qr.lo; ib <= qr.hi; ib += 32) {
           const int64_t i = ib + lane;
           A pval = A(0), gval = A(0);
           if (i <= qr.hi) {
             const A r = row_factor<A>(P, b, h, i) * ch;
-            const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), pair_distance<A>(P, b, P.q_offset + i, j));
+            const A t = pair_distance<A>(P, b, P.q_offset + i, j);
+            const LogitCoef<A> cf = logit_coef<A>(P, h, A(1), t, dist_rate<A>(P, b, h, i, j));
             const A s = scale * dot_row(ks, q + (hrow + i) * P.D, P.D);
             const A fox = fch ? fch[P.q_offset + i] - fch[j] : A(0);
             pval = math::exp_(r * cf.mul * s + cf.add + fox - lse[hrow + i]);
             const A ds = pval * (dot_row(vs, gout + (hrow + i) * P.D, P.D) - Dvec[hrow + i]);
             gval = ds * r * cf.mul * scale;
             dfs -= ds;
+            dds -= ds * (t < A(0) ? -t : t);
           }
           accumulate_rows(accv, pval, gout + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);  // dV += P^T dO
           accumulate_rows(acck, gval, q + (hrow + ib) * P.D, chunk(ib, qr.hi), P.D, lane);     // dK += dS'^T Q
@@ -264,6 +274,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (dfk != nullptr) {
         dfs = warp_sum(dfs);
         if (lane == 0) dfk[(b * P.H + h) * P.Tk + j] = dfs;
+      }
+      if (ddk != nullptr) {
+        dds = warp_sum(dds);
+        if (lane == 0) ddk[(b * P.H + h) * P.Tk + j] = dds;
       }
     }
 #pragma unroll
@@ -304,8 +318,8 @@ void ref_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, co
 
 void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, Tensor& dq,
-                  Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Counter* counters,
-                  cudaStream_t s) {
+                  Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Tensor* ddist_q,
+                  Tensor* ddist_k, Counter* counters, cudaStream_t s) {
   check_dim(P);
   const int64_t rows = P.B * P.H * P.Tq;
   Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, lse.dtype(), q.device());  // (B, H, Tq)
@@ -313,6 +327,9 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
   // FoX: every (b, h, key) gets its sum (keys no query sees: 0)
   if (dfox_q) *dfox_q = Tensor::empty({P.B, P.H, P.Tq}, lse.dtype(), q.device());
   if (dfox_k) *dfox_k = Tensor::zeros({P.B, P.H, P.Tk}, lse.dtype(), q.device());
+  // GRAPE's rates, likewise (every row written; keys no query sees keep 0)
+  if (ddist_q) *ddist_q = Tensor::empty({P.B, P.H, P.Tq}, lse.dtype(), q.device());
+  if (ddist_k) *ddist_k = Tensor::zeros({P.B, P.H, P.Tk}, lse.dtype(), q.device());
   dispatch_floating(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = math::acc_t<T>;
@@ -324,12 +341,14 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
     ref_bwd_dq_kernel<T, A><<<grid_of(P.B * P.H * num_blocks(P.Tq, P.block_q)), kWarps * 32,
                               kWarps * 2 * P.D * sizeof(A), s>>>(
         P, ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const A>(lse), ptr<const A>(Dvec),
-        ptr<const T>(gout), c, fc, ptr<T>(dq), dc_rows ? ptr<A>(*dc_rows) : nullptr, dfox_q ? ptr<A>(*dfox_q) : nullptr);
+        ptr<const T>(gout), c, fc, ptr<T>(dq), dc_rows ? ptr<A>(*dc_rows) : nullptr, dfox_q ? ptr<A>(*dfox_q) : nullptr,
+        ddist_q ? ptr<A>(*ddist_q) : nullptr);
     HZ_CUDA_LAUNCHED("attention reference backward (dQ)");
     ref_bwd_dkdv_kernel<T, A><<<grid_of(P.B * P.Hkv * num_blocks(P.Tk, P.block_k)), kWarps * 32,
                                 kWarps * 2 * P.D * sizeof(A), s>>>(
         P, ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const A>(lse), ptr<const A>(Dvec),
-        ptr<const T>(gout), c, fc, ptr<T>(dk), ptr<T>(dv), dfox_k ? ptr<A>(*dfox_k) : nullptr, counters);
+        ptr<const T>(gout), c, fc, ptr<T>(dk), ptr<T>(dv), dfox_k ? ptr<A>(*dfox_k) : nullptr,
+        ddist_k ? ptr<A>(*ddist_k) : nullptr, counters);
     HZ_CUDA_LAUNCHED("attention reference backward (dK, dV)");
   });
 }

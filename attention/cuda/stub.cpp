@@ -17,7 +17,7 @@ void cuda_forward(const AttnKernelParams&, bool, const Tensor&, const Tensor&, c
 }
 void cuda_backward(const AttnKernelParams&, bool, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                    const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&,
-                   Tensor*, Tensor*, Tensor*, Tensor*) {
+                   Tensor*, Tensor*, Tensor*, Tensor*, Tensor*, Tensor*) {
   no_cuda();
 }
 AttnStats cuda_stats() { return {}; }

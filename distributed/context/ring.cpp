@@ -120,13 +120,14 @@ Ring::Block Ring::new_block(int owner, DType kvdt, bool zero) const {
   Block b;
   b.kv = zero ? Tensor::zeros({2, B_, Hk_, rows, D_}, kvdt, dev_) : Tensor::empty({2, B_, Hk_, rows, D_}, kvdt, dev_);
   if (fox_) b.c = zero ? Tensor::zeros({B_, H_, rows}, adt_, dev_) : Tensor::empty({B_, H_, rows}, adt_, dev_);
+  if (dist_k_) b.dk = zero ? Tensor::zeros({B_, H_, rows}, adt_, dev_) : Tensor::empty({B_, H_, rows}, adt_, dev_);
   return b;
 }
 
 Ring::Transfer Ring::start(const Block& send, Block& recv) {
   const int next = (L().rank + 1) % L().n, prev = (L().rank - 1 + L().n) % L().n;
   Transfer t;
-  for (auto [s, r] : {std::pair<const Tensor*, Tensor*>{&send.kv, &recv.kv}, {&send.c, &recv.c}}) {
+  for (auto [s, r] : {std::pair<const Tensor*, Tensor*>{&send.kv, &recv.kv}, {&send.c, &recv.c}, {&send.dk, &recv.dk}}) {
     if (!s->defined()) continue;
     t.pending.push_back(link_->comm->send_recv_async(*s, next, *r, prev));
     link_->bytes_sent += bytes_of(*s);
@@ -154,6 +155,14 @@ Tensor Ring::part_fox(const Block& b, const Part& p, int64_t q_offset) const {
   return f;
 }
 
+Tensor Ring::part_dist_q(const Part& p) const {
+  return dq_.defined() ? dq_.narrow(2, p.qoff, p.qlen).contiguous() : Tensor();
+}
+
+Tensor Ring::part_dist_k(const Block& b, const Part& p) const {
+  return dist_k_ ? b.dk.narrow(2, p.koff, p.klen).contiguous() : Tensor();
+}
+
 // ---- forward -----------------------------------------------------------------------------------
 
 ag::Variable Ring::attend(const ag::Variable& q, const ag::Variable& k, const ag::Variable& v,
@@ -172,10 +181,13 @@ ag::Variable Ring::attend(const ag::Variable& q, const ag::Variable& k, const ag
   fox_ = fox_c.defined();
   cval_ = logn ? terms.logn_c.value() : Tensor();
   cq_ = fox_ ? fox_c.value().contiguous() : Tensor();
+  dist_k_ = terms.dist_k.defined();
+  dq_ = terms.dist_q.defined() ? terms.dist_q.value().to(adt_).contiguous() : Tensor();
   own_ = new_block(L().rank, dt_, false);
   own_.kv.select(0, 0).copy_(k.value());
   own_.kv.select(0, 1).copy_(v.value());
   if (fox_) own_.c = cq_;
+  if (dist_k_) own_.dk = terms.dist_k.value().to(adt_).contiguous();
   q_ = chunk_rows(qv, L());
 
   out_ = Tensor::zeros({B_, H_, Tl, D_}, adt_, dev_);
@@ -186,8 +198,9 @@ ag::Variable Ring::attend(const ag::Variable& q, const ag::Variable& k, const ag
     Transfer tr = pass_on(s, held, next);
     for (const Part& p : parts(owner_at(s))) {
       const attn::AttnConfig pc = part_config(p);
-      const attn::Partial part = attn::partial_attention(pc, q_[chunk_index(p)], part_kv(held, 0, p),
-                                                         part_kv(held, 1, p), cval_, part_fox(held, p, pc.q_offset));
+      const attn::Partial part =
+          attn::partial_attention(pc, q_[chunk_index(p)], part_kv(held, 0, p), part_kv(held, 1, p), cval_,
+                                  part_fox(held, p, pc.q_offset), part_dist_q(p), part_dist_k(held, p));
       attn::combine_partial(out_.narrow(2, p.qoff, p.qlen), lse_.narrow(2, p.qoff, p.qlen), part.out, part.lse);
       tr.progress();
     }
@@ -217,6 +230,16 @@ ag::Variable Ring::attend(const ag::Variable& q, const ag::Variable& k, const ag
     ifx_ = static_cast<int>(inputs.size());
     inputs.push_back(fox_c);
   }
+  if (dq_.defined()) {
+    idq_ = static_cast<int>(inputs.size());
+    dq_dt_ = terms.dist_q.dtype();
+    inputs.push_back(terms.dist_q);
+  }
+  if (dist_k_) {
+    idk_ = static_cast<int>(inputs.size());
+    dk_dt_ = terms.dist_k.dtype();
+    inputs.push_back(terms.dist_k);
+  }
   const Tensor result = out_.dtype() == dt_ ? out_ : out_.to(dt_);
   // the node keeps this ring alive (its members are what the backward reads); the link's
   // communicator outlives the graph
@@ -233,6 +256,7 @@ void Ring::backward(const Tensor& gout, ag::Grads& gr) {
   const std::array<Tensor, 2> och = chunk_rows(out_, L()), lch = chunk_rows(lse_, L()), gch = chunk_rows(gout, L());
   Tensor dq = Tensor::zeros(out_.shape(), adt_, dev_);
   Tensor dcq = fox_ ? Tensor::zeros(cq_.shape(), adt_, dev_) : Tensor();  // FoX: dLoss/dc at the local rows
+  Tensor ddq = dq_.defined() ? Tensor::zeros(dq_.shape(), adt_, dev_) : Tensor();  // GRAPE-A: the query rates'
   Tensor dc;  // LogN's c, summed over the parts in step order
   Block held = own_, acc;  // the block held and the gradient of its rows gathered so far
   Transfer acc_tr;
@@ -247,7 +271,10 @@ void Ring::backward(const Tensor& gout, ag::Grads& gr) {
       const int i = chunk_index(p);
       const attn::PartialGrads pg =
           attn::partial_attention_backward(pc, q_[i], part_kv(held, 0, p), part_kv(held, 1, p), och[i], lch[i], gch[i],
-                                           cval_, part_fox(held, p, pc.q_offset), want_c);
+                                           cval_, part_fox(held, p, pc.q_offset), want_c, part_dist_q(p),
+                                           part_dist_k(held, p));
+      if (ddq.defined()) add_rows(ddq, p.qoff, p.qlen, pg.ddist_q);
+      if (dist_k_) add_rows(part.dk, p.koff, p.klen, pg.ddist_k);
       add_rows(dq, p.qoff, p.qlen, pg.dq);
       add_rows(part.kv.select(0, 0), p.koff, p.klen, pg.dk);
       add_rows(part.kv.select(0, 1), p.koff, p.klen, pg.dv);
@@ -265,6 +292,7 @@ void Ring::backward(const Tensor& gout, ag::Grads& gr) {
       acc_tr.wait();
       acc.kv = ops::add(acc_in.kv, part.kv);
       if (fox_) acc.c = ops::add(acc_in.c, part.c);
+      if (dist_k_) acc.dk = ops::add(acc_in.dk, part.dk);
     } else {
       acc = part;
     }
@@ -289,6 +317,8 @@ void Ring::backward(const Tensor& gout, ag::Grads& gr) {
   if (want_c) gr.set(ic_, dc.to(cval_.dtype()).to(cval_.device()));
   if (iz_ >= 0 && gr.needs(iz_)) gr.set(iz_, attn::sink_grad(zval_, lse_, out_, gout).to(zdt_).to(zdev_));
   if (fox_ && gr.needs(ifx_)) gr.set(ifx_, ops::add(dcq, acc_in.c));  // queries' part + keys' part
+  if (idq_ >= 0 && gr.needs(idq_)) gr.set(idq_, ddq.to(dq_dt_));
+  if (idk_ >= 0 && gr.needs(idk_)) gr.set(idk_, acc_in.dk.to(dk_dt_).contiguous());
 }
 
 }  // namespace hz::dist

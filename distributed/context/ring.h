@@ -16,7 +16,8 @@
 // and nothing of the gathered sequence is kept for the backward.
 // FoX: c = cumsum(log f) over the whole sequence (sequence_prefix: each chunk's prefix sum plus the
 // all-gathered totals of the chunks before it) travels with the keys; each part gets the keys' c
-// and its queries' c (partial_attention's layout), and dLoss/dc returns with dK/dV.
+// and its queries' c (partial_attention's layout), and dLoss/dc returns with dK/dV. GRAPE-A's key
+// rates dist_k travel likewise with their keys and their gradient with dK/dV; the query rates stay local.
 #pragma once
 #include <array>
 #include <memory>
@@ -44,10 +45,11 @@ class Ring : public std::enable_shared_from_this<Ring> {
                       const ag::Variable& fox_c);
 
  private:
-  // What goes round: a rank's k and v, packed (2, B, Hkv, rows, D), and with FoX the global c at
-  // those rows (B, H, rows); in the backward, the gradients of both.
+  // What goes round: a rank's k and v, packed (2, B, Hkv, rows, D), with FoX the global c at those
+  // rows (B, H, rows), with GRAPE-A's key rates their dist_k (B, H, rows); in the backward, the
+  // gradients of each.
   struct Block {
-    Tensor kv, c;
+    Tensor kv, c, dk;
   };
   // One part: chunk qc's rows [qoff, qoff + qlen) of the local rows against key chunk kc at rows
   // [koff, koff + klen) of its owner's block.
@@ -68,6 +70,8 @@ class Ring : public std::enable_shared_from_this<Ring> {
   Transfer pass_on(int step, const Block& held, Block& next);  // nothing at the last step
   Tensor part_kv(const Block& b, int which, const Part& p) const;
   Tensor part_fox(const Block& b, const Part& p, int64_t q_offset) const;  // partial_attention's layout
+  Tensor part_dist_q(const Part& p) const;                 // GRAPE-A's rates of the part's queries
+  Tensor part_dist_k(const Block& b, const Part& p) const;  // and of its keys
   int chunk_index(const Part& p) const { return p.qoff == 0 ? 0 : 1; }
   const ZigzagLayout& L() const { return link_->layout; }
   void backward(const Tensor& gout, ag::Grads& gr);
@@ -78,6 +82,8 @@ class Ring : public std::enable_shared_from_this<Ring> {
   DType dt_ = DType::F32, adt_ = DType::F32;
   Device dev_;
   bool fox_ = false;
+  bool dist_k_ = false;      // GRAPE-A's key rates travel in the blocks
+  Tensor dq_;                // GRAPE-A's query rates at the local rows (accumulation dtype), or undefined
   Tensor cval_;              // LogN's c, or undefined
   Tensor cq_;                // FoX's c at the local rows (accumulation dtype)
   Block own_;                // this rank's block
@@ -87,6 +93,8 @@ class Ring : public std::enable_shared_from_this<Ring> {
   DType zdt_ = DType::F32;
   Device zdev_;
   int ic_ = -1, iz_ = -1, ifx_ = -1;  // the graph inputs of LogN's c, the sinks, FoX's c
+  int idq_ = -1, idk_ = -1;           // and of GRAPE-A's rates
+  DType dq_dt_ = DType::F32, dk_dt_ = DType::F32;  // the rates' own dtypes (their gradients come back in them)
 };
 
 }  // namespace hz::dist

@@ -389,8 +389,9 @@ class HorizonMLP(nn.Module):
 
 class HorizonCacheLayer(DynamicLayer):
     """One layer's cache: keys before RoPE (B, Hkv, Tk, D), values (before rotate_v's rotation), and beside
-    them the keys' positions (B, Tk), which of them are real tokens (B, Tk; pads are not), FoX's log f (B, H, Tk)
-    and the learned angles' sums before the frequency factors (B, G, D/2, Tk; the tokens last as the others)."""
+    them the keys' positions (B, Tk), which of them are real tokens (B, Tk; pads are not), FoX's log f (B, H, Tk),
+    the learned angles' sums before the frequency factors (B, G, D/2, Tk; the tokens last as the others) and
+    GRAPE-A's key rates dist_k (B, H, Tk)."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -398,13 +399,16 @@ class HorizonCacheLayer(DynamicLayer):
         self.valid: Optional[torch.Tensor] = None
         self.log_f: Optional[torch.Tensor] = None
         self.angles: Optional[torch.Tensor] = None
+        self.dist_k: Optional[torch.Tensor] = None
 
-    def append(self, k, v, positions, valid, log_f, angles=None):
-        """Stores the new tokens' entries; returns every key, value, log f and angle sum (None without them)."""
+    def append(self, k, v, positions, valid, log_f, angles=None, dist_k=None):
+        """Stores the new tokens' entries; returns every key, value, log f, angle sum and key rate (None without
+        them)."""
         if not self.is_initialized or self.keys is None or self.keys.dim() != 4:
             self.device = k.device
             self.keys, self.values = k, v
-            self.positions, self.valid, self.log_f, self.angles = positions, valid, log_f, angles
+            self.positions, self.valid, self.log_f = positions, valid, log_f
+            self.angles, self.dist_k = angles, dist_k
             self.is_initialized = True
         else:
             self.keys = torch.cat([self.keys, k], dim=-2)
@@ -415,19 +419,21 @@ class HorizonCacheLayer(DynamicLayer):
                 self.log_f = torch.cat([self.log_f, log_f], dim=-1)
             if angles is not None:
                 self.angles = torch.cat([self.angles, angles], dim=-1)
-        return self.keys, self.values, self.log_f, self.angles
+            if dist_k is not None:
+                self.dist_k = torch.cat([self.dist_k, dist_k], dim=-1)
+        return self.keys, self.values, self.log_f, self.angles, self.dist_k
 
     def update(self, key_states, value_states, *args, **kwargs):
         raise NotImplementedError("HorizonCacheLayer is filled by HorizonForCausalLM itself (append)")
 
     def _each_extra(self, fn):
-        for name in ("positions", "valid", "log_f", "angles"):
+        for name in ("positions", "valid", "log_f", "angles", "dist_k"):
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, fn(t))
 
     def reset(self) -> None:
-        self.positions = self.valid = self.log_f = self.angles = None
+        self.positions = self.valid = self.log_f = self.angles = self.dist_k = None
         super().reset()
 
     def crop(self, tokens_to_remove: int) -> None:
@@ -545,9 +551,22 @@ class HorizonAttention(nn.Module):
             self.angle_proj = nn.Linear(C, (Hkv if k["angles_per_head"] else 1) * (D // 2), bias=True)
         if k["pos"] == "rope" and k["learned_freqs"] != "none":
             self.freq_factors = nn.Parameter(torch.ones((Hkv if k["learned_freqs"] == "head" else 1) * (D // 2)))
-        self.slopes = alibi_slopes(H) if self.kind["pos"] == "alibi" else None
+        # ALiBi as the position encoding or beside another one (additive: alibi, GRAPE's fixed-rate form)
+        self.slopes = alibi_slopes(H) if self.kind["pos"] == "alibi" or self.kind["additive"] == "alibi" else None
         if self.slopes is not None and Ha != H:  # the pair shares its output head's slope
             self.slopes = [s for s in self.slopes for _ in range(2)]
+        # GRAPE-A (additive key / query / query_key): the gates' directions u (keys), v (queries) (Ha, D) and w (Ha),
+        # omega_h = softplus(w_h) * slope_h; w a parameter when additive_learned_slope, else the constant ln(e - 1)
+        add = self.kind["additive"]
+        self.rates = add in ("key", "query", "query_key")
+        if self.rates:
+            if add != "query":
+                self.additive_u = nn.Parameter(torch.empty(Ha, D))
+            if add != "key":
+                self.additive_v = nn.Parameter(torch.empty(Ha, D))
+            if self.kind["additive_learned_slope"]:
+                self.additive_w = nn.Parameter(torch.full((Ha,), math.log(math.e - 1.0)))
+            self.rate_slopes = [s for s in alibi_slopes(H) for _ in range(Ha // H)]
 
     def depends_on_length(self) -> bool:
         """Whether the layer's logits depend on T (so cached decoding equals a full forward only at a fixed T)."""
@@ -604,7 +623,7 @@ class HorizonAttention(nn.Module):
     def score_terms(self) -> List[str]:
         """The terms of the layer's logits beyond scale * q . k: what SDPA cannot take."""
         k, out = self.kind, []
-        if k["pos"] == "alibi":
+        if k["pos"] == "alibi" or k["additive"] == "alibi":
             out.append("ALiBi")
         if k["logit"] != "identity":
             out.append(f"logit {k['logit']}")
@@ -612,6 +631,8 @@ class HorizonAttention(nn.Module):
             out.append("Llama 4's qtemp")
         if k["forget"]:
             out.append("FoX forget gates")
+        if self.rates:
+            out.append("GRAPE-A's gated rates")
         if k["sink"]:
             out.append("attention sinks")
         return out
@@ -640,7 +661,7 @@ class HorizonAttention(nn.Module):
     # -- forward: project, position terms, attention by path, output ---------------------------
 
     def forward(self, x: torch.Tensor, ctx: Dict[str, Any], cache_layer: Optional[HorizonCacheLayer]) -> torch.Tensor:
-        q, k, v, log_f, angles = self._project(x, ctx, cache_layer)
+        q, k, v, log_f, angles, rates = self._project(x, ctx, cache_layer)
         W = self._windows(ctx, x.device)
         if angles is not None:  # learned angles: theta (B, G, Tk, D/2) of every key, the queries' the last Tn
             if self.config.lampe_settings() is not None and self._uses_lampe():
@@ -668,16 +689,39 @@ class HorizonAttention(nn.Module):
         if path == "sdpa":
             y = self._attend_sdpa(q, k, v, ctx, W)
         elif path == "flex_attention":
-            y = self._attend_flex(q, k, v, log_f, ctx, W)
+            y = self._attend_flex(q, k, v, log_f, ctx, W, rates)
         else:
-            y = self._attend_eager(q, k, v, log_f, ctx, W, lampe)
+            y = self._attend_eager(q, k, v, log_f, ctx, W, lampe, rates)
         if angles is not None and self.kind["rotate_v"]:  # o_i back by -theta_i, before DIFF's pairs and the gate
             y = rotate_by_angles(y.transpose(1, 2), theta_q, inverse=True).transpose(1, 2)
         return self._output(x, y)
 
+    def _rates(self, q, k):
+        """GRAPE-A's rates from q (B, Ha, Tn, D) and k (B, Hkv, Tn, D) after QK-norm, before any rotation:
+        dist_q (B, Ha, Tn), dist_k (B, Ha, Tn) (None where the kind has none), float32 for half inputs:
+        omega_h softplus(unit(v_h) . q_i / sqrt(D)) and omega_h softplus(unit(u_h) . k_j / sqrt(D))."""
+        if not self.rates:
+            return None, None
+        fd = torch.float32 if q.dtype in (torch.bfloat16, torch.float16) else q.dtype
+        Ha, D = self.Ha, self.D
+        w = self.additive_w.to(fd) if self.kind["additive_learned_slope"] else torch.full(
+            (Ha,), math.log(math.e - 1.0), dtype=fd, device=q.device)
+        omega = -F.logsigmoid(-w) * torch.tensor(self.rate_slopes, dtype=fd, device=q.device)
+
+        def rate(heads, direction):
+            d = direction.to(fd)
+            unit = d * torch.rsqrt((d * d).sum(-1, keepdim=True) + 1e-12)  # u / |u| (0 stays 0)
+            s = (heads.to(fd) * unit[None, :, None, :]).sum(-1) / math.sqrt(D)
+            return -F.logsigmoid(-s) * omega[None, :, None]  # softplus
+
+        dq = rate(q, self.additive_v) if hasattr(self, "additive_v") else None
+        dk = rate(k.repeat_interleave(Ha // self.Hkv, dim=1), self.additive_u) if hasattr(self, "additive_u") else None
+        return dq, dk
+
     def _project(self, x, ctx, cache_layer):
         """q (B, H, Tn, D), k and v (B, Hkv, Tk, D) with the cached keys before them (keys before RoPE), FoX's log f
-        (B, H, Tk) or None, the learned angles' sums before the frequency factors (B, G, D/2, Tk) or None."""
+        (B, H, Tk) or None, the learned angles' sums before the frequency factors (B, G, D/2, Tk) or None, and
+        GRAPE-A's rates (dist_q (B, H, Tn), dist_k (B, H, Tk)) or None."""
         B, Tn, _ = x.shape
         H, Hkv, D, kind = self.Ha, self.Hkv, self.D, self.kind
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
@@ -694,9 +738,11 @@ class HorizonAttention(nn.Module):
             log_f = F.logsigmoid(self.forget_proj(x)).transpose(1, 2)  # (B, H, Tn)
             log_f = log_f.masked_fill(~ctx["q_valid"][:, None, :], 0.0)
         angles = self._angle_sums(x, ctx, cache_layer) if self.learned_angles else None
+        dist_q, dist_k = self._rates(q, k)
         if cache_layer is not None:
-            k, v, log_f, angles = cache_layer.append(k, v, ctx["q_pos"], ctx["q_valid"], log_f, angles)
-        return q, k, v, log_f, angles
+            k, v, log_f, angles, dist_k = cache_layer.append(k, v, ctx["q_pos"], ctx["q_valid"], log_f, angles,
+                                                             dist_k)
+        return q, k, v, log_f, angles, (dist_q, dist_k)
 
     def _angle_sums(self, x, ctx, cache_layer):
         """The new tokens' angles before the frequency factors (B, G, D/2, Tn) float64: accumulated, the running sum
@@ -743,10 +789,10 @@ class HorizonAttention(nn.Module):
         lampe = self.config.lampe_settings() if use else None
         if lampe is None:
             return apply_rotary(q, ctx["q_pos"], inv, mscale), apply_rotary(k, ctx["k_pos"], inv, mscale), None
-        if kind["sink"] or kind["forget"] or kind["logit"] == "logn":
+        if kind["sink"] or kind["forget"] or kind["logit"] == "logn" or self.rates:
             raise NotImplementedError(f"layer {self.layer_idx}: LaMPE attends to its regions separately and takes "
-                                      "no sinks, FoX forget gates or LogN / SSMax c (Horizon's LaMPE refuses them "
-                                      "too); set config.lampe = None for this model")
+                                      "no sinks, FoX forget gates, LogN / SSMax c or GRAPE-A's gated rates (Horizon's "
+                                      "LaMPE refuses them too); set config.lampe = None for this model")
         if ctx["packed"]:
             raise NotImplementedError("LaMPE remaps positions for one input length and cannot score packed "
                                       "documents; run each document alone")
@@ -757,7 +803,7 @@ class HorizonAttention(nn.Module):
     def _logn_c(self, h: int, dt):
         return self.logn_c[h].to(dt) if self.kind["logn_learnable"] else float(self.kind["logn_c"])
 
-    def _attend_eager(self, q, k, v, log_f, ctx, W, lampe) -> torch.Tensor:
+    def _attend_eager(self, q, k, v, log_f, ctx, W, lampe, rates=(None, None)) -> torch.Tensor:
         """The reference: each head's (B, Tn, Tk) logits written out term by term. Returns (B, Tn, H, D)."""
         B, H, Tn, D = q.shape
         Tk, kind, dt = k.shape[-2], self.kind, q.dtype
@@ -794,6 +840,14 @@ class HorizonAttention(nn.Module):
             if csum is not None:
                 # FoX: + sum_{j < m <= i} log f_m = C_i - C_j
                 logits = logits + (csum[:, h, Tk - Tn:, None] - csum[:, h, None, :]).to(dt)
+            if rates[0] is not None or rates[1] is not None:
+                # GRAPE-A: - |t| (dist_q_i + dist_k_j)
+                rate = 0.0
+                if rates[0] is not None:
+                    rate = rate + rates[0][:, h, :, None].to(torch.float64)
+                if rates[1] is not None:
+                    rate = rate + rates[1][:, h, None, :].to(torch.float64)
+                logits = logits - (tt * rate).to(dt)
 
             # softmax over the visible keys (and the sink z_h: a column with no value); a row that
             # sees nothing (a pad) outputs 0
@@ -849,7 +903,7 @@ class HorizonAttention(nn.Module):
         n = torch.cat(rows, dim=-1)  # (B, H, Tn)
         return torch.stack([row_factor(kind, ctx, n[:, h, :, None], L)[..., 0] for h in range(H)], dim=1)
 
-    def _attend_flex(self, q, k, v, log_f, ctx, W) -> torch.Tensor:
+    def _attend_flex(self, q, k, v, log_f, ctx, W, rates=(None, None)) -> torch.Tensor:
         """FlexAttention: the mask as a mask_mod (mask_parts_at / visible_at at one pair: documents, causality,
         windows and scopes, chunks, sink tokens, the prefix, pads, the cache's offset) over a BlockMask, the logit
         terms as a score_mod (distance_terms and head_logit_terms at one pair, r_i captured per head and row by
@@ -880,6 +934,8 @@ class HorizonAttention(nn.Module):
                 c = self.logn_c if kind["logn_learnable"] else torch.full((H,), float(kind["logn_c"]), dtype=torch.float64,
                                                                           device=q.device)
             csum = torch.cumsum(log_f.to(torch.float64), dim=-1) if log_f is not None else None
+            dq = rates[0].to(torch.float64) if rates[0] is not None else None  # GRAPE-A's rates, per head and row / key
+            dk = rates[1].to(torch.float64) if rates[1] is not None else None
 
             def score_mod(s, b, h, qi, kj):
                 # L = r_i * a_t * s * c_h + m_t - slope_h * t + (C_i - C_j), in eager's order
@@ -892,6 +948,10 @@ class HorizonAttention(nn.Module):
                     s = s + bias.to(dt)
                 if csum is not None:
                     s = s + (csum[b, h, qi + off] - csum[b, h, kj]).to(dt)
+                if dq is not None:
+                    s = s - (tt * dq[b, h, qi]).to(dt)
+                if dk is not None:
+                    s = s - (tt * dk[b, h, kj]).to(dt)
                 return s
 
         fn = _compiled_flex_attention() if compiled else flex_attention
@@ -990,6 +1050,11 @@ class HorizonPreTrainedModel(PreTrainedModel):
                 with torch.no_grad():
                     module.freq_factors.copy_(torch.tensor(f, dtype=module.freq_factors.dtype).repeat(
                         module.freq_factors.numel() // len(f)))
+            for name in ("additive_u", "additive_v"):  # GRAPE-A's directions ~ normal(1/sqrt(D))
+                if hasattr(module, name):
+                    hf_init.normal_(getattr(module, name), mean=0.0, std=1.0 / math.sqrt(module.D))
+            if hasattr(module, "additive_w"):
+                hf_init.constant_(module.additive_w, math.log(math.e - 1.0))
 
 
 def _output(cls, cache, **fields):

@@ -30,6 +30,7 @@ struct Combo {
   int64_t sink_tokens = 0;         // the first positions stay visible beside the window or chunk
   int64_t prefix = 0;              // prefix-LM: the first positions attend bidirectionally
   bool drawn = false;              // drawn token positions (real, increasing, gaps 0.5 to 3)
+  int dist = 0;                    // GRAPE's additive rates: 1 dist_k, 2 dist_q, 3 both
 };
 
 std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
@@ -39,7 +40,8 @@ std::string combo_name(const ::testing::TestParamInfo<Combo>& info) {
          (c.fox ? "_fox" : "") + (c.logn_position ? "_npos" : "") + (c.qtemp > 0 ? "_qtemp" : "") +
          (c.chunk > 0 ? "_chunk" + std::to_string(c.chunk) : "") +
          (c.sink_tokens > 0 ? "_sinktok" + std::to_string(c.sink_tokens) : "") +
-         (c.prefix > 0 ? "_prefix" + std::to_string(c.prefix) : "") + (c.drawn ? "_drawn" : "");
+         (c.prefix > 0 ? "_prefix" + std::to_string(c.prefix) : "") + (c.drawn ? "_drawn" : "") +
+         (c.dist & 1 ? "_distk" : "") + (c.dist & 2 ? "_distq" : "");
 }
 
 constexpr int64_t kB = 1, kH = 4, kHkv = 2, kD = 6;
@@ -104,6 +106,8 @@ ag::Variable run(const Combo& c, const std::vector<ag::Variable>& x, bool fused)
   if (c.logit == LogitKind::LogN) t.logn_c = x[i++];
   if (c.sink) t.sink = x[i++];
   if (c.fox) t.forget = x[i++];
+  if (c.dist & 1) t.dist_k = x[i++];
+  if (c.dist & 2) t.dist_q = x[i++];
   return fused ? fused_attention(q, k, v, cfg, t).out : reference_attention(q, k, v, cfg, t);
 }
 
@@ -114,6 +118,8 @@ std::vector<Tensor> inputs(const Combo& c, DType dt, uint64_t seed) {
   if (c.logit == LogitKind::LogN) t.push_back(g.uniform({kH}, 0.5, 1.5, dt));
   if (c.sink) t.push_back(g.normal({kH}, 0, 1, dt));
   if (c.fox) t.push_back(g.uniform({kB, kH, c.Tk}, -1.0, 0.0, dt));  // log f <= 0
+  if (c.dist & 1) t.push_back(g.uniform({kB, kH, c.Tk}, -0.2, 0.8, dt));
+  if (c.dist & 2) t.push_back(g.uniform({kB, kH, c.Tq}, -0.2, 0.8, dt));
   return t;
 }
 
@@ -212,6 +218,14 @@ std::vector<Combo> combos() {
   v.push_back({MaskKind::Causal, PosKind::PRope, LogitKind::ScaleInvariant, 5, 13, true, true, false, 0.5, 0, 0, 0, true});
   v.push_back({MaskKind::Window, PosKind::Alibi, LogitKind::LogN, 11, 11, false, false, true, 0.0, 4, 2, 0, true});
   v.push_back({MaskKind::Causal, PosKind::Alibi, LogitKind::ScaleInvariant, 11, 11, false, false, false, 0.3, 0, 0, 5, true});
+  // GRAPE's additive rates (key, query, both) beside every mask, ALiBi, RoPE, the transforms that
+  // read t or count keys, sinks, FoX, Tq != Tk, sink tokens, a prefix (|t| both ways) and drawn positions
+  for (MaskKind m : {MaskKind::Causal, MaskKind::Window, MaskKind::Scope})
+    for (int d : {1, 2, 3}) v.push_back({m, PosKind::None, LogitKind::Identity, 11, 11, false, false, false, 0.0, 0, 0, 0, false, d});
+  v.push_back({MaskKind::Causal, PosKind::Rope, LogitKind::LogN, 7, 12, true, true, false, 0.0, 0, 0, 0, false, 3});
+  v.push_back({MaskKind::Window, PosKind::Alibi, LogitKind::ScaleInvariant, 5, 13, false, false, false, 0.0, 0, 2, 0, false, 1});
+  v.push_back({MaskKind::Causal, PosKind::None, LogitKind::SwanRow, 11, 11, false, false, false, 0.0, 4, 0, 5, false, 3});
+  v.push_back({MaskKind::Scope, PosKind::Alibi, LogitKind::Identity, 11, 11, false, true, false, 0.0, 0, 0, 0, true, 3});
   return v;
 }
 

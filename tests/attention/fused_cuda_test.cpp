@@ -280,6 +280,70 @@ TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
   }
 }
 
+// GRAPE-A's rates on the CUDA reference kernels against the CPU op in float64 (forward, every gradient,
+// the rates' own), with GQA, windows, FoX, a prefix and Tq != Tk; bf16 calls with the rates run the
+// reference kernels under Auto and are refused by name with AttnImpl::TensorCore.
+TEST(FusedCuda, GrapeRatesMatchTheCpuInFloat64) {
+  HZT_NEED_GPU();
+  struct C {
+    std::vector<int64_t> window;
+    int64_t Tq, Tk, prefix;
+    bool fox;
+    int dist;  // 1 dist_k, 2 dist_q, 3 both
+  };
+  const std::vector<C> cases = {{{0, 0, 0, 0}, 37, 37, 0, false, 1}, {{3, 7, 20, 0}, 37, 37, 0, true, 3},
+                                {{9, 9, 9, 9}, 13, 40, 0, false, 2}, {{0, 0, 6, 6}, 40, 40, 11, false, 3}};
+  const int64_t B = 2, H = 4, Hkv = 2, D = 16;
+  for (const C& c : cases) {
+    SCOPED_TRACE("dist " + std::to_string(c.dist) + (c.fox ? " fox" : "") + " prefix " + std::to_string(c.prefix));
+    AttnConfig cfg;
+    cfg.window = c.window;
+    cfg.prefix = c.prefix;
+    cfg.block_q = cfg.block_k = 8;
+    Generator g(67);
+    const Tensor q = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64),
+                 v = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64), gout = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64),
+                 f = g.uniform({B, H, c.Tk}, -1.0, 0.0, DType::F64), rk = g.uniform({B, H, c.Tk}, -0.1, 0.5, DType::F64),
+                 rq = g.uniform({B, H, c.Tq}, -0.1, 0.5, DType::F64);
+    auto run = [&](Device dev) {
+      std::vector<ag::Variable> x{ag::Variable(q.to(dev), true), ag::Variable(k.to(dev), true),
+                                  ag::Variable(v.to(dev), true), ag::Variable(f.to(dev), true),
+                                  ag::Variable(rk.to(dev), true), ag::Variable(rq.to(dev), true)};
+      AttnTerms t;
+      if (c.fox) t.forget = x[3];
+      if (c.dist & 1) t.dist_k = x[4];
+      if (c.dist & 2) t.dist_q = x[5];
+      const ag::Variable o = fused_attention(x[0], x[1], x[2], cfg, t).out;
+      o.backward(gout.to(dev));
+      std::vector<std::vector<double>> r{o.value().to_vector()};
+      for (size_t i = 0; i < x.size(); ++i)
+        if (i < 3 || (i == 3 && c.fox) || (i == 4 && (c.dist & 1)) || (i == 5 && (c.dist & 2)))
+          r.push_back(x[i].grad().to_vector());
+      return r;
+    };
+    const auto cpu = run(Device::cpu()), gpu = run(Device::cuda(0));
+    ASSERT_EQ(cpu.size(), gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i)
+      for (size_t e = 0; e < cpu[i].size(); ++e) ASSERT_NEAR(gpu[i][e], cpu[i][e], 1e-11) << "tensor " << i << " elem " << e;
+  }
+  // bf16, D 64 (the tensor-core kernels' shape): Auto runs the reference kernels, TensorCore is refused
+  Generator g(68);
+  const Device dev = Device::cuda(0);
+  const Tensor q = g.normal({1, 2, 33, 64}).to(DType::BF16).to(dev), k = g.normal({1, 2, 33, 64}).to(DType::BF16).to(dev);
+  AttnConfig cfg;
+  cfg.window = {0, 0};
+  AttnTerms t;
+  t.dist_k = ag::Variable(g.uniform({1, 2, 33}, 0.0, 0.5).to(dev));
+  const Tensor o = fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(k), cfg, t).out.value();
+  cfg.impl = AttnImpl::Reference;
+  const Tensor r = fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(k), cfg, t).out.value();
+  EXPECT_EQ(o.to_vector(), r.to_vector());
+  cfg.impl = AttnImpl::TensorCore;
+  if (attn_tiles(AttnConfig{}, dev, DType::BF16, 64).tensor_core) {
+    EXPECT_THROW(fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(k), cfg, t), NotImplementedError);
+  }
+}
+
 // The second interval of a row (chunks, sink tokens, a prefix) and drawn token positions on the CUDA
 // reference kernels against the CPU op in float64 (the tensor-core kernels' general variant below): forward and
 // every gradient, with windows per head, GQA, Tq != Tk and terms that count keys or read distances.

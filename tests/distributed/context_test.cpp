@@ -63,6 +63,7 @@ struct Case {
   bool logn_position = false;      // LogN's n = position + 1
   double qtemp = 0.0;              // Llama 4's position temperature alpha (beta 4)
   int64_t chunk = 0, sink_tokens = 0;  // Llama 4's chunks, StreamingLLM's sink tokens
+  int dist = 0;                        // GRAPE-A's rates: 1 dist_k (travels with the keys), 2 dist_q, 3 both
 };
 
 }  // namespace
@@ -180,6 +181,15 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       {"sink tokens swa", {6, 6, 6, 6}, LK::LogN, false, 4, 40, false, EX::AllGather, true, true, true, false, 0.0, 0, 3},
       {"sink tokens chunked, documents", {0, 0, 0, 0}, LK::ScaleInvariant, false, 4, 40, true, EX::AllGather, true, false,
        false, false, 0.0, 5, 2},
+      // GRAPE-A's key rates travel with the keys (beside FoX's log f), its query rates stay local
+      {"grape rates causal, fox, gqa", {0, 0, 0, 0}, LK::Identity, true, 2, 37, false, EX::AllGather, true, false, true,
+       false, 0.0, 0, 0, 3},
+      {"grape key rates swa", {6, 6, 6, 6}, LK::LogN, false, 4, 40, false, EX::Halo, true, true, false, false, 0.0, 0, 0, 1},
+      {"grape query rates scope", {1, 3, 9, 0}, LK::Identity, false, 4, 40, false, EX::AllGather, true, false, false,
+       false, 0.0, 0, 0, 2},
+      // key rates span the gap between sink tokens and a window: the global exchange
+      {"grape rates, sink tokens swa", {6, 6, 6, 6}, LK::Identity, false, 4, 40, false, EX::AllGather, true, false, false,
+       false, 0.0, 0, 3, 3},
   };
   for (const Case& c : cases)
     for (EX global : {EX::Ring, EX::AllGather}) {
@@ -205,7 +215,8 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
       cfg.train_len = 9;
     }
     cfg.block_q = cfg.block_k = 4;
-    const EX path = dist::exchange_for(cfg, route.layout(), global, c.fox);
+    const bool keyed = c.fox || (c.dist & 1);  // per-key terms travel with the keys
+    const EX path = dist::exchange_for(cfg, route.layout(), global, keyed);
     if (path == EX::Halo && global == EX::AllGather) continue;  // the same run as with the ring
     if (N == 2) {
       EXPECT_EQ(path, c.expect_at_2 == EX::Halo ? EX::Halo : global);
@@ -215,9 +226,13 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
                  v = g.normal({B, Hkv, T, D}, 0, 1, DType::F64), gout = g.normal({B, H, T, D}, 0, 1, DType::F64);
     const Tensor c0 = Tensor::from_vector({0.7, 0.9, 1.1, 1.3}, {H}, DType::F64);
     const Tensor z0 = g.normal({H}, 0, 1, DType::F64), f0 = g.uniform({B, H, T}, -1.0, 0.0, DType::F64);
+    const Tensor rk0 = g.uniform({B, H, T}, -0.1, 0.6, DType::F64), rq0 = g.uniform({B, H, T}, -0.1, 0.6, DType::F64);
     // the whole sequence on one rank
     ag::Variable qf(q, true), kf(k, true), vf(v, true), cf(c0, true), zf(z0, true), ff(f0, true);
     attn::AttnTerms tf{cf, c.sink ? zf : ag::Variable(), c.fox ? ff : ag::Variable()};
+    ag::Variable rkf(rk0, true), rqf(rq0, true);
+    if (c.dist & 1) tf.dist_k = rkf;
+    if (c.dist & 2) tf.dist_q = rqf;
     const ag::Variable of = attn::fused_attention(qf, kf, vf, cfg, tf).out;
     of.backward(gout);
     // this rank's share
@@ -225,6 +240,9 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     ag::Variable ql(dist::local_rows(q, 2, L), true), kl(dist::local_rows(k, 2, L), true),
         vl(dist::local_rows(v, 2, L), true), cl(c0, true), zl(z0, true), fl(dist::local_rows(f0, 2, L), true);
     attn::AttnTerms tl{cl, c.sink ? zl : ag::Variable(), c.fox ? fl : ag::Variable()};
+    ag::Variable rkl(dist::local_rows(rk0, 2, L), true), rql(dist::local_rows(rq0, 2, L), true);
+    if (c.dist & 1) tl.dist_k = rkl;
+    if (c.dist & 2) tl.dist_q = rql;
     const ag::Variable ol = route.attend(ql, kl, vl, cfg, tl);
     ol.backward(dist::local_rows(gout, 2, L));
     EXPECT_LE(max_diff(ol.value(), dist::local_rows(of.value(), 2, L)), 1e-12);
@@ -244,8 +262,15 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     if (c.fox) {
       EXPECT_LE(max_diff(fl.grad(), dist::local_rows(ff.grad(), 2, L)), 1e-10);
     }
+    if (c.dist & 1) {
+      EXPECT_LE(max_diff(rkl.grad(), dist::local_rows(rkf.grad(), 2, L)), 1e-10);
+    }
+    if (c.dist & 2) {
+      EXPECT_LE(max_diff(rql.grad(), dist::local_rows(rqf.grad(), 2, L)), 1e-10);
+    }
     // the bytes: a halo layer sends at most (W - 1) / chunk of what the all-gather sends
-    const int64_t row = B * Hkv * D * 8 + (c.fox ? B * H * 8 / 2 : 0);  // FoX: log f (B H) beside k and v
+    // (FoX's log f and GRAPE-A's key rates, (B H) each, beside k and v)
+    const int64_t row = B * Hkv * D * 8 + (int64_t{c.fox} + (c.dist & 1)) * B * H * 8 / 2;
     const int64_t gather = 2 * 2 * (N - 1) * L.max_local_len() * row;  // k and v, forward and backward
     const int64_t sent = route.bytes_sent();
     const auto most = world().all_gather(sent);
@@ -258,7 +283,7 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
         const double sinks = 2.0 * 2 * (N - 1) * c.sink_tokens * static_cast<double>(row);
         EXPECT_LE(static_cast<double>(most[q2]), static_cast<double>(W - 1) / L.min_chunk() * gather + sinks)
             << "rank " << q2;
-        const dist::ContextTraffic t = dist::context_traffic(cfg, dist::ZigzagLayout(T, N, q2), global, c.fox);
+        const dist::ContextTraffic t = dist::context_traffic(cfg, dist::ZigzagLayout(T, N, q2), global, keyed);
         if (c.sink_tokens == 0) {
           EXPECT_EQ(t.fwd_rows, t.bwd_rows);
         }
@@ -267,10 +292,10 @@ TEST_F(Context, AttentionEqualsTheSingleRankOpInFloat64) {
     } else if (path == EX::Ring) {  // k and v round twice, dK/dV home once: (2 (T - next's rows) + T) rows
       for (int q2 = 0; q2 < N; ++q2) {  // FoX: c with each row, and the chunk totals of log f and dc
         const dist::ZigzagLayout Lq(T, N, q2);
-        const dist::ContextTraffic t = dist::context_traffic(cfg, Lq, global, c.fox);
+        const dist::ContextTraffic t = dist::context_traffic(cfg, Lq, global, keyed);
         EXPECT_EQ(t.fwd_rows, T - Lq.local_len_of((q2 + 1) % N));
-        EXPECT_EQ(t.fox_totals, c.fox ? 4 * (N - 1) : 0);
-        EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows + t.bwd_acc_rows) * row + t.fox_totals * B * H * 8)
+        EXPECT_EQ(t.fox_totals, keyed ? 4 * (N - 1) : 0);
+        EXPECT_EQ(most[q2], 2 * (t.fwd_rows + t.bwd_rows + t.bwd_acc_rows) * row + (c.fox ? t.fox_totals : 0) * B * H * 8)
             << "rank " << q2;
       }
     } else {
@@ -301,6 +326,8 @@ TEST_F(Context, ModelLossAndGradientsEqualTheWholeSequence) {
                   "    w: {pos: none, mask: window, window: 6, diff: true, forget: true}\n  pattern: [k, w]\n"},
       {"sink tokens", "    k: {pos: rope, mask: window, window: 6, sink_tokens: 2, logit: ssmax}\n"
                       "    w: {pos: none, mask: causal, chunk: 5, sink_tokens: 3, forget: true}\n  pattern: [k, w]\n"},
+      {"grape additive", "    k: {pos: none, mask: causal, additive: key}\n"
+                         "    w: {pos: rope, mask: window, window: 5, additive: query_key, forget: true}\n  pattern: [k, w]\n"},
       {"rope frequency factors", "    k: {pos: rope, mask: causal, rope_freq_factors: [1, 0.8, 0.3, 0]}\n"
                                  "    w: {pos: rope, mask: window, window: 6, rope_freq_factors: [0.5, 0.5, 1, 2]}\n"
                                  "  pattern: [k, w]\n"},

@@ -501,7 +501,8 @@ std::vector<Target> make_targets(const std::string& work) {
                [](const std::string& p) { (void)hz::hf::import_dir(fs::path(p).parent_path().string()); }});
   t.push_back({"recipe_yaml", "recipe.yaml",
                seeds_of({"recipes/quickstart.yaml", "recipes/pretrain_rope.yaml", "recipes/pretrain_swan.yaml",
-                         "recipes/drope_in_run.yaml", "recipes/passkey_finetune.yaml"}),
+                         "recipes/drope_in_run.yaml", "recipes/passkey_finetune.yaml",
+                         "recipes/study/retrieval_base.yaml"}),  // its layer kinds: additive among them
                nullptr, [](const std::string& p) { (void)hz::train::load_recipe(p); }});
   // The old layout (no whole-file checksum, variable-length strings) is refused before libhdf5 reads it.
   auto load_ckpt = [](const std::string& p) { (void)hz::train::load_checkpoint(p); };

@@ -555,6 +555,10 @@ hz::nn::ModelConfig every_ingredient() {
   e.logit.kind = LogitKind::Temperature;
   e.logit.temp_c = 0.4;
   e.diff = true;  // DIFF V2: 2H query heads, a lambda projection
+  cc.additive = AdditiveKind::Alibi;     // ALiBi beside p-RoPE
+  d.additive = AdditiveKind::QueryKey;   // GRAPE-A: both gates, learned omega
+  e.additive = AdditiveKind::Key;        // per attention head of DIFF V2, fixed omega (no parameter)
+  e.additive_learned_slope = false;
   c.kinds = {{"a", a}, {"b", b}, {"c", cc}, {"d", d}, {"e", e}};
   c.pattern = {"a", "b", "c", "d"};
   c.overrides = {{4, "e"}};

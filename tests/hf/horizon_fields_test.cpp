@@ -103,3 +103,12 @@ TEST(HorizonFields, StockRefusalsNameTheFieldAndItsValue) {
   });
   EXPECT_NE(temp.find("temperature logits (logit = temperature)"), std::string::npos) << temp;
 }
+
+// GRAPE's additive form: refused by the stock export with its words (HorizonForCausalLM computes it)
+TEST(HorizonFields, AdditiveFormRefusals) {
+  using S = hz::attn::AttentionSpec;
+  const std::string alibi = refusal([](S& s) { s.additive = hz::attn::AdditiveKind::Alibi; });
+  EXPECT_NE(alibi.find("(additive = alibi): no Llama-family architecture adds position biases"), std::string::npos) << alibi;
+  const std::string key = refusal([](S& s) { s.additive = hz::attn::AdditiveKind::Key; });
+  EXPECT_NE(key.find("(additive = key): no Llama-family architecture adds a gated distance bias"), std::string::npos) << key;
+}

@@ -61,6 +61,7 @@ KIND_DEFAULTS = {
     "temp_c": 0.0, "logn_position": False, "qtemp_alpha": 0.0, "qtemp_beta": 8192.0, "qk_norm": "none",
     "gate": "none", "sink": False, "forget": False, "forget_bias": 0.0,
     "rope_angles": "position", "angles_per_head": False, "rotate_v": False, "learned_freqs": "none",
+    "additive": "none", "additive_learned_slope": True,
 }
 
 
@@ -93,7 +94,7 @@ MODELS = {
             "alibi_temp_fox": kind(pos="alibi", logit="temperature", temp_c=0.7, forget=True, forget_bias=1.0,
                                    mask="scope", scopes=[2, 3, 6, 40]),
             "nope_logn_pos": kind(pos="none", logit="logn", logn_position=True, logn_learnable=False, logn_c=0.8,
-                                  sink=True, forget=True, mask="window", window=7),
+                                  sink=True, forget=True, mask="window", window=7, additive="query_key"),
             "dyn_pairs": kind(rope_scaling="dynamic_ntk", rope_factor=2.0, rope_pairs=[0, 2],
                               rope_freq_factors=[1.0, 0.5, 2.0, 0.25], logit="temperature", beta=1.3,
                               mask="scope", scope_gamma=1.6, scope_min=2, scope_max=9),
@@ -105,7 +106,7 @@ MODELS = {
                                    longrope_long_factors=[1.0, 1.5, 2.5, 4.0], longrope_short_factors=[1.0, 1.0, 1.1, 1.2],
                                    mask="window", window=4, sink_tokens=2, logit="logn"),
             "ntk_high": kind(rope_scaling="ntk", rope_factor=3.0, rope_fraction=0.75, rope_select="high",
-                             logit="scale_invariant", tau=1.5, forget=True, qk_norm="full"),
+                             logit="scale_invariant", tau=1.5, forget=True, qk_norm="full", additive="alibi"),
         },
         layer_pattern=["yarn_rot_si", "yarn_idx_scope", "prope_swan", "alibi_temp_fox", "nope_logn_pos",
                        "dyn_pairs", "llama3_frozen", "pi_ntk_low", "ntk_high"],
@@ -132,7 +133,8 @@ MODELS = {
         layer_kinds={
             "alibi_temp_fox": kind(pos="alibi", logit="temperature", temp_c=0.6, forget=True, mask="scope",
                                    scopes=[1, 2, 5, 30], sink=True),
-            "rope_swan_swa": kind(logit="swan_row", swan_a=4.0, mask="window", window=6, gate="head", diff=True),
+            "rope_swan_swa": kind(logit="swan_row", swan_a=4.0, mask="window", window=6, gate="head", diff=True,
+                                  additive="key", additive_learned_slope=False),
             "nope_logn": kind(pos="none", logit="logn", logn_position=True, qtemp_alpha=0.4, qtemp_beta=2.0, diff=True,
                               prefix=4),
             "yarn_ssmax": kind(rope_scaling="yarn", rope_factor=2.0, yarn_ramp="index", logit="logn",
@@ -227,6 +229,12 @@ def random_weights(c, seed):
         if k["learned_freqs"] != "none":
             w[p + "self_attn.freq_factors"] = rnd((Hkv if k["learned_freqs"] == "head" else 1) * (D // 2), std=0.3,
                                                   mean=1.0)
+        if k["additive"] in ("key", "query_key"):  # GRAPE-A's directions and omega's w
+            w[p + "self_attn.additive_u"] = rnd(Ha, D, std=0.5)
+        if k["additive"] in ("query", "query_key"):
+            w[p + "self_attn.additive_v"] = rnd(Ha, D, std=0.5)
+        if k["additive"] in ("key", "query", "query_key") and k["additive_learned_slope"]:
+            w[p + "self_attn.additive_w"] = rnd(Ha, std=0.5, mean=0.5)
         if c["hidden_act"] == "silu":
             w[p + "mlp.gate_proj.weight"] = rnd(Fh, C)
         w[p + "mlp.up_proj.weight"] = rnd(Fh, C)
@@ -428,6 +436,13 @@ def bf_attention(att, k, x, mask, pos, cfg):
         logf = None
         if k["forget"]:
             logf = torch.nn.functional.logsigmoid(lin("forget_proj", xb))  # (T, H)
+
+        def softplus(a):
+            return math.log1p(math.exp(a)) if a < 30 else a + math.log1p(math.exp(-a))
+
+        def gate(name, ha, vec):  # GRAPE-A: softplus(unit(dir_ha) . vec / sqrt(D)), vec before any rotation
+            d = sd[name][ha]
+            return softplus((d / math.sqrt((d * d).sum().item() + 1e-12) @ vec).item() / math.sqrt(D))
         att_out = {}  # (i, attention head) -> output
         for ha in range(R * H):
             h = ha // R  # its output head: the window and the ALiBi slope are the output head's
@@ -488,8 +503,13 @@ def bf_attention(att, k, x, mask, pos, cfg):
                         a = math.sqrt(2 * math.log(1 + t / k["tau"]) + 1)
                         mb = -2 * math.log(1 + t / k["tau"])
                     val = r * a * s + mb
-                    if k["pos"] == "alibi":
+                    if k["pos"] == "alibi" or k["additive"] == "alibi":  # ALiBi, or beside RoPE
                         val -= 2 ** (-8 * (h + 1) / H) * t
+                    if k["additive"] in ("key", "query", "query_key"):  # GRAPE-A: - t omega_h (g_q(i) + g_k(j))
+                        w_ = sd["additive_w"][ha].item() if k["additive_learned_slope"] else math.log(math.e - 1)
+                        rate = gate("additive_u", ha, kk[j, g]) if k["additive"] != "query" else 0.0
+                        rate += gate("additive_v", ha, q[i, ha]) if k["additive"] != "key" else 0.0
+                        val -= t * softplus(w_) * 2 ** (-8 * (h + 1) / H) * rate
                     if logf is not None:
                         val += sum(logf[mm, ha].item() for mm in range(j + 1, i + 1))
                     logits[j] = val

@@ -161,6 +161,29 @@ TEST(KVCache, SinksAndForgetGates) {  // FoX's log f shifts with the keys of a w
   check_case({"sinks_fox", {g, w}, 2});
 }
 
+// GRAPE-A: the key rates shift with their keys through a window layer's ring (and a long prompt that
+// overflows it), beside FoX's log f in the same per-key buffer; query rates of the new queries; GQA
+// with two bands (SCOPE), DIFF V2's paired heads, ALiBi beside RoPE, and sink tokens beside a window
+// (the keys then stay unpinned)
+TEST(KVCache, GrapeAdditiveRates) {
+  attn::AttentionSpec k = nope(), qk = windowed(rope(), 4), q = windowed(nope(), 5, 2);
+  k.additive = attn::AdditiveKind::Key;
+  qk.additive = attn::AdditiveKind::QueryKey;
+  qk.forget = true;
+  q.additive = attn::AdditiveKind::Query;
+  check_case({"grape_key_query_key", {k, qk}, 2});
+  attn::AttentionSpec s = nope(), d = rope(), a = rope(), st = windowed(nope(), 4, 2);
+  s.mask.kind = attn::MaskKind::Scope;
+  s.mask.scopes = {3, 3, 6, 6};
+  s.additive = attn::AdditiveKind::QueryKey;
+  d.diff = true;
+  d.additive = attn::AdditiveKind::Key;
+  a.additive = attn::AdditiveKind::Alibi;
+  st.additive = attn::AdditiveKind::Key;
+  check_case({"grape_scope_diff", {s, d}, 2});
+  check_case({"grape_query_sinks_alibi_beside_rope", {q, a, st}, 2}, 3, 14);
+}
+
 TEST(KVCache, PositionTermsUnderAWindowRing) {  // LogN by position and Llama 4's temperature read
   attn::AttentionSpec l = rope(), t = nope();       // absolute positions while the ring moves
   l.logit.kind = attn::LogitKind::LogN;

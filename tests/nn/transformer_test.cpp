@@ -313,6 +313,25 @@ std::vector<ModelCase> model_cases() {
   la.kinds = {{"acc_head_v", acc}, {"acc_swa_diff", accw}};
   la.pattern = {"acc_head_v", "acc_swa_diff"};
   v.push_back({"learned_angles_gqa", la});
+  ModelConfig ga = tiny();  // GRAPE-A: key gates on NoPE with QK-norm, both gates beside RoPE (fixed omega), GQA
+  attn::AttentionSpec gk = nope_global();
+  gk.additive = attn::AdditiveKind::Key;
+  gk.qk_norm = attn::QKNorm::PerHead;
+  attn::AttentionSpec gq = swa_rope(4);
+  gq.additive = attn::AdditiveKind::QueryKey;
+  gq.additive_learned_slope = false;
+  ga.kinds = {{"grape_key", gk}, {"grape_qk_rope", gq}};
+  ga.pattern = {"grape_key", "grape_qk_rope"};
+  v.push_back({"grape_additive_gqa", ga});
+
+  ModelConfig gd = tiny();  // GRAPE-A's query gates per attention head of DIFF V2 (one layer: DIFF's parameters are many)
+  attn::AttentionSpec gdq = nope_global();
+  gdq.additive = attn::AdditiveKind::Query;
+  gdq.diff = true;
+  gd.n_layers = 1;
+  gd.kinds = {{"grape_query_diff", gdq}};
+  gd.pattern = {"grape_query_diff"};
+  v.push_back({"grape_query_diff", gd});
   return v;
 }
 }  // namespace
@@ -728,4 +747,109 @@ TEST(LearnedAngles, TheirFlopsAndKeptBytes) {
   const int64_t GA = 2 * 6 * 2 * 2;
   EXPECT_EQ(A.cost(cs, AttnCall{}).kept - mp.layers[0]->attn->cost(cs, AttnCall{}).kept,
             GA * 8 + 2 * GA * 8 + 2 * GA * 8 + 2 * 6 * 2 * 4 * 8);
+}
+
+// GRAPE-A against an independent float64 implementation: plain loops over the layer's own weights,
+// the logits of head h gaining -(i - j) omega_h (softplus(u_h . k_j / sqrt(D)) + softplus(v_h . q_i /
+// sqrt(D))), u and v unit-normalised, omega_h = softplus(w_h) 2^(-8h/H); no fused op, no autograd.
+TEST(GrapeAdditive, LayerEqualsPlainLoops) {
+  for (const attn::AdditiveKind kind : {attn::AdditiveKind::Key, attn::AdditiveKind::Query, attn::AdditiveKind::QueryKey}) {
+    SCOPED_TRACE(attn::name(kind));
+    const int64_t C = 8, H = 2, Hkv = 1, D = 4, T = 9;
+    attn::AttentionSpec spec = nope_global();
+    spec.additive = kind;
+    AttentionLayer layer({C, H, Hkv, D, false}, spec, 0.5, 0.5, DType::F64);
+    layer.init_parameters(17);
+    layer.additive_w.value().copy_(Tensor::from_vector({0.3, -0.7}, {H}, DType::F64));  // not the init
+    Generator g(9);
+    const Tensor x = g.normal({1, T, C}, 0, 1, DType::F64);
+    AttnCall call;
+    call.T = T;
+    const std::vector<double> got =
+        layer.forward(ag::Variable(x), Tensor::arange(0, T, 1, DType::I64), call).value().to_vector();
+    auto W_ = [](const std::shared_ptr<Linear>& l) { return l->weight.value().to_vector(); };
+    const std::vector<double> X = x.to_vector(), wq = W_(layer.wq), wk = W_(layer.wk), wv = W_(layer.wv),
+                              wo = W_(layer.wo), w = layer.additive_w.value().to_vector();
+    const std::vector<double> u = layer.additive_u.defined() ? layer.additive_u.value().to_vector() : std::vector<double>{},
+                              vv = layer.additive_v.defined() ? layer.additive_v.value().to_vector() : std::vector<double>{};
+    auto proj = [&](const std::vector<double>& m, int64_t t, int64_t o) {
+      double acc = 0;
+      for (int64_t c = 0; c < C; ++c) acc += m[o * C + c] * X[t * C + c];
+      return acc;
+    };
+    auto softplus = [](double a) { return std::log1p(std::exp(a)); };
+    auto gate = [&](const std::vector<double>& dir, int64_t h, const std::vector<double>& m, int64_t t, int64_t o0) {
+      double n2 = 0, dot = 0;
+      for (int64_t d = 0; d < D; ++d) n2 += dir[h * D + d] * dir[h * D + d];
+      for (int64_t d = 0; d < D; ++d) dot += dir[h * D + d] / std::sqrt(n2) * proj(m, t, o0 + d);
+      return softplus(dot / std::sqrt(double(D)));
+    };
+    std::vector<double> y(T * H * D, 0.0);
+    for (int64_t h = 0; h < H; ++h) {
+      const double omega = softplus(w[h]) * std::pow(2.0, -8.0 * (h + 1) / H);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> s(i + 1, 0.0);
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t d = 0; d < D; ++d) s[j] += proj(wq, i, h * D + d) * proj(wk, j, d) / std::sqrt(double(D));
+          double rate = 0;
+          if (!u.empty()) rate += gate(u, h, wk, j, 0);
+          if (!vv.empty()) rate += gate(vv, h, wq, i, h * D);
+          s[j] -= static_cast<double>(i - j) * omega * rate;
+          mx = std::max(mx, s[j]);
+        }
+        double den = 0;
+        for (int64_t j = 0; j <= i; ++j) den += (s[j] = std::exp(s[j] - mx));
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; ++j) acc += s[j] / den * proj(wv, j, d);
+          y[i * H * D + h * D + d] = acc;
+        }
+      }
+    }
+    expect_output_projection(got, wo, y, T, C, H * D);
+  }
+}
+
+// The reductions at the layer, in float64: additive alibi on a NoPE layer is pos alibi, and
+// additive key with u = 0 (every gate softplus(0) = ln 2) and omega_h ln 2 = slope_h is too: the same
+// output and the same gradients of the shared weights.
+TEST(GrapeAdditive, AlibiBesideNopeAndZeroKeyGatesArePosAlibi) {
+  const int64_t C = 8, H = 4, Hkv = 2, D = 4, T = 11;
+  attn::AttentionSpec alibi = nope_global();
+  alibi.pos.kind = attn::PosKind::Alibi;
+  alibi.mask.kind = attn::MaskKind::Window;
+  alibi.mask.window = 6;
+  attn::AttentionSpec beside = alibi, key = alibi;
+  beside.pos.kind = key.pos.kind = attn::PosKind::None;
+  beside.additive = attn::AdditiveKind::Alibi;
+  key.additive = attn::AdditiveKind::Key;
+  Generator g(5);
+  const Tensor x = g.normal({2, T, C}, 0, 1, DType::F64), gout = g.normal({2, T, C}, 0, 1, DType::F64);
+  AttnCall call;
+  call.T = T;
+  auto run = [&](const attn::AttentionSpec& s, bool zero_gates) {
+    AttentionLayer layer({C, H, Hkv, D, false}, s, 0.5, 0.5, DType::F64);
+    layer.init_parameters(3);  // the projections' draws do not depend on the other parameters
+    uint64_t seed = 20;  // the same projections in every layer
+    for (auto* l : {layer.wq.get(), layer.wk.get(), layer.wv.get(), layer.wo.get()})
+      l->weight.value().copy_(Generator(++seed).normal(l->weight.shape(), 0, 0.5, DType::F64));
+    if (zero_gates) {
+      layer.additive_u.value().zero_();
+      layer.additive_w.value().fill_(std::log(std::exp(1.0 / std::log(2.0)) - 1.0));  // softplus(w) ln 2 = 1
+    }
+    ag::Variable xv(x.clone(), true);
+    ag::Variable y = layer.forward(xv, Tensor::arange(0, T, 1, DType::I64), call);
+    y.backward(gout);
+    std::vector<std::vector<double>> r{y.value().to_vector(), xv.grad().to_vector()};
+    for (auto* l : {layer.wq.get(), layer.wk.get(), layer.wv.get(), layer.wo.get()}) r.push_back(l->weight.grad().to_vector());
+    return r;
+  };
+  const auto want = run(alibi, false);
+  for (const auto& [name, got] : {std::pair{"additive alibi", run(beside, false)}, std::pair{"additive key, u = 0", run(key, true)}}) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < want.size(); ++t)
+      for (size_t i = 0; i < want[t].size(); ++i) ASSERT_NEAR(got[t][i], want[t][i], 1e-12) << "tensor " << t << " element " << i;
+  }
 }

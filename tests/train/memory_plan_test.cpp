@@ -64,6 +64,7 @@ TEST(MemoryPlan, WithinFifteenPercentOfTheMeasuredPeak) {
       // learned angles: the steps, the angles and the rotated output (AttentionLayer::cost)
       {"model.layer_kinds.rope.rope_angles=accumulated", "model.layer_kinds.rope.angles_per_head=true",
        "model.layer_kinds.rope.rotate_v=true", "model.layer_kinds.rope.learned_freqs=head", "model.n_kv_heads=2"},
+      {"model.layer_kinds.rope.additive=query_key", "model.n_kv_heads=2"},  // GRAPE-A's gates and rates
   };
   int i = 0;
   for (const auto& c : cases) {

@@ -149,7 +149,8 @@ std::vector<Variant> variants() {
     AttnKernelParams p = P;
     p.block_q = p.block_k = 64;
     ci::ref_backward(p, b.q, b.k, b.v, b.out, b.lse, b.gout, p.logit == LogitKind::LogN ? b.c : Tensor(), Tensor(),
-                     b.dq, b.dk, b.dv, p.logit == LogitKind::LogN ? &b.dc_rows : nullptr, nullptr, nullptr, cnt,
+                     b.dq, b.dk, b.dv, p.logit == LogitKind::LogN ? &b.dc_rows : nullptr, nullptr, nullptr, nullptr,
+                     nullptr, cnt,
                      hz::cuda::stream(0));
   };
   v.push_back(ref);
