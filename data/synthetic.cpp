@@ -62,7 +62,9 @@ SyntheticExample assemble(const Ids& filler, const std::vector<Insert>& inserts,
   int64_t at = 0;
   for (const Insert& in : inserts) {
     ex.tokens.insert(ex.tokens.end(), filler.begin() + at, filler.begin() + in.pos);
+    const int64_t begin = static_cast<int64_t>(ex.tokens.size());
     ex.tokens.insert(ex.tokens.end(), in.ids.begin(), in.ids.end());
+    ex.needle_spans.emplace_back(begin, static_cast<int64_t>(ex.tokens.size()));
     at = in.pos;
   }
   ex.tokens.insert(ex.tokens.end(), filler.begin() + at, filler.end());

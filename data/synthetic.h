@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -35,6 +36,8 @@ struct SyntheticExample {
   std::vector<float> weights;   // same length; weights[i] weighs the prediction of tokens[i + 1]
   int64_t answer_begin = 0;     // tokens[answer_begin, length) encode `answer`
   std::string answer;           // the 7 digits
+  // the inserted needles' token ranges [begin, end), in order (the retrieval-head probe's spans)
+  std::vector<std::pair<int64_t, int64_t>> needle_spans;
 };
 
 // Passkey retrieval: 7 random digits (first one non-zero) drawn from g; the needle sits at the

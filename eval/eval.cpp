@@ -92,7 +92,7 @@ double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, in
   return s.n ? s.sum / s.n : std::nan("");
 }
 
-std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions& o) {
+std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions& o, std::vector<RetrievalHead>* heads) {
   std::vector<PasskeyCell> cells;
   if (o.passkey_examples <= 0) return cells;
   const auto tok = data::make_tokenizer(o.tokenizer);
@@ -105,6 +105,7 @@ std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions&
     } catch (const ValueError&) {
       continue;
     }
+    std::vector<RetrievalHead> length_heads;  // this length's, pooled over depths and examples
     ScopedInference opts(m, o.inference, train_len, L);
     nn::AttnCall call;
     call.T = L;
@@ -128,6 +129,8 @@ std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions&
                               .value().to(Device::cpu()).to(DType::F32).contiguous();
         const float* row0 = lg.data<float>();
         bool all = true;
+        std::vector<int64_t> rows;
+        std::vector<int32_t> produced;
         for (int64_t i = lo; i < hi; ++i) {
           if (ex.weights[i] == 0) continue;
           const float* row = row0 + (i - lo) * V;
@@ -136,13 +139,20 @@ std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions&
           all &= ok;
           digits_ok += ok;
           ++digits;
+          rows.push_back(i);
+          produced.push_back(static_cast<int32_t>(best));
         }
+        if (heads && o.needles.retrieval_heads)
+          probe_answer_rows(m, "passkey_grid", L, std::vector<int32_t>(ex.tokens.begin(), ex.tokens.begin() + L), rows,
+                            produced, ex.needle_spans, L, train_len > 0 ? train_len : m.cfg.train_len, o.inference,
+                            length_heads);
         ++cell.examples;
         cell.correct += all;
       }
       cell.digit_accuracy = digits ? static_cast<double>(digits_ok) / digits : 0.0;
       cells.push_back(cell);
     }
+    if (heads) heads->insert(heads->end(), length_heads.begin(), length_heads.end());
   }
   return cells;
 }
@@ -221,7 +231,7 @@ EvalReport evaluate(nn::Transformer& m, const data::Shard& val, const EvalOption
       }
     }
   }
-  rep.passkey = evaluate_passkey(m, o);
+  rep.passkey = evaluate_passkey(m, o, &rep.passkey_retrieval);
   return rep;
 }
 

@@ -12,6 +12,7 @@
 
 #include "data/loader.h"
 #include "eval/options.h"
+#include "eval/retrieval.h"
 #include "nn/transformer.h"
 
 namespace hz::data {
@@ -47,6 +48,9 @@ struct EvalReport {
   std::vector<LengthResult> lengths;
   std::vector<SwanWindowFit> swan_fit;  // when fit_swan_a is given
   std::vector<PasskeyCell> passkey;     // when passkey_examples > 0
+  // with needles.retrieval_heads and passkey_examples > 0: the retrieval heads of the passkey grid (task
+  // passkey_grid, one set per length, step 0), scored at its teacher-forced answer rows
+  std::vector<RetrievalHead> passkey_retrieval;
   int64_t nll_length = 0;
   std::vector<double> nll_by_position;  // mean NLL at each position of the longest length
 };
@@ -68,7 +72,10 @@ double mean_loss(const nn::Transformer& m, const data::Shard& val, int64_t L, in
 // data::make_passkey scored teacher-forced: an example counts when the argmax at every answer
 // position is the answer digit. Lengths too short to hold the needle and the question are left
 // out. (eval/needles.h scores generated answers in RULER's formats.)
-std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions& o);
+// With o.needles.retrieval_heads and `heads`, every attention head is also scored as a retrieval head at
+// the answer rows, the produced token being the row's argmax (eval/retrieval.h), into *heads.
+std::vector<PasskeyCell> evaluate_passkey(nn::Transformer& m, const EvalOptions& o,
+                                          std::vector<RetrievalHead>* heads = nullptr);
 
 std::string report_table(const EvalReport& r, int64_t train_len);
 // eval.json, eval.csv, nll_by_position.csv (+ passkey.csv, swan_fit.csv when present)

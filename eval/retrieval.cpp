@@ -83,16 +83,10 @@ void tally_retrieval(const attn::RowProbabilities& p, const std::vector<int32_t>
   }
 }
 
-void probe_needle_example(nn::Transformer& m, const std::string& task, int64_t length, const data::NeedleExample& ex,
-                          const std::vector<int32_t>& answer, int64_t T, int64_t train_len,
-                          const InferenceOptions& inference, std::vector<RetrievalHead>& heads) {
-  if (answer.empty()) return;
-  const int64_t P = static_cast<int64_t>(ex.prompt.size());
-  // the rows that produce the answer: the prompt's last and every answer token's but the last
-  std::vector<int32_t> seq = ex.prompt;
-  seq.insert(seq.end(), answer.begin(), answer.end() - 1);
-  std::vector<int64_t> rows;
-  for (int64_t s = 0; s < static_cast<int64_t>(answer.size()); ++s) rows.push_back(P - 1 + s);
+void probe_answer_rows(nn::Transformer& m, const std::string& task, int64_t length, const std::vector<int32_t>& seq,
+                       const std::vector<int64_t>& rows, const std::vector<int32_t>& produced,
+                       const std::vector<std::pair<int64_t, int64_t>>& spans, int64_t T, int64_t train_len,
+                       const InferenceOptions& inference, std::vector<RetrievalHead>& heads) {
   probe_rows(m, seq, rows, T, train_len, inference, [&](size_t layer, const attn::AttnConfig& cfg, const attn::RowProbabilities& p) {
     // the layer's heads, in the layer-major order every example of the pair shares
     size_t first = 0;
@@ -110,8 +104,21 @@ void probe_needle_example(nn::Transformer& m, const std::string& task, int64_t l
         heads.push_back(r);
       }
     }
-    tally_retrieval(p, seq, answer, ex.needle_spans, heads.data() + first);
+    tally_retrieval(p, seq, produced, spans, heads.data() + first);
   });
+}
+
+void probe_needle_example(nn::Transformer& m, const std::string& task, int64_t length, const data::NeedleExample& ex,
+                          const std::vector<int32_t>& answer, int64_t T, int64_t train_len,
+                          const InferenceOptions& inference, std::vector<RetrievalHead>& heads) {
+  if (answer.empty()) return;
+  const int64_t P = static_cast<int64_t>(ex.prompt.size());
+  // the rows that produce the answer: the prompt's last and every answer token's but the last
+  std::vector<int32_t> seq = ex.prompt;
+  seq.insert(seq.end(), answer.begin(), answer.end() - 1);
+  std::vector<int64_t> rows;
+  for (int64_t s = 0; s < static_cast<int64_t>(answer.size()); ++s) rows.push_back(P - 1 + s);
+  probe_answer_rows(m, task, length, seq, rows, answer, ex.needle_spans, T, train_len, inference, heads);
 }
 
 std::string retrieval_table(const std::vector<RetrievalHead>& heads, size_t top) {

@@ -82,10 +82,16 @@ void tally_retrieval(const attn::RowProbabilities& p, const std::vector<int32_t>
                      const std::vector<int32_t>& produced, const std::vector<std::pair<int64_t, int64_t>>& spans,
                      RetrievalHead* heads);
 
+// One forward over `seq` at capacity T, its `rows` probed (row r produces produced[r]) and tallied
+// against the needle `spans` into `heads` (layer-major, every layer's attention heads; filled with
+// task, length, layer and head on first use).
+void probe_answer_rows(nn::Transformer& m, const std::string& task, int64_t length, const std::vector<int32_t>& seq,
+                       const std::vector<int64_t>& rows, const std::vector<int32_t>& produced,
+                       const std::vector<std::pair<int64_t, int64_t>>& spans, int64_t T, int64_t train_len,
+                       const InferenceOptions& inference, std::vector<RetrievalHead>& heads);
+
 // One needle example answered with `answer` (the generated tokens): one forward over prompt +
-// answer (but its last token) at capacity T, the rows that produce the answer probed, tallied into
-// `heads` (layer-major, every layer's attention heads; filled with task, length, layer and head on
-// first use).
+// answer (but its last token) at capacity T, the rows that produce the answer probed (above).
 void probe_needle_example(nn::Transformer& m, const std::string& task, int64_t length, const data::NeedleExample& ex,
                           const std::vector<int32_t>& answer, int64_t T, int64_t train_len,
                           const InferenceOptions& inference, std::vector<RetrievalHead>& heads);

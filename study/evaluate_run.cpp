@@ -72,7 +72,7 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm,
     HZ_CHECK(eo.passkey_examples > 0 || !eo.needles.tasks.empty() || !lead, ValueError, "the run trained on synthetic '",
              train::name(run.recipe.data.source), "' data, which has no held-out text: set eval.passkey_examples=N or "
              "eval.needle_tasks=[...] to measure retrieval");
-    rep.passkey = eval::evaluate_passkey(*run.model, eo);
+    rep.passkey = eval::evaluate_passkey(*run.model, eo, &rep.passkey_retrieval);
   } else {
     val = data::Shard::open((split ? train::prepare_data(run.recipe, *comm, verbose) : train::prepare_data(run.recipe, verbose)).second);
     rep = eval::evaluate(*run.model, *val, eo);
@@ -88,6 +88,8 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm,
   // evaluation leaves the previous set whole (core/file.h)
   std::string out = eval::report_table(rep, T);
   eval::NeedleReport needles = eval::evaluate_needles(*run.model, eo);
+  // the passkey grid's heads first, then the needle tasks' (one table and one file)
+  needles.retrieval.insert(needles.retrieval.begin(), rep.passkey_retrieval.begin(), rep.passkey_retrieval.end());
   for (auto& h : needles.retrieval) h.step = run.step;
   FileSet files = eval::report_files(rep, T, eval::effective_lengths(needles));
   // the recipe this evaluation ran with (config.yaml and the overrides given to it: inference-time

@@ -257,8 +257,9 @@ void Recipe::validate() const {
     if (a <= 1) bad("eval.fit_swan_a values must be > 1 (g(n) = ln(a + n) / ln(a))");
   if (eval.opts.needles.samples < 1) bad("eval.needle_samples must be >= 1");
   if (eval.opts.probe_sequences < 0) bad("eval.probe_sequences must be >= 0");
-  if (eval.opts.needles.retrieval_heads && eval.opts.needles.tasks.empty())
-    bad("eval.retrieval_heads scores heads on the needle tasks' answers: set eval.needle_tasks=[...]");
+  if (eval.opts.needles.retrieval_heads && eval.opts.needles.tasks.empty() && eval.opts.passkey_examples <= 0)
+    bad("eval.retrieval_heads scores heads on the needle tasks' and the passkey grid's answers: set "
+        "eval.needle_tasks=[...] or eval.passkey_examples=N");
   if (eval.opts.needles.retrieval_heads && eval.opts.inference.lampe)
     bad("eval.retrieval_heads reads the attention of every layer, and LaMPE's layers attend without it: drop eval.lampe");
   if (swan.enabled)

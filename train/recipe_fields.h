@@ -176,7 +176,7 @@ void visit_fields(Recipe& r, V& v) {
   v("eval.needle_per_example", r.eval.opts.needles.per_example,
     infer("also write every needle example's output and score (needles_examples.jsonl)"));
   v("eval.retrieval_heads", r.eval.opts.needles.retrieval_heads,
-    infer("score every attention head as a retrieval head on the needle tasks' greedy answers (retrieval_heads.csv; docs/needles.md)"));
+    infer("score every attention head as a retrieval head on the needle tasks' greedy answers and the passkey grid's argmax answers (retrieval_heads.csv; docs/needles.md)"));
   v("eval.probe_sequences", r.eval.opts.probe_sequences, infer("linear position probe on this many validation sequences (0 = off)").at_least(0));
   v("drope.at_step", r.drope.at_step, arch("drop position encodings at this step (-1 = never)").at_least(-1));
   v("drope.qk_norm", r.drope.qk_norm, arch("add full QK-norm at the drop (gains start at 1)"));

@@ -1,13 +1,15 @@
 // eval/retrieval: the probe's probabilities of chosen rows equal the float64 reference attention's
 // rows over layer kinds with every ingredient (windows, sink tokens, learned sinks, ALiBi, FoX,
 // LogN, scale-invariant logits, chunks, SCOPE scopes, DIFF V2's 2H heads), their weighted values
-// the fused op's output rows; the retrieval count on a handmade case; the needle grid's heads.
+// the fused op's output rows; the retrieval count on a handmade case; the needle grid's and the passkey grid's heads.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <set>
 
 #include "attention/reference.h"
+#include "data/synthetic.h"
+#include "eval/eval.h"
 #include "eval/needles.h"
 #include "eval/retrieval.h"
 #include "small_model.h"
@@ -263,6 +265,67 @@ TEST(RetrievalProbe, NeedleSpansHoldTheAskedNeedles) {
       EXPECT_EQ(s.back(), '.') << task;
     }
   }
+}
+
+// The passkey grid (the retrieval mixture's format): its needle span is the inserted sentence; every
+// head is scored at the teacher-forced answer rows, the produced token being the row's argmax, counted
+// again here from the model's own logits.
+TEST(RetrievalProbe, PasskeyGridScoresEveryHeadAtItsArgmaxAnswers) {
+  const auto tok = data::make_tokenizer("byte");
+  {
+    Generator g(3, 1);
+    const data::SyntheticExample ex = data::make_passkey(*tok, g, 160, 0.5);
+    ASSERT_EQ(ex.needle_spans.size(), 1u);
+    const auto [b, e] = ex.needle_spans[0];
+    EXPECT_EQ(tok->decode(std::vector<int32_t>(ex.tokens.begin() + b, ex.tokens.begin() + e)),
+              "The pass key is " + ex.answer + ". Remember it. " + ex.answer + " is the pass key. ");
+  }
+  nn::Transformer m(hzt::small_model(DType::F32), 5);
+  EvalOptions o;
+  o.train_len = 16;
+  o.lengths = {120};
+  o.passkey_examples = 2;
+  o.passkey_depths = {0.0, 1.0};
+  o.needles.retrieval_heads = true;
+  std::vector<RetrievalHead> heads;
+  evaluate_passkey(m, o, &heads);
+  ASSERT_EQ(heads.size(), 2u * 4u);  // 2 layers x 4 heads, pooled over the 4 examples
+  // the examples again (the grid's seeds), their argmax answers from the model's logits
+  int64_t steps = 0, opportunities = 0;
+  for (size_t di = 0; di < o.passkey_depths.size(); ++di)
+    for (int64_t e = 0; e < o.passkey_examples; ++e) {
+      Generator g(o.seed + 7919, 120ull * 1000003 + di * 1009 + e);
+      const data::SyntheticExample ex = data::make_passkey(*tok, g, 121, o.passkey_depths[di]);
+      std::vector<double> ids(ex.tokens.begin(), ex.tokens.begin() + 120);
+      nn::AttnCall call;
+      call.T = 120;
+      call.train_len = 16;
+      ag::NoGradGuard ng;
+      const Tensor lg = m.project(m.hidden(Tensor::from_vector(ids, {1, 120}, DType::I64), Tensor(), call)).value();
+      const std::vector<double> v = lg.to(DType::F64).to_vector();
+      const auto [nb, ne] = ex.needle_spans[0];
+      const std::set<int32_t> in(ex.tokens.begin() + nb, ex.tokens.begin() + ne);
+      for (int64_t i = 0; i < 120; ++i) {
+        if (ex.weights[i] == 0) continue;
+        const double* row = v.data() + i * 259;
+        ++steps;
+        opportunities += in.count(static_cast<int32_t>(std::max_element(row, row + 259) - row));
+      }
+    }
+  EXPECT_GT(opportunities, 0);  // the seeded model's argmax answers hit needle tokens
+  EXPECT_LT(opportunities, steps);
+  for (const auto& h : heads) {
+    EXPECT_EQ(h.task, "passkey_grid");
+    EXPECT_EQ(h.length, 120);
+    EXPECT_EQ(h.steps, steps);
+    EXPECT_EQ(h.opportunities, opportunities);
+    EXPECT_GT(h.needle_mass(), 0.0);
+    EXPECT_LT(h.needle_mass(), 1.0);
+  }
+  o.needles.retrieval_heads = false;
+  heads.clear();
+  evaluate_passkey(m, o, &heads);
+  EXPECT_TRUE(heads.empty());
 }
 
 TEST(RetrievalProbe, RefusesLampe) {
