@@ -171,7 +171,7 @@ int cmd_eval(const std::vector<std::string>& a) {
                "  eval.lampe=true  eval.batches=8  eval.fit_swan_a=[64,362]  eval.probe_sequences=16\n"
                "  eval.needle_tasks=[passkey,niah_multikey_1] eval.needle_samples=5 eval.needle_format=short\n"
                "  eval.needle_per_example=true (every needle example's output: needles_examples.jsonl)\n"
-               "  eval.retrieval_heads=true (each attention head's retrieval score on the needles: retrieval_heads.csv)\n"
+               "  eval.retrieval_heads=true (each attention head's retrieval score on the needles and the passkey grid: retrieval_heads.csv)\n"
                "  Writes eval.csv, eval.json, nll_by_position.csv, eval_recipe.yaml (the recipe with these overrides;\n"
                "  horizon report names the run by it) (+ needles, probes, fits) to the run dir.\n"
                "  --export-lm-eval DIR: evaluate nothing; write the needle grid these overrides ask for (the same\n"
