@@ -268,25 +268,30 @@ constexpr int kMaxHalf = 256;  // head dims up to 512
 struct Freqs {
   double f[kMaxHalf];
 };
+// Pair m of one row (m, m + half) rotated by `angle` (minus it when inverse), times mscale: cos/sin in
+// double (as the CPU's tables), applied in S's compute type. Both rotations below go through it.
+template <class S>
+__device__ __forceinline__ void rotate_pair(const S* xr, S* yr, int64_t m, int64_t half, double angle, double mscale,
+                                            bool inverse) {
+  using A = math::acc_t<S>;
+  double sn, cs;
+  ::sincos(angle, &sn, &cs);
+  const A c = static_cast<A>(cs * mscale), s = static_cast<A>((inverse ? -sn : sn) * mscale);
+  const A x1 = load(xr[m]), x2 = load(xr[m + half]);
+  yr[m] = store<S>(x1 * c - x2 * s);
+  yr[m + half] = store<S>(x1 * s + x2 * c);
+}
 // One thread per (row, pair): angle pos * f[m] in double, cos/sin in double (as the CPU table).
 // Positions (T), or (B, T) when HT > 0 (H T rows per sequence).
 template <class S, class I>
 __global__ void rotary_kernel(const S* __restrict__ x, const I* __restrict__ pos, S* __restrict__ y, int64_t rows,
                               int64_t T, int64_t HT, int64_t half, Freqs fr, double mscale, bool inverse) {
-  using A = math::acc_t<S>;
   const int64_t total = rows * half;
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < total;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = j / half, m = j % half, t = r % T;
     const double a = static_cast<double>(pos[HT > 0 ? (r / HT) * T + t : t]) * fr.f[m];
-    double sn, cs;
-    ::sincos(a, &sn, &cs);
-    const A c = static_cast<A>(cs * mscale), s = static_cast<A>((inverse ? -sn : sn) * mscale);
-    const S* xr = x + r * 2 * half;
-    S* yr = y + r * 2 * half;
-    const A x1 = load(xr[m]), x2 = load(xr[m + half]);
-    yr[m] = store<S>(x1 * c - x2 * s);
-    yr[m + half] = store<S>(x1 * s + x2 * c);
+    rotate_pair(x + r * 2 * half, y + r * 2 * half, m, half, a, mscale, inverse);
   }
 }
 }  // namespace
@@ -323,20 +328,12 @@ template <class S, class P>
 __global__ void rotate_angles_kernel(const S* __restrict__ x, const P* __restrict__ ang, S* __restrict__ y, int64_t rows,
                                      int64_t H, int64_t T, int64_t half, int64_t Ba, int64_t G, double mscale,
                                      bool inverse) {
-  using A = math::acc_t<S>;
   const int64_t total = rows * half, per = H / G;
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < total;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = j / half, m = j % half, b = r / (H * T), h = (r / T) % H, t = r % T;
     const double th = static_cast<double>(ang[(((Ba == 1 ? 0 : b) * G + h / per) * T + t) * half + m]);
-    double sn, cs;
-    ::sincos(th, &sn, &cs);
-    const A c = static_cast<A>(cs * mscale), s = static_cast<A>((inverse ? -sn : sn) * mscale);
-    const S* xr = x + r * 2 * half;
-    S* yr = y + r * 2 * half;
-    const A x1 = load(xr[m]), x2 = load(xr[m + half]);
-    yr[m] = store<S>(x1 * c - x2 * s);
-    yr[m + half] = store<S>(x1 * s + x2 * c);
+    rotate_pair(x + r * 2 * half, y + r * 2 * half, m, half, th, mscale, inverse);
   }
 }
 // One thread per angle (b, g, t, m): the group's heads (and the batch when the angles are shared)
