@@ -388,6 +388,32 @@ TEST(KVCache, SwanRowUnderAWindowKeepsOnlyTheWindow) {
 
 // A CUDA model decodes on the GPU, cache included: the same steps as the CPU's cache, whose
 // logits the tests above hold to the full forward.
+// The same model (seed 5) decoding greedily on the CPU and on GPU 0 from a `prompt_len`-token prompt:
+// the logits agree at the f32 floor at every one of `steps` steps, stay on the GPU there, and both
+// caches hold the same bytes.
+static void expect_gpu_decodes_as_cpu(const ModelConfig& c, int64_t capacity, int prompt_len, int steps) {
+  Transformer cpu(c, 5), gpu(c, 5);
+  gpu.to(Device::cuda(0));
+  KVCache a(cpu, capacity), b(gpu, capacity);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < prompt_len; ++i) prompt.push_back((i * 5 + 2) % 29);
+  Tensor la = a.prefill(prompt), lb = b.prefill(prompt);
+  for (int s = 0; s < steps; ++s) {
+    ASSERT_TRUE(lb.device().is_cuda()) << "the logits of a CUDA model stay on the GPU";
+    const std::vector<double> x = la.to_vector(), y = lb.to_vector();
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff = std::max(diff, std::abs(x[i] - y[i]));
+      scale = std::max(scale, std::abs(x[i]));
+    }
+    EXPECT_LT(diff, 1e-4 * std::max(1.0, scale)) << "step " << s;
+    const int32_t tok = static_cast<int32_t>(argmax(x, 0, c.vocab_size));
+    la = a.step(tok);
+    lb = b.step(tok);
+  }
+  EXPECT_EQ(a.bytes(), b.bytes());
+}
+
 TEST(KVCacheCuda, DecodesOnTheGpuAsOnTheCpu) {
   if (!cuda::available())
     GTEST_SKIP() << "no usable CUDA device (" << (cuda::compiled() ? "no GPU/driver visible" : "HZ_CUDA=OFF build")
@@ -404,27 +430,7 @@ TEST(KVCacheCuda, DecodesOnTheGpuAsOnTheCpu) {
   c.n_layers = 3;
   c.kinds = {{"w", w}, {"s", sc}, {"g", rope()}};
   c.pattern = {"w", "s", "g"};
-  Transformer cpu(c, 5), gpu(c, 5);
-  gpu.to(Device::cuda(0));
-  const int64_t capacity = 40;
-  KVCache a(cpu, capacity), b(gpu, capacity);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 11; ++i) prompt.push_back((i * 5 + 2) % 29);
-  Tensor la = a.prefill(prompt), lb = b.prefill(prompt);
-  for (int s = 0; s < 25; ++s) {
-    ASSERT_TRUE(lb.device().is_cuda()) << "the logits of a CUDA model stay on the GPU";
-    const std::vector<double> x = la.to_vector(), y = lb.to_vector();
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      diff = std::max(diff, std::abs(x[i] - y[i]));
-      scale = std::max(scale, std::abs(x[i]));
-    }
-    EXPECT_LT(diff, 1e-4 * std::max(1.0, scale)) << "step " << s;
-    const int32_t tok = static_cast<int32_t>(argmax(x, 0, c.vocab_size));
-    la = a.step(tok);
-    lb = b.step(tok);
-  }
-  EXPECT_EQ(a.bytes(), b.bytes());
+  expect_gpu_decodes_as_cpu(c, 40, 11, 25);
 }
 
 TEST(KVCacheCuda, LearnedAnglesDecodeOnTheGpuAsOnTheCpu) {
@@ -442,22 +448,5 @@ TEST(KVCacheCuda, LearnedAnglesDecodeOnTheGpuAsOnTheCpu) {
   c.n_layers = 2;
   c.kinds = {{"a", a}, {"g", g}};
   c.pattern = {"a", "g"};
-  Transformer cpu(c, 5), gpu(c, 5);
-  gpu.to(Device::cuda(0));
-  KVCache ca(cpu, 30), cb(gpu, 30);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 9; ++i) prompt.push_back((i * 5 + 2) % 29);
-  Tensor la = ca.prefill(prompt), lb = cb.prefill(prompt);
-  for (int s = 0; s < 15; ++s) {
-    const std::vector<double> x = la.to_vector(), y = lb.to_vector();
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      diff = std::max(diff, std::abs(x[i] - y[i]));
-      scale = std::max(scale, std::abs(x[i]));
-    }
-    EXPECT_LT(diff, 1e-4 * std::max(1.0, scale)) << "step " << s;
-    const int32_t tok = static_cast<int32_t>(argmax(x, 0, c.vocab_size));
-    la = ca.step(tok);
-    lb = cb.step(tok);
-  }
+  expect_gpu_decodes_as_cpu(c, 30, 9, 15);
 }
