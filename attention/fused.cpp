@@ -216,13 +216,6 @@ Kernels choose_kernels(const AttnConfig& cfg, const AttnKernelParams& P, DType d
              "; use auto or horizon");
   }
   k.tc = use_tensor_core(cfg, dt, P.D, dev);
-  if (k.tc && P.dist) {  // GRAPE's rates run on the reference kernels (the tensor-core ones lack the term)
-    const AttnImpl impl = cfg.impl == AttnImpl::Auto ? env_impl() : cfg.impl;
-    HZ_CHECK(impl != AttnImpl::TensorCore, NotImplementedError,
-             "attention: the tensor-core kernels do not take GRAPE's additive distance term (dist_q / dist_k); use the "
-             "reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
-    k.tc = false;
-  }
   return k;
 }
 

@@ -53,9 +53,9 @@ void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const
 // dlogn_c_rows: when not null, receives per-row partials (B, H, Tq) in the accumulation dtype
 // (fused.cpp sums them in a fixed order); dfox_q / dfox_k: FoX's dLoss/dc as row sums (B, H, Tq)
 // and negated key sums (B, H, Tk) (fused.cpp adds the first at the queries' positions); dsink_rows
-// (use_tc, with sink): the sinks' per-row -exp(z_h - lse_i) D_i (B, H, Tq); ddist_q / ddist_k (reference
-// kernels: fused.cpp does not send calls with GRAPE's term to the tensor-core ones): its rates' gradients
-// (B, H, Tq) and (B, H, Tk) in the accumulation dtype.
+// (use_tc, with sink): the sinks' per-row -exp(z_h - lse_i) D_i (B, H, Tq); ddist_q / ddist_k: GRAPE's
+// rates' gradients (B, H, Tq) and (B, H, Tk) in the accumulation dtype (the tensor-core kernels' general
+// variant computes them, attention/cuda/mma_body.h).
 void cuda_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
                    const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dlogn_c_rows, Tensor* dfox_q,

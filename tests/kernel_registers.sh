@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Register budget of the tensor-core attention kernels (CTest: attention_kernel_registers; needs
 # nvcc, no GPU). Compiles attention/cuda/attn_mma.cu (the plain variant) and attn_mma_general.cu
-# (the general one: chunks, sink tokens, a prefix, token positions; mma_body.h) as the build does, with ptxas's report
+# (the general one: chunks, sink tokens, a prefix, token positions, GRAPE's rates; mma_body.h) as the build does, with ptxas's report
 # (-Xptxas -v), prints registers and spill bytes per kernel and fails when a kernel spills past its
 # budget. A spill store or load goes to local memory (L1/L2): inside the main loop of a kernel that
 # is bound by its mma.sync rate it costs more than the arithmetic it saves, and nothing else shows
@@ -14,11 +14,12 @@
 #   plain: dK/dV at D 128 with FoX (key sums, c_j in the loop) 320 (260 measured)
 #   general: forward at D 128, dQ and dK/dV at D 64            0
 #   general: forward at D 64 (two m-tiles of rows, each row's
-#            sink interval and position in registers)          256 (220 measured; 112 with ALiBi's
+#            sink interval and position in registers)          256 (200 measured; 112 with ALiBi's
 #                                                                  term folded into the additive
 #                                                                  one, which rounds differently
 #                                                                  from the plain forward)
-#   general: dQ at D 128                                       64  (16 measured)
+#   general: dQ at D 128                                       64  (40 measured; 16 before GRAPE's
+#                                                                  row sums joined)
 #   general: dK/dV at D 128 (FoX at run time, sink rows and
 #            the keys' positions)                              600 (496 measured)
 # The general variant pays its spills only on calls that have what it adds.

@@ -33,8 +33,6 @@ void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const
   const int dev = q.device().index;
   cuda::use_device(dev);
   cuda_impl::Counter* cnt = counters(dev);
-  HZ_CHECK(!(use_tc && P.dist), NotImplementedError,
-           "attention: the tensor-core kernels do not take GRAPE's additive distance term; use the reference kernels");
   if (use_tc) cuda_impl::mma_forward(P, q, k, v, logn_c, fox_c, sink, out, lse, cnt, cuda::stream(dev));
   else cuda_impl::ref_forward(P, q, k, v, logn_c, fox_c, out, lse, cnt, cuda::stream(dev));
 }
@@ -46,11 +44,9 @@ void cuda_backward(const AttnKernelParams& P, bool use_tc, const Tensor& q, cons
   const int dev = q.device().index;
   cuda::use_device(dev);
   cuda_impl::Counter* cnt = counters(dev);
-  HZ_CHECK(!(use_tc && P.dist), NotImplementedError,
-           "attention: the tensor-core kernels do not take GRAPE's additive distance term; use the reference kernels");
   if (use_tc)
     cuda_impl::mma_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k,
-                            dsink_rows, cnt, cuda::stream(dev));
+                            dsink_rows, ddist_q, ddist_k, cnt, cuda::stream(dev));
   else
     cuda_impl::ref_backward(P, q, k, v, out, lse, gout, logn_c, fox_c, dq, dk, dv, dlogn_c_rows, dfox_q, dfox_k,
                             ddist_q, ddist_k, cnt, cuda::stream(dev));

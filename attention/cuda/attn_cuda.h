@@ -7,7 +7,7 @@
 // accumulation dtype A (f32, or f64 for f64 inputs), logn_c (H) in A or undefined, dc_rows
 // (B, H, Tq) in A; FoX's fox_c (B, H, Tk) in A or undefined, its gradient's two parts dfox_q
 // (B, H, Tq: sum_j dL_ij of row i) and dfox_k (B, H, Tk: -sum_i dL_ij of key j) in A; GRAPE's rates
-// (P.dist_q / dist_k, reference kernels only) likewise: ddist_q (B, H, Tq: -sum_j dL_ij |t_ij|) and
+// (P.dist_q / dist_k) likewise: ddist_q (B, H, Tq: -sum_j dL_ij |t_ij|) and
 // ddist_k (B, H, Tk: -sum_i dL_ij |t_ij|). counters: 3 unsigned 64-bit integers on the device (forward blocks, forward
 // boundary blocks, backward blocks), added to atomically (integers: the order does not matter).
 #pragma once
@@ -30,7 +30,7 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
                   Tensor* ddist_k, Counter* counters, cudaStream_t s);
 
 // ---- tensor-core kernels (attn_mma.cu): bf16, D 64 or 128 ----------------------------------------
-// Calls with chunked attention, sink tokens, a prefix or token positions run the general variant
+// Calls with chunked attention, sink tokens, a prefix, token positions or GRAPE's rates run the general variant
 // (attn_mma_general.cu, the same entry points with the suffix _general).
 bool mma_supported(DType dt, int64_t D, int device);  // bf16, D 64/128, an sm_80+ GPU and binary
 AttnTiles mma_tiles(int64_t D);
@@ -41,13 +41,14 @@ void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, co
 void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink,
                   Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Tensor* dz_rows,
-                  Counter* counters, cudaStream_t s);
+                  Tensor* ddist_q, Tensor* ddist_k, Counter* counters, cudaStream_t s);
 void mma_forward_general(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse,
                          Counter* counters, cudaStream_t s);
 void mma_backward_general(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const Tensor& gout, const Tensor& logn_c,
                           const Tensor& fox_c, const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows,
-                          Tensor* dfox_q, Tensor* dfox_k, Tensor* dz_rows, Counter* counters, cudaStream_t s);
+                          Tensor* dfox_q, Tensor* dfox_k, Tensor* dz_rows, Tensor* ddist_q, Tensor* ddist_k,
+                          Counter* counters, cudaStream_t s);
 
 }  // namespace hz::attn::cuda_impl

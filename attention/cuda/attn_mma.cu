@@ -3,8 +3,8 @@
 // kernels, the D_i = dO . O pre-pass and the host launchers (mma_launch.cuh). The kernel lab
 // (dev/cuda/attention/) validates and times these against the reference kernels; mma_body.h
 // documents the algorithm. This file compiles the plain variant (HZ_TILING_PLAIN: one interval per
-// row, index positions); calls with chunked attention, sink tokens, a prefix or token positions go
-// to the general variant in attn_mma_general.cu.
+// row, index positions); calls with chunked attention, sink tokens, a prefix, token positions or
+// GRAPE's additive term go to the general variant in attn_mma_general.cu.
 #define HZ_TILING_PLAIN
 #include <map>
 #include <mutex>
@@ -16,7 +16,7 @@ namespace hz::attn::cuda_impl {
 namespace {
 // Whether a call needs the general variant (mma_body.h).
 bool general(const AttnKernelParams& P) {
-  return P.chunk > 0 || P.sink_tokens > 0 || P.prefix > 0 || P.positions != nullptr;
+  return P.chunk > 0 || P.sink_tokens > 0 || P.prefix > 0 || P.positions != nullptr || P.dist;
 }
 }  // namespace
 
@@ -53,13 +53,13 @@ void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, co
 void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink,
                   Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Tensor* dz_rows,
-                  Counter* counters, cudaStream_t s) {
+                  Tensor* ddist_q, Tensor* ddist_k, Counter* counters, cudaStream_t s) {
   if (general(P))
     mma_backward_general(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dc_rows, dfox_q, dfox_k, dz_rows,
-                         counters, s);
-  else
+                         ddist_q, ddist_k, counters, s);
+  else  // no GRAPE rates here (general(P) took them)
     backward_variant<false>(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dc_rows, dfox_q, dfox_k,
-                            dz_rows, counters, s);
+                            dz_rows, nullptr, nullptr, counters, s);
 }
 
 }  // namespace hz::attn::cuda_impl

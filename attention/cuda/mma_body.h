@@ -23,16 +23,19 @@
 //   forward   CTA (b, h, query block of kBq = 16 kMT kWarps rows); loops over key_blocks() in
 //             kBk = 64 key tiles: S = Q K^T, logits (tiling.h coefficients, scale-invariant a_t /
 //             m_t from a per-block table of the t-range, FoX's c_i - c_j with the block's c_j in
-//             shared memory), mask on Boundary or ragged blocks only, online softmax in the log2
-//             domain, O += P V. Writes out (bf16) and lse (f32); a sink z_h joins each row's
+//             shared memory; general variant: GRAPE's -|t| (dist_q_i + dist_k_j), the rows' and the
+//             block's rates in shared memory), mask on Boundary or ragged blocks only, online softmax
+//             in the log2 domain, O += P V. Writes out (bf16) and lse (f32); a sink z_h joins each row's
 //             denominator in the epilogue (a row without keys: out 0, lse z_h).
 //   dQ        CTA as the forward (kMT = 1): S and dP = dO V^T recomputed, P = exp(L - lse),
 //             dS = P (dP - D_i), dQ += (dS * dL/d(q.k)) K; LogN's per-row dc; FoX's row sums
-//             sum_j dS_ij (dLoss/dc_i's query part); the sinks' per-row -exp(z_h - lse_i) D_i.
+//             sum_j dS_ij (dLoss/dc_i's query part); the sinks' per-row -exp(z_h - lse_i) D_i;
+//             GRAPE's per-row -sum_j dS_ij |t_ij| (dLoss/ddist_q_i).
 //   dK/dV     CTA (b, kv head, key block of 64 keys), one warp per 16 keys; loops over the G
 //             query heads of the group in order and their query_blocks() (kBqB rows): S^T = K Q^T,
-//             dP^T = V dO^T, dV += P^T dO, dK += dS^T Q; FoX's key sums -sum_i dS_ij per query
-//             head, written when the loop leaves the head. Counts the backward blocks.
+//             dP^T = V dO^T, dV += P^T dO, dK += dS^T Q; FoX's key sums -sum_i dS_ij and GRAPE's
+//             -sum_i dS_ij |t_ij| per query head, written when the loop leaves the head. Counts the
+//             backward blocks.
 // No float atomics: every output element is owned by one thread, accumulated in a fixed order.
 #pragma once
 #include <math.h>
@@ -74,6 +77,9 @@ struct Args {
   float* dfox_k = nullptr;         // FoX: -sum_i dL_ij per key and query head (B, H, Tk), zeroed by the caller
   const float* sink = nullptr;     // attention sinks z_h (H), folded into the forward's epilogue, or null
   float* dz_rows = nullptr;        // sinks: dLoss/dz_h per row, -exp(z_h - lse_i) D_i (B, H, Tq), or null
+  // GRAPE's additive term (general variant; its rates are P.dist_q / dist_k, f64 on the device):
+  float* ddist_q = nullptr;        // -sum_j dL_ij |t_ij| per row (B, H, Tq), or null
+  float* ddist_k = nullptr;        // -sum_i dL_ij |t_ij| per key and query head (B, H, Tk), zeroed by the caller
   Counter* counters = nullptr;     // forward blocks, forward boundary blocks, backward blocks
 };
 
@@ -229,8 +235,10 @@ HZ_KBODY void pipeline_step(X& x, bool has_next, F&& prefetch, const AttnKernelP
 // BlockSpans, are visited in order, each once), a prefix (distances read both ways) and token
 // positions (the distances of ALiBi and scale-invariant attention are pi(p_i) - pi(j), from the
 // positions of the block's keys in shared memory and each row's in registers, relative to a base
-// position of the tile so that float keeps them exact). The general variant's extra registers stay
-// out of the plain kernels, which sit at the register limit (tests/kernel_registers.sh).
+// position of the tile so that float keeps them exact), and GRAPE's additive term -|t| (dist_q_i +
+// dist_k_j) (the rates of a tile's rows and of a block's keys in shared memory, read as the logits
+// are formed). The general variant's extra registers stay out of the plain kernels, which sit at
+// the register limit (tests/kernel_registers.sh).
 //
 // The blocks a tile visits along the other axis, in order: those of one interval (plain) or of both.
 template <bool kGen>
@@ -324,7 +332,8 @@ HZ_KBODY Coef2 coef2(const AttnKernelParams& P, bool si, bool tok, R&& r, RS&& r
 // Key block kb (the loop's step n; next: the block after it, has_next: whether there is one) of a
 // query-major loop (forward, dQ): pipeline_step with the next block's K and V as the prefetch and,
 // with FoX, this block's c_j log2 e into sF, with token positions (general variant) its keys'
-// positions from `base` into sPos (kBk floats each; 0 beyond Tk); returns this block's K and V
+// positions from `base` into sPos, with GRAPE's term (general variant, dist) its keys' rates
+// dist_k log2 e from dkg into sDk (kBk floats each; 0 beyond Tk or without dkg); returns this block's K and V
 // tiles, its first key and whether it needs masking (Boundary, or ragged at the end of the keys:
 // the zero-filled rows beyond Tk must not count).
 struct KvStep {
@@ -335,7 +344,8 @@ struct KvStep {
 template <int D, int kBq, int kBk, bool kGen, class X>
 HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& blocks, int64_t kb, int64_t n,
                         int64_t b, int64_t i0, uint16_t* sK, uint16_t* sV, const uint16_t* kg, const uint16_t* vg,
-                        float* sT, const float* fcg, float* sF, double base, float* sPos) {
+                        float* sT, const float* fcg, float* sF, double base, float* sPos, bool dist,
+                        const double* dkg, float* sDk) {
   constexpr int kStage = kBk * Tile<D>::kPitch;
   const int st = static_cast<int>(n & 1);
   const int64_t j0 = kb * kBk, next = blocks.next(kb);
@@ -351,8 +361,25 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& bloc
         if (kGen && P.positions != nullptr)
           for (int c = x.tid(); c < kBk; c += kThreads)
             sPos[c] = j0 + c < P.Tk ? rel_position(P, b, j0 + c, base) : 0.0f;
+        if (kGen && dist)
+          for (int c = x.tid(); c < kBk; c += kThreads)
+            sDk[c] = dkg != nullptr && j0 + c < P.Tk ? static_cast<float>(dkg[j0 + c]) * kLog2e : 0.0f;
       });
   return {sK + st * kStage, sV + st * kStage, j0, blocks.boundary(kb) || j0 + kBk > P.Tk};
+}
+
+// GRAPE's rates of rows [i0, i0 + n) of (b, h) times log2 e into sDq (0 beyond Tq or without
+// dist_q); the general variant with the term only. Every thread of the CTA takes part; the next
+// barrier makes them visible.
+template <class X>
+HZ_KBODY void fill_row_rates(X& x, const AttnKernelParams& P, int64_t b, int64_t h, int64_t i0, int n, float* sDq) {
+  const double* dq = P.dist_q != nullptr ? P.dist_q + (b * P.H + h) * P.Tq : nullptr;
+  for (int r = x.tid(); r < n; r += kThreads)
+    sDq[r] = dq != nullptr && i0 + r < P.Tq ? static_cast<float>(dq[i0 + r]) * kLog2e : 0.0f;
+}
+// The keys' rates of (b, h) (dist_k), or null.
+HZ_KBODY const double* key_rates(const AttnKernelParams& P, int64_t b, int64_t h) {
+  return P.dist_k != nullptr ? P.dist_k + (b * P.H + h) * P.Tk : nullptr;
 }
 
 // Row scale r_i (row factor times LogN's c_h) for row i (0 outside [0, Tq)).
@@ -367,8 +394,8 @@ template <int D, int kMT>
 struct FwdShape {
   static constexpr int kBq = 16 * kMT * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
-  // + FoX's c_j and the keys' token positions
-  static constexpr int kSmem = (kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + 2 * kBk * 4;
+  // + FoX's c_j, the keys' token positions and GRAPE's rates of the keys and the rows
+  static constexpr int kSmem = (kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
 };
 
 template <int D, int kMT, bool kGen, class X>
@@ -387,9 +414,13 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
   float* sF = sT + 2 * S::kTab;  // FoX: the block's c_j log2 e
   float* sPos = sF + kBk;        // token positions: the block's keys' (general variant)
+  float* sDk = sPos + kBk;       // GRAPE: the block's keys' rates dist_k log2 e (general variant)
+  float* sDq = sDk + kBk;        // GRAPE: the rows' rates dist_q log2 e (general variant)
   const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.fox_T : nullptr;
   const bool tok = kGen && P.positions != nullptr;
   const double base = tok ? token_position(P, b, P.q_offset + i0) : 0.0;
+  const bool dist = kGen && HZ_DIST(P);
+  const double* dkg = dist ? key_rates(P, b, h) : nullptr;
 
   const Visit<kGen> blocks = visit_keys<kGen>(P, b, h, i0, i1, kBk);
   if (tid == 0) {
@@ -405,6 +436,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   load_tile<D>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
   load_tile<D>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
   x.cp_commit();
+  if (dist) fill_row_rates(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
 
   // this thread's rows: r = warp * 16 kMT + mt * 16 + g + 8 hh
   float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2], cq[kMT][2], pq[kMT][2];
@@ -438,7 +470,8 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
 
   for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
     const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
-    const KvStep step = kv_step<D, kBq, kBk>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF, base, sPos);
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF, base, sPos,
+                                             dist, dkg, sDk);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
@@ -478,6 +511,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
                   tb - static_cast<float>(col), [&] { return pq[mt][hh] - sPos[col]; });
               L = c.mul * val + c.add;
               if (P.alibi) L -= slope2 * c.t;
+              if (dist) L -= (sDq[rloc] + sDk[col]) * c.t;  // GRAPE: -|t| (dist_q_i + dist_k_j), log2 e
             } else {  // coef2's arithmetic in the order that keeps the D 64 kernel within 255 registers
               L = si ? rr[mt][hh] * sT[2 * (te0 - col)] * val + sT[2 * (te0 - col) + 1] : rs[mt][hh] * val;
               if (P.alibi) L -= slope2 * (tb - static_cast<float>(col));
@@ -550,8 +584,8 @@ template <int D>
 struct DqShape {
   static constexpr int kBq = 16 * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;
-  // + FoX's c_j and the keys' token positions
-  static constexpr int kSmem = (2 * kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + 2 * kBk * 4;
+  // + FoX's c_j, the keys' token positions and GRAPE's rates of the keys and the rows
+  static constexpr int kSmem = (2 * kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
 };
 
 template <int D, bool kGen, class X>
@@ -571,11 +605,16 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
   float* sF = sT + 2 * S::kTab;  // FoX: the block's c_j log2 e
   float* sPos = sF + kBk;        // token positions: the block's keys' (general variant)
+  float* sDk = sPos + kBk;       // GRAPE: the block's keys' rates dist_k log2 e (general variant)
+  float* sDq = sDk + kBk;        // GRAPE: the rows' rates dist_q log2 e (general variant)
   const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.fox_T : nullptr;
   const bool tok = kGen && P.positions != nullptr;
   const double base = tok ? token_position(P, b, P.q_offset + i0) : 0.0;
+  const bool dist = kGen && HZ_DIST(P);
+  const double* dkg = dist ? key_rates(P, b, h) : nullptr;
 
   const Visit<kGen> blocks = visit_keys<kGen>(P, b, h, i0, i1, kBk);
+  if (dist) fill_row_rates(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
   load_tile<D>(x, sQ, a.q + hrow * D, i0, kBq, P.Tq);
   load_tile<D>(x, sG, a.gout + hrow * D, i0, kBq, P.Tq);
   if (blocks.count() > 0) {
@@ -584,7 +623,7 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
   }
   x.cp_commit();
 
-  float rr[2], rs[2], lse2[2], Di[2], f[2], dcp[2], cq[2], dfq[2], pq[2];
+  float rr[2], rs[2], lse2[2], Di[2], f[2], dcp[2], cq[2], dfq[2], pq[2], ddq[2];
   int64_t lo[2], hi[2];
   Range32 sr[2];  // the sink tokens (general variant)
   HZ_UNROLL
@@ -605,6 +644,7 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
     dcp[hh] = 0.0f;
     cq[hh] = fcg != nullptr && in ? fcg[P.q_offset + i] * kLog2e : 0.0f;
     dfq[hh] = 0.0f;
+    ddq[hh] = 0.0f;
   }
   float acc[kDT][4];
   HZ_UNROLL
@@ -617,7 +657,8 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
 
   for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
     const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
-    const KvStep step = kv_step<D, kBq, kBk>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF, base, sPos);
+    const KvStep step = kv_step<D, kBq, kBk>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF, base, sPos,
+                                             dist, dkg, sDk);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
@@ -644,12 +685,14 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
           const float mul2 = c.mul;
           float add2 = c.add;
           if (P.alibi) add2 -= slope2 * c.t;
+          if (dist) add2 -= (sDq[rloc] + sDk[col]) * c.t;  // GRAPE
           if (fcg != nullptr) add2 += cq[hh] - sF[col];
           const bool vis = !masked || in_cols(kc, col) || (kGen && in_cols(sc, col));
           const float p = vis ? x.exp2(mul2 * val + add2 - lse2[hh]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - Di[hh]);  // dLoss/dL
           if (logn) dcp[hh] += ds * f[hh] * scale * val;         // L = c ln(n) scale q.k
           dfq[hh] += ds;                                          // FoX: dL_ij/dc_i = 1
+          if (dist) ddq[hh] -= ds * c.t;                          // GRAPE: dL_ij/ddist_q_i = -|t_ij|
           val = ds * mul2 * kLn2;                                // dLoss/d(q . k)
         }
     }
@@ -659,14 +702,19 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
 
   HZ_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
-    float dc = dcp[hh], df = dfq[hh];
+    float dc = dcp[hh], df = dfq[hh], dd = ddq[hh];
     dc += x.shfl_xor(dc, 1);
     dc += x.shfl_xor(dc, 2);
     df += x.shfl_xor(df, 1);
     df += x.shfl_xor(df, 2);
+    if (dist) {
+      dd += x.shfl_xor(dd, 1);
+      dd += x.shfl_xor(dd, 2);
+    }
     const int64_t i = i0 + warp * 16 + g + 8 * hh;
     if (i >= P.Tq) continue;
     if (a.dfox_q != nullptr && tig == 0) a.dfox_q[hrow + i] = df;
+    if (dist && a.ddist_q != nullptr && tig == 0) a.ddist_q[hrow + i] = dd;
     if (a.dz_rows != nullptr && tig == 0)  // -exp(z_h - lse_i) D_i; lse2 holds lse_i log2 e
       a.dz_rows[hrow + i] = -x.exp2(a.sink[h] * kLog2e - lse2[hh]) * Di[hh];
     uint32_t* drow = reinterpret_cast<uint32_t*>(a.dq + (hrow + i) * D);
@@ -682,9 +730,10 @@ struct DkvShape {
   static constexpr int kBk = 16 * kWarps, kBq = kBqB;
   static constexpr int kTab = kBq + kBk - 1;
   // K, V (once), Q and dO (2 stages each), per-row lse2 (with FoX: lse2 - c_i log2 e) / D / r /
-  // r*scale*log2e, FoX's key c_j log2 e for the pair's head and the rows' token positions (2
-  // stages), table
-  static constexpr int kRowData = 5 * kBq + kBk;
+  // r*scale*log2e, FoX's key c_j log2 e for the pair's head, the rows' token positions and GRAPE's
+  // rates of the rows and of the keys for the pair's head, times log2 e (2 stages), table
+  static constexpr int kRowData = 6 * kBq + 2 * kBk;
+  static constexpr int kRowPos = 4 * kBq + kBk, kRowRq = 5 * kBq + kBk, kRowRk = 6 * kBq + kBk;  // offsets
   static constexpr int kSmem = (2 * kBk + 4 * kBq) * Tile<D>::kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
 
@@ -707,6 +756,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   float* sT = sRow + 2 * S::kRowData;
   const bool fox = kFox || (kGen && a.fc != nullptr);
   const bool tok = kGen && P.positions != nullptr;
+  const bool dist = kGen && HZ_DIST(P);
   const double base = tok ? token_position(P, b, j0) : 0.0;  // token positions relative to the first key's
 
   // the (head, query block) pairs of the group, in order: heads h = hk G + gh, their query blocks
@@ -760,7 +810,13 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     }
     if (tok)  // the rows' token positions after row 4
       for (int r = tid; r < kBq; r += kThreads)
-        rowd[4 * kBq + kBk + r] = q0 + r < P.Tq ? rel_position(P, b, P.q_offset + q0 + r, base) : 0.0f;
+        rowd[S::kRowPos + r] = q0 + r < P.Tq ? rel_position(P, b, P.q_offset + q0 + r, base) : 0.0f;
+    if (dist) {  // GRAPE's rates of the rows and of the keys for head h
+      fill_row_rates(x, P, b, h, q0, kBq, rowd + S::kRowRq);
+      const double* dkh = key_rates(P, b, h);
+      for (int c = tid; c < kBk; c += kThreads)
+        rowd[S::kRowRk + c] = dkh != nullptr && j0 + c < P.Tk ? static_cast<float>(dkh[j0 + c]) * kLog2e : 0.0f;
+    }
   };
 
   load_tile<D>(x, sK, a.k + krow * D, j0, kBk, P.Tk);
@@ -775,6 +831,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     HZ_UNROLL
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
   float dfk[2] = {0.0f, 0.0f};  // FoX: -sum_i dL_ij of this thread's keys, for the current head
+  float ddk[2] = {0.0f, 0.0f};  // GRAPE: -sum_i dL_ij |t_ij| of this thread's keys, for the current head
   float pk[2];                  // token positions: this thread's keys'
   HZ_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
@@ -816,15 +873,17 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           float& val = s[nt][2 * hh + e];
           const Coef2 c = coef2<kGen>(
               P, si, tok, [&] { return rowd[2 * kBq + r]; }, [&] { return rowd[3 * kBq + r]; }, sT, te0 + r,
-              tb + static_cast<float>(r), [&] { return rowd[4 * kBq + kBk + r] - pk[hh]; });
+              tb + static_cast<float>(r), [&] { return rowd[S::kRowPos + r] - pk[hh]; });
           const float mul2 = c.mul;
           float add2 = c.add;
           if (P.alibi) add2 -= slope2 * c.t;
+          if (dist) add2 -= (rowd[S::kRowRq + r] + rowd[S::kRowRk + kloc]) * c.t;  // GRAPE
           if (fox) add2 -= cj;
           const bool vis = !masked || in_cols(qc, r) || (kGen && in_cols(sc, r));
           const float p = vis ? x.exp2(mul2 * val + add2 - rowd[r]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - rowd[kBq + r]);
           if (fox) dfk[hh] -= ds;                // FoX: dL_ij/dc_j = -1
+          if (dist) ddk[hh] -= ds * c.t;         // GRAPE: dL_ij/ddist_k_j = -|t_ij|
           val = p;                               // P^T for dV
           dp[nt][2 * hh + e] = ds * mul2 * kLn2;  // dS'^T for dK
         }
@@ -841,6 +900,17 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         // null when the gates need no gradient (the forward's c_i - c_j still shapes P)
         if (a.dfox_k != nullptr && tig == 0 && j < P.Tk) a.dfox_k[(b * P.H + h) * P.Tk + j] = df;
         dfk[hh] = 0.0f;
+      }
+    }
+    if (dist && (n + 1 == n_pairs || nxt.gh != cur.gh)) {  // likewise GRAPE's key sums
+      HZ_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        float dd = ddk[hh];
+        dd += x.shfl_xor(dd, 1);
+        dd += x.shfl_xor(dd, 2);
+        const int64_t j = j0 + warp * 16 + g + 8 * hh;
+        if (a.ddist_k != nullptr && tig == 0 && j < P.Tk) a.ddist_k[(b * P.H + h) * P.Tk + j] = dd;
+        ddk[hh] = 0.0f;
       }
     }
     cur = nxt;

@@ -85,7 +85,8 @@ template <bool kGen>
 void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                       const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
                       const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q,
-                      Tensor* dfox_k, Tensor* dz_rows, Counter* counters, cudaStream_t s) {
+                      Tensor* dfox_k, Tensor* dz_rows, Tensor* ddist_q, Tensor* ddist_k, Counter* counters,
+                      cudaStream_t s) {
   const Tensor qa = aligned(q), ka = aligned(k), va = aligned(v), ga = aligned(gout);
   const int64_t rows = P.B * P.H * P.Tq;
   Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
@@ -98,6 +99,9 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   if (dfox_q) *dfox_q = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
   if (dfox_k) *dfox_k = Tensor::zeros({P.B, P.H, P.Tk}, DType::F32, q.device());
   if (dz_rows) *dz_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
+  // GRAPE (general variant): every row of ddist_q is written by its dQ block, keys no query sees keep 0
+  if (ddist_q) *ddist_q = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
+  if (ddist_k) *ddist_k = Tensor::zeros({P.B, P.H, P.Tk}, DType::F32, q.device());
   Args a;
   a.q = bits(qa);
   a.k = bits(ka);
@@ -115,6 +119,8 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   a.dfox_k = dfox_k ? dfox_k->data<float>() : nullptr;
   a.sink = sink.defined() ? sink.data<float>() : nullptr;
   a.dz_rows = dz_rows ? dz_rows->data<float>() : nullptr;
+  a.ddist_q = ddist_q ? ddist_q->data<float>() : nullptr;
+  a.ddist_k = ddist_k ? ddist_k->data<float>() : nullptr;
   a.counters = counters;
   if (P.D == 64) backward_d<64, kGen>(P, a, s);
   else backward_d<128, kGen>(P, a, s);

@@ -38,6 +38,9 @@ struct Problem {
   int64_t key_end = -1, min_distance = 0, q_offset = -1;
   bool fox = false;  // FoX's forget gates: log f (B, H, Tk) from the inputs, logits gain c_i - c_j
   bool sink = false;  // attention sinks: a logit z_h per head in every row's denominator
+  // GRAPE's additive rates (fused.h AttnTerms): 1 dist_k, 2 dist_q, 3 both, (B, H, T) from the inputs;
+  // logits gain -|t| (dist_q_i + dist_k_j)
+  int dist = 0;
   // the second interval and token positions (tiling.h): chunked attention, sink tokens, a prefix;
   // drawn: token positions (increasing reals with gaps in [0.5, 4), a draw per sequence; not with
   // rotary encodings here, which these tests apply on the host at index positions)
@@ -98,6 +101,7 @@ struct Problem {
     if (sink_tokens > 0) s += "_sinktok" + std::to_string(sink_tokens);
     if (prefix > 0) s += "_prefix" + std::to_string(prefix);
     if (drawn) s += "_drawn";
+    if (dist > 0) s += "_grape" + std::to_string(dist);
     return s;
   }
 };
@@ -133,7 +137,7 @@ inline AttnConfig config_of(const Problem& p) {
 // Input values (f64, already rounded to dt): q, k, v, gout, c; FoX's log f (B, H, Tk, in (-0.2, 0));
 // the sinks' z (H).
 struct Inputs {
-  std::vector<double> q, k, v, g, c, f, z;
+  std::vector<double> q, k, v, g, c, f, z, rq, rk;  // rq / rk: GRAPE's rates dist_q (B, H, Tq), dist_k (B, H, Tk)
 };
 inline Inputs make_inputs(const Problem& p, DType dt, uint64_t seed) {
   Generator gen(seed);
@@ -146,11 +150,15 @@ inline Inputs make_inputs(const Problem& p, DType dt, uint64_t seed) {
   // FoX's log forget gates stay f32/f64 like the gate's parameters (drawn last: the others do not move)
   if (p.fox) in.f = gen.uniform({p.B * p.H * p.Tk}, -0.2, 0.0, DType::F64).to_vector();
   if (p.sink) in.z = gen.normal({p.H}, 1.0, 1.0, DType::F64).to_vector();
+  // GRAPE's rates likewise (a few negative: the term may favour far keys)
+  if (p.dist & 2) in.rq = gen.uniform({p.B * p.H * p.Tq}, -0.02, 0.1, DType::F64).to_vector();
+  if (p.dist & 1) in.rk = gen.uniform({p.B * p.H * p.Tk}, -0.02, 0.1, DType::F64).to_vector();
   return in;
 }
 
 struct Result {
   std::vector<double> out, lse, dq, dk, dv, dc, df, dz;  // df: dLoss/d(log f) with FoX; dz: the sinks'
+  std::vector<double> ddq, ddk;                          // GRAPE's rates' gradients (dist_q, dist_k)
 
 };
 
@@ -181,6 +189,10 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
   ag::Variable c(Tensor::from_vector(in.c, {p.H}, cdt).to(dev), true);
   ag::Variable f = p.fox ? ag::Variable(Tensor::from_vector(in.f, {p.B, p.H, p.Tk}, cdt).to(dev), true) : ag::Variable();
   ag::Variable z = p.sink ? ag::Variable(Tensor::from_vector(in.z, {p.H}, cdt).to(dev), true) : ag::Variable();
+  ag::Variable rq = p.dist & 2 ? ag::Variable(Tensor::from_vector(in.rq, {p.B, p.H, p.Tq}, cdt).to(dev), true)
+                               : ag::Variable();
+  ag::Variable rk = p.dist & 1 ? ag::Variable(Tensor::from_vector(in.rk, {p.B, p.H, p.Tk}, cdt).to(dev), true)
+                               : ag::Variable();
   ag::Variable qr = q, kr = k;
   if (rotate && (p.pos == PosKind::Rope || p.pos == PosKind::PRope)) {
     const RopeFreqs f = rope_frequencies(spec_of(p).pos, p.D, p.Tk);
@@ -193,7 +205,7 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
       kr = apply_rope(k, Tensor::arange(0, p.Tk), f);
     }
   }
-  const AttnOutput o = fused_attention(qr, kr, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable(), z, f});
+  const AttnOutput o = fused_attention(qr, kr, v, cfg, {p.logit == LogitKind::LogN ? c : ag::Variable(), z, f, rq, rk});
   o.out.backward(Tensor::from_vector(in.g, {p.B, p.H, p.Tq, p.D}, dt).to(dev));
   Result r;
   r.out = o.out.value().to_vector();
@@ -204,6 +216,8 @@ inline Result run_op(const Problem& p, const Inputs& in, DType dt, Device dev, A
   if (p.logit == LogitKind::LogN) r.dc = c.grad().to_vector();
   if (p.fox) r.df = f.grad().to_vector();
   if (p.sink) r.dz = z.grad().to_vector();
+  if (p.dist & 2) r.ddq = rq.grad().to_vector();
+  if (p.dist & 1) r.ddk = rk.grad().to_vector();
   return r;
 }
 
@@ -256,6 +270,11 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
     double acc = 0;
     for (int64_t m = 0; m < p.Tk; ++m) cf[r0 + m] = acc += in.f[r0 + m];
   }
+  // GRAPE: the rates (0 where absent) and their gradients
+  std::vector<double> ddq(p.B * p.H * p.Tq, 0.0), ddk(p.B * p.H * p.Tk, 0.0), T(p.Tk);
+  auto rate = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+    return (in.rq.empty() ? 0.0 : in.rq[(b * p.H + h) * p.Tq + i]) + (in.rk.empty() ? 0.0 : in.rk[(b * p.H + h) * p.Tk + j]);
+  };
   std::vector<double> L(p.Tk), P(p.Tk), a(p.Tk), S(p.Tk);
   std::vector<char> vis(p.Tk);
   const std::vector<double> tp = p.drawn ? p.token_positions() : std::vector<double>{};
@@ -308,7 +327,8 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
             a[j] = std::sqrt(2.0 * std::log(t / cfg.tau + 1.0) + 1.0);
             m = -2.0 * std::log(t / cfg.tau + 1.0);
           }
-          L[j] = rf * a[j] * S[j] + m - slope * t;
+          L[j] = rf * a[j] * S[j] + m - (slope + rate(b, h, i, j)) * t;
+          T[j] = t;
           if (p.fox) L[j] += cf[(b * p.H + h) * p.Tk + pos] - cf[(b * p.H + h) * p.Tk + j];
           mx = std::max(mx, L[j]);
         }
@@ -348,6 +368,8 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
             dcf[(b * p.H + h) * p.Tk + pos] += ds;
             dcf[(b * p.H + h) * p.Tk + j] -= ds;
           }
+          ddq[row] -= ds * T[j];
+          ddk[(b * p.H + h) * p.Tk + j] -= ds * T[j];
           const double gq = rnd(ds * rf * a[j] * scale), pj = rnd(P[j]);
           for (int64_t d = 0; d < p.D; ++d) {
             r.dq[row * p.D + d] += gq * kj[d];
@@ -363,6 +385,8 @@ inline Result naive(const Problem& p, const Inputs& in, bool bf16_pipeline) {
   if (p.logit != LogitKind::LogN) r.dc.clear();
   if (p.fox) r.df = reverse_cumsum_rows(dcf, p.Tk);
   if (!p.sink) r.dz.clear();
+  if (p.dist & 2) r.ddq = ddq;
+  if (p.dist & 1) r.ddk = ddk;
   return r;
 }
 
@@ -403,6 +427,8 @@ inline void expect_results(const Result& x, const Result& low, const Result& ref
   if (!ref.dc.empty()) expect_within_floor("dc", x.dc, low.dc, ref.dc, k, atol_rel);
   if (!ref.df.empty()) expect_within_floor("dlog f", x.df, low.df, ref.df, k, atol_rel);
   if (!ref.dz.empty()) expect_within_floor("dz", x.dz, low.dz, ref.dz, k, atol_rel);
+  if (!ref.ddq.empty()) expect_within_floor("ddist_q", x.ddq, low.ddq, ref.ddq, k, atol_rel);
+  if (!ref.ddk.empty()) expect_within_floor("ddist_k", x.ddk, low.ddk, ref.ddk, k, atol_rel);
 }
 
 // Equal up to rounding of a double computation: every output and gradient within rel * max |ref|.
@@ -410,7 +436,8 @@ inline void expect_same(const Result& x, const Result& ref, double rel = 1e-10) 
   const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
       {"out", {&x.out, &ref.out}}, {"lse", {&x.lse, &ref.lse}}, {"dq", {&x.dq, &ref.dq}},
       {"dk", {&x.dk, &ref.dk}},    {"dv", {&x.dv, &ref.dv}},    {"dc", {&x.dc, &ref.dc}},
-      {"dlog f", {&x.df, &ref.df}}, {"dz", {&x.dz, &ref.dz}}};
+      {"dlog f", {&x.df, &ref.df}}, {"dz", {&x.dz, &ref.dz}},    {"ddist_q", {&x.ddq, &ref.ddq}},
+      {"ddist_k", {&x.ddk, &ref.ddk}}};
   for (const auto& [what, v] : parts) {
     ASSERT_EQ(v.first->size(), v.second->size()) << what;
     EXPECT_LE(max_err(*v.first, *v.second), rel * std::max(1.0, max_abs(*v.second))) << what;

@@ -281,8 +281,8 @@ TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
 }
 
 // GRAPE-A's rates on the CUDA reference kernels against the CPU op in float64 (forward, every gradient,
-// the rates' own), with GQA, windows, FoX, a prefix and Tq != Tk; bf16 calls with the rates run the
-// reference kernels under Auto and are refused by name with AttnImpl::TensorCore.
+// the rates' own), with GQA, windows, FoX, a prefix and Tq != Tk (the tensor-core kernels' general
+// variant below).
 TEST(FusedCuda, GrapeRatesMatchTheCpuInFloat64) {
   HZT_NEED_GPU();
   struct C {
@@ -325,22 +325,6 @@ TEST(FusedCuda, GrapeRatesMatchTheCpuInFloat64) {
     ASSERT_EQ(cpu.size(), gpu.size());
     for (size_t i = 0; i < cpu.size(); ++i)
       for (size_t e = 0; e < cpu[i].size(); ++e) ASSERT_NEAR(gpu[i][e], cpu[i][e], 1e-11) << "tensor " << i << " elem " << e;
-  }
-  // bf16, D 64 (the tensor-core kernels' shape): Auto runs the reference kernels, TensorCore is refused
-  Generator g(68);
-  const Device dev = Device::cuda(0);
-  const Tensor q = g.normal({1, 2, 33, 64}).to(DType::BF16).to(dev), k = g.normal({1, 2, 33, 64}).to(DType::BF16).to(dev);
-  AttnConfig cfg;
-  cfg.window = {0, 0};
-  AttnTerms t;
-  t.dist_k = ag::Variable(g.uniform({1, 2, 33}, 0.0, 0.5).to(dev));
-  const Tensor o = fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(k), cfg, t).out.value();
-  cfg.impl = AttnImpl::Reference;
-  const Tensor r = fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(k), cfg, t).out.value();
-  EXPECT_EQ(o.to_vector(), r.to_vector());
-  cfg.impl = AttnImpl::TensorCore;
-  if (attn_tiles(AttnConfig{}, dev, DType::BF16, 64).tensor_core) {
-    EXPECT_THROW(fused_attention(ag::Variable(q), ag::Variable(k), ag::Variable(k), cfg, t), NotImplementedError);
   }
 }
 
@@ -465,6 +449,30 @@ TEST(FusedCuda, ChunksSinkTokensPrefixAndPositionsOnTheTensorCoreKernels) {
     Problem y = x;
     y.D = 128;
     expect_tensor_core_at_the_floor(y, 89);
+  }
+}
+
+// GRAPE-A's rates on the tensor-core kernels (their general variant) against the CPU op in float64 at
+// the bf16 precision floor, the rates' gradients included, D 64 and 128
+// (MmaEmulator.GrapeRatesInTheGeneralVariantMatchTheCpuOp runs the same kernel code on the host).
+TEST(FusedCuda, GrapeRatesOnTheTensorCoreKernels) {
+  HZT_NEED_GPU();
+  std::vector<Problem> ps;
+  Problem p;
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 300, p.dist = 1;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 300, p.dist = 3, p.mask = MaskKind::Window, p.pos = PosKind::Alibi,
+  p.fox = p.sink = true;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 77, p.Tk = 300, p.dist = 2, p.drawn = true, p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);
+  for (const Problem& x : ps) {
+    expect_tensor_core_at_the_floor(x, 97);
+    Problem y = x;
+    y.D = 128;
+    expect_tensor_core_at_the_floor(y, 97);
   }
 }
 

@@ -49,7 +49,11 @@ struct Emulated {
 template <int D, bool kGen = false>
 Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) {
   const AttnConfig cfg = config_of(p);  // P points into its documents' bounds: keep it alive
-  const AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
+  AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
+  // GRAPE's rates in f64, as fused.cpp hands them to the kernels (general variant)
+  P.dist_q = in.rq.empty() ? nullptr : in.rq.data();
+  P.dist_k = in.rk.empty() ? nullptr : in.rk.data();
+  P.dist = p.dist > 0;
   const std::vector<uint16_t> q = to_bits(in.q), k = to_bits(in.k), v = to_bits(in.v), g = to_bits(in.g);
   std::vector<float> c(in.c.begin(), in.c.end());
   const int64_t nq = p.B * p.H * p.Tq, nk = p.B * p.Hkv * p.Tk;
@@ -59,6 +63,8 @@ Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) 
   std::vector<float> fc, dfox_q(nq, NAN), dfox_k(p.fox ? p.B * p.H * p.Tk : 0, 0.0f);
   // sinks: z in f32, folded by the forward's epilogue; the dQ pass's per-row gradient
   std::vector<float> z(in.z.begin(), in.z.end()), dz_rows(nq, NAN);
+  // GRAPE: the dQ pass writes every row's sum, the dK/dV pass the key sums per query head (zeroed here)
+  std::vector<float> ddist_q(nq, NAN), ddist_k(p.B * p.H * p.Tk, 0.0f);
   for (size_t r0 = 0; r0 < in.f.size(); r0 += static_cast<size_t>(p.Tk)) {
     double acc = 0;
     for (int64_t m = 0; m < p.Tk; ++m) fc.push_back(static_cast<float>(acc += in.f[r0 + m]));
@@ -82,6 +88,8 @@ Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) 
   a.dfox_k = p.fox && fox_grad ? dfox_k.data() : nullptr;
   a.sink = p.sink ? z.data() : nullptr;
   a.dz_rows = p.sink ? dz_rows.data() : nullptr;
+  a.ddist_q = p.dist & 2 ? ddist_q.data() : nullptr;
+  a.ddist_k = p.dist & 1 ? ddist_k.data() : nullptr;
   a.counters = counters;
   using C = mma::Config<D>;
   using F = mma::FwdShape<D, C::kFwdMT>;
@@ -125,6 +133,8 @@ Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) 
     for (int64_t row = 0; row < nq; ++row) dc[(row / p.Tq) * p.Tk + P.q_offset + row % p.Tq] += dfox_q[row];
     e.r.df = reverse_cumsum_rows(dc, p.Tk);
   }
+  if (p.dist & 2) e.r.ddq.assign(ddist_q.begin(), ddist_q.end());
+  if (p.dist & 1) e.r.ddk.assign(ddist_k.begin(), ddist_k.end());
   e.stats = {static_cast<int64_t>(counters[0]), static_cast<int64_t>(counters[1]), static_cast<int64_t>(counters[2])};
   return e;
 }
@@ -411,6 +421,34 @@ TEST(MmaEmulator, GeneralVariantMatchesTheCpuOp) {
   ps.push_back(p);
   for (const Problem& x : ps) check<64, true>(x);
   for (const size_t i : {size_t{1}, size_t{5}}) {
+    p = ps[i];
+    p.D = 128;
+    check<128, true>(p);
+  }
+}
+
+// GRAPE's additive term -|t| (dist_q_i + dist_k_j) in the general variant (the rows' and the keys'
+// rates in shared memory, their gradients as the dQ pass's row sums and the dK/dV pass's key sums per
+// query head) against the CPU op in float64 at the naive twin's bf16 floor, the rates' gradients
+// included: key rates alone, query rates alone and both, beside ALiBi, FoX, sinks, a window, a prefix
+// (distances both ways) and token positions, with GQA and Tq != Tk.
+TEST(MmaEmulator, GrapeRatesInTheGeneralVariantMatchTheCpuOp) {
+  std::vector<Problem> ps;
+  Problem p;
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 150, p.dist = 1;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 170, p.dist = 3, p.mask = MaskKind::Window, p.pos = PosKind::Alibi,
+  p.fox = p.sink = true, p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.dist = 2, p.prefix = 70, p.logit = LogitKind::LogN;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 40, p.Tk = 150, p.dist = 3, p.drawn = true, p.sink_tokens = 2, p.mask = MaskKind::Scope;
+  ps.push_back(p);
+  for (const Problem& x : ps) check<64, true>(x);
+  for (const size_t i : {size_t{1}, size_t{3}}) {
     p = ps[i];
     p.D = 128;
     check<128, true>(p);

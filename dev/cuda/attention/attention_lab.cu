@@ -162,7 +162,7 @@ std::vector<Variant> variants() {
   lib.bwd = [](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
     ci::mma_backward(P, b.q, b.k, b.v, b.out, b.lse, b.gout, P.logit == LogitKind::LogN ? b.c : Tensor(), Tensor(),
                      Tensor(), b.dq, b.dk, b.dv, P.logit == LogitKind::LogN ? &b.dc_rows : nullptr, nullptr, nullptr,
-                     nullptr, cnt, hz::cuda::stream(0));
+                     nullptr, nullptr, nullptr, cnt, hz::cuda::stream(0));
   };
   v.push_back(lib);
   constexpr int kOtherMT = mma::Config<D>::kFwdMT == 1 ? 2 : 1;
