@@ -146,6 +146,11 @@ void finish_file_set(const std::string& dir) {
     const std::string name = names.substr(at, end - at);
     at = end + 1;
     if (name.empty() || name.find('/') != std::string::npos) continue;
+    if (name[0] == '-') {  // a file of the previous set that the new one does not hold
+      if (std::remove((dir + "/" + name.substr(1)).c_str()) != 0 && errno != ENOENT)
+        throw Error(detail::concat_msg("cannot remove '", dir, "/", name.substr(1), "': ", std::strerror(errno)));
+      continue;
+    }
     const std::string tmp = dir + "/" + name + kSetTmp;
     if (std::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0 && errno != ENOENT)
       throw Error(detail::concat_msg("cannot rename '", tmp, "' into place: ", std::strerror(errno)));
@@ -154,15 +159,25 @@ void finish_file_set(const std::string& dir) {
   std::remove((dir + kJournal).c_str());
 }
 
-void write_files_atomic(const std::string& dir, const FileSet& files) {
+void write_files_atomic(const std::string& dir, const FileSet& files, const std::vector<std::string>& replaces) {
   finish_file_set(dir);  // an earlier writer's set first
+  auto plain = [](const std::string& name) {
+    HZ_CHECK(!name.empty() && name[0] != '-' && name.find('/') == std::string::npos &&
+                 name.find('\n') == std::string::npos,
+             Error, "write_files_atomic: '", name, "' is not a plain file name");
+  };
   std::string names;
   try {
     for (const auto& [name, content] : files) {
-      HZ_CHECK(!name.empty() && name.find('/') == std::string::npos && name.find('\n') == std::string::npos, Error,
-               "write_files_atomic: '", name, "' is not a plain file name");
+      plain(name);
       write_whole(dir + "/" + name + kSetTmp, content, dir + "/" + name);
       names += name + "\n";
+    }
+    for (const std::string& name : replaces) {  // the kind's files this set does not write go with it
+      plain(name);
+      bool written = false;
+      for (const auto& f : files) written = written || f.first == name;
+      if (!written) names += "-" + name + "\n";
     }
   } catch (...) {
     for (const auto& [name, content] : files) std::remove((dir + "/" + name + kSetTmp).c_str());

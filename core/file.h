@@ -14,7 +14,10 @@
 // follow and the journal goes. A writer stopped before the journal leaves the previous set whole;
 // one stopped after it leaves complete files that finish_file_set(dir) renames into place (the
 // next writer does it first, and a reader calls it before reading). So readers see the old set or
-// the new one, never a mix.
+// the new one, never a mix. `replaces` names every file a set of this kind may hold: those the new
+// set does not write are removed with it (the journal lists them as "-name"), so a result the new
+// evaluation did not produce (needles.csv after an evaluation without needle tasks) does not stay
+// beside it as if it belonged.
 //
 // Every file Horizon reads as input (recipes, tokenizers, config.json, safetensors and their index,
 // token shards and files, corpora, checkpoints, grid files, run directories' own files) is opened
@@ -45,7 +48,7 @@ inline void write_file_atomic(const std::string& path, const std::string& conten
 }
 
 using FileSet = std::vector<std::pair<std::string, std::string>>;  // (name in the directory, content)
-void write_files_atomic(const std::string& dir, const FileSet& files);
+void write_files_atomic(const std::string& dir, const FileSet& files, const std::vector<std::string>& replaces = {});
 void finish_file_set(const std::string& dir);
 
 // Empty when `path` names a regular file; otherwise what is wrong, e.g. "is a FIFO (a named pipe),

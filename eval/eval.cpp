@@ -305,6 +305,13 @@ FileSet report_files(const EvalReport& r, int64_t train_len, const std::map<std:
   return files;
 }
 
+const std::vector<std::string>& result_file_names() {
+  static const std::vector<std::string> names = {
+      "eval.csv",     "eval.json",   "passkey.csv",         "swan_fit.csv", "nll_by_position.csv", "eval_recipe.yaml",
+      "needles.csv",  "needles.json", "needles_examples.jsonl", "retrieval_heads.csv", "probes.csv"};
+  return names;
+}
+
 void write_report(const EvalReport& r, const std::string& dir, int64_t train_len) {
   write_files_atomic(dir, report_files(r, train_len));
 }

@@ -84,5 +84,9 @@ std::string report_table(const EvalReport& r, int64_t train_len);
 // effective: the needle tasks' effective lengths (eval/needles.h), written into eval.json when given.
 FileSet report_files(const EvalReport& r, int64_t train_len, const std::map<std::string, int64_t>& effective = {});
 void write_report(const EvalReport& r, const std::string& dir, int64_t train_len);
+// Every file an evaluation of a run may write into its directory (the report's, eval_recipe.yaml,
+// the needles', the retrieval heads', the probes'): one evaluation's set replaces the previous one's
+// whole, those it does not produce removed (write_files_atomic's `replaces`).
+const std::vector<std::string>& result_file_names();
 
 }  // namespace hz::eval

@@ -113,7 +113,7 @@ std::string evaluate_run(LoadedRun& run, bool verbose, dist::Communicator* comm,
     for (auto& f : eval::probe_files(probes)) files.push_back(std::move(f));
   }
   if (writable) {
-    write_files_atomic(run.run_dir, files);
+    write_files_atomic(run.run_dir, files, eval::result_file_names());  // and a stale result of another goes
     if (run.recipe.metrics.tensorboard && io::tensorboard_available())
       write_eval_events(run.run_dir, run.step, rep, needles);
   }

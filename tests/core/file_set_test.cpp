@@ -48,6 +48,31 @@ TEST(FileSet, AWriterStoppedBetweenItsRenamesIsFinishedByTheNext) {
   EXPECT_FALSE(fs::exists(d.path() + "/eval.json.set.tmp"));
 }
 
+// A set of a kind (`replaces`) removes the previous set's files it does not write, also when a later
+// reader finishes it from the journal; files outside the kind stay, and a name that would read as a
+// removal is refused.
+TEST(FileSet, FilesOfTheKindThatTheNewSetLacksGoWithIt) {
+  hzdt::TempDir d;
+  const std::vector<std::string> kind{"eval.json", "needles.csv", "probes.csv"};
+  hz::write_files_atomic(d.path(), {{"eval.json", "old"}, {"needles.csv", "old needles"}, {"probes.csv", "p"}}, kind);
+  std::ofstream(d.path() + "/notes.txt") << "mine";
+  hz::write_files_atomic(d.path(), {{"eval.json", "new"}, {"probes.csv", "p2"}}, kind);
+  EXPECT_EQ(hzdt::read_bytes(d.path() + "/eval.json"), "new");
+  EXPECT_EQ(hzdt::read_bytes(d.path() + "/probes.csv"), "p2");
+  EXPECT_FALSE(fs::exists(d.path() + "/needles.csv"));
+  EXPECT_EQ(hzdt::read_bytes(d.path() + "/notes.txt"), "mine");
+  // a writer killed after its journal: the reader's finish_file_set renames and removes alike
+  std::ofstream(d.path() + "/eval.json.set.tmp") << "third";
+  std::ofstream(d.path() + "/.results.pending") << "eval.json\n-probes.csv\n-needles.csv\n";
+  hz::finish_file_set(d.path());
+  EXPECT_EQ(hzdt::read_bytes(d.path() + "/eval.json"), "third");
+  EXPECT_FALSE(fs::exists(d.path() + "/probes.csv"));
+  EXPECT_FALSE(fs::exists(d.path() + "/.results.pending"));
+  EXPECT_THROW(hz::write_files_atomic(d.path(), {{"-eval.json", "x"}}), hz::Error);
+  EXPECT_THROW(hz::write_files_atomic(d.path(), {{"eval.json", "x"}}, {"a/b"}), hz::Error);
+  EXPECT_EQ(hzdt::read_bytes(d.path() + "/eval.json"), "third");  // refused before anything moved
+}
+
 // Two processes preparing one data cache side by side wrote the same file: each rename must find
 // its own temporary (they shared "path.tmp", and the second rename failed with ENOENT). Processes,
 // as in the failure: each child writes the file many times and exits 0 when every write succeeded.

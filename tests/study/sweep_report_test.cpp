@@ -17,6 +17,7 @@
 #include "eval/eval.h"
 #include "eval/needles.h"
 #include "eval/probe.h"
+#include "study/evaluate_run.h"
 #include "study/load_run.h"
 #include "study/report.h"
 #include "study/sweep.h"
@@ -101,6 +102,30 @@ TEST(Sweep, InterruptedSweepResumesToTheSameTable) {
   ASSERT_EQ(second.rows[1].lengths, (std::vector<int64_t>{32, 64}));
   EXPECT_TRUE(fs::file_size(tmp_root() + "/resumed/sweep.csv") > 0);
   EXPECT_NE(second.table.find("| p01-4 | 4 |"), std::string::npos) << second.table;
+}
+
+// An evaluation replaces the previous one's results whole: one without needle tasks or the position
+// probe leaves no needles.csv or probes.csv of an earlier one beside its eval.json (a report would
+// read them as this evaluation's).
+TEST(Evaluate, AnEvaluationRemovesThePreviousOnesResultsItDoesNotProduce) {
+  SweepOptions quiet;
+  quiet.quiet = true;
+  run_sweep(load_sweep(write_grid("restale")), quiet);
+  const std::string run = tmp_root() + "/restale/p00-2";
+  {
+    LoadedRun lr = load_run(run, {"eval.needle_tasks=[passkey]", "eval.needle_samples=1", "eval.needle_format=short",
+                                  "eval.needle_depths=[0.5]", "eval.lengths=[96]", "eval.probe_sequences=2"});
+    evaluate_run(lr, false);
+  }
+  for (const char* f : {"eval.json", "needles.csv", "needles.json", "probes.csv"}) ASSERT_TRUE(fs::exists(run + "/" + f)) << f;
+  {
+    LoadedRun lr = load_run(run, {"eval.needle_tasks=[]", "eval.lengths=[32]", "eval.probe_sequences=0"});
+    evaluate_run(lr, false);
+  }
+  EXPECT_TRUE(fs::exists(run + "/eval.json"));
+  EXPECT_TRUE(fs::exists(run + "/nll_by_position.csv"));
+  for (const char* f : {"needles.csv", "needles.json", "probes.csv"}) EXPECT_FALSE(fs::exists(run + "/" + f)) << f;
+  EXPECT_TRUE(fs::exists(run + "/config.yaml"));  // the run's own files stay
 }
 
 TEST(Report, FilesExistAndAreNonEmpty) {
