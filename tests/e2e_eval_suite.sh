@@ -36,9 +36,11 @@ test "$rc" -eq 1 && echo "$msg" | grep "no global NoPE layer" >/dev/null
 "$HZ" eval "$R" eval.batches=1 eval.needle_tasks=[passkey] eval.needle_samples=1 eval.needle_depths=[0.5] \
   eval.needle_format=short eval.probe_sequences=2 > /dev/null
 test -s "$R/needles.csv" && test -s "$R/needles.json" && test -s "$R/probes.csv"
-# retrieval heads of every kept checkpoint (steps 10 and 20), one file over the steps
+# retrieval heads of every kept checkpoint (steps 10 and 20), one file over the steps; an evaluation
+# replaces the previous one's results whole, so the probe is asked again for the report below (without
+# it, probes.csv goes)
 "$HZ" eval "$R" --all-checkpoints eval.batches=1 eval.lengths=[128] eval.needle_tasks=[passkey] eval.needle_samples=1 \
-  eval.needle_depths=[0.5] eval.needle_format=short eval.retrieval_heads=true > "$OUT/rh.txt"
+  eval.needle_depths=[0.5] eval.needle_format=short eval.retrieval_heads=true eval.probe_sequences=2 > "$OUT/rh.txt"
 grep "^retrieval heads" "$OUT/rh.txt" > /dev/null
 test "$(head -1 "$R/retrieval_heads.csv")" = "step,task,length,layer,layer_kind,head,window,score,needle_mass,opportunities"
 test "$(grep -c '^10,passkey,128,' "$R/retrieval_heads.csv")" -eq 8 && test "$(grep -c '^20,passkey,128,' "$R/retrieval_heads.csv")" -eq 8

@@ -18,7 +18,8 @@
 #   nccl             scripts/gpu/nccl_check.sh: the NCCL communicator on one rank and two, training on
 #                    two ranks, context parallelism over NCCL (the ring and the all-gather)
 #   racecheck        compute-sanitizer racecheck (and synccheck) on the attention's edge shapes and on
-#                    the tensor-core kernels' general variant (chunks, sink tokens, prefix, positions)
+#                    the tensor-core kernels' general variant (chunks, sink tokens, prefix, positions;
+#                    GRAPE-A's rates)
 #   memcheck         compute-sanitizer memcheck on the same edge shapes and a few cases of the
 #                    other suites (kernel errors counted apart from API errors; the out-of-memory
 #                    test that asks for 4 TiB is left out)
@@ -294,6 +295,7 @@ sanitize() {
 # plain causal case, D 128
 EDGE='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128'
 GENERAL='FusedCuda.ChunksSinkTokensPrefixAndPositionsOnTheTensorCoreKernels'
+GRAPE='FusedCuda.GrapeRatesOnTheTensorCoreKernels'
 
 stage_memcheck() {
   starts "compute-sanitizer memcheck" 60 || return
@@ -345,6 +347,10 @@ stage_racecheck() {
   # (chunks, sink tokens, a prefix, drawn positions) in shared memory
   sanitize racecheck hz_test_attention "$GENERAL" 150 general
   sanitize synccheck hz_test_attention "$GENERAL" 60 general
+  # GRAPE-A's rates in the general variant: the rows' and the keys' rates in shared memory, the
+  # dK/dV pass's per-head key sums
+  sanitize racecheck hz_test_attention "$GRAPE" 120 grape
+  sanitize synccheck hz_test_attention "$GRAPE" 60 grape
   ended racecheck
 }
 
