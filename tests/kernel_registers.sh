@@ -21,7 +21,7 @@
 #   general: dQ at D 128                                       64  (40 measured; 16 before GRAPE's
 #                                                                  row sums joined)
 #   general: dK/dV at D 128 (FoX at run time, sink rows and
-#            the keys' positions)                              600 (496 measured)
+#            the keys' positions, GRAPE's rates)                600 (480 measured)
 # The general variant pays its spills only on calls that have what it adds.
 # The D 128 dK/dV keeps 128 accumulator registers per thread (dK and dV) plus the 64 of the
 # scores and dP, so it sits at the 255-register limit; FoX is a template argument of that kernel

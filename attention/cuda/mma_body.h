@@ -497,6 +497,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         const int te0 = rloc + kBk - 1;
         const ColRange kc = cols_in_block(IndexRange{lo[mt][hh], hi[mt][hh]}, j0, kBk);
         const ColRange sc = cols_in_block(sr[mt][hh], j0, kBk);
+        const float rq = dist ? sDq[rloc] : 0.0f;  // GRAPE: the row's rate, read once per block
         float mx = m[mt][hh];
         HZ_UNROLL
         for (int nt = 0; nt < kNT; ++nt)
@@ -511,7 +512,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
                   tb - static_cast<float>(col), [&] { return pq[mt][hh] - sPos[col]; });
               L = c.mul * val + c.add;
               if (P.alibi) L -= slope2 * c.t;
-              if (dist) L -= (sDq[rloc] + sDk[col]) * c.t;  // GRAPE: -|t| (dist_q_i + dist_k_j), log2 e
+              if (dist) L -= (rq + sDk[col]) * c.t;  // GRAPE: -|t| (dist_q_i + dist_k_j), log2 e
             } else {  // coef2's arithmetic in the order that keeps the D 64 kernel within 255 registers
               L = si ? rr[mt][hh] * sT[2 * (te0 - col)] * val + sT[2 * (te0 - col) + 1] : rs[mt][hh] * val;
               if (P.alibi) L -= slope2 * (tb - static_cast<float>(col));
@@ -685,7 +686,7 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
           const float mul2 = c.mul;
           float add2 = c.add;
           if (P.alibi) add2 -= slope2 * c.t;
-          if (dist) add2 -= (sDq[rloc] + sDk[col]) * c.t;  // GRAPE
+          if (dist) add2 -= (sDq[rloc] + sDk[col]) * c.t;  // GRAPE (read in place: a register here spills)
           if (fcg != nullptr) add2 += cq[hh] - sF[col];
           const bool vis = !masked || in_cols(kc, col) || (kGen && in_cols(sc, col));
           const float p = vis ? x.exp2(mul2 * val + add2 - lse2[hh]) : 0.0f;
@@ -890,29 +891,22 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     }
     gemm_rn<D, kBq>(x, dv, s, sGs, 0);   // dV += P^T dO
     gemm_rn<D, kBq>(x, dk, dp, sQs, 0);  // dK += dS'^T Q
-    if (fox && (n + 1 == n_pairs || nxt.gh != cur.gh)) {  // the loop leaves head h: its key sums are done
+    // the loop leaves head h: its key sums are done (FoX's -sum_i dL_ij, GRAPE's -sum_i dL_ij |t_ij|);
+    // out is null when they need no gradient (FoX's c_i - c_j still shapes P)
+    auto flush_key_sums = [&](float (&acc)[2], float* out) {
       HZ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
-        float df = dfk[hh];
-        df += x.shfl_xor(df, 1);
-        df += x.shfl_xor(df, 2);
+        float v = acc[hh];
+        v += x.shfl_xor(v, 1);
+        v += x.shfl_xor(v, 2);
         const int64_t j = j0 + warp * 16 + g + 8 * hh;
-        // null when the gates need no gradient (the forward's c_i - c_j still shapes P)
-        if (a.dfox_k != nullptr && tig == 0 && j < P.Tk) a.dfox_k[(b * P.H + h) * P.Tk + j] = df;
-        dfk[hh] = 0.0f;
+        if (out != nullptr && tig == 0 && j < P.Tk) out[(b * P.H + h) * P.Tk + j] = v;
+        acc[hh] = 0.0f;
       }
-    }
-    if (dist && (n + 1 == n_pairs || nxt.gh != cur.gh)) {  // likewise GRAPE's key sums
-      HZ_UNROLL
-      for (int hh = 0; hh < 2; ++hh) {
-        float dd = ddk[hh];
-        dd += x.shfl_xor(dd, 1);
-        dd += x.shfl_xor(dd, 2);
-        const int64_t j = j0 + warp * 16 + g + 8 * hh;
-        if (a.ddist_k != nullptr && tig == 0 && j < P.Tk) a.ddist_k[(b * P.H + h) * P.Tk + j] = dd;
-        ddk[hh] = 0.0f;
-      }
-    }
+    };
+    const bool leaves = n + 1 == n_pairs || nxt.gh != cur.gh;
+    if (fox && leaves) flush_key_sums(dfk, a.dfox_k);
+    if (dist && leaves) flush_key_sums(ddk, a.ddist_k);
     cur = nxt;
   }
   x.template cp_wait<0>();
