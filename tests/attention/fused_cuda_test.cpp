@@ -232,93 +232,59 @@ TEST(FusedCuda, BackwardIsBitwiseDeterministic) {
   }
 }
 
-// Sinks (composed around the reference kernels) and FoX's forget gates (in them) on CUDA
-// against the CPU kernel in float64, with GQA, windows, SCOPE scopes, LogN and Tq != Tk.
-TEST(FusedCuda, SinksAndForgetGatesMatchTheCpuInFloat64) {
+// The softmax's terms on the CUDA reference kernels against the CPU op in float64, forward and every
+// gradient (the terms' own included): sinks (composed around the kernels), FoX's forget gates and
+// GRAPE-A's rates (in them: key rates, query rates or both), with GQA, windows, SCOPE scopes, LogN,
+// scale-invariant logits, a prefix and Tq != Tk (the tensor-core kernels' cases further below).
+TEST(FusedCuda, SinksGatesAndGrapeRatesMatchTheCpuInFloat64) {
   HZT_NEED_GPU();
   struct C {
     std::vector<int64_t> window;
     LogitKind logit;
-    int64_t Tq, Tk;
+    int64_t Tq, Tk, prefix;
     bool sink, fox;
+    int dist;  // GRAPE-A: 1 dist_k, 2 dist_q, 3 both
   };
-  const std::vector<C> cases = {{{0, 0, 0, 0}, LogitKind::Identity, 37, 37, true, false},
-                                {{0, 0, 0, 0}, LogitKind::Identity, 37, 37, false, true},
-                                {{3, 7, 20, 0}, LogitKind::LogN, 37, 37, true, true},
-                                {{9, 9, 9, 9}, LogitKind::ScaleInvariant, 13, 40, true, true}};
+  const std::vector<C> cases = {{{0, 0, 0, 0}, LogitKind::Identity, 37, 37, 0, true, false, 0},
+                                {{0, 0, 0, 0}, LogitKind::Identity, 37, 37, 0, false, true, 0},
+                                {{3, 7, 20, 0}, LogitKind::LogN, 37, 37, 0, true, true, 0},
+                                {{9, 9, 9, 9}, LogitKind::ScaleInvariant, 13, 40, 0, true, true, 0},
+                                {{0, 0, 0, 0}, LogitKind::Identity, 37, 37, 0, false, false, 1},
+                                {{3, 7, 20, 0}, LogitKind::Identity, 37, 37, 0, false, true, 3},
+                                {{9, 9, 9, 9}, LogitKind::Identity, 13, 40, 0, false, false, 2},
+                                {{0, 0, 6, 6}, LogitKind::Identity, 40, 40, 11, false, false, 3}};
   const int64_t B = 2, H = 4, Hkv = 2, D = 16;
   for (const C& c : cases) {
-    SCOPED_TRACE(std::string(c.sink ? "sink " : "") + (c.fox ? "fox " : "") + name(c.logit));
+    SCOPED_TRACE(std::string(c.sink ? "sink " : "") + (c.fox ? "fox " : "") + "dist " + std::to_string(c.dist) +
+                 " prefix " + std::to_string(c.prefix) + " " + name(c.logit));
     AttnConfig cfg;
     cfg.window = c.window;
     cfg.logit = c.logit;
+    cfg.prefix = c.prefix;
     cfg.block_q = cfg.block_k = 8;
     Generator g(61);
     const Tensor q = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64),
                  v = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64), gout = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64),
                  z = g.normal({H}, 0, 1, DType::F64), f = g.uniform({B, H, c.Tk}, -1.0, 0.0, DType::F64),
-                 lc = g.uniform({H}, 0.5, 1.5, DType::F64);
-    auto run = [&](Device dev) {
-      std::vector<ag::Variable> x{ag::Variable(q.to(dev), true), ag::Variable(k.to(dev), true),
-                                  ag::Variable(v.to(dev), true), ag::Variable(z.to(dev), true),
-                                  ag::Variable(f.to(dev), true)};
-      AttnTerms t;
-      t.logn_c = c.logit == LogitKind::LogN ? ag::Variable(lc.to(dev)) : ag::Variable();
-      if (c.sink) t.sink = x[3];
-      if (c.fox) t.forget = x[4];
-      const ag::Variable o = fused_attention(x[0], x[1], x[2], cfg, t).out;
-      o.backward(gout.to(dev));
-      std::vector<std::vector<double>> r{o.value().to_vector()};
-      for (size_t i = 0; i < x.size(); ++i)
-        if (i < 3 || (i == 3 && c.sink) || (i == 4 && c.fox)) r.push_back(x[i].grad().to_vector());
-      return r;
-    };
-    const auto cpu = run(Device::cpu()), gpu = run(Device::cuda(0));
-    ASSERT_EQ(cpu.size(), gpu.size());
-    for (size_t i = 0; i < cpu.size(); ++i)
-      for (size_t e = 0; e < cpu[i].size(); ++e) ASSERT_NEAR(gpu[i][e], cpu[i][e], 1e-11) << "tensor " << i << " elem " << e;
-  }
-}
-
-// GRAPE-A's rates on the CUDA reference kernels against the CPU op in float64 (forward, every gradient,
-// the rates' own), with GQA, windows, FoX, a prefix and Tq != Tk (the tensor-core kernels' general
-// variant below).
-TEST(FusedCuda, GrapeRatesMatchTheCpuInFloat64) {
-  HZT_NEED_GPU();
-  struct C {
-    std::vector<int64_t> window;
-    int64_t Tq, Tk, prefix;
-    bool fox;
-    int dist;  // 1 dist_k, 2 dist_q, 3 both
-  };
-  const std::vector<C> cases = {{{0, 0, 0, 0}, 37, 37, 0, false, 1}, {{3, 7, 20, 0}, 37, 37, 0, true, 3},
-                                {{9, 9, 9, 9}, 13, 40, 0, false, 2}, {{0, 0, 6, 6}, 40, 40, 11, false, 3}};
-  const int64_t B = 2, H = 4, Hkv = 2, D = 16;
-  for (const C& c : cases) {
-    SCOPED_TRACE("dist " + std::to_string(c.dist) + (c.fox ? " fox" : "") + " prefix " + std::to_string(c.prefix));
-    AttnConfig cfg;
-    cfg.window = c.window;
-    cfg.prefix = c.prefix;
-    cfg.block_q = cfg.block_k = 8;
-    Generator g(67);
-    const Tensor q = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64), k = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64),
-                 v = g.normal({B, Hkv, c.Tk, D}, 0, 1, DType::F64), gout = g.normal({B, H, c.Tq, D}, 0, 1, DType::F64),
-                 f = g.uniform({B, H, c.Tk}, -1.0, 0.0, DType::F64), rk = g.uniform({B, H, c.Tk}, -0.1, 0.5, DType::F64),
+                 lc = g.uniform({H}, 0.5, 1.5, DType::F64), rk = g.uniform({B, H, c.Tk}, -0.1, 0.5, DType::F64),
                  rq = g.uniform({B, H, c.Tq}, -0.1, 0.5, DType::F64);
     auto run = [&](Device dev) {
-      std::vector<ag::Variable> x{ag::Variable(q.to(dev), true), ag::Variable(k.to(dev), true),
-                                  ag::Variable(v.to(dev), true), ag::Variable(f.to(dev), true),
-                                  ag::Variable(rk.to(dev), true), ag::Variable(rq.to(dev), true)};
+      std::vector<ag::Variable> x{ag::Variable(q.to(dev), true),  ag::Variable(k.to(dev), true),
+                                  ag::Variable(v.to(dev), true),  ag::Variable(z.to(dev), true),
+                                  ag::Variable(f.to(dev), true),  ag::Variable(rk.to(dev), true),
+                                  ag::Variable(rq.to(dev), true)};
+      const bool used[] = {true, true, true, c.sink, c.fox, (c.dist & 1) != 0, (c.dist & 2) != 0};
       AttnTerms t;
-      if (c.fox) t.forget = x[3];
-      if (c.dist & 1) t.dist_k = x[4];
-      if (c.dist & 2) t.dist_q = x[5];
+      t.logn_c = c.logit == LogitKind::LogN ? ag::Variable(lc.to(dev)) : ag::Variable();
+      if (used[3]) t.sink = x[3];
+      if (used[4]) t.forget = x[4];
+      if (used[5]) t.dist_k = x[5];
+      if (used[6]) t.dist_q = x[6];
       const ag::Variable o = fused_attention(x[0], x[1], x[2], cfg, t).out;
       o.backward(gout.to(dev));
       std::vector<std::vector<double>> r{o.value().to_vector()};
       for (size_t i = 0; i < x.size(); ++i)
-        if (i < 3 || (i == 3 && c.fox) || (i == 4 && (c.dist & 1)) || (i == 5 && (c.dist & 2)))
-          r.push_back(x[i].grad().to_vector());
+        if (used[i]) r.push_back(x[i].grad().to_vector());
       return r;
     };
     const auto cpu = run(Device::cpu()), gpu = run(Device::cuda(0));

@@ -537,6 +537,14 @@ void expect_output_projection(const std::vector<double>& got, const std::vector<
   }
   EXPECT_GT(scale, 0.1);
 }
+// The plain-loop layer tests' first step: the layer's output on x (1, T, C) at index positions,
+// and a projection's weight (out, in), flattened.
+std::vector<double> layer_output(AttentionLayer& layer, const Tensor& x) {
+  AttnCall call;
+  call.T = x.size(1);
+  return layer.forward(ag::Variable(x), Tensor::arange(0, x.size(1), 1, DType::I64), call).value().to_vector();
+}
+std::vector<double> weight_of(const std::shared_ptr<Linear>& l) { return l->weight.value().to_vector(); }
 }  // namespace
 
 // The gated attention output against an independent float64 implementation: plain loops over
@@ -552,13 +560,9 @@ TEST(GatedAttention, LayerEqualsPlainLoops) {
     layer.init_parameters(11);
     Generator g(5);
     const Tensor x = g.normal({1, T, C}, 0, 1, DType::F64);
-    AttnCall call;
-    call.T = T;
-    const std::vector<double> got =
-        layer.forward(ag::Variable(x), Tensor::arange(0, T, 1, DType::I64), call).value().to_vector();
-    auto W = [](const std::shared_ptr<Linear>& l) { return l->weight.value().to_vector(); };  // (out, in)
-    const std::vector<double> X = x.to_vector(), wq = W(layer.wq), wk = W(layer.wk), wv = W(layer.wv), wo = W(layer.wo),
-                              wg = W(layer.wg);
+    const std::vector<double> got = layer_output(layer, x);
+    const std::vector<double> X = x.to_vector(), wq = weight_of(layer.wq), wk = weight_of(layer.wk),
+                              wv = weight_of(layer.wv), wo = weight_of(layer.wo), wg = weight_of(layer.wg);
     auto proj = [&](const std::vector<double>& w, int64_t out, int64_t t, int64_t o) {
       double acc = 0;
       for (int64_t c = 0; c < C; ++c) acc += w[o * C + c] * X[t * C + c];
@@ -618,13 +622,9 @@ TEST(DiffTransformerV2, LayerEqualsPlainLoops) {
   ASSERT_EQ(layer.wq->weight.value().size(0), 2 * H * D);
   Generator g(6);
   const Tensor x = g.normal({1, T, C}, 0, 1, DType::F64);
-  AttnCall call;
-  call.T = T;
-  const std::vector<double> got =
-      layer.forward(ag::Variable(x), Tensor::arange(0, T, 1, DType::I64), call).value().to_vector();
-  auto Wt = [](const std::shared_ptr<Linear>& l) { return l->weight.value().to_vector(); };
-  const std::vector<double> X = x.to_vector(), wq = Wt(layer.wq), wk = Wt(layer.wk), wv = Wt(layer.wv),
-                            wo = Wt(layer.wo), wl = Wt(layer.wl);
+  const std::vector<double> got = layer_output(layer, x);
+  const std::vector<double> X = x.to_vector(), wq = weight_of(layer.wq), wk = weight_of(layer.wk),
+                            wv = weight_of(layer.wv), wo = weight_of(layer.wo), wl = weight_of(layer.wl);
   auto proj = [&](const std::vector<double>& w, int64_t t, int64_t o) {
     double acc = 0;
     for (int64_t c = 0; c < C; ++c) acc += w[o * C + c] * X[t * C + c];
@@ -676,13 +676,9 @@ TEST(SinksAndForgetGates, LayerEqualsPlainLoops) {
       if (sink) layer.sink.value().copy_(Tensor::from_vector({0.8, -0.4}, {H}, DType::F64));  // not the init 0
       Generator g(7);
       const Tensor x = g.normal({1, T, C}, 0, 1, DType::F64);
-      AttnCall call;
-      call.T = T;
-      const std::vector<double> got =
-          layer.forward(ag::Variable(x), Tensor::arange(0, T, 1, DType::I64), call).value().to_vector();
-      auto W_ = [](const std::shared_ptr<Linear>& l) { return l->weight.value().to_vector(); };  // (out, in)
-      const std::vector<double> X = x.to_vector(), wq = W_(layer.wq), wk = W_(layer.wk), wv = W_(layer.wv),
-                                wo = W_(layer.wo);
+      const std::vector<double> got = layer_output(layer, x);
+      const std::vector<double> X = x.to_vector(), wq = weight_of(layer.wq), wk = weight_of(layer.wk),
+                                wv = weight_of(layer.wv), wo = weight_of(layer.wo);
       const std::vector<double> z = sink ? layer.sink.value().to_vector() : std::vector<double>{};
       const std::vector<double> fw = fox ? layer.forget_w.value().to_vector() : std::vector<double>{},
                                 fb = fox ? layer.forget_b.value().to_vector() : std::vector<double>{};
@@ -763,13 +759,9 @@ TEST(GrapeAdditive, LayerEqualsPlainLoops) {
     layer.additive_w.value().copy_(Tensor::from_vector({0.3, -0.7}, {H}, DType::F64));  // not the init
     Generator g(9);
     const Tensor x = g.normal({1, T, C}, 0, 1, DType::F64);
-    AttnCall call;
-    call.T = T;
-    const std::vector<double> got =
-        layer.forward(ag::Variable(x), Tensor::arange(0, T, 1, DType::I64), call).value().to_vector();
-    auto W_ = [](const std::shared_ptr<Linear>& l) { return l->weight.value().to_vector(); };
-    const std::vector<double> X = x.to_vector(), wq = W_(layer.wq), wk = W_(layer.wk), wv = W_(layer.wv),
-                              wo = W_(layer.wo), w = layer.additive_w.value().to_vector();
+    const std::vector<double> got = layer_output(layer, x);
+    const std::vector<double> X = x.to_vector(), wq = weight_of(layer.wq), wk = weight_of(layer.wk),
+                              wv = weight_of(layer.wv), wo = weight_of(layer.wo), w = layer.additive_w.value().to_vector();
     const std::vector<double> u = layer.additive_u.defined() ? layer.additive_u.value().to_vector() : std::vector<double>{},
                               vv = layer.additive_v.defined() ? layer.additive_v.value().to_vector() : std::vector<double>{};
     auto proj = [&](const std::vector<double>& m, int64_t t, int64_t o) {

@@ -47,6 +47,18 @@ std::string write_grid(const std::string& name) {
   return grid;
 }
 
+// A tiny trained run: the first point of the grid `name`, trained by a quiet sweep.
+std::string tiny_run(const std::string& name) {
+  SweepOptions quiet;
+  quiet.quiet = true;
+  run_sweep(load_sweep(write_grid(name)), quiet);
+  return tmp_root() + "/" + name + "/p00-2";
+}
+// A short passkey needle grid at length 96 (one sample, one depth).
+const std::vector<std::string> kShortNeedles = {"eval.needle_tasks=[passkey]", "eval.needle_samples=1",
+                                                "eval.needle_format=short", "eval.needle_depths=[0.5]",
+                                                "eval.lengths=[96]"};
+
 }  // namespace
 
 TEST(Sweep, ExpandsInOrderAndRefusesBadPoints) {
@@ -108,13 +120,11 @@ TEST(Sweep, InterruptedSweepResumesToTheSameTable) {
 // probe leaves no needles.csv or probes.csv of an earlier one beside its eval.json (a report would
 // read them as this evaluation's).
 TEST(Evaluate, AnEvaluationRemovesThePreviousOnesResultsItDoesNotProduce) {
-  SweepOptions quiet;
-  quiet.quiet = true;
-  run_sweep(load_sweep(write_grid("restale")), quiet);
-  const std::string run = tmp_root() + "/restale/p00-2";
+  const std::string run = tiny_run("restale");
   {
-    LoadedRun lr = load_run(run, {"eval.needle_tasks=[passkey]", "eval.needle_samples=1", "eval.needle_format=short",
-                                  "eval.needle_depths=[0.5]", "eval.lengths=[96]", "eval.probe_sequences=2"});
+    std::vector<std::string> ov = kShortNeedles;
+    ov.push_back("eval.probe_sequences=2");
+    LoadedRun lr = load_run(run, ov);
     evaluate_run(lr, false);
   }
   for (const char* f : {"eval.json", "needles.csv", "needles.json", "probes.csv"}) ASSERT_TRUE(fs::exists(run + "/" + f)) << f;
@@ -129,13 +139,9 @@ TEST(Evaluate, AnEvaluationRemovesThePreviousOnesResultsItDoesNotProduce) {
 }
 
 TEST(Report, FilesExistAndAreNonEmpty) {
-  // a tiny trained run from the sweep above, evaluated with needles and the probe
-  SweepOptions quiet;
-  quiet.quiet = true;
-  run_sweep(load_sweep(write_grid("forreport")), quiet);
-  const std::string run = tmp_root() + "/forreport/p00-2";
-  LoadedRun lr = load_run(run, {"eval.needle_tasks=[passkey]", "eval.needle_samples=1", "eval.needle_format=short",
-                                "eval.needle_depths=[0.5]", "eval.lengths=[96]"});
+  // a tiny trained run, evaluated with needles and the probe
+  const std::string run = tiny_run("forreport");
+  LoadedRun lr = load_run(run, kShortNeedles);
   const eval::EvalOptions eo = lr.recipe.eval_options();
   eval::write_needles(eval::evaluate_needles(*lr.model, eo), run);
   const auto val = data::Shard::open(tmp_root() + "/data/val.shard");
