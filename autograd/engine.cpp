@@ -27,6 +27,12 @@ void accumulate(Tensor& dst, Tensor&& g) {
 
 void set_backward_trace(std::vector<std::string>* trace) { backward_trace = trace; }
 
+void Grads::set_summed(size_t i, Tensor total) {
+  HZ_CHECK(pending_[i] != nullptr, ValueError, "internal: set_summed for input ", i, ", which has no pending gradient");
+  out_[i] = std::move(total);
+  summed_[i] = true;
+}
+
 void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
   HZ_CHECK(impl_ && impl_->requires_grad, ValueError,
            "backward() on a Variable that does not require grad (no input had requires_grad, or "
@@ -79,7 +85,17 @@ void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
              "backward()");
     HZ_CHECK(gout.shape() == n->out_shape, ShapeError, "internal: gradient for '", n->name,
              "' has shape ", shape_str(gout.shape()), ", expected ", shape_str(n->out_shape));
-    Grads g(n->edges);
+    // the gradients already waiting for this node's inputs (none for a producer it feeds twice)
+    std::vector<const Tensor*> waiting(n->edges.size(), nullptr);
+    for (size_t i = 0; i < n->edges.size(); ++i) {
+      Node* p = n->edges[i].node.get();
+      if (!p) continue;
+      bool twice = false;
+      for (size_t j = 0; j < n->edges.size(); ++j) twice |= j != i && n->edges[j].node.get() == p;
+      auto it = pending.find(p);
+      if (!twice && it != pending.end()) waiting[i] = &it->second;
+    }
+    Grads g(n->edges, std::move(waiting));
     if (backward_trace) backward_trace->push_back(n->name);
     n->backward(gout, g);
     if (!retain_graph) n->backward = nullptr;  // free saved tensors now
@@ -99,6 +115,7 @@ void Variable::backward(const Tensor& grad_in, bool retain_graph) const {
       } else {
         auto it = pending.find(e.node.get());
         if (it == pending.end()) pending.emplace(e.node.get(), std::move(gi));
+        else if (g.summed(i)) it->second = std::move(gi);  // the backward added the pending gradient itself
         else it->second = ops::add(it->second, gi);  // out of place: gi may alias other grads
         if (--deps[e.node.get()] == 0) ready.push_back(e.node);
       }

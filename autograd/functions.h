@@ -106,7 +106,17 @@ inline int64_t loss_chunk_step(int64_t chunk, int64_t N) {
 }
 Variable lm_head_loss(const Variable& h, const Variable& w, const Tensor& targets, const Tensor& weights = Tensor(),
                       int64_t chunk = 0, int64_t ignore_index = -100);
-// RMSNorm over the last dim; w (C) or undefined (no gain).
+// RMSNorm over the last dim; w (C) or undefined (no gain). Its backward adds the gradient that x's
+// other consumers have already given it in the same pass (Grads::pending: on the residual stream,
+// the next residual add's), instead of the engine adding the two afterwards.
 Variable rms_norm(const Variable& x, const Variable& w, double eps = 1e-6);
+// The residual stream's add and the norm after it in one pass: sum = x + r, normed = rms_norm(sum,
+// w). The graph is the two ops' (an "add" node, then an "rms_norm" node), so gradients, traces and
+// recomputation see no difference; values are bit for bit the unfused ones. r must have x's shape
+// and dtype (anything else runs the two ops).
+struct ResidualNorm {
+  Variable sum, normed;
+};
+ResidualNorm add_rms_norm(const Variable& x, const Variable& r, const Variable& w, double eps = 1e-6);
 
 }  // namespace hz::ag

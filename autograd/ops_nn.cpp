@@ -84,20 +84,49 @@ Variable lm_head_loss(const Variable& h, const Variable& w, const Tensor& target
   });
 }
 
-Variable rms_norm(const Variable& x, const Variable& w, double eps) {
+namespace {
+// The "rms_norm" node over x (its value already computed: y and rstd).
+Variable rms_norm_node(const Variable& x, const Variable& w, const ops::RmsNormResult& r) {
   const Tensor wv = w.defined() ? w.value() : Tensor();
-  ops::RmsNormResult r = ops::rms_norm(x.value(), wv, eps);
   std::vector<Variable> inputs{x};
   if (w.defined()) inputs.push_back(w);
   return make_result(r.y, inputs, "rms_norm", [&] {
     Tensor xv = x.value(), rstd = r.rstd;
     return [=](const Tensor& g, Grads& gr) {
       const bool gw = wv.defined() && gr.needs(1);
-      ops::RmsNormGrads d = ops::rms_norm_backward(xv, wv, rstd, g, gr.needs(0), gw);
-      if (gr.needs(0)) gr.set(0, d.gx);
+      // the gradient x already has from its other consumers, added in the norm's pass
+      const Tensor& waiting = gr.needs(0) ? gr.pending(0) : Tensor();
+      const bool fold = waiting.defined() && waiting.shape() == xv.shape() && waiting.dtype() == xv.dtype() &&
+                        waiting.device() == xv.device();
+      ops::RmsNormGrads d = ops::rms_norm_backward(xv, wv, rstd, g, gr.needs(0), gw, fold ? waiting : Tensor());
+      if (gr.needs(0)) {
+        if (fold) gr.set_summed(0, d.gx);
+        else gr.set(0, d.gx);
+      }
       if (gw) gr.set(1, d.gw);
     };
   });
+}
+}  // namespace
+
+Variable rms_norm(const Variable& x, const Variable& w, double eps) {
+  return rms_norm_node(x, w, ops::rms_norm(x.value(), w.defined() ? w.value() : Tensor(), eps));
+}
+
+ResidualNorm add_rms_norm(const Variable& x, const Variable& r, const Variable& w, double eps) {
+  if (x.shape() != r.shape() || x.dtype() != r.dtype() || x.value().device() != r.value().device()) {
+    Variable sum = add(x, r);
+    return {sum, rms_norm(sum, w, eps)};
+  }
+  const ops::RmsNormResult n = ops::rms_norm(x.value(), w.defined() ? w.value() : Tensor(), eps, r.value());
+  // the add's node, as ag::add builds it (same shapes: the gradient passes to both inputs)
+  Variable sum = make_result(n.sum, {x, r}, "add", [] {
+    return [](const Tensor& g, Grads& gr) {
+      if (gr.needs(0)) gr.set(0, g);
+      if (gr.needs(1)) gr.set(1, g);
+    };
+  });
+  return {sum, rms_norm_node(sum, w, n)};
 }
 
 }  // namespace hz::ag

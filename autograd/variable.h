@@ -27,16 +27,32 @@ struct Edge {
 };
 
 // What a backward function receives: which inputs want a gradient, and where to put it.
+//
+// pending(i) is the gradient that input i's other consumers have already given it (the engine sums
+// the gradients of a node's consumers in the order they run), or an undefined tensor: a leaf, an
+// input no other consumer has reached yet, or a producer that feeds this node twice. A backward
+// that can add it to its own gradient in the same pass (the residual stream's norms: ops::
+// rms_norm_backward's gres) hands the total over with set_summed, and the engine keeps that instead
+// of adding the two. Read-only: pending gradients may be shared with other nodes' inputs.
 class Grads {
  public:
-  explicit Grads(const std::vector<Edge>& edges) : edges_(edges), out_(edges.size()) {}
+  explicit Grads(const std::vector<Edge>& edges, std::vector<const Tensor*> pending = {})
+      : edges_(edges), out_(edges.size()), pending_(std::move(pending)), summed_(edges.size(), false) {
+    pending_.resize(edges.size(), nullptr);
+  }
   bool needs(size_t i) const { return edges_[i].active(); }
   void set(size_t i, Tensor g) { out_[i] = std::move(g); }
+  const Tensor& pending(size_t i) const { return pending_[i] ? *pending_[i] : none_; }
+  void set_summed(size_t i, Tensor total);  // total = pending(i) + this node's gradient
+  bool summed(size_t i) const { return summed_[i]; }
   std::vector<Tensor>& out() { return out_; }
 
  private:
   const std::vector<Edge>& edges_;
   std::vector<Tensor> out_;
+  std::vector<const Tensor*> pending_;
+  std::vector<bool> summed_;
+  Tensor none_;
 };
 
 using BackwardFn = std::function<void(const Tensor& gout, Grads& g)>;

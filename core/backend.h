@@ -68,17 +68,20 @@ struct Backend {
                                    const Tensor& lse, double weight_sum, int64_t ignore_index,
                                    double gscale);
   Tensor (*cross_entropy_rows)(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
-  ops::RmsNormResult (*rms_norm)(const Tensor& x, const Tensor& w, double eps);
+  // residual / gres: undefined, or contiguous with x's shape and dtype (core/ops.h)
+  ops::RmsNormResult (*rms_norm)(const Tensor& x, const Tensor& w, double eps, const Tensor& residual);
   ops::RmsNormGrads (*rms_norm_backward)(const Tensor& x, const Tensor& w, const Tensor& rstd,
-                                         const Tensor& gout, bool need_gx, bool need_gw);
+                                         const Tensor& gout, bool need_gx, bool need_gw, const Tensor& gres);
   Tensor (*rotary)(const Tensor& x, const Tensor& positions, const RotaryParams& p);  // x (B, H, T, D)
   // x (B, Hx, T, D) by angles (B or 1, G, T, D/2) f32/f64, and the angles' gradient (core/ops.h)
   Tensor (*rotate_angles)(const Tensor& x, const Tensor& angles, double mscale, bool inverse);
   Tensor (*rotate_angles_grad)(const Tensor& y, const Tensor& gy, const Tensor& angles, bool inverse);
   // ---- optimizer updates (in place; p, m, v contiguous, same shape) --------------------------
   void (*adamw_update)(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
-  // buf = mu buf + (1 - mu) g;  out = nesterov ? (1 - mu) g + mu buf : buf
-  void (*momentum_update)(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
+  // slots of one device and dtype (f32 or f64), g in that dtype, everything contiguous
+  void (*adamw_multi_update)(std::vector<ops::AdamWSlot>& slots, const math::AdamWCoef& c);
+  // buf = mu buf + (1 - mu) g*;  out = nesterov ? (1 - mu) g* + mu buf : buf  (g* = scaled_grad(g, gscale))
+  void (*momentum_update)(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov, double gscale);
 };
 
 // The table of a device type. CUDA in a build without it throws DeviceError saying how to get one.

@@ -205,11 +205,19 @@ HZ_HD T scalar_f(T x, T mul, T add, T p, int pkind /* 1: p == 1, 2: p == 2, 0: g
 // ---- AdamW and momentum updates (per element, double arithmetic; see optim/optimizer.h) -------
 struct AdamWCoef {
   double beta1, beta2, bc1, bc2, eps, lr, decay;  // bc = 1 - beta^t; decay = 1 - lr wd
+  // the gradient clip's factor: g is read as g * gscale rounded to G, the value the clip's in-place
+  // scaling (ops::axpby_) would have left in the gradient
+  double gscale = 1.0;
 };
+// g * s rounded to G (exactly g when s is 1), read in double: a clipped gradient element.
+template <class G>
+HZ_HD double scaled_grad(G g, double s) {
+  return static_cast<double>(load(store<G>(static_cast<double>(load(g)) * s)));
+}
 // Updates (p, m, v) in place from g; arithmetic in double, storage in P (param) and S (state).
 template <class P, class G, class S>
 HZ_HD void adamw_element(P& p, G g, S& m, S& v, const AdamWCoef& c) {
-  const double gi = static_cast<double>(load(g));
+  const double gi = scaled_grad(g, c.gscale);
   const double mi = c.beta1 * static_cast<double>(load(m)) + (1.0 - c.beta1) * gi;
   const double vi = c.beta2 * static_cast<double>(load(v)) + (1.0 - c.beta2) * gi * gi;
   m = store<S>(mi);

@@ -1,6 +1,8 @@
 // Horizon: argument checks and device dispatch for the tensor ops (core/ops.h).
 #include "core/ops.h"
 
+#include <algorithm>
+
 #include "core/backend.h"
 
 namespace hz {
@@ -241,7 +243,18 @@ static void check_gain(const Tensor& x, const Tensor& w) {
            "; the gain must have the input's dtype (or be f32 for a bf16 input)");
 }
 
-RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps) {
+// A residual operand of the norm (the forward's residual, the backward's gradient already given):
+// x's shape, dtype and device; handed over contiguous.
+static Tensor residual_operand(const Tensor& x, const Tensor& r, const char* who) {
+  if (!r.defined()) return r;
+  check_device(x, r, who);
+  HZ_CHECK(r.shape() == x.shape() && r.dtype() == x.dtype(), ShapeError, who, ": residual ", shape_str(r.shape()), " ",
+           dtype_name(r.dtype()), " must have the input's shape and dtype, ", shape_str(x.shape()), " ",
+           dtype_name(x.dtype()));
+  return r.contiguous();
+}
+
+RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps, const Tensor& residual) {
   check_defined(x, "rms_norm", "x");
   check_floating(x, "rms_norm");
   if (w.defined()) {
@@ -249,14 +262,15 @@ RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps) {
     HZ_CHECK(w.dim() == 1 && w.size(0) == x.size(-1), ShapeError, "rms_norm: weight ",
              shape_str(w.shape()), " must be (", x.size(-1), ")");
   }
-  return HZ_BACKEND(x.device(), rms_norm)(x, w, eps);
+  return HZ_BACKEND(x.device(), rms_norm)(x, w, eps, residual_operand(x, residual, "rms_norm"));
 }
 RmsNormGrads rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
-                               const Tensor& gout, bool need_gx, bool need_gw) {
+                               const Tensor& gout, bool need_gx, bool need_gw, const Tensor& gres) {
   check_defined(x, "rms_norm_backward", "x");
   check_same(x, gout, "rms_norm_backward");
   if (w.defined()) check_gain(x, w);
-  return HZ_BACKEND(x.device(), rms_norm_backward)(x, w, rstd, gout, need_gx, need_gw);
+  return HZ_BACKEND(x.device(), rms_norm_backward)(x, w, rstd, gout, need_gx, need_gw,
+                                                   need_gx ? residual_operand(x, gres, "rms_norm_backward") : Tensor());
 }
 
 Tensor scatter_dim(const Tensor& src, const Tensor& index, int64_t dim, const Shape& out_shape) {
@@ -335,24 +349,45 @@ void random_fill_(Tensor& t, const RandomFill& r) {
   t.copy_(c);
 }
 
-void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c) {
-  check_defined(p, "adamw_update_", "p");
+// One AdamW parameter's checks (adamw_update_ and every slot of adamw_multi_update_); returns g in
+// p's dtype, contiguous.
+static Tensor checked_adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const char* who) {
+  check_defined(p, who, "p");
   HZ_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, DTypeError, "adamw: parameters must be f32/f64, got ",
            dtype_name(p.dtype()), " (keep bf16 master weights in f32)");
   HZ_CHECK(p.is_contiguous() && m.is_contiguous() && v.is_contiguous(), ValueError,
-           "adamw_update_: parameter and state must be contiguous");
+           who, ": parameter and state must be contiguous");
   HZ_CHECK(g.shape() == p.shape() && m.shape() == p.shape() && v.shape() == p.shape(), ShapeError,
-           "adamw_update_: shapes differ: p ", shape_str(p.shape()), ", g ", shape_str(g.shape()), ", m ",
+           who, ": shapes differ: p ", shape_str(p.shape()), ", g ", shape_str(g.shape()), ", m ",
            shape_str(m.shape()), ", v ", shape_str(v.shape()));
-  HZ_CHECK(m.dtype() == p.dtype() && v.dtype() == p.dtype(), DTypeError, "adamw_update_: state dtype must be the parameter's");
-  check_device(p, g, "adamw_update_");
-  check_device(p, m, "adamw_update_");
-  check_device(p, v, "adamw_update_");
-  const Tensor gp = (g.dtype() == p.dtype() ? g : g.to(p.dtype())).contiguous();
+  HZ_CHECK(m.dtype() == p.dtype() && v.dtype() == p.dtype(), DTypeError, who, ": state dtype must be the parameter's");
+  check_device(p, g, who);
+  check_device(p, m, who);
+  check_device(p, v, who);
+  return (g.dtype() == p.dtype() ? g : g.to(p.dtype())).contiguous();
+}
+
+void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c) {
+  const Tensor gp = checked_adamw(p, g, m, v, "adamw_update_");
   HZ_BACKEND(p.device(), adamw_update)(p, gp, m, v, c);
 }
 
-void momentum_update_(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov) {
+void adamw_multi_update_(std::vector<AdamWSlot>& slots, const math::AdamWCoef& c) {
+  // slots grouped by (device, dtype) in list order: one backend call per group
+  std::vector<std::vector<AdamWSlot>> groups;
+  for (AdamWSlot& s : slots) {
+    AdamWSlot e = s;
+    e.g = checked_adamw(s.p, s.g, s.m, s.v, "adamw_multi_update_");
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const std::vector<AdamWSlot>& gr) {
+      return gr.front().p.device() == e.p.device() && gr.front().p.dtype() == e.p.dtype();
+    });
+    if (it == groups.end()) groups.push_back({e});
+    else it->push_back(e);
+  }
+  for (auto& gr : groups) HZ_BACKEND(gr.front().p.device(), adamw_multi_update)(gr, c);
+}
+
+void momentum_update_(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov, double gscale) {
   check_defined(buf, "momentum_update_", "buf");
   HZ_CHECK(buf.dtype() == DType::F32 || buf.dtype() == DType::F64, DTypeError, "momentum: buffers must be f32/f64");
   HZ_CHECK(buf.is_contiguous() && out.is_contiguous(), ValueError, "momentum_update_: buffers must be contiguous");
@@ -362,7 +397,7 @@ void momentum_update_(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool
   check_device(buf, g, "momentum_update_");
   check_device(buf, out, "momentum_update_");
   const Tensor gb = (g.dtype() == buf.dtype() ? g : g.to(buf.dtype())).contiguous();
-  HZ_BACKEND(buf.device(), momentum_update)(gb, buf, out, mu, nesterov);
+  HZ_BACKEND(buf.device(), momentum_update)(gb, buf, out, mu, nesterov, gscale);
 }
 
 void axpby_(Tensor& x, const Tensor& y, double alpha, double beta) {

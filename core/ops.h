@@ -113,16 +113,23 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t i
 
 // ---- RMSNorm over the last dim ------------------------------------------------------------
 // y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). x (..., C), w (C) or undefined.
+// With a residual r (x's shape and dtype), the residual stream's add and the norm after it are one
+// pass: s = x + r (rounded to x's dtype, as ops::add rounds it) is returned as `sum` and y, rstd
+// are the norm of s, bit for bit what ops::add followed by rms_norm gives.
 struct RmsNormResult {
   Tensor y;
   Tensor rstd;  // (...) per row, saved for backward
+  Tensor sum;   // x + residual, when a residual was given
 };
-RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps);
+RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps, const Tensor& residual = Tensor());
 struct RmsNormGrads {
   Tensor gx, gw;
 };
+// x is the normed input (the sum, when the forward had a residual). With gres (x's shape and
+// dtype: the gradient that the input's other consumers have already given it), gx comes back as
+// gres + the norm's gradient in the same pass, bit for bit ops::add(gres, gx).
 RmsNormGrads rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
-                               const Tensor& gout, bool need_gx, bool need_gw);
+                               const Tensor& gout, bool need_gx, bool need_gw, const Tensor& gres = Tensor());
 
 // ---- index ops ------------------------------------------------------------------------------
 // out (out_shape, zeros) with out[..., index[...], ...] = src along `dim`; index is I64 with src's
@@ -152,8 +159,17 @@ void random_fill_(Tensor& t, const RandomFill& r);  // floating t, any device
 // AdamW on one parameter: p, m, v contiguous of one shape and device, g of p's shape (any dtype,
 // any layout). Arithmetic in double (see math::adamw_element).
 void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
-// buf = mu buf + (1 - mu) g;  out = nesterov ? (1 - mu) g + mu buf : buf  (buf, out contiguous)
-void momentum_update_(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
+// AdamW on many parameters at once: one launch per device and dtype for up to multi::kTensors
+// parameters (core/multi_tensor.h), each slot with its own lr and decay (c's are not read); every
+// slot checked as adamw_update_ checks it. The same bits as adamw_update_ on each slot.
+struct AdamWSlot {
+  Tensor p, g, m, v;
+  double lr = 0.0, decay = 1.0;
+};
+void adamw_multi_update_(std::vector<AdamWSlot>& slots, const math::AdamWCoef& c);
+// buf = mu buf + (1 - mu) g;  out = nesterov ? (1 - mu) g + mu buf : buf  (buf, out contiguous),
+// g read as g * gscale rounded to its dtype (math::scaled_grad: the gradient clip's factor)
+void momentum_update_(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov, double gscale = 1.0);
 // x = alpha x + beta y (y undefined: x = alpha x); y broadcasts to x.
 void axpby_(Tensor& x, const Tensor& y, double alpha, double beta);
 // sum over every element of every tensor of x^2, in double, in a fixed order (one device sync).

@@ -136,7 +136,7 @@ int64_t ZeroOptimizer::share_state_numel(int rank) const {
   return n;
 }
 
-void ZeroOptimizer::step(double lr_mult) {
+void ZeroOptimizer::step(double lr_mult, double grad_scale) {
   const std::vector<ZeroPiece>& mine = plan_.pieces(comm_.rank());
   // the AdamW pieces' gradients: views of the averaged gradients
   for (size_t k = 0; k < mine.size(); ++k) {
@@ -144,7 +144,7 @@ void ZeroOptimizer::step(double lr_mult) {
     const Tensor& g = param(mine[k]).grad();
     proxies_[k]->grad() = g.defined() ? g.contiguous().reshape({-1}).narrow(0, mine[k].lo, mine[k].numel()) : Tensor();
   }
-  local_->step(lr_mult);
+  local_->step(lr_mult, grad_scale);
   ++step_;
   for (auto& px : proxies_)
     if (px) px->grad() = Tensor();

@@ -66,7 +66,7 @@ class ZeroOptimizer : public optim::Optimizer {
   ~ZeroOptimizer() override;
   std::string name() const override { return name_; }  // the replicated optimizer's name
   // Collective: every rank calls it with the same lr_mult.
-  void step(double lr_mult = 1.0) override;
+  void step(double lr_mult = 1.0, double grad_scale = 1.0) override;
   void state_dict(std::map<std::string, Tensor>& out) const override;  // collective, whole state on every rank
   void state_dict_on(int root, std::map<std::string, Tensor>& out) const;  // collective, whole state on root only
   void check_state_dict(const std::map<std::string, Tensor>& in) const override;

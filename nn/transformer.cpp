@@ -103,33 +103,48 @@ BlockCost Block::cost(const CallShape& s, const AttnCall& call) const {
   return b;
 }
 
-ag::Variable Block::forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
-                           LayerKV* cache) const {
+ag::Variable Residual::value() const { return delta.defined() ? ag::add(base, delta) : base; }
+
+ag::ResidualNorm Residual::normed(const RMSNorm& norm) const {
+  if (delta.defined()) return ag::add_rms_norm(base, delta, norm.weight, norm.eps);
+  return {base, norm.forward(base)};
+}
+
+Residual Block::forward(Residual in, const Tensor& positions, const AttnCall& call, LayerKV* cache) const {
   const bool recompute = call.recompute != Recompute::None && !cache && ag::grad_enabled();
   const DType dt = compute_dtype();  // the recomputation runs in backward, outside this scope
-  if (recompute && call.recompute == Recompute::Layer) {
+  if (recompute && call.recompute == Recompute::Layer) {  // the block keeps its input, one value
     AttnCall inner = call;
     inner.recompute = Recompute::None;
-    return ag::recompute(
-        [this, positions, inner, dt](const std::vector<ag::Variable>& in) {
-          ComputeScope scope(dt);
-          return forward(in[0], positions, inner, nullptr);
-        },
-        {x}, "recompute_block");
+    return {ag::recompute(
+                [this, positions, inner, dt](const std::vector<ag::Variable>& x) {
+                  ComputeScope scope(dt);
+                  return forward(Residual{x[0], {}}, positions, inner, nullptr).value();
+                },
+                {in.value()}, "recompute_block"),
+            {}};
   }
-  ag::Variable a;
-  if (recompute && call.recompute == Recompute::Attention) {
+  ag::Variable x, a;
+  if (recompute && call.recompute == Recompute::Attention) {  // norm1 is recomputed with the attention
+    x = in.value();
+    in = {};
     a = ag::recompute(
-        [this, positions, call, dt](const std::vector<ag::Variable>& in) {
+        [this, positions, call, dt](const std::vector<ag::Variable>& xs) {
           ComputeScope scope(dt);
-          return attn->forward(norm1->forward(in[0]), positions, call, nullptr);
+          return attn->forward(norm1->forward(xs[0]), positions, call, nullptr);
         },
         {x}, "recompute_attention");
   } else {
-    a = attn->forward(norm1->forward(x), positions, call, cache);
+    ag::ResidualNorm n1 = in.normed(*norm1);  // the previous block's residual add, fused with norm1
+    in = {};
+    x = n1.sum;
+    a = attn->forward(std::move(n1.normed), positions, call, cache);
   }
-  ag::Variable h = ag::add(x, a);
-  return ag::add(h, mlp->forward(norm2->forward(h)));
+  // h = x + a and norm2(h) in one pass (the same values and graph as the two ops); without gradients
+  // x and a are freed before the MLP runs
+  ag::ResidualNorm h = ag::add_rms_norm(x, a, norm2->weight, norm2->eps);
+  x = a = {};
+  return {h.sum, mlp->forward(std::move(h.normed))};
 }
 
 Transformer::Transformer(const ModelConfig& c, uint64_t seed, bool draw_weights) : cfg(c) {
@@ -189,9 +204,10 @@ ag::Variable Transformer::hidden(const Tensor& ids_in, const Tensor& positions_i
   ComputeScope scope(compute_dtype);
   if (call.T == 0) call.T = T;
   if (call.train_len == 0) call.train_len = cfg.train_len;
-  ag::Variable x = embed->forward(ids);
-  for (size_t l = 0; l < layers.size(); ++l) x = layers[l]->forward(x, positions, call, cache ? &cache->layer(l) : nullptr);
-  return norm->forward(x);
+  Residual x{embed->forward(ids), {}};
+  for (size_t l = 0; l < layers.size(); ++l)
+    x = layers[l]->forward(std::move(x), positions, call, cache ? &cache->layer(l) : nullptr);
+  return x.normed(*norm).normed;  // the last block's residual add, fused with the final norm
 }
 
 ag::Variable Transformer::loss(const Tensor& ids, const Tensor& targets, const Tensor& weights, AttnCall call,

@@ -50,12 +50,28 @@ struct ModelConfig {
   void validate() const;  // throws ValueError with what to change
 };
 
+// The residual stream between blocks, as the two addends of its value (base + delta; delta undefined:
+// base alone). The norm that reads it adds them in its own pass (ag::add_rms_norm): every residual
+// add of the model is fused with the norm after it, the last block's with the final norm.
+struct Residual {
+  ag::Variable base, delta;
+  ag::Variable value() const;                           // base + delta (an add node), or base
+  ag::ResidualNorm normed(const RMSNorm& norm) const;  // {value, norm(value)}
+};
+
 class Block : public Module {
  public:
   Block(const ModelConfig& cfg, const attn::AttentionSpec& spec);
-  // cache: this layer's keys and values when decoding (nn/kv_cache.h), else null
+  // cache: this layer's keys and values when decoding (nn/kv_cache.h), else null. Returns the stream
+  // as {h, mlp(norm2(h))}, h = x + attn(norm1(x)): the next norm adds them.
+  // The stream is taken by value and let go of once normed: without gradients its addends are freed
+  // there, as the unfused add freed them.
+  Residual forward(Residual x, const Tensor& positions, const AttnCall& call, LayerKV* cache = nullptr) const;
+  // The block's output as one value (the probe reads every layer's)
   ag::Variable forward(const ag::Variable& x, const Tensor& positions, const AttnCall& call,
-                       LayerKV* cache = nullptr) const;
+                       LayerKV* cache = nullptr) const {
+    return forward(Residual{x, {}}, positions, call, cache).value();
+  }
   // What this block keeps and makes for a call of shape s (nn/cost.h): its own tensors (the block
   // input, the normed input, the residual, the second normed input, the two norms' statistics)
   // with the attention layer's (its route's included) and the MLP's.

@@ -31,11 +31,15 @@ double global_grad_norm(const std::vector<std::pair<std::string, ag::Variable*>>
   return std::sqrt(total);
 }
 
+double clip_factor(double norm, double max_norm) {
+  return max_norm > 0.0 && std::isfinite(norm) && norm > max_norm ? max_norm / norm : 1.0;
+}
+
 double clip_grad_norm(const std::vector<std::pair<std::string, ag::Variable*>>& params,
                       double max_norm) {
   const double norm = global_grad_norm(params);
-  if (!(max_norm > 0.0) || !std::isfinite(norm) || norm <= max_norm) return norm;
-  const double s = max_norm / norm;
+  const double s = clip_factor(norm, max_norm);
+  if (s == 1.0) return norm;
   for (const auto& [name, var] : params) {
     if (!var->defined() || !var->grad().defined()) continue;
     ops::axpby_(var->grad(), Tensor(), s, 0.0);  // g *= s, on the gradient's device

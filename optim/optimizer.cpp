@@ -22,9 +22,11 @@ const Tensor& checked_grad(const std::string& who, const std::string& pname, con
            g.device().str(), " but the parameter is on ", param.device().str());
   return g;
 }
-void check_lr_mult(const std::string& who, double lr_mult) {
+void check_lr_mult(const std::string& who, double lr_mult, double grad_scale) {
   HZ_CHECK(std::isfinite(lr_mult) && lr_mult >= 0.0, ValueError, who,
            ": lr_mult must be finite and >= 0, got ", lr_mult);
+  HZ_CHECK(grad_scale > 0.0 && grad_scale <= 1.0, ValueError, who,
+           ": grad_scale (the gradient clip's factor) must lie in (0, 1], got ", grad_scale);
 }
 void check_state_shape(const std::string& who, const std::string& pname, const Tensor& value,
                        const Tensor& buf) {
@@ -161,21 +163,29 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions opt)
   init_state({"exp_avg", "exp_avg_sq"});
 }
 
-void AdamW::step(double lr_mult) {
-  check_lr_mult("adamw", lr_mult);
+void AdamW::step(double lr_mult, double grad_scale) {
+  check_lr_mult("adamw", lr_mult, grad_scale);
   const double t = static_cast<double>(step_ + 1);  // this step's count
   math::AdamWCoef c{opt_.beta1, opt_.beta2, 1.0 - std::pow(opt_.beta1, t), 1.0 - std::pow(opt_.beta2, t),
-                    opt_.eps, 0.0, 1.0};
+                    opt_.eps, 0.0, 1.0, grad_scale};
+  // every contiguous parameter in one multi-tensor update; a strided one through a contiguous copy
+  std::vector<ops::AdamWSlot> slots;
   for_each_update(lr_mult, [&](ParamState& s, double lr, double decay) {
     ag::Variable& var = *s.var;
     Tensor& m = s.buffers[0].second;
     Tensor& v = s.buffers[1].second;
     check_state_shape("adamw", s.name, var.value(), m);
     const Tensor& g = checked_grad("adamw", s.name, var.value(), var.grad());
-    c.lr = lr;
-    c.decay = decay;
-    update_in_place(var.value(), [&](Tensor& p) { ops::adamw_update_(p, g, m, v, c); });
+    if (var.value().is_contiguous()) {
+      slots.push_back({var.value(), g, m, v, lr, decay});
+      return;
+    }
+    math::AdamWCoef cs = c;
+    cs.lr = lr;
+    cs.decay = decay;
+    update_in_place(var.value(), [&](Tensor& p) { ops::adamw_update_(p, g, m, v, cs); });
   });
+  if (!slots.empty()) ops::adamw_multi_update_(slots, c);
 }
 
 // ---- Muon -------------------------------------------------------------------------------------
@@ -219,15 +229,15 @@ Muon::Muon(std::vector<ParamGroup> groups, MuonOptions opt)
   init_state({"momentum_buffer"});
 }
 
-void Muon::step(double lr_mult) {
-  check_lr_mult("muon", lr_mult);
+void Muon::step(double lr_mult, double grad_scale) {
+  check_lr_mult("muon", lr_mult, grad_scale);
   for_each_update(lr_mult, [&](ParamState& s, double lr, double decay) {
     ag::Variable& var = *s.var;
     Tensor& buf = s.buffers[0].second;
     check_state_shape("muon", s.name, var.value(), buf);
     const Tensor& g = checked_grad("muon", s.name, var.value(), var.grad());
     Tensor U = Tensor::empty(buf.shape(), buf.dtype(), buf.device());
-    ops::momentum_update_(g, buf, U, opt_.momentum, opt_.nesterov);
+    ops::momentum_update_(g, buf, U, opt_.momentum, opt_.nesterov, grad_scale);
     // Newton-Schulz in ns_dtype (bf16 on GPUs, as the reference implementation), result in the
     // parameter's dtype
     const bool cast = opt_.ns_dtype != U.dtype() && !(opt_.ns_dtype == DType::F32 && U.dtype() == DType::F64);
@@ -259,9 +269,9 @@ CompositeOptimizer::CompositeOptimizer(std::vector<std::unique_ptr<Optimizer>> p
   }
 }
 
-void CompositeOptimizer::step(double lr_mult) {
-  check_lr_mult("composite", lr_mult);
-  for (auto& p : parts_) p->step(lr_mult);
+void CompositeOptimizer::step(double lr_mult, double grad_scale) {
+  check_lr_mult("composite", lr_mult, grad_scale);
+  for (auto& p : parts_) p->step(lr_mult, grad_scale);
   ++step_;
 }
 

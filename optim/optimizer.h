@@ -11,7 +11,9 @@
 //
 // Parameters must be f32 or f64 (keep bf16 master weights in f32). Optimizer state lives on the
 // parameter's device in the parameter's dtype; the per-element arithmetic is double (core/math.h,
-// the same on every device), one fused kernel per parameter (ops::adamw_update_, ...).
+// the same on every device). AdamW updates every parameter in one multi-tensor launch per device
+// (ops::adamw_multi_update_, core/multi_tensor.h); Muon one momentum kernel per matrix before its
+// Newton-Schulz products.
 //
 // State dict keys: "<name()>/<param name>/<buffer>" and "<name()>/step" (I64, shape ()).
 // Buffers: AdamW "exp_avg", "exp_avg_sq"; Muon "momentum_buffer". State is allocated (zeros)
@@ -46,7 +48,11 @@ class Optimizer {
 
   virtual std::string name() const = 0;
   // One update of every parameter that has a grad; lr_mult >= 0 scales every group's lr.
-  virtual void step(double lr_mult = 1.0) = 0;
+  // grad_scale in (0, 1] is the gradient clip's factor (optim::clip_factor): the update reads each
+  // gradient element as g * grad_scale rounded to the gradient's dtype, the value clip_grad_norm's
+  // in-place scaling would have left there, without that extra pass over the gradients (which stay
+  // as they are).
+  virtual void step(double lr_mult = 1.0, double grad_scale = 1.0) = 0;
   // Adds this optimizer's state (copies, not views) to `out`.
   virtual void state_dict(std::map<std::string, Tensor>& out) const;
   // Throws ValueError naming the key when a key this optimizer needs is missing, has the wrong
@@ -105,7 +111,7 @@ class AdamW : public Optimizer {
  public:
   explicit AdamW(std::vector<ParamGroup> groups, AdamWOptions opt = {});
   std::string name() const override { return "adamw"; }
-  void step(double lr_mult = 1.0) override;
+  void step(double lr_mult = 1.0, double grad_scale = 1.0) override;
   const AdamWOptions& options() const { return opt_; }
 
  private:
@@ -131,7 +137,7 @@ class Muon : public Optimizer {
   // A parameter that is not 2-D throws ValueError (it belongs to AdamW: see partition_for_muon).
   explicit Muon(std::vector<ParamGroup> groups, MuonOptions opt = {});
   std::string name() const override { return "muon"; }
-  void step(double lr_mult = 1.0) override;
+  void step(double lr_mult = 1.0, double grad_scale = 1.0) override;
   const MuonOptions& options() const { return opt_; }
 
  private:
@@ -156,7 +162,7 @@ class CompositeOptimizer : public Optimizer {
  public:
   explicit CompositeOptimizer(std::vector<std::unique_ptr<Optimizer>> parts);
   std::string name() const override { return "composite"; }
-  void step(double lr_mult = 1.0) override;
+  void step(double lr_mult = 1.0, double grad_scale = 1.0) override;
   void state_dict(std::map<std::string, Tensor>& out) const override;
   void check_state_dict(const std::map<std::string, Tensor>& in) const override;
   void load_state_dict(const std::map<std::string, Tensor>& in) override;

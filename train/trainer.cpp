@@ -475,11 +475,12 @@ class Trainer {
     HZ_CHECK(std::isfinite(s.loss), ValueError, "loss became ", s.loss, " at step ", step,
              "; lower optim.lr or enable optim.grad_clip");
     auto params = model_->named_parameters();
-    s.grad_norm = optim::clip_grad_norm(params, r_.optim.grad_clip);
+    s.grad_norm = optim::global_grad_norm(params);
     HZ_CHECK(std::isfinite(s.grad_norm), ValueError, "gradient norm became ", s.grad_norm, " at step ", step,
              "; lower optim.lr or enable optim.grad_clip");
     s.lr_mult = optim::lr_multiplier(sched_, step - sched_origin_);
-    optimizer_->step(s.lr_mult);
+    // the clip's factor is applied as the optimizer reads the gradients (no pass of its own)
+    optimizer_->step(s.lr_mult, optim::clip_factor(s.grad_norm, r_.optim.grad_clip));
     model_->zero_grad();
     res_.mem_peak = std::max(res_.mem_peak, allocator_peak());
     if (opt_.on_step) opt_.on_step(step + 1, *model_);

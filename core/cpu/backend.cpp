@@ -174,6 +174,7 @@ Backend make_cpu_backend() {
   b.rotate_angles = cpu::rotate_angles;
   b.rotate_angles_grad = cpu::rotate_angles_grad;
   b.adamw_update = cpu::adamw_update;
+  b.adamw_multi_update = cpu::adamw_multi_update;
   b.momentum_update = cpu::momentum_update;
   return b;
 }

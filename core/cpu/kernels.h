@@ -23,7 +23,8 @@ Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p);
 Tensor rotate_angles(const Tensor& x, const Tensor& angles, double mscale, bool inverse);
 Tensor rotate_angles_grad(const Tensor& y, const Tensor& gy, const Tensor& angles, bool inverse);
 void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
-void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
+void adamw_multi_update(std::vector<ops::AdamWSlot>& slots, const math::AdamWCoef& c);
+void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov, double gscale);
 Tensor reduce_dim(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);
 Tensor cumsum(const Tensor& x, int64_t dim, bool reverse);
 Tensor reduce_all(ReduceOp op, const Tensor& x);
@@ -45,8 +46,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
                               const Tensor& lse, double weight_sum, int64_t ignore_index,
                               double gscale);
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
-ops::RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps);
+ops::RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps, const Tensor& residual);
 ops::RmsNormGrads rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
-                                    const Tensor& gout, bool need_gx, bool need_gw);
+                                    const Tensor& gout, bool need_gx, bool need_gw, const Tensor& gres);
 
 }  // namespace hz::cpu

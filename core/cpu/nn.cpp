@@ -65,7 +65,7 @@ Tensor embedding_backward(const Tensor& gout_in, const Tensor& ids_in, int64_t V
   return out.dtype() == g.dtype() ? out : out.to(g.dtype());
 }
 
-ops::RmsNormResult rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
+ops::RmsNormResult rms_norm(const Tensor& x_in, const Tensor& w_in, double eps, const Tensor& res_in) {
   const Tensor x = x_in.contiguous();
   const Tensor w = w_in.defined() ? w_in.contiguous() : Tensor();
   const int64_t C = x.size(-1), R = x.numel() / std::max<int64_t>(C, 1);
@@ -74,15 +74,24 @@ ops::RmsNormResult rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) 
   Shape rs = x.shape();
   rs.pop_back();
   res.rstd = Tensor::empty(rs, acc_dtype(x.dtype()));
+  if (res_in.defined()) res.sum = Tensor::empty(x.shape(), x.dtype());
   dispatch_x_w(x.dtype(), w.defined() ? w.dtype() : x.dtype(), [&](auto xt, auto wt) {
     using T = decltype(xt); using W = decltype(wt); using A = math::acc_t<T>;
     const T* xp = static_cast<const T*>(x.raw_data());
+    const T* rp = res_in.defined() ? static_cast<const T*>(res_in.raw_data()) : nullptr;
+    T* hp = rp ? static_cast<T*>(res.sum.raw_data()) : nullptr;
     const W* wp = w.defined() ? static_cast<const W*>(w.raw_data()) : nullptr;
     T* yp = static_cast<T*>(res.y.raw_data());
     A* sp = static_cast<A*>(res.rstd.raw_data());
 #pragma omp parallel for schedule(static) if (R * C > 16384)
     for (int64_t r = 0; r < R; ++r) {
       const T* xr = xp + r * C;
+      if (rp) {  // the residual stream's add, rounded as ops::add rounds it; the row is normed from there
+        T* hr = hp + r * C;
+        const T* rr = rp + r * C;
+        for (int64_t c = 0; c < C; ++c) hr[c] = store<T>(load(xr[c]) + load(rr[c]));
+        xr = hr;
+      }
       double ss = 0;
       for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(load(xr[c])) * load(xr[c]);
       const A rstd = static_cast<A>(1.0 / std::sqrt(ss / C + eps));
@@ -96,7 +105,7 @@ ops::RmsNormResult rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) 
 }
 
 ops::RmsNormGrads rms_norm_backward(const Tensor& x_in, const Tensor& w_in, const Tensor& rstd_in,
-                                    const Tensor& g_in, bool need_gx, bool need_gw) {
+                                    const Tensor& g_in, bool need_gx, bool need_gw, const Tensor& gres) {
   const Tensor x = x_in.contiguous(), g = g_in.contiguous();
   const Tensor rstd = rstd_in.to(acc_dtype(x.dtype())).contiguous();
   const Tensor w = w_in.defined() ? w_in.contiguous() : Tensor();
@@ -110,9 +119,11 @@ ops::RmsNormGrads rms_norm_backward(const Tensor& x_in, const Tensor& w_in, cons
     const T* gp = static_cast<const T*>(g.raw_data());
     auto wv = [&](int64_t c) { return wp ? static_cast<A>(load(wp[c])) : A(1); };
     if (need_gx) {
-      // gx = rstd * (gy - xhat * mean(gy * xhat)), gy = g * w, xhat = x * rstd
+      // gx = rstd * (gy - xhat * mean(gy * xhat)), gy = g * w, xhat = x * rstd; with gres, gres + gx
+      // (gx rounded to T first, then the sum rounded: ops::add of the two)
       res.gx = Tensor::empty(x.shape(), x.dtype());
       T* gxp = static_cast<T*>(res.gx.raw_data());
+      const T* rp = gres.defined() ? static_cast<const T*>(gres.raw_data()) : nullptr;
 #pragma omp parallel for schedule(static) if (R * C > 16384)
       for (int64_t r = 0; r < R; ++r) {
         const T* xr = xp + r * C;
@@ -123,6 +134,8 @@ ops::RmsNormGrads rms_norm_backward(const Tensor& x_in, const Tensor& w_in, cons
         const A m = static_cast<A>(dot / C);
         T* o = gxp + r * C;
         for (int64_t c = 0; c < C; ++c) o[c] = store<T>(s * (load(gr[c]) * wv(c) - load(xr[c]) * s * m));
+        if (rp)
+          for (int64_t c = 0; c < C; ++c) o[c] = store<T>(load(rp[r * C + c]) + load(o[c]));
       }
     }
     if (need_gw && wp) {

@@ -9,6 +9,7 @@
 #include "core/cpu/kernels.h"
 #include "core/cpu/loops.h"
 #include "core/math.h"
+#include "core/multi_tensor.h"
 #include "core/philox.h"
 
 namespace hz::cpu {
@@ -212,7 +213,21 @@ void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::
   });
 }
 
-void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov) {
+// The multi-tensor table's blocks (core/multi_tensor.h), one lane each, over OpenMP.
+void adamw_multi_update(std::vector<ops::AdamWSlot>& slots, const math::AdamWCoef& c) {
+  std::vector<multi::AdamWTensor> ts;
+  for (ops::AdamWSlot& s : slots)
+    ts.push_back({s.p.raw_data(), s.g.raw_data(), s.m.raw_data(), s.v.raw_data(), s.p.numel(), s.lr, s.decay});
+  dispatch_float(slots.front().p.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
+    for (const multi::AdamWBatch<T>& b : multi::adamw_batches<T>(ts)) {
+      const int64_t nb = b.blocks();
+#pragma omp parallel for schedule(static) if (nb > 1)
+      for (int64_t blk = 0; blk < nb; ++blk) multi::adamw_block(b, c, blk, 0, 1);
+    }
+  });
+}
+
+void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov, double gscale) {
   const int64_t n = buf.numel();
   dispatch_float(buf.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
     const T* gp = g.data<T>();
@@ -220,7 +235,7 @@ void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool 
     T* u = out.data<T>();
 #pragma omp parallel for schedule(static) if (n > 8192)
     for (int64_t i = 0; i < n; ++i) {
-      const double gi = static_cast<double>(gp[i]);
+      const double gi = math::scaled_grad(gp[i], gscale);
       b[i] = static_cast<T>(mu * static_cast<double>(b[i]) + (1.0 - mu) * gi);
       u[i] = nesterov ? static_cast<T>((1.0 - mu) * gi + mu * static_cast<double>(b[i])) : b[i];
     }

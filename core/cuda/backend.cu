@@ -38,6 +38,7 @@ Backend make_table() {
   b.rotate_angles = rotate_angles;
   b.rotate_angles_grad = rotate_angles_grad;
   b.adamw_update = adamw_update;
+  b.adamw_multi_update = adamw_multi_update;
   b.momentum_update = momentum_update;
   return b;
 }

@@ -35,14 +35,15 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t i
 // nn.cu
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor embedding_backward(const Tensor& gout, const Tensor& ids, int64_t vocab);
-ops::RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps);
+ops::RmsNormResult rms_norm(const Tensor& x, const Tensor& w, double eps, const Tensor& residual);
 ops::RmsNormGrads rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& gout,
-                                    bool need_gx, bool need_gw);
+                                    bool need_gx, bool need_gw, const Tensor& gres);
 Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryParams& p);
 Tensor rotate_angles(const Tensor& x, const Tensor& angles, double mscale, bool inverse);
 Tensor rotate_angles_grad(const Tensor& y, const Tensor& gy, const Tensor& angles, bool inverse);
 void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::AdamWCoef& c);
-void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov);
+void adamw_multi_update(std::vector<ops::AdamWSlot>& slots, const math::AdamWCoef& c);
+void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov, double gscale);
 
 // matmul.cu
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, double alpha, const Shape& batch_shape);

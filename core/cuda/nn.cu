@@ -6,6 +6,7 @@
 
 #include "core/cuda/common.cuh"
 #include "core/cuda/kernels.cuh"
+#include "core/multi_tensor.h"
 
 namespace hz::cuda {
 
@@ -130,15 +131,24 @@ Tensor embedding_backward(const Tensor& gout_in, const Tensor& ids_in, int64_t V
 }
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
-// One block per row: sum of squares (in double, as on the CPU), rstd, y = x rstd w.
+// One block per row: sum of squares (in double, as on the CPU), rstd, y = x rstd w. With a residual
+// `res`, the row is first h = x + res (rounded to T, written to h), and each thread norms the elements of
+// h it wrote itself (read back from its own stores: no barrier needed).
 namespace {
 template <class T, class W>
 __global__ void rms_kernel(const T* __restrict__ x, const W* __restrict__ w, T* __restrict__ y,
-                           math::acc_t<T>* __restrict__ rstd, int64_t C, double eps) {
+                           math::acc_t<T>* __restrict__ rstd, int64_t C, double eps, const T* __restrict__ res,
+                           T* __restrict__ h) {
   using A = math::acc_t<T>;
   __shared__ double sd[32];
   const T* xr = x + blockIdx.x * C;
   T* yr = y + blockIdx.x * C;
+  if (res) {
+    T* hr = h + blockIdx.x * C;
+    const T* rr = res + blockIdx.x * C;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) hr[c] = store<T>(load(xr[c]) + load(rr[c]));
+    xr = hr;
+  }
   double ss = 0;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const double v = static_cast<double>(load(xr[c]));
@@ -151,10 +161,11 @@ __global__ void rms_kernel(const T* __restrict__ x, const W* __restrict__ w, T* 
     yr[c] = store<T>(load(xr[c]) * r * (w ? static_cast<A>(load(w[c])) : A(1)));
 }
 
-// gx = rstd * (gy - xhat * mean(gy * xhat)), gy = g * w, xhat = x * rstd
+// gx = rstd * (gy - xhat * mean(gy * xhat)), gy = g * w, xhat = x * rstd; with gres, gres + gx (gx
+// rounded to T first: ops::add of the two)
 template <class T, class W>
 __global__ void rms_bwd_x_kernel(const T* __restrict__ x, const W* __restrict__ w, const math::acc_t<T>* __restrict__ rstd,
-                                 const T* __restrict__ g, T* __restrict__ gx, int64_t C) {
+                                 const T* __restrict__ g, T* __restrict__ gx, int64_t C, const T* __restrict__ gres) {
   using A = math::acc_t<T>;
   __shared__ double sd[32];
   const int64_t base = blockIdx.x * C;
@@ -168,7 +179,8 @@ __global__ void rms_bwd_x_kernel(const T* __restrict__ x, const W* __restrict__ 
   const A m = static_cast<A>(dot / static_cast<double>(C));
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const A wc = w ? static_cast<A>(load(w[c])) : A(1);
-    gx[base + c] = store<T>(s * (load(g[base + c]) * wc - load(x[base + c]) * s * m));
+    const T d = store<T>(s * (load(g[base + c]) * wc - load(x[base + c]) * s * m));
+    gx[base + c] = gres ? store<T>(load(gres[base + c]) + load(d)) : d;
   }
 }
 
@@ -198,7 +210,7 @@ __global__ void rms_bwd_w_final(const double* __restrict__ part, W* __restrict__
 
 }  // namespace
 
-ops::RmsNormResult rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
+ops::RmsNormResult rms_norm(const Tensor& x_in, const Tensor& w_in, double eps, const Tensor& residual) {
   const Tensor x = x_in.contiguous();
   const Tensor w = w_in.defined() ? w_in.contiguous() : Tensor();
   const int64_t C = x.size(-1), R = x.numel() / std::max<int64_t>(C, 1);
@@ -207,6 +219,7 @@ ops::RmsNormResult rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) 
   Shape rs = x.shape();
   rs.pop_back();
   res.rstd = Tensor::empty(rs, acc_dtype(x.dtype()), x.device());
+  if (residual.defined()) res.sum = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (R == 0 || C == 0) return res;
   const int dev = x.device().index;
   use_device(dev);
@@ -214,14 +227,15 @@ ops::RmsNormResult rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) 
     using T = decltype(xt);
     using W = decltype(wt);
     rms_kernel<T, W><<<static_cast<unsigned>(R), kThreads, 0, stream(dev)>>>(
-        ptr<const T>(x), w.defined() ? ptr<const W>(w) : nullptr, ptr<T>(res.y), ptr<math::acc_t<T>>(res.rstd), C, eps);
+        ptr<const T>(x), w.defined() ? ptr<const W>(w) : nullptr, ptr<T>(res.y), ptr<math::acc_t<T>>(res.rstd), C, eps,
+        residual.defined() ? ptr<const T>(residual) : nullptr, residual.defined() ? ptr<T>(res.sum) : nullptr);
     HZ_CUDA_LAUNCHED("rms_norm");
   });
   return res;
 }
 
 ops::RmsNormGrads rms_norm_backward(const Tensor& x_in, const Tensor& w_in, const Tensor& rstd_in, const Tensor& g_in,
-                                    bool need_gx, bool need_gw) {
+                                    bool need_gx, bool need_gw, const Tensor& gres) {
   const Tensor x = x_in.contiguous(), g = g_in.contiguous();
   const Tensor rstd = rstd_in.to(acc_dtype(x.dtype())).contiguous();
   const Tensor w = w_in.defined() ? w_in.contiguous() : Tensor();
@@ -237,7 +251,8 @@ ops::RmsNormGrads rms_norm_backward(const Tensor& x_in, const Tensor& w_in, cons
       res.gx = Tensor::empty(x.shape(), x.dtype(), x.device());
       if (R > 0 && C > 0) {
         rms_bwd_x_kernel<T, W><<<static_cast<unsigned>(R), kThreads, 0, stream(dev)>>>(
-            ptr<const T>(x), w.defined() ? ptr<const W>(w) : nullptr, ptr<const A>(rstd), ptr<const T>(g), ptr<T>(res.gx), C);
+            ptr<const T>(x), w.defined() ? ptr<const W>(w) : nullptr, ptr<const A>(rstd), ptr<const T>(g), ptr<T>(res.gx), C,
+            gres.defined() ? ptr<const T>(gres) : nullptr);
         HZ_CUDA_LAUNCHED("rms_norm_backward x");
       }
     }
@@ -413,12 +428,17 @@ __global__ void adamw_kernel(T* __restrict__ p, const T* __restrict__ g, T* __re
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     math::adamw_element(p[i], g[i], m[i], v[i], c);
 }
+// The multi-tensor table (core/multi_tensor.h) as the kernel's argument: block b, thread t.
+template <class T>
+__global__ void adamw_multi_kernel(const multi::AdamWBatch<T> batch, const math::AdamWCoef c) {
+  multi::adamw_block(batch, c, blockIdx.x, threadIdx.x, blockDim.x);
+}
 template <class T>
 __global__ void momentum_kernel(const T* __restrict__ g, T* __restrict__ b, T* __restrict__ u, int64_t n, double mu,
-                                bool nesterov) {
+                                bool nesterov, double gscale) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const double gi = static_cast<double>(g[i]);
+    const double gi = math::scaled_grad(g[i], gscale);
     b[i] = static_cast<T>(mu * static_cast<double>(b[i]) + (1.0 - mu) * gi);
     u[i] = nesterov ? static_cast<T>((1.0 - mu) * gi + mu * static_cast<double>(b[i])) : b[i];
   }
@@ -439,17 +459,34 @@ void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::
   HZ_CUDA_LAUNCHED("adamw_update");
 }
 
-void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov) {
+void adamw_multi_update(std::vector<ops::AdamWSlot>& slots, const math::AdamWCoef& c) {
+  const int dev = slots.front().p.device().index;
+  use_device(dev);
+  std::vector<multi::AdamWTensor> ts;
+  for (ops::AdamWSlot& s : slots)
+    ts.push_back({s.p.raw_data(), s.g.raw_data(), s.m.raw_data(), s.v.raw_data(), s.p.numel(), s.lr, s.decay});
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    for (const multi::AdamWBatch<T>& b : multi::adamw_batches<T>(ts)) {
+      adamw_multi_kernel<T><<<static_cast<unsigned>(b.blocks()), kThreads, 0, stream(dev)>>>(b, c);
+      HZ_CUDA_LAUNCHED("adamw_multi_update");
+    }
+  };
+  if (slots.front().p.dtype() == DType::F32) launch(float{});
+  else launch(double{});
+}
+
+void momentum_update(const Tensor& g, Tensor& buf, Tensor& out, double mu, bool nesterov, double gscale) {
   const int64_t n = buf.numel();
   if (n == 0) return;
   const int dev = buf.device().index;
   use_device(dev);
   if (buf.dtype() == DType::F32)
     momentum_kernel<float><<<blocks_for(n), kThreads, 0, stream(dev)>>>(g.data<float>(), buf.data<float>(),
-                                                                        out.data<float>(), n, mu, nesterov);
+                                                                        out.data<float>(), n, mu, nesterov, gscale);
   else
     momentum_kernel<double><<<blocks_for(n), kThreads, 0, stream(dev)>>>(g.data<double>(), buf.data<double>(),
-                                                                         out.data<double>(), n, mu, nesterov);
+                                                                         out.data<double>(), n, mu, nesterov, gscale);
   HZ_CUDA_LAUNCHED("momentum_update");
 }
 

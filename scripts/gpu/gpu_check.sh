@@ -70,7 +70,7 @@ JOBS=${HZ_GPU_JOBS:-$(nproc)}
 # same configuration and targets on every CI run (`scripts/gpu/gpu_check.sh print-build`).
 DEVICE_CFG=(-DCMAKE_BUILD_TYPE=Release -DHZ_MPI=OFF -DHZ_OPENBLAS=OFF -DHZ_DNNL=OFF -DHZ_CUDA=ON
             -DCMAKE_CUDA_ARCHITECTURES=90 -DHZ_KERNEL_LAB=ON)
-SUITES=(core autograd attention nn train nccl)
+SUITES=(core autograd attention nn optim train nccl)
 TARGETS=(horizon)
 for s in "${SUITES[@]}"; do [ "$s" = nccl ] || TARGETS+=("hz_test_$s"); done
 if [ "${1:-}" = print-build ]; then

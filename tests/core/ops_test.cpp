@@ -1306,7 +1306,53 @@ TEST_P(RmsNormTest, ForwardAndBackward) {
   EXPECT_FALSE(only_x.gw.defined());
   EXPECT_TRUE(all_close(only_x.gx, gx, t.rtol, t.atol, &gxmag));
 }
+
+// The residual forms are the fused twins of two ops each: the forward's residual is ops::add followed
+// by the norm, the backward's gres is ops::add of it and the norm's gradient. Same bits, on every
+// device, every layout (the residual and gres given strided too), with a gain of x's dtype or an
+// f32 gain on bf16 activations.
+TEST_P(RmsNormTest, ResidualFormsAreTheAddAndTheNormBitForBit) {
+  const RmsCase& c = GetParam();
+  HZT_ON_DEVICE(c.dev);
+  const int64_t C = c.shape.back(), R = numel_of(c.shape) / C;
+  auto values = [](const Tensor& t) { return t.to(hz::Device::cpu()).to(DType::F64).to_vector(); };
+  const Layout other = c.layout == Layout::Contig ? Layout::Transposed : Layout::Contig;
+  const Tensor x = make_tensor(rand_values(R * C, 141, -2.0, 2.0, c.dtype), c.shape, c.dtype, c.layout);
+  const Tensor r = make_tensor(rand_values(R * C, 142, -2.0, 2.0, c.dtype), c.shape, c.dtype, other);
+  const Tensor g = make_tensor(rand_values(R * C, 143, -1.0, 1.0, c.dtype), c.shape, c.dtype, c.layout);
+  const Tensor gres = make_tensor(rand_values(R * C, 144, -1.0, 1.0, c.dtype), c.shape, c.dtype, other);
+  std::vector<DType> gains{c.dtype};
+  if (c.dtype == DType::BF16) gains.push_back(DType::F32);
+  for (DType gd : gains) {
+    SCOPED_TRACE(std::string("gain ") + hz::dtype_name(gd));
+    const Tensor w = c.weighted ? make_tensor(rand_values(C, 145, 0.5, 1.5, gd), {C}, gd, Layout::Contig) : Tensor();
+    const hz::ops::RmsNormResult fused = hz::ops::rms_norm(x, w, c.eps, r);
+    const Tensor sum = hz::ops::add(x, r);
+    const hz::ops::RmsNormResult plain = hz::ops::rms_norm(sum, w, c.eps);
+    ASSERT_TRUE(fused.sum.defined());
+    EXPECT_EQ(fused.sum.dtype(), c.dtype);
+    EXPECT_EQ(values(fused.sum), values(sum));
+    EXPECT_EQ(values(fused.y), values(plain.y));
+    EXPECT_EQ(values(fused.rstd), values(plain.rstd));
+    EXPECT_FALSE(plain.sum.defined());
+
+    const hz::ops::RmsNormGrads d = hz::ops::rms_norm_backward(sum, w, plain.rstd, g, true, true);
+    const hz::ops::RmsNormGrads folded = hz::ops::rms_norm_backward(sum, w, plain.rstd, g, true, true, gres);
+    EXPECT_EQ(values(folded.gx), values(hz::ops::add(gres, d.gx)));
+    if (c.weighted) EXPECT_EQ(values(folded.gw), values(d.gw));  // gres does not reach the gain
+    // without gx wanted, gres is not read
+    EXPECT_FALSE(hz::ops::rms_norm_backward(sum, w, plain.rstd, g, false, true, gres).gx.defined());
+  }
+}
 INSTANTIATE_TEST_SUITE_P(Ops, RmsNormTest, ::testing::ValuesIn(hzt::on_devices(rms_cases())), CaseName());
+
+TEST(RmsNormErrors, ResidualOfAnotherShapeOrDtype) {
+  const Tensor x = Tensor::ones({3, 4});
+  EXPECT_THROW(hz::ops::rms_norm(x, Tensor(), 1e-5, Tensor::ones({3, 1})), hz::ShapeError);
+  EXPECT_THROW(hz::ops::rms_norm(x, Tensor(), 1e-5, Tensor::ones({3, 4}, DType::F64)), hz::ShapeError);
+  const hz::ops::RmsNormResult n = hz::ops::rms_norm(x, Tensor(), 1e-5);
+  EXPECT_THROW(hz::ops::rms_norm_backward(x, Tensor(), n.rstd, x, true, false, Tensor::ones({4})), hz::ShapeError);
+}
 
 TEST(RmsNormErrors, WeightShape) {
   EXPECT_THROW(hz::ops::rms_norm(Tensor::ones({3, 4}), Tensor::ones({3}), 1e-5), hz::ShapeError);
