@@ -29,6 +29,9 @@ inline Variable tanh(const Variable& x) { return unary(UnaryOp::Tanh, x); }
 inline Variable sigmoid(const Variable& x) { return unary(UnaryOp::Sigmoid, x); }
 inline Variable relu(const Variable& x) { return unary(UnaryOp::Relu, x); }
 inline Variable relu2(const Variable& x) { return unary(UnaryOp::Relu2, x); }  // relu(x)^2
+// SwiGLU's gate silu(a) * b in one op (ops::swiglu): the values and gradients of mul(silu(a), b) bit
+// for bit, keeping a and b for the backward but not silu(a).
+Variable swiglu(const Variable& a, const Variable& b);
 inline Variable silu(const Variable& x) { return unary(UnaryOp::Silu, x); }
 inline Variable gelu(const Variable& x) { return unary(UnaryOp::Gelu, x); }    // exact (erf)
 inline Variable log_sigmoid(const Variable& x) { return unary(UnaryOp::LogSigmoid, x); }

@@ -14,6 +14,18 @@ Variable add(const Variable& a, const Variable& b) {
   });
 }
 
+Variable swiglu(const Variable& a, const Variable& b) {
+  if (a.shape() != b.shape()) return mul(unary(UnaryOp::Silu, a), b);  // broadcasting: the two ops
+  return make_result(ops::swiglu(a.value(), b.value()), {a, b}, "swiglu", [&] {
+    Tensor av = a.value(), bv = b.value();
+    return [=](const Tensor& g, Grads& gr) {
+      ops::SwiGluGrads d = ops::swiglu_backward(av, bv, g, gr.needs(0), gr.needs(1));
+      if (gr.needs(0)) gr.set(0, d.da);
+      if (gr.needs(1)) gr.set(1, d.db);
+    };
+  });
+}
+
 Variable sub(const Variable& a, const Variable& b) {
   Shape sa = a.shape(), sb = b.shape();
   return make_result(ops::sub(a.value(), b.value()), {a, b}, "sub", [=] {

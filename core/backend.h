@@ -42,6 +42,9 @@ struct Backend {
   Tensor (*scalar_op)(const Tensor& x, double mul, double add, double pow);  // (x^pow)*mul + add
   void (*add_inplace)(Tensor& dst, const Tensor& src, double alpha);      // src broadcasts
   void (*axpby)(Tensor& x, const Tensor& y, double alpha, double beta);   // x = alpha x + beta y (y may be undefined)
+  // silu(a) * b and its gradients (core/ops.h); a, b, g contiguous, one shape and dtype
+  Tensor (*swiglu)(const Tensor& a, const Tensor& b);
+  ops::SwiGluGrads (*swiglu_backward)(const Tensor& a, const Tensor& b, const Tensor& g, bool need_a, bool need_b);
   // ---- reductions -----------------------------------------------------------------------------
   Tensor (*reduce_dim)(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);
   Tensor (*reduce_all)(ReduceOp op, const Tensor& x);

@@ -88,6 +88,23 @@ void add_(Tensor& dst, const Tensor& src, double alpha) {
   HZ_BACKEND(dst.device(), add_inplace)(dst, src, alpha);
 }
 
+Tensor swiglu(const Tensor& a, const Tensor& b) {
+  check_same(a, b, "swiglu");
+  check_floating(a, "swiglu");
+  HZ_CHECK(a.shape() == b.shape(), ShapeError, "swiglu: gate ", shape_str(a.shape()), " and value ",
+           shape_str(b.shape()), " must have one shape");
+  return HZ_BACKEND(a.device(), swiglu)(a.contiguous(), b.contiguous());
+}
+
+SwiGluGrads swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, bool need_a, bool need_b) {
+  check_same(a, b, "swiglu_backward");
+  check_same(a, g, "swiglu_backward");
+  HZ_CHECK(a.shape() == b.shape() && g.shape() == a.shape(), ShapeError, "swiglu_backward: a ", shape_str(a.shape()),
+           ", b ", shape_str(b.shape()), " and g ", shape_str(g.shape()), " must have one shape");
+  if (!need_a && !need_b) return {};
+  return HZ_BACKEND(a.device(), swiglu_backward)(a.contiguous(), b.contiguous(), g.contiguous(), need_a, need_b);
+}
+
 Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   Tensor r = g;

@@ -64,6 +64,16 @@ Tensor mul_scalar(const Tensor& x, double s);
 Tensor pow_scalar(const Tensor& x, double p);
 void add_(Tensor& dst, const Tensor& src, double alpha = 1.0);  // dst += alpha * src (broadcast src)
 
+// SwiGLU's gate, out = silu(a) * b (a, b of one shape and dtype), in one pass: silu(a) is rounded to
+// the dtype before the product, so the result is bit for bit ops::mul(unary(Silu, a), b). The
+// backward returns da = (g b) silu'(a) and db = g silu(a), each product rounded as the two ops'
+// backwards round it, from a and b alone (silu(a) is not kept).
+Tensor swiglu(const Tensor& a, const Tensor& b);
+struct SwiGluGrads {
+  Tensor da, db;
+};
+SwiGluGrads swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, bool need_a, bool need_b);
+
 // Sum `g` down to `shape` (the reverse of broadcasting).
 Tensor sum_to_shape(const Tensor& g, const Shape& shape);
 

@@ -43,14 +43,16 @@ MLP::MLP(MlpKind k, int64_t dim, int64_t hidden, double init_std, double resid_s
 ActivationCost MLP::cost(const CallShape& s) const {
   const int64_t N = s.tokens(), C = w1->weight.size(1), F = w1->weight.size(0);
   const bool swiglu = kind == MlpKind::SwiGLU;
-  // no grad: the hidden products live until the output projection returns (its output included)
-  return {N * F * s.act * (swiglu ? 4 : 2), 2 * N * C * s.act + (swiglu ? 2 : 1) * N * F * s.act,
-          N * F * s.act * (swiglu ? 4 : 2) + N * C * s.act};
+  // kept: both projections and the gated product (SwiGLU's gate is one op that keeps no silu), or
+  // the projection and the activation; no grad: the hidden products live until the output
+  // projection returns (its output included)
+  return {N * F * s.act * (swiglu ? 3 : 2), 2 * N * C * s.act + (swiglu ? 2 : 1) * N * F * s.act,
+          N * F * s.act * (swiglu ? 3 : 2) + N * C * s.act};
 }
 
 ag::Variable MLP::forward(const ag::Variable& x) const {
   switch (kind) {
-    case MlpKind::SwiGLU: return w2->forward(ag::mul(ag::silu(w1->forward(x)), w3->forward(x)));
+    case MlpKind::SwiGLU: return w2->forward(ag::swiglu(w1->forward(x), w3->forward(x)));
     case MlpKind::ReLU2: return w2->forward(ag::relu2(w1->forward(x)));
     case MlpKind::GELU: return w2->forward(ag::gelu(w1->forward(x)));
     default: throw ValueError("bad mlp kind");

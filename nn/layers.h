@@ -51,7 +51,7 @@ class MLP : public Module {
  public:
   MLP(MlpKind kind, int64_t dim, int64_t hidden, double init_std, double resid_std, DType dt);
   ag::Variable forward(const ag::Variable& x) const;
-  // kept: the hidden activations, N F x 4 (SwiGLU: both projections, the gate and the product) or
+  // kept: the hidden activations, N F x 3 (SwiGLU: both projections and the gated product, one op) or
   // x 2 (ReLU^2, GELU); transient: the gradients of its input and output (2 N C) and of the
   // hidden layer (N F; SwiGLU 2 N F)
   ActivationCost cost(const CallShape& s) const;

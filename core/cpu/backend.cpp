@@ -155,6 +155,8 @@ Backend make_cpu_backend() {
   b.scalar_op = cpu::scalar_op;
   b.add_inplace = cpu::add_inplace;
   b.axpby = cpu::axpby;
+  b.swiglu = cpu::swiglu;
+  b.swiglu_backward = cpu::swiglu_backward;
   b.reduce_dim = cpu::reduce_dim;
   b.cumsum = cpu::cumsum;
   b.reduce_all = cpu::reduce_all;

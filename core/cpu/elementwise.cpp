@@ -244,4 +244,48 @@ void axpby(Tensor& x, const Tensor& y_in, double alpha, double beta) {
   });
 }
 
+// SwiGLU's gate and its gradients with the two ops' roundings (core/ops.h): s = silu(a) in T, then
+// s * b; d(s) = g * b in T, da = d(s) silu'(a), db = g * s.
+Tensor swiglu(const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  const int64_t n = a.numel();
+  dispatch_all_float(a.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
+    const T* ap = static_cast<const T*>(a.raw_data());
+    const T* bp = static_cast<const T*>(b.raw_data());
+    T* op_ = static_cast<T*>(out.raw_data());
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) {
+      const T s = store<T>(math::unary_f<UnaryOp::Silu>(load(ap[i])));
+      op_[i] = store<T>(load(s) * load(bp[i]));
+    }
+  });
+  return out;
+}
+
+ops::SwiGluGrads swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, bool need_a, bool need_b) {
+  ops::SwiGluGrads r;
+  if (need_a) r.da = Tensor::empty(a.shape(), a.dtype());
+  if (need_b) r.db = Tensor::empty(a.shape(), a.dtype());
+  const int64_t n = a.numel();
+  dispatch_all_float(a.dtype(), [&](auto t_tag_) { using T = decltype(t_tag_);
+    const T* ap = static_cast<const T*>(a.raw_data());
+    const T* bp = static_cast<const T*>(b.raw_data());
+    const T* gp = static_cast<const T*>(g.raw_data());
+    T* dap = need_a ? static_cast<T*>(r.da.raw_data()) : nullptr;
+    T* dbp = need_b ? static_cast<T*>(r.db.raw_data()) : nullptr;
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) {
+      if (dap) {
+        const T ds = store<T>(load(gp[i]) * load(bp[i]));
+        dap[i] = store<T>(load(ds) * math::unary_df<UnaryOp::Silu>(load(ap[i])));
+      }
+      if (dbp) {
+        const T s = store<T>(math::unary_f<UnaryOp::Silu>(load(ap[i])));
+        dbp[i] = store<T>(load(gp[i]) * load(s));
+      }
+    }
+  });
+  return r;
+}
+
 }  // namespace hz::cpu

@@ -16,6 +16,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& out_sh
 Tensor scalar_op(const Tensor& x, double mul, double add, double pow);  // (x^pow)*mul + add
 void add_inplace(Tensor& dst, const Tensor& src, double alpha);
 void axpby(Tensor& x, const Tensor& y, double alpha, double beta);
+Tensor swiglu(const Tensor& a, const Tensor& b);
+ops::SwiGluGrads swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, bool need_a, bool need_b);
 double sum_squares(const std::vector<Tensor>& xs);
 Tensor scatter_dim(const Tensor& src, const Tensor& index, int64_t dim, const Shape& out_shape);
 void random_fill(Tensor& dst, const RandomFill& r);

@@ -19,6 +19,8 @@ Backend make_table() {
   b.scalar_op = scalar_op;
   b.add_inplace = add_inplace;
   b.axpby = axpby;
+  b.swiglu = swiglu;
+  b.swiglu_backward = swiglu_backward;
   b.reduce_dim = reduce_dim;
   b.cumsum = cumsum;
   b.reduce_all = reduce_all;

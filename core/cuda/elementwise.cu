@@ -263,4 +263,59 @@ void axpby(Tensor& x, const Tensor& y_in, double alpha, double beta) {
   });
 }
 
+// ---- SwiGLU's gate --------------------------------------------------------------------------------
+// silu(a) * b and its gradients with the two ops' roundings (core/ops.h); contiguous operands.
+template <class T>
+__global__ void swiglu_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int64_t n) {
+  HZ_GRID_STRIDE(i, n) {
+    const T s = store<T>(math::unary_f<UnaryOp::Silu>(load(a[i])));
+    out[i] = store<T>(load(s) * load(b[i]));
+  }
+}
+template <class T>
+__global__ void swiglu_bwd_kernel(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ g,
+                                  T* __restrict__ da, T* __restrict__ db, int64_t n) {
+  HZ_GRID_STRIDE(i, n) {
+    if (da) {
+      const T ds = store<T>(load(g[i]) * load(b[i]));
+      da[i] = store<T>(load(ds) * math::unary_df<UnaryOp::Silu>(load(a[i])));
+    }
+    if (db) {
+      const T s = store<T>(math::unary_f<UnaryOp::Silu>(load(a[i])));
+      db[i] = store<T>(load(g[i]) * load(s));
+    }
+  }
+}
+
+Tensor swiglu(const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  const int64_t n = a.numel();
+  if (n == 0) return out;
+  const int dev = a.device().index;
+  use_device(dev);
+  dispatch_floating(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_kernel<T><<<blocks_for(n), kThreads, 0, stream(dev)>>>(ptr<const T>(a), ptr<const T>(b), ptr<T>(out), n);
+    HZ_CUDA_LAUNCHED("swiglu");
+  });
+  return out;
+}
+
+ops::SwiGluGrads swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, bool need_a, bool need_b) {
+  ops::SwiGluGrads r;
+  if (need_a) r.da = Tensor::empty(a.shape(), a.dtype(), a.device());
+  if (need_b) r.db = Tensor::empty(a.shape(), a.dtype(), a.device());
+  const int64_t n = a.numel();
+  if (n == 0) return r;
+  const int dev = a.device().index;
+  use_device(dev);
+  dispatch_floating(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_bwd_kernel<T><<<blocks_for(n), kThreads, 0, stream(dev)>>>(
+        ptr<const T>(a), ptr<const T>(b), ptr<const T>(g), need_a ? ptr<T>(r.da) : nullptr, need_b ? ptr<T>(r.db) : nullptr, n);
+    HZ_CUDA_LAUNCHED("swiglu_backward");
+  });
+  return r;
+}
+
 }  // namespace hz::cuda

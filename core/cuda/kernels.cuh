@@ -17,6 +17,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& out_sh
 Tensor scalar_op(const Tensor& x, double mul, double add, double pow);
 void add_inplace(Tensor& dst, const Tensor& src, double alpha);
 void axpby(Tensor& x, const Tensor& y, double alpha, double beta);
+Tensor swiglu(const Tensor& a, const Tensor& b);
+ops::SwiGluGrads swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, bool need_a, bool need_b);
 
 // reduce.cu
 Tensor reduce_dim(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim, Tensor* argmax);

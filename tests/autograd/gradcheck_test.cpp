@@ -136,6 +136,13 @@ std::vector<Case> cases() {
   // nn
   v.push_back({"rms_norm_weight", {{3, 7}, {7}}, [](const std::vector<Variable>& x) { return rms_norm(x[0], x[1], 1e-5); }});
   v.push_back({"rms_norm_noweight", {{2, 2, 5}}, [](const std::vector<Variable>& x) { return rms_norm(x[0], Variable(), 1e-5); }});
+  v.push_back({"swiglu", {{3, 7}, {3, 7}}, [](const std::vector<Variable>& x) { return swiglu(x[0], x[1]); }, false, true});
+  // the fused residual norm: both outputs reach the loss (the sum through another op, so the norm's
+  // backward adds a pending gradient)
+  v.push_back({"add_rms_norm", {{2, 3, 6}, {2, 3, 6}, {6}}, [](const std::vector<Variable>& x) {
+                 const ResidualNorm r = add_rms_norm(x[0], x[1], x[2], 1e-5);
+                 return add(mul(r.sum, r.sum), r.normed);
+               }});
   v.push_back({"embedding", {{6, 3}}, [](const std::vector<Variable>& x) {
                  return embedding(x[0], Tensor::from_vector({0, 2, 2, 5, 1, 2}, {2, 3}, DType::I64));
                }});
