@@ -264,6 +264,7 @@ int bench_train(const std::vector<std::string>& a) {
   const int64_t B = r.data.batch_size, T = r.data.seq_len, V = r.model.cfg.vocab_size;
   Generator g(1);
   std::vector<double> times, fwd, bwd, upd;
+  std::vector<uint64_t> calls_fwd, calls_bwd, calls_upd;  // backend calls (kernel launches) per phase
   auto sync = [&] { synchronize(dev); };
   reset_peak_resident();
   for (int64_t i = 0; i < warmup + steps; ++i) {
@@ -272,20 +273,28 @@ int bench_train(const std::vector<std::string>& a) {
     std::vector<double> v = u.to_vector();
     for (auto& x : v) x = std::floor(x);
     const Tensor ids = Tensor::from_vector(v, {B, T + 1}, DType::I64, dev);
+    const Tensor in = ids.narrow(1, 0, T).contiguous(), tgt = ids.narrow(1, 1, T).contiguous();
     sync();
     using clk = std::chrono::steady_clock;
+    const uint64_t c0 = backend_calls();
     const auto t0 = clk::now();
-    ag::Variable loss = m.loss(ids.narrow(1, 0, T).contiguous(), ids.narrow(1, 1, T).contiguous(), Tensor(), call);
+    ag::Variable loss = m.loss(in, tgt, Tensor(), call);
     sync();
     const auto t1 = clk::now();
+    const uint64_t c1 = backend_calls();
     loss.backward();
     sync();
     const auto t2 = clk::now();
+    const uint64_t c2 = backend_calls();
     // as the trainer steps: the clip's factor folded into the update
     opt.step(1.0, optim::clip_factor(optim::global_grad_norm(named), 1.0));
     m.zero_grad();
     sync();
     const auto t3 = clk::now();
+    const uint64_t c3 = backend_calls();
+    calls_fwd.push_back(c1 - c0);
+    calls_bwd.push_back(c2 - c1);
+    calls_upd.push_back(c3 - c2);
     auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     if (i >= warmup) {
       times.push_back(sec(t0, t3));
@@ -303,12 +312,14 @@ int bench_train(const std::vector<std::string>& a) {
              "\"step_ms\": {:.2f}, \"tok_per_s\": {:.1f}, \"threads\": {}, \"forward_ms\": {:.2f}, "
              "\"backward_ms\": {:.2f}, \"update_ms\": {:.2f}, \"flops_per_token\": {:.4g}, \"mfu\": {:.4f}, "
              "\"peak_mem_bytes\": {}, \"plan_bytes\": {}, \"process_peak_bytes\": {}, \"process_plan_bytes\": {}, "
-             "\"outside_bytes\": {}, \"outside_after_bytes\": {}, \"gemm\": \"{}\", \"flush_denormals\": {}, \"omp_wait\": \"{}\"}}\n",
+             "\"outside_bytes\": {}, \"outside_after_bytes\": {}, \"gemm\": \"{}\", \"flush_denormals\": {}, \"omp_wait\": \"{}\", "
+             "\"backend_calls\": {{\"forward\": {}, \"backward\": {}, \"update\": {}}}}}\n",
              setting, dev.str(), nn::name(r.run.precision), m.num_parameters(), med * 1e3, tps, cpu::num_threads(),
              median(fwd) * 1e3, median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0,
              mem, plan.peak, peak_resident_bytes(), plan.process_peak_of(plan.peak), plan.outside, resident_outside_tensors(),
              r.run.precision == nn::Precision::BF16 ? cpu::gemm_setup().bf16 : cpu::gemm_setup().f32,
-             cpu::flush_denormals() ? "true" : "false", cpu::omp_wait());
+             cpu::flush_denormals() ? "true" : "false", cpu::omp_wait(), calls_fwd.back(), calls_bwd.back(),
+             calls_upd.back());
   return 0;
 }
 

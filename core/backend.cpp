@@ -2,6 +2,7 @@
 #include "core/backend.h"
 
 #include "core/cuda/runtime.h"
+#include "core/device.h"
 
 namespace hz {
 
@@ -14,10 +15,13 @@ const Backend& backend(Device d) {
 }
 
 namespace detail {
+std::atomic<uint64_t> backend_call_count{0};
 void missing_entry(const char* entry, Device d) {
   throw NotImplementedError(std::string("op '") + entry + "' is not implemented on " + d.str() +
                             " (backend '" + backend(d).name + "'); move the tensors to the CPU with .to(Device::cpu())");
 }
 }  // namespace detail
+
+uint64_t backend_calls() { return detail::backend_call_count.load(std::memory_order_relaxed); }
 
 }  // namespace hz

@@ -12,6 +12,7 @@
 //   * results are deterministic: each output element is accumulated in a fixed order (no float
 //     atomics), so a backend gives bitwise-identical results run to run.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -92,11 +93,13 @@ const Backend& backend(Device d);
 const Backend& cpu_backend();
 
 namespace detail {
+extern std::atomic<uint64_t> backend_call_count;  // hz::backend_calls() (core/device.h)
 [[noreturn]] void missing_entry(const char* entry, Device d);
 template <class F>
 F backend_entry(Device d, F Backend::*member, const char* entry) {
   F f = backend(d).*member;
   if (f == nullptr) missing_entry(entry, d);
+  backend_call_count.fetch_add(1, std::memory_order_relaxed);
   return f;
 }
 }  // namespace detail

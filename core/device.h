@@ -105,6 +105,11 @@ bool allow_tf32();
     if (static_cast<int>(hz_e_) != 0) ::hz::cuda::throw_error(static_cast<int>(hz_e_), #call, __FILE__, __LINE__); \
   } while (0)
 
+// The op calls made through the backend tables since the process started (every device; on a GPU
+// each is one kernel launch or more; the attention kernels launch outside the tables, uncounted):
+// `horizon bench train` reports them per step, the launches a fusion saves or a CUDA graph replays.
+uint64_t backend_calls();
+
 // Waits on the host until device d has finished the work queued on it. A GPU runs on after a call
 // returns, so a timer reads this before it stops; on the CPU ops return finished (a no-op).
 inline void synchronize(const Device& d) {

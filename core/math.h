@@ -217,7 +217,7 @@ HZ_HD double scaled_grad(G g, double s) {
 // Updates (p, m, v) in place from g; arithmetic in double, storage in P (param) and S (state).
 template <class P, class G, class S>
 HZ_HD void adamw_element(P& p, G g, S& m, S& v, const AdamWCoef& c) {
-  const double gi = scaled_grad(g, c.gscale);
+  const double gi = c.gscale == 1.0 ? static_cast<double>(load(g)) : scaled_grad(g, c.gscale);  // same bits at 1
   const double mi = c.beta1 * static_cast<double>(load(m)) + (1.0 - c.beta1) * gi;
   const double vi = c.beta2 * static_cast<double>(load(v)) + (1.0 - c.beta2) * gi * gi;
   m = store<S>(mi);

@@ -32,23 +32,46 @@ struct AdamWBatch {
   int64_t blocks() const { return chunk_begin[count]; }
 };
 
-// Block `block`'s share of a batch, split over `lanes` workers (a CUDA block's threads; 1 on the
-// CPU): lane l takes elements lo + l, lo + l + lanes, ... of its chunk. Every element of every
-// tensor belongs to exactly one (block, lane), so the update is the per-element one, in any order.
+// The elements [lo, hi) of tensor t that block `block` of a batch updates.
+struct BlockRange {
+  int t;
+  int64_t lo, hi;
+};
 template <class T>
-HZ_HD void adamw_block(const AdamWBatch<T>& b, const math::AdamWCoef& c, int64_t block, int64_t lane, int64_t lanes) {
+HZ_HD BlockRange block_range(const AdamWBatch<T>& b, int64_t block) {
   int t = 0;
   while (t + 1 < b.count && block >= b.chunk_begin[t + 1]) ++t;
   const int64_t lo = (block - b.chunk_begin[t]) * kChunk;
-  const int64_t hi = lo + kChunk < b.n[t] ? lo + kChunk : b.n[t];
+  return {t, lo, lo + kChunk < b.n[t] ? lo + kChunk : b.n[t]};
+}
+
+// Block `block`'s share of a batch, split over `lanes` workers (a CUDA block's threads): lane l takes
+// elements lo + l, lo + l + lanes, ... of its range. Every element of every tensor belongs to exactly
+// one (block, lane), so the update is the per-element one, in any order. The CPU runs each block's
+// range with unit stride (adamw_block_host: the same elements, a loop the compiler vectorises).
+template <class T>
+HZ_HD void adamw_block(const AdamWBatch<T>& b, const math::AdamWCoef& c, int64_t block, int64_t lane, int64_t lanes) {
+  const BlockRange r = block_range(b, block);
   math::AdamWCoef ct = c;
-  ct.lr = b.lr[t];
-  ct.decay = b.decay[t];
-  T* p = b.p[t];
-  T* m = b.m[t];
-  T* v = b.v[t];
-  const T* g = b.g[t];
-  for (int64_t i = lo + lane; i < hi; i += lanes) math::adamw_element(p[i], g[i], m[i], v[i], ct);
+  ct.lr = b.lr[r.t];
+  ct.decay = b.decay[r.t];
+  T* p = b.p[r.t];
+  T* m = b.m[r.t];
+  T* v = b.v[r.t];
+  const T* g = b.g[r.t];
+  for (int64_t i = r.lo + lane; i < r.hi; i += lanes) math::adamw_element(p[i], g[i], m[i], v[i], ct);
+}
+template <class T>
+inline void adamw_block_host(const AdamWBatch<T>& b, const math::AdamWCoef& c, int64_t block) {
+  const BlockRange r = block_range(b, block);
+  math::AdamWCoef ct = c;
+  ct.lr = b.lr[r.t];
+  ct.decay = b.decay[r.t];
+  T* p = b.p[r.t];
+  T* m = b.m[r.t];
+  T* v = b.v[r.t];
+  const T* g = b.g[r.t];
+  for (int64_t i = r.lo; i < r.hi; ++i) math::adamw_element(p[i], g[i], m[i], v[i], ct);
 }
 
 // One parameter's entry of a batch, as the backends receive it.

@@ -213,7 +213,7 @@ void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const math::
   });
 }
 
-// The multi-tensor table's blocks (core/multi_tensor.h), one lane each, over OpenMP.
+// The multi-tensor table's blocks (core/multi_tensor.h) over OpenMP, each its range with unit stride.
 void adamw_multi_update(std::vector<ops::AdamWSlot>& slots, const math::AdamWCoef& c) {
   std::vector<multi::AdamWTensor> ts;
   for (ops::AdamWSlot& s : slots)
@@ -222,7 +222,7 @@ void adamw_multi_update(std::vector<ops::AdamWSlot>& slots, const math::AdamWCoe
     for (const multi::AdamWBatch<T>& b : multi::adamw_batches<T>(ts)) {
       const int64_t nb = b.blocks();
 #pragma omp parallel for schedule(static) if (nb > 1)
-      for (int64_t blk = 0; blk < nb; ++blk) multi::adamw_block(b, c, blk, 0, 1);
+      for (int64_t blk = 0; blk < nb; ++blk) multi::adamw_block_host(b, c, blk);
     }
   });
 }

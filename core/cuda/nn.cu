@@ -430,7 +430,7 @@ __global__ void adamw_kernel(T* __restrict__ p, const T* __restrict__ g, T* __re
 }
 // The multi-tensor table (core/multi_tensor.h) as the kernel's argument: block b, thread t.
 template <class T>
-__global__ void adamw_multi_kernel(const multi::AdamWBatch<T> batch, const math::AdamWCoef c) {
+__global__ void adamw_multi_kernel(const __grid_constant__ multi::AdamWBatch<T> batch, const math::AdamWCoef c) {
   multi::adamw_block(batch, c, blockIdx.x, threadIdx.x, blockDim.x);
 }
 template <class T>
