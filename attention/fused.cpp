@@ -308,6 +308,10 @@ Tensor run_forward(const AttnKernelParams& P, const Kernels& kn, const Tensor& q
                    const KernelTerms& t, Tensor& lse) {
   const Device dev = qc.device();
   const bool use_tc = kn.tc;
+  ProfileScope profile(dev.is_cpu() ? "attention forward" : kn.cudnn ? "attention forward (cuDNN)"
+                                                          : use_tc   ? "attention forward (tensor cores)"
+                                                                     : "attention forward (reference kernels)",
+                       dev);
   Tensor out = Tensor::empty(qc.shape(), kernel_dtype(qc.dtype(), dev), dev);
   lse = Tensor::empty({P.B, P.H, P.Tq}, acc_dtype(qc.dtype()), dev);
   if (dev.is_cpu()) {
@@ -336,6 +340,10 @@ KernelGrads run_backward(const AttnKernelParams& P, const Kernels& kn, const Ten
                          bool need_c, bool need_z, bool need_f, bool need_dq = false, bool need_dk = false) {
   const Device dev = qc.device();
   const bool use_tc = kn.tc;
+  ProfileScope profile(dev.is_cpu() ? "attention backward" : kn.cudnn ? "attention backward (cuDNN)"
+                                                           : use_tc   ? "attention backward (tensor cores)"
+                                                                      : "attention backward (reference kernels)",
+                       dev);
   const DType kdt = kernel_dtype(qc.dtype(), dev);
   KernelGrads g;
   g.dq = Tensor::empty(qc.shape(), kdt, dev);

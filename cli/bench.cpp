@@ -215,6 +215,28 @@ int bench_attention(const Flags& args) {
   return 0;
 }
 
+// A profiled step's rows (core/device.h) as a JSON member, and as a table on stderr: op, device,
+// calls, milliseconds and share of the step's wall time (on a GPU the kernels' own time: the rest of
+// the step is the host's, or the device idle).
+std::string profile_json(const std::vector<ProfileRow>& rows, double step_ms) {
+  std::string s = fmt::format(", \"profile_step_ms\": {:.3f}, \"profile\": [", step_ms);
+  for (size_t k = 0; k < rows.size(); ++k)
+    s += fmt::format("{}{{\"op\": \"{}\", \"device\": \"{}\", \"calls\": {}, \"ms\": {:.4f}}}", k ? ", " : "",
+                     rows[k].name, rows[k].device, rows[k].calls, rows[k].ms);
+  return s + "]";
+}
+void print_profile(const std::vector<ProfileRow>& rows, double step_ms) {
+  double total = 0;
+  int64_t calls = 0;
+  for (const auto& r : rows) total += r.ms, calls += r.calls;
+  fmt::print(stderr, "one step profiled: {:.2f} ms wall, {:.2f} ms in {} timed calls ({:.0f}%)\n", step_ms, total, calls,
+             step_ms > 0 ? 100.0 * total / step_ms : 0.0);
+  fmt::print(stderr, "| op | device | calls | ms | % of step |\n|---|---|---:|---:|---:|\n");
+  for (const auto& r : rows)
+    fmt::print(stderr, "| {} | {} | {} | {:.3f} | {:.1f} |\n", r.name, r.device, r.calls, r.ms,
+               step_ms > 0 ? 100.0 * r.ms / step_ms : 0.0);
+}
+
 // Training throughput of a recipe's model on its run.device and run.precision: full steps
 // (forward, backward, clip, AdamW) on random tokens over the whole vocabulary, with the recipe's
 // train.recompute and train.loss_chunk, median step time, the phase times (the device is
@@ -225,12 +247,14 @@ int bench_attention(const Flags& args) {
 // scripts/bench/bench_memory.sh sweeps lengths and recompute settings.
 int bench_train(const std::vector<std::string>& a) {
   HZ_CHECK(a.size() >= 3, ValueError,
-           "usage: horizon bench train RECIPE.yaml [--steps N] [--warmup N] [--max-gib G] [key=value ...]");
+           "usage: horizon bench train RECIPE.yaml [--steps N] [--warmup N] [--max-gib G] [--profile] [key=value ...]");
   int64_t steps = 20, warmup = 3;
   double max_gib = 0;
+  bool profile = false;
   std::vector<std::string> ov;
   for (size_t i = 3; i < a.size(); ++i) {
-    if (a[i] == "--steps" && i + 1 < a.size()) steps = parse_int(a[++i], "--steps", 1, int64_t{1} << 30);
+    if (a[i] == "--profile") profile = true;
+    else if (a[i] == "--steps" && i + 1 < a.size()) steps = parse_int(a[++i], "--steps", 1, int64_t{1} << 30);
     else if (a[i] == "--warmup" && i + 1 < a.size()) warmup = parse_int(a[++i], "--warmup", 0, int64_t{1} << 30);
     else if (a[i] == "--max-gib" && i + 1 < a.size()) max_gib = parse_number(a[++i], "--max-gib", 0, 1e6);
     else ov.push_back(a[i]);
@@ -267,7 +291,9 @@ int bench_train(const std::vector<std::string>& a) {
   std::vector<uint64_t> calls_fwd, calls_bwd, calls_upd;  // backend calls (kernel launches) per phase
   auto sync = [&] { synchronize(dev); };
   reset_peak_resident();
-  for (int64_t i = 0; i < warmup + steps; ++i) {
+  std::vector<ProfileRow> rows;
+  double profiled_ms = 0;
+  for (int64_t i = 0; i < warmup + steps + (profile ? 1 : 0); ++i) {
     if (i == warmup && dev.is_cuda()) reset_peak_memory(dev);
     const Tensor u = g.uniform({B, T + 1}, 0, static_cast<double>(V), DType::F64);
     std::vector<double> v = u.to_vector();
@@ -275,6 +301,8 @@ int bench_train(const std::vector<std::string>& a) {
     const Tensor ids = Tensor::from_vector(v, {B, T + 1}, DType::I64, dev);
     const Tensor in = ids.narrow(1, 0, T).contiguous(), tgt = ids.narrow(1, 1, T).contiguous();
     sync();
+    // --profile: one step after the timed ones, each op timed on its device (core/device.h)
+    if (profile && i == warmup + steps) profile_begin();
     using clk = std::chrono::steady_clock;
     const uint64_t c0 = backend_calls();
     const auto t0 = clk::now();
@@ -292,10 +320,15 @@ int bench_train(const std::vector<std::string>& a) {
     sync();
     const auto t3 = clk::now();
     const uint64_t c3 = backend_calls();
+    auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    if (i == warmup + steps) {  // the profiled step: its own numbers, not among the timed ones
+      rows = profile_end();
+      profiled_ms = sec(t0, t3) * 1e3;
+      continue;
+    }
     calls_fwd.push_back(c1 - c0);
     calls_bwd.push_back(c2 - c1);
     calls_upd.push_back(c3 - c2);
-    auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     if (i >= warmup) {
       times.push_back(sec(t0, t3));
       fwd.push_back(sec(t0, t1));
@@ -313,13 +346,14 @@ int bench_train(const std::vector<std::string>& a) {
              "\"backward_ms\": {:.2f}, \"update_ms\": {:.2f}, \"flops_per_token\": {:.4g}, \"mfu\": {:.4f}, "
              "\"peak_mem_bytes\": {}, \"plan_bytes\": {}, \"process_peak_bytes\": {}, \"process_plan_bytes\": {}, "
              "\"outside_bytes\": {}, \"outside_after_bytes\": {}, \"gemm\": \"{}\", \"flush_denormals\": {}, \"omp_wait\": \"{}\", "
-             "\"backend_calls\": {{\"forward\": {}, \"backward\": {}, \"update\": {}}}}}\n",
+             "\"backend_calls\": {{\"forward\": {}, \"backward\": {}, \"update\": {}}}{}}}\n",
              setting, dev.str(), nn::name(r.run.precision), m.num_parameters(), med * 1e3, tps, cpu::num_threads(),
              median(fwd) * 1e3, median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0,
              mem, plan.peak, peak_resident_bytes(), plan.process_peak_of(plan.peak), plan.outside, resident_outside_tensors(),
              r.run.precision == nn::Precision::BF16 ? cpu::gemm_setup().bf16 : cpu::gemm_setup().f32,
              cpu::flush_denormals() ? "true" : "false", cpu::omp_wait(), calls_fwd.back(), calls_bwd.back(),
-             calls_upd.back());
+             calls_upd.back(), profile ? profile_json(rows, profiled_ms) : std::string());
+  if (profile) print_profile(rows, profiled_ms);
   return 0;
 }
 

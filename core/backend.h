@@ -15,8 +15,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "core/device.h"
 #include "core/math.h"
 #include "core/ops.h"
 
@@ -94,13 +96,29 @@ const Backend& cpu_backend();
 
 namespace detail {
 extern std::atomic<uint64_t> backend_call_count;  // hz::backend_calls() (core/device.h)
+extern std::atomic<bool> profile_on;              // hz::profiling() (core/profile.cpp)
 [[noreturn]] void missing_entry(const char* entry, Device d);
+// An entry as HZ_BACKEND hands it out: calling it counts the call and, while a profile is taken,
+// times it (core/device.h's ProfileScope).
 template <class F>
-F backend_entry(Device d, F Backend::*member, const char* entry) {
+struct Entry;
+template <class R, class... A>
+struct Entry<R (*)(A...)> {
+  R (*f)(A...);
+  const char* name;
+  Device d;
+  R operator()(A... x) const {
+    backend_call_count.fetch_add(1, std::memory_order_relaxed);
+    if (!profile_on.load(std::memory_order_relaxed)) return f(std::forward<A>(x)...);
+    ProfileScope scope(name, d);
+    return f(std::forward<A>(x)...);
+  }
+};
+template <class F>
+Entry<F> backend_entry(Device d, F Backend::*member, const char* entry) {
   F f = backend(d).*member;
   if (f == nullptr) missing_entry(entry, d);
-  backend_call_count.fetch_add(1, std::memory_order_relaxed);
-  return f;
+  return {f, entry, d};
 }
 }  // namespace detail
 

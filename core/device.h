@@ -91,6 +91,11 @@ void* comm_stream(int device);
 // Waits on the host until the device's compute stream has finished its work.
 void synchronize(int device);
 // TF32 for f32 GEMMs (off by default: f32 parity tests compare to the CPU).
+// CUDA events for the profile: one recorded on device's compute stream now, the milliseconds between
+// two (waiting for the second), and its release.
+void* event_record(int device);
+double event_elapsed_ms(void* first, void* second);
+void event_free(void* e);
 void set_allow_tf32(bool on);
 bool allow_tf32();
 // A CUDA runtime error (its cudaError_t code) as a DeviceError naming the call, where it was made and
@@ -104,6 +109,34 @@ bool allow_tf32();
     const auto hz_e_ = (call);                                                                     \
     if (static_cast<int>(hz_e_) != 0) ::hz::cuda::throw_error(static_cast<int>(hz_e_), #call, __FILE__, __LINE__); \
   } while (0)
+
+// ---- a per-op profile ------------------------------------------------------------------------------
+// Between profile_begin() and profile_end(), every call through the backend tables and every scope
+// named with a ProfileScope (the fused attention's kernels) is timed on its device: wall time on the
+// CPU; on a GPU a pair of CUDA events on the compute stream around the kernels it launches, so the
+// GPU's own time with nothing synchronised until profile_end. A call made inside another timed one
+// (an op inside the attention's scope) is the outer one's time, so the rows add up to no more than
+// the time profiled. For `horizon bench train --profile`: where a step's time goes, per kernel family.
+struct ProfileRow {
+  std::string name;    // the backend entry (matmul, rms_norm, ...) or the scope's name
+  std::string device;  // cpu, cuda:0
+  int64_t calls = 0;
+  double ms = 0.0;     // summed over the calls
+};
+void profile_begin();
+std::vector<ProfileRow> profile_end();  // waits for the devices' events; rows by time, longest first
+bool profiling();
+class ProfileScope {
+ public:
+  ProfileScope(const char* name, const Device& d);
+  ~ProfileScope();
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  bool counted_ = false, outer_ = false;
+  size_t slot_ = 0;
+};
 
 // The op calls made through the backend tables since the process started (every device; on a GPU
 // each is one kernel launch or more; the attention kernels launch outside the tables, uncounted):

@@ -192,6 +192,23 @@ int compute_capability(int device) {
   return 10 * major + minor;
 }
 
+void* event_record(int device) {
+  use_device(device);
+  cudaEvent_t e = nullptr;
+  HZ_CUDA_CHECK(cudaEventCreate(&e));
+  HZ_CUDA_CHECK(cudaEventRecord(e, stream(device)));
+  return e;
+}
+double event_elapsed_ms(void* first, void* second) {
+  HZ_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(second)));
+  float ms = 0.0f;
+  HZ_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(first), static_cast<cudaEvent_t>(second)));
+  return ms;
+}
+void event_free(void* e) {
+  if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+}
+
 namespace {
 std::atomic<bool> g_tf32{false};
 }

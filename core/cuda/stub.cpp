@@ -20,6 +20,9 @@ int compute_capability(int) { no_cuda(); }
 void* compute_stream(int) { no_cuda(); }
 void* comm_stream(int) { no_cuda(); }
 void synchronize(int) { no_cuda(); }
+void* event_record(int) { no_cuda(); }
+double event_elapsed_ms(void*, void*) { no_cuda(); }
+void event_free(void*) {}
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
 void throw_error(int, const char*, const char*, int) { no_cuda(); }

@@ -6,7 +6,7 @@
 # moment it arrives, so a run cut short keeps what finished; scripts/bench/bench_train_table.py makes the
 # markdown table: tokens/s (median of rounds), MFU against the GPU's dense peak (H100/H200: 989
 # bf16, 66.9 fp32 TFLOP/s), peak memory, forward / backward / update shares, ratio to PyTorch
-# eager bf16.
+# eager bf16; and the per-op profile of one GPT-2 bf16 step (`horizon bench train --profile`).
 #   scripts/bench/bench_train_gpu.sh [rounds, default 1]
 # Environment: HZ_BUILD_DIR (default build), HZ_PYTHON (python3), HZ_BENCH_OUT (default a temporary
 # file, printed as a table at the end), HZ_BENCH_DEADLINE (epoch seconds: nothing starts after it;
@@ -36,7 +36,9 @@ for r in $(seq "$ROUNDS"); do
     time_for "$need" || { echo "[bench_train_gpu] deadline: $impl $name $arg not run" >&2; continue; }
     echo "[bench_train_gpu] $impl $name $arg (round $r)" >&2
     if [ "$impl" = horizon ]; then
-      "$HZ" bench train "${recipe[$name]}" --steps 10 run.device=cuda run.precision="$arg"
+      # the first GPT-2 bf16 run also profiles one step per op (--profile: one step more)
+      prof=(); [ "$name|$arg|$r" = "gpt2-small|bf16|1" ] && prof=(--profile)
+      "$HZ" bench train "${recipe[$name]}" --steps 10 "${prof[@]}" run.device=cuda run.precision="$arg"
     else
       # shellcheck disable=SC2086  # the shape and the flags are word lists
       $PY scripts/bench/bench_train_torch.py ${shape[$name]} --steps 10 --device cuda --dtype bf16 $arg --peak 989

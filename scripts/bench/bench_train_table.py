@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The table of scripts/bench/bench_train_gpu.sh: JSON lines of `horizon bench train` and
 scripts/bench/bench_train_torch.py (one per run) -> markdown, medians over rounds, ratio to PyTorch
-eager bf16 (SDPA).   bench_train_table.py RESULTS.jsonl"""
+eager bf16 (SDPA); then, for each Horizon run taken with --profile, its profiled step per op (the
+backend's calls and the attention's kernels: calls, milliseconds on the device, share of the step's
+wall time).   bench_train_table.py RESULTS.jsonl"""
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 groups = {}
@@ -23,3 +25,14 @@ for shape in dict.fromkeys(r["shape"] for r in rows):
         ratio = f"{tps / base_tps:.2f}" if base_tps else "-"
         print(f"| {shape} | {impl} | {prec} | {g[0]['params']/1e6:.1f}M | {tps:,.0f} | {100*mfu:.1f}% | {mem:.2f} | "
               f"{100*f/tot:.0f}% / {100*b/tot:.0f}% / {100*u/tot:.0f}% | {ratio} |")
+for r in rows:
+    if "profile" not in r:
+        continue
+    step = r["profile_step_ms"]
+    timed = sum(p["ms"] for p in r["profile"])
+    print(f"\nProfile of one step, {r['shape']} {r['impl']} {r['precision']}: {step:.2f} ms wall, "
+          f"{timed:.2f} ms timed on the device ({100 * timed / step:.0f}%; the rest is the host or the device idle)\n")
+    print("| op | calls | ms | % of step |")
+    print("|---|---:|---:|---:|")
+    for p in r["profile"]:
+        print(f"| {p['op']} | {p['calls']} | {p['ms']:.3f} | {100 * p['ms'] / step:.1f} |")

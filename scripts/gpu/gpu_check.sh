@@ -24,7 +24,8 @@
 #                    other suites (kernel errors counted apart from API errors; the out-of-memory
 #                    test that asks for 4 TiB is left out)
 #   lab              the kernel lab, one process per tensor-core variant and head dim
-#   bench-train      training tokens/s and MFU vs PyTorch at the GPT-2-small shape: Horizon bf16,
+#   bench-train      training tokens/s and MFU vs PyTorch at the GPT-2-small shape: Horizon bf16 (and
+#                    its step profiled per op),
 #                    PyTorch eager (SDPA), torch.compile when 2 minutes remain, then the extras
 #   bench-attention  Horizon vs SDPA-flash at every length and head dim, FlexAttention at the
 #                    lengths in HZ_GPU_FLEX_T (each of its cases costs a torch.compile; empty: none)
