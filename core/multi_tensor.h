@@ -32,17 +32,25 @@ struct AdamWBatch {
   int64_t blocks() const { return chunk_begin[count]; }
 };
 
-// The elements [lo, hi) of tensor t that block `block` of a batch updates.
-struct BlockRange {
-  int t;
+// What block `block` of a batch updates: elements [lo, hi) of one tensor, with its group's lr and decay.
+template <class T>
+struct BlockWork {
+  T* p;
+  const T* g;
+  T* m;
+  T* v;
   int64_t lo, hi;
+  math::AdamWCoef c;
 };
 template <class T>
-HZ_HD BlockRange block_range(const AdamWBatch<T>& b, int64_t block) {
+HZ_HD BlockWork<T> block_work(const AdamWBatch<T>& b, const math::AdamWCoef& c, int64_t block) {
   int t = 0;
   while (t + 1 < b.count && block >= b.chunk_begin[t + 1]) ++t;
   const int64_t lo = (block - b.chunk_begin[t]) * kChunk;
-  return {t, lo, lo + kChunk < b.n[t] ? lo + kChunk : b.n[t]};
+  BlockWork<T> w{b.p[t], b.g[t], b.m[t], b.v[t], lo, lo + kChunk < b.n[t] ? lo + kChunk : b.n[t], c};
+  w.c.lr = b.lr[t];
+  w.c.decay = b.decay[t];
+  return w;
 }
 
 // Block `block`'s share of a batch, split over `lanes` workers (a CUDA block's threads): lane l takes
@@ -51,27 +59,13 @@ HZ_HD BlockRange block_range(const AdamWBatch<T>& b, int64_t block) {
 // range with unit stride (adamw_block_host: the same elements, a loop the compiler vectorises).
 template <class T>
 HZ_HD void adamw_block(const AdamWBatch<T>& b, const math::AdamWCoef& c, int64_t block, int64_t lane, int64_t lanes) {
-  const BlockRange r = block_range(b, block);
-  math::AdamWCoef ct = c;
-  ct.lr = b.lr[r.t];
-  ct.decay = b.decay[r.t];
-  T* p = b.p[r.t];
-  T* m = b.m[r.t];
-  T* v = b.v[r.t];
-  const T* g = b.g[r.t];
-  for (int64_t i = r.lo + lane; i < r.hi; i += lanes) math::adamw_element(p[i], g[i], m[i], v[i], ct);
+  const BlockWork<T> w = block_work(b, c, block);
+  for (int64_t i = w.lo + lane; i < w.hi; i += lanes) math::adamw_element(w.p[i], w.g[i], w.m[i], w.v[i], w.c);
 }
 template <class T>
 inline void adamw_block_host(const AdamWBatch<T>& b, const math::AdamWCoef& c, int64_t block) {
-  const BlockRange r = block_range(b, block);
-  math::AdamWCoef ct = c;
-  ct.lr = b.lr[r.t];
-  ct.decay = b.decay[r.t];
-  T* p = b.p[r.t];
-  T* m = b.m[r.t];
-  T* v = b.v[r.t];
-  const T* g = b.g[r.t];
-  for (int64_t i = r.lo; i < r.hi; ++i) math::adamw_element(p[i], g[i], m[i], v[i], ct);
+  const BlockWork<T> w = block_work(b, c, block);
+  for (int64_t i = w.lo; i < w.hi; ++i) math::adamw_element(w.p[i], w.g[i], w.m[i], w.v[i], w.c);
 }
 
 // One parameter's entry of a batch, as the backends receive it.
