@@ -133,7 +133,9 @@ Tensor embedding_backward(const Tensor& gout_in, const Tensor& ids_in, int64_t V
 // ---- RMSNorm ------------------------------------------------------------------------------------
 // One block per row: sum of squares (in double, as on the CPU), rstd, y = x rstd w. With a residual
 // `res`, the row is first h = x + res (rounded to T, written to h), and each thread norms the elements of
-// h it wrote itself (read back from its own stores: no barrier needed).
+// h it wrote itself (read back from its own stores: no barrier needed). The row is read through h's
+// own (writable) pointer then, never through x's: x and res are const __restrict__ and may be read
+// through the read-only cache, which need not see this kernel's stores.
 namespace {
 template <class T, class W>
 __global__ void rms_kernel(const T* __restrict__ x, const W* __restrict__ w, T* __restrict__ y,
@@ -143,22 +145,22 @@ __global__ void rms_kernel(const T* __restrict__ x, const W* __restrict__ w, T* 
   __shared__ double sd[32];
   const T* xr = x + blockIdx.x * C;
   T* yr = y + blockIdx.x * C;
+  T* hr = res ? h + blockIdx.x * C : nullptr;
   if (res) {
-    T* hr = h + blockIdx.x * C;
     const T* rr = res + blockIdx.x * C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) hr[c] = store<T>(load(xr[c]) + load(rr[c]));
-    xr = hr;
   }
+  auto row = [&](int64_t c) { return hr ? load(hr[c]) : load(xr[c]); };
   double ss = 0;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const double v = static_cast<double>(load(xr[c]));
+    const double v = static_cast<double>(row(c));
     ss += v * v;
   }
   ss = block_reduce(ss, sd);
   const A r = static_cast<A>(1.0 / ::sqrt(ss / static_cast<double>(C) + eps));
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-    yr[c] = store<T>(load(xr[c]) * r * (w ? static_cast<A>(load(w[c])) : A(1)));
+    yr[c] = store<T>(row(c) * r * (w ? static_cast<A>(load(w[c])) : A(1)));
 }
 
 // gx = rstd * (gy - xhat * mean(gy * xhat)), gy = g * w, xhat = x * rstd; with gres, gres + gx (gx
