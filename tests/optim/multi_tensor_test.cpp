@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "core/multi_tensor.h"
 #include "core/ops.h"
 #include "core/rng.h"
