@@ -465,10 +465,13 @@ class Trainer {
         const double all = context_comm_->all_reduce_scalar(here, ReduceOp::Sum);
         loss = ag::mul_scalar(loss, all > 0 ? context_->layout().n * here / all : 0.0);
       }
-      loss_sum += loss.item();
+      // read after the backward is queued: on a GPU, reading it here would hold the host until the
+      // forward's kernels finish, with none of the backward's queued behind them
+      const Tensor value = loss.value();
       if (r_.train.grad_accum > 1) loss = ag::mul_scalar(loss, 1.0 / r_.train.grad_accum);
       if (gsync_ && micro == r_.train.grad_accum - 1) gsync_->begin();  // sync on the last micro-batch only
       loss.backward();
+      loss_sum += value.item();
     }
     if (gsync_) gsync_->finish();  // gradients are now the average over ranks
     s.loss = comm_.all_reduce_scalar(loss_sum / r_.train.grad_accum, ReduceOp::Mean);
