@@ -35,7 +35,10 @@ void random_fill(Tensor& dst, const RandomFill& r) {
 
 Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams& p) {
   const int64_t B = x_in.size(0), H = x_in.size(1), T = x_in.size(2), D = x_in.size(3), half = D / 2;
-  const Tensor x = x_in.contiguous();
+  // rows read in place when each is unit-stride (the heads' (B, T, H, D) -> (B, H, T, D) view of a
+  // projection), so no contiguous copy is made first; the output is contiguous
+  const Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
+  const int64_t sb = x.stride(0), sh = x.stride(1), st = x.stride(2);
   // f64 positions (between integers) take one table row per id; integer ones as below
   const bool real = positions_in.dtype() == DType::F64;
   const Tensor positions = positions_in.to(DType::I64).contiguous();
@@ -68,7 +71,7 @@ Tensor rotary(const Tensor& x_in, const Tensor& positions_in, const RotaryParams
     for (int64_t r = 0; r < B * H * T; ++r) {
       const int64_t id = np == T ? r % T : (r / (H * T)) * T + r % T;
       const int64_t t = by_value ? pp[id] : id;
-      const S* xr = xp + r * D;
+      const S* xr = xp + (r / (H * T)) * sb + (r / T % H) * sh + (r % T) * st;
       S* o = op + r * D;
       const double* c = cs.data() + t * half;
       const double* s = sn.data() + t * half;

@@ -1446,3 +1446,24 @@ TEST(BackendTable, AMissingEntryNamesTheOpAndTheDevice) {
     }
   EXPECT_THROW(HZ_BACKEND(hz::Device::cpu(), upload), hz::NotImplementedError);
 }
+
+// The rotation reads the heads' view of a projection ((B, T, H, D) transposed to (B, H, T, D): rows
+// unit-stride, the rest strided) in place: the same bits as on its contiguous copy, per-sequence
+// positions included; a view whose rows are strided goes through a copy.
+TEST(Rotary, AHeadsViewIsReadInPlaceWithTheCopysBits) {
+  const int64_t B = 2, T = 5, H = 3, D = 8;
+  hz::Generator gen(61);
+  const Tensor proj = gen.normal({B, T, H, D}, 0, 1, DType::F32);
+  const Tensor heads = proj.transpose(1, 2);  // (B, H, T, D) view
+  ASSERT_FALSE(heads.is_contiguous());
+  hz::RotaryParams p;
+  for (int64_t m = 0; m < D / 2; ++m) p.inv_freq.push_back(std::pow(10000.0, -2.0 * m / D));
+  auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector(); };
+  const Tensor pos = Tensor::from_vector({3, 1, 4, 1, 5, 9, 2, 6, 5, 3}, {B, T}, DType::I64);
+  for (const Tensor& positions : {Tensor::arange(0, T, 1, DType::I64), pos}) {
+    EXPECT_EQ(values(hz::ops::rotary(heads, positions, p)), values(hz::ops::rotary(heads.contiguous(), positions, p)));
+    const Tensor strided_rows = gen.normal({B, H, T, 2 * D}, 0, 1, DType::F32).slice(3, 0, 2 * D, 2);
+    EXPECT_EQ(values(hz::ops::rotary(strided_rows, positions, p)),
+              values(hz::ops::rotary(strided_rows.contiguous(), positions, p)));
+  }
+}
