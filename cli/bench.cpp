@@ -288,7 +288,7 @@ int bench_train(const std::vector<std::string>& a) {
   const int64_t B = r.data.batch_size, T = r.data.seq_len, V = r.model.cfg.vocab_size;
   Generator g(1);
   std::vector<double> times, fwd, bwd, upd;
-  std::vector<uint64_t> calls_fwd, calls_bwd, calls_upd;  // backend calls (kernel launches) per phase
+  uint64_t calls_fwd = 0, calls_bwd = 0, calls_upd = 0;  // backend calls (kernel launches) per phase, last step
   auto sync = [&] { synchronize(dev); };
   reset_peak_resident();
   std::vector<ProfileRow> rows;
@@ -326,9 +326,9 @@ int bench_train(const std::vector<std::string>& a) {
       profiled_ms = sec(t0, t3) * 1e3;
       continue;
     }
-    calls_fwd.push_back(c1 - c0);
-    calls_bwd.push_back(c2 - c1);
-    calls_upd.push_back(c3 - c2);
+    calls_fwd = c1 - c0;
+    calls_bwd = c2 - c1;
+    calls_upd = c3 - c2;
     if (i >= warmup) {
       times.push_back(sec(t0, t3));
       fwd.push_back(sec(t0, t1));
@@ -351,8 +351,7 @@ int bench_train(const std::vector<std::string>& a) {
              median(fwd) * 1e3, median(bwd) * 1e3, median(upd) * 1e3, flops, peak > 0 ? tps * flops / (peak * 1e12) : 0.0,
              mem, plan.peak, peak_resident_bytes(), plan.process_peak_of(plan.peak), plan.outside, resident_outside_tensors(),
              r.run.precision == nn::Precision::BF16 ? cpu::gemm_setup().bf16 : cpu::gemm_setup().f32,
-             cpu::flush_denormals() ? "true" : "false", cpu::omp_wait(), calls_fwd.back(), calls_bwd.back(),
-             calls_upd.back(), profile ? profile_json(rows, profiled_ms) : std::string());
+             cpu::flush_denormals() ? "true" : "false", cpu::omp_wait(), calls_fwd, calls_bwd, calls_upd, profile ? profile_json(rows, profiled_ms) : std::string());
   if (profile) print_profile(rows, profiled_ms);
   return 0;
 }

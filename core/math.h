@@ -202,6 +202,25 @@ HZ_HD T scalar_f(T x, T mul, T add, T p, int pkind /* 1: p == 1, 2: p == 2, 0: g
   return y * mul + add;
 }
 
+// ---- SwiGLU's gate silu(a) * b, element by element in storage type S, with the roundings of the
+// two ops it replaces (silu(a) stored in S, then the product; the gradients as mul's and silu's
+// backwards round them) -------------------------------------------------------------------------
+template <class S>
+HZ_HD S swiglu_f(S a, S b) {
+  const S s = store<S>(unary_f<UnaryOp::Silu>(load(a)));
+  return store<S>(load(s) * load(b));
+}
+template <class S>
+HZ_HD S swiglu_da(S a, S b, S g) {  // (g b) silu'(a)
+  const S ds = store<S>(load(g) * load(b));
+  return store<S>(load(ds) * unary_df<UnaryOp::Silu>(load(a)));
+}
+template <class S>
+HZ_HD S swiglu_db(S a, S g) {  // g silu(a)
+  const S s = store<S>(unary_f<UnaryOp::Silu>(load(a)));
+  return store<S>(load(g) * load(s));
+}
+
 // ---- AdamW and momentum updates (per element, double arithmetic; see optim/optimizer.h) -------
 struct AdamWCoef {
   double beta1, beta2, bc1, bc2, eps, lr, decay;  // bc = 1 - beta^t; decay = 1 - lr wd

@@ -244,8 +244,7 @@ void axpby(Tensor& x, const Tensor& y_in, double alpha, double beta) {
   });
 }
 
-// SwiGLU's gate and its gradients with the two ops' roundings (core/ops.h): s = silu(a) in T, then
-// s * b; d(s) = g * b in T, da = d(s) silu'(a), db = g * s.
+// SwiGLU's gate and its gradients (core/math.h's swiglu_f / swiglu_da / swiglu_db: the two ops' roundings).
 Tensor swiglu(const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   const int64_t n = a.numel();
@@ -254,10 +253,7 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
     const T* bp = static_cast<const T*>(b.raw_data());
     T* op_ = static_cast<T*>(out.raw_data());
 #pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) {
-      const T s = store<T>(math::unary_f<UnaryOp::Silu>(load(ap[i])));
-      op_[i] = store<T>(load(s) * load(bp[i]));
-    }
+    for (int64_t i = 0; i < n; ++i) op_[i] = math::swiglu_f(ap[i], bp[i]);
   });
   return out;
 }
@@ -275,14 +271,8 @@ ops::SwiGluGrads swiglu_backward(const Tensor& a, const Tensor& b, const Tensor&
     T* dbp = need_b ? static_cast<T*>(r.db.raw_data()) : nullptr;
 #pragma omp parallel for schedule(static) if (n > 32768)
     for (int64_t i = 0; i < n; ++i) {
-      if (dap) {
-        const T ds = store<T>(load(gp[i]) * load(bp[i]));
-        dap[i] = store<T>(load(ds) * math::unary_df<UnaryOp::Silu>(load(ap[i])));
-      }
-      if (dbp) {
-        const T s = store<T>(math::unary_f<UnaryOp::Silu>(load(ap[i])));
-        dbp[i] = store<T>(load(gp[i]) * load(s));
-      }
+      if (dap) dap[i] = math::swiglu_da(ap[i], bp[i], gp[i]);
+      if (dbp) dbp[i] = math::swiglu_db(ap[i], gp[i]);
     }
   });
   return r;

@@ -264,26 +264,17 @@ void axpby(Tensor& x, const Tensor& y_in, double alpha, double beta) {
 }
 
 // ---- SwiGLU's gate --------------------------------------------------------------------------------
-// silu(a) * b and its gradients with the two ops' roundings (core/ops.h); contiguous operands.
+// silu(a) * b and its gradients (core/math.h's swiglu_*, the CPU's math); contiguous operands.
 template <class T>
 __global__ void swiglu_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int64_t n) {
-  HZ_GRID_STRIDE(i, n) {
-    const T s = store<T>(math::unary_f<UnaryOp::Silu>(load(a[i])));
-    out[i] = store<T>(load(s) * load(b[i]));
-  }
+  HZ_GRID_STRIDE(i, n) out[i] = math::swiglu_f(a[i], b[i]);
 }
 template <class T>
 __global__ void swiglu_bwd_kernel(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ g,
                                   T* __restrict__ da, T* __restrict__ db, int64_t n) {
   HZ_GRID_STRIDE(i, n) {
-    if (da) {
-      const T ds = store<T>(load(g[i]) * load(b[i]));
-      da[i] = store<T>(load(ds) * math::unary_df<UnaryOp::Silu>(load(a[i])));
-    }
-    if (db) {
-      const T s = store<T>(math::unary_f<UnaryOp::Silu>(load(a[i])));
-      db[i] = store<T>(load(g[i]) * load(s));
-    }
+    if (da) da[i] = math::swiglu_da(a[i], b[i], g[i]);
+    if (db) db[i] = math::swiglu_db(a[i], g[i]);
   }
 }
 

@@ -1339,7 +1339,9 @@ TEST_P(RmsNormTest, ResidualFormsAreTheAddAndTheNormBitForBit) {
     const hz::ops::RmsNormGrads d = hz::ops::rms_norm_backward(sum, w, plain.rstd, g, true, true);
     const hz::ops::RmsNormGrads folded = hz::ops::rms_norm_backward(sum, w, plain.rstd, g, true, true, gres);
     EXPECT_EQ(values(folded.gx), values(hz::ops::add(gres, d.gx)));
-    if (c.weighted) EXPECT_EQ(values(folded.gw), values(d.gw));  // gres does not reach the gain
+    if (c.weighted) {
+      EXPECT_EQ(values(folded.gw), values(d.gw));  // gres does not reach the gain
+    }
     // without gx wanted, gres is not read
     EXPECT_FALSE(hz::ops::rms_norm_backward(sum, w, plain.rstd, g, false, true, gres).gx.defined());
   }
