@@ -178,7 +178,8 @@ bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
   const AttnImpl impl = cfg.impl == AttnImpl::Auto ? env_impl() : cfg.impl;
   const bool ok = detail::tensor_core_supported(dt, D, dev.index);
   HZ_CHECK(ok || impl != AttnImpl::TensorCore, NotImplementedError,
-           "attention: the tensor-core kernels take bf16 q/k/v with head_dim 64 or 128 on an sm_80+ GPU, got ",
+           "attention: the tensor-core kernels take bf16 or f32 q/k/v with head_dim 64 or 128 on an sm_80+ GPU "
+           "(f32 at head_dim 128 needs 202 KB of shared memory per block: sm_90), got ",
            dtype_name(dt), " with head_dim ", D,
            "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
   return impl != AttnImpl::Reference && ok;
@@ -267,7 +268,7 @@ Tensor pinned_sink_positions(const Tensor& seq, int64_t B, int64_t S, int64_t fi
 }
 
 AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int64_t Tk) {
-  if (dev.is_cuda() && use_tensor_core(cfg, dt, D, dev)) return detail::tensor_core_tiles(D);
+  if (dev.is_cuda() && use_tensor_core(cfg, dt, D, dev)) return detail::tensor_core_tiles(dt, D);
   const int64_t bq = dev.is_cpu() ? cpu_block_q(cfg) : cfg.block_q > 0 ? cfg.block_q : 64;
   const int64_t bk = dev.is_cpu() ? cpu_block_k(cfg, Tk) : cfg.block_k > 0 ? cfg.block_k : 64;
   return {bq, bk, bq, bk, false};

@@ -43,7 +43,7 @@ void cpu_reset_stats();
 // Whether the tensor-core kernels take this dtype and head dim on this CUDA device.
 bool tensor_core_supported(DType dt, int64_t D, int device);
 // Their tiles (query rows x keys), forward and backward.
-AttnTiles tensor_core_tiles(int64_t D);
+AttnTiles tensor_core_tiles(DType dt, int64_t D);
 // use_tc selects the tensor-core kernels (fused.cpp resolves AttnImpl).
 // fox_c: FoX's c (B, H, fox_T) in the accumulation dtype, or undefined (both kernel families).
 // sink: the sinks' z (H) in f32, folded into the tensor-core forward's epilogue (use_tc only: for

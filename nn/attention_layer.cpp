@@ -236,7 +236,12 @@ ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) co
   // the rows' statistics, the output projection; gates add their sigmoid and product
   int64_t inference = N * (H + 2 * Hkv) * D * a + N * (H + Hkv) * D * a + 2 * N * H * D * a + N * H * 4 + N * C * a;
   if (spec.gate != attn::OutputGate::None) inference += 2 * N * (spec.gate == attn::OutputGate::Head ? H : H * D) * 4;
-  return {kept, 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4, inference};
+  int64_t transient = 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4;
+  if (s.gpu_f32 && (D == 64 || D == 128)) {  // the split kernels' bf16 pairs: q, k, v (forward), and dO (backward)
+    inference += N * (H + 2 * Hkv) * D * 4;
+    transient += N * (2 * H + 2 * Hkv) * D * 4;
+  }
+  return {kept, transient, inference};
 }
 
 bool AttentionLayer::rotary() const { return spec.rotary(); }

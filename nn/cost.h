@@ -19,6 +19,9 @@ struct CallShape {
   int64_t batch = 0;  // B
   int64_t rows = 0;   // T
   int64_t act = 4;    // bytes of an activation
+  // an f32 call on a GPU: attention at head_dim 64 or 128 runs the split tensor-core kernels, which
+  // take their inputs as bf16 pairs (as many bytes as the f32 tensors) for the length of the call
+  bool gpu_f32 = false;
   int64_t tokens() const { return batch * rows; }
 };
 

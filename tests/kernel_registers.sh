@@ -7,21 +7,31 @@
 # is bound by its mma.sync rate it costs more than the arithmetic it saves, and nothing else shows
 # it without a GPU.
 #   tests/kernel_registers.sh NVCC ARCH     (ARCH: the build's CMAKE_CUDA_ARCHITECTURES, e.g. 90)
-# Budgets (bytes of spill stores, sm_90, nvcc 13.0), kernel<D, ..., kGen>:
+# Budgets (bytes of spill stores, sm_90, nvcc 13.0), kernel<D, ..., kGen, kSplit>:
 #   plain: forward, dQ, dK/dV at D 64 (with and without FoX)  0
 #   plain: dK/dV at D 128 without FoX                         64  (36 measured; 8 before FoX
 #                                                                  joined the kernels)
-#   plain: dK/dV at D 128 with FoX (key sums, c_j in the loop) 320 (260 measured)
+#   plain: dK/dV at D 128 with FoX (key sums, c_j in the loop) 320 (264 measured)
 #   general: forward at D 128, dQ and dK/dV at D 64            0
 #   general: forward at D 64 (two m-tiles of rows, each row's
 #            sink interval and position in registers)          256 (200 measured; 112 with ALiBi's
 #                                                                  term folded into the additive
 #                                                                  one, which rounds differently
 #                                                                  from the plain forward)
-#   general: dQ at D 128                                       64  (40 measured; 16 before GRAPE's
+#   general: dQ at D 128                                       64  (44 measured; 16 before GRAPE's
 #                                                                  row sums joined)
 #   general: dK/dV at D 128 (FoX at run time, sink rows and
-#            the keys' positions, GRAPE's rates)                600 (480 measured)
+#            the keys' positions, GRAPE's rates)                600 (492 measured)
+# The split kernels (f32 inputs as bf16 pairs: a second fragment per operand), kSplit = true:
+#   forward at D 64 and 128, dQ at D 64 and 128 (plain), dK/dV at D 64 with FoX, general dK/dV
+#   at D 64                                                    0
+#   plain: dK/dV at D 64 without FoX                           96  (64 measured)
+#   plain: dK/dV at D 128 (32-row query steps), without / with
+#          FoX                                                 320 / 96 (248 / 64 measured; 16-row
+#                                                                  steps: 112 / 24)
+#   general: forward at D 128                                  64  (32 measured)
+#   general: dQ at D 64 / 128                                  48 / 96 (24 / 68 measured)
+#   general: dK/dV at D 128                                    320 (232 measured)
 # The general variant pays its spills only on calls that have what it adds.
 # The D 128 dK/dV keeps 128 accumulator registers per thread (dK and dV) plus the 64 of the
 # scores and dP, so it sits at the 255-register limit; FoX is a template argument of that kernel
@@ -60,12 +70,19 @@ printf '%-36s %9s %13s %12s %8s\n' kernel registers "spill stores" "spill loads"
 while read -r mangled reg st ld; do
   name=$(echo "$mangled" | c++filt | sed -E 's/^void hz::attn::mma::([a-z_]+<[^>]*>).*/\1/')
   case "$name" in
-    *dot_kernel*) continue ;;  # D_i = dO . O, no tile
-    "dkv_kernel<128, 64, false, false>") budget=64 ;;
-    "dkv_kernel<128, 64, true, false>") budget=320 ;;
-    "fwd_kernel<64, 2, true>") budget=256 ;;
-    "dq_kernel<128, true>") budget=64 ;;
-    "dkv_kernel<128, 64, false, true>") budget=600 ;;
+    *dot_kernel*|*split_rows_kernel*) continue ;;  # D_i = dO . O and the f32 split: no tile
+    "dkv_kernel<128, 64, false, false, false>") budget=64 ;;
+    "dkv_kernel<128, 64, true, false, false>") budget=320 ;;
+    "fwd_kernel<64, 2, true, false>") budget=256 ;;
+    "dq_kernel<128, true, false>") budget=64 ;;
+    "dkv_kernel<128, 64, false, true, false>") budget=600 ;;
+    "dkv_kernel<64, 64, false, false, true>") budget=96 ;;
+    "dkv_kernel<128, 32, false, false, true>") budget=320 ;;
+    "dkv_kernel<128, 32, true, false, true>") budget=96 ;;
+    "fwd_kernel<128, 1, true, true>") budget=64 ;;
+    "dq_kernel<64, true, true>") budget=48 ;;
+    "dq_kernel<128, true, true>") budget=96 ;;
+    "dkv_kernel<128, 32, false, true, true>") budget=320 ;;
     fwd_kernel*|dq_kernel*|dkv_kernel*) budget=0 ;;
     *) echo "kernel_registers: unknown kernel $name (give it a budget here)"; fail=1; continue ;;
   esac
@@ -75,9 +92,9 @@ while read -r mangled reg st ld; do
   printf '%-36s %9s %13s %12s %8s  %s\n' "$name" "$reg" "$st" "$ld" "$budget" "$verdict"
 done < "$tmp/kernels.txt"
 # plain: forward and dQ at D 64 and 128, dK/dV at D 64 and 128 with and without FoX; general:
-# forward, dQ and dK/dV at D 64 and 128
-if [ "$n" -ne 14 ]; then
-  echo "kernel_registers: expected 14 tensor-core kernels in ptxas's report, found $n"
+# forward, dQ and dK/dV at D 64 and 128; each bf16 and split
+if [ "$n" -ne 28 ]; then
+  echo "kernel_registers: expected 28 tensor-core kernels in ptxas's report, found $n"
   fail=1
 fi
 if [ "$ARCH" != 90 ] && [ $fail = 1 ]; then

@@ -39,7 +39,8 @@ std::shared_ptr<dist::ContextRoute> planning_route(const Recipe& r, int N) {
 std::vector<ContextPlanRow> context_plan(const Recipe& r, const nn::Transformer& m, int N) {
   std::vector<ContextPlanRow> rows;
   const auto route = planning_route(r, N);
-  const nn::CallShape shape{r.data.batch_size, r.data.seq_len, activation_bytes(r, m)};
+  const int64_t a = activation_bytes(r, m);
+  const nn::CallShape shape{r.data.batch_size, r.data.seq_len, a, r.run.device == DeviceType::CUDA && a == 4};
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const attn::AttnConfig cfg = training_config(r, m, l);
     const int64_t bytes = route ? route->traffic_bytes(cfg, m.layers[l]->attn->shape(shape)) : 0;

@@ -29,11 +29,13 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
                   Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k, Tensor* ddist_q,
                   Tensor* ddist_k, Counter* counters, cudaStream_t s);
 
-// ---- tensor-core kernels (attn_mma.cu): bf16, D 64 or 128 ----------------------------------------
+// ---- tensor-core kernels (attn_mma.cu): bf16 or f32, D 64 or 128 --------------------------------
 // Calls with chunked attention, sink tokens, a prefix, token positions or GRAPE's rates run the general variant
-// (attn_mma_general.cu, the same entry points with the suffix _general).
-bool mma_supported(DType dt, int64_t D, int device);  // bf16, D 64/128, an sm_80+ GPU and binary
-AttnTiles mma_tiles(int64_t D);
+// (attn_mma_general.cu, the same entry points with the suffix _general). f32 calls run the split
+// kernels (mma_body.h: each input as a pair of bf16, three products per product, f32 outputs).
+// Supported: bf16 or f32, D 64/128, an sm_80+ GPU and binary whose blocks get the kernels' shared memory.
+bool mma_supported(DType dt, int64_t D, int device);
+AttnTiles mma_tiles(DType dt, int64_t D);
 // sink: the sinks' z (H, f32) folded into the forward's epilogue, or undefined; dz_rows (with
 // sink): the sinks' gradient per row (B, H, Tq, f32).
 void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,

@@ -20,34 +20,65 @@ bool general(const AttnKernelParams& P) {
 }
 }  // namespace
 
-bool mma_supported(DType dt, int64_t D, int device) {
-  if (dt != DType::BF16 || (D != 64 && D != 128)) return false;
-  // the GPU and this binary's code for it must both be sm_80 or newer
-  static std::mutex mu;
-  static std::map<int, bool> ok;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = ok.find(device);
-  if (it != ok.end()) return it->second;
-  hz::cuda::use_device(device);
-  int major = 0;
-  cudaFuncAttributes fa{};
-  const bool good = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                    major >= 8 && cudaFuncGetAttributes(&fa, fwd_kernel<64, mma::Config<64>::kFwdMT>) == cudaSuccess &&
-                    fa.binaryVersion >= 80;
-  cudaGetLastError();  // a missing kernel image is an answer here, not an error
-  ok[device] = good;
-  return good;
+// The largest dynamic shared memory a kernel family asks for at head dim D (the split kernels' f32
+// tiles are twice as wide: 169-202 KB at D 128, more than an sm_80 GPU gives one block).
+template <int D, bool kSplit>
+int family_smem() {
+  using C = mma::Config<D, kSplit>;
+  const int f = mma::FwdShape<D, C::kFwdMT, kSplit>::kSmem, q = mma::DqShape<D, kSplit>::kSmem,
+            k = mma::DkvShape<D, C::kDkvBq, kSplit>::kSmem;
+  return f > q ? (f > k ? f : k) : (q > k ? q : k);
 }
 
-AttnTiles mma_tiles(int64_t D) {
-  if (D == 64) return {mma::FwdShape<64, mma::Config<64>::kFwdMT>::kBq, 64, mma::Config<64>::kDkvBq, 64, true};
-  return {mma::FwdShape<128, mma::Config<128>::kFwdMT>::kBq, 64, mma::Config<128>::kDkvBq, 64, true};
+bool mma_supported(DType dt, int64_t D, int device) {
+  if ((dt != DType::BF16 && dt != DType::F32) || (D != 64 && D != 128)) return false;
+  // the GPU and this binary's code for it must both be sm_80 or newer, and the GPU must give a
+  // block the family's shared memory
+  struct Gpu {
+    bool sm80 = false;
+    int smem = 0;
+  };
+  static std::mutex mu;
+  static std::map<int, Gpu> known;
+  Gpu d;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(device);
+    if (it != known.end()) {
+      d = it->second;
+    } else {
+      hz::cuda::use_device(device);
+      int major = 0;
+      cudaFuncAttributes fa{};
+      d.sm80 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+               major >= 8 && cudaFuncGetAttributes(&fa, fwd_kernel<64, mma::Config<64>::kFwdMT>) == cudaSuccess &&
+               fa.binaryVersion >= 80;
+      if (cudaDeviceGetAttribute(&d.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) d.smem = 0;
+      cudaGetLastError();  // a missing kernel image is an answer here, not an error
+      known[device] = d;
+    }
+  }
+  const bool split = dt == DType::F32;
+  const int need = D == 64 ? (split ? family_smem<64, true>() : family_smem<64, false>())
+                           : (split ? family_smem<128, true>() : family_smem<128, false>());
+  return d.sm80 && d.smem >= need;
+}
+
+template <int D, bool kSplit>
+AttnTiles tiles() {
+  using C = mma::Config<D, kSplit>;
+  return {mma::FwdShape<D, C::kFwdMT, kSplit>::kBq, 64, C::kDkvBq, 64, true};
+}
+AttnTiles mma_tiles(DType dt, int64_t D) {
+  const bool split = dt == DType::F32;
+  if (D == 64) return split ? tiles<64, true>() : tiles<64, false>();
+  return split ? tiles<128, true>() : tiles<128, false>();
 }
 
 void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
                  const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse, Counter* counters, cudaStream_t s) {
   if (general(P)) mma_forward_general(P, q, k, v, logn_c, fox_c, sink, out, lse, counters, s);
-  else forward_variant<false>(P, q, k, v, logn_c, fox_c, sink, out, lse, counters, s);
+  else forward_call<false>(P, q, k, v, logn_c, fox_c, sink, out, lse, counters, s);
 }
 
 void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -58,8 +89,8 @@ void mma_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
     mma_backward_general(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dc_rows, dfox_q, dfox_k, dz_rows,
                          ddist_q, ddist_k, counters, s);
   else  // no GRAPE rates here (general(P) took them)
-    backward_variant<false>(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dc_rows, dfox_q, dfox_k,
-                            dz_rows, nullptr, nullptr, counters, s);
+    backward_call<false>(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dc_rows, dfox_q, dfox_k, dz_rows,
+                         nullptr, nullptr, counters, s);
 }
 
 }  // namespace hz::attn::cuda_impl

@@ -9,7 +9,7 @@ namespace hz::attn::cuda_impl {
 void mma_forward_general(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse,
                          Counter* counters, cudaStream_t s) {
-  forward_variant<true>(P, q, k, v, logn_c, fox_c, sink, out, lse, counters, s);
+  forward_call<true>(P, q, k, v, logn_c, fox_c, sink, out, lse, counters, s);
 }
 
 void mma_backward_general(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -17,8 +17,8 @@ void mma_backward_general(const AttnKernelParams& P, const Tensor& q, const Tens
                           const Tensor& fox_c, const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows,
                           Tensor* dfox_q, Tensor* dfox_k, Tensor* dz_rows, Tensor* ddist_q, Tensor* ddist_k,
                           Counter* counters, cudaStream_t s) {
-  backward_variant<true>(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dc_rows, dfox_q, dfox_k, dz_rows,
-                         ddist_q, ddist_k, counters, s);
+  backward_call<true>(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dc_rows, dfox_q, dfox_k, dz_rows,
+                      ddist_q, ddist_k, counters, s);
 }
 
 }  // namespace hz::attn::cuda_impl

@@ -59,18 +59,20 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // Pointers of one call (bf16 tensors as their 16-bit patterns; contiguous, shapes as in fused.h).
+// Inputs q, k, v, gout: bf16 rows of D, or with the split kernels the split rows of 2D; outputs out,
+// dq, dk, dv: bf16, or f32 with the split kernels.
 struct Args {
   const uint16_t* q = nullptr;     // (B, H, Tq, D)
   const uint16_t* k = nullptr;     // (B, Hkv, Tk, D)
   const uint16_t* v = nullptr;     // (B, Hkv, Tk, D)
   const float* c = nullptr;        // LogN's c (H) or null
-  uint16_t* out = nullptr;         // (B, H, Tq, D)
+  void* out = nullptr;             // (B, H, Tq, D)
   float* lse = nullptr;            // (B, H, Tq), natural log
   const uint16_t* gout = nullptr;  // dO (B, H, Tq, D)
   const float* Dvec = nullptr;     // D_i = dO_i . O_i (B, H, Tq)
-  uint16_t* dq = nullptr;          // (B, H, Tq, D)
-  uint16_t* dk = nullptr;          // (B, Hkv, Tk, D)
-  uint16_t* dv = nullptr;          // (B, Hkv, Tk, D)
+  void* dq = nullptr;              // (B, H, Tq, D)
+  void* dk = nullptr;              // (B, Hkv, Tk, D)
+  void* dv = nullptr;              // (B, Hkv, Tk, D)
   float* dc_rows = nullptr;        // LogN's dLoss/dc per row (B, H, Tq) or null
   const float* fc = nullptr;       // FoX's c = cumsum(log f) (B, H, Tk) or null: L_ij += c[q_offset + i] - c[j]
   float* dfox_q = nullptr;         // FoX: sum_j dL_ij per row (B, H, Tq), with fc
@@ -87,22 +89,45 @@ struct Args {
 //   kFwdMT  m-tiles of 16 query rows per warp in the forward (query block = 64 kFwdMT rows);
 //   kDkvBq  query rows per step of the dK/dV kernel.
 // Key tiles are 64 everywhere; the dQ kernel has one m-tile per warp (64-row query blocks).
-template <int D>
+// The split kernels hold twice the operand fragments: one m-tile per warp in the forward, and at
+// D 128 32-row query steps in dK/dV (the accumulators of dK and dV alone are 128 registers).
+template <int D, bool kSplit = false>
 struct Config;
 template <>
-struct Config<64> {
+struct Config<64, false> {
   static constexpr int kFwdMT = 2, kDkvBq = 64;
 };
 template <>
-struct Config<128> {
+struct Config<128, false> {
   static constexpr int kFwdMT = 1, kDkvBq = 64;
 };
+template <>
+struct Config<64, true> {
+  static constexpr int kFwdMT = 1, kDkvBq = 64;
+};
+template <>
+struct Config<128, true> {
+  static constexpr int kFwdMT = 1, kDkvBq = 32;
+};
 
-template <int D>
+// Split kernels (kSplit: f32 inputs on the bf16 tensor cores): every input x is handed over as two
+// bf16 numbers, hi = bf16(x) and lo = bf16(x - hi), stored side by side in a row of 2D (hi in
+// columns 0..D-1, lo in D..2D-1; split_rows() in mma_device.cuh writes them), and every product
+// a b is formed as hi_a hi_b + hi_a lo_b + lo_a hi_b (three mma.sync, f32 accumulation). hi + lo
+// holds x to 2^-17 relative and the dropped lo_a lo_b is below 2^-16 of |a b|, so a product is exact
+// to about 2^-16 instead of bf16's 2^-8. Operands formed in registers (P, dS) are split the same
+// way before their product; outputs are written in f32. The row width in shared and global memory:
+template <int D, bool kSplit>
+constexpr int row_width() {
+  return kSplit ? 2 * D : D;
+}
+
+// A shared-memory tile of rows of W bf16.
+template <int W>
 struct Tile {
-  static constexpr int kPitch = D + 8;               // bf16 per shared-memory row
+  static constexpr int kPitch = W + 8;               // bf16 per shared-memory row
   static constexpr int kRowBytes = kPitch * 2;
-  static constexpr int kChunks = D / 8;              // 16-byte chunks per row
+  static constexpr int kChunks = W / 8;              // 16-byte chunks per row
 };
 
 HZ_KBODY int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -110,32 +135,32 @@ HZ_KBODY int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 HZ_KBODY float fmaxf_(float a, float b) { return a > b ? a : b; }
 HZ_KBODY float ninf() { return -INFINITY; }
 
-// Copies rows [r0, r0 + nrows) of a (rows, D) bf16 matrix into a shared tile (pitch D + 8); rows
+// Copies rows [r0, r0 + nrows) of a (rows, W) bf16 matrix into a shared tile (pitch W + 8); rows
 // outside [0, rows) are zero-filled. Every thread of the CTA takes part.
-template <int D, class X>
+template <int W, class X>
 HZ_KBODY void load_tile(X& x, uint16_t* s, const uint16_t* g, int64_t r0, int nrows, int64_t rows) {
-  using T = Tile<D>;
+  using T = Tile<W>;
   for (int c = x.tid(); c < nrows * T::kChunks; c += kThreads) {
     const int r = c / T::kChunks, col = (c % T::kChunks) * 8;
     const int64_t gr = r0 + r;
     const bool ok = gr >= 0 && gr < rows;
-    x.cp_async16(s + r * T::kPitch + col, g + (ok ? gr : 0) * D + col, ok);
+    x.cp_async16(s + r * T::kPitch + col, g + (ok ? gr : 0) * W + col, ok);
   }
 }
 
-// ldmatrix.x4 addresses (bf16 offsets into a tile) for the operand layouts above.
+// ldmatrix.x4 addresses (bf16 offsets into a tile of rows of W) for the operand layouts above.
 // A operand, 16 rows from row0, 16 columns from col0 (also B operands loaded with .trans whose
 // rows are the k index: the matrices come out as (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15),
 // (k 8-15, n 8-15) = b0, b1 of n-tile 0 and b0, b1 of n-tile 1).
-template <int D>
+template <int W>
 HZ_KBODY int frag_a_offset(int lane, int row0, int col0) {
-  return (row0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * Tile<D>::kPitch + col0 + 8 * (lane >> 4);
+  return (row0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * Tile<W>::kPitch + col0 + 8 * (lane >> 4);
 }
 // B operand stored n-major (B[k][n] = tile[n][k], e.g. K for Q K^T): rows n0..n0+15, k from k0;
 // the matrices come out as b0, b1 of n-tile 0 and b0, b1 of n-tile 1.
-template <int D>
+template <int W>
 HZ_KBODY int frag_bn_offset(int lane, int n0, int k0) {
-  return (n0 + (lane & 7) + 8 * (lane >> 4)) * Tile<D>::kPitch + k0 + 8 * ((lane >> 3) & 1);
+  return (n0 + (lane & 7) + 8 * (lane >> 4)) * Tile<W>::kPitch + k0 + 8 * ((lane >> 3) & 1);
 }
 
 template <class X>
@@ -145,55 +170,99 @@ HZ_KBODY void pack_a(X& x, uint32_t (&a)[4], const float (&s0)[4], const float (
   a[2] = x.pack_bf16(s1[0], s1[1]);
   a[3] = x.pack_bf16(s1[2], s1[3]);
 }
+// The split kernels' second half of a register operand: lo = bf16(s - bf16(s)).
+template <class X>
+HZ_KBODY void pack_a_lo(X& x, uint32_t (&a)[4], const float (&s0)[4], const float (&s1)[4]) {
+  auto r = [&](float v) { return v - x.round_bf16(v); };
+  a[0] = x.pack_bf16(r(s0[0]), r(s0[1]));
+  a[1] = x.pack_bf16(r(s0[2]), r(s0[3]));
+  a[2] = x.pack_bf16(r(s1[0]), r(s1[1]));
+  a[3] = x.pack_bf16(r(s1[2]), r(s1[3]));
+}
+// c += a b with b = (b[i], b[i + 1]), or with split operands (kSplit: hi in a/b, lo in al/bl, read
+// only then) the three products hi hi + hi lo + lo hi.
+template <bool kSplit, class X>
+HZ_KBODY void mma_split(X& x, float (&c)[4], const uint32_t (&a)[4], const uint32_t (&al)[4], const uint32_t (&b)[4],
+                        const uint32_t (&bl)[4], int i) {
+  x.mma(c, a, b[i], b[i + 1]);
+  if constexpr (kSplit) {
+    x.mma(c, a, bl[i], bl[i + 1]);
+    x.mma(c, al, b[i], b[i + 1]);
+  }
+}
 
 // C (16 x N) += A (16 x D, rows a_row0.. of sA) * B^T (N x D, rows b_row0.. of sB): both tiles hold
-// rows of length D (Q K^T, dO V^T, K Q^T, V dO^T).
-template <int D, int N, class X>
+// rows of length D (Q K^T, dO V^T, K Q^T, V dO^T), split rows of 2D with kSplit.
+template <int D, int N, bool kSplit, class X>
 HZ_KBODY void gemm_nt(X& x, float (&c)[N / 8][4], const uint16_t* sA, int a_row0, const uint16_t* sB, int b_row0) {
+  constexpr int W = row_width<D, kSplit>();
   const int lane = x.tid() & 31;
   HZ_UNROLL
   for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t a[4];
-    x.ldsm_x4(a, sA + frag_a_offset<D>(lane, a_row0, ks * 16));
+    uint32_t a[4], al[4];
+    x.ldsm_x4(a, sA + frag_a_offset<W>(lane, a_row0, ks * 16));
+    if constexpr (kSplit) x.ldsm_x4(al, sA + frag_a_offset<W>(lane, a_row0, D + ks * 16));
     HZ_UNROLL
     for (int np = 0; np < N / 16; ++np) {
-      uint32_t b[4];
-      x.ldsm_x4(b, sB + frag_bn_offset<D>(lane, b_row0 + np * 16, ks * 16));
-      x.mma(c[2 * np], a, b[0], b[1]);
-      x.mma(c[2 * np + 1], a, b[2], b[3]);
+      uint32_t b[4], bl[4];
+      x.ldsm_x4(b, sB + frag_bn_offset<W>(lane, b_row0 + np * 16, ks * 16));
+      if constexpr (kSplit) x.ldsm_x4(bl, sB + frag_bn_offset<W>(lane, b_row0 + np * 16, D + ks * 16));
+      mma_split<kSplit>(x, c[2 * np], a, al, b, bl, 0);
+      mma_split<kSplit>(x, c[2 * np + 1], a, al, b, bl, 2);
     }
   }
 }
-// C (16 x D) += A (16 x K, from C-fragment registers s, packed to bf16) * B (K x D, rows b_row0..
-// of sB holding rows of length D): P V, dS K, P^T dO, dS^T Q.
-template <int D, int K, class X>
+// C (16 x D) += A (16 x K, from C-fragment registers s, packed to bf16, split with kSplit) * B
+// (K x D, rows b_row0.. of sB holding rows of length D, split rows of 2D with kSplit): P V, dS K,
+// P^T dO, dS^T Q.
+template <int D, int K, bool kSplit, class X>
 HZ_KBODY void gemm_rn(X& x, float (&c)[D / 8][4], const float (&s)[K / 8][4], const uint16_t* sB, int b_row0) {
+  constexpr int W = row_width<D, kSplit>();
   const int lane = x.tid() & 31;
   HZ_UNROLL
   for (int kk = 0; kk < K / 16; ++kk) {
-    uint32_t a[4];
+    uint32_t a[4], al[4];
     pack_a(x, a, s[2 * kk], s[2 * kk + 1]);
+    if constexpr (kSplit) pack_a_lo(x, al, s[2 * kk], s[2 * kk + 1]);
     HZ_UNROLL
     for (int dp = 0; dp < D / 16; ++dp) {
-      uint32_t b[4];
-      x.ldsm_x4_t(b, sB + frag_a_offset<D>(lane, b_row0 + kk * 16, dp * 16));
-      x.mma(c[2 * dp], a, b[0], b[1]);
-      x.mma(c[2 * dp + 1], a, b[2], b[3]);
+      uint32_t b[4], bl[4];
+      x.ldsm_x4_t(b, sB + frag_a_offset<W>(lane, b_row0 + kk * 16, dp * 16));
+      if constexpr (kSplit) x.ldsm_x4_t(bl, sB + frag_a_offset<W>(lane, b_row0 + kk * 16, D + dp * 16));
+      mma_split<kSplit>(x, c[2 * dp], a, al, b, bl, 0);
+      mma_split<kSplit>(x, c[2 * dp + 1], a, al, b, bl, 2);
     }
   }
 }
 
 // The two products of a backward step for one warp's 16 rows (from row0 of sA1 and sA2): s = A1 B1^T
 // (scores) and dp = A2 B2^T (dO . v), both started from zero.
-template <int D, int N, class X>
+template <int D, int N, bool kSplit, class X>
 HZ_KBODY void scores_and_dp(X& x, float (&s)[N / 8][4], float (&dp)[N / 8][4], const uint16_t* sA1, const uint16_t* sB1,
                             const uint16_t* sA2, const uint16_t* sB2, int row0) {
   HZ_UNROLL
   for (int nt = 0; nt < N / 8; ++nt)
     HZ_UNROLL
     for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
-  gemm_nt<D, N>(x, s, sA1, row0, sB1, 0);
-  gemm_nt<D, N>(x, dp, sA2, row0, sB2, 0);
+  gemm_nt<D, N, kSplit>(x, s, sA1, row0, sB1, 0);
+  gemm_nt<D, N, kSplit>(x, dp, sA2, row0, sB2, 0);
+}
+
+// An output row's pair of columns (col, col + 1) from a C fragment: bf16 (packed) or, split, f32.
+template <bool kSplit, class X>
+HZ_KBODY void store_pair(X& x, void* base, int64_t row_off, int col, float v0, float v1) {
+  if constexpr (kSplit) {
+    float* p = static_cast<float*>(base) + row_off + col;
+    p[0] = v0;
+    p[1] = v1;
+  } else {
+    reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(base) + row_off)[col / 2] = x.pack_bf16(v0, v1);
+  }
+}
+template <bool kSplit>
+HZ_KBODY void store_zero(void* base, int64_t e) {
+  if constexpr (kSplit) static_cast<float*>(base)[e] = 0.0f;
+  else static_cast<uint16_t*>(base)[e] = 0;
 }
 
 // Scale-invariant coefficients for index distances t0 .. t0 + n - 1, read both ways (|t|: a prefix's
@@ -341,19 +410,19 @@ struct KvStep {
   int64_t j0;
   bool masked;
 };
-template <int D, int kBq, int kBk, bool kGen, class X>
+template <int D, int kBq, int kBk, bool kSplit, bool kGen, class X>
 HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& blocks, int64_t kb, int64_t n,
                         int64_t b, int64_t i0, uint16_t* sK, uint16_t* sV, const uint16_t* kg, const uint16_t* vg,
                         float* sT, const float* fcg, float* sF, double base, float* sPos, bool dist,
                         const double* dkg, float* sDk) {
-  constexpr int kStage = kBk * Tile<D>::kPitch;
+  constexpr int W = row_width<D, kSplit>(), kStage = kBk * Tile<W>::kPitch;
   const int st = static_cast<int>(n & 1);
   const int64_t j0 = kb * kBk, next = blocks.next(kb);
   pipeline_step(
       x, next <= blocks.last(),
       [&] {
-        load_tile<D>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
-        load_tile<D>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
+        load_tile<W>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
+        load_tile<W>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
       },
       P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1, [&] {
         if (fcg != nullptr)
@@ -390,24 +459,26 @@ HZ_KBODY float row_r(const AttnKernelParams& P, const float* c, int64_t b, int64
 }
 
 // ---- forward ----------------------------------------------------------------------------------------
-template <int D, int kMT>
+template <int D, int kMT, bool kSplit = false>
 struct FwdShape {
   static constexpr int kBq = 16 * kMT * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
   // + FoX's c_j, the keys' token positions and GRAPE's rates of the keys and the rows
-  static constexpr int kSmem = (kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
+  static constexpr int kSmem =
+      (kBq + 4 * kBk) * Tile<row_width<D, kSplit>()>::kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
 };
 
-template <int D, int kMT, bool kGen, class X>
+template <int D, int kMT, bool kGen, bool kSplit, class X>
 HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
-  using S = FwdShape<D, kMT>;
-  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
+  using S = FwdShape<D, kMT, kSplit>;
+  constexpr int W = row_width<D, kSplit>();
+  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<W>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
   const QueryTile tile = query_tile(P, cta, kBq);
   const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
-  const uint16_t* qg = a.q + (b * P.H + h) * P.Tq * D;
-  const uint16_t* kg = a.k + (b * P.Hkv + hk) * P.Tk * D;
-  const uint16_t* vg = a.v + (b * P.Hkv + hk) * P.Tk * D;
+  const uint16_t* qg = a.q + (b * P.H + h) * P.Tq * W;
+  const uint16_t* kg = a.k + (b * P.Hkv + hk) * P.Tk * W;
+  const uint16_t* vg = a.v + (b * P.Hkv + hk) * P.Tk * W;
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sK = sQ + kBq * kPitch;   // 2 stages
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
@@ -428,13 +499,13 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     x.add_counter(&a.counters[1], static_cast<Counter>(blocks.count() - blocks.full()));
   }
   if (blocks.count() == 0) {  // no row of this block sees a key (with a sink: lse = z_h)
-    for (int64_t e = tid; e < (i1 - i0 + 1) * D; e += kThreads) a.out[((b * P.H + h) * P.Tq + i0) * D + e] = 0;
+    for (int64_t e = tid; e < (i1 - i0 + 1) * D; e += kThreads) store_zero<kSplit>(a.out, ((b * P.H + h) * P.Tq + i0) * D + e);
     for (int64_t i = i0 + tid; i <= i1; i += kThreads) a.lse[(b * P.H + h) * P.Tq + i] = a.sink ? a.sink[h] : ninf();
     return;
   }
-  load_tile<D>(x, sQ, qg, i0, kBq, P.Tq);
-  load_tile<D>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
-  load_tile<D>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
+  load_tile<W>(x, sQ, qg, i0, kBq, P.Tq);
+  load_tile<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
+  load_tile<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
   x.cp_commit();
   if (dist) fill_row_rates(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
 
@@ -470,8 +541,8 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
 
   for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
     const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
-    const KvStep step = kv_step<D, kBq, kBk>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF, base, sPos,
-                                             dist, dkg, sDk);
+    const KvStep step = kv_step<D, kBq, kBk, kSplit>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF,
+                                                     base, sPos, dist, dkg, sDk);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
@@ -484,7 +555,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       for (int nt = 0; nt < kNT; ++nt)
         HZ_UNROLL
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
-      gemm_nt<D, kBk>(x, s[mt], sQ, warp * 16 * kMT + mt * 16, sKs, 0);
+      gemm_nt<D, kBk, kSplit>(x, s[mt], sQ, warp * 16 * kMT + mt * 16, sKs, 0);
     }
     HZ_UNROLL
     for (int mt = 0; mt < kMT; ++mt)
@@ -544,7 +615,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         }
       }
     HZ_UNROLL
-    for (int mt = 0; mt < kMT; ++mt) gemm_rn<D, kBk>(x, o[mt], s[mt], sVs, 0);
+    for (int mt = 0; mt < kMT; ++mt) gemm_rn<D, kBk, kSplit>(x, o[mt], s[mt], sVs, 0);
   }
 
   HZ_UNROLL
@@ -572,33 +643,34 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         }
       }
       const float inv = sum > 0.0f ? oscale / sum : 0.0f;
-      uint32_t* orow = reinterpret_cast<uint32_t*>(a.out + row * D);
       HZ_UNROLL
       for (int dt = 0; dt < kDT; ++dt)
-        orow[dt * 4 + tig] = x.pack_bf16(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
+        store_pair<kSplit>(x, a.out, row * D, dt * 8 + 2 * tig, o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
       if (tig == 0) a.lse[row] = sum > 0.0f ? (mx + x.log2(sum)) * kLn2 : ninf();
     }
 }
 
 // ---- backward: dQ ------------------------------------------------------------------------------------
-template <int D>
+template <int D, bool kSplit = false>
 struct DqShape {
   static constexpr int kBq = 16 * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;
   // + FoX's c_j, the keys' token positions and GRAPE's rates of the keys and the rows
-  static constexpr int kSmem = (2 * kBq + 4 * kBk) * Tile<D>::kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
+  static constexpr int kSmem =
+      (2 * kBq + 4 * kBk) * Tile<row_width<D, kSplit>()>::kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
 };
 
-template <int D, bool kGen, class X>
+template <int D, bool kGen, bool kSplit, class X>
 HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
-  using S = DqShape<D>;
-  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
+  using S = DqShape<D, kSplit>;
+  constexpr int W = row_width<D, kSplit>();
+  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<W>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
   const QueryTile tile = query_tile(P, cta, kBq);
   const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
   const int64_t hrow = (b * P.H + h) * P.Tq;
-  const uint16_t* kg = a.k + (b * P.Hkv + hk) * P.Tk * D;
-  const uint16_t* vg = a.v + (b * P.Hkv + hk) * P.Tk * D;
+  const uint16_t* kg = a.k + (b * P.Hkv + hk) * P.Tk * W;
+  const uint16_t* vg = a.v + (b * P.Hkv + hk) * P.Tk * W;
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sG = sQ + kBq * kPitch;      // dO
   uint16_t* sK = sG + kBq * kPitch;      // 2 stages
@@ -616,11 +688,11 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
 
   const Visit<kGen> blocks = visit_keys<kGen>(P, b, h, i0, i1, kBk);
   if (dist) fill_row_rates(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
-  load_tile<D>(x, sQ, a.q + hrow * D, i0, kBq, P.Tq);
-  load_tile<D>(x, sG, a.gout + hrow * D, i0, kBq, P.Tq);
+  load_tile<W>(x, sQ, a.q + hrow * W, i0, kBq, P.Tq);
+  load_tile<W>(x, sG, a.gout + hrow * W, i0, kBq, P.Tq);
   if (blocks.count() > 0) {
-    load_tile<D>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
-    load_tile<D>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
+    load_tile<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
+    load_tile<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
   }
   x.cp_commit();
 
@@ -658,15 +730,15 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
 
   for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
     const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
-    const KvStep step = kv_step<D, kBq, kBk>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF, base, sPos,
-                                             dist, dkg, sDk);
+    const KvStep step = kv_step<D, kBq, kBk, kSplit>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF,
+                                                     base, sPos, dist, dkg, sDk);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
     const bool masked = step.masked;
 
     float s[kNT][4], dp[kNT][4];
-    scores_and_dp<D, kBk>(x, s, dp, sQ, sKs, sG, sVs, warp * 16);  // q . k and dO . v
+    scores_and_dp<D, kBk, kSplit>(x, s, dp, sQ, sKs, sG, sVs, warp * 16);  // q . k and dO . v
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
       const int rloc = warp * 16 + g + 8 * hh;  // block coordinates as in the forward
@@ -697,7 +769,7 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
           val = ds * mul2 * kLn2;                                // dLoss/d(q . k)
         }
     }
-    gemm_rn<D, kBk>(x, acc, s, sKs, 0);  // dQ += dS' K
+    gemm_rn<D, kBk, kSplit>(x, acc, s, sKs, 0);  // dQ += dS' K
   }
   x.template cp_wait<0>();  // nothing may stay in flight (a CTA whose rows see no key loaded Q, dO only)
 
@@ -718,15 +790,15 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
     if (dist && a.ddist_q != nullptr && tig == 0) a.ddist_q[hrow + i] = dd;
     if (a.dz_rows != nullptr && tig == 0)  // -exp(z_h - lse_i) D_i; lse2 holds lse_i log2 e
       a.dz_rows[hrow + i] = -x.exp2(a.sink[h] * kLog2e - lse2[hh]) * Di[hh];
-    uint32_t* drow = reinterpret_cast<uint32_t*>(a.dq + (hrow + i) * D);
     HZ_UNROLL
-    for (int dt = 0; dt < kDT; ++dt) drow[dt * 4 + tig] = x.pack_bf16(acc[dt][2 * hh], acc[dt][2 * hh + 1]);
+    for (int dt = 0; dt < kDT; ++dt)
+      store_pair<kSplit>(x, a.dq, (hrow + i) * D, dt * 8 + 2 * tig, acc[dt][2 * hh], acc[dt][2 * hh + 1]);
     if (a.dc_rows != nullptr && tig == 0) a.dc_rows[hrow + i] = dc;
   }
 }
 
 // ---- backward: dK, dV ------------------------------------------------------------------------------
-template <int D, int kBqB>
+template <int D, int kBqB, bool kSplit = false>
 struct DkvShape {
   static constexpr int kBk = 16 * kWarps, kBq = kBqB;
   static constexpr int kTab = kBq + kBk - 1;
@@ -735,16 +807,18 @@ struct DkvShape {
   // rates of the rows and of the keys for the pair's head, times log2 e (2 stages), table
   static constexpr int kRowData = 6 * kBq + 2 * kBk;
   static constexpr int kRowPos = 4 * kBq + kBk, kRowRq = 5 * kBq + kBk, kRowRk = 6 * kBq + kBk;  // offsets
-  static constexpr int kSmem = (2 * kBk + 4 * kBq) * Tile<D>::kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
+  static constexpr int kSmem =
+      (2 * kBk + 4 * kBq) * Tile<row_width<D, kSplit>()>::kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
 
 // kFox: the FoX terms (a.fc set), a template argument because the D 128 kernel is at the 255-register
 // limit and the key sums' registers alone would make it spill when FoX is off; the general variant
 // (kGen) reads a.fc at run time instead.
-template <int D, int kBqB, bool kFox, bool kGen, class X>
+template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
-  using S = DkvShape<D, kBqB>;
-  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = Tile<D>::kPitch;
+  using S = DkvShape<D, kBqB, kSplit>;
+  constexpr int W = row_width<D, kSplit>();
+  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = Tile<W>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
   const KeyTile tile = key_tile(P, cta, kBk);
   const int64_t b = tile.b, hk = tile.hk, j0 = tile.j0, j1 = tile.j1;
@@ -791,8 +865,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   // loads Q, dO tiles of a pair into a stage, and its per-row data (plain stores)
   auto load_pair = [&](const Cursor& c, int stage) {
     const int64_t h = hk * P.G + c.gh, hrow = (b * P.H + h) * P.Tq, q0 = c.qb * kBq;
-    load_tile<D>(x, sQ + stage * kBq * kPitch, a.q + hrow * D, q0, kBq, P.Tq);
-    load_tile<D>(x, sG + stage * kBq * kPitch, a.gout + hrow * D, q0, kBq, P.Tq);
+    load_tile<W>(x, sQ + stage * kBq * kPitch, a.q + hrow * W, q0, kBq, P.Tq);
+    load_tile<W>(x, sG + stage * kBq * kPitch, a.gout + hrow * W, q0, kBq, P.Tq);
     float* rowd = sRow + stage * S::kRowData;
     for (int r = tid; r < kBq; r += kThreads) {
       const int64_t i = q0 + r;
@@ -820,8 +894,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     }
   };
 
-  load_tile<D>(x, sK, a.k + krow * D, j0, kBk, P.Tk);
-  load_tile<D>(x, sV, a.v + krow * D, j0, kBk, P.Tk);
+  load_tile<W>(x, sK, a.k + krow * W, j0, kBk, P.Tk);
+  load_tile<W>(x, sV, a.v + krow * W, j0, kBk, P.Tk);
   Cursor cur = first_pair(0);
   if (n_pairs > 0) load_pair(cur, 0);
   x.cp_commit();
@@ -854,7 +928,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
     float s[kNT][4], dp[kNT][4];  // rows: this warp's 16 keys; columns: the kBq queries
-    scores_and_dp<D, kBq>(x, s, dp, sK, sQs, sV, sGs, warp * 16);  // k . q and v . dO
+    scores_and_dp<D, kBq, kSplit>(x, s, dp, sK, sQs, sV, sGs, warp * 16);  // k . q and v . dO
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
       // rows are keys here: key j = j0 + kloc, column r is query q0 + r, distance t = tb + r
@@ -889,8 +963,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           dp[nt][2 * hh + e] = ds * mul2 * kLn2;  // dS'^T for dK
         }
     }
-    gemm_rn<D, kBq>(x, dv, s, sGs, 0);   // dV += P^T dO
-    gemm_rn<D, kBq>(x, dk, dp, sQs, 0);  // dK += dS'^T Q
+    gemm_rn<D, kBq, kSplit>(x, dv, s, sGs, 0);   // dV += P^T dO
+    gemm_rn<D, kBq, kSplit>(x, dk, dp, sQs, 0);  // dK += dS'^T Q
     // the loop leaves head h: its key sums are done (FoX's -sum_i dL_ij, GRAPE's -sum_i dL_ij |t_ij|);
     // out is null when they need no gradient (FoX's c_i - c_j still shapes P)
     auto flush_key_sums = [&](float (&acc)[2], float* out) {
@@ -915,12 +989,10 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   for (int hh = 0; hh < 2; ++hh) {
     const int64_t j = j0 + warp * 16 + g + 8 * hh;
     if (j >= P.Tk) continue;
-    uint32_t* krw = reinterpret_cast<uint32_t*>(a.dk + (krow + j) * D);
-    uint32_t* vrw = reinterpret_cast<uint32_t*>(a.dv + (krow + j) * D);
     HZ_UNROLL
     for (int dt = 0; dt < kDT; ++dt) {
-      krw[dt * 4 + tig] = x.pack_bf16(dk[dt][2 * hh], dk[dt][2 * hh + 1]);
-      vrw[dt * 4 + tig] = x.pack_bf16(dv[dt][2 * hh], dv[dt][2 * hh + 1]);
+      store_pair<kSplit>(x, a.dk, (krow + j) * D, dt * 8 + 2 * tig, dk[dt][2 * hh], dk[dt][2 * hh + 1]);
+      store_pair<kSplit>(x, a.dv, (krow + j) * D, dt * 8 + 2 * tig, dv[dt][2 * hh], dv[dt][2 * hh + 1]);
     }
   }
 }

@@ -62,40 +62,56 @@ struct DeviceCta {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (low half), .y = hi
     return *reinterpret_cast<const uint32_t*>(&v);
   }
+  __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
   __device__ __forceinline__ void add_counter(Counter* c, Counter v) {
     if (v != 0) atomicAdd(c, v);
   }
 };
 
 // The kernels: one CTA of kThreads per tile, grids and shared memory as in mma_body.h; kGen picks the
-// general variant (mma_body.h), instantiated only by attn_mma_general.cu.
-template <int D, int kMT, bool kGen = false>
+// general variant (mma_body.h), instantiated only by attn_mma_general.cu; kSplit the split kernels
+// (f32 inputs as bf16 pairs).
+template <int D, int kMT, bool kGen = false, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads) fwd_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
-  fwd_cta<D, kMT, kGen>(x, P, a, blockIdx.x, smem);
+  fwd_cta<D, kMT, kGen, kSplit>(x, P, a, blockIdx.x, smem);
 }
-template <int D, bool kGen = false>
+template <int D, bool kGen = false, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads) dq_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
-  dq_cta<D, kGen>(x, P, a, blockIdx.x, smem);
+  dq_cta<D, kGen, kSplit>(x, P, a, blockIdx.x, smem);
 }
-template <int D, int kBq, bool kFox, bool kGen = false>
+template <int D, int kBq, bool kFox, bool kGen = false, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
-  dkv_cta<D, kBq, kFox, kGen>(x, P, a, blockIdx.x, smem);
+  dkv_cta<D, kBq, kFox, kGen, kSplit>(x, P, a, blockIdx.x, smem);
 }
 
-// D_i = dO_i . O_i in f32, one warp per row, lanes over D in a fixed order.
-static __global__ void dot_kernel(int64_t rows, int D, const __nv_bfloat16* __restrict__ o,
-                           const __nv_bfloat16* __restrict__ g, float* __restrict__ Dvec) {
+// The split kernels' inputs: each row of D f32 becomes a row of 2D bf16, hi = bf16(x) in columns
+// 0..D-1 and lo = bf16(x - hi) in D..2D-1 (mma_body.h, row_width).
+static __global__ void split_rows_kernel(int64_t n, int D, const float* __restrict__ x, __nv_bfloat16* __restrict__ y) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= n) return;
+  const int64_t row = e / D, d = e % D;
+  const float v = x[e];
+  const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+  y[row * 2 * D + d] = hi;
+  y[row * 2 * D + D + d] = __float2bfloat16_rn(v - __bfloat162float(hi));
+}
+
+// D_i = dO_i . O_i in f32, one warp per row, lanes over D in a fixed order (T: bf16, or f32 for the
+// split kernels).
+template <class T>
+__global__ void dot_kernel(int64_t rows, int D, const T* __restrict__ o, const T* __restrict__ g,
+                           float* __restrict__ Dvec) {
   const int lane = threadIdx.x & 31;
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + (threadIdx.x >> 5);
   if (row >= rows) return;
   float s = 0.0f;
-  for (int d = lane; d < D; d += 32) s += __bfloat162float(o[row * D + d]) * __bfloat162float(g[row * D + d]);
+  for (int d = lane; d < D; d += 32) s += static_cast<float>(o[row * D + d]) * static_cast<float>(g[row * D + d]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   if (lane == 0) Dvec[row] = s;

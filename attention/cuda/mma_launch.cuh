@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "attention/cuda/attn_cuda.h"
 #include "attention/cuda/mma_body.h"
@@ -37,36 +39,54 @@ void launch(K kernel, int64_t grid, int smem, cudaStream_t s, const AttnKernelPa
 Tensor aligned(const Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0 ? t : t.clone();
 }
+// The split kernels' input: (..., D) f32 -> (..., 2D) bf16 rows [hi | lo] (mma_device.cuh).
+Tensor split_rows(const Tensor& t, cudaStream_t s) {
+  std::vector<int64_t> shape = t.shape();
+  const int64_t D = shape.back(), n = t.numel();
+  shape.back() = 2 * D;
+  Tensor y = Tensor::empty(shape, DType::BF16, t.device());
+  if (n == 0) return y;
+  mma::split_rows_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+      n, static_cast<int>(D), t.data<float>(), static_cast<__nv_bfloat16*>(y.raw_data()));
+  HZ_CUDA_LAUNCHED("attention: f32 inputs split into bf16 pairs");
+  return y;
+}
+// A kernel input in the form the kernels read: bf16 as it is (aligned), f32 split (kSplit).
+template <bool kSplit>
+Tensor kernel_input(const Tensor& t, cudaStream_t s) {
+  if constexpr (kSplit) return split_rows(t, s);
+  else return aligned(t);
+}
 const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.raw_data()); }
-uint16_t* bits_mut(Tensor& t) { return static_cast<uint16_t*>(t.raw_data()); }
 
-template <int D, bool kGen>
+template <int D, bool kGen, bool kSplit>
 void forward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
-  constexpr int kMT = mma::Config<D>::kFwdMT;
-  using S = mma::FwdShape<D, kMT>;
-  launch(fwd_kernel<D, kMT, kGen>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
+  constexpr int kMT = mma::Config<D, kSplit>::kFwdMT;
+  using S = mma::FwdShape<D, kMT, kSplit>;
+  launch(fwd_kernel<D, kMT, kGen, kSplit>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
          "attention forward (mma)");
 }
-template <int D, bool kGen>
+template <int D, bool kGen, bool kSplit>
 void backward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
-  launch(dq_kernel<D, kGen>, P.B * P.H * num_blocks(P.Tq, mma::DqShape<D>::kBq), mma::DqShape<D>::kSmem, s, P, a,
+  using Q = mma::DqShape<D, kSplit>;
+  launch(dq_kernel<D, kGen, kSplit>, P.B * P.H * num_blocks(P.Tq, Q::kBq), Q::kSmem, s, P, a,
          "attention backward dQ (mma)");
-  constexpr int kBq = mma::Config<D>::kDkvBq;
-  using S = mma::DkvShape<D, kBq>;
+  constexpr int kBq = mma::Config<D, kSplit>::kDkvBq;
+  using S = mma::DkvShape<D, kBq, kSplit>;
   // the plain variant has FoX as a template argument, the general one reads a.fc at run time (if
   // constexpr: a file instantiates its own variant only)
   const int64_t grid = P.B * P.Hkv * num_blocks(P.Tk, S::kBk);
   const char* what = "attention backward dK/dV (mma)";
-  if constexpr (kGen) launch(dkv_kernel<D, kBq, false, true>, grid, S::kSmem, s, P, a, what);
-  else launch(a.fc != nullptr ? dkv_kernel<D, kBq, true, false> : dkv_kernel<D, kBq, false, false>, grid, S::kSmem, s,
-              P, a, what);
+  if constexpr (kGen) launch(dkv_kernel<D, kBq, false, true, kSplit>, grid, S::kSmem, s, P, a, what);
+  else launch(a.fc != nullptr ? dkv_kernel<D, kBq, true, false, kSplit> : dkv_kernel<D, kBq, false, false, kSplit>,
+              grid, S::kSmem, s, P, a, what);
 }
 
-template <bool kGen>
+template <bool kGen, bool kSplit>
 void forward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
                      const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse, Counter* counters,
                      cudaStream_t s) {
-  const Tensor qa = aligned(q), ka = aligned(k), va = aligned(v);
+  const Tensor qa = kernel_input<kSplit>(q, s), ka = kernel_input<kSplit>(k, s), va = kernel_input<kSplit>(v, s);
   Args a;
   a.q = bits(qa);
   a.k = bits(ka);
@@ -74,25 +94,29 @@ void forward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& k
   a.c = logn_c.defined() ? logn_c.data<float>() : nullptr;
   a.fc = fox_c.defined() ? fox_c.data<float>() : nullptr;
   a.sink = sink.defined() ? sink.data<float>() : nullptr;
-  a.out = bits_mut(out);
+  a.out = out.raw_data();
   a.lse = lse.data<float>();
   a.counters = counters;
-  if (P.D == 64) forward_d<64, kGen>(P, a, s);
-  else forward_d<128, kGen>(P, a, s);
+  if (P.D == 64) forward_d<64, kGen, kSplit>(P, a, s);
+  else forward_d<128, kGen, kSplit>(P, a, s);
 }
 
-template <bool kGen>
+template <bool kGen, bool kSplit>
 void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                       const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c,
                       const Tensor& sink, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q,
                       Tensor* dfox_k, Tensor* dz_rows, Tensor* ddist_q, Tensor* ddist_k, Counter* counters,
                       cudaStream_t s) {
-  const Tensor qa = aligned(q), ka = aligned(k), va = aligned(v), ga = aligned(gout);
+  const Tensor qa = kernel_input<kSplit>(q, s), ka = kernel_input<kSplit>(k, s), va = kernel_input<kSplit>(v, s),
+               ga = kernel_input<kSplit>(gout, s);
   const int64_t rows = P.B * P.H * P.Tq;
   Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
-  dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, s>>>(
-      rows, static_cast<int>(P.D), static_cast<const __nv_bfloat16*>(out.raw_data()),
-      static_cast<const __nv_bfloat16*>(ga.raw_data()), Dvec.data<float>());
+  // D_i from out and dO as the caller holds them (bf16, or f32 for the split kernels)
+  using T = std::conditional_t<kSplit, float, __nv_bfloat16>;
+  const Tensor gc = gout.is_contiguous() ? gout : gout.contiguous();
+  dot_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, s>>>(
+      rows, static_cast<int>(P.D), static_cast<const T*>(out.raw_data()), static_cast<const T*>(gc.raw_data()),
+      Dvec.data<float>());
   HZ_CUDA_LAUNCHED("attention backward dO . O");
   if (dc_rows) *dc_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
   // FoX: every row of dfox_q is written by its dQ block; a key no query of a head sees keeps 0
@@ -110,9 +134,9 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   a.lse = const_cast<float*>(lse.data<float>());
   a.gout = bits(ga);
   a.Dvec = Dvec.data<float>();
-  a.dq = bits_mut(dq);
-  a.dk = bits_mut(dk);
-  a.dv = bits_mut(dv);
+  a.dq = dq.raw_data();
+  a.dk = dk.raw_data();
+  a.dv = dv.raw_data();
   a.dc_rows = dc_rows ? dc_rows->data<float>() : nullptr;
   a.fc = fox_c.defined() ? fox_c.data<float>() : nullptr;
   a.dfox_q = dfox_q ? dfox_q->data<float>() : nullptr;
@@ -122,8 +146,29 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   a.ddist_q = ddist_q ? ddist_q->data<float>() : nullptr;
   a.ddist_k = ddist_k ? ddist_k->data<float>() : nullptr;
   a.counters = counters;
-  if (P.D == 64) backward_d<64, kGen>(P, a, s);
-  else backward_d<128, kGen>(P, a, s);
+  if (P.D == 64) backward_d<64, kGen, kSplit>(P, a, s);
+  else backward_d<128, kGen, kSplit>(P, a, s);
+}
+
+// The entry points of one variant: bf16 calls run the bf16 kernels, f32 calls the split ones.
+template <bool kGen>
+void forward_call(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,
+                  const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse, Counter* counters,
+                  cudaStream_t s) {
+  if (q.dtype() == DType::F32) forward_variant<kGen, true>(P, q, k, v, logn_c, fox_c, sink, out, lse, counters, s);
+  else forward_variant<kGen, false>(P, q, k, v, logn_c, fox_c, sink, out, lse, counters, s);
+}
+template <bool kGen>
+void backward_call(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                   const Tensor& lse, const Tensor& gout, const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink,
+                   Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dc_rows, Tensor* dfox_q, Tensor* dfox_k,
+                   Tensor* dz_rows, Tensor* ddist_q, Tensor* ddist_k, Counter* counters, cudaStream_t s) {
+  if (q.dtype() == DType::F32)
+    backward_variant<kGen, true>(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dc_rows, dfox_q, dfox_k,
+                                 dz_rows, ddist_q, ddist_k, counters, s);
+  else
+    backward_variant<kGen, false>(P, q, k, v, out, lse, gout, logn_c, fox_c, sink, dq, dk, dv, dc_rows, dfox_q, dfox_k,
+                                  dz_rows, ddist_q, ddist_k, counters, s);
 }
 
 }  // namespace

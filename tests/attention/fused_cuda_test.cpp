@@ -1,14 +1,16 @@
 // The fused attention op on CUDA against the CPU op: every mask x position encoding x logit
 // transform, GQA, Tq != Tk, lengths that are no multiple of any tile, rows with no visible key,
 // f32 / f64 (reference kernels) and bf16 (reference and tensor-core kernels), forward, lse and
-// every gradient (q, k, v and LogN's c); block counters, determinism and LaMPE on CUDA.
+// every gradient (q, k, v and LogN's c); f32 on the tensor cores (the split kernels: each input a
+// pair of bf16); block counters, determinism and LaMPE on CUDA.
 //
 // Tolerances come from the precision floor: with ref the CPU op in f64,
 //   max |x - ref| <= k * max |x_lowprec - ref| + atol,
 // where x_lowprec is the same computation at the kernel's precision: the CPU op in f32 for the
 // f32 kernels, and for bf16 a naive double-precision attention written here from docs/methods.md (its own
 // mask, independent of tiling.h) that rounds where a bf16 tensor-core pipeline rounds (the
-// probabilities and dS before their products, every output).
+// probabilities and dS before their products, every output), or for the split kernels where they
+// round (the inputs and those operands to hi + lo pairs, outputs in f32).
 // The cases skip themselves without a usable GPU.
 #include <gtest/gtest.h>
 
@@ -42,7 +44,7 @@ TEST_P(FusedCudaF32, MatchesCpuWithinTheF32Floor) {
   const Inputs in = make_inputs(p, DType::F32, 41);
   const Result ref = run_op(p, in, DType::F64, Device::cpu());
   const Result low = run_op(p, in, DType::F32, Device::cpu());
-  const Result x = run_op(p, in, DType::F32, Device::cuda(0));
+  const Result x = run_op(p, in, DType::F32, Device::cuda(0), AttnImpl::Reference);
   expect_results(x, low, ref, 4.0, 1e-6);
 }
 std::vector<Problem> f32_cases() {
@@ -53,6 +55,28 @@ std::vector<Problem> f32_cases() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaF32, ::testing::ValuesIn(f32_cases()), CaseName());
+
+// f32 on the tensor cores (what Auto runs for head_dim 64 and 128 where the GPU has the shared
+// memory): the split kernels against the CPU op in float64 at the split twin's floor.
+class FusedCudaF32TensorCore : public ::testing::TestWithParam<Problem> {};
+TEST_P(FusedCudaF32TensorCore, MatchesCpuWithinTheSplitFloor) {
+  HZT_NEED_GPU();
+  const Problem p = GetParam();
+  if (!attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, p.D).tensor_core)
+    GTEST_SKIP() << "no f32 tensor-core kernels for head_dim " << p.D << " on " << cuda::device_name(0);
+  const Inputs in = f32_inputs(p, 49);
+  const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+  const Result low = naive(p, split_rounded(in), Rounding::Split);
+  const Result x = run_op(p, in, DType::F32, Device::cuda(0), AttnImpl::TensorCore, false);
+  expect_results(x, low, ref, 3.0, kSplitAtol, kSplitAtolSums);
+}
+std::vector<Problem> f32_tc_cases() {
+  std::vector<Problem> v = combos(64, 100);
+  for (const Problem& p : shapes(64)) v.push_back(p);
+  for (const Problem& p : shapes(128)) v.push_back(p);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaF32TensorCore, ::testing::ValuesIn(f32_tc_cases()), CaseName());
 
 TEST(FusedCudaF64, MatchesCpuToRounding) {
   HZT_NEED_GPU();
@@ -217,13 +241,14 @@ TEST(FusedCuda, VisitedBlocksEqualTheCpuOpsAtTheSameTiles) {
 
 TEST(FusedCuda, BackwardIsBitwiseDeterministic) {
   HZT_NEED_GPU();
-  for (AttnImpl impl : {AttnImpl::Reference, AttnImpl::TensorCore}) {
+  for (auto [dt, impl] : {std::pair{DType::BF16, AttnImpl::Reference}, {DType::BF16, AttnImpl::TensorCore},
+                          {DType::F32, AttnImpl::TensorCore}}) {
     Problem p = shapes(64)[0];  // GQA 4:1, SCOPE, LogN, batch 2
-    if (impl == AttnImpl::TensorCore && !attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, p.D).tensor_core)
+    if (impl == AttnImpl::TensorCore && !attn_tiles(AttnConfig{}, Device::cuda(0), dt, p.D).tensor_core)
       continue;
-    const Inputs in = make_inputs(p, DType::BF16, 53);
-    const Result a = run_op(p, in, DType::BF16, Device::cuda(0), impl);
-    const Result b = run_op(p, in, DType::BF16, Device::cuda(0), impl);
+    const Inputs in = make_inputs(p, dt, 53);
+    const Result a = run_op(p, in, dt, Device::cuda(0), impl);
+    const Result b = run_op(p, in, dt, Device::cuda(0), impl);
     EXPECT_EQ(a.out, b.out);
     EXPECT_EQ(a.dq, b.dq);
     EXPECT_EQ(a.dk, b.dk);
@@ -500,22 +525,28 @@ TEST(FusedCuda, ImplementationSwitch) {
   const Inputs in = make_inputs(p, DType::BF16, 59);
   EXPECT_THROW(run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore), NotImplementedError);
   EXPECT_NO_THROW(run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::Auto));
-  EXPECT_FALSE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core);  // f32: reference
+  EXPECT_FALSE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 24).tensor_core);  // reference
+  EXPECT_FALSE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F64, 64).tensor_core);  // f64: reference
   AttnConfig ref;
   ref.impl = AttnImpl::Reference;
   EXPECT_FALSE(attn_tiles(ref, Device::cuda(0), DType::BF16, 64).tensor_core);
 }
 
-// On sm_80 and newer the bf16 tensor-core kernels must be what Auto picks for D 64 and 128: if they
-// were unavailable (a build without their code for this GPU, a failed attribute query) every
-// FusedCudaBf16 "tc_" case would skip and the GPU check would pass without testing them.
+// On the data-center GPUs (sm_80, sm_90, sm_100: 163-227 KB of shared memory per block) the
+// tensor-core kernels must be what Auto picks for bf16 at D 64 and 128 and for f32 at D 64 (at D
+// 128 on sm_90 and newer: the split dQ kernel takes 202 KB): if they were unavailable (a build
+// without their code for this GPU, a failed attribute query) every "tc_" and split case would skip
+// and the GPU check would pass without testing them.
 TEST(FusedCuda, TensorCoreKernelsAreAvailableOnSm80AndNewer) {
   HZT_NEED_GPU();
   const int cc = cuda::compute_capability(0);
   if (cc < 80) GTEST_SKIP() << "sm_" << cc << ": the tensor-core kernels need sm_80 or newer";
-  for (int64_t D : {64, 128}) {
-    EXPECT_TRUE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, D).tensor_core)
-        << "no tensor-core attention for bf16, head_dim " << D << " on " << cuda::device_name(0);
+  if (cc != 80 && cc < 90) GTEST_SKIP() << "sm_" << cc << ": at most 99 KB of shared memory per block";
+  for (auto [dt, D] : {std::pair{DType::BF16, int64_t{64}}, {DType::BF16, int64_t{128}}, {DType::F32, int64_t{64}},
+                       {DType::F32, int64_t{128}}}) {
+    if (dt == DType::F32 && D == 128 && cc < 90) continue;
+    EXPECT_TRUE(attn_tiles(AttnConfig{}, Device::cuda(0), dt, D).tensor_core)
+        << "no tensor-core attention for " << dtype_name(dt) << ", head_dim " << D << " on " << cuda::device_name(0);
   }
 }
 

@@ -73,6 +73,7 @@ class Thread {
   }
   float exp2(float x) { return std::exp2(x); }
   float log2(float x) { return std::log2(x); }
+  float round_bf16(float v) { return hz::bf16_bits_to_f32(hz::f32_to_bf16_bits(v)); }
   uint32_t pack_bf16(float lo, float hi) {
     return static_cast<uint32_t>(hz::f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(hz::f32_to_bf16_bits(hi)) << 16);
   }

@@ -30,6 +30,35 @@ std::vector<double> from_bits(const std::vector<uint16_t>& b) {
   for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_bits_to_f32(b[i]);
   return v;
 }
+// The split kernels' input (mma_body.h): rows of D values (f32) as rows of 2D bf16, [hi | lo].
+std::vector<uint16_t> split_bits(const std::vector<double>& v, int D) {
+  std::vector<uint16_t> b(2 * v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float x = static_cast<float>(v[i]);
+    const uint16_t hi = f32_to_bf16_bits(x);
+    const size_t row = i / D, d = i % D;
+    b[row * 2 * D + d] = hi;
+    b[row * 2 * D + D + d] = f32_to_bf16_bits(x - bf16_bits_to_f32(hi));
+  }
+  return b;
+}
+// Outputs in the kernels' storage: bf16 bits, or f32 for the split kernels.
+template <bool kSplit>
+struct OutBuf {
+  std::vector<uint16_t> v;
+  explicit OutBuf(size_t n) : v(n, 0x7fc1) {}  // NaN poison
+  std::vector<double> values() const { return from_bits(v); }
+  double at(size_t i) const { return bf16_bits_to_f32(v[i]); }
+  void* data() { return v.data(); }
+};
+template <>
+struct OutBuf<true> {
+  std::vector<float> v;
+  explicit OutBuf(size_t n) : v(n, NAN) {}
+  std::vector<double> values() const { return {v.begin(), v.end()}; }
+  double at(size_t i) const { return v[i]; }
+  void* data() { return v.data(); }
+};
 
 template <class F>
 void each_cta(int64_t grid, int smem, F body) {
@@ -45,8 +74,9 @@ struct Emulated {
 };
 
 // The forward, the dO . O pre-pass (on the host, in f32) and both backward kernels, emulated.
-// fox_grad false: FoX's gates need no gradient (fused.cpp passes no dfox buffers).
-template <int D, bool kGen = false>
+// fox_grad false: FoX's gates need no gradient (fused.cpp passes no dfox buffers). kSplit: the
+// split kernels, inputs taken as f32 and split into bf16 pairs, outputs in f32.
+template <int D, bool kGen = false, bool kSplit = false>
 Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) {
   const AttnConfig cfg = config_of(p);  // P points into its documents' bounds: keep it alive
   AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
@@ -54,10 +84,11 @@ Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) 
   P.dist_q = in.rq.empty() ? nullptr : in.rq.data();
   P.dist_k = in.rk.empty() ? nullptr : in.rk.data();
   P.dist = p.dist > 0;
-  const std::vector<uint16_t> q = to_bits(in.q), k = to_bits(in.k), v = to_bits(in.v), g = to_bits(in.g);
+  auto input = [&](const std::vector<double>& x) { return kSplit ? split_bits(x, D) : to_bits(x); };
+  const std::vector<uint16_t> q = input(in.q), k = input(in.k), v = input(in.v), g = input(in.g);
   std::vector<float> c(in.c.begin(), in.c.end());
   const int64_t nq = p.B * p.H * p.Tq, nk = p.B * p.Hkv * p.Tk;
-  std::vector<uint16_t> out(nq * D, 0x7fc1), dq(nq * D, 0x7fc1), dk(nk * D, 0x7fc1), dv(nk * D, 0x7fc1);  // NaN poison
+  OutBuf<kSplit> out(nq * D), dq(nq * D), dk(nk * D), dv(nk * D);
   std::vector<float> lse(nq, NAN), Dvec(nq), dc_rows(nq, NAN);
   // FoX: c = cumsum(log f) in f32, as fused.cpp hands it to the kernels; the kernels' dc parts
   std::vector<float> fc, dfox_q(nq, NAN), dfox_k(p.fox ? p.B * p.H * p.Tk : 0, 0.0f);
@@ -91,35 +122,39 @@ Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) 
   a.ddist_q = p.dist & 2 ? ddist_q.data() : nullptr;
   a.ddist_k = p.dist & 1 ? ddist_k.data() : nullptr;
   a.counters = counters;
-  using C = mma::Config<D>;
-  using F = mma::FwdShape<D, C::kFwdMT>;
+  using C = mma::Config<D, kSplit>;
+  using F = mma::FwdShape<D, C::kFwdMT, kSplit>;
   each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem,
            [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-             mma::fwd_cta<D, C::kFwdMT, kGen>(t, P, a, cta, s);
+             mma::fwd_cta<D, C::kFwdMT, kGen, kSplit>(t, P, a, cta, s);
            });
-  for (int64_t row = 0; row < nq; ++row) {
+  for (int64_t row = 0; row < nq; ++row) {  // out and dO as stored (the split kernels: f32)
     float acc = 0;
-    for (int d = 0; d < D; ++d) acc += bf16_bits_to_f32(out[row * D + d]) * bf16_bits_to_f32(g[row * D + d]);
+    for (int d = 0; d < D; ++d)
+      acc += static_cast<float>(out.at(row * D + d)) *
+             (kSplit ? static_cast<float>(in.g[row * D + d]) : bf16_bits_to_f32(g[row * D + d]));
     Dvec[row] = acc;
   }
-  each_cta(p.B * p.H * num_blocks(p.Tq, mma::DqShape<D>::kBq), mma::DqShape<D>::kSmem,
-           [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) { mma::dq_cta<D, kGen>(t, P, a, cta, s); });
-  using K = mma::DkvShape<D, C::kDkvBq>;
+  using Q = mma::DqShape<D, kSplit>;
+  each_cta(p.B * p.H * num_blocks(p.Tq, Q::kBq), Q::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+    mma::dq_cta<D, kGen, kSplit>(t, P, a, cta, s);
+  });
+  using K = mma::DkvShape<D, C::kDkvBq, kSplit>;
   each_cta(p.B * p.Hkv * num_blocks(p.Tk, K::kBk), K::kSmem,
            [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
              if (kGen)  // FoX read at run time
-               mma::dkv_cta<D, C::kDkvBq, false, true>(t, P, a, cta, s);
+               mma::dkv_cta<D, C::kDkvBq, false, true, kSplit>(t, P, a, cta, s);
              else if (a.fc != nullptr)
-               mma::dkv_cta<D, C::kDkvBq, true, false>(t, P, a, cta, s);
+               mma::dkv_cta<D, C::kDkvBq, true, false, kSplit>(t, P, a, cta, s);
              else
-               mma::dkv_cta<D, C::kDkvBq, false, false>(t, P, a, cta, s);
+               mma::dkv_cta<D, C::kDkvBq, false, false, kSplit>(t, P, a, cta, s);
            });
   Emulated e;
-  e.r.out = from_bits(out);
+  e.r.out = out.values();
   e.r.lse.assign(lse.begin(), lse.end());
-  e.r.dq = from_bits(dq);
-  e.r.dk = from_bits(dk);
-  e.r.dv = from_bits(dv);
+  e.r.dq = dq.values();
+  e.r.dk = dk.values();
+  e.r.dv = dv.values();
   if (p.logit == LogitKind::LogN) {
     e.r.dc.assign(p.H, 0.0);
     for (int64_t row = 0; row < nq; ++row) e.r.dc[(row / p.Tq) % p.H] += dc_rows[row];
@@ -165,18 +200,19 @@ AttnStats cpu_counts(const Problem& p, const AttnTiles& tiles) {
   return s;
 }
 
-template <int D, bool kGen = false>
+template <int D, bool kGen = false, bool kSplit = false>
 void check(const Problem& p) {
-  SCOPED_TRACE(p.tag());
-  const Inputs in = bf16_inputs(p, 71);
+  SCOPED_TRACE(p.tag() + (kSplit ? " split f32" : ""));
+  const Inputs in = kSplit ? f32_inputs(p, 71) : bf16_inputs(p, 71);
   const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
-  const Result low = naive(p, in, true);
+  const Result low = kSplit ? naive(p, split_rounded(in), Rounding::Split) : naive(p, in, true);
   // the floor below is only as good as the twin: unrounded, it is the op to double rounding
   expect_same(naive(p, in, false), ref, 1e-9);
-  const Emulated e = run_emulated<D, kGen>(p, in);
-  expect_results(e.r, low, ref, 3.0, 1e-3);
-  using C = mma::Config<D>;
-  const AttnTiles tiles{mma::FwdShape<D, C::kFwdMT>::kBq, 64, C::kDkvBq, 64, true};
+  const Emulated e = run_emulated<D, kGen, kSplit>(p, in);
+  if (kSplit) expect_results(e.r, low, ref, 3.0, kSplitAtol, kSplitAtolSums);
+  else expect_results(e.r, low, ref, 3.0, 1e-3);
+  using C = mma::Config<D, kSplit>;
+  const AttnTiles tiles{mma::FwdShape<D, C::kFwdMT, kSplit>::kBq, 64, C::kDkvBq, 64, true};
   const AttnStats want = cpu_counts(p, tiles);
   EXPECT_EQ(e.stats.fwd_blocks, want.fwd_blocks);
   EXPECT_EQ(e.stats.fwd_boundary_blocks, want.fwd_boundary_blocks);
@@ -283,6 +319,34 @@ TEST(MmaEmulator, TensorCoreKernelsD128MatchTheCpuOp) {
   std::vector<Problem> ps = emu_problems(128);
   ps.resize(3);
   for (const Problem& p : ps) check<128>(p);
+}
+
+// f32 attention on the tensor cores (the split kernels): every mask, position encoding and logit
+// transform of the cover, FoX, sinks and GQA, at D 64 and 128, plain and general variant (chunks,
+// sink tokens, a prefix, token positions, GRAPE's rates), against the CPU op in float64 at the
+// split twin's floor plus 2e-5 of max |ref| (2e-4 for the sums over all pairs; the bf16 kernels'
+// bound is 1e-3: a split kernel that lost its lo halves fails by two orders of magnitude).
+TEST(MmaEmulator, SplitKernelsTakeF32AtTwiceBf16sPrecision) {
+  std::vector<Problem> ps = emu_problems(64);
+  ps.resize(4);
+  Problem p;
+  p.fox = p.sink = true, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 107, p.mask = MaskKind::Window,
+  p.logit = LogitKind::LogN;
+  ps.push_back(p);
+  for (const Problem& x : ps) check<64, false, true>(x);
+  for (const size_t i : {size_t{1}, size_t{4}}) {
+    p = ps[i];
+    p.D = 128;
+    check<128, false, true>(p);
+  }
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 180, p.drawn = true, p.mask = MaskKind::Window, p.sink_tokens = 2, p.chunk = 64,
+  p.logit = LogitKind::SwanRow, p.fox = true, p.dist = 3;
+  check<64, true, true>(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.prefix = 70, p.pos = PosKind::Alibi, p.logit = LogitKind::ScaleInvariant,
+  p.sink = true, p.D = 128;
+  check<128, true, true>(p);
 }
 
 // FoX's forget gates in the tensor-core kernels: the block's c_j in shared memory (forward, dQ), the

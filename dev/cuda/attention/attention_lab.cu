@@ -92,13 +92,13 @@ Args args_of(Buffers& b, const AttnKernelParams& P, Tensor& Dvec, ci::Counter* c
   a.k = static_cast<const uint16_t*>(b.k.raw_data());
   a.v = static_cast<const uint16_t*>(b.v.raw_data());
   a.c = P.logit == LogitKind::LogN ? b.c.data<float>() : nullptr;
-  a.out = static_cast<uint16_t*>(b.out.raw_data());
+  a.out = b.out.raw_data();
   a.lse = b.lse.data<float>();
   a.gout = static_cast<const uint16_t*>(b.gout.raw_data());
   a.Dvec = Dvec.data<float>();
-  a.dq = static_cast<uint16_t*>(b.dq.raw_data());
-  a.dk = static_cast<uint16_t*>(b.dk.raw_data());
-  a.dv = static_cast<uint16_t*>(b.dv.raw_data());
+  a.dq = b.dq.raw_data();
+  a.dk = b.dk.raw_data();
+  a.dv = b.dv.raw_data();
   a.dc_rows = P.logit == LogitKind::LogN ? b.dc_rows.data<float>() : nullptr;
   a.counters = counters;
   return a;
@@ -124,7 +124,7 @@ Variant mma_variant(int id, const std::string& name) {
     Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, Device::cuda(0));
     const Args a = args_of(b, P, Dvec, cnt);
     const int64_t rows = P.B * P.H * P.Tq;
-    mma::dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, hz::cuda::stream(0)>>>(
+    mma::dot_kernel<__nv_bfloat16><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, hz::cuda::stream(0)>>>(
         rows, D, static_cast<const __nv_bfloat16*>(b.out.raw_data()),
         static_cast<const __nv_bfloat16*>(b.gout.raw_data()), Dvec.data<float>());
     HZ_CUDA_LAUNCHED("lab dot");
