@@ -179,7 +179,7 @@ bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
   const bool ok = detail::tensor_core_supported(dt, D, dev.index);
   HZ_CHECK(ok || impl != AttnImpl::TensorCore, NotImplementedError,
            "attention: the tensor-core kernels take bf16 or f32 q/k/v with head_dim 64 or 128 on an sm_80+ GPU "
-           "(f32 at head_dim 128 needs 202 KB of shared memory per block: sm_90), got ",
+           "(f32 at head_dim 128 needs 200 KB of shared memory per block: sm_90), got ",
            dtype_name(dt), " with head_dim ", D,
            "; use the reference kernels (AttnImpl::Reference or HZ_ATTN_IMPL=reference)");
   return impl != AttnImpl::Reference && ok;

@@ -32,8 +32,9 @@
 namespace hz::attn {
 
 // Which kernel runs a call on CUDA (CPU tensors always run the CPU kernel):
-//   Auto        the bf16 tensor-core kernels where they apply (bf16 inputs, D 64 or 128), else the
-//               reference kernels; the environment variable HZ_ATTN_IMPL=reference|tensor_core
+//   Auto        the tensor-core kernels where they apply (bf16 or f32 inputs, D 64 or 128, the
+//               GPU's shared memory; f32 as bf16 pairs, ~2^-16 per product: attention/cuda/mma_body.h),
+//               else the reference kernels; the environment variable HZ_ATTN_IMPL=reference|tensor_core
 //               overrides Auto (read at each call: the GPU check compares both);
 //   Reference   the simple kernels (one warp per query row / key row, fp32 accumulation; f32,
 //               f64 and bf16; any D), the definition the fast kernels are checked against;

@@ -21,7 +21,7 @@ bool general(const AttnKernelParams& P) {
 }  // namespace
 
 // The largest dynamic shared memory a kernel family asks for at head dim D (the split kernels' f32
-// tiles are twice as wide: 169-202 KB at D 128, more than an sm_80 GPU gives one block).
+// tiles are twice as wide: 167-200 KB at D 128, more than an sm_80 GPU gives one block).
 template <int D, bool kSplit>
 int family_smem() {
   using C = mma::Config<D, kSplit>;

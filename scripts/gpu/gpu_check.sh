@@ -29,7 +29,8 @@
 #                    PyTorch eager (SDPA), torch.compile when 2 minutes remain, then the extras
 #   bench-attention  Horizon vs SDPA-flash at every length and head dim, FlexAttention at the
 #                    lengths in HZ_GPU_FLEX_T (each of its cases costs a torch.compile; empty: none)
-#   bench-terms      attention sinks and FoX forget gates vs plain causal attention
+#   bench-terms      attention sinks and FoX forget gates vs plain causal attention; f32 attention
+#                    on the tensor cores (the split kernels) vs the reference kernels
 #   test-cpu         the CPU cases of the same binaries (CI runs them too; here they check the GPU
 #                    build's configuration)
 # Presets:
@@ -293,8 +294,8 @@ sanitize() {
 }
 
 # the attention's edge shapes: ragged tiles (77, 33 x 130), a key range ending inside a tile, the
-# plain causal case, D 128
-EDGE='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128'
+# plain causal case, D 128; and the split kernels' (f32 on the tensor cores: tiles of bf16 pairs)
+EDGE='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D64:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D128'
 GENERAL='FusedCuda.ChunksSinkTokensPrefixAndPositionsOnTheTensorCoreKernels'
 GRAPE='FusedCuda.GrapeRatesOnTheTensorCoreKernels'
 
@@ -382,6 +383,17 @@ stage_bench_terms() {
   tee -a "$REPORT" < "$LOGS/bench_terms.log" > /dev/null
   say '```'
   say "(horizon bench attention --terms: exit $rc)"
+  # f32: the split kernels against the reference kernels (which take about 100 s at 8K: 2K here)
+  say '```'
+  local impl
+  for impl in reference tensor_core; do
+    bounded 60 "$LOGS/bench_f32_$impl.log" "$BUILD/horizon" bench attention --device cuda --dtype f32 \
+      --impl $impl --T 2048 --masks causal --reps 3
+    rc=$?
+    tee -a "$REPORT" < "$LOGS/bench_f32_$impl.log" > /dev/null
+    say "(f32, --impl $impl: exit $rc)"
+  done
+  say '```'
   ended bench-terms
 }
 

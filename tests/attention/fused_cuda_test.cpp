@@ -534,7 +534,7 @@ TEST(FusedCuda, ImplementationSwitch) {
 
 // On the data-center GPUs (sm_80, sm_90, sm_100: 163-227 KB of shared memory per block) the
 // tensor-core kernels must be what Auto picks for bf16 at D 64 and 128 and for f32 at D 64 (at D
-// 128 on sm_90 and newer: the split dQ kernel takes 202 KB): if they were unavailable (a build
+// 128 on sm_90 and newer: the split dQ kernel takes 200 KB): if they were unavailable (a build
 // without their code for this GPU, a failed attribute query) every "tc_" and split case would skip
 // and the GPU check would pass without testing them.
 TEST(FusedCuda, TensorCoreKernelsAreAvailableOnSm80AndNewer) {
