@@ -634,7 +634,11 @@ HZ_HD BlockSpans query_block_spans(const AttnKernelParams& p, int64_t b, int64_t
 }
 
 // The work of thread block `cta` in the kernels' grids: B * H query tiles of Bq rows (query block
-// fastest: the forward and dQ), or B * Hkv key tiles of Bk keys (dK/dV).
+// fastest: the forward and dQ), or B * Hkv key tiles of Bk keys (dK/dV). Within a head the heaviest
+// tiles under a causal mask come first, so that a GPU, which starts blocks in index order, ends its
+// grid on light ones instead of leaving the heaviest for a last, partly empty wave: query tiles
+// from the last rows back (they see the most keys), key tiles from the first keys on (the most
+// queries see them).
 struct QueryTile {
   int64_t b, h, hk, i0, i1;  // batch, query head, its kv head, rows [i0, i1]
 };
@@ -644,7 +648,7 @@ HZ_HD QueryTile query_tile(const AttnKernelParams& p, int64_t cta, int64_t Bq) {
   t.h = bh % p.H;
   t.b = bh / p.H;
   t.hk = t.h / p.G;
-  t.i0 = (cta % n) * Bq;
+  t.i0 = (n - 1 - cta % n) * Bq;
   t.i1 = (t.i0 + Bq < p.Tq ? t.i0 + Bq : p.Tq) - 1;
   return t;
 }

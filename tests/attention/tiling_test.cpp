@@ -395,3 +395,31 @@ TEST(Tiling, KernelGridsCoverEveryTileOnce) {
     for (int s : seen) ASSERT_EQ(s, 1) << "key tile " << Bk;
   }
 }
+
+// Under a causal mask a head's tiles come heaviest first (the grid ends on light ones): the key
+// blocks a query tile visits, and the query blocks a key tile meets, never grow along the grid.
+TEST(Tiling, HeavierCausalTilesComeFirstWithinAHead) {
+  AttnConfig cfg;
+  const AttnKernelParams P = make_kernel_params(cfg, 2, 4, 2, 300, 300, 8);
+  for (int64_t B : {16, 64}) {
+    const int64_t n = num_blocks(300, B);
+    for (int64_t bh = 0; bh < 2 * 4; ++bh) {
+      int64_t prev = INT64_MAX;
+      for (int64_t cta = bh * n; cta < (bh + 1) * n; ++cta) {
+        const QueryTile t = query_tile(P, cta, B);
+        const int64_t w = span_blocks(key_blocks(P, t.b, t.h, t.i0, t.i1, 32));
+        EXPECT_LE(w, prev) << "query tile " << cta;
+        prev = w;
+      }
+    }
+    for (int64_t bh = 0; bh < 2 * 2; ++bh) {
+      int64_t prev = INT64_MAX;
+      for (int64_t cta = bh * n; cta < (bh + 1) * n; ++cta) {
+        const KeyTile t = key_tile(P, cta, B);
+        const int64_t w = span_blocks(query_blocks(P, t.b, t.hk * 2, t.j0, t.j1, 32));
+        EXPECT_LE(w, prev) << "key tile " << cta;
+        prev = w;
+      }
+    }
+  }
+}
