@@ -173,9 +173,12 @@ AttnImpl env_impl() {
   throw ValueError("HZ_ATTN_IMPL='" + s + "': expected auto, reference or tensor_core");
 }
 
+std::atomic<bool> g_exact_f32{false};
+
 // Whether a call on CUDA device `dev` runs the tensor-core kernels.
 bool use_tensor_core(const AttnConfig& cfg, DType dt, int64_t D, Device dev) {
   const AttnImpl impl = cfg.impl == AttnImpl::Auto ? env_impl() : cfg.impl;
+  if (impl == AttnImpl::Auto && dt == DType::F32 && g_exact_f32) return false;  // run.exact_f32_attention
   const bool ok = detail::tensor_core_supported(dt, D, dev.index);
   HZ_CHECK(ok || impl != AttnImpl::TensorCore, NotImplementedError,
            "attention: the tensor-core kernels take bf16 or f32 q/k/v with head_dim 64 or 128 on an sm_80+ GPU "
@@ -223,6 +226,8 @@ Kernels choose_kernels(const AttnConfig& cfg, const AttnKernelParams& P, DType d
 }  // namespace
 
 void set_attention_backend(AttnBackend b) { g_backend = static_cast<int>(b); }
+void set_exact_f32_attention(bool on) { g_exact_f32 = on; }
+bool exact_f32_attention() { return g_exact_f32; }
 AttnBackend attention_backend() { return static_cast<AttnBackend>(g_backend.load()); }
 
 // The CPU tiles follow the narrowest band the call has: a query tile of Bq rows under a window W

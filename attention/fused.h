@@ -47,6 +47,11 @@ enum class AttnImpl : uint8_t { Auto, Reference, TensorCore };
 // the recipe; auto by default).
 void set_attention_backend(AttnBackend b);
 AttnBackend attention_backend();
+// Whether f32 calls on CUDA keep to exact f32 arithmetic (the reference kernels) where a config's
+// impl and HZ_ATTN_IMPL leave the choice to Auto, instead of the tensor cores' bf16 pairs (~2^-16
+// per product); run.exact_f32_attention (the trainer, study::load_run and bench set it). Off by default.
+void set_exact_f32_attention(bool on);
+bool exact_f32_attention();
 
 struct AttnConfig {
   std::vector<int64_t> window;      // per query head, 0 = unbounded

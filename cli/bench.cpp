@@ -264,6 +264,7 @@ int bench_train(const std::vector<std::string>& a) {
   auto local = dist::make_local();
   const Device dev = train::train_device(r, *local);
   if (dev.is_cuda()) cuda::set_allow_tf32(r.run.tf32);
+  attn::set_exact_f32_attention(r.run.exact_f32_attention);
   cpu::set_flush_denormals(r.run.flush_denormals);
   reset_cpu_peak_memory();
   nn::Transformer m(r.model_config(), 1);

@@ -78,6 +78,7 @@ LoadedRun load_run(const std::string& target, const std::vector<std::string>& ov
   lr.model->to(train::train_device(lr.recipe, *local));
   lr.model->compute_dtype = nn::compute_dtype_of(lr.recipe.run.precision);
   attn::set_attention_backend(lr.recipe.run.attention_backend);  // its CUDA calls: cuDNN / Horizon's kernels
+  attn::set_exact_f32_attention(lr.recipe.run.exact_f32_attention);
   return lr;
 }
 

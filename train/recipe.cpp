@@ -174,6 +174,8 @@ void Recipe::validate() const {
   auto bad = [&](const std::string& what) { throw RecipeError(source_file + ": " + what); };
   if (run.name.empty() || run.name.find('/') != std::string::npos) bad("run.name must be a non-empty name without '/'");
   if (run.tf32 && run.device != DeviceType::CUDA) bad("run.tf32 applies to run.device=cuda only");
+  if (run.exact_f32_attention && (run.device != DeviceType::CUDA || run.precision != nn::Precision::FP32))
+    bad("run.exact_f32_attention applies to run.device=cuda with run.precision=fp32 only");
   if (run.peak_tflops < 0) bad("run.peak_tflops must be >= 0");
   if (data.seq_len < 2) bad("data.seq_len must be >= 2");
   if (data.batch_size < 1) bad("data.batch_size must be >= 1");

@@ -55,6 +55,7 @@ struct RunSection {
   DeviceType device = DeviceType::CPU;          // cpu | cuda (several ranks: the GPU of the local rank)
   nn::Precision precision = nn::Precision::FP32;  // fp32 | bf16 (f32 master weights and optimizer state, bf16 activations/GEMMs)
   bool tf32 = false;               // CUDA: f32 GEMMs on TF32 tensor cores (fp32 runs only)
+  bool exact_f32_attention = false;  // CUDA, fp32: attention in exact f32 (reference kernels), not bf16 pairs on tensor cores
   double peak_tflops = 0;          // MFU denominator; 0 = known GPU peak (H100/H200: 989 bf16, 495 tf32, 67 fp32), none on CPU
   attn::AttnBackend attention_backend = attn::AttnBackend::Auto;  // CUDA: cuDNN's fused attention / Horizon's kernels
 };

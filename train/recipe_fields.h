@@ -33,6 +33,9 @@ void visit_fields(Recipe& r, V& v) {
     "(f32 accumulation), norms/softmax/loss/gradients in f32"),
     nn::parse_precision, static_cast<const char* (*)(nn::Precision)>(nn::name));
   v("run.tf32", r.run.tf32, run_opt("CUDA only: f32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative)"));
+  v("run.exact_f32_attention", r.run.exact_f32_attention,
+    run_opt("CUDA, fp32 only: attention in exact f32 arithmetic (Horizon's reference kernels, 0.4-0.5 TFLOP/s on an H100) instead "
+            "of the tensor cores on bf16 pairs (~2^-16 relative per product; head_dim 64 and 128)"));
   v("run.peak_tflops", r.run.peak_tflops,
     run_opt("peak TFLOP/s for the logged MFU (0 = the GPU's known dense peak for the precision; no MFU on CPU)").at_least(0));
   v.enumeration("run.attention_backend", r.run.attention_backend,

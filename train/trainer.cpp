@@ -313,11 +313,18 @@ class Trainer {
       for (const auto& n : rep.added) log("  new:     {}", n);
       for (const auto& n : rep.dropped) log("  dropped: {}", n);
     }
-    if (dev_.is_cuda()) cuda::set_allow_tf32(r_.run.tf32);
+    if (dev_.is_cuda()) {
+      cuda::set_allow_tf32(r_.run.tf32);
+      attn::set_exact_f32_attention(r_.run.exact_f32_attention);
+    }
     place(*model_);
     if (dev_.is_cuda()) {
-      log("device {}: {}, precision {}{}", dev_.str(), cuda::device_name(dev_.index), nn::name(r_.run.precision),
-          r_.run.tf32 ? " (TF32 GEMMs)" : "");
+      // f32 attention: the tensor cores on bf16 pairs where they take the head dim, else exact f32
+      const bool f32 = r_.run.precision == nn::Precision::FP32 && model_->cfg.dtype == DType::F32;
+      const bool split = f32 && attn::attn_tiles(attn::AttnConfig{}, dev_, DType::F32, model_->cfg.hdim()).tensor_core;
+      log("device {}: {}, precision {}{}{}", dev_.str(), cuda::device_name(dev_.index), nn::name(r_.run.precision),
+          r_.run.tf32 ? " (TF32 GEMMs)" : "",
+          !f32 ? "" : split ? ", attention on the tensor cores (f32 as bf16 pairs)" : ", attention in exact f32 (reference kernels)");
       attn::set_attention_backend(r_.run.attention_backend);
       for (const auto& [kind, route] : r_.attention_routes()) log("layer kind {}: {}", kind, route.describe());
     }

@@ -527,6 +527,18 @@ TEST(FusedCuda, ImplementationSwitch) {
   EXPECT_NO_THROW(run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::Auto));
   EXPECT_FALSE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 24).tensor_core);  // reference
   EXPECT_FALSE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F64, 64).tensor_core);  // f64: reference
+  // run.exact_f32_attention: f32 calls left to Auto run the reference kernels, bf16 ones and an
+  // explicit TensorCore do not change
+  const bool f32_tc = attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core,
+             bf16_tc = attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).tensor_core;
+  set_exact_f32_attention(true);
+  EXPECT_FALSE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core);
+  AttnConfig tc;
+  tc.impl = AttnImpl::TensorCore;
+  if (f32_tc) EXPECT_TRUE(attn_tiles(tc, Device::cuda(0), DType::F32, 64).tensor_core);
+  EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).tensor_core, bf16_tc);
+  set_exact_f32_attention(false);
+  EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core, f32_tc);
   AttnConfig ref;
   ref.impl = AttnImpl::Reference;
   EXPECT_FALSE(attn_tiles(ref, Device::cuda(0), DType::BF16, 64).tensor_core);

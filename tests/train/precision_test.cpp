@@ -110,4 +110,17 @@ TEST(MixedPrecision, RecipeRefusesUnknownDeviceAndPrecision) {
   EXPECT_THROW(tiny("bad", {"run.device=tpu"}).validate(), RecipeError);
   EXPECT_THROW(tiny("bad", {"run.precision=fp16"}).validate(), RecipeError);
   EXPECT_THROW(tiny("bad", {"run.tf32=true"}).validate(), RecipeError);  // CPU run
+  // exact f32 attention: a GPU's fp32 runs only, refused naming the field
+  for (const auto& ov : std::vector<std::vector<std::string>>{
+           {"run.exact_f32_attention=true"}, {"run.exact_f32_attention=true", "run.device=cuda", "run.precision=bf16"}}) {
+    try {
+      tiny("bad", ov).validate();
+      ADD_FAILURE() << "run.exact_f32_attention accepted with " << ov.back();
+    } catch (const RecipeError& e) {
+      EXPECT_NE(std::string(e.what()).find("run.exact_f32_attention applies to run.device=cuda with run.precision=fp32"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_NO_THROW(tiny("good", {"run.exact_f32_attention=true", "run.device=cuda"}).validate());
 }
