@@ -23,14 +23,14 @@
 #   general: dK/dV at D 128 (FoX at run time, sink rows and
 #            the keys' positions, GRAPE's rates)                600 (492 measured)
 # The split kernels (f32 inputs as bf16 pairs: a second fragment per operand), kSplit = true:
-#   forward at D 64 and 128, dQ at D 64 and 128 (plain), dK/dV at D 64 with FoX, general dK/dV
-#   at D 64                                                    0
+#   forward at D 64 and 128, dQ at D 64 and 128 (plain), dK/dV at D 64 with FoX, general dQ and
+#   dK/dV at D 64                                              0
 #   plain: dK/dV at D 64 without FoX                           96  (64 measured)
 #   plain: dK/dV at D 128 (32-row query steps), without / with
 #          FoX                                                 320 / 96 (248 / 64 measured; 16-row
 #                                                                  steps: 112 / 24)
-#   general: forward at D 128                                  64  (32 measured)
-#   general: dQ at D 64 / 128                                  48 / 96 (24 / 68 measured)
+#   general: forward at D 128                                  64  (28 measured)
+#   general: dQ at D 128                                       96  (68 measured)
 #   general: dK/dV at D 128                                    320 (232 measured)
 # The general variant pays its spills only on calls that have what it adds.
 # The D 128 dK/dV keeps 128 accumulator registers per thread (dK and dV) plus the 64 of the
@@ -80,7 +80,6 @@ while read -r mangled reg st ld; do
     "dkv_kernel<128, 32, false, false, true>") budget=320 ;;
     "dkv_kernel<128, 32, true, false, true>") budget=96 ;;
     "fwd_kernel<128, 1, true, true>") budget=64 ;;
-    "dq_kernel<64, true, true>") budget=48 ;;
     "dq_kernel<128, true, true>") budget=96 ;;
     "dkv_kernel<128, 32, false, true, true>") budget=320 ;;
     fwd_kernel*|dq_kernel*|dkv_kernel*) budget=0 ;;

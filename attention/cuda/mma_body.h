@@ -179,15 +179,18 @@ HZ_KBODY void pack_a_lo(X& x, uint32_t (&a)[4], const float (&s0)[4], const floa
   a[2] = x.pack_bf16(r(s1[0]), r(s1[1]));
   a[3] = x.pack_bf16(r(s1[2]), r(s1[3]));
 }
-// c += a b with b = (b[i], b[i + 1]), or with split operands (kSplit: hi in a/b, lo in al/bl, read
-// only then) the three products hi hi + hi lo + lo hi.
+// The two n-tiles of an x4 B fragment: c0 += a (b0, b1), c1 += a (b2, b3), or with split operands
+// (kSplit: hi in a/b, lo in al/bl, read only then) the three products hi hi + hi lo + lo hi each.
 template <bool kSplit, class X>
-HZ_KBODY void mma_split(X& x, float (&c)[4], const uint32_t (&a)[4], const uint32_t (&al)[4], const uint32_t (&b)[4],
-                        const uint32_t (&bl)[4], int i) {
-  x.mma(c, a, b[i], b[i + 1]);
+HZ_KBODY void mma_n2(X& x, float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], const uint32_t (&al)[4],
+                     const uint32_t (&b)[4], const uint32_t (&bl)[4]) {
+  x.mma(c0, a, b[0], b[1]);
+  x.mma(c1, a, b[2], b[3]);
   if constexpr (kSplit) {
-    x.mma(c, a, bl[i], bl[i + 1]);
-    x.mma(c, al, b[i], b[i + 1]);
+    x.mma(c0, a, bl[0], bl[1]);
+    x.mma(c1, a, bl[2], bl[3]);
+    x.mma(c0, al, b[0], b[1]);
+    x.mma(c1, al, b[2], b[3]);
   }
 }
 
@@ -207,8 +210,7 @@ HZ_KBODY void gemm_nt(X& x, float (&c)[N / 8][4], const uint16_t* sA, int a_row0
       uint32_t b[4], bl[4];
       x.ldsm_x4(b, sB + frag_bn_offset<W>(lane, b_row0 + np * 16, ks * 16));
       if constexpr (kSplit) x.ldsm_x4(bl, sB + frag_bn_offset<W>(lane, b_row0 + np * 16, D + ks * 16));
-      mma_split<kSplit>(x, c[2 * np], a, al, b, bl, 0);
-      mma_split<kSplit>(x, c[2 * np + 1], a, al, b, bl, 2);
+      mma_n2<kSplit>(x, c[2 * np], c[2 * np + 1], a, al, b, bl);
     }
   }
 }
@@ -229,8 +231,7 @@ HZ_KBODY void gemm_rn(X& x, float (&c)[D / 8][4], const float (&s)[K / 8][4], co
       uint32_t b[4], bl[4];
       x.ldsm_x4_t(b, sB + frag_a_offset<W>(lane, b_row0 + kk * 16, dp * 16));
       if constexpr (kSplit) x.ldsm_x4_t(bl, sB + frag_a_offset<W>(lane, b_row0 + kk * 16, D + dp * 16));
-      mma_split<kSplit>(x, c[2 * dp], a, al, b, bl, 0);
-      mma_split<kSplit>(x, c[2 * dp + 1], a, al, b, bl, 2);
+      mma_n2<kSplit>(x, c[2 * dp], c[2 * dp + 1], a, al, b, bl);
     }
   }
 }
