@@ -41,13 +41,14 @@ Tensor aligned(const Tensor& t) {
 }
 // The split kernels' input: (..., D) f32 -> (..., 2D) bf16 rows [hi | lo] (mma_device.cuh).
 Tensor split_rows(const Tensor& t, cudaStream_t s) {
-  std::vector<int64_t> shape = t.shape();
-  const int64_t D = shape.back(), n = t.numel();
+  const Tensor c = t.contiguous();
+  std::vector<int64_t> shape = c.shape();
+  const int64_t D = shape.back(), n = c.numel();
   shape.back() = 2 * D;
-  Tensor y = Tensor::empty(shape, DType::BF16, t.device());
+  Tensor y = Tensor::empty(shape, DType::BF16, c.device());
   if (n == 0) return y;
   mma::split_rows_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
-      n, static_cast<int>(D), t.data<float>(), static_cast<__nv_bfloat16*>(y.raw_data()));
+      n, static_cast<int>(D), c.data<float>(), static_cast<__nv_bfloat16*>(y.raw_data()));
   HZ_CUDA_LAUNCHED("attention: f32 inputs split into bf16 pairs");
   return y;
 }
@@ -113,7 +114,7 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
   // D_i from out and dO as the caller holds them (bf16, or f32 for the split kernels)
   using T = std::conditional_t<kSplit, float, __nv_bfloat16>;
-  const Tensor gc = gout.is_contiguous() ? gout : gout.contiguous();
+  const Tensor gc = gout.contiguous();
   dot_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, s>>>(
       rows, static_cast<int>(P.D), static_cast<const T*>(out.raw_data()), static_cast<const T*>(gc.raw_data()),
       Dvec.data<float>());
