@@ -5,6 +5,8 @@ CUDA-event timings after warm-up, one JSON line per (implementation, case):
 
   sdpa_flash  torch.nn.functional.scaled_dot_product_attention restricted to the flash backend:
               causal only (it has no window or per-head mask; SWA/SCOPE rows say so);
+  sdpa_efficient  with --dtype f32 (the flash backend takes no f32): SDPA restricted to the
+              memory-efficient backend, PyTorch's fused f32 attention (exact f32 arithmetic);
   flex        FlexAttention (torch.compile'd) with a BlockMask: causal, sliding window, SCOPE's
               per-head windows (mask_mod reads a per-head window tensor), and scale-invariant
               logits as a score_mod  a_t * score + m_t,  a_t = sqrt(2 ln(1 + t/tau) + 1),
@@ -101,6 +103,8 @@ def main():
                     help="mask:logits pairs timed with FlexAttention (each costs a torch.compile)")
     ap.add_argument("--fwd", action="store_true", help="also time the forward alone (one more compile per case)")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script on a machine without a GPU")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"],
+                    help="f32: SDPA's memory-efficient backend instead of flash (FlexAttention as --flex-cases says)")
     a = ap.parse_args()
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -112,7 +116,9 @@ def main():
     flex_cases = {tuple(c.split(":")) for c in a.flex_cases.split(",") if c}
     T, D = a.T, a.D
     H, B = 2048 // D, max(1, 16384 // T)
-    dev, dt = a.device, torch.bfloat16
+    dev, dt = a.device, torch.float32 if a.dtype == "f32" else torch.bfloat16
+    sdpa_impl, sdpa_backend = ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION) if a.dtype == "f32" else \
+        ("sdpa_flash", SDPBackend.FLASH_ATTENTION)
     gpu = dev == "cuda"
     g = torch.Generator(device=dev).manual_seed(1)
     q, k, v, gout = (torch.randn(B, H, T, D, device=dev, dtype=dt, generator=g) for _ in range(4))
@@ -122,7 +128,7 @@ def main():
     def emit(impl, mask, logit, fwd_ms, tot_ms, pairs, note=""):
         flops = 4.0 * D * pairs
         print(json.dumps({"impl": impl, "device": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
-                          "D": D, "B": B, "H": H, "T": T, "mask": mask, "logit": logit, "pairs": pairs,
+                          "dtype": a.dtype, "D": D, "B": B, "H": H, "T": T, "mask": mask, "logit": logit, "pairs": pairs,
                           "fwd_ms": fwd_ms, "fwd_bwd_ms": tot_ms,
                           "tflops_fwd": flops / (fwd_ms * 1e-3) / 1e12 if fwd_ms else None,
                           "tflops_fwd_bwd": 3.5 * flops / (tot_ms * 1e-3) / 1e12 if tot_ms else None,
@@ -155,16 +161,18 @@ def main():
             wins = windows(mask, H, T, a.window)
             N, S = doc_len(mask), sink_tokens(mask)
             pairs = B * visible_pairs(wins, T, N, S)
-            # SDPA's flash backend: causal, identity logits only
+            # SDPA's flash backend (f32: the memory-efficient one): causal, identity logits only
             if mask == "causal" and logit == "identity":
                 def sdpa():
-                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    if not gpu:  # the CPU smoke test: whatever backend the CPU has
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    with sdpa_kernel(sdpa_backend):
                         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 f, t = time_pair(sdpa)
-                emit("sdpa_flash", mask, logit, f, t, pairs)
+                emit(sdpa_impl, mask, logit, f, t, pairs)
             else:
-                emit("sdpa_flash", mask, logit, None, None, pairs,
-                     "n/a: the flash backend takes no window, per-head mask or score modification")
+                emit(sdpa_impl, mask, logit, None, None, pairs,
+                     "n/a: the SDPA backend takes no window, per-head mask or score modification")
             # FlexAttention
             if (mask, logit) not in flex_cases:
                 emit("flex", mask, logit, None, None, pairs, "not in --flex-cases")

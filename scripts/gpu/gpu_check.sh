@@ -375,7 +375,7 @@ stage_bench_attention() {
 }
 
 stage_bench_terms() {
-  starts "attention sinks and FoX forget gates vs plain causal attention, bf16" 30 || return
+  starts "attention sinks and FoX forget gates vs plain causal attention (bf16); f32 attention" 60 || return
   say '```'
   bounded 90 "$LOGS/bench_terms.log" "$BUILD/horizon" bench attention --device cuda --T 4096,16384 --masks causal \
     --terms none,sink,fox,sink+fox --reps 5
@@ -383,17 +383,13 @@ stage_bench_terms() {
   tee -a "$REPORT" < "$LOGS/bench_terms.log" > /dev/null
   say '```'
   say "(horizon bench attention --terms: exit $rc)"
-  # f32: the split kernels against the reference kernels (which take about 100 s at 8K: 2K here)
-  say '```'
-  local impl
-  for impl in reference tensor_core; do
-    bounded 60 "$LOGS/bench_f32_$impl.log" "$BUILD/horizon" bench attention --device cuda --dtype f32 \
-      --impl $impl --T 2048 --masks causal --reps 3
-    rc=$?
-    tee -a "$REPORT" < "$LOGS/bench_f32_$impl.log" > /dev/null
-    say "(f32, --impl $impl: exit $rc)"
-  done
-  say '```'
+  # f32: the tensor cores' bf16 pairs against exact f32 (the reference kernels, at 2K only: about
+  # 100 s at 8K) and PyTorch's SDPA (memory-efficient backend), side by side
+  HZ_BUILD_DIR="$BUILD" HZ_BENCH_OUT="$LOGS/bench_f32" bounded 150 "$LOGS/bench_f32.log" \
+    scripts/bench/bench_attention_f32.sh 2048,8192 64,128 5
+  rc=$?
+  grep -v '^\[bench_attention_f32\]' "$LOGS/bench_f32.log" | grep '^|\|^GPU\|^ratios' >> "$REPORT"
+  say "(bench_attention_f32.sh: exit $rc)"
   ended bench-terms
 }
 
