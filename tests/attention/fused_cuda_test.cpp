@@ -207,21 +207,22 @@ TEST(FusedCudaCudnn, ForcedOnACallItCannotExpressIsRefusedByName) {
 // ---- counters, determinism, the implementation switch, LaMPE ----------------------------------------
 TEST(FusedCuda, VisitedBlocksEqualTheCpuOpsAtTheSameTiles) {
   HZT_NEED_GPU();
-  for (AttnImpl impl : {AttnImpl::Reference, AttnImpl::TensorCore}) {
+  for (auto [dt, impl] : {std::pair{DType::BF16, AttnImpl::Reference}, {DType::BF16, AttnImpl::TensorCore},
+                          {DType::F32, AttnImpl::TensorCore}}) {  // f32 on the tensor cores: the split kernels' tiles
     for (Problem p : shapes(64)) {
       AttnConfig cfg = config_of(p);
       cfg.impl = impl;
-      const AttnTiles tiles = attn_tiles(cfg, Device::cuda(0), DType::BF16, p.D);
-      if (impl == AttnImpl::TensorCore && !tiles.tensor_core) continue;
-      SCOPED_TRACE(p.tag() + (impl == AttnImpl::TensorCore ? " tensor-core" : " reference"));
+      if (impl == AttnImpl::TensorCore && !attn_tiles(AttnConfig{}, Device::cuda(0), dt, p.D).tensor_core) continue;
+      const AttnTiles tiles = attn_tiles(cfg, Device::cuda(0), dt, p.D);
+      SCOPED_TRACE(p.tag() + " " + dtype_name(dt) + (impl == AttnImpl::TensorCore ? " tensor-core" : " reference"));
       Generator g(5);
       auto run = [&](Device dev, int64_t bq, int64_t bk, bool backward) {
         AttnConfig c = cfg;
         c.block_q = bq;
         c.block_k = bk;
-        ag::Variable q(g.normal({p.B, p.H, p.Tq, p.D}, 0, 1, DType::BF16, dev), true),
-            k(g.normal({p.B, p.Hkv, p.Tk, p.D}, 0, 1, DType::BF16, dev), true),
-            v(g.normal({p.B, p.Hkv, p.Tk, p.D}, 0, 1, DType::BF16, dev), true);
+        ag::Variable q(g.normal({p.B, p.H, p.Tq, p.D}, 0, 1, dt, dev), true),
+            k(g.normal({p.B, p.Hkv, p.Tk, p.D}, 0, 1, dt, dev), true),
+            v(g.normal({p.B, p.Hkv, p.Tk, p.D}, 0, 1, dt, dev), true);
         ag::Variable lc(Tensor::ones({p.H}, DType::F32, dev));
         reset_attn_stats();
         const AttnOutput o = fused_attention(q, k, v, c, {p.logit == LogitKind::LogN ? lc : ag::Variable()});
