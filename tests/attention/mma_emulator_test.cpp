@@ -326,7 +326,7 @@ TEST(MmaEmulator, TensorCoreKernelsD128MatchTheCpuOp) {
 // sink tokens, a prefix, token positions, GRAPE's rates), against the CPU op in float64 at the
 // split twin's floor plus 2e-5 of max |ref| (2e-4 for the sums over all pairs; the bf16 kernels'
 // bound is 1e-3: a split kernel that lost its lo halves fails by two orders of magnitude).
-TEST(MmaEmulator, SplitKernelsTakeF32AtTwiceBf16sPrecision) {
+TEST(MmaEmulator, SplitKernelsForF32MatchTheCpuOpAtTheSplitFloor) {
   std::vector<Problem> ps = emu_problems(64);
   ps.resize(4);
   Problem p;
