@@ -237,7 +237,7 @@ ActivationCost AttentionLayer::cost(const CallShape& s, const AttnCall& call) co
   int64_t inference = N * (H + 2 * Hkv) * D * a + N * (H + Hkv) * D * a + 2 * N * H * D * a + N * H * 4 + N * C * a;
   if (spec.gate != attn::OutputGate::None) inference += 2 * N * (spec.gate == attn::OutputGate::Head ? H : H * D) * 4;
   int64_t transient = 2 * N * C * a + N * (H + 2 * Hkv) * D * a + N * H * 4;
-  if (s.gpu_f32 && (D == 64 || D == 128)) {  // the split kernels' bf16 pairs: q, k, v (forward), and dO (backward)
+  if (s.split_attention && (D == 64 || D == 128)) {  // the split kernels' bf16 pairs: q, k, v (forward), and dO (backward)
     inference += N * (H + 2 * Hkv) * D * 4;
     transient += N * (2 * H + 2 * Hkv) * D * 4;
   }

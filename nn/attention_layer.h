@@ -66,7 +66,7 @@ class AttentionLayer : public Module {
   // and their statistics; with an output gate its logits, the gates and the gated output; with FoX
   // the gate's logits, log f (f32), its transpose and c; with GRAPE-A's gates, per gated side the heads
   // before rotation, the projections, softplus and rates (f32) and the op's f64 rates. transient: dO, dq, dk, dv, the gradients of
-  // its input and output, the rows' softmax statistics; f32 on a GPU (CallShape::gpu_f32) adds the
+  // its input and output, the rows' softmax statistics; f32 on a GPU (CallShape::split_attention) adds the
   // split kernels' bf16 pairs of q, k, v and dO.
   ActivationCost cost(const CallShape& s, const AttnCall& call) const;
   // This layer's attention shape for a call (what a route's costs read).

@@ -19,9 +19,10 @@ struct CallShape {
   int64_t batch = 0;  // B
   int64_t rows = 0;   // T
   int64_t act = 4;    // bytes of an activation
-  // an f32 call on a GPU: attention at head_dim 64 or 128 runs the split tensor-core kernels, which
-  // take their inputs as bf16 pairs (as many bytes as the f32 tensors) for the length of the call
-  bool gpu_f32 = false;
+  // an f32 call on a GPU without run.exact_f32_attention: attention at head_dim 64 or 128 runs the
+  // split tensor-core kernels, which take their inputs as bf16 pairs (as many bytes as the f32
+  // tensors) for the length of the call
+  bool split_attention = false;
   int64_t tokens() const { return batch * rows; }
 };
 

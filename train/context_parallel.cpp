@@ -31,6 +31,10 @@ int64_t activation_bytes(const Recipe& r, const nn::Transformer& m) {
   return r.run.precision == nn::Precision::BF16 ? 2 : static_cast<int64_t>(dtype_size(m.cfg.dtype));
 }
 
+bool split_attention(const Recipe& r, const nn::Transformer& m) {
+  return r.run.device == DeviceType::CUDA && activation_bytes(r, m) == 4 && !r.run.exact_f32_attention;
+}
+
 std::shared_ptr<dist::ContextRoute> planning_route(const Recipe& r, int N) {
   if (N <= 1) return nullptr;
   return dist::ContextRoute::planning(r.data.seq_len, N, r.parallel.context_exchange);
@@ -39,8 +43,7 @@ std::shared_ptr<dist::ContextRoute> planning_route(const Recipe& r, int N) {
 std::vector<ContextPlanRow> context_plan(const Recipe& r, const nn::Transformer& m, int N) {
   std::vector<ContextPlanRow> rows;
   const auto route = planning_route(r, N);
-  const int64_t a = activation_bytes(r, m);
-  const nn::CallShape shape{r.data.batch_size, r.data.seq_len, a, r.run.device == DeviceType::CUDA && a == 4};
+  const nn::CallShape shape{r.data.batch_size, r.data.seq_len, activation_bytes(r, m), split_attention(r, m)};
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const attn::AttnConfig cfg = training_config(r, m, l);
     const int64_t bytes = route ? route->traffic_bytes(cfg, m.layers[l]->attn->shape(shape)) : 0;

@@ -26,6 +26,8 @@ nn::AttnCall training_call(const Recipe& r, const nn::Transformer& m);
 attn::AttnConfig training_config(const Recipe& r, const nn::Transformer& m, size_t layer);
 // Bytes of an activation in a training step of recipe r (2 under bf16, else the model's dtype).
 int64_t activation_bytes(const Recipe& r, const nn::Transformer& m);
+// Whether the run's f32 attention on a GPU may take the split tensor-core kernels (nn::CallShape).
+bool split_attention(const Recipe& r, const nn::Transformer& m);
 // A context-parallel route over N ranks for recipe r that plans and attends nothing
 // (distributed/context/route.h), for the memory and communication plans; null when N is 1.
 std::shared_ptr<dist::ContextRoute> planning_route(const Recipe& r, int N);

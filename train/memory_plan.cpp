@@ -43,8 +43,8 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world, int
   // context parallelism: a rank holds its zigzag share of each sequence (the longest share)
   const auto route = planning_route(r, static_cast<int>(r.parallel.context));
   const int64_t T = r.data.seq_len, T_local = route ? route->rows_held(T) : T;
-  const bool gpu_f32 = r.run.device == DeviceType::CUDA && a == 4;
-  const nn::CallShape shape{r.data.batch_size, T_local, a, gpu_f32};
+  const bool split = split_attention(r, m);
+  const nn::CallShape shape{r.data.batch_size, T_local, a, split};
   const int64_t N = shape.tokens(), C = c.d_model, L = c.n_layers;
   const int64_t P = m.num_parameters();
   // ---- static
@@ -122,7 +122,7 @@ MemoryPlan plan_memory(const Recipe& r, const nn::Transformer& m, int world, int
   if (r.eval.every > 0 || r.eval.final) {
     const auto lengths = r.eval_lengths();
     const int64_t eb = r.eval.opts.batch_size > 0 ? r.eval.opts.batch_size : r.data.batch_size;
-    const nn::CallShape es{eb, *std::max_element(lengths.begin(), lengths.end()), a, gpu_f32};
+    const nn::CallShape es{eb, *std::max_element(lengths.begin(), lengths.end()), a, split};
     nn::AttnCall ec;
     ec.T = es.rows;
     ec.train_len = r.data.seq_len;

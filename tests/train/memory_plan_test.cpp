@@ -131,6 +131,26 @@ TEST(MemoryPlan, NoEvaluationWhenSwitchedOff) {
   EXPECT_GT(plan_memory(on, nn::Transformer(on.model_config(), 0), 1).eval, 0);
 }
 
+// f32 on a GPU: attention at head_dim 64 or 128 takes the split tensor-core kernels, whose bf16 pairs
+// of q, k, v and dO the plan counts (the GPU check holds it to the measured peak); not with
+// run.exact_f32_attention, at other head dims, under bf16 or on the CPU.
+TEST(MemoryPlan, CountsTheSplitKernelsPairsWhereTheyRun) {
+  auto peak = [](std::vector<std::string> ov) {
+    // a narrow MLP, so that the attention backward is the step's peak
+    ov.insert(ov.end(), {"model.d_model=256", "model.mlp_hidden=64", "data.seq_len=512", "data.batch_size=4", "eval.every=0"});
+    const Recipe r = parse_recipe("{}", "x.yaml", ov);
+    return plan_memory(r, nn::Transformer(r.model_config(), 0), 1).peak;
+  };
+  for (const char* heads : {"model.n_heads=4", "model.n_heads=2"}) {  // head_dim 64 and 128
+    SCOPED_TRACE(heads);
+    const int64_t split = peak({"run.device=cuda", heads}), exact = peak({"run.device=cuda", heads, "run.exact_f32_attention=true"});
+    EXPECT_GT(split, exact);
+    EXPECT_EQ(peak({heads}), exact);  // the CPU: no pairs
+    EXPECT_EQ(peak({"run.device=cuda", heads, "run.precision=bf16"}), peak({heads, "run.precision=bf16"}));
+  }
+  EXPECT_EQ(peak({"run.device=cuda", "model.n_heads=8"}), peak({"model.n_heads=8"}));  // head_dim 32: reference kernels
+}
+
 namespace {
 
 // `horizon bench train` (beside this binary) in a fresh process, as a user runs it: its JSON line
