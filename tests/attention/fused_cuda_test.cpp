@@ -584,10 +584,14 @@ TEST(FusedCuda, LampeMergesRegionsOnTheGpu) {
                                          ag::Variable(v.to(dt).to(dev)), f, lc);
     EXPECT_TRUE(x.out.value().device().is_cuda());
     const AttnOutput low = lampe_attention(ag::Variable(q.to(dt)), ag::Variable(k.to(dt)), ag::Variable(v.to(dt)), f, lc);
-    const double tol = dt == DType::F32 ? 1e-5 : 3e-2;
-    EXPECT_LE(max_err(x.out.value().to_vector(), ref.out.value().to_vector()),
-              4 * max_err(low.out.value().to_vector(), ref.out.value().to_vector()) + tol);
-    EXPECT_LE(max_err(x.lse.to_vector(), ref.lse.to_vector()), 4 * max_err(low.lse.to_vector(), ref.lse.to_vector()) + tol);
+    // f32 at head_dim 64 runs the split kernels where the GPU has them: their bound beside the floor
+    const bool split = dt == DType::F32 && attn_tiles(AttnConfig{}, dev, DType::F32, 64).tensor_core;
+    const std::vector<double> ro = ref.out.value().to_vector(), rl = ref.lse.to_vector();
+    auto tol = [&](const std::vector<double>& r) {
+      return dt == DType::BF16 ? 3e-2 : split ? kSplitAtol * max_abs(r) : 1e-5;
+    };
+    EXPECT_LE(max_err(x.out.value().to_vector(), ro), 4 * max_err(low.out.value().to_vector(), ro) + tol(ro));
+    EXPECT_LE(max_err(x.lse.to_vector(), rl), 4 * max_err(low.lse.to_vector(), rl) + tol(rl));
   }
 }
 
