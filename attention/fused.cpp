@@ -227,7 +227,6 @@ Kernels choose_kernels(const AttnConfig& cfg, const AttnKernelParams& P, DType d
 
 void set_attention_backend(AttnBackend b) { g_backend = static_cast<int>(b); }
 void set_exact_f32_attention(bool on) { g_exact_f32 = on; }
-bool exact_f32_attention() { return g_exact_f32; }
 AttnBackend attention_backend() { return static_cast<AttnBackend>(g_backend.load()); }
 
 // The CPU tiles follow the narrowest band the call has: a query tile of Bq rows under a window W

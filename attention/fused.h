@@ -51,7 +51,6 @@ AttnBackend attention_backend();
 // impl and HZ_ATTN_IMPL leave the choice to Auto, instead of the tensor cores' bf16 pairs (~2^-16
 // per product); run.exact_f32_attention (the trainer, study::load_run and bench set it). Off by default.
 void set_exact_f32_attention(bool on);
-bool exact_f32_attention();
 
 struct AttnConfig {
   std::vector<int64_t> window;      // per query head, 0 = unbounded

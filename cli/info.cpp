@@ -95,15 +95,13 @@ int info_main(const std::vector<std::string>& args) {
     fmt::print("  layer {:>2}: {:<12} {}\n", l, m.cfg.layer_kind_names()[l], m.layers[l]->attn->spec.describe());
   print_rope_bounds(r, m, rope_eps);
   // which implementation runs each layer kind's attention on a GPU (attention/backend.h)
+  // f32: Horizon's kernels on the tensor cores as bf16 pairs at head_dim 64 / 128, unless the recipe asks for exact f32
   const bool f32 = r.run.precision == nn::Precision::FP32 && m.cfg.dtype == DType::F32;
-  const int64_t D = m.cfg.hdim();
+  const bool pairs = f32 && !r.run.exact_f32_attention && (m.cfg.hdim() == 64 || m.cfg.hdim() == 128);
   fmt::print("\nattention on a GPU (run.attention_backend: {}, {} activations{}{}):\n", attn::name(r.run.attention_backend),
              r.run.precision == nn::Precision::BF16 ? "bf16" : dtype_name(m.cfg.dtype),
-             !f32                                     ? ""
-             : r.run.exact_f32_attention              ? ", exact f32 (reference kernels)"
-             : D == 64 || D == 128                    ? ", Horizon's on the tensor cores as bf16 pairs (exact f32: "
-                                                        "run.exact_f32_attention)"
-                                                      : ", exact f32 (reference kernels: head_dim " + std::to_string(D) + ")",
+             !f32 ? "" : pairs ? ", on the tensor cores as bf16 pairs (run.exact_f32_attention: exact f32)"
+                               : ", exact f32 (reference kernels)",
              attn::cudnn_compiled() ? "" : "; this build has no cudnn-frontend");
   for (const auto& [kind, route] : r.attention_routes()) fmt::print("  layer kind {}: {}\n", kind, route.describe());
   fmt::print("\nattention cost per sequence (all layers): visible pairs and forward FLOPs\n");

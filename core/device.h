@@ -90,12 +90,12 @@ void* compute_stream(int device);
 void* comm_stream(int device);
 // Waits on the host until the device's compute stream has finished its work.
 void synchronize(int device);
-// TF32 for f32 GEMMs (off by default: f32 parity tests compare to the CPU).
 // CUDA events for the profile: one recorded on device's compute stream now, the milliseconds between
 // two (waiting for the second), and its release.
 void* event_record(int device);
 double event_elapsed_ms(void* first, void* second);
 void event_free(void* e);
+// TF32 for f32 GEMMs (off by default: f32 parity tests compare to the CPU).
 void set_allow_tf32(bool on);
 bool allow_tf32();
 // A CUDA runtime error (its cudaError_t code) as a DeviceError naming the call, where it was made and

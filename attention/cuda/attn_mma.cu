@@ -6,6 +6,7 @@
 // row, index positions); calls with chunked attention, sink tokens, a prefix, token positions or
 // GRAPE's additive term go to the general variant in attn_mma_general.cu.
 #define HZ_TILING_PLAIN
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -25,9 +26,8 @@ bool general(const AttnKernelParams& P) {
 template <int D, bool kSplit>
 int family_smem() {
   using C = mma::Config<D, kSplit>;
-  const int f = mma::FwdShape<D, C::kFwdMT, kSplit>::kSmem, q = mma::DqShape<D, kSplit>::kSmem,
-            k = mma::DkvShape<D, C::kDkvBq, kSplit>::kSmem;
-  return f > q ? (f > k ? f : k) : (q > k ? q : k);
+  return std::max({mma::FwdShape<D, C::kFwdMT, kSplit>::kSmem, mma::DqShape<D, kSplit>::kSmem,
+                   mma::DkvShape<D, C::kDkvBq, kSplit>::kSmem});
 }
 
 bool mma_supported(DType dt, int64_t D, int device) {

@@ -25,11 +25,16 @@ using namespace hz::attn;
 
 inline double round_bf16(double x) { return bf16_bits_to_f32(f64_to_bf16_bits(x)); }
 // A value as the split tensor-core kernels hold it (f32 inputs on bf16 tensor cores,
-// attention/cuda/mma_body.h): rounded to f32, then hi = bf16(x) plus lo = bf16(x - hi).
-inline double round_split(double x) {
+// attention/cuda/mma_body.h): rounded to f32, then the bits of hi = bf16(x) and lo = bf16(x - hi),
+// and their sum.
+inline std::pair<uint16_t, uint16_t> split_bf16(double x) {
   const float f = static_cast<float>(x);
-  const double hi = bf16_bits_to_f32(f32_to_bf16_bits(f));
-  return hi + bf16_bits_to_f32(f32_to_bf16_bits(static_cast<float>(f - hi)));
+  const uint16_t hi = f32_to_bf16_bits(f);
+  return {hi, f32_to_bf16_bits(f - bf16_bits_to_f32(hi))};
+}
+inline double round_split(double x) {
+  const auto [hi, lo] = split_bf16(x);
+  return static_cast<double>(bf16_bits_to_f32(hi)) + bf16_bits_to_f32(lo);
 }
 inline std::vector<double> round_all(std::vector<double> v, DType dt) {
   if (dt == DType::F64) return v;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "attention/cuda/mma_body.h"
 #include "tests/attention/attn_test_util.h"
@@ -34,11 +35,8 @@ std::vector<double> from_bits(const std::vector<uint16_t>& b) {
 std::vector<uint16_t> split_bits(const std::vector<double>& v, int D) {
   std::vector<uint16_t> b(2 * v.size());
   for (size_t i = 0; i < v.size(); ++i) {
-    const float x = static_cast<float>(v[i]);
-    const uint16_t hi = f32_to_bf16_bits(x);
     const size_t row = i / D, d = i % D;
-    b[row * 2 * D + d] = hi;
-    b[row * 2 * D + D + d] = f32_to_bf16_bits(x - bf16_bits_to_f32(hi));
+    std::tie(b[row * 2 * D + d], b[row * 2 * D + D + d]) = split_bf16(v[i]);
   }
   return b;
 }
