@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Register budget of the tensor-core attention kernels (CTest: attention_kernel_registers; needs
-# nvcc, no GPU). Compiles attention/cuda/attn_mma.cu (the plain variant) and attn_mma_general.cu
-# (the general one: chunks, sink tokens, a prefix, token positions, GRAPE's rates; mma_body.h) as the build does, with ptxas's report
-# (-Xptxas -v), prints registers and spill bytes per kernel and fails when a kernel spills past its
-# budget. A spill store or load goes to local memory (L1/L2): inside the main loop of a kernel that
-# is bound by its mma.sync rate it costs more than the arithmetic it saves, and nothing else shows
-# it without a GPU.
-#   tests/kernel_registers.sh NVCC ARCH     (ARCH: the build's CMAKE_CUDA_ARCHITECTURES, e.g. 90)
+# Register budget of the tensor-core attention kernels (CTest: attention_kernel_registers; needs a
+# CUDA build, no GPU). Reads ptxas's report (-Xptxas=-v) of attention/cuda/attn_mma.cu (the plain
+# variant) and attn_mma_general.cu (the general one: chunks, sink tokens, a prefix, token positions,
+# GRAPE's rates; mma_body.h), which the build keeps from its own compile of them
+# (scripts/cmake/ptxas_report.sh), prints registers and spill bytes per kernel and fails when a
+# kernel spills past its budget. A spill store or load goes to local memory (L1/L2): inside the
+# main loop of a kernel that is bound by its mma.sync rate it costs more than the arithmetic it
+# saves, and nothing else shows it without a GPU.
+#   tests/kernel_registers.sh DIR ARCH   (DIR: the build's ptxas/ folder; ARCH: the build's
+#                                         CMAKE_CUDA_ARCHITECTURES, e.g. 90)
 # Budgets (bytes of spill stores, sm_90, nvcc 13.0), kernel<D, ..., kGen, kSplit>:
 #   plain: forward, dQ, dK/dV at D 64 (with and without FoX)  0
 #   plain: dK/dV at D 128 without FoX                         64  (36 measured; 8 before FoX
@@ -37,32 +39,30 @@
 # scores and dP, so it sits at the 255-register limit; FoX is a template argument of that kernel
 # so a run without FoX pays nothing for it.
 set -u
-NVCC=${1:?usage: kernel_registers.sh NVCC ARCH}
+DIR=${1:?usage: kernel_registers.sh DIR ARCH}
 ARCH=${2:-90}
 ARCH=${ARCH%%;*}     # the first architecture of a list
 ARCH=${ARCH%%-*}     # 90-real -> 90
 ARCH=${ARCH//a/}     # 90a -> 90 (the budget is the same)
-cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # the plain variant (attn_mma.cu) and the general one (attn_mma_general.cu)
 : > "$tmp/ptxas.txt"
 for f in attn_mma attn_mma_general; do
-  # -cubin: the device code alone (the kernels ptxas reports on), without the host pass (25% quicker)
-  if ! "$NVCC" -DHZ_VERSION=\"0\" -I. -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr \
-       -arch=sm_${ARCH} -cubin -Xptxas -v -x cu attention/cuda/$f.cu \
-       -o "$tmp/$f.cubin" 2>> "$tmp/ptxas.txt"; then
-    cat "$tmp/ptxas.txt"
-    echo "kernel_registers: $f.cu did not compile"
+  if [ ! -s "$DIR/$f.cu.txt" ]; then
+    echo "kernel_registers: no ptxas report $DIR/$f.cu.txt (build hz_attention with CUDA first)"
     exit 1
   fi
+  cat "$DIR/$f.cu.txt" >> "$tmp/ptxas.txt"
 done
 # ptxas prints, per entry function: "Compiling entry function 'NAME' for 'sm_90'", then
 # "N bytes stack frame, S bytes spill stores, L bytes spill loads", then "Used R registers, ..."
-awk '
-  /Compiling entry function/ { match($0, /'\''[^'\'']+'\''/); name = substr($0, RSTART + 1, RLENGTH - 2) }
+# (one report per architecture of the build: the first one's is read)
+awk -v arch="$ARCH" '
+  /Compiling entry function/ { match($0, /'\''[^'\'']+'\''/); name = substr($0, RSTART + 1, RLENGTH - 2)
+                               keep = index($0, "'\''sm_" arch) > 0 }
   /bytes spill stores/ { for (i = 1; i <= NF; ++i) { if ($(i+1) == "bytes" && $(i+2) == "spill" && $(i+3) == "stores,") st = $i; if ($(i+1) == "bytes" && $(i+2) == "spill" && $(i+3) == "loads") ld = $i } }
-  /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) if ($(i+1) == "registers,") reg = $i; print name, reg, st, ld }
+  /Used [0-9]+ registers/ { for (i = 1; i <= NF; ++i) if ($(i+1) == "registers,") reg = $i; if (keep) print name, reg, st, ld }
 ' "$tmp/ptxas.txt" > "$tmp/kernels.txt"
 fail=0
 n=0
