@@ -226,6 +226,7 @@ Kernels choose_kernels(const AttnConfig& cfg, const AttnKernelParams& P, DType d
 }  // namespace
 
 void set_attention_backend(AttnBackend b) { g_backend = static_cast<int>(b); }
+bool one_pass_backward(const AttnKernelParams& P, bool logn_grad) { return detail::one_pass_backward(P, logn_grad); }
 void set_exact_f32_attention(bool on) { g_exact_f32 = on; }
 AttnBackend attention_backend() { return static_cast<AttnBackend>(g_backend.load()); }
 

@@ -130,6 +130,13 @@ Tensor pinned_sink_positions(const Tensor& seq, int64_t B, int64_t S, int64_t fi
 
 // The tiles a call runs with on a device (AttnTiles, tiling.h).
 AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int64_t Tk = 0);
+// Whether the backward of a call on CUDA's tensor-core kernels, with these kernel parameters,
+// runs in one pass (dK, dV and dQ from one kernel: FlashAttention-2's scheme with dQ added to each
+// query block in a fixed order, attention/cuda/mma_body.h) instead of a dQ and a dK/dV pass: asked
+// for by HZ_ATTN_BACKWARD=one_pass (read at each call; two_pass, the default, until a GPU has timed
+// both), for calls without chunks, sink tokens, a prefix, token positions, GRAPE's or FoX's terms
+// whose backward needs no LogN gradient (logn_grad). False without CUDA.
+bool one_pass_backward(const AttnKernelParams& P, bool logn_grad);
 // The CPU kernel's tiles for a call with Tk keys when the config leaves them at 0.
 int64_t cpu_block_q(const AttnConfig& cfg);
 int64_t cpu_block_k(const AttnConfig& cfg, int64_t Tk);

@@ -27,6 +27,9 @@ cuda_impl::Counter* counters(int dev) {
 
 bool tensor_core_supported(DType dt, int64_t D, int device) { return cuda_impl::mma_supported(dt, D, device); }
 AttnTiles tensor_core_tiles(DType dt, int64_t D) { return cuda_impl::mma_tiles(dt, D); }
+bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums) {
+  return cuda_impl::one_pass_backward(P, dq_row_sums);
+}
 
 void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
                   const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse) {

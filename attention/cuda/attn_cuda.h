@@ -36,6 +36,12 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
 // Supported: bf16 or f32, D 64/128, an sm_80+ GPU and binary whose blocks get the kernels' shared memory.
 bool mma_supported(DType dt, int64_t D, int device);
 AttnTiles mma_tiles(DType dt, int64_t D);
+// Whether a tensor-core call's backward runs in one pass (dK, dV and dQ from one kernel, FlashAttention-2's
+// scheme with dQ added in a fixed order: mma_body.h): asked for by the environment variable
+// HZ_ATTN_BACKWARD=one_pass (read at each call; two_pass, the default, keeps the dQ and dK/dV kernels
+// until a GPU has timed both), for a call of the plain variant without FoX whose backward needs no
+// other per-row sums of the dQ pass (dq_row_sums: LogN's dc).
+bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums);
 // sink: the sinks' z (H, f32) folded into the forward's epilogue, or undefined; dz_rows (with
 // sink): the sinks' gradient per row (B, H, Tq, f32).
 void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,

@@ -7,8 +7,10 @@
 // GRAPE's additive term go to the general variant in attn_mma_general.cu.
 #define HZ_TILING_PLAIN
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "attention/cuda/mma_launch.cuh"
 
@@ -28,6 +30,14 @@ int family_smem() {
   using C = mma::Config<D, kSplit>;
   return std::max({mma::FwdShape<D, C::kFwdMT, kSplit>::kSmem, mma::DqShape<D, kSplit>::kSmem,
                    mma::DkvShape<D, C::kDkvBq, kSplit>::kSmem});
+}
+
+bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums) {
+  const char* e = std::getenv("HZ_ATTN_BACKWARD");
+  const std::string v = e != nullptr ? e : "";
+  HZ_CHECK(v.empty() || v == "two_pass" || v == "one_pass", ValueError, "HZ_ATTN_BACKWARD='", v,
+           "': expected two_pass or one_pass");
+  return v == "one_pass" && !general(P) && !P.fox && !dq_row_sums;
 }
 
 bool mma_supported(DType dt, int64_t D, int device) {

@@ -36,7 +36,14 @@
 //             dP^T = V dO^T, dV += P^T dO, dK += dS^T Q; FoX's key sums -sum_i dS_ij and GRAPE's
 //             -sum_i dS_ij |t_ij| per query head, written when the loop leaves the head. Counts the
 //             backward blocks.
-// No float atomics: every output element is owned by one thread, accumulated in a fixed order.
+//   one pass  (FlashAttention-2's backward; plain variant, calls that need no per-row sums of the dQ
+//             pass) dK/dV with dQ in the same loop: dS'^T goes through shared memory and each step
+//             adds dQ_part = dS' K (kBq rows x D) to the query block's f32 accumulator, so S and dP
+//             are formed once (5 products per pair instead of 7, one exponential instead of two).
+//             The adds to a query block come in a fixed order, from its last key block back
+//             (ordered accumulation, below), so the result is the same bits on every run.
+// No float atomics: every output element is owned by one thread (or, one pass, one block at a time),
+// accumulated in a fixed order.
 #pragma once
 #include <math.h>
 
@@ -83,6 +90,12 @@ struct Args {
   float* ddist_q = nullptr;        // -sum_j dL_ij |t_ij| per row (B, H, Tq), or null
   float* ddist_k = nullptr;        // -sum_i dL_ij |t_ij| per key and query head (B, H, Tk), zeroed by the caller
   Counter* counters = nullptr;     // forward blocks, forward boundary blocks, backward blocks
+  // the one-pass backward: dQ's f32 accumulator (B, H, Tq, D; the f32 dq itself in the split kernels)
+  // and one turn word per (b, h, query block of kDkvBq rows), zeroed by the caller; dq zeroed too
+  // (query blocks no key block visits keep 0)
+  float* dq_acc = nullptr;
+  unsigned* dq_turn = nullptr;
+  unsigned* tile_next = nullptr;   // the one-pass grid's count of started blocks (mma_device.cuh), zeroed
 };
 
 // The tile configuration per head dim (the kernel lab's choice; dev/cuda/attention/NOTES.md):
@@ -652,6 +665,13 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
 }
 
 // ---- backward: dQ ------------------------------------------------------------------------------------
+// The sinks' per-row gradient dLoss/dz_h = -exp(z_h - lse_i) D_i (lse2 = lse_i log2 e, +inf for a row
+// without keys and without a sink).
+template <class X>
+HZ_KBODY float sink_row_grad(X& x, float z, float lse2, float Di) {
+  return -x.exp2(z * kLog2e - lse2) * Di;
+}
+
 template <int D, bool kSplit = false>
 struct DqShape {
   static constexpr int kBq = 16 * kWarps, kBk = 64;
@@ -790,7 +810,7 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
     if (a.dfox_q != nullptr && tig == 0) a.dfox_q[hrow + i] = df;
     if (dist && a.ddist_q != nullptr && tig == 0) a.ddist_q[hrow + i] = dd;
     if (a.dz_rows != nullptr && tig == 0)  // -exp(z_h - lse_i) D_i; lse2 holds lse_i log2 e
-      a.dz_rows[hrow + i] = -x.exp2(a.sink[h] * kLog2e - lse2[hh]) * Di[hh];
+      a.dz_rows[hrow + i] = sink_row_grad(x, a.sink[h], lse2[hh], Di[hh]);
     HZ_UNROLL
     for (int dt = 0; dt < kDT; ++dt)
       store_pair<kSplit>(x, a.dq, (hrow + i) * D, dt * 8 + 2 * tig, acc[dt][2 * hh], acc[dt][2 * hh + 1]);
@@ -799,6 +819,18 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
 }
 
 // ---- backward: dK, dV ------------------------------------------------------------------------------
+// The one-pass backward's dQ step (kDq): dS'^T of the step (kBk keys x kBq queries, bf16, [hi | lo]
+// with kSplit) in shared memory, over the step's dO tile (read by then: dV += P^T dO comes first); the
+// warps split dQ_part = dS' K (kBq x D) into kBq / 16 m-tiles of rows and, where there are fewer
+// m-tiles than warps, D into kWpm column ranges of kDC.
+template <int D, int kBq, bool kSplit>
+struct DqPart {
+  static constexpr int kWds = kSplit ? 2 * kBq : kBq;
+  static constexpr int kMtiles = kBq / 16, kWpm = kWarps / kMtiles, kDC = D / kWpm;
+  static_assert(kWarps % kMtiles == 0 && kDC % 16 == 0, "dQ part: warps over m-tiles and column ranges");
+  static constexpr int kSmem = 16 * kWarps * Tile<kWds>::kRowBytes;
+};
+
 template <int D, int kBqB, bool kSplit = false>
 struct DkvShape {
   static constexpr int kBk = 16 * kWarps, kBq = kBqB;
@@ -812,16 +844,118 @@ struct DkvShape {
       (2 * kBk + 4 * kBq) * Tile<row_width<D, kSplit>()>::kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
 
+// The one-pass backward's dQ step (dkv_cta with kDq) for the pair (head h, query block qb) of key
+// block kb: dp holds this warp's dS'^T (16 keys x kBq queries; dS' = dLoss/d(q . k)); it goes to
+// shared memory, dQ_part = dS' K is formed from there (A fragments by ldmatrix.trans) and added to
+// the query block's accumulator in its turn.
+// Ordered accumulation: the key blocks that visit a query block add to it from the last one back,
+// each once, so every row's dQ is the same sum in the same order on every run. A block waits until
+// the turn word holds (its successor + 1), 0 for the first to add, adds (the first stores) and passes
+// the turn on (its own kb + 1); the last to add writes dq itself (bf16, or f32 in the split kernels)
+// and passes nothing on. In the plain variant the key blocks that visit a query block are
+// consecutive (rows see intervals whose ends only grow, and so do the query blocks a key block
+// visits), so a block's successor is kb + 1 when kb + 1 visits the block, else there is none.
+// Deadlock freedom: a block waits only on blocks of the same (b, kv head) with a larger kb, and
+// those start first: the grid takes a head's key blocks from the last one back, and the kernel
+// takes its tile from a counter when it starts (mma_device.cuh), not from blockIdx, so "started
+// earlier" holds whatever order the GPU starts blocks in. A started block runs to its end, and the
+// block with the largest kb among those started waits on none.
+template <int D, int kBq, bool kSplit, class X>
+HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* sDS, const uint16_t* sK,
+                      const float (&dp)[kBq / 8][4], int64_t b, int64_t h, int64_t kb, int64_t qb) {
+  using Q = DqPart<D, kBq, kSplit>;
+  constexpr int W = row_width<D, kSplit>(), kBk = 16 * kWarps, kPds = Tile<Q::kWds>::kPitch;
+  // dS'^T fits in a stage's dO tile (so both backwards take the same shared memory)
+  static_assert(Q::kSmem <= kBq * Tile<W>::kRowBytes, "dS'^T over dO");
+  const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+  HZ_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {  // this warp's keys: rows warp * 16 + g + 8 hh of dS'^T
+    uint32_t* row = reinterpret_cast<uint32_t*>(sDS + (warp * 16 + g + 8 * hh) * kPds);
+    HZ_UNROLL
+    for (int nt = 0; nt < kBq / 8; ++nt) {
+      const float v0 = dp[nt][2 * hh], v1 = dp[nt][2 * hh + 1];
+      const int r = nt * 8 + 2 * tig;
+      row[r / 2] = x.pack_bf16(v0, v1);
+      if constexpr (kSplit) row[(kBq + r) / 2] = x.pack_bf16(v0 - x.round_bf16(v0), v1 - x.round_bf16(v1));
+    }
+  }
+  const int64_t nkb = num_blocks(P.Tk, kBk);
+  auto visits = [&](int64_t k) {  // whether key block k visits qb
+    if (k < 0 || k >= nkb) return false;
+    const BlockSpan sp = query_blocks(P, b, h, k * kBk, imin((k + 1) * kBk, P.Tk) - 1, kBq);
+    return qb >= sp.first && qb <= sp.last;
+  };
+  const bool after = visits(kb + 1), last = !visits(kb - 1);
+  unsigned* turn = a.dq_turn + (b * P.H + h) * num_blocks(P.Tq, kBq) + qb;
+  if (tid == 0) x.wait_turn(turn, after ? static_cast<unsigned>(kb + 2) : 0u);
+  x.sync();  // dS'^T complete, and the query block's turn is this block's
+  // this warp's 16 rows (m-tile mt) and kDC columns from c0, in chunks of kCC columns, one at a time
+  // (at D 128 dK and dV hold 128 accumulator registers: 32-column chunks spill 164 bytes, 64-column
+  // ones 200, the whole row 344; sm_90, tests/kernel_registers.sh)
+  constexpr int kCC = Q::kDC <= 64 ? Q::kDC : 32;
+  const int mt = warp % Q::kMtiles, c0 = (warp / Q::kMtiles) * Q::kDC;
+  const int64_t hrow = (b * P.H + h) * P.Tq;
+#if defined(__CUDACC__)
+#pragma unroll 1
+#endif
+  for (int cc = c0; cc < c0 + Q::kDC; cc += kCC) {
+    float c[kCC / 8][4];
+    HZ_UNROLL
+    for (int dt = 0; dt < kCC / 8; ++dt)
+      HZ_UNROLL
+      for (int e = 0; e < 4; ++e) c[dt][e] = 0.0f;
+    HZ_UNROLL
+    for (int kk = 0; kk < kBk / 16; ++kk) {
+      uint32_t af[4], al[4];
+      x.ldsm_x4_t(af, sDS + frag_bn_offset<Q::kWds>(lane, kk * 16, mt * 16));
+      if constexpr (kSplit) x.ldsm_x4_t(al, sDS + frag_bn_offset<Q::kWds>(lane, kk * 16, kBq + mt * 16));
+      HZ_UNROLL
+      for (int np = 0; np < kCC / 16; ++np) {
+        uint32_t bf[4], bl[4];
+        x.ldsm_x4_t(bf, sK + frag_a_offset<W>(lane, kk * 16, cc + np * 16));
+        if constexpr (kSplit) x.ldsm_x4_t(bl, sK + frag_a_offset<W>(lane, kk * 16, D + cc + np * 16));
+        mma_n2<kSplit>(x, c[2 * np], c[2 * np + 1], af, al, bf, bl);
+      }
+    }
+    HZ_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t i = qb * kBq + mt * 16 + g + 8 * hh;
+      if (i >= P.Tq) continue;
+      float* acc = a.dq_acc + (hrow + i) * D;
+      HZ_UNROLL
+      for (int dt = 0; dt < kCC / 8; ++dt) {
+        const int col = cc + dt * 8 + 2 * tig;
+        float v0 = c[dt][2 * hh], v1 = c[dt][2 * hh + 1];
+        if (after) {  // dQ_part + the sum of the blocks after this one
+          v0 += x.load_cg(acc + col);
+          v1 += x.load_cg(acc + col + 1);
+        }
+        if (last) {
+          store_pair<kSplit>(x, a.dq, (hrow + i) * D, col, v0, v1);
+        } else {
+          acc[col] = v0;
+          acc[col + 1] = v1;
+        }
+      }
+    }
+  }
+  x.sync();  // every add done, and sDS read, before the turn passes on
+  if (tid == 0 && !last) x.post_turn(turn, static_cast<unsigned>(kb + 1));
+}
+
 // kFox: the FoX terms (a.fc set), a template argument because the D 128 kernel is at the 255-register
 // limit and the key sums' registers alone would make it spill when FoX is off; the general variant
-// (kGen) reads a.fc at run time instead.
-template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, class X>
+// (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; plain variant, no FoX),
+// whose grid takes a head's key blocks from the last one back.
+template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, bool kDq = false, class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
+  static_assert(!kDq || (!kGen && !kFox), "the one-pass backward: plain variant, no FoX");
   using S = DkvShape<D, kBqB, kSplit>;
   constexpr int W = row_width<D, kSplit>();
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = Tile<W>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
-  const KeyTile tile = key_tile(P, cta, kBk);
+  const int64_t nkb = num_blocks(P.Tk, kBk);
+  const KeyTile tile = key_tile(P, kDq ? cta / nkb * nkb + (nkb - 1 - cta % nkb) : cta, kBk);
   const int64_t b = tile.b, hk = tile.hk, j0 = tile.j0, j1 = tile.j1;
   const int64_t krow = (b * P.Hkv + hk) * P.Tk;
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem);
@@ -966,6 +1100,10 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     }
     gemm_rn<D, kBq, kSplit>(x, dv, s, sGs, 0);   // dV += P^T dO
     gemm_rn<D, kBq, kSplit>(x, dk, dp, sQs, 0);  // dK += dS'^T Q
+    if constexpr (kDq) {  // dQ += dS' K, in the query block's turn; dS'^T over this stage's dO
+      x.sync();  // every warp is done with dO (dV's product) before it is overwritten
+      dq_step<D, kBq, kSplit>(x, P, a, sG + st * kBq * kPitch, sK, dp, b, h, j0 / kBk, cur.qb);
+    }
     // the loop leaves head h: its key sums are done (FoX's -sum_i dL_ij, GRAPE's -sum_i dL_ij |t_ij|);
     // out is null when they need no gradient (FoX's c_i - c_j still shapes P)
     auto flush_key_sums = [&](float (&acc)[2], float* out) {

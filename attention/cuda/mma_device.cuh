@@ -66,6 +66,22 @@ struct DeviceCta {
   __device__ __forceinline__ void add_counter(Counter* c, Counter v) {
     if (v != 0) atomicAdd(c, v);
   }
+  // The one-pass backward's turns (mma_body.h, dq_step): wait until a word holds v (acquire: the
+  // adds of the block that set it are seen; the caller's barrier passes that on to the block), set
+  // one (release, after the caller's barrier: the block's adds before it), and read an accumulator
+  // from L2 (another SM wrote it).
+  __device__ __forceinline__ void wait_turn(const unsigned* f, unsigned v) {
+    unsigned cur = 0;
+    for (;;) {
+      HZ_MMA_ASM("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(cur) : "l"(f) : "memory");
+      if (cur == v) break;
+      HZ_MMA_ASM("nanosleep.u32 64;\n");
+    }
+  }
+  __device__ __forceinline__ void post_turn(unsigned* f, unsigned v) {
+    HZ_MMA_ASM("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
+  }
+  __device__ __forceinline__ float load_cg(const float* p) { return __ldcg(p); }
 };
 
 // The kernels: one CTA of kThreads per tile, grids and shared memory as in mma_body.h; kGen picks the
@@ -88,6 +104,28 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P,
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
   dkv_cta<D, kBq, kFox, kGen, kSplit>(x, P, a, blockIdx.x, smem);
+}
+// The one-pass backward (dK, dV and dQ; mma_body.h, dq_step): a block's tile is the count of blocks
+// started before it (a.tile_next, zeroed by the caller), so the blocks a tile waits on have started.
+template <int D, int kBq, bool kSplit = false>
+__global__ void __launch_bounds__(kThreads) dkvq_kernel(const AttnKernelParams P, const Args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ unsigned tile;
+  DeviceCta x;
+  if (threadIdx.x == 0) tile = atomicAdd(a.tile_next, 1u);
+  __syncthreads();
+  dkv_cta<D, kBq, false, false, kSplit, true>(x, P, a, static_cast<int64_t>(tile), smem);
+}
+
+// The sinks' per-row gradient where no dQ pass forms it (the one-pass backward): -exp(z_h - lse_i) D_i.
+static __global__ void sink_rows_kernel(int64_t rows, int64_t H, int64_t Tq, const float* __restrict__ z,
+                                        const float* __restrict__ lse, const float* __restrict__ Dvec,
+                                        float* __restrict__ dz) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= rows) return;
+  DeviceCta x;
+  const float l = lse[r];
+  dz[r] = sink_row_grad(x, z[(r / Tq) % H], l == -INFINITY ? INFINITY : l * kLog2e, Dvec[r]);
 }
 
 // The split kernels' inputs: each row of D f32 becomes a row of 2D bf16, hi = bf16(x) in columns

@@ -20,6 +20,7 @@ namespace {
 
 using mma::Args;
 using mma::dkv_kernel;
+using mma::dkvq_kernel;
 using mma::dot_kernel;
 using mma::dq_kernel;
 using mma::fwd_kernel;
@@ -67,6 +68,33 @@ void forward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
   launch(fwd_kernel<D, kMT, kGen, kSplit>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
          "attention forward (mma)");
 }
+// The one-pass backward (mma_body.h, dq_step): dK, dV and dQ from one kernel, dQ added in each query
+// block's turn into an f32 accumulator (the split kernels' f32 dq itself), dq zeroed first (query
+// blocks no key block visits), the turns and the started-block count zeroed; the sinks' rows from
+// their own kernel.
+template <int D, bool kSplit>
+void backward_one_pass(const AttnKernelParams& P, Args a, const Tensor& dq, cudaStream_t s) {
+  constexpr int kBq = mma::Config<D, kSplit>::kDkvBq;
+  using S = mma::DkvShape<D, kBq, kSplit>;
+  const int64_t nturn = P.B * P.H * num_blocks(P.Tq, kBq);
+  Tensor turn = Tensor::empty({nturn + 1}, DType::I32, dq.device());
+  HZ_CUDA_CHECK(cudaMemsetAsync(turn.raw_data(), 0, static_cast<size_t>(nturn + 1) * 4, s));
+  HZ_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, static_cast<size_t>(dq.numel()) * dtype_size(dq.dtype()), s));
+  Tensor acc;
+  if (!kSplit) acc = Tensor::empty({P.B, P.H, P.Tq, P.D}, DType::F32, dq.device());  // every add after a store
+  a.dq_acc = kSplit ? static_cast<float*>(dq.raw_data()) : acc.data<float>();
+  a.dq_turn = static_cast<unsigned*>(turn.raw_data());
+  a.tile_next = a.dq_turn + nturn;
+  if (a.dz_rows != nullptr) {
+    const int64_t rows = P.B * P.H * P.Tq;
+    mma::sink_rows_kernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, s>>>(rows, P.H, P.Tq, a.sink, a.lse,
+                                                                                   a.Dvec, a.dz_rows);
+    HZ_CUDA_LAUNCHED("attention backward: the sinks' rows");
+  }
+  launch(dkvq_kernel<D, kBq, kSplit>, P.B * P.Hkv * num_blocks(P.Tk, S::kBk), S::kSmem, s, P, a,
+         "attention backward dK/dV/dQ, one pass (mma)");
+}
+
 template <int D, bool kGen, bool kSplit>
 void backward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
   using Q = mma::DqShape<D, kSplit>;
@@ -147,6 +175,14 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   a.ddist_q = ddist_q ? ddist_q->data<float>() : nullptr;
   a.ddist_k = ddist_k ? ddist_k->data<float>() : nullptr;
   a.counters = counters;
+  // the one-pass backward where it is asked for and applies (attn_cuda.h)
+  if constexpr (!kGen) {
+    if (a.fc == nullptr && one_pass_backward(P, a.dc_rows != nullptr)) {
+      if (P.D == 64) backward_one_pass<64, kSplit>(P, a, dq, s);
+      else backward_one_pass<128, kSplit>(P, a, dq, s);
+      return;
+    }
+  }
   if (P.D == 64) backward_d<64, kGen, kSplit>(P, a, s);
   else backward_d<128, kGen, kSplit>(P, a, s);
 }

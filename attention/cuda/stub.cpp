@@ -11,6 +11,7 @@ namespace {
 }  // namespace
 bool tensor_core_supported(DType, int64_t, int) { return false; }
 AttnTiles tensor_core_tiles(DType, int64_t) { no_cuda(); }
+bool one_pass_backward(const AttnKernelParams&, bool) { return false; }
 void cuda_forward(const AttnKernelParams&, bool, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                   const Tensor&, const Tensor&, Tensor&, Tensor&) {
   no_cuda();

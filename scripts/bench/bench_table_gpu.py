@@ -27,7 +27,8 @@ for D in sorted({k[0] for k in hz}):
           "| sdpa/hz | flex/hz | target |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for T in sorted({k[1] for k in hz if k[0] == D}):
-      for kernel in ("tensor_core", "cudnn", "reference"):  # Horizon's kernels, cuDNN's (each against its own causal)
+      # Horizon's kernels (tensor_core_1p: with the one-pass backward), cuDNN's; each against its own causal
+      for kernel in ("tensor_core", "tensor_core_1p", "cudnn", "reference"):
         for logit in ("identity", "scale_invariant", "logn", "swan_row", "temperature"):
             c = hz.get((D, T, "causal", logit, kernel))
             for mask in ("causal", "swa", "scope", "docs2048", "chunk2048", "sink4"):

@@ -14,8 +14,12 @@
 // The cases skip themselves without a usable GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <set>
+#include <string>
+#include <tuple>
 
 #include "attention/fused.h"
 #include "attention/lampe.h"
@@ -255,6 +259,101 @@ TEST(FusedCuda, BackwardIsBitwiseDeterministic) {
     EXPECT_EQ(a.dk, b.dk);
     EXPECT_EQ(a.dv, b.dv);
     EXPECT_EQ(a.dc, b.dc);
+  }
+}
+
+// ---- the one-pass backward (HZ_ATTN_BACKWARD=one_pass: dK, dV and dQ from one kernel, dQ added in
+// each query block's turn; attention/cuda/mma_body.h, dq_step) ----------------------------------------
+struct OnePassScope {  // the one-pass backward for the calls in this scope
+  OnePassScope() { setenv("HZ_ATTN_BACKWARD", "one_pass", 1); }
+  ~OnePassScope() { unsetenv("HZ_ATTN_BACKWARD"); }
+  OnePassScope(const OnePassScope&) = delete;
+  OnePassScope& operator=(const OnePassScope&) = delete;
+};
+struct OnePassCase {
+  Problem p;
+  DType dt;
+};
+// Every tensor-core case (bf16, and f32 on the split kernels) with the one-pass backward, at the
+// two-pass kernels' floors, and run twice: the same bits. LogN's and FoX's gradients need the dQ
+// pass's row sums, so those calls keep the two-pass kernels: the cases with LogN take the
+// temperature transform here instead (a per-row factor as well; a case already there once is not
+// repeated).
+class FusedCudaOnePass : public ::testing::TestWithParam<OnePassCase> {};
+TEST_P(FusedCudaOnePass, MatchesCpuAndRepeatsBitForBit) {
+  HZT_NEED_GPU();
+  const Problem p = GetParam().p;
+  const DType dt = GetParam().dt;
+  if (!attn_tiles(AttnConfig{}, Device::cuda(0), dt, p.D).tensor_core)
+    GTEST_SKIP() << "no " << dtype_name(dt) << " tensor-core kernels for head_dim " << p.D;
+  const OnePassScope one;
+  const bool split = dt == DType::F32;
+  const Inputs in = split ? f32_inputs(p, 49) : bf16_inputs(p, 47);
+  const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+  const Result low = split ? naive(p, split_rounded(in), Rounding::Split) : naive(p, in, true);
+  const Result x = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
+  if (split) expect_results(x, low, ref, 3.0, kSplitAtol, kSplitAtolSums);
+  else expect_results(x, low, ref, 3.0, 1e-3);
+  const Result y = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
+  EXPECT_EQ(x.dq, y.dq);
+  EXPECT_EQ(x.dk, y.dk);
+  EXPECT_EQ(x.dv, y.dv);
+  EXPECT_EQ(x.dz, y.dz);
+}
+std::vector<OnePassCase> one_pass_cases() {
+  std::vector<OnePassCase> v;
+  for (DType dt : {DType::BF16, DType::F32}) {
+    std::vector<Problem> ps = combos(64, 100);
+    for (const Problem& p : shapes(64)) ps.push_back(p);
+    for (const Problem& p : shapes(128)) ps.push_back(p);
+    std::set<std::string> seen;
+    for (Problem p : ps) {
+      if (p.logit == LogitKind::LogN) p.logit = LogitKind::Temperature;
+      p.fox = false;
+      if (seen.insert(p.tag()).second) v.push_back({p, dt});
+    }
+  }
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaOnePass, ::testing::ValuesIn(one_pass_cases()),
+                         [](const ::testing::TestParamInfo<OnePassCase>& info) {
+                           return std::string(info.param.dt == DType::F32 ? "split_" : "bf16_") + info.param.p.tag();
+                         });
+
+// Long sequences, where hundreds of blocks wait on each other's turns at once (a turn out of order
+// would hang here or change bits between runs): causal, a window and packed documents, GQA, batch 2,
+// T 2048 (32 key blocks per head), bf16 at D 64 and 128 and f32 at D 64. The one pass twice gives
+// the same bits, and it agrees with the two-pass kernels to 2^-7 of each gradient's largest entry
+// (both round their f32 sums to bf16 once; a lost or doubled key block's part would be of the
+// order of the entries themselves).
+TEST(FusedCuda, OnePassBackwardOnLongSequences) {
+  HZT_NEED_GPU();
+  for (auto [dt, D] : {std::pair{DType::BF16, int64_t{64}}, {DType::BF16, int64_t{128}}, {DType::F32, int64_t{64}}}) {
+    if (!attn_tiles(AttnConfig{}, Device::cuda(0), dt, D).tensor_core) continue;
+    for (int variant = 0; variant < 3; ++variant) {
+      Problem p;
+      p.B = 2, p.H = 8, p.Hkv = 2, p.D = D, p.Tq = p.Tk = 2048;
+      if (variant == 1) p.mask = MaskKind::Window;
+      if (variant == 2) p.docs = {{700, 1000, 348}, {2048}};
+      SCOPED_TRACE(p.tag() + " " + dtype_name(dt));
+      const Inputs in = make_inputs(p, dt, 61);
+      const Result two = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
+      const OnePassScope one;
+      const Result a = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
+      const Result b = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
+      EXPECT_EQ(a.dq, b.dq);
+      EXPECT_EQ(a.dk, b.dk);
+      EXPECT_EQ(a.dv, b.dv);
+      for (auto [name, x, y] : {std::tuple{"dq", &a.dq, &two.dq}, {"dk", &a.dk, &two.dk}, {"dv", &a.dv, &two.dv}}) {
+        double err = 0, mx = 0;
+        for (size_t i = 0; i < y->size(); ++i) {
+          err = std::max(err, std::fabs((*x)[i] - (*y)[i]));
+          mx = std::max(mx, std::fabs((*y)[i]));
+        }
+        EXPECT_LE(err, mx / 128) << name;
+        EXPECT_GT(mx, 0.0) << name;
+      }
+    }
   }
 }
 

@@ -78,6 +78,12 @@ class Thread {
     return static_cast<uint32_t>(hz::f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(hz::f32_to_bf16_bits(hi)) << 16);
   }
   void add_counter(Counter* c, Counter v) { *c += v; }
+  // The one-pass backward's turns: blocks run one after another here, in grid order, so a turn a
+  // block waits for must already be there; one that is not would hang a GPU (a block waiting on one
+  // that runs after it) and is reported.
+  void wait_turn(const unsigned* f, unsigned v);
+  void post_turn(unsigned* f, unsigned v) { *f = v; }
+  float load_cg(const float* p) { return *p; }
 
  private:
   struct Copy {
@@ -215,6 +221,11 @@ inline void Thread::check_shared(const void* p, const char* what) {
     cta_->fail(std::string(what) + ": address outside shared memory or not 16-byte aligned");
 }
 
+inline void Thread::wait_turn(const unsigned* f, unsigned v) {
+  if (*f != v)
+    cta_->fail("ordered accumulation: a block waits for turn " + std::to_string(v) + " but the word holds " +
+               std::to_string(*f) + " (on a GPU: a hang)");
+}
 inline void Thread::sync() {
   Cta::Coll& c = cta_->block_;
   cta_->collective(c, cta_->n_, 1, 0, [](int) {}, [] {}, [](int) {});

@@ -73,9 +73,12 @@ struct Emulated {
 
 // The forward, the dO . O pre-pass (on the host, in f32) and both backward kernels, emulated.
 // fox_grad false: FoX's gates need no gradient (fused.cpp passes no dfox buffers). kSplit: the
-// split kernels, inputs taken as f32 and split into bf16 pairs, outputs in f32.
+// split kernels, inputs taken as f32 and split into bf16 pairs, outputs in f32. one_pass: the
+// one-pass backward (dK/dV with dQ, the plain variant without FoX or LogN's dc) in place of the dQ
+// and dK/dV kernels, with what its launcher adds (mma_launch.cuh): dq zeroed, the turns zeroed, the
+// sinks' rows from sink_row_grad.
 template <int D, bool kGen = false, bool kSplit = false>
-Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) {
+Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true, bool one_pass = false) {
   const AttnConfig cfg = config_of(p);  // P points into its documents' bounds: keep it alive
   AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
   // GRAPE's rates in f64, as fused.cpp hands them to the kernels (general variant)
@@ -133,12 +136,35 @@ Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true) 
              (kSplit ? static_cast<float>(in.g[row * D + d]) : bf16_bits_to_f32(g[row * D + d]));
     Dvec[row] = acc;
   }
+  if (one_pass) {
+    if (kGen || p.fox || p.logit == LogitKind::LogN) throw std::logic_error("one pass: plain variant, no FoX or LogN");
+    constexpr int kBq = C::kDkvBq;
+    using K1 = mma::DkvShape<D, kBq, kSplit>;
+    std::fill(dq.v.begin(), dq.v.end(), 0);
+    std::vector<float> acc(kSplit ? 0 : nq * D, NAN);  // bf16: the f32 accumulator (every add after a store)
+    std::vector<unsigned> turn(p.B * p.H * num_blocks(p.Tq, kBq), 0);
+    a.dq_acc = kSplit ? static_cast<float*>(dq.data()) : acc.data();
+    a.dq_turn = turn.data();
+    a.dc_rows = nullptr;
+    struct Host {
+      float exp2(float v) { return std::exp2(v); }
+    } host;
+    if (p.sink)
+      for (int64_t row = 0; row < nq; ++row)
+        dz_rows[row] = mma::sink_row_grad(host, z[(row / p.Tq) % p.H], lse[row] == -INFINITY ? INFINITY : lse[row] * mma::kLog2e,
+                                          Dvec[row]);
+    each_cta(p.B * p.Hkv * num_blocks(p.Tk, K1::kBk), K1::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+      mma::dkv_cta<D, kBq, false, false, kSplit, true>(t, P, a, cta, s);
+    });
+  }
   using Q = mma::DqShape<D, kSplit>;
-  each_cta(p.B * p.H * num_blocks(p.Tq, Q::kBq), Q::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-    mma::dq_cta<D, kGen, kSplit>(t, P, a, cta, s);
-  });
+  if (!one_pass)
+    each_cta(p.B * p.H * num_blocks(p.Tq, Q::kBq), Q::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+      mma::dq_cta<D, kGen, kSplit>(t, P, a, cta, s);
+    });
   using K = mma::DkvShape<D, C::kDkvBq, kSplit>;
-  each_cta(p.B * p.Hkv * num_blocks(p.Tk, K::kBk), K::kSmem,
+  if (!one_pass)
+    each_cta(p.B * p.Hkv * num_blocks(p.Tk, K::kBk), K::kSmem,
            [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
              if (kGen)  // FoX read at run time
                mma::dkv_cta<D, C::kDkvBq, false, true, kSplit>(t, P, a, cta, s);
@@ -345,6 +371,55 @@ TEST(MmaEmulator, SplitKernelsForF32MatchTheCpuOpAtTheSplitFloor) {
   p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.prefix = 70, p.pos = PosKind::Alibi, p.logit = LogitKind::ScaleInvariant,
   p.sink = true, p.D = 128;
   check<128, true, true>(p);
+}
+
+// The one-pass backward (dK/dV with dQ in the same loop, dQ added to each query block in a fixed
+// order; mma_body.h dq_step) against the CPU op at the two-pass kernels' floors, with the two-pass
+// kernels' dK, dV and sink gradients bit for bit (the same arithmetic in the same order) and their
+// block counts: causal, window and SCOPE masks, packed documents, ALiBi, RoPE, scale-invariant and
+// temperature logits, sinks, GQA, a batch of 2, queries last (Tq < Tk), ragged lengths and chains
+// of up to 4 key blocks per query block; bf16 at D 64 and 128, split f32 at D 64 and at D 128 (32-row
+// steps: two warps per m-tile, each half of D). A block that takes its turn out of order fails in
+// the emulator, where blocks run in grid order (on a GPU it would hang).
+template <int D, bool kSplit>
+void check_one_pass(const Problem& p) {
+  SCOPED_TRACE(p.tag() + (kSplit ? " split f32" : "") + " one pass");
+  const Inputs in = kSplit ? f32_inputs(p, 71) : bf16_inputs(p, 71);
+  const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+  const Result low = kSplit ? naive(p, split_rounded(in), Rounding::Split) : naive(p, in, true);
+  const Emulated one = run_emulated<D, false, kSplit>(p, in, true, true);
+  if (kSplit) expect_results(one.r, low, ref, 3.0, kSplitAtol, kSplitAtolSums);
+  else expect_results(one.r, low, ref, 3.0, 1e-3);
+  const Emulated two = run_emulated<D, false, kSplit>(p, in);
+  EXPECT_EQ(one.r.dk, two.r.dk);
+  EXPECT_EQ(one.r.dv, two.r.dv);
+  EXPECT_EQ(one.r.dz, two.r.dz);
+  EXPECT_EQ(one.stats.bwd_blocks, two.stats.bwd_blocks);
+}
+
+TEST(MmaEmulator, OnePassBackwardMatchesTheCpuOpAndTheTwoPassKernels) {
+  Problem p;
+  p.H = 2, p.Hkv = 1, p.B = 2, p.Tq = p.Tk = 230;  // 4 key blocks, ragged
+  check_one_pass<64, false>(p);
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 107, p.mask = MaskKind::Window, p.pos = PosKind::Alibi,
+  p.logit = LogitKind::ScaleInvariant, p.sink = true;
+  check_one_pass<64, false>(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.mask = MaskKind::Scope, p.docs = {{40, 110}}, p.pos = PosKind::Rope;
+  check_one_pass<64, false>(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 30, p.Tk = 150, p.logit = LogitKind::Temperature;  // queries last, 3 key blocks
+  check_one_pass<64, false>(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 140, p.sink = true, p.D = 128;
+  check_one_pass<128, false>(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 140, p.mask = MaskKind::Window, p.pos = PosKind::Rope;
+  check_one_pass<64, true>(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.docs = {{60, 90}}, p.sink = true, p.D = 128;
+  check_one_pass<128, true>(p);
 }
 
 // FoX's forget gates in the tensor-core kernels: the block's c_j in shared memory (forward, dQ), the

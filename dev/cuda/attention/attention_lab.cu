@@ -8,7 +8,9 @@
 //   0  reference kernels (attn_reference.cu): one warp per query / key row, fp32 accumulation;
 //   1  tensor-core kernels as promoted into the library (attn_mma.cu with mma::Config<D>);
 //   2  forward with the other m-tile count per warp (D 64: 16 rows/warp; D 128: 32 rows/warp);
-//   3  dK/dV with 32-row query steps (fewer registers, more steps).
+//   3  dK/dV with 32-row query steps (fewer registers, more steps);
+//   4  the one-pass backward (variant 1 with HZ_ATTN_BACKWARD=one_pass: dK, dV and dQ from one kernel,
+//      dQ added in each query block's turn; 5 products per pair instead of 7).
 // Each variant is first validated against variant 0 on ragged problems for every mask x logit
 // transform (max |x - ref| / max |ref| within the bf16 floor, every output and gradient; see
 // validate()), then
@@ -169,6 +171,17 @@ std::vector<Variant> variants() {
   v.push_back(mma_variant<D, kOtherMT, mma::Config<D>::kDkvBq>(
       2, "tensor-core, forward " + std::to_string(16 * kOtherMT) + " rows/warp"));
   v.push_back(mma_variant<D, mma::Config<D>::kFwdMT, 32>(3, "tensor-core, dK/dV 32-row query steps"));
+  // FlashAttention-2's backward: dK, dV and dQ in one pass, dQ added in each query block's turn
+  // (mma_body.h, dq_step; the library's HZ_ATTN_BACKWARD=one_pass; with LogN's dc the two passes run)
+  Variant one = lib;
+  one.id = 4;
+  one.name = "tensor-core, one-pass backward";
+  one.bwd = [bwd = lib.bwd](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+    setenv("HZ_ATTN_BACKWARD", "one_pass", 1);
+    bwd(P, b, cnt);
+    unsetenv("HZ_ATTN_BACKWARD");
+  };
+  v.push_back(one);
   return v;
 }
 
