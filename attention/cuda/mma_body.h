@@ -860,7 +860,10 @@ struct DkvShape {
 // takes its tile from a counter when it starts (mma_device.cuh), not from blockIdx, so "started
 // earlier" holds whatever order the GPU starts blocks in. A started block runs to its end, and the
 // block with the largest kb among those started waits on none.
-template <int D, int kBq, bool kSplit, class X>
+// kAtomic (the kernel lab's variant 5 only, to size what the order costs): FlashAttention-2's own
+// scheme instead, every part added with a float atomic into a zeroed accumulator that the caller
+// converts to dq afterwards; no turns, and not deterministic (the order of the adds varies).
+template <int D, int kBq, bool kSplit, bool kAtomic, class X>
 HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* sDS, const uint16_t* sK,
                       const float (&dp)[kBq / 8][4], int64_t b, int64_t h, int64_t kb, int64_t qb) {
   using Q = DqPart<D, kBq, kSplit>;
@@ -887,7 +890,8 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
   };
   const bool after = visits(kb + 1), last = !visits(kb - 1);
   unsigned* turn = a.dq_turn + (b * P.H + h) * num_blocks(P.Tq, kBq) + qb;
-  if (tid == 0) x.wait_turn(turn, after ? static_cast<unsigned>(kb + 2) : 0u);
+  if constexpr (!kAtomic)
+    if (tid == 0) x.wait_turn(turn, after ? static_cast<unsigned>(kb + 2) : 0u);
   x.sync();  // dS'^T complete, and the query block's turn is this block's
   // this warp's 16 rows (m-tile mt) and kDC columns from c0, in chunks of kCC columns, one at a time
   // (at D 128 dK and dV hold 128 accumulator registers: 32-column chunks spill 164 bytes, 64-column
@@ -926,28 +930,34 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
       for (int dt = 0; dt < kCC / 8; ++dt) {
         const int col = cc + dt * 8 + 2 * tig;
         float v0 = c[dt][2 * hh], v1 = c[dt][2 * hh + 1];
-        if (after) {  // dQ_part + the sum of the blocks after this one
-          v0 += x.load_cg(acc + col);
-          v1 += x.load_cg(acc + col + 1);
-        }
-        if (last) {
-          store_pair<kSplit>(x, a.dq, (hrow + i) * D, col, v0, v1);
+        if constexpr (kAtomic) {
+          x.atomic_add(acc + col, v0);
+          x.atomic_add(acc + col + 1, v1);
         } else {
-          acc[col] = v0;
-          acc[col + 1] = v1;
+          if (after) {  // dQ_part + the sum of the blocks after this one
+            v0 += x.load_cg(acc + col);
+            v1 += x.load_cg(acc + col + 1);
+          }
+          if (last) {
+            store_pair<kSplit>(x, a.dq, (hrow + i) * D, col, v0, v1);
+          } else {
+            acc[col] = v0;
+            acc[col + 1] = v1;
+          }
         }
       }
     }
   }
   x.sync();  // every add done, and sDS read, before the turn passes on
-  if (tid == 0 && !last) x.post_turn(turn, static_cast<unsigned>(kb + 1));
+  if constexpr (!kAtomic)
+    if (tid == 0 && !last) x.post_turn(turn, static_cast<unsigned>(kb + 1));
 }
 
 // kFox: the FoX terms (a.fc set), a template argument because the D 128 kernel is at the 255-register
 // limit and the key sums' registers alone would make it spill when FoX is off; the general variant
 // (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; plain variant, no FoX),
-// whose grid takes a head's key blocks from the last one back.
-template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, bool kDq = false, class X>
+// whose grid takes a head's key blocks from the last one back; kAtomic: its atomic version (dq_step).
+template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, bool kDq = false, bool kAtomic = false, class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   static_assert(!kDq || (!kGen && !kFox), "the one-pass backward: plain variant, no FoX");
   using S = DkvShape<D, kBqB, kSplit>;
@@ -1102,7 +1112,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     gemm_rn<D, kBq, kSplit>(x, dk, dp, sQs, 0);  // dK += dS'^T Q
     if constexpr (kDq) {  // dQ += dS' K, in the query block's turn; dS'^T over this stage's dO
       x.sync();  // every warp is done with dO (dV's product) before it is overwritten
-      dq_step<D, kBq, kSplit>(x, P, a, sG + st * kBq * kPitch, sK, dp, b, h, j0 / kBk, cur.qb);
+      dq_step<D, kBq, kSplit, kAtomic>(x, P, a, sG + st * kBq * kPitch, sK, dp, b, h, j0 / kBk, cur.qb);
     }
     // the loop leaves head h: its key sums are done (FoX's -sum_i dL_ij, GRAPE's -sum_i dL_ij |t_ij|);
     // out is null when they need no gradient (FoX's c_i - c_j still shapes P)

@@ -82,6 +82,7 @@ struct DeviceCta {
     HZ_MMA_ASM("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
   }
   __device__ __forceinline__ float load_cg(const float* p) { return __ldcg(p); }
+  __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }  // the lab's atomic dQ
 };
 
 // The kernels: one CTA of kThreads per tile, grids and shared memory as in mma_body.h; kGen picks the
@@ -107,14 +108,14 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P,
 }
 // The one-pass backward (dK, dV and dQ; mma_body.h, dq_step): a block's tile is the count of blocks
 // started before it (a.tile_next, zeroed by the caller), so the blocks a tile waits on have started.
-template <int D, int kBq, bool kSplit = false>
+template <int D, int kBq, bool kSplit = false, bool kAtomic = false>
 __global__ void __launch_bounds__(kThreads) dkvq_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ unsigned tile;
   DeviceCta x;
   if (threadIdx.x == 0) tile = atomicAdd(a.tile_next, 1u);
   __syncthreads();
-  dkv_cta<D, kBq, false, false, kSplit, true>(x, P, a, static_cast<int64_t>(tile), smem);
+  dkv_cta<D, kBq, false, false, kSplit, true, kAtomic>(x, P, a, static_cast<int64_t>(tile), smem);
 }
 
 // The sinks' per-row gradient where no dQ pass forms it (the one-pass backward): -exp(z_h - lse_i) D_i.

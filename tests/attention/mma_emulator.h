@@ -84,6 +84,7 @@ class Thread {
   void wait_turn(const unsigned* f, unsigned v);
   void post_turn(unsigned* f, unsigned v) { *f = v; }
   float load_cg(const float* p) { return *p; }
+  void atomic_add(float* p, float v) { *p += v; }
 
  private:
   struct Copy {

@@ -76,9 +76,11 @@ struct Emulated {
 // split kernels, inputs taken as f32 and split into bf16 pairs, outputs in f32. one_pass: the
 // one-pass backward (dK/dV with dQ, the plain variant without FoX or LogN's dc) in place of the dQ
 // and dK/dV kernels, with what its launcher adds (mma_launch.cuh): dq zeroed, the turns zeroed, the
-// sinks' rows from sink_row_grad.
+// sinks' rows from sink_row_grad. atomic: its atomic version (the kernel lab's variant 5: dQ by float
+// atomics into a zeroed accumulator, converted to dq after).
 template <int D, bool kGen = false, bool kSplit = false>
-Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true, bool one_pass = false) {
+Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true, bool one_pass = false,
+                      bool atomic = false) {
   const AttnConfig cfg = config_of(p);  // P points into its documents' bounds: keep it alive
   AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
   // GRAPE's rates in f64, as fused.cpp hands them to the kernels (general variant)
@@ -141,7 +143,8 @@ Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true, 
     constexpr int kBq = C::kDkvBq;
     using K1 = mma::DkvShape<D, kBq, kSplit>;
     std::fill(dq.v.begin(), dq.v.end(), 0);
-    std::vector<float> acc(kSplit ? 0 : nq * D, NAN);  // bf16: the f32 accumulator (every add after a store)
+    // bf16: the f32 accumulator (every add after a store; zeroed for the atomic version)
+    std::vector<float> acc(kSplit ? 0 : nq * D, atomic ? 0.0f : NAN);
     std::vector<unsigned> turn(p.B * p.H * num_blocks(p.Tq, kBq), 0);
     a.dq_acc = kSplit ? static_cast<float*>(dq.data()) : acc.data();
     a.dq_turn = turn.data();
@@ -154,8 +157,11 @@ Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true, 
         dz_rows[row] = mma::sink_row_grad(host, z[(row / p.Tq) % p.H], lse[row] == -INFINITY ? INFINITY : lse[row] * mma::kLog2e,
                                           Dvec[row]);
     each_cta(p.B * p.Hkv * num_blocks(p.Tk, K1::kBk), K1::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-      mma::dkv_cta<D, kBq, false, false, kSplit, true>(t, P, a, cta, s);
+      if (atomic) mma::dkv_cta<D, kBq, false, false, kSplit, true, true>(t, P, a, cta, s);
+      else mma::dkv_cta<D, kBq, false, false, kSplit, true>(t, P, a, cta, s);
     });
+    if (atomic && !kSplit)  // the conversion after the kernel
+      for (int64_t e = 0; e < nq * D; ++e) static_cast<uint16_t*>(dq.data())[e] = f32_to_bf16_bits(acc[e]);
   }
   using Q = mma::DqShape<D, kSplit>;
   if (!one_pass)
@@ -380,14 +386,15 @@ TEST(MmaEmulator, SplitKernelsForF32MatchTheCpuOpAtTheSplitFloor) {
 // temperature logits, sinks, GQA, a batch of 2, queries last (Tq < Tk), ragged lengths and chains
 // of up to 4 key blocks per query block; bf16 at D 64 and 128, split f32 at D 64 and at D 128 (32-row
 // steps: two warps per m-tile, each half of D). A block that takes its turn out of order fails in
-// the emulator, where blocks run in grid order (on a GPU it would hang).
+// the emulator, where blocks run in grid order (on a GPU it would hang). The kernel lab's atomic
+// version (variant 5) once, at the same floor.
 template <int D, bool kSplit>
-void check_one_pass(const Problem& p) {
-  SCOPED_TRACE(p.tag() + (kSplit ? " split f32" : "") + " one pass");
+void check_one_pass(const Problem& p, bool atomic = false) {
+  SCOPED_TRACE(p.tag() + (kSplit ? " split f32" : "") + (atomic ? " one pass, atomic dQ" : " one pass"));
   const Inputs in = kSplit ? f32_inputs(p, 71) : bf16_inputs(p, 71);
   const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
   const Result low = kSplit ? naive(p, split_rounded(in), Rounding::Split) : naive(p, in, true);
-  const Emulated one = run_emulated<D, false, kSplit>(p, in, true, true);
+  const Emulated one = run_emulated<D, false, kSplit>(p, in, true, true, atomic);
   if (kSplit) expect_results(one.r, low, ref, 3.0, kSplitAtol, kSplitAtolSums);
   else expect_results(one.r, low, ref, 3.0, 1e-3);
   const Emulated two = run_emulated<D, false, kSplit>(p, in);
@@ -401,6 +408,7 @@ TEST(MmaEmulator, OnePassBackwardMatchesTheCpuOpAndTheTwoPassKernels) {
   Problem p;
   p.H = 2, p.Hkv = 1, p.B = 2, p.Tq = p.Tk = 230;  // 4 key blocks, ragged
   check_one_pass<64, false>(p);
+  check_one_pass<64, false>(p, true);  // the lab's atomic version
   p = Problem{};
   p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 107, p.mask = MaskKind::Window, p.pos = PosKind::Alibi,
   p.logit = LogitKind::ScaleInvariant, p.sink = true;

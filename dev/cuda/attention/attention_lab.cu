@@ -10,7 +10,8 @@
 //   2  forward with the other m-tile count per warp (D 64: 16 rows/warp; D 128: 32 rows/warp);
 //   3  dK/dV with 32-row query steps (fewer registers, more steps);
 //   4  the one-pass backward (variant 1 with HZ_ATTN_BACKWARD=one_pass: dK, dV and dQ from one kernel,
-//      dQ added in each query block's turn; 5 products per pair instead of 7).
+//      dQ added in each query block's turn; 5 products per pair instead of 7);
+//   5  the same with FlashAttention-2's atomic dQ (not deterministic): what variant 4's order costs.
 // Each variant is first validated against variant 0 on ragged problems for every mask x logit
 // transform (max |x - ref| / max |ref| within the bf16 floor, every output and gradient; see
 // validate()), then
@@ -137,6 +138,27 @@ Variant mma_variant(int id, const std::string& name) {
   return v;
 }
 
+// FlashAttention-2's backward as it is: the one pass with dQ added by float atomics into a zeroed
+// f32 accumulator, then converted to bf16 (not deterministic; mma_body.h, dq_step's kAtomic)
+template <int D>
+void atomic_one_pass(const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+  Tensor Dvec = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, Device::cuda(0));
+  Args a = args_of(b, P, Dvec, cnt);
+  const int64_t rows = P.B * P.H * P.Tq;
+  mma::dot_kernel<__nv_bfloat16><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, hz::cuda::stream(0)>>>(
+      rows, D, static_cast<const __nv_bfloat16*>(b.out.raw_data()), static_cast<const __nv_bfloat16*>(b.gout.raw_data()),
+      Dvec.data<float>());
+  HZ_CUDA_LAUNCHED("lab dot");
+  constexpr int kBq = mma::Config<D>::kDkvBq;
+  using K = mma::DkvShape<D, kBq>;
+  Tensor acc = Tensor::zeros(b.q.shape(), DType::F32, Device::cuda(0));
+  Tensor started = Tensor::zeros({1}, DType::I32, Device::cuda(0));
+  a.dq_acc = acc.data<float>();
+  a.tile_next = static_cast<unsigned*>(started.raw_data());
+  launch(mma::dkvq_kernel<D, kBq, false, true>, P.B * P.Hkv * num_blocks(P.Tk, K::kBk), K::kSmem, P, a);
+  b.dq = acc.to(DType::BF16);
+}
+
 template <int D>
 std::vector<Variant> variants() {
   std::vector<Variant> v;
@@ -182,6 +204,14 @@ std::vector<Variant> variants() {
     unsetenv("HZ_ATTN_BACKWARD");
   };
   v.push_back(one);
+  Variant atom = lib;  // (with LogN's dc: the two passes)
+  atom.id = 5;
+  atom.name = "tensor-core, one-pass backward, atomic dQ (not deterministic)";
+  atom.bwd = [bwd = lib.bwd](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+    if (P.logit == LogitKind::LogN) bwd(P, b, cnt);
+    else atomic_one_pass<D>(P, b, cnt);
+  };
+  v.push_back(atom);
   return v;
 }
 
