@@ -894,7 +894,7 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
     if (tid == 0) x.wait_turn(turn, after ? static_cast<unsigned>(kb + 2) : 0u);
   x.sync();  // dS'^T complete, and the query block's turn is this block's
   // this warp's 16 rows (m-tile mt) and kDC columns from c0, in chunks of kCC columns, one at a time
-  // (at D 128 dK and dV hold 128 accumulator registers: 32-column chunks spill 164 bytes, 64-column
+  // (at D 128 dK and dV hold 128 accumulator registers: 32-column chunks spill 160 bytes, 64-column
   // ones 200, the whole row 344; sm_90, tests/kernel_registers.sh)
   constexpr int kCC = Q::kDC <= 64 ? Q::kDC : 32;
   const int mt = warp % Q::kMtiles, c0 = (warp / Q::kMtiles) * Q::kDC;
