@@ -152,9 +152,13 @@ void atomic_one_pass(const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
   constexpr int kBq = mma::Config<D>::kDkvBq;
   using K = mma::DkvShape<D, kBq>;
   Tensor acc = Tensor::zeros(b.q.shape(), DType::F32, Device::cuda(0));
-  Tensor started = Tensor::zeros({1}, DType::I32, Device::cuda(0));
+  // the turn words (the kernel computes their addresses, the atomic version never reads them) and
+  // the started-block count after them, as the library lays them out
+  const int64_t nturn = P.B * P.H * num_blocks(P.Tq, kBq);
+  Tensor words = Tensor::zeros({nturn + 1}, DType::I32, Device::cuda(0));
   a.dq_acc = acc.data<float>();
-  a.tile_next = static_cast<unsigned*>(started.raw_data());
+  a.dq_turn = static_cast<unsigned*>(words.raw_data());
+  a.tile_next = a.dq_turn + nturn;
   launch(mma::dkvq_kernel<D, kBq, false, true>, P.B * P.Hkv * num_blocks(P.Tk, K::kBk), K::kSmem, P, a);
   b.dq = acc.to(DType::BF16);
 }
