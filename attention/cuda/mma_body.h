@@ -1,5 +1,6 @@
 // Horizon: the fused attention's tensor-core kernels (bf16 inputs, or f32 inputs as bf16 pairs in the
-// split kernels below; fp32 accumulation, mma.sync m16n8k16), written once over an execution context X so the same code runs as CUDA kernels
+// split kernels below; fp32 accumulation, mma.sync m16n8k16, and for the forward on sm_90a Hopper's
+// wgmma.mma_async, kWg below), written once over an execution context X so the same code runs as CUDA kernels
 // (attn_mma.cu, X = DeviceCta: inline PTX) and on the host through a warp emulator
 // (tests/attention/mma_emulator.h, X = EmuThread: ucontext fibers with collective ldmatrix, mma,
 // shuffles and delayed cp.async), which is how these kernels are tested on machines without a GPU.
@@ -298,7 +299,9 @@ HZ_KBODY void fill_si_table(X& x, float* tab, const AttnKernelParams& P, int64_t
 // scale-invariant table is filled (distances t0 .. t0 + ntab - 1) and so is whatever `fill` writes
 // for this step, and after this stage's copies have landed a second barrier makes them, the table
 // and the fill visible to every warp.
-template <class X, class F, class G>
+// kWg: the tiles are read by wgmma (the async proxy): each thread fences its landed copies into it
+// before the barrier.
+template <bool kWg = false, class X, class F, class G>
 HZ_KBODY void pipeline_step(X& x, bool has_next, F&& prefetch, const AttnKernelParams& P, float* tab, int64_t t0,
                             int ntab, G&& fill) {
   x.sync();
@@ -307,7 +310,73 @@ HZ_KBODY void pipeline_step(X& x, bool has_next, F&& prefetch, const AttnKernelP
   if (P.logit == LogitKind::ScaleInvariant) fill_si_table(x, tab, P, t0, ntab);
   fill();
   x.template cp_wait<1>();
+  if constexpr (kWg) x.fence_proxy_async();
   x.sync();
+}
+
+// ---- Hopper's warpgroup MMA (wgmma, sm_90a) ---------------------------------------------------------
+// The forward's kWg kernels (attn_wgmma.cu) form S = Q K^T and O += P V with
+// wgmma.mma_async.m64nNk16 in place of mma.sync: the CTA's 4 warps are one warpgroup, the tensor
+// cores read A (Q) and B (K, V) from shared memory themselves (no ldmatrix, no fragment registers),
+// and each warp receives the C fragment layout of mma.sync (its 16 rows of each 64-row m-tile,
+// c[nt][0..3] per 8 columns), so everything between the products (logits, mask, online softmax)
+// is the same code. P goes back in as a register A operand, packed as pack_a packs it.
+// Tiles read by wgmma use PTX's canonical 128-byte swizzle: a tile of R rows of W bf16 is W / 64
+// column blocks of R x 64 (128 bytes per row, blocks R * 128 bytes apart), and the 16-byte chunk c
+// of row r sits at chunk c ^ (r % 8) of that row; the tile starts on a 1024-byte boundary (the
+// hardware swizzles by shared-memory address bits 4-6 ^ 7-9). A K-major operand (Q, K: the
+// reduction runs along the row) advances along K by moving its descriptor's start within the
+// 128-byte row; V (the reduction runs down the rows) is N-major, imm-trans-b = 1.
+HZ_KBODY int sw_offset(int r, int col, int R) {  // bf16 offset of (r, col) in a swizzled tile of R rows
+  return (col >> 6) * R * 64 + r * 64 + ((((col & 63) >> 3) ^ (r & 7)) << 3) + (col & 7);
+}
+// load_tile for a swizzled tile of R rows.
+template <int W, class X>
+HZ_KBODY void load_tile_sw(X& x, uint16_t* s, const uint16_t* g, int64_t r0, int R, int64_t rows) {
+  constexpr int kChunks = W / 8;
+  for (int c = x.tid(); c < R * kChunks; c += kThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const int64_t gr = r0 + r;
+    const bool ok = gr >= 0 && gr < rows;
+    x.cp_async16(s + sw_offset(r, col, R), g + (ok ? gr : 0) * W + col, ok);
+  }
+}
+// A matrix descriptor (PTX's wgmma descriptor: start, leading and stride byte offsets in 16-byte
+// units, base offset 0, layout 1 = 128-byte swizzle).
+HZ_KBODY uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
+}
+// K-major: rows row0.. of a swizzled tile of R rows at shared address `tile`, columns 16 ks .. +15
+// (8-row groups 1024 bytes apart; the leading offset is unused and set to 1, as PTX assumes).
+HZ_KBODY uint64_t desc_k(uint32_t tile, int R, int row0, int ks) {
+  const int col = ks * 16;
+  return wg_desc(tile + static_cast<uint32_t>((col >> 6) * R * 128 + (row0 >> 3) * 1024 + (col & 63) * 2), 16, 1024);
+}
+// N-major (B = the tile itself, K down its rows): rows 16 kk .. +15, every column (column blocks of
+// 64 are R * 128 bytes apart: the leading offset; 8-row groups 1024: the stride offset).
+HZ_KBODY uint64_t desc_mn(uint32_t tile, int R, int kk) {
+  return wg_desc(tile + static_cast<uint32_t>(kk * 16 * 128), static_cast<uint32_t>(R * 128), 1024);
+}
+// Issue (no fence, commit or wait: the caller batches) C (64 x N) = A B^T + (acc ? C : 0): A rows
+// a_row0 .. +63 of a K-major tile of RA rows, B^T the first N rows of one of RB rows, both D wide.
+template <int D, int N, class X>
+HZ_KBODY void wg_issue_nt(X& x, float (&c)[N / 8][4], uint32_t sA, int RA, int a_row0, uint32_t sB, int RB, bool acc) {
+  HZ_UNROLL
+  for (int ks = 0; ks < D / 16; ++ks)
+    x.template wgmma_ss<N>(c, desc_k(sA, RA, a_row0, ks), desc_k(sB, RB, 0, ks), acc || ks > 0 ? 1 : 0);
+}
+// Issue C (64 x D) += P (64 x K, this warp's rows from C-fragment registers s, packed into a) B
+// (K x D: the first K rows of an N-major tile of RB rows). a must stay untouched until the wait.
+template <int D, int K, class X>
+HZ_KBODY void wg_issue_rn(X& x, float (&c)[D / 8][4], uint32_t (&a)[K / 16][4], uint32_t sB, int RB) {
+  HZ_UNROLL
+  for (int kk = 0; kk < K / 16; ++kk) x.template wgmma_rs<D>(c, a[kk], desc_mn(sB, RB, kk), 1);
+}
+// The first 1024-byte boundary of the window at or after smem (swizzled tiles start there).
+template <class X>
+HZ_KBODY unsigned char* align_1k(X& x, unsigned char* smem) {
+  return smem + ((1024u - x.smem_u32(smem) % 1024u) % 1024u);
 }
 
 // ---- the two kernel variants ---------------------------------------------------------------------------
@@ -424,19 +493,24 @@ struct KvStep {
   int64_t j0;
   bool masked;
 };
-template <int D, int kBq, int kBk, bool kSplit, bool kGen, class X>
+template <int D, int kBq, int kBk, bool kSplit, bool kGen, bool kWg = false, class X>
 HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& blocks, int64_t kb, int64_t n,
                         int64_t b, int64_t i0, uint16_t* sK, uint16_t* sV, const uint16_t* kg, const uint16_t* vg,
                         float* sT, const float* fcg, float* sF, double base, float* sPos, bool dist,
                         const double* dkg, float* sDk) {
-  constexpr int W = row_width<D, kSplit>(), kStage = kBk * Tile<W>::kPitch;
+  constexpr int W = row_width<D, kSplit>(), kStage = kBk * (kWg ? W : Tile<W>::kPitch);
   const int st = static_cast<int>(n & 1);
   const int64_t j0 = kb * kBk, next = blocks.next(kb);
-  pipeline_step(
+  pipeline_step<kWg>(
       x, next <= blocks.last(),
       [&] {
-        load_tile<W>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
-        load_tile<W>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
+        if constexpr (kWg) {
+          load_tile_sw<W>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
+          load_tile_sw<W>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
+        } else {
+          load_tile<W>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
+          load_tile<W>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
+        }
       },
       P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1, [&] {
         if (fcg != nullptr)
@@ -473,21 +547,31 @@ HZ_KBODY float row_r(const AttnKernelParams& P, const float* c, int64_t b, int64
 }
 
 // ---- forward ----------------------------------------------------------------------------------------
-template <int D, int kMT, bool kSplit = false>
+// kWg: the wgmma kernels (above; bf16 only): swizzled tiles without padding, on a 1024-byte boundary
+// (up to 1 KB of the block's shared memory goes to the alignment).
+template <int D, int kMT, bool kSplit = false, bool kWg = false>
 struct FwdShape {
+  static_assert(!(kWg && kSplit), "the wgmma forward takes bf16 inputs");
   static constexpr int kBq = 16 * kMT * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
+  static constexpr int kRowBytes = kWg ? 2 * D : Tile<row_width<D, kSplit>()>::kRowBytes;
   // + FoX's c_j, the keys' token positions and GRAPE's rates of the keys and the rows
-  static constexpr int kSmem =
-      (kBq + 4 * kBk) * Tile<row_width<D, kSplit>()>::kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
+  static constexpr int kSmem = (kWg ? 1024 : 0) + (kBq + 4 * kBk) * kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
 };
+// The first of a thread's rows in m-tile mt, relative to the query block: mma.sync gives a warp kMT
+// consecutive m-tiles, wgmma gives each of the kMT 64-row m-tiles of the block 16 rows per warp.
+template <int kMT, bool kWg>
+HZ_KBODY int fwd_row0(int warp, int mt) {
+  return kWg ? mt * 64 + warp * 16 : warp * 16 * kMT + mt * 16;
+}
 
-template <int D, int kMT, bool kGen, bool kSplit, class X>
+template <int D, int kMT, bool kGen, bool kSplit, bool kWg = false, class X>
 HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
-  using S = FwdShape<D, kMT, kSplit>;
+  using S = FwdShape<D, kMT, kSplit, kWg>;
   constexpr int W = row_width<D, kSplit>();
-  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<W>::kPitch;
+  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = kWg ? W : Tile<W>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+  if constexpr (kWg) smem = align_1k(x, smem);
   const QueryTile tile = query_tile(P, cta, kBq);
   const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
   const uint16_t* qg = a.q + (b * P.H + h) * P.Tq * W;
@@ -517,13 +601,19 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     for (int64_t i = i0 + tid; i <= i1; i += kThreads) a.lse[(b * P.H + h) * P.Tq + i] = a.sink ? a.sink[h] : ninf();
     return;
   }
-  load_tile<W>(x, sQ, qg, i0, kBq, P.Tq);
-  load_tile<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
-  load_tile<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
+  if constexpr (kWg) {
+    load_tile_sw<W>(x, sQ, qg, i0, kBq, P.Tq);
+    load_tile_sw<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
+    load_tile_sw<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
+  } else {
+    load_tile<W>(x, sQ, qg, i0, kBq, P.Tq);
+    load_tile<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
+    load_tile<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
+  }
   x.cp_commit();
   if (dist) fill_row_rates(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
 
-  // this thread's rows: r = warp * 16 kMT + mt * 16 + g + 8 hh
+  // this thread's rows: r = fwd_row0(warp, mt) + g + 8 hh
   float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2], cq[kMT][2], pq[kMT][2];
   int64_t lo[kMT][2], hi[kMT][2];
   Range32 sr[kMT][2];  // the sink tokens (general variant)
@@ -531,7 +621,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   for (int mt = 0; mt < kMT; ++mt)
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
-      const int64_t i = i0 + warp * 16 * kMT + mt * 16 + g + 8 * hh;
+      const int64_t i = i0 + fwd_row0<kMT, kWg>(warp, mt) + g + 8 * hh;
       const IndexRange kr = i < P.Tq ? key_range(P, b, h, i) : IndexRange{1, 0};
       lo[mt][hh] = kr.lo;
       hi[mt][hh] = kr.hi;
@@ -555,21 +645,32 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
 
   for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
     const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
-    const KvStep step = kv_step<D, kBq, kBk, kSplit>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF,
-                                                     base, sPos, dist, dkg, sDk);
+    const KvStep step = kv_step<D, kBq, kBk, kSplit, kGen, kWg>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT,
+                                                               fcg, sF, base, sPos, dist, dkg, sDk);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
     const bool masked = step.masked;
 
     float s[kMT][kNT][4];
-    HZ_UNROLL
-    for (int mt = 0; mt < kMT; ++mt) {
+    if constexpr (kWg) {  // every m-tile's chain in one batch
+      x.wg_operand_fence(s);
+      x.wg_fence();
       HZ_UNROLL
-      for (int nt = 0; nt < kNT; ++nt)
+      for (int mt = 0; mt < kMT; ++mt)
+        wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, mt * 64, x.smem_u32(sKs), kBk, false);
+      x.wg_commit();
+      x.template wg_wait<0>();
+      x.wg_operand_fence(s);
+    } else {
+      HZ_UNROLL
+      for (int mt = 0; mt < kMT; ++mt) {
         HZ_UNROLL
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
-      gemm_nt<D, kBk, kSplit>(x, s[mt], sQ, warp * 16 * kMT + mt * 16, sKs, 0);
+        for (int nt = 0; nt < kNT; ++nt)
+          HZ_UNROLL
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+        gemm_nt<D, kBk, kSplit>(x, s[mt], sQ, fwd_row0<kMT, kWg>(warp, mt), sKs, 0);
+      }
     }
     HZ_UNROLL
     for (int mt = 0; mt < kMT; ++mt)
@@ -577,7 +678,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       for (int hh = 0; hh < 2; ++hh) {
         // 32-bit coordinates inside the block: column c is key j0 + c; distance t = tb - c; the
         // table entry of (row, c) is te0 - c (t0 is the smallest distance of the block pair)
-        const int rloc = warp * 16 * kMT + mt * 16 + g + 8 * hh;
+        const int rloc = fwd_row0<kMT, kWg>(warp, mt) + g + 8 * hh;
         const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
         const int te0 = rloc + kBk - 1;
         const ColRange kc = cols_in_block(IndexRange{lo[mt][hh], hi[mt][hh]}, j0, kBk);
@@ -628,8 +729,23 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           o[mt][dt][2 * hh + 1] *= corr;
         }
       }
-    HZ_UNROLL
-    for (int mt = 0; mt < kMT; ++mt) gemm_rn<D, kBk, kSplit>(x, o[mt], s[mt], sVs, 0);
+    if constexpr (kWg) {
+      uint32_t pa[kMT][kBk / 16][4];  // P as A fragments, held until the wait
+      HZ_UNROLL
+      for (int mt = 0; mt < kMT; ++mt)
+        HZ_UNROLL
+        for (int kk = 0; kk < kBk / 16; ++kk) pack_a(x, pa[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+      x.wg_operand_fence(o);
+      x.wg_fence();
+      HZ_UNROLL
+      for (int mt = 0; mt < kMT; ++mt) wg_issue_rn<D, kBk>(x, o[mt], pa[mt], x.smem_u32(sVs), kBk);
+      x.wg_commit();
+      x.template wg_wait<0>();
+      x.wg_operand_fence(o);
+    } else {
+      HZ_UNROLL
+      for (int mt = 0; mt < kMT; ++mt) gemm_rn<D, kBk, kSplit>(x, o[mt], s[mt], sVs, 0);
+    }
   }
 
   HZ_UNROLL
@@ -639,7 +755,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       float sum = l[mt][hh];
       sum += x.shfl_xor(sum, 1);
       sum += x.shfl_xor(sum, 2);
-      const int64_t i = i0 + warp * 16 * kMT + mt * 16 + g + 8 * hh;
+      const int64_t i = i0 + fwd_row0<kMT, kWg>(warp, mt) + g + 8 * hh;
       if (i >= P.Tq) continue;
       const int64_t row = (b * P.H + h) * P.Tq + i;
       float mx = m[mt][hh], oscale = 1.0f;  // the sink: sum' = sum 2^(m - M) + 2^(z - M), M = max(m, z)

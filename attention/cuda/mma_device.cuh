@@ -18,6 +18,14 @@ namespace hz::attn::mma {
 #else
 #define HZ_MMA_ASM(...) asm volatile(__VA_ARGS__)
 #endif
+// wgmma and the async proxy's fence exist on sm_90a only: built for anything else (the host pass, an
+// sm_90 or older pass of a file that includes them) they are a trap, never reached (attn_wgmma.cu
+// compiles for sm_90a alone and the launcher checks the GPU).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define HZ_WG_ASM(...) __trap()
+#else
+#define HZ_WG_ASM(...) asm volatile(__VA_ARGS__)
+#endif
 struct DeviceCta {
   __device__ __forceinline__ int tid() const { return static_cast<int>(threadIdx.x); }
   __device__ __forceinline__ void sync() { __syncthreads(); }
@@ -83,6 +91,101 @@ struct DeviceCta {
   }
   __device__ __forceinline__ float load_cg(const float* p) { return __ldcg(p); }
   __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }  // the lab's atomic dQ
+
+  // ---- Hopper's warpgroup MMA (mma_body.h, the kWg kernels; sm_90a only, attn_wgmma.cu) ----
+  __device__ __forceinline__ uint32_t smem_u32(const void* p) const {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  }
+  // the cp.async tiles a thread landed become visible to wgmma (the async proxy)
+  __device__ __forceinline__ void fence_proxy_async() { HZ_WG_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+  __device__ __forceinline__ void wg_fence() { HZ_WG_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+  __device__ __forceinline__ void wg_commit() { HZ_WG_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+  template <int N>
+  __device__ __forceinline__ void wg_wait() {
+    HZ_WG_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+  }
+  // Keeps the compiler from moving reads or writes of accumulator registers across a wgmma batch's
+  // fence or wait (the instruction's asm names them as outputs at issue; the values land at the wait).
+  __device__ __forceinline__ void wg_operand_fence(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+  template <class T, int N>
+  __device__ __forceinline__ void wg_operand_fence(T (&v)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) wg_operand_fence(v[i]);
+  }
+  // wgmma.mma_async m64nNk16 (mma_body.h, wg_issue_nt / wg_issue_rn): A and B by descriptor (both
+  // K-major), or A from registers and B N-major (imm-trans-b 1); scale-d 0: D = A B.
+  template <int N>
+  __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t da, uint64_t db, int scale_d) {
+    static_assert(N == 64, "the forward's S = Q K^T: 64-key tiles");
+    wgmma_ss_64(d, da, db, scale_d);
+  }
+  template <int N>
+  __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+    static_assert(N == 64 || N == 128, "the forward's O += P V: D 64 or 128");
+    if constexpr (N == 64) wgmma_rs_64(d, a, db, scale_d);
+    else wgmma_rs_128(d, a, db, scale_d);
+  }
+  __device__ __forceinline__ void wgmma_ss_64(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
+    HZ_WG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+              "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+              "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+              "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+              "%32, %33, p, 1, 1, 0, 0;\n}\n"
+              : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+              "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+              "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+              "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+              "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+              "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+              "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+              : "l"(da), "l"(db), "r"(scale_d)
+              : "memory");
+  }
+  __device__ __forceinline__ void wgmma_rs_64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+    HZ_WG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+              "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+              "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+              "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+              "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+              : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+              "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+              "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+              "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+              "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+              "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+              "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+              : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)
+              : "memory");
+  }
+  __device__ __forceinline__ void wgmma_rs_128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+    HZ_WG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+              "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+              "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+              "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+              "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+              "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+              "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+              : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+              "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+              "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+              "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+              "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+              "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+              "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+              "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+              "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+              "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+              "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+              "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+              "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+              "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+              "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+              : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)
+              : "memory");
+  }
 };
 
 // The kernels: one CTA of kThreads per tile, grids and shared memory as in mma_body.h; kGen picks the

@@ -16,6 +16,11 @@
 
 namespace hz::attn::cuda_impl {
 
+// Hopper's wgmma forward (attn_wgmma.cu, built with the sm_90a code; attn_mma.cu has their stand-ins
+// in a build without it): whether a device runs it, and the launch (plain variant, bf16).
+bool wgmma_supported(int device);
+void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
+
 namespace {
 
 using mma::Args;
@@ -126,6 +131,9 @@ void forward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& k
   a.out = out.raw_data();
   a.lse = lse.data<float>();
   a.counters = counters;
+  if constexpr (!kGen && !kSplit) {  // Hopper's wgmma where it is asked for and runs (attn_cuda.h)
+    if (wgmma_forward(P, DType::BF16, q.device().index)) return wgmma_forward_launch(P, a, s);
+  }
   if (P.D == 64) forward_d<64, kGen, kSplit>(P, a, s);
   else forward_d<128, kGen, kSplit>(P, a, s);
 }

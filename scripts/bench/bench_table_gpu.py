@@ -23,12 +23,13 @@ def ms(r):
 
 for D in sorted({k[0] for k in hz}):
     print(f"### D = {D}\n")
-    print("| T | B | mask | logits | kernel | pair ratio | hz ms | hz TFLOP/s | time ratio | eff | sdpa ms | flex ms "
-          "| sdpa/hz | flex/hz | target |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| T | B | mask | logits | kernel | pair ratio | hz ms | hz TFLOP/s | hz fwd TFLOP/s | time ratio | eff "
+          "| sdpa ms | flex ms | sdpa/hz | flex/hz | target |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for T in sorted({k[1] for k in hz if k[0] == D}):
-      # Horizon's kernels (tensor_core_1p: with the one-pass backward), cuDNN's; each against its own causal
-      for kernel in ("tensor_core", "tensor_core_1p", "cudnn", "reference"):
+      # Horizon's kernels (tensor_core_1p: with the one-pass backward; tensor_core_wg: the forward on
+      # Hopper's wgmma), cuDNN's; each against its own causal
+      for kernel in ("tensor_core", "tensor_core_1p", "tensor_core_wg", "tensor_core_wg_1p", "cudnn", "reference"):
         for logit in ("identity", "scale_invariant", "logn", "swan_row", "temperature"):
             c = hz.get((D, T, "causal", logit, kernel))
             for mask in ("causal", "swa", "scope", "docs2048", "chunk2048", "sink4"):
@@ -51,7 +52,7 @@ for D in sorted({k[0] for k in hz}):
                     target = f"{target}; {t2}" if target else t2
                 fmt = lambda x, p=2: f"{x:.{p}f}" if x else "n/a"
                 print(f"| {T} | {r['B']} | {mask} | {logit} | {r['kernel']} | {pr:.2f} | {r['fwd_bwd_ms']:.2f} | "
-                      f"{r['tflops_fwd_bwd']:.1f} | {tr:.2f} | {100 * tr / pr:.0f}% | {fmt(sm)} | {fmt(fm)} | "
+                      f"{r['tflops_fwd_bwd']:.1f} | {r['tflops_fwd']:.1f} | {tr:.2f} | {100 * tr / pr:.0f}% | {fmt(sm)} | {fmt(fm)} | "
                       f"{fmt(so)} | {fmt(fo)} | {target} |")
     print()
 print("pair ratio = visible pairs of causal / this mask; time ratio = causal time / this case's time (same logits); "

@@ -296,14 +296,16 @@ sanitize() {
 # the attention's edge shapes: ragged tiles (77, 33 x 130), a key range ending inside a tile, the
 # plain causal case, D 128; the split kernels' (f32 on the tensor cores: tiles of bf16 pairs); the
 # one-pass backward's (dS'^T through shared memory, dQ added in turns), bf16 and split
-EDGE='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D64:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D128:Cases/FusedCudaOnePass.*/*_Tq77Tk77_D64:Cases/FusedCudaOnePass.*/*_Tq77Tk77_D128'
+EDGE='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D64:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D128:Cases/FusedCudaOnePass.*/*_Tq77Tk77_D64:Cases/FusedCudaOnePass.*/*_Tq77Tk77_D128:Cases/FusedCudaWgmma.*/*_Tq77Tk77_D64:Cases/FusedCudaWgmma.*/*_Tq77Tk77_D128'
 GENERAL='FusedCuda.ChunksSinkTokensPrefixAndPositionsOnTheTensorCoreKernels'
 GRAPE='FusedCuda.GrapeRatesOnTheTensorCoreKernels'
 
 stage_memcheck() {
   starts "compute-sanitizer memcheck" 60 || return
-  # (the one pass's long sequences: 27 calls at T 2048, minutes under the sanitizer; their edge shapes are in EDGE)
-  sanitize memcheck hz_test_attention "$EDGE:FusedCuda.*-FusedCuda.OnePassBackwardOnLongSequences" 120
+  # (the one pass's and the wgmma forward's long sequences: dozens of calls at T 2048, minutes under the
+  # sanitizer; their edge shapes are in EDGE)
+  sanitize memcheck hz_test_attention \
+    "$EDGE:FusedCuda.*-FusedCuda.OnePassBackwardOnLongSequences:FusedCuda.WgmmaForwardOnLongSequences" 120
   # the out-of-memory test asks for 4 TiB on purpose: its API error is the test, not a bug; the
   # death test re-executes the binary, which hung under the sanitizer (H100, 2026-11-26)
   sanitize memcheck hz_test_core 'CudaTest.*-CudaTest.ErrorsNameTheCallAndWhatToDo:CudaTest.NonContiguousDeviceTensors' 60
@@ -330,7 +332,7 @@ stage_lab() {
   local D v log rc
   say '```'
   for D in 64 128; do
-    for v in 1 2 3 4 5; do  # the tensor-core variants (each validated against variant 0, the reference, on
+    for v in 1 2 3 4 5 6; do  # the tensor-core variants (each validated against variant 0, the reference, on
                         # small ragged problems first); timing the reference itself costs ~100 s at 8K
       log="$LOGS/lab_d${D}_v$v.log"
       bounded 90 "$log" "$BUILD/attention_lab" "$v" --D "$D" --T 1024,8192 --reps 10

@@ -264,11 +264,17 @@ TEST(FusedCuda, BackwardIsBitwiseDeterministic) {
 
 // ---- the one-pass backward (HZ_ATTN_BACKWARD=one_pass: dK, dV and dQ from one kernel, dQ added in
 // each query block's turn; attention/cuda/mma_body.h, dq_step) ----------------------------------------
-struct OnePassScope {  // the one-pass backward for the calls in this scope
-  OnePassScope() { setenv("HZ_ATTN_BACKWARD", "one_pass", 1); }
-  ~OnePassScope() { unsetenv("HZ_ATTN_BACKWARD"); }
-  OnePassScope(const OnePassScope&) = delete;
-  OnePassScope& operator=(const OnePassScope&) = delete;
+struct EnvScope {  // an environment variable set for the calls in this scope (the kernels read it at each call)
+  EnvScope(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~EnvScope() { unsetenv(name_); }
+  EnvScope(const EnvScope&) = delete;
+  EnvScope& operator=(const EnvScope&) = delete;
+
+ private:
+  const char* name_;
+};
+struct OnePassScope : EnvScope {  // the one-pass backward for the calls in this scope
+  OnePassScope() : EnvScope("HZ_ATTN_BACKWARD", "one_pass") {}
 };
 struct OnePassCase {
   Problem p;
@@ -355,6 +361,94 @@ TEST(FusedCuda, OnePassBackwardOnLongSequences) {
       }
     }
   }
+}
+
+// ---- the forward on Hopper's wgmma (HZ_ATTN_FORWARD=wgmma: attention/cuda/attn_wgmma.cu) ---------
+struct WgmmaScope : EnvScope {
+  WgmmaScope() : EnvScope("HZ_ATTN_FORWARD", "wgmma") {}
+};
+bool wgmma_takes(const Problem& p) {
+  const AttnConfig cfg = config_of(p);
+  AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
+  P.sink = p.sink;
+  P.fox = p.fox;
+  return wgmma_forward(P, DType::BF16, Device::cuda(0));
+}
+
+// On an H100/H200 the wgmma forward must be there (a build for sm_90 has it): the cases below skip
+// on other GPUs, and must not skip here.
+TEST(FusedCuda, WgmmaForwardRunsOnHopper) {
+  HZT_NEED_GPU();
+  if (cuda::compute_capability(0) != 90) GTEST_SKIP() << "not a compute-capability 9.0 GPU: " << cuda::device_name(0);
+  Problem p;
+  p.Tq = p.Tk = 128;
+  EXPECT_FALSE(wgmma_takes(p)) << "the default is mma.sync";
+  const WgmmaScope wg;
+  EXPECT_TRUE(wgmma_takes(p));
+  p.D = 128;
+  EXPECT_TRUE(wgmma_takes(p));
+}
+
+// Every bf16 tensor-core case the wgmma forward takes, forward and backward at the floors (the
+// backward reads its out and lse), run twice: the same bits.
+class FusedCudaWgmma : public ::testing::TestWithParam<Problem> {};
+TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
+  HZT_NEED_GPU();
+  const Problem p = GetParam();
+  const WgmmaScope wg;
+  if (!attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, p.D).tensor_core || !wgmma_takes(p))
+    GTEST_SKIP() << "the wgmma forward does not take this call here (a compute-capability 9.0 GPU, bf16, the plain "
+                    "variant)";
+  const Inputs in = bf16_inputs(p, 43);
+  const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+  const Result low = naive(p, in, true);
+  const Result x = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+  expect_results(x, low, ref, 3.0, 1e-3);
+  const Result y = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+  EXPECT_EQ(x.out, y.out);
+  EXPECT_EQ(x.lse, y.lse);
+}
+std::vector<Problem> wgmma_cases() {
+  std::vector<Problem> v = combos(64, 100);
+  for (const Problem& p : shapes(64)) v.push_back(p);
+  for (const Problem& p : shapes(128)) v.push_back(p);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaWgmma, ::testing::ValuesIn(wgmma_cases()),
+                         [](const ::testing::TestParamInfo<Problem>& info) { return info.param.tag(); });
+
+// Long sequences (T 2048, B 2, H 8, GQA; causal, a window, packed documents; D 64 and 128): the wgmma
+// forward agrees with the mma.sync one to 2^-7 of max |out| and 1e-3 in lse (the two instructions
+// may sum a product's terms in different orders; a wrong tile or row would be off by the entries
+// themselves), and repeats its bits.
+TEST(FusedCuda, WgmmaForwardOnLongSequences) {
+  HZT_NEED_GPU();
+  for (int64_t D : {64, 128})
+    for (int variant = 0; variant < 3; ++variant) {
+      Problem p;
+      p.B = 2, p.H = 8, p.Hkv = 2, p.D = D, p.Tq = p.Tk = 2048;
+      if (variant == 1) p.mask = MaskKind::Window;
+      if (variant == 2) p.docs = {{700, 1000, 348}, {2048}};
+      SCOPED_TRACE(p.tag());
+      const Inputs in = make_inputs(p, DType::BF16, 67);
+      const Result mm = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+      const WgmmaScope wg;
+      if (!wgmma_takes(p)) GTEST_SKIP() << "no wgmma forward on this GPU";
+      const Result a = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+      const Result b = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+      EXPECT_EQ(a.out, b.out);
+      EXPECT_EQ(a.lse, b.lse);
+      double err = 0, mx = 0, lerr = 0;
+      for (size_t i = 0; i < mm.out.size(); ++i) {
+        err = std::max(err, std::fabs(a.out[i] - mm.out[i]));
+        mx = std::max(mx, std::fabs(mm.out[i]));
+      }
+      for (size_t i = 0; i < mm.lse.size(); ++i)
+        lerr = std::max(lerr, std::fabs(a.lse[i] - mm.lse[i]) / std::max(1.0, std::fabs(mm.lse[i])));
+      EXPECT_LE(err, mx / 128);
+      EXPECT_GT(mx, 0.0);
+      EXPECT_LE(lerr, 1e-3);
+    }
 }
 
 // The softmax's terms on the CUDA reference kernels against the CPU op in float64, forward and every

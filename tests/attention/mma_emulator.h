@@ -15,6 +15,8 @@
 //   shfl_xor               the warp.
 // All 32 lanes of a warp must call the same collective (else: "divergent collective"); a round in
 // which no thread can move is a deadlock (e.g. a barrier some threads skip). Both are reported.
+//   wgmma_ss / wgmma_rs    the warpgroup (4 warps, threads 128 w .. 128 w + 127): Hopper's
+//                          wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16, below.
 // A cp.async clobbers its 16 destination bytes with NaN patterns when issued and writes the data at
 // the cp_wait that retires its group, and shared memory starts as NaN patterns: a read before the
 // wait + barrier (read-after-write) and an overwrite of a tile another warp still reads
@@ -27,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -38,6 +41,12 @@ namespace hzt::emu {
 using Counter = unsigned long long;
 
 class Cta;
+
+// The shared-memory bytes a wgmma read (window offsets and values), checked again when it retires.
+struct WgSnap {
+  std::vector<uint32_t> off;
+  std::vector<uint16_t> val;
+};
 
 class Thread {
  public:
@@ -67,6 +76,7 @@ class Thread {
       for (const Copy& c : groups_.front()) {
         if (c.full) std::memcpy(c.dst, c.bytes, 16);
         else std::memset(c.dst, 0, 16);
+        land(c.dst);
       }
       groups_.erase(groups_.begin());
     }
@@ -86,13 +96,73 @@ class Thread {
   float load_cg(const float* p) { return *p; }
   void atomic_add(float* p, float v) { *p += v; }
 
+  // ---- Hopper's warpgroup MMA (sm_90a) ----
+  // Shared memory as the kernels address it for descriptors: the window offset of a byte of the
+  // block's shared memory. The window starts at kWindow, not at a 1024-byte boundary, so a kernel
+  // must align its swizzled tiles itself, as on a GPU (where nothing promises more than 16 bytes).
+  static constexpr uint32_t kWindow = 0x230;
+  uint32_t smem_u32(const void* p) const;
+  // fence.proxy.async.shared::cta: this thread's landed cp.async bytes become visible to the async
+  // proxy (wgmma reads through it; a read of bytes a thread landed and did not fence fails).
+  void fence_proxy_async();
+  // wgmma.fence: the next batch of wgmma sees the registers as written before it. A wgmma without
+  // one since the last commit fails.
+  void wg_fence() { wg_fenced_ = true; }
+  // wgmma.mma_async m64nNk16, D (64 x N, f32) = A B + (scale_d ? D : 0), A (64 x 16) and B (16 x N)
+  // bf16. _ss: A by descriptor (K-major); _rs: A from registers (warp w of the group holds rows
+  // 16 w .. 16 w + 15 in mma.m16n8k16's A layout). B by descriptor, K-major (_ss, imm-trans-b 0) or
+  // N-major (_rs, imm-trans-b 1). D: warp w's rows 16 w + g (+ 8), columns 8 nt + 2 tig (+ 1) in
+  // d[nt][0..3], as an mma.m16n8k16 C fragment per n-tile. Descriptors: 128-byte swizzle with base
+  // offset 0 (the swizzle atoms at 1024-byte boundaries of the window), the only form modelled; they
+  // and scale_d must agree across the warpgroup.
+  // Asynchrony: the product is formed at issue from the shared memory and the accumulator as they
+  // are then (an accumulator of an earlier wgmma still in flight: its pending result); the
+  // registers of d turn to NaN and receive the result at the wg_wait that retires their group, so a
+  // read before the wait shows. Operand bytes overwritten before that wait are reported.
+  template <int N>
+  void wgmma_ss(float (&d)[N / 8][4], uint64_t da, uint64_t db, int scale_d) {
+    wgmma(&d[0][0], N, nullptr, da, db, scale_d, false);
+  }
+  template <int N>
+  void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+    wgmma(&d[0][0], N, a, 0, db, scale_d, true);
+  }
+  void wg_commit() {
+    wg_groups_.push_back(std::move(wg_open_));
+    wg_open_.clear();
+    wg_fenced_ = false;
+  }
+  template <int N>
+  void wg_wait() {
+    while (wg_groups_.size() > static_cast<size_t>(N)) {
+      retire(wg_groups_.front());
+      wg_groups_.erase(wg_groups_.begin());
+    }
+  }
+  // the compiler-ordering fence of the device's accumulators (DeviceCta): nothing to do here
+  template <class T>
+  void wg_operand_fence(T&) {}
+
  private:
+  struct WgPending {
+    float* d;
+    int n;
+    float v[64];
+    std::shared_ptr<WgSnap> snap;
+  };
+  void wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint64_t db, int scale_d, bool rs);
+  void retire(const std::vector<WgPending>& g);
+  std::vector<WgPending> wg_open_;
+  std::vector<std::vector<WgPending>> wg_groups_;
+  bool wg_fenced_ = false;
+  std::vector<uint32_t> landed_;  // 16-byte chunks this thread's cp.async landed since its last fence
   struct Copy {
     uint16_t* dst;
     bool full;
     unsigned char bytes[16];
   };
   void ldsm(uint32_t (&r)[4], const uint16_t* p, bool trans);
+  void land(const void* p);
   void check_shared(const void* p, const char* what);
   Cta* cta_;
   int tid_;
@@ -106,8 +176,14 @@ class Cta {
   // seed: the random lag between warps (each pass resumes each warp with probability 1/2, so warps
   // drift apart between barriers and a missing barrier shows as a race)
   Cta(int threads, size_t smem_bytes, uint64_t seed = 1)
-      : n_(threads), smem_(smem_bytes / 2 + 8), warps_((threads + 31) / 32), rng_(seed * 0x9e3779b97f4a7c15ull + 1) {
+      : n_(threads),
+        smem_(smem_bytes / 2 + 8),
+        warps_((threads + 31) / 32),
+        groups_((threads + 127) / 128),
+        unfenced_(smem_.size() / 8 + 1, 0),
+        rng_(seed * 0x9e3779b97f4a7c15ull + 1) {
     for (auto& x : smem_) x = 0xffff;  // bf16 / f32 NaN patterns
+    for (auto& g : groups_) g = std::make_unique<WgColl>();
   }
   unsigned char* smem() { return reinterpret_cast<unsigned char*>(smem_.data()); }
   size_t smem_bytes() const { return smem_.size() * 2; }
@@ -169,6 +245,19 @@ class Cta {
     uint32_t out_u[32][4] = {};
     float out_f[32][4] = {};
   };
+  // A warpgroup's wgmma: per member the accumulator in, the A fragment (_rs), the descriptors and
+  // scale_d; per member the result.
+  struct WgColl {
+    int arrived = 0;
+    uint64_t gen = 0;
+    int op = -1;
+    float in_d[128][64] = {};
+    uint32_t in_a[128][4] = {};
+    uint64_t da[128] = {}, db[128] = {};
+    int sd[128] = {};
+    float out[128][64] = {};
+    std::shared_ptr<WgSnap> snap;
+  };
   static Cta*& active() {
     static thread_local Cta* a = nullptr;
     return a;
@@ -186,8 +275,8 @@ class Cta {
     yield();  // the scheduler throws; this fiber is abandoned
   }
   // Deposit, wait until the group is complete, then read: compute runs once, in the last arrival.
-  template <class Dep, class Comp, class Read>
-  void collective(Coll& c, int members, int op, int slot, Dep dep, Comp comp, Read read) {
+  template <class C, class Dep, class Comp, class Read>
+  void collective(C& c, int members, int op, int slot, Dep dep, Comp comp, Read read) {
     if (c.arrived == 0) c.op = op;
     else if (c.op != op) fail("divergent collective: op " + std::to_string(op) + " meets op " + std::to_string(c.op));
     dep(slot);
@@ -205,6 +294,8 @@ class Cta {
   int n_;
   std::vector<uint16_t> smem_;
   std::vector<Coll> warps_;
+  std::vector<std::unique_ptr<WgColl>> groups_;
+  std::vector<int> unfenced_;  // per 16-byte chunk: 1 + the thread whose landed cp.async is not fenced, or 0
   Coll block_;
   std::vector<Fiber> fibers_;
   ucontext_t sched_{};
@@ -324,6 +415,131 @@ inline float Thread::shfl_xor(float v, int m) {
       },
       [&](int s) { r = c.out_f[s][0]; });
   return r;
+}
+
+inline uint32_t Thread::smem_u32(const void* p) const {
+  return static_cast<uint32_t>(reinterpret_cast<const unsigned char*>(p) - cta_->smem()) + kWindow;
+}
+inline void Thread::land(const void* p) {
+  const uint32_t chunk = static_cast<uint32_t>(reinterpret_cast<const unsigned char*>(p) - cta_->smem()) / 16;
+  cta_->unfenced_[chunk] = tid_ + 1;
+  landed_.push_back(chunk);
+}
+inline void Thread::fence_proxy_async() {
+  for (uint32_t c : landed_)
+    if (cta_->unfenced_[c] == tid_ + 1) cta_->unfenced_[c] = 0;
+  landed_.clear();
+}
+
+inline void Thread::wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint64_t db, int scale_d, bool rs) {
+  if (!wg_fenced_) cta_->fail("wgmma.mma_async without a wgmma.fence since the last commit");
+  if (N % 8 != 0 || N < 8 || N > 128) cta_->fail("wgmma: N = " + std::to_string(N) + " is not modelled");
+  Cta::WgColl& c = *cta_->groups_[tid_ / 128];
+  const int m = tid_ % 128;
+  // this thread's accumulator as the instruction sees it: an earlier wgmma's pending result
+  const float* cur = d;
+  auto pending = [&](std::vector<WgPending>& v) {
+    for (auto it = v.rbegin(); it != v.rend(); ++it)
+      if (it->d == d) return static_cast<const float*>(it->v);
+    return static_cast<const float*>(nullptr);
+  };
+  if (const float* p = pending(wg_open_)) cur = p;
+  else
+    for (auto g = wg_groups_.rbegin(); g != wg_groups_.rend(); ++g)
+      if (const float* p = pending(*g)) {
+        cur = p;
+        break;
+      }
+  Cta* cta = cta_;
+  const int ng = N / 2;
+  cta->collective(
+      c, 128, (rs ? 200 : 100) + N, m,
+      [&](int s) {
+        for (int i = 0; i < ng; ++i) c.in_d[s][i] = cur[i];
+        for (int i = 0; i < 4; ++i) c.in_a[s][i] = a != nullptr ? a[i] : 0;
+        c.da[s] = da;
+        c.db[s] = db;
+        c.sd[s] = scale_d;
+      },
+      [&] {
+        for (int s = 1; s < 128; ++s)
+          if (c.db[s] != c.db[0] || c.da[s] != c.da[0] || (c.sd[s] != 0) != (c.sd[0] != 0))
+            return cta->fail("wgmma: descriptors or scale-d differ across the warpgroup");
+        auto snap = std::make_shared<WgSnap>();
+        // a 128-byte-swizzled operand element: (row or MN index r, k) -> bf16 value
+        auto read = [&](uint64_t desc, bool mn_major, int r, int k) -> double {
+          const uint32_t start = static_cast<uint32_t>(desc & 0x3fff) << 4;
+          const uint32_t lbo = static_cast<uint32_t>((desc >> 16) & 0x3fff) << 4;
+          const uint32_t sbo = static_cast<uint32_t>((desc >> 32) & 0x3fff) << 4;
+          if ((desc >> 62) != 1 || ((desc >> 49) & 7) != 0) {
+            cta->fail("wgmma: only the 128-byte swizzle with base offset 0 is modelled");
+            return 0;
+          }
+          const uint32_t logical = mn_major ? start + (r / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + (r % 64) * 2
+                                            : start + (r / 8) * sbo + (r % 8) * 128 + k * 2;
+          const uint32_t phys = logical ^ (((logical >> 7) & 7) << 4);
+          if (phys < kWindow || phys + 2 > kWindow + cta->smem_bytes()) {
+            cta->fail("wgmma: an operand address outside shared memory");
+            return 0;
+          }
+          const uint32_t off = phys - kWindow;
+          if (cta->unfenced_[off / 16] != 0) {
+            cta->fail("wgmma reads shared memory that thread " + std::to_string(cta->unfenced_[off / 16] - 1) +
+                      "'s cp.async wrote, without that thread's fence.proxy.async");
+            return 0;
+          }
+          uint16_t v;
+          std::memcpy(&v, cta->smem() + off, 2);
+          snap->off.push_back(off);
+          snap->val.push_back(v);
+          return hz::bf16_bits_to_f32(v);
+        };
+        std::vector<double> A(64 * 16), B(16 * N);
+        for (int r = 0; r < 64; ++r)
+          for (int k = 0; k < 16; ++k) {
+            if (rs) {  // warp r / 16, its row g = r % 16 % 8, a[0..3] as mma's A
+              const int w = r / 16, rr = r % 16, g = rr % 8, hi = rr / 8, kh = k / 8, q = (k % 8) / 2;
+              const uint32_t u = c.in_a[32 * w + 4 * g + q][hi + 2 * kh];
+              A[r * 16 + k] = bf(k % 2 ? u >> 16 : u);
+            } else {
+              A[r * 16 + k] = read(c.da[0], false, r, k);
+            }
+          }
+        for (int n = 0; n < N; ++n)
+          for (int k = 0; k < 16; ++k) B[k * N + n] = read(c.db[0], rs, n, k);
+        for (int s = 0; s < 128; ++s) {
+          const int w = s / 32, g = (s % 32) / 4, q = s % 4;
+          for (int i = 0; i < ng; ++i) {
+            const int nt = i / 4, e = i % 4, r = 16 * w + g + 8 * (e / 2), n = 8 * nt + 2 * q + e % 2;
+            double acc = c.sd[0] != 0 ? c.in_d[s][i] : 0.0;
+            for (int k = 0; k < 16; ++k) acc += A[r * 16 + k] * B[k * N + n];
+            c.out[s][i] = static_cast<float>(acc);
+          }
+        }
+        c.snap = snap;
+      },
+      [&](int s) {
+        WgPending p;
+        p.d = d;
+        p.n = ng;
+        for (int i = 0; i < ng; ++i) p.v[i] = c.out[s][i];
+        p.snap = c.snap;
+        wg_open_.push_back(p);
+      });
+  for (int i = 0; i < ng; ++i) d[i] = NAN;  // in flight: undefined until the wait
+}
+
+inline void Thread::retire(const std::vector<WgPending>& g) {
+  for (const WgPending& p : g) {
+    if (tid_ % 128 == 0)  // once per warpgroup: the operands must not have changed under the wgmma
+      for (size_t i = 0; i < p.snap->off.size(); ++i) {
+        uint16_t v;
+        std::memcpy(&v, cta_->smem() + p.snap->off[i], 2);
+        if (v != p.snap->val[i])
+          return cta_->fail("wgmma: shared memory it reads was overwritten before the wgmma.wait_group that retires it");
+      }
+    std::memcpy(p.d, p.v, sizeof(float) * p.n);
+  }
 }
 
 }  // namespace hzt::emu

@@ -71,16 +71,22 @@ struct Emulated {
   AttnStats stats;
 };
 
+// Which kernels run_emulated runs. fox_grad false: FoX's gates need no gradient (fused.cpp passes
+// no dfox buffers). one_pass: the one-pass backward (dK/dV with dQ, the plain variant without FoX or
+// LogN's dc) in place of the dQ and dK/dV kernels, with what its launcher adds (mma_launch.cuh): dq
+// zeroed, the turns zeroed, the sinks' rows from sink_row_grad. atomic: its atomic version (the
+// kernel lab's variant 5: dQ by float atomics into a zeroed accumulator, converted to dq after).
+// wgmma: the forward on Hopper's warpgroup MMA (attn_wgmma.cu; plain variant, bf16).
+// forward_only: out, lse and the forward's block counts only.
+struct Kernels {
+  bool fox_grad = true, one_pass = false, atomic = false, wgmma = false, forward_only = false;
+};
+
 // The forward, the dO . O pre-pass (on the host, in f32) and both backward kernels, emulated.
-// fox_grad false: FoX's gates need no gradient (fused.cpp passes no dfox buffers). kSplit: the
-// split kernels, inputs taken as f32 and split into bf16 pairs, outputs in f32. one_pass: the
-// one-pass backward (dK/dV with dQ, the plain variant without FoX or LogN's dc) in place of the dQ
-// and dK/dV kernels, with what its launcher adds (mma_launch.cuh): dq zeroed, the turns zeroed, the
-// sinks' rows from sink_row_grad. atomic: its atomic version (the kernel lab's variant 5: dQ by float
-// atomics into a zeroed accumulator, converted to dq after).
+// kSplit: the split kernels, inputs taken as f32 and split into bf16 pairs, outputs in f32.
 template <int D, bool kGen = false, bool kSplit = false>
-Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true, bool one_pass = false,
-                      bool atomic = false) {
+Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}) {
+  const bool fox_grad = kn.fox_grad, one_pass = kn.one_pass, atomic = kn.atomic;
   const AttnConfig cfg = config_of(p);  // P points into its documents' bounds: keep it alive
   AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
   // GRAPE's rates in f64, as fused.cpp hands them to the kernels (general variant)
@@ -127,10 +133,28 @@ Emulated run_emulated(const Problem& p, const Inputs& in, bool fox_grad = true, 
   a.counters = counters;
   using C = mma::Config<D, kSplit>;
   using F = mma::FwdShape<D, C::kFwdMT, kSplit>;
-  each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem,
-           [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-             mma::fwd_cta<D, C::kFwdMT, kGen, kSplit>(t, P, a, cta, s);
-           });
+  if (kn.wgmma) {
+    if constexpr (kGen || kSplit) {
+      throw std::logic_error("the wgmma forward: plain variant, bf16");
+    } else {
+      using G = mma::FwdShape<D, C::kFwdMT, false, true>;
+      each_cta(p.B * p.H * num_blocks(p.Tq, G::kBq), G::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+        mma::fwd_cta<D, C::kFwdMT, false, false, true>(t, P, a, cta, s);
+      });
+    }
+  } else {
+    each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+      mma::fwd_cta<D, C::kFwdMT, kGen, kSplit>(t, P, a, cta, s);
+    });
+  }
+  if (kn.forward_only) {
+    Emulated e;
+    e.r.out = out.values();
+    e.r.lse.assign(lse.begin(), lse.end());
+    e.stats.fwd_blocks = static_cast<int64_t>(counters[0]);
+    e.stats.fwd_boundary_blocks = static_cast<int64_t>(counters[1]);
+    return e;
+  }
   for (int64_t row = 0; row < nq; ++row) {  // out and dO as stored (the split kernels: f32)
     float acc = 0;
     for (int d = 0; d < D; ++d)
@@ -394,7 +418,7 @@ void check_one_pass(const Problem& p, bool atomic = false) {
   const Inputs in = kSplit ? f32_inputs(p, 71) : bf16_inputs(p, 71);
   const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
   const Result low = kSplit ? naive(p, split_rounded(in), Rounding::Split) : naive(p, in, true);
-  const Emulated one = run_emulated<D, false, kSplit>(p, in, true, true, atomic);
+  const Emulated one = run_emulated<D, false, kSplit>(p, in, {true, true, atomic});
   if (kSplit) expect_results(one.r, low, ref, 3.0, kSplitAtol, kSplitAtolSums);
   else expect_results(one.r, low, ref, 3.0, 1e-3);
   const Emulated two = run_emulated<D, false, kSplit>(p, in);
@@ -428,6 +452,142 @@ TEST(MmaEmulator, OnePassBackwardMatchesTheCpuOpAndTheTwoPassKernels) {
   p = Problem{};
   p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.docs = {{60, 90}}, p.sink = true, p.D = 128;
   check_one_pass<128, true>(p);
+}
+
+// Hopper's wgmma as the emulator models it (PTX's fragment layouts, descriptors and 128-byte
+// swizzle) against mma_body.h's tile and descriptor helpers: S = A B^T from two K-major swizzled
+// tiles (four k-steps along the 128-byte row), then O = S V with S packed to bf16 as a register A operand and V an N-major
+// tile of 128 columns (two column blocks: the leading byte offset), against plain products.
+TEST(MmaEmulator, WgmmaFollowsThePtxLayouts) {
+  constexpr int K = 64, N = 64, DV = 128;
+  hzt::emu::Cta c(128, 1024 + (64 * K + N * K + N * DV) * 2);
+  double A[64][K], B[N][K], V[N][DV];
+  auto val = [](int i, int m) { return bf16_bits_to_f32(f64_to_bf16_bits(i % m - (m - 1) / 2.0)); };
+  float S[128][N / 2], O[128][DV / 2];
+  c.run([&](hzt::emu::Thread& t) {
+    uint16_t* sA = reinterpret_cast<uint16_t*>(mma::align_1k(t, c.smem()));
+    uint16_t* sB = sA + 64 * K;
+    uint16_t* sV = sB + N * K;
+    if (t.tid() == 0) {  // plain stores: no cp.async, nothing to fence into the async proxy
+      for (int r = 0; r < 64; ++r)
+        for (int k = 0; k < K; ++k) sA[mma::sw_offset(r, k, 64)] = f64_to_bf16_bits(A[r][k] = val(r * K + k, 13));
+      for (int n = 0; n < N; ++n)
+        for (int k = 0; k < K; ++k) sB[mma::sw_offset(n, k, N)] = f64_to_bf16_bits(B[n][k] = val(n * 7 + k * 3, 11));
+      for (int j = 0; j < N; ++j)
+        for (int d = 0; d < DV; ++d) sV[mma::sw_offset(j, d, N)] = f64_to_bf16_bits(V[j][d] = val(j * 5 + d, 9));
+    }
+    t.sync();
+    float s[N / 8][4], o[DV / 8][4];
+    t.wg_fence();
+    mma::wg_issue_nt<K, N>(t, s, t.smem_u32(sA), 64, 0, t.smem_u32(sB), N, false);
+    t.wg_commit();
+    t.wg_wait<0>();
+    uint32_t pa[N / 16][4];
+    for (int kk = 0; kk < N / 16; ++kk) mma::pack_a(t, pa[kk], s[2 * kk], s[2 * kk + 1]);
+    for (auto& x : o)
+      for (float& e : x) e = 0.0f;
+    t.wg_fence();
+    mma::wg_issue_rn<DV, N>(t, o, pa, t.smem_u32(sV), N);
+    t.wg_commit();
+    t.wg_wait<0>();
+    for (int i = 0; i < N / 2; ++i) S[t.tid()][i] = s[i / 4][i % 4];
+    for (int i = 0; i < DV / 2; ++i) O[t.tid()][i] = o[i / 4][i % 4];
+  });
+  double Sr[64][N];
+  for (int r = 0; r < 64; ++r)
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) acc += A[r][k] * B[n][k];
+      Sr[r][n] = acc;
+    }
+  for (int th = 0; th < 128; ++th) {
+    const int w = th / 32, g = (th % 32) / 4, q = th % 4;
+    for (int i = 0; i < N / 2; ++i) {
+      const int r = 16 * w + g + 8 * (i % 4 / 2), n = 8 * (i / 4) + 2 * q + i % 2;
+      ASSERT_EQ(S[th][i], static_cast<float>(Sr[r][n])) << "S, thread " << th << " element " << i;
+    }
+    for (int i = 0; i < DV / 2; ++i) {
+      const int r = 16 * w + g + 8 * (i % 4 / 2), d = 8 * (i / 4) + 2 * q + i % 2;
+      double acc = 0;
+      for (int j = 0; j < N; ++j) acc += bf16_bits_to_f32(f64_to_bf16_bits(static_cast<float>(Sr[r][j]))) * V[j][d];
+      ASSERT_NEAR(O[th][i], acc, 1e-6 * std::max(1.0, std::fabs(acc))) << "O, thread " << th << " element " << i;
+    }
+  }
+}
+
+// The wgmma model's own checks: a batch without wgmma.fence, a tile cp.async wrote read without the
+// writer's fence.proxy.async, an accumulator read before the wait (NaN), an operand overwritten
+// before the wait.
+TEST(MmaEmulator, RejectsWgmmaMisuse) {
+  auto run = [](int mode) {
+    hzt::emu::Cta c(128, 1024 + 2 * 64 * 64 * 2);  // two swizzled tiles of 64 rows (128 bytes each)
+    float seen = 0;
+    c.run([&](hzt::emu::Thread& t) {
+      uint16_t* sA = reinterpret_cast<uint16_t*>(mma::align_1k(t, c.smem()));
+      uint16_t* sB = sA + 64 * 64;
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(c.smem());  // any 16 readable bytes
+      for (int ch = t.tid(); ch < 2 * 64 * 8; ch += 128) t.cp_async16(sA + 8 * ch, src, false);  // zeros
+      t.cp_commit();
+      t.cp_wait<0>();
+      if (mode != 1) t.fence_proxy_async();
+      t.sync();
+      float s[8][4];
+      if (mode != 0) t.wg_fence();
+      mma::wg_issue_nt<16, 64>(t, s, t.smem_u32(sA), 64, 0, t.smem_u32(sB), 64, false);
+      t.wg_commit();
+      if (mode == 2 && t.tid() == 5) seen = s[3][1];
+      if (mode == 3 && t.tid() == 0) sB[0] = 0x3f80;
+      t.wg_wait<0>();
+      if (mode == 4 && t.tid() == 5) seen = s[3][1];
+    });
+    return seen;
+  };
+  EXPECT_THROW(run(0), std::runtime_error);
+  EXPECT_THROW(run(1), std::runtime_error);
+  EXPECT_TRUE(std::isnan(run(2)));
+  EXPECT_THROW(run(3), std::runtime_error);
+  EXPECT_EQ(run(4), 0.0f);
+}
+
+// The forward on Hopper's wgmma (attn_wgmma.cu: the same forward body with S = Q K^T and O += P V
+// as warpgroup MMAs from swizzled tiles) against the CPU op at the bf16 floor and against the
+// mma.sync forward: the emulator forms both products in the same k-steps, so out and lse must be the
+// same bits (on a GPU the two instructions may round apart), and then the backward kernels, which
+// read only out and lse of the forward, have nothing new to show.
+TEST(MmaEmulator, WgmmaForwardMatchesTheCpuOpAndTheMmaForward) {
+  std::vector<Problem> ps = emu_problems(64);
+  Problem p;
+  p.fox = p.sink = true, p.H = 4, p.Hkv = 2, p.B = 2, p.Tq = p.Tk = 107, p.mask = MaskKind::Window;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 30, p.Tk = 150;  // queries last
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.docs = {{40, 110}}, p.pos = PosKind::Rope;  // packed documents
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 140, p.D = 128, p.pos = PosKind::Alibi, p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);
+  p.mask = MaskKind::Scope, p.pos = PosKind::Rope, p.logit = LogitKind::LogN, p.sink = true;
+  ps.push_back(p);
+  for (const Problem& x : ps) {
+    SCOPED_TRACE(x.tag());
+    const Inputs in = bf16_inputs(x, 71);
+    const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
+    const Result low = naive(x, in, true);
+    Kernels kn;
+    kn.forward_only = true;
+    const Emulated mm = x.D == 64 ? run_emulated<64>(x, in, kn) : run_emulated<128>(x, in, kn);
+    kn.wgmma = true;
+    const Emulated wg = x.D == 64 ? run_emulated<64>(x, in, kn) : run_emulated<128>(x, in, kn);
+    expect_within_floor("out", wg.r.out, low.out, ref.out, 3.0, 1e-3);
+    expect_within_floor("lse", wg.r.lse, low.lse, ref.lse, 3.0, 1e-3);
+    ASSERT_EQ(wg.r.out.size(), mm.r.out.size());
+    for (size_t i = 0; i < wg.r.out.size(); ++i) ASSERT_EQ(wg.r.out[i], mm.r.out[i]) << "out " << i;
+    for (size_t i = 0; i < wg.r.lse.size(); ++i) ASSERT_EQ(wg.r.lse[i], mm.r.lse[i]) << "lse " << i;
+    EXPECT_EQ(wg.stats.fwd_blocks, mm.stats.fwd_blocks);
+    EXPECT_EQ(wg.stats.fwd_boundary_blocks, mm.stats.fwd_boundary_blocks);
+  }
 }
 
 // FoX's forget gates in the tensor-core kernels: the block's c_j in shared memory (forward, dQ), the
@@ -468,7 +628,7 @@ TEST(MmaEmulator, ForgetGatesWithoutTheirGradient) {
   p.fox = p.sink = true;
   p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 107, p.mask = MaskKind::Window;
   const Inputs in = bf16_inputs(p, 23);
-  const Emulated with = run_emulated<64>(p, in), without = run_emulated<64>(p, in, false);
+  const Emulated with = run_emulated<64>(p, in), without = run_emulated<64>(p, in, {false});
   EXPECT_TRUE(without.r.df.empty());
   for (auto [a, b] : {std::pair{&with.r.out, &without.r.out}, {&with.r.lse, &without.r.lse}, {&with.r.dq, &without.r.dq},
                       {&with.r.dk, &without.r.dk}, {&with.r.dv, &without.r.dv}}) {
