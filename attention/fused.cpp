@@ -227,8 +227,8 @@ Kernels choose_kernels(const AttnConfig& cfg, const AttnKernelParams& P, DType d
 
 void set_attention_backend(AttnBackend b) { g_backend = static_cast<int>(b); }
 bool one_pass_backward(const AttnKernelParams& P, bool logn_grad) { return detail::one_pass_backward(P, logn_grad); }
-bool wgmma_forward(const AttnKernelParams& P, DType dt, Device dev) {
-  return dev.is_cuda() && detail::wgmma_forward(P, dt, dev.index);
+bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev) {
+  return dev.is_cuda() && detail::use_wgmma(P, dt, dev.index);
 }
 void set_exact_f32_attention(bool on) { g_exact_f32 = on; }
 AttnBackend attention_backend() { return static_cast<AttnBackend>(g_backend.load()); }

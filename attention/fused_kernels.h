@@ -46,8 +46,8 @@ bool tensor_core_supported(DType dt, int64_t D, int device);
 AttnTiles tensor_core_tiles(DType dt, int64_t D);
 // Whether a tensor-core call's backward runs in one pass (fused.h, one_pass_backward).
 bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums);
-// Whether a tensor-core forward runs on Hopper's wgmma (fused.h, wgmma_forward).
-bool wgmma_forward(const AttnKernelParams& P, DType dt, int device);
+// Whether a tensor-core call runs on Hopper's wgmma (fused.h, use_wgmma).
+bool use_wgmma(const AttnKernelParams& P, DType dt, int device);
 // use_tc selects the tensor-core kernels (fused.cpp resolves AttnImpl).
 // fox_c: FoX's c (B, H, fox_T) in the accumulation dtype, or undefined (both kernel families).
 // sink: the sinks' z (H) in f32, folded into the tensor-core forward's epilogue (use_tc only: for

@@ -30,7 +30,7 @@ AttnTiles tensor_core_tiles(DType dt, int64_t D) { return cuda_impl::mma_tiles(d
 bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums) {
   return cuda_impl::one_pass_backward(P, dq_row_sums);
 }
-bool wgmma_forward(const AttnKernelParams& P, DType dt, int device) { return cuda_impl::wgmma_forward(P, dt, device); }
+bool use_wgmma(const AttnKernelParams& P, DType dt, int device) { return cuda_impl::use_wgmma(P, dt, device); }
 
 void cuda_forward(const AttnKernelParams& P, bool use_tc, const Tensor& q, const Tensor& k, const Tensor& v,
                   const Tensor& logn_c, const Tensor& fox_c, const Tensor& sink, Tensor& out, Tensor& lse) {

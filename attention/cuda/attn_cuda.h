@@ -42,11 +42,11 @@ AttnTiles mma_tiles(DType dt, int64_t D);
 // until a GPU has timed both), for a call of the plain variant without FoX whose backward needs no
 // other per-row sums of the dQ pass (dq_row_sums: LogN's dc).
 bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums);
-// Whether a tensor-core forward runs on Hopper's warpgroup MMA (wgmma; attn_wgmma.cu) instead of
-// mma.sync: asked for by HZ_ATTN_FORWARD=wgmma (read at each call; mma, the default, until a GPU has
+// Whether a tensor-core call runs on Hopper's warpgroup MMA (wgmma; attn_wgmma.cu: the forward and
+// the two-pass backward) instead of mma.sync: asked for by HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has
 // timed both), for bf16 calls of the plain variant on a compute-capability 9.0 GPU whose binary
 // has the sm_90a code.
-bool wgmma_forward(const AttnKernelParams& P, DType dt, int device);
+bool use_wgmma(const AttnKernelParams& P, DType dt, int device);
 // sink: the sinks' z (H, f32) folded into the forward's epilogue, or undefined; dz_rows (with
 // sink): the sinks' gradient per row (B, H, Tq, f32).
 void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,

@@ -40,17 +40,21 @@ bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums) {
   return v == "one_pass" && !general(P) && !P.fox && !dq_row_sums;
 }
 
-bool wgmma_forward(const AttnKernelParams& P, DType dt, int device) {
-  const char* e = std::getenv("HZ_ATTN_FORWARD");
+bool use_wgmma(const AttnKernelParams& P, DType dt, int device) {
+  const char* e = std::getenv("HZ_ATTN_MMA");
   const std::string v = e != nullptr ? e : "";
-  HZ_CHECK(v.empty() || v == "mma" || v == "wgmma", ValueError, "HZ_ATTN_FORWARD='", v, "': expected mma or wgmma");
+  HZ_CHECK(v.empty() || v == "mma" || v == "wgmma", ValueError, "HZ_ATTN_MMA='", v, "': expected mma or wgmma");
   return v == "wgmma" && dt == DType::BF16 && !general(P) && (P.D == 64 || P.D == 128) && wgmma_supported(device);
 }
 #ifndef HZ_WGMMA  // a build without sm_90 among its architectures has no wgmma code (attn_wgmma.cu)
-bool wgmma_supported(int) { return false; }
-void wgmma_forward_launch(const AttnKernelParams&, const mma::Args&, cudaStream_t) {
+namespace {
+[[noreturn]] void no_wgmma() {
   throw DeviceError("attention: this build has no wgmma kernels (CMAKE_CUDA_ARCHITECTURES without 90)");
 }
+}  // namespace
+bool wgmma_supported(int) { return false; }
+void wgmma_forward_launch(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
+void wgmma_backward_launch(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
 #endif
 
 bool mma_supported(DType dt, int64_t D, int device) {

@@ -315,18 +315,20 @@ HZ_KBODY void pipeline_step(X& x, bool has_next, F&& prefetch, const AttnKernelP
 }
 
 // ---- Hopper's warpgroup MMA (wgmma, sm_90a) ---------------------------------------------------------
-// The forward's kWg kernels (attn_wgmma.cu) form S = Q K^T and O += P V with
+// The kWg kernels (attn_wgmma.cu: forward, dQ, dK/dV) form their products with
 // wgmma.mma_async.m64nNk16 in place of mma.sync: the CTA's 4 warps are one warpgroup, the tensor
-// cores read A (Q) and B (K, V) from shared memory themselves (no ldmatrix, no fragment registers),
+// cores read the tile operands from shared memory themselves (no ldmatrix, no fragment registers),
 // and each warp receives the C fragment layout of mma.sync (its 16 rows of each 64-row m-tile,
-// c[nt][0..3] per 8 columns), so everything between the products (logits, mask, online softmax)
-// is the same code. P goes back in as a register A operand, packed as pack_a packs it.
+// c[nt][0..3] per 8 columns), so everything between the products (logits, masks, the online
+// softmax, the gradient terms) is the same code. A register operand (P, dS) goes in as an A
+// fragment, packed as pack_a packs it.
 // Tiles read by wgmma use PTX's canonical 128-byte swizzle: a tile of R rows of W bf16 is W / 64
 // column blocks of R x 64 (128 bytes per row, blocks R * 128 bytes apart), and the 16-byte chunk c
 // of row r sits at chunk c ^ (r % 8) of that row; the tile starts on a 1024-byte boundary (the
-// hardware swizzles by shared-memory address bits 4-6 ^ 7-9). A K-major operand (Q, K: the
-// reduction runs along the row) advances along K by moving its descriptor's start within the
-// 128-byte row; V (the reduction runs down the rows) is N-major, imm-trans-b = 1.
+// hardware swizzles by shared-memory address bits 4-6 ^ 7-9). The same tile serves both ways: as a
+// K-major operand (Q and K in S = Q K^T: the reduction runs along the row), which advances along K
+// by moving its descriptor's start within the 128-byte row, and as an N-major B (V in O += P V: the
+// reduction runs down the rows; imm-trans-b = 1).
 HZ_KBODY int sw_offset(int r, int col, int R) {  // bf16 offset of (r, col) in a swizzled tile of R rows
   return (col >> 6) * R * 64 + r * 64 + ((((col & 63) >> 3) ^ (r & 7)) << 3) + (col & 7);
 }
@@ -377,6 +379,43 @@ HZ_KBODY void wg_issue_rn(X& x, float (&c)[D / 8][4], uint32_t (&a)[K / 16][4], 
 template <class X>
 HZ_KBODY unsigned char* align_1k(X& x, unsigned char* smem) {
   return smem + ((1024u - x.smem_u32(smem) % 1024u) % 1024u);
+}
+// The backward's two score products on wgmma, one batch: s = A1 B1^T and dp = A2 B2^T (A: 64-row
+// tiles of RA rows; B^T: the first N rows of tiles of RB rows), both from zero.
+template <int D, int N, class X>
+HZ_KBODY void wg_scores_and_dp(X& x, float (&s)[N / 8][4], float (&dp)[N / 8][4], const uint16_t* sA1,
+                               const uint16_t* sB1, const uint16_t* sA2, const uint16_t* sB2, int RA, int RB) {
+  x.wg_operand_fence(s);
+  x.wg_operand_fence(dp);
+  x.wg_fence();
+  wg_issue_nt<D, N>(x, s, x.smem_u32(sA1), RA, 0, x.smem_u32(sB1), RB, false);
+  wg_issue_nt<D, N>(x, dp, x.smem_u32(sA2), RA, 0, x.smem_u32(sB2), RB, false);
+  x.wg_commit();
+  x.template wg_wait<0>();
+  x.wg_operand_fence(s);
+  x.wg_operand_fence(dp);
+}
+// The backward's register-operand products on wgmma, one batch: c1 += s1 B1, and with kTwo also
+// c2 += s2 B2 (s: C-fragment registers, packed to bf16; B: the first K rows of N-major tiles of RB
+// rows, D wide).
+template <int D, int K, bool kTwo, class X>
+HZ_KBODY void wg_gemm_rn(X& x, float (&c1)[D / 8][4], const float (&s1)[K / 8][4], const uint16_t* sB1,
+                         float (&c2)[D / 8][4], const float (&s2)[K / 8][4], const uint16_t* sB2, int RB) {
+  uint32_t a1[K / 16][4], a2[K / 16][4];  // held until the wait
+  HZ_UNROLL
+  for (int kk = 0; kk < K / 16; ++kk) {
+    pack_a(x, a1[kk], s1[2 * kk], s1[2 * kk + 1]);
+    if constexpr (kTwo) pack_a(x, a2[kk], s2[2 * kk], s2[2 * kk + 1]);
+  }
+  x.wg_operand_fence(c1);
+  if constexpr (kTwo) x.wg_operand_fence(c2);
+  x.wg_fence();
+  wg_issue_rn<D, K>(x, c1, a1, x.smem_u32(sB1), RB);
+  if constexpr (kTwo) wg_issue_rn<D, K>(x, c2, a2, x.smem_u32(sB2), RB);
+  x.wg_commit();
+  x.template wg_wait<0>();
+  x.wg_operand_fence(c1);
+  if constexpr (kTwo) x.wg_operand_fence(c2);
 }
 
 // ---- the two kernel variants ---------------------------------------------------------------------------
@@ -551,7 +590,7 @@ HZ_KBODY float row_r(const AttnKernelParams& P, const float* c, int64_t b, int64
 // (up to 1 KB of the block's shared memory goes to the alignment).
 template <int D, int kMT, bool kSplit = false, bool kWg = false>
 struct FwdShape {
-  static_assert(!(kWg && kSplit), "the wgmma forward takes bf16 inputs");
+  static_assert(!(kWg && kSplit), "the wgmma kernels take bf16 inputs");
   static constexpr int kBq = 16 * kMT * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
   static constexpr int kRowBytes = kWg ? 2 * D : Tile<row_width<D, kSplit>()>::kRowBytes;
@@ -788,21 +827,24 @@ HZ_KBODY float sink_row_grad(X& x, float z, float lse2, float Di) {
   return -x.exp2(z * kLog2e - lse2) * Di;
 }
 
-template <int D, bool kSplit = false>
+template <int D, bool kSplit = false, bool kWg = false>
 struct DqShape {
+  static_assert(!(kWg && kSplit), "the wgmma kernels take bf16 inputs");
   static constexpr int kBq = 16 * kWarps, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;
+  static constexpr int kRowBytes = kWg ? 2 * D : Tile<row_width<D, kSplit>()>::kRowBytes;
   // + FoX's c_j, the keys' token positions and GRAPE's rates of the keys and the rows
-  static constexpr int kSmem =
-      (2 * kBq + 4 * kBk) * Tile<row_width<D, kSplit>()>::kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
+  static constexpr int kSmem = (kWg ? 1024 : 0) + (2 * kBq + 4 * kBk) * kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
 };
 
-template <int D, bool kGen, bool kSplit, class X>
+// kWg: the products on Hopper's wgmma from swizzled tiles (as the forward's kWg; plain variant, bf16).
+template <int D, bool kGen, bool kSplit, bool kWg = false, class X>
 HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
-  using S = DqShape<D, kSplit>;
+  using S = DqShape<D, kSplit, kWg>;
   constexpr int W = row_width<D, kSplit>();
-  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = Tile<W>::kPitch;
+  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = kWg ? W : Tile<W>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+  if constexpr (kWg) smem = align_1k(x, smem);
   const QueryTile tile = query_tile(P, cta, kBq);
   const int64_t b = tile.b, h = tile.h, hk = tile.hk, i0 = tile.i0, i1 = tile.i1;
   const int64_t hrow = (b * P.H + h) * P.Tq;
@@ -825,11 +867,15 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
 
   const Visit<kGen> blocks = visit_keys<kGen>(P, b, h, i0, i1, kBk);
   if (dist) fill_row_rates(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
-  load_tile<W>(x, sQ, a.q + hrow * W, i0, kBq, P.Tq);
-  load_tile<W>(x, sG, a.gout + hrow * W, i0, kBq, P.Tq);
+  auto load = [&](uint16_t* t, const uint16_t* src, int64_t r0, int R, int64_t rows) {
+    if constexpr (kWg) load_tile_sw<W>(x, t, src, r0, R, rows);
+    else load_tile<W>(x, t, src, r0, R, rows);
+  };
+  load(sQ, a.q + hrow * W, i0, kBq, P.Tq);
+  load(sG, a.gout + hrow * W, i0, kBq, P.Tq);
   if (blocks.count() > 0) {
-    load_tile<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
-    load_tile<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
+    load(sK, kg, blocks.first() * kBk, kBk, P.Tk);
+    load(sV, vg, blocks.first() * kBk, kBk, P.Tk);
   }
   x.cp_commit();
 
@@ -867,15 +913,16 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
 
   for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
     const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
-    const KvStep step = kv_step<D, kBq, kBk, kSplit>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT, fcg, sF,
-                                                     base, sPos, dist, dkg, sDk);
+    const KvStep step = kv_step<D, kBq, kBk, kSplit, kGen, kWg>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT,
+                                                               fcg, sF, base, sPos, dist, dkg, sDk);
     const uint16_t* sKs = step.k;
     const uint16_t* sVs = step.v;
     const int64_t j0 = step.j0;
     const bool masked = step.masked;
 
     float s[kNT][4], dp[kNT][4];
-    scores_and_dp<D, kBk, kSplit>(x, s, dp, sQ, sKs, sG, sVs, warp * 16);  // q . k and dO . v
+    if constexpr (kWg) wg_scores_and_dp<D, kBk>(x, s, dp, sQ, sKs, sG, sVs, kBq, kBk);
+    else scores_and_dp<D, kBk, kSplit>(x, s, dp, sQ, sKs, sG, sVs, warp * 16);  // q . k and dO . v
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
       const int rloc = warp * 16 + g + 8 * hh;  // block coordinates as in the forward
@@ -906,7 +953,8 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
           val = ds * mul2 * kLn2;                                // dLoss/d(q . k)
         }
     }
-    gemm_rn<D, kBk, kSplit>(x, acc, s, sKs, 0);  // dQ += dS' K
+    if constexpr (kWg) wg_gemm_rn<D, kBk, false>(x, acc, s, sKs, acc, s, sKs, kBk);  // dQ += dS' K
+    else gemm_rn<D, kBk, kSplit>(x, acc, s, sKs, 0);                                  // dQ += dS' K
   }
   x.template cp_wait<0>();  // nothing may stay in flight (a CTA whose rows see no key loaded Q, dO only)
 
@@ -947,8 +995,9 @@ struct DqPart {
   static constexpr int kSmem = 16 * kWarps * Tile<kWds>::kRowBytes;
 };
 
-template <int D, int kBqB, bool kSplit = false>
+template <int D, int kBqB, bool kSplit = false, bool kWg = false>
 struct DkvShape {
+  static_assert(!(kWg && kSplit), "the wgmma kernels take bf16 inputs");
   static constexpr int kBk = 16 * kWarps, kBq = kBqB;
   static constexpr int kTab = kBq + kBk - 1;
   // K, V (once), Q and dO (2 stages each), per-row lse2 (with FoX: lse2 - c_i log2 e) / D / r /
@@ -956,8 +1005,8 @@ struct DkvShape {
   // rates of the rows and of the keys for the pair's head, times log2 e (2 stages), table
   static constexpr int kRowData = 6 * kBq + 2 * kBk;
   static constexpr int kRowPos = 4 * kBq + kBk, kRowRq = 5 * kBq + kBk, kRowRk = 6 * kBq + kBk;  // offsets
-  static constexpr int kSmem =
-      (2 * kBk + 4 * kBq) * Tile<row_width<D, kSplit>()>::kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
+  static constexpr int kRowBytes = kWg ? 2 * D : Tile<row_width<D, kSplit>()>::kRowBytes;
+  static constexpr int kSmem = (kWg ? 1024 : 0) + (2 * kBk + 4 * kBq) * kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
 
 // The one-pass backward's dQ step (dkv_cta with kDq) for the pair (head h, query block qb) of key
@@ -1073,13 +1122,19 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
 // limit and the key sums' registers alone would make it spill when FoX is off; the general variant
 // (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; plain variant, no FoX),
 // whose grid takes a head's key blocks from the last one back; kAtomic: its atomic version (dq_step).
-template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, bool kDq = false, bool kAtomic = false, class X>
+// kWg: the four products on Hopper's wgmma from swizzled tiles (as the forward's kWg; the plain
+// variant, bf16, two passes): S^T and dP^T with K and V as the A tiles, dV and dK with dO and Q read
+// N-major.
+template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, bool kDq = false, bool kAtomic = false, bool kWg = false,
+          class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   static_assert(!kDq || (!kGen && !kFox), "the one-pass backward: plain variant, no FoX");
-  using S = DkvShape<D, kBqB, kSplit>;
+  static_assert(!kWg || !kDq, "the wgmma backward: two passes");
+  using S = DkvShape<D, kBqB, kSplit, kWg>;
   constexpr int W = row_width<D, kSplit>();
-  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = Tile<W>::kPitch;
+  constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = kWg ? W : Tile<W>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+  if constexpr (kWg) smem = align_1k(x, smem);
   const int64_t nkb = num_blocks(P.Tk, kBk);
   const KeyTile tile = key_tile(P, kDq ? cta / nkb * nkb + (nkb - 1 - cta % nkb) : cta, kBk);
   const int64_t b = tile.b, hk = tile.hk, j0 = tile.j0, j1 = tile.j1;
@@ -1124,10 +1179,14 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     return first_pair(c.gh + 1);
   };
   // loads Q, dO tiles of a pair into a stage, and its per-row data (plain stores)
+  auto load = [&](uint16_t* t, const uint16_t* src, int64_t r0, int R, int64_t rows) {
+    if constexpr (kWg) load_tile_sw<W>(x, t, src, r0, R, rows);
+    else load_tile<W>(x, t, src, r0, R, rows);
+  };
   auto load_pair = [&](const Cursor& c, int stage) {
     const int64_t h = hk * P.G + c.gh, hrow = (b * P.H + h) * P.Tq, q0 = c.qb * kBq;
-    load_tile<W>(x, sQ + stage * kBq * kPitch, a.q + hrow * W, q0, kBq, P.Tq);
-    load_tile<W>(x, sG + stage * kBq * kPitch, a.gout + hrow * W, q0, kBq, P.Tq);
+    load(sQ + stage * kBq * kPitch, a.q + hrow * W, q0, kBq, P.Tq);
+    load(sG + stage * kBq * kPitch, a.gout + hrow * W, q0, kBq, P.Tq);
     float* rowd = sRow + stage * S::kRowData;
     for (int r = tid; r < kBq; r += kThreads) {
       const int64_t i = q0 + r;
@@ -1155,8 +1214,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     }
   };
 
-  load_tile<W>(x, sK, a.k + krow * W, j0, kBk, P.Tk);
-  load_tile<W>(x, sV, a.v + krow * W, j0, kBk, P.Tk);
+  load(sK, a.k + krow * W, j0, kBk, P.Tk);
+  load(sV, a.v + krow * W, j0, kBk, P.Tk);
   Cursor cur = first_pair(0);
   if (n_pairs > 0) load_pair(cur, 0);
   x.cp_commit();
@@ -1181,7 +1240,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const int64_t h = hk * P.G + cur.gh, q0 = cur.qb * kBq;
     const int64_t t0 = P.q_offset + q0 - (j0 + kBk - 1);  // smallest distance of the pair
     const Cursor nxt = next_pair(cur);
-    pipeline_step(x, n + 1 < n_pairs, [&] { load_pair(nxt, st ^ 1); }, P, sT, t0, S::kTab, [] {});
+    pipeline_step<kWg>(x, n + 1 < n_pairs, [&] { load_pair(nxt, st ^ 1); }, P, sT, t0, S::kTab, [] {});
     const uint16_t* sQs = sQ + st * kBq * kPitch;
     const uint16_t* sGs = sG + st * kBq * kPitch;
     const float* rowd = sRow + st * S::kRowData;
@@ -1189,7 +1248,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
     float s[kNT][4], dp[kNT][4];  // rows: this warp's 16 keys; columns: the kBq queries
-    scores_and_dp<D, kBq, kSplit>(x, s, dp, sK, sQs, sV, sGs, warp * 16);  // k . q and v . dO
+    if constexpr (kWg) wg_scores_and_dp<D, kBq>(x, s, dp, sK, sQs, sV, sGs, kBk, kBq);
+    else scores_and_dp<D, kBq, kSplit>(x, s, dp, sK, sQs, sV, sGs, warp * 16);  // k . q and v . dO
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
       // rows are keys here: key j = j0 + kloc, column r is query q0 + r, distance t = tb + r
@@ -1224,8 +1284,12 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           dp[nt][2 * hh + e] = ds * mul2 * kLn2;  // dS'^T for dK
         }
     }
-    gemm_rn<D, kBq, kSplit>(x, dv, s, sGs, 0);   // dV += P^T dO
-    gemm_rn<D, kBq, kSplit>(x, dk, dp, sQs, 0);  // dK += dS'^T Q
+    if constexpr (kWg) {  // dV += P^T dO and dK += dS'^T Q, one batch
+      wg_gemm_rn<D, kBq, true>(x, dv, s, sGs, dk, dp, sQs, kBq);
+    } else {
+      gemm_rn<D, kBq, kSplit>(x, dv, s, sGs, 0);   // dV += P^T dO
+      gemm_rn<D, kBq, kSplit>(x, dk, dp, sQs, 0);  // dK += dS'^T Q
+    }
     if constexpr (kDq) {  // dQ += dS' K, in the query block's turn; dS'^T over this stage's dO
       x.sync();  // every warp is done with dO (dV's product) before it is overwritten
       dq_step<D, kBq, kSplit, kAtomic>(x, P, a, sG + st * kBq * kPitch, sK, dp, b, h, j0 / kBk, cur.qb);

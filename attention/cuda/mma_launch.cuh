@@ -16,10 +16,12 @@
 
 namespace hz::attn::cuda_impl {
 
-// Hopper's wgmma forward (attn_wgmma.cu, built with the sm_90a code; attn_mma.cu has their stand-ins
-// in a build without it): whether a device runs it, and the launch (plain variant, bf16).
+// Hopper's wgmma kernels (attn_wgmma.cu, built with the sm_90a code; attn_mma.cu has their stand-ins
+// in a build without it): whether a device runs them, and the launches (plain variant, bf16; the
+// backward in two passes).
 bool wgmma_supported(int device);
 void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
+void wgmma_backward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 
 namespace {
 
@@ -132,7 +134,7 @@ void forward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& k
   a.lse = lse.data<float>();
   a.counters = counters;
   if constexpr (!kGen && !kSplit) {  // Hopper's wgmma where it is asked for and runs (attn_cuda.h)
-    if (wgmma_forward(P, DType::BF16, q.device().index)) return wgmma_forward_launch(P, a, s);
+    if (use_wgmma(P, DType::BF16, q.device().index)) return wgmma_forward_launch(P, a, s);
   }
   if (P.D == 64) forward_d<64, kGen, kSplit>(P, a, s);
   else forward_d<128, kGen, kSplit>(P, a, s);
@@ -183,12 +185,16 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   a.ddist_q = ddist_q ? ddist_q->data<float>() : nullptr;
   a.ddist_k = ddist_k ? ddist_k->data<float>() : nullptr;
   a.counters = counters;
-  // the one-pass backward where it is asked for and applies (attn_cuda.h)
+  // the one-pass backward where it is asked for and applies, else Hopper's wgmma where it is
+  // (attn_cuda.h)
   if constexpr (!kGen) {
     if (a.fc == nullptr && one_pass_backward(P, a.dc_rows != nullptr)) {
       if (P.D == 64) backward_one_pass<64, kSplit>(P, a, dq, s);
       else backward_one_pass<128, kSplit>(P, a, dq, s);
       return;
+    }
+    if constexpr (!kSplit) {
+      if (use_wgmma(P, DType::BF16, q.device().index)) return wgmma_backward_launch(P, a, s);
     }
   }
   if (P.D == 64) backward_d<64, kGen, kSplit>(P, a, s);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU attention benchmark, side by side in one run: Horizon's fused op (`horizon bench attention
 # --device cuda`, bf16: its own tensor-core kernels, with the two-pass backward and the one-pass one
-# (HZ_ATTN_BACKWARD=one_pass), the forward on Hopper's wgmma (HZ_ATTN_FORWARD=wgmma), and cuDNN's
+# (HZ_ATTN_BACKWARD=one_pass), the kernels on Hopper's wgmma (HZ_ATTN_MMA=wgmma), and cuDNN's
 # fused attention for the causal and
 # sliding-window cases it routes there) and PyTorch on the
 # same GPU (SDPA's flash backend for causal, FlexAttention with BlockMasks for causal, SWA, SCOPE's
@@ -55,11 +55,11 @@ for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before t
       --impl tensor_core --masks causal,swa,scope,docs2048 --logits identity,scale_invariant \
       --json "$out/hz1p_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon's one-pass backward failed at D=$D T=$T" >&2
-    # the forward on Hopper's wgmma (HZ_ATTN_FORWARD=wgmma; plain kernels, bf16: rows tensor_core_wg)
-    HZ_ATTN_FORWARD=wgmma "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
+    # the kernels on Hopper's wgmma (HZ_ATTN_MMA=wgmma; plain kernels, bf16: rows tensor_core_wg)
+    HZ_ATTN_MMA=wgmma "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
       --impl tensor_core --masks causal,swa,scope,docs2048 --logits identity,scale_invariant \
       --json "$out/hzwg_${D}_${T}.json" >&2 ||
-      echo "[bench_attention_gpu] Horizon's wgmma forward failed at D=$D T=$T" >&2
+      echo "[bench_attention_gpu] Horizon's wgmma kernels failed at D=$D T=$T" >&2
     # cuDNN's fused attention, where Horizon routes what it expresses (attention/backend.h)
     "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" --impl cudnn \
       --masks causal,swa --logits identity --json "$out/hzcudnn_${D}_${T}.json" >&2 ||

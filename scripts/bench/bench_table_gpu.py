@@ -27,8 +27,8 @@ for D in sorted({k[0] for k in hz}):
           "| sdpa ms | flex ms | sdpa/hz | flex/hz | target |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for T in sorted({k[1] for k in hz if k[0] == D}):
-      # Horizon's kernels (tensor_core_1p: with the one-pass backward; tensor_core_wg: the forward on
-      # Hopper's wgmma), cuDNN's; each against its own causal
+      # Horizon's kernels (tensor_core_1p: with the one-pass backward; tensor_core_wg: on Hopper's
+      # wgmma), cuDNN's; each against its own causal
       for kernel in ("tensor_core", "tensor_core_1p", "tensor_core_wg", "tensor_core_wg_1p", "cudnn", "reference"):
         for logit in ("identity", "scale_invariant", "logn", "swan_row", "temperature"):
             c = hz.get((D, T, "causal", logit, kernel))

@@ -302,10 +302,10 @@ GRAPE='FusedCuda.GrapeRatesOnTheTensorCoreKernels'
 
 stage_memcheck() {
   starts "compute-sanitizer memcheck" 60 || return
-  # (the one pass's and the wgmma forward's long sequences: dozens of calls at T 2048, minutes under the
-  # sanitizer; their edge shapes are in EDGE)
+  # (the one pass's and the wgmma kernels' long sequences: dozens of calls at T 2048, minutes under
+  # the sanitizer; their edge shapes are in EDGE)
   sanitize memcheck hz_test_attention \
-    "$EDGE:FusedCuda.*-FusedCuda.OnePassBackwardOnLongSequences:FusedCuda.WgmmaForwardOnLongSequences" 120
+    "$EDGE:FusedCuda.*-FusedCuda.OnePassBackwardOnLongSequences:FusedCuda.WgmmaKernelsOnLongSequences" 120
   # the out-of-memory test asks for 4 TiB on purpose: its API error is the test, not a bug; the
   # death test re-executes the binary, which hung under the sanitizer (H100, 2026-11-26)
   sanitize memcheck hz_test_core 'CudaTest.*-CudaTest.ErrorsNameTheCallAndWhatToDo:CudaTest.NonContiguousDeviceTensors' 60

@@ -363,21 +363,21 @@ TEST(FusedCuda, OnePassBackwardOnLongSequences) {
   }
 }
 
-// ---- the forward on Hopper's wgmma (HZ_ATTN_FORWARD=wgmma: attention/cuda/attn_wgmma.cu) ---------
+// ---- the kernels on Hopper's wgmma (HZ_ATTN_MMA=wgmma: attention/cuda/attn_wgmma.cu) -------------
 struct WgmmaScope : EnvScope {
-  WgmmaScope() : EnvScope("HZ_ATTN_FORWARD", "wgmma") {}
+  WgmmaScope() : EnvScope("HZ_ATTN_MMA", "wgmma") {}
 };
 bool wgmma_takes(const Problem& p) {
   const AttnConfig cfg = config_of(p);
   AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
   P.sink = p.sink;
   P.fox = p.fox;
-  return wgmma_forward(P, DType::BF16, Device::cuda(0));
+  return use_wgmma(P, DType::BF16, Device::cuda(0));
 }
 
-// On an H100/H200 the wgmma forward must be there (a build for sm_90 has it): the cases below skip
+// On an H100/H200 the wgmma kernels must be there (a build for sm_90 has them): the cases below skip
 // on other GPUs, and must not skip here.
-TEST(FusedCuda, WgmmaForwardRunsOnHopper) {
+TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
   HZT_NEED_GPU();
   if (cuda::compute_capability(0) != 90) GTEST_SKIP() << "not a compute-capability 9.0 GPU: " << cuda::device_name(0);
   Problem p;
@@ -389,15 +389,15 @@ TEST(FusedCuda, WgmmaForwardRunsOnHopper) {
   EXPECT_TRUE(wgmma_takes(p));
 }
 
-// Every bf16 tensor-core case the wgmma forward takes, forward and backward at the floors (the
-// backward reads its out and lse), run twice: the same bits.
+// Every bf16 tensor-core case the wgmma kernels take, forward and backward at the floors, run twice:
+// the same bits.
 class FusedCudaWgmma : public ::testing::TestWithParam<Problem> {};
 TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
   HZT_NEED_GPU();
   const Problem p = GetParam();
   const WgmmaScope wg;
   if (!attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, p.D).tensor_core || !wgmma_takes(p))
-    GTEST_SKIP() << "the wgmma forward does not take this call here (a compute-capability 9.0 GPU, bf16, the plain "
+    GTEST_SKIP() << "the wgmma kernels do not take this call here (a compute-capability 9.0 GPU, bf16, the plain "
                     "variant)";
   const Inputs in = bf16_inputs(p, 43);
   const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
@@ -407,6 +407,9 @@ TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
   const Result y = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
   EXPECT_EQ(x.out, y.out);
   EXPECT_EQ(x.lse, y.lse);
+  EXPECT_EQ(x.dq, y.dq);
+  EXPECT_EQ(x.dk, y.dk);
+  EXPECT_EQ(x.dv, y.dv);
 }
 std::vector<Problem> wgmma_cases() {
   std::vector<Problem> v = combos(64, 100);
@@ -418,10 +421,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaWgmma, ::testing::ValuesIn(wgmma_cases(
                          [](const ::testing::TestParamInfo<Problem>& info) { return info.param.tag(); });
 
 // Long sequences (T 2048, B 2, H 8, GQA; causal, a window, packed documents; D 64 and 128): the wgmma
-// forward agrees with the mma.sync one to 2^-7 of max |out| and 1e-3 in lse (the two instructions
-// may sum a product's terms in different orders; a wrong tile or row would be off by the entries
-// themselves), and repeats its bits.
-TEST(FusedCuda, WgmmaForwardOnLongSequences) {
+// kernels agree with the mma.sync ones to 2^-7 of each output's and gradient's largest entry and 1e-3
+// in lse (the two instructions may sum a product's terms in different orders; a wrong tile or row
+// would be off by the entries themselves), and repeat their bits.
+TEST(FusedCuda, WgmmaKernelsOnLongSequences) {
   HZT_NEED_GPU();
   for (int64_t D : {64, 128})
     for (int variant = 0; variant < 3; ++variant) {
@@ -433,20 +436,24 @@ TEST(FusedCuda, WgmmaForwardOnLongSequences) {
       const Inputs in = make_inputs(p, DType::BF16, 67);
       const Result mm = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
       const WgmmaScope wg;
-      if (!wgmma_takes(p)) GTEST_SKIP() << "no wgmma forward on this GPU";
+      if (!wgmma_takes(p)) GTEST_SKIP() << "no wgmma kernels on this GPU";
       const Result a = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
       const Result b = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
-      EXPECT_EQ(a.out, b.out);
-      EXPECT_EQ(a.lse, b.lse);
-      double err = 0, mx = 0, lerr = 0;
-      for (size_t i = 0; i < mm.out.size(); ++i) {
-        err = std::max(err, std::fabs(a.out[i] - mm.out[i]));
-        mx = std::max(mx, std::fabs(mm.out[i]));
+      for (auto [name, x, y, z] : {std::tuple{"out", &a.out, &b.out, &mm.out}, {"dq", &a.dq, &b.dq, &mm.dq},
+                                   {"dk", &a.dk, &b.dk, &mm.dk}, {"dv", &a.dv, &b.dv, &mm.dv}}) {
+        EXPECT_EQ(*x, *y) << name;
+        double err = 0, mx = 0;
+        for (size_t i = 0; i < z->size(); ++i) {
+          err = std::max(err, std::fabs((*x)[i] - (*z)[i]));
+          mx = std::max(mx, std::fabs((*z)[i]));
+        }
+        EXPECT_LE(err, mx / 128) << name;
+        EXPECT_GT(mx, 0.0) << name;
       }
+      EXPECT_EQ(a.lse, b.lse);
+      double lerr = 0;
       for (size_t i = 0; i < mm.lse.size(); ++i)
         lerr = std::max(lerr, std::fabs(a.lse[i] - mm.lse[i]) / std::max(1.0, std::fabs(mm.lse[i])));
-      EXPECT_LE(err, mx / 128);
-      EXPECT_GT(mx, 0.0);
       EXPECT_LE(lerr, 1e-3);
     }
 }

@@ -76,10 +76,10 @@ struct Emulated {
 // LogN's dc) in place of the dQ and dK/dV kernels, with what its launcher adds (mma_launch.cuh): dq
 // zeroed, the turns zeroed, the sinks' rows from sink_row_grad. atomic: its atomic version (the
 // kernel lab's variant 5: dQ by float atomics into a zeroed accumulator, converted to dq after).
-// wgmma: the forward on Hopper's warpgroup MMA (attn_wgmma.cu; plain variant, bf16).
-// forward_only: out, lse and the forward's block counts only.
+// wgmma: the kernels on Hopper's warpgroup MMA (attn_wgmma.cu: the forward and the two-pass
+// backward; plain variant, bf16).
 struct Kernels {
-  bool fox_grad = true, one_pass = false, atomic = false, wgmma = false, forward_only = false;
+  bool fox_grad = true, one_pass = false, atomic = false, wgmma = false;
 };
 
 // The forward, the dO . O pre-pass (on the host, in f32) and both backward kernels, emulated.
@@ -135,7 +135,7 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
   using F = mma::FwdShape<D, C::kFwdMT, kSplit>;
   if (kn.wgmma) {
     if constexpr (kGen || kSplit) {
-      throw std::logic_error("the wgmma forward: plain variant, bf16");
+      throw std::logic_error("the wgmma kernels: plain variant, bf16");
     } else {
       using G = mma::FwdShape<D, C::kFwdMT, false, true>;
       each_cta(p.B * p.H * num_blocks(p.Tq, G::kBq), G::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
@@ -146,14 +146,6 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
     each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
       mma::fwd_cta<D, C::kFwdMT, kGen, kSplit>(t, P, a, cta, s);
     });
-  }
-  if (kn.forward_only) {
-    Emulated e;
-    e.r.out = out.values();
-    e.r.lse.assign(lse.begin(), lse.end());
-    e.stats.fwd_blocks = static_cast<int64_t>(counters[0]);
-    e.stats.fwd_boundary_blocks = static_cast<int64_t>(counters[1]);
-    return e;
   }
   for (int64_t row = 0; row < nq; ++row) {  // out and dO as stored (the split kernels: f32)
     float acc = 0;
@@ -188,12 +180,27 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
       for (int64_t e = 0; e < nq * D; ++e) static_cast<uint16_t*>(dq.data())[e] = f32_to_bf16_bits(acc[e]);
   }
   using Q = mma::DqShape<D, kSplit>;
-  if (!one_pass)
+  using K = mma::DkvShape<D, C::kDkvBq, kSplit>;
+  bool two_pass_mma = !one_pass;  // the mma.sync dQ and dK/dV kernels
+  if constexpr (!kGen && !kSplit) {
+    if (kn.wgmma && !one_pass) {
+      using QW = mma::DqShape<D, false, true>;
+      using KW = mma::DkvShape<D, C::kDkvBq, false, true>;
+      each_cta(p.B * p.H * num_blocks(p.Tq, QW::kBq), QW::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+        mma::dq_cta<D, false, false, true>(t, P, a, cta, s);
+      });
+      each_cta(p.B * p.Hkv * num_blocks(p.Tk, KW::kBk), KW::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+        if (a.fc != nullptr) mma::dkv_cta<D, C::kDkvBq, true, false, false, false, false, true>(t, P, a, cta, s);
+        else mma::dkv_cta<D, C::kDkvBq, false, false, false, false, false, true>(t, P, a, cta, s);
+      });
+      two_pass_mma = false;
+    }
+  }
+  if (two_pass_mma)
     each_cta(p.B * p.H * num_blocks(p.Tq, Q::kBq), Q::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
       mma::dq_cta<D, kGen, kSplit>(t, P, a, cta, s);
     });
-  using K = mma::DkvShape<D, C::kDkvBq, kSplit>;
-  if (!one_pass)
+  if (two_pass_mma)
     each_cta(p.B * p.Hkv * num_blocks(p.Tk, K::kBk), K::kSmem,
            [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
              if (kGen)  // FoX read at run time
@@ -549,12 +556,11 @@ TEST(MmaEmulator, RejectsWgmmaMisuse) {
   EXPECT_EQ(run(4), 0.0f);
 }
 
-// The forward on Hopper's wgmma (attn_wgmma.cu: the same forward body with S = Q K^T and O += P V
-// as warpgroup MMAs from swizzled tiles) against the CPU op at the bf16 floor and against the
-// mma.sync forward: the emulator forms both products in the same k-steps, so out and lse must be the
-// same bits (on a GPU the two instructions may round apart), and then the backward kernels, which
-// read only out and lse of the forward, have nothing new to show.
-TEST(MmaEmulator, WgmmaForwardMatchesTheCpuOpAndTheMmaForward) {
+// The kernels on Hopper's wgmma (attn_wgmma.cu: the forward, dQ and dK/dV bodies with their products
+// as warpgroup MMAs from swizzled tiles) against the CPU op at the bf16 floor, and against the
+// mma.sync kernels: the emulator forms both instructions' products in the same k-steps, so every
+// output and gradient must be the same bits (on a GPU the two may round apart).
+TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
   std::vector<Problem> ps = emu_problems(64);
   Problem p;
   p.fox = p.sink = true, p.H = 4, p.Hkv = 2, p.B = 2, p.Tq = p.Tk = 107, p.mask = MaskKind::Window;
@@ -576,17 +582,21 @@ TEST(MmaEmulator, WgmmaForwardMatchesTheCpuOpAndTheMmaForward) {
     const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
     const Result low = naive(x, in, true);
     Kernels kn;
-    kn.forward_only = true;
-    const Emulated mm = x.D == 64 ? run_emulated<64>(x, in, kn) : run_emulated<128>(x, in, kn);
     kn.wgmma = true;
     const Emulated wg = x.D == 64 ? run_emulated<64>(x, in, kn) : run_emulated<128>(x, in, kn);
-    expect_within_floor("out", wg.r.out, low.out, ref.out, 3.0, 1e-3);
-    expect_within_floor("lse", wg.r.lse, low.lse, ref.lse, 3.0, 1e-3);
-    ASSERT_EQ(wg.r.out.size(), mm.r.out.size());
-    for (size_t i = 0; i < wg.r.out.size(); ++i) ASSERT_EQ(wg.r.out[i], mm.r.out[i]) << "out " << i;
-    for (size_t i = 0; i < wg.r.lse.size(); ++i) ASSERT_EQ(wg.r.lse[i], mm.r.lse[i]) << "lse " << i;
+    const Emulated mm = x.D == 64 ? run_emulated<64>(x, in) : run_emulated<128>(x, in);
+    expect_results(wg.r, low, ref, 3.0, 1e-3);
+    const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
+        {"out", {&wg.r.out, &mm.r.out}}, {"lse", {&wg.r.lse, &mm.r.lse}}, {"dq", {&wg.r.dq, &mm.r.dq}},
+        {"dk", {&wg.r.dk, &mm.r.dk}},    {"dv", {&wg.r.dv, &mm.r.dv}},    {"dc", {&wg.r.dc, &mm.r.dc}},
+        {"dlog f", {&wg.r.df, &mm.r.df}}, {"dz", {&wg.r.dz, &mm.r.dz}}};
+    for (const auto& [what, v] : parts) {
+      ASSERT_EQ(v.first->size(), v.second->size()) << what;
+      for (size_t i = 0; i < v.first->size(); ++i) ASSERT_EQ((*v.first)[i], (*v.second)[i]) << what << " " << i;
+    }
     EXPECT_EQ(wg.stats.fwd_blocks, mm.stats.fwd_blocks);
     EXPECT_EQ(wg.stats.fwd_boundary_blocks, mm.stats.fwd_boundary_blocks);
+    EXPECT_EQ(wg.stats.bwd_blocks, mm.stats.bwd_blocks);
   }
 }
 

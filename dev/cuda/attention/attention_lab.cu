@@ -12,8 +12,8 @@
 //   4  the one-pass backward (variant 1 with HZ_ATTN_BACKWARD=one_pass: dK, dV and dQ from one kernel,
 //      dQ added in each query block's turn; 5 products per pair instead of 7);
 //   5  the same with FlashAttention-2's atomic dQ (not deterministic): what variant 4's order costs;
-//   6  the forward on Hopper's wgmma (variant 1 with HZ_ATTN_FORWARD=wgmma, attn_wgmma.cu; an
-//      H100/H200 only: elsewhere it fails validation as "not run").
+//   6  the kernels on Hopper's wgmma (variant 1 with HZ_ATTN_MMA=wgmma, attn_wgmma.cu: forward and
+//      two-pass backward; an H100/H200 only: elsewhere it fails as "not run").
 // Each variant is first validated against variant 0 on ragged problems for every mask x logit
 // transform (max |x - ref| / max |ref| within the bf16 floor, every output and gradient; see
 // validate()), then
@@ -219,18 +219,22 @@ std::vector<Variant> variants() {
     else atomic_one_pass<D>(P, b, cnt);
   };
   v.push_back(atom);
-  // S = Q K^T and O += P V as warpgroup MMAs from swizzled shared memory (mma_body.h, kWg); the same
-  // tiles and backward as variant 1
+  // every product as a warpgroup MMA from swizzled shared memory (mma_body.h, kWg): the same tiles,
+  // the two-pass backward
   Variant wg = lib;
   wg.id = 6;
-  wg.name = "tensor-core, forward on wgmma (sm_90a)";
-  wg.fwd = [fwd = lib.fwd](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
-    setenv("HZ_ATTN_FORWARD", "wgmma", 1);
-    const bool on = ci::wgmma_forward(P, DType::BF16, 0);
-    fwd(P, b, cnt);
-    unsetenv("HZ_ATTN_FORWARD");
-    if (!on) throw std::runtime_error("the wgmma forward does not run here (a compute-capability 9.0 GPU only)");
+  wg.name = "tensor-core on wgmma (sm_90a), two-pass backward";
+  auto on_wgmma = [](const std::function<void(const AttnKernelParams&, Buffers&, ci::Counter*)>& f) {
+    return [f](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+      setenv("HZ_ATTN_MMA", "wgmma", 1);
+      const bool on = ci::use_wgmma(P, DType::BF16, 0);
+      f(P, b, cnt);
+      unsetenv("HZ_ATTN_MMA");
+      if (!on) throw std::runtime_error("the wgmma kernels do not run here (a compute-capability 9.0 GPU only)");
+    };
   };
+  wg.fwd = on_wgmma(lib.fwd);
+  wg.bwd = on_wgmma(lib.bwd);
   v.push_back(wg);
   return v;
 }
