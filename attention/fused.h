@@ -141,8 +141,7 @@ bool one_pass_backward(const AttnKernelParams& P, bool logn_grad);
 // from swizzled shared-memory tiles, attention/cuda/attn_wgmma.cu: the forward and the two-pass
 // backward; the one-pass backward stays on mma.sync) instead of mma.sync: asked for by
 // HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has timed both), for bf16
-// calls without chunks, sink tokens, a prefix, token positions or GRAPE's term, on a
-// compute-capability 9.0 GPU (H100, H200) with a build for sm_90. False elsewhere.
+// calls on a compute-capability 9.0 GPU (H100, H200) with a build for sm_90. False elsewhere.
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev);
 // The CPU kernel's tiles for a call with Tk keys when the config leaves them at 0.
 int64_t cpu_block_q(const AttnConfig& cfg);

@@ -44,8 +44,8 @@ AttnTiles mma_tiles(DType dt, int64_t D);
 bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums);
 // Whether a tensor-core call runs on Hopper's warpgroup MMA (wgmma; attn_wgmma.cu: the forward and
 // the two-pass backward) instead of mma.sync: asked for by HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has
-// timed both), for bf16 calls of the plain variant on a compute-capability 9.0 GPU whose binary
-// has the sm_90a code.
+// timed both), for bf16 calls (both variants) on a compute-capability 9.0 GPU whose binary has the
+// sm_90a code.
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device);
 // sink: the sinks' z (H, f32) folded into the forward's epilogue, or undefined; dz_rows (with
 // sink): the sinks' gradient per row (B, H, Tq, f32).

@@ -44,7 +44,7 @@ bool use_wgmma(const AttnKernelParams& P, DType dt, int device) {
   const char* e = std::getenv("HZ_ATTN_MMA");
   const std::string v = e != nullptr ? e : "";
   HZ_CHECK(v.empty() || v == "mma" || v == "wgmma", ValueError, "HZ_ATTN_MMA='", v, "': expected mma or wgmma");
-  return v == "wgmma" && dt == DType::BF16 && !general(P) && (P.D == 64 || P.D == 128) && wgmma_supported(device);
+  return v == "wgmma" && dt == DType::BF16 && (P.D == 64 || P.D == 128) && wgmma_supported(device);
 }
 #ifndef HZ_WGMMA  // a build without sm_90 among its architectures has no wgmma code (attn_wgmma.cu)
 namespace {
@@ -55,6 +55,8 @@ namespace {
 bool wgmma_supported(int) { return false; }
 void wgmma_forward_launch(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
 void wgmma_backward_launch(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
+void wgmma_forward_launch_general(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
+void wgmma_backward_launch_general(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
 #endif
 
 bool mma_supported(DType dt, int64_t D, int device) {

@@ -1,6 +1,6 @@
 // Horizon: the fused attention's tensor-core kernels (bf16 inputs, or f32 inputs as bf16 pairs in the
-// split kernels below; fp32 accumulation, mma.sync m16n8k16, and for the forward on sm_90a Hopper's
-// wgmma.mma_async, kWg below), written once over an execution context X so the same code runs as CUDA kernels
+// split kernels below; fp32 accumulation, mma.sync m16n8k16, or on sm_90a Hopper's wgmma.mma_async:
+// kWg below), written once over an execution context X so the same code runs as CUDA kernels
 // (attn_mma.cu, X = DeviceCta: inline PTX) and on the host through a warp emulator
 // (tests/attention/mma_emulator.h, X = EmuThread: ucontext fibers with collective ldmatrix, mma,
 // shuffles and delayed cp.async), which is how these kernels are tested on machines without a GPU.

@@ -221,6 +221,27 @@ __global__ void __launch_bounds__(kThreads) dkvq_kernel(const AttnKernelParams P
   dkv_cta<D, kBq, false, false, kSplit, true, kAtomic>(x, P, a, static_cast<int64_t>(tile), smem);
 }
 
+// The kernels on Hopper's wgmma (mma_body.h, kWg; bf16, two-pass backward): attn_wgmma.cu
+// instantiates the plain variant, attn_wgmma_general.cu the general one, both built for sm_90a only.
+template <int D, int kMT, bool kGen>
+__global__ void __launch_bounds__(kThreads) fwd_wg_kernel(const AttnKernelParams P, const Args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  DeviceCta x;
+  fwd_cta<D, kMT, kGen, false, true>(x, P, a, blockIdx.x, smem);
+}
+template <int D, bool kGen>
+__global__ void __launch_bounds__(kThreads) dq_wg_kernel(const AttnKernelParams P, const Args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  DeviceCta x;
+  dq_cta<D, kGen, false, true>(x, P, a, blockIdx.x, smem);
+}
+template <int D, bool kFox, bool kGen>
+__global__ void __launch_bounds__(kThreads) dkv_wg_kernel(const AttnKernelParams P, const Args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  DeviceCta x;
+  dkv_cta<D, Config<D>::kDkvBq, kFox, kGen, false, false, false, true>(x, P, a, blockIdx.x, smem);
+}
+
 // The sinks' per-row gradient where no dQ pass forms it (the one-pass backward): -exp(z_h - lse_i) D_i.
 static __global__ void sink_rows_kernel(int64_t rows, int64_t H, int64_t Tq, const float* __restrict__ z,
                                         const float* __restrict__ lse, const float* __restrict__ Dvec,

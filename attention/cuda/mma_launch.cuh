@@ -16,12 +16,14 @@
 
 namespace hz::attn::cuda_impl {
 
-// Hopper's wgmma kernels (attn_wgmma.cu, built with the sm_90a code; attn_mma.cu has their stand-ins
-// in a build without it): whether a device runs them, and the launches (plain variant, bf16; the
-// backward in two passes).
+// Hopper's wgmma kernels (attn_wgmma.cu: the plain variant, attn_wgmma_general.cu: the general one,
+// both built with the sm_90a code; attn_mma.cu has their stand-ins in a build without it): whether a
+// device runs them, and the launches (bf16; the backward in two passes).
 bool wgmma_supported(int device);
 void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
+void wgmma_forward_launch_general(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
+void wgmma_backward_launch_general(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 
 namespace {
 
@@ -75,6 +77,29 @@ void forward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
   launch(fwd_kernel<D, kMT, kGen, kSplit>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
          "attention forward (mma)");
 }
+// The wgmma kernels of a variant (instantiated only by the sm_90a files, attn_wgmma*.cu): the same
+// tiles and grids as the mma.sync kernels, the two-pass backward.
+template <int D, bool kGen>
+void forward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
+  constexpr int kMT = mma::Config<D>::kFwdMT;
+  using S = mma::FwdShape<D, kMT, false, true>;
+  launch(mma::fwd_wg_kernel<D, kMT, kGen>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
+         "attention forward (wgmma)");
+}
+template <int D, bool kGen>
+void backward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
+  using Q = mma::DqShape<D, false, true>;
+  launch(mma::dq_wg_kernel<D, kGen>, P.B * P.H * num_blocks(P.Tq, Q::kBq), Q::kSmem, s, P, a,
+         "attention backward dQ (wgmma)");
+  using K = mma::DkvShape<D, mma::Config<D>::kDkvBq, false, true>;
+  const int64_t grid = P.B * P.Hkv * num_blocks(P.Tk, K::kBk);
+  const char* what = "attention backward dK/dV (wgmma)";
+  // FoX as backward_d has it: a template argument of the plain kernel, read at run time by the general one
+  if constexpr (kGen) launch(mma::dkv_wg_kernel<D, false, true>, grid, K::kSmem, s, P, a, what);
+  else launch(a.fc != nullptr ? mma::dkv_wg_kernel<D, true, false> : mma::dkv_wg_kernel<D, false, false>, grid,
+              K::kSmem, s, P, a, what);
+}
+
 // The one-pass backward (mma_body.h, dq_step): dK, dV and dQ from one kernel, dQ added in each query
 // block's turn into an f32 accumulator (the split kernels' f32 dq itself), dq zeroed first (query
 // blocks no key block visits), the turns and the started-block count zeroed; the sinks' rows from
@@ -133,8 +158,9 @@ void forward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& k
   a.out = out.raw_data();
   a.lse = lse.data<float>();
   a.counters = counters;
-  if constexpr (!kGen && !kSplit) {  // Hopper's wgmma where it is asked for and runs (attn_cuda.h)
-    if (use_wgmma(P, DType::BF16, q.device().index)) return wgmma_forward_launch(P, a, s);
+  if constexpr (!kSplit) {  // Hopper's wgmma where it is asked for and runs (attn_cuda.h)
+    if (use_wgmma(P, DType::BF16, q.device().index))
+      return kGen ? wgmma_forward_launch_general(P, a, s) : wgmma_forward_launch(P, a, s);
   }
   if (P.D == 64) forward_d<64, kGen, kSplit>(P, a, s);
   else forward_d<128, kGen, kSplit>(P, a, s);
@@ -193,9 +219,10 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
       else backward_one_pass<128, kSplit>(P, a, dq, s);
       return;
     }
-    if constexpr (!kSplit) {
-      if (use_wgmma(P, DType::BF16, q.device().index)) return wgmma_backward_launch(P, a, s);
-    }
+  }
+  if constexpr (!kSplit) {
+    if (use_wgmma(P, DType::BF16, q.device().index))
+      return kGen ? wgmma_backward_launch_general(P, a, s) : wgmma_backward_launch(P, a, s);
   }
   if (P.D == 64) backward_d<64, kGen, kSplit>(P, a, s);
   else backward_d<128, kGen, kSplit>(P, a, s);

@@ -389,16 +389,15 @@ TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
   EXPECT_TRUE(wgmma_takes(p));
 }
 
-// Every bf16 tensor-core case the wgmma kernels take, forward and backward at the floors, run twice:
-// the same bits.
+// Every bf16 tensor-core case the wgmma kernels take (both variants), forward and backward at the
+// floors, run twice: the same bits.
 class FusedCudaWgmma : public ::testing::TestWithParam<Problem> {};
 TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
   HZT_NEED_GPU();
   const Problem p = GetParam();
   const WgmmaScope wg;
   if (!attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, p.D).tensor_core || !wgmma_takes(p))
-    GTEST_SKIP() << "the wgmma kernels do not take this call here (a compute-capability 9.0 GPU, bf16, the plain "
-                    "variant)";
+    GTEST_SKIP() << "the wgmma kernels do not run here (a compute-capability 9.0 GPU)";
   const Inputs in = bf16_inputs(p, 43);
   const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
   const Result low = naive(p, in, true);
@@ -415,6 +414,25 @@ std::vector<Problem> wgmma_cases() {
   std::vector<Problem> v = combos(64, 100);
   for (const Problem& p : shapes(64)) v.push_back(p);
   for (const Problem& p : shapes(128)) v.push_back(p);
+  // the general variant: chunks with LogN, sink tokens beside a window, a prefix with FoX and sinks,
+  // drawn positions with sink tokens and GRAPE's rates, at both head dims
+  for (int64_t D : {64, 128}) {
+    Problem p;
+    p.D = D, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 300, p.chunk = 96, p.logit = LogitKind::LogN;
+    v.push_back(p);
+    p = Problem{};
+    p.D = D, p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 400, p.mask = MaskKind::Window, p.sink_tokens = 4,
+    p.pos = PosKind::Alibi;
+    v.push_back(p);
+    p = Problem{};
+    p.D = D, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 300, p.prefix = 100, p.logit = LogitKind::ScaleInvariant,
+    p.fox = p.sink = true;
+    v.push_back(p);
+    p = Problem{};
+    p.D = D, p.H = 2, p.Hkv = 1, p.Tq = 77, p.Tk = 300, p.drawn = true, p.sink_tokens = 2, p.dist = 3,
+    p.mask = MaskKind::Scope;
+    v.push_back(p);
+  }
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaWgmma, ::testing::ValuesIn(wgmma_cases()),

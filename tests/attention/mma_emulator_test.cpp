@@ -76,8 +76,8 @@ struct Emulated {
 // LogN's dc) in place of the dQ and dK/dV kernels, with what its launcher adds (mma_launch.cuh): dq
 // zeroed, the turns zeroed, the sinks' rows from sink_row_grad. atomic: its atomic version (the
 // kernel lab's variant 5: dQ by float atomics into a zeroed accumulator, converted to dq after).
-// wgmma: the kernels on Hopper's warpgroup MMA (attn_wgmma.cu: the forward and the two-pass
-// backward; plain variant, bf16).
+// wgmma: the kernels on Hopper's warpgroup MMA (attn_wgmma*.cu: the forward and the two-pass
+// backward, bf16).
 struct Kernels {
   bool fox_grad = true, one_pass = false, atomic = false, wgmma = false;
 };
@@ -134,12 +134,12 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
   using C = mma::Config<D, kSplit>;
   using F = mma::FwdShape<D, C::kFwdMT, kSplit>;
   if (kn.wgmma) {
-    if constexpr (kGen || kSplit) {
-      throw std::logic_error("the wgmma kernels: plain variant, bf16");
+    if constexpr (kSplit) {
+      throw std::logic_error("the wgmma kernels: bf16");
     } else {
       using G = mma::FwdShape<D, C::kFwdMT, false, true>;
       each_cta(p.B * p.H * num_blocks(p.Tq, G::kBq), G::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-        mma::fwd_cta<D, C::kFwdMT, false, false, true>(t, P, a, cta, s);
+        mma::fwd_cta<D, C::kFwdMT, kGen, false, true>(t, P, a, cta, s);
       });
     }
   } else {
@@ -182,16 +182,20 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
   using Q = mma::DqShape<D, kSplit>;
   using K = mma::DkvShape<D, C::kDkvBq, kSplit>;
   bool two_pass_mma = !one_pass;  // the mma.sync dQ and dK/dV kernels
-  if constexpr (!kGen && !kSplit) {
+  if constexpr (!kSplit) {
     if (kn.wgmma && !one_pass) {
       using QW = mma::DqShape<D, false, true>;
       using KW = mma::DkvShape<D, C::kDkvBq, false, true>;
       each_cta(p.B * p.H * num_blocks(p.Tq, QW::kBq), QW::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-        mma::dq_cta<D, false, false, true>(t, P, a, cta, s);
+        mma::dq_cta<D, kGen, false, true>(t, P, a, cta, s);
       });
       each_cta(p.B * p.Hkv * num_blocks(p.Tk, KW::kBk), KW::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-        if (a.fc != nullptr) mma::dkv_cta<D, C::kDkvBq, true, false, false, false, false, true>(t, P, a, cta, s);
-        else mma::dkv_cta<D, C::kDkvBq, false, false, false, false, false, true>(t, P, a, cta, s);
+        if (kGen)  // FoX read at run time
+          mma::dkv_cta<D, C::kDkvBq, false, true, false, false, false, true>(t, P, a, cta, s);
+        else if (a.fc != nullptr)
+          mma::dkv_cta<D, C::kDkvBq, true, false, false, false, false, true>(t, P, a, cta, s);
+        else
+          mma::dkv_cta<D, C::kDkvBq, false, false, false, false, false, true>(t, P, a, cta, s);
       });
       two_pass_mma = false;
     }
@@ -556,9 +560,9 @@ TEST(MmaEmulator, RejectsWgmmaMisuse) {
   EXPECT_EQ(run(4), 0.0f);
 }
 
-// The kernels on Hopper's wgmma (attn_wgmma.cu: the forward, dQ and dK/dV bodies with their products
-// as warpgroup MMAs from swizzled tiles) against the CPU op at the bf16 floor, and against the
-// mma.sync kernels: the emulator forms both instructions' products in the same k-steps, so every
+// The kernels on Hopper's wgmma (attn_wgmma*.cu: the forward, dQ and dK/dV bodies with their
+// products as warpgroup MMAs from swizzled tiles), both variants, against the CPU op at the bf16
+// floor, and against the mma.sync kernels: the emulator forms both instructions' products in the same k-steps, so every
 // output and gradient must be the same bits (on a GPU the two may round apart).
 TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
   std::vector<Problem> ps = emu_problems(64);
@@ -576,6 +580,18 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
   ps.push_back(p);
   p.mask = MaskKind::Scope, p.pos = PosKind::Rope, p.logit = LogitKind::LogN, p.sink = true;
   ps.push_back(p);
+  // the general variant: chunks, sink tokens, a prefix, token positions, GRAPE's rates
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 180, p.drawn = true, p.mask = MaskKind::Window, p.sink_tokens = 2, p.chunk = 64,
+  p.logit = LogitKind::SwanRow, p.fox = true;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 40, p.Tk = 150, p.dist = 3, p.drawn = true, p.sink_tokens = 2, p.mask = MaskKind::Scope;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 160, p.mask = MaskKind::Window, p.prefix = 40, p.sink_tokens = 2,
+  p.logit = LogitKind::LogN, p.pos = PosKind::Rope, p.D = 128, p.sink = true;
+  ps.push_back(p);
   for (const Problem& x : ps) {
     SCOPED_TRACE(x.tag());
     const Inputs in = bf16_inputs(x, 71);
@@ -583,13 +599,18 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
     const Result low = naive(x, in, true);
     Kernels kn;
     kn.wgmma = true;
-    const Emulated wg = x.D == 64 ? run_emulated<64>(x, in, kn) : run_emulated<128>(x, in, kn);
-    const Emulated mm = x.D == 64 ? run_emulated<64>(x, in) : run_emulated<128>(x, in);
+    const bool gen = x.chunk > 0 || x.sink_tokens > 0 || x.prefix > 0 || x.drawn || x.dist > 0;
+    auto run = [&](const Kernels& k) {
+      if (gen) return x.D == 64 ? run_emulated<64, true>(x, in, k) : run_emulated<128, true>(x, in, k);
+      return x.D == 64 ? run_emulated<64>(x, in, k) : run_emulated<128>(x, in, k);
+    };
+    const Emulated wg = run(kn), mm = run(Kernels{});
     expect_results(wg.r, low, ref, 3.0, 1e-3);
     const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
         {"out", {&wg.r.out, &mm.r.out}}, {"lse", {&wg.r.lse, &mm.r.lse}}, {"dq", {&wg.r.dq, &mm.r.dq}},
         {"dk", {&wg.r.dk, &mm.r.dk}},    {"dv", {&wg.r.dv, &mm.r.dv}},    {"dc", {&wg.r.dc, &mm.r.dc}},
-        {"dlog f", {&wg.r.df, &mm.r.df}}, {"dz", {&wg.r.dz, &mm.r.dz}}};
+        {"dlog f", {&wg.r.df, &mm.r.df}}, {"dz", {&wg.r.dz, &mm.r.dz}},  {"ddist_q", {&wg.r.ddq, &mm.r.ddq}},
+        {"ddist_k", {&wg.r.ddk, &mm.r.ddk}}};
     for (const auto& [what, v] : parts) {
       ASSERT_EQ(v.first->size(), v.second->size()) << what;
       for (size_t i = 0; i < v.first->size(); ++i) ASSERT_EQ((*v.first)[i], (*v.second)[i]) << what << " " << i;
