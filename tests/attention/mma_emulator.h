@@ -12,11 +12,11 @@
 //                          inside shared memory;
 //   mma                    the warp: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 with PTX's
 //                          fragment layouts (mma_body.h's header), products summed in double;
-//   shfl_xor               the warp.
+//   shfl_xor               the warp;
+//   wgmma_ss / wgmma_rs    the warpgroup (4 warps, threads 128 w .. 128 w + 127): Hopper's
+//                          wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 (Thread, below).
 // All 32 lanes of a warp must call the same collective (else: "divergent collective"); a round in
 // which no thread can move is a deadlock (e.g. a barrier some threads skip). Both are reported.
-//   wgmma_ss / wgmma_rs    the warpgroup (4 warps, threads 128 w .. 128 w + 127): Hopper's
-//                          wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16, below.
 // A cp.async clobbers its 16 destination bytes with NaN patterns when issued and writes the data at
 // the cp_wait that retires its group, and shared memory starts as NaN patterns: a read before the
 // wait + barrier (read-after-write) and an overwrite of a tile another warp still reads

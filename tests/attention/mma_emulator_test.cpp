@@ -307,6 +307,61 @@ std::vector<Problem> emu_problems(int64_t D) {
   return v;
 }
 
+// The general variant's problems: chunks, sink tokens, a prefix, token positions and documents, with
+// the masks, position encodings, logit transforms, FoX and sinks around them.
+std::vector<Problem> general_problems() {
+  std::vector<Problem> ps;
+  Problem p;
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 150, p.chunk = 48, p.logit = LogitKind::LogN;  // Llama 4's chunks
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 200, p.mask = MaskKind::Window, p.sink_tokens = 4, p.pos = PosKind::Alibi;
+  ps.push_back(p);  // sinks beside a window of 24: blocks 0 and 2-3 for the last rows
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 170, p.mask = MaskKind::Scope, p.sink_tokens = 3, p.fox = p.sink = true,
+  p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.prefix = 70, p.pos = PosKind::Alibi, p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);  // the prefix reads distances both ways
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 160, p.mask = MaskKind::Window, p.prefix = 40, p.sink_tokens = 2,
+  p.logit = LogitKind::LogN, p.pos = PosKind::Rope;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 40, p.Tk = 150, p.drawn = true, p.pos = PosKind::Alibi,
+  p.logit = LogitKind::ScaleInvariant;  // token positions, queries last
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 180, p.drawn = true, p.mask = MaskKind::Window, p.sink_tokens = 2, p.chunk = 64,
+  p.logit = LogitKind::SwanRow, p.fox = true;
+  ps.push_back(p);
+  p = Problem{};
+  p.B = 2, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.docs = {{60, 90}, {150}}, p.chunk = 32, p.sink_tokens = 3,
+  p.mask = MaskKind::Window;  // documents: chunks and sink tokens per document
+  ps.push_back(p);
+  return ps;
+}
+// GRAPE's rates (general variant): key rates, query rates and both, beside ALiBi, FoX, sinks, a
+// window, a prefix and token positions, with GQA and Tq != Tk.
+std::vector<Problem> grape_problems() {
+  std::vector<Problem> ps;
+  Problem p;
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 150, p.dist = 1;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 170, p.dist = 3, p.mask = MaskKind::Window, p.pos = PosKind::Alibi,
+  p.fox = p.sink = true, p.logit = LogitKind::ScaleInvariant;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.dist = 2, p.prefix = 70, p.logit = LogitKind::LogN;
+  ps.push_back(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 40, p.Tk = 150, p.dist = 3, p.drawn = true, p.sink_tokens = 2, p.mask = MaskKind::Scope;
+  ps.push_back(p);
+  return ps;
+}
+
 }  // namespace
 
 TEST(MmaEmulator, RejectsDivergentCollectivesAndDeadlocks) {
@@ -580,17 +635,12 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
   ps.push_back(p);
   p.mask = MaskKind::Scope, p.pos = PosKind::Rope, p.logit = LogitKind::LogN, p.sink = true;
   ps.push_back(p);
-  // the general variant: chunks, sink tokens, a prefix, token positions, GRAPE's rates
-  p = Problem{};
-  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 180, p.drawn = true, p.mask = MaskKind::Window, p.sink_tokens = 2, p.chunk = 64,
-  p.logit = LogitKind::SwanRow, p.fox = true;
-  ps.push_back(p);
-  p = Problem{};
-  p.H = 2, p.Hkv = 1, p.Tq = 40, p.Tk = 150, p.dist = 3, p.drawn = true, p.sink_tokens = 2, p.mask = MaskKind::Scope;
-  ps.push_back(p);
-  p = Problem{};
-  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 160, p.mask = MaskKind::Window, p.prefix = 40, p.sink_tokens = 2,
-  p.logit = LogitKind::LogN, p.pos = PosKind::Rope, p.D = 128, p.sink = true;
+  // the general variant: token positions, sink tokens and chunks with FoX; GRAPE's rates with sink
+  // tokens; a prefix beside sink tokens and a window at D 128, with sinks
+  ps.push_back(general_problems()[6]);
+  ps.push_back(grape_problems()[3]);
+  p = general_problems()[4];
+  p.D = 128, p.sink = true;
   ps.push_back(p);
   for (const Problem& x : ps) {
     SCOPED_TRACE(x.tag());
@@ -725,36 +775,8 @@ TEST(MmaEmulator, EdgeShapes) {
 // 64-key blocks: chunks and the prefix straddle blocks, the sink tokens' block lies far from the
 // window's, the double buffer skips blocks between the intervals.
 TEST(MmaEmulator, GeneralVariantMatchesTheCpuOp) {
-  std::vector<Problem> ps;
+  const std::vector<Problem> ps = general_problems();
   Problem p;
-  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 150, p.chunk = 48, p.logit = LogitKind::LogN;  // Llama 4's chunks
-  ps.push_back(p);
-  p = Problem{};
-  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 200, p.mask = MaskKind::Window, p.sink_tokens = 4, p.pos = PosKind::Alibi;
-  ps.push_back(p);  // sinks beside a window of 24: blocks 0 and 2-3 for the last rows
-  p = Problem{};
-  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 170, p.mask = MaskKind::Scope, p.sink_tokens = 3, p.fox = p.sink = true,
-  p.logit = LogitKind::ScaleInvariant;
-  ps.push_back(p);
-  p = Problem{};
-  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.prefix = 70, p.pos = PosKind::Alibi, p.logit = LogitKind::ScaleInvariant;
-  ps.push_back(p);  // the prefix reads distances both ways
-  p = Problem{};
-  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 160, p.mask = MaskKind::Window, p.prefix = 40, p.sink_tokens = 2,
-  p.logit = LogitKind::LogN, p.pos = PosKind::Rope;
-  ps.push_back(p);
-  p = Problem{};
-  p.H = 2, p.Hkv = 1, p.Tq = 40, p.Tk = 150, p.drawn = true, p.pos = PosKind::Alibi,
-  p.logit = LogitKind::ScaleInvariant;  // token positions, queries last
-  ps.push_back(p);
-  p = Problem{};
-  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 180, p.drawn = true, p.mask = MaskKind::Window, p.sink_tokens = 2, p.chunk = 64,
-  p.logit = LogitKind::SwanRow, p.fox = true;
-  ps.push_back(p);
-  p = Problem{};
-  p.B = 2, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.docs = {{60, 90}, {150}}, p.chunk = 32, p.sink_tokens = 3,
-  p.mask = MaskKind::Window;  // documents: chunks and sink tokens per document
-  ps.push_back(p);
   for (const Problem& x : ps) check<64, true>(x);
   for (const size_t i : {size_t{1}, size_t{5}}) {
     p = ps[i];
@@ -769,20 +791,8 @@ TEST(MmaEmulator, GeneralVariantMatchesTheCpuOp) {
 // included: key rates alone, query rates alone and both, beside ALiBi, FoX, sinks, a window, a prefix
 // (distances both ways) and token positions, with GQA and Tq != Tk.
 TEST(MmaEmulator, GrapeRatesInTheGeneralVariantMatchTheCpuOp) {
-  std::vector<Problem> ps;
+  const std::vector<Problem> ps = grape_problems();
   Problem p;
-  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 150, p.dist = 1;
-  ps.push_back(p);
-  p = Problem{};
-  p.H = 4, p.Hkv = 2, p.Tq = p.Tk = 170, p.dist = 3, p.mask = MaskKind::Window, p.pos = PosKind::Alibi,
-  p.fox = p.sink = true, p.logit = LogitKind::ScaleInvariant;
-  ps.push_back(p);
-  p = Problem{};
-  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.dist = 2, p.prefix = 70, p.logit = LogitKind::LogN;
-  ps.push_back(p);
-  p = Problem{};
-  p.H = 2, p.Hkv = 1, p.Tq = 40, p.Tk = 150, p.dist = 3, p.drawn = true, p.sink_tokens = 2, p.mask = MaskKind::Scope;
-  ps.push_back(p);
   for (const Problem& x : ps) check<64, true>(x);
   for (const size_t i : {size_t{1}, size_t{3}}) {
     p = ps[i];
