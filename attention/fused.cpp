@@ -230,6 +230,15 @@ bool one_pass_backward(const AttnKernelParams& P, bool logn_grad) { return detai
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev) {
   return dev.is_cuda() && detail::use_wgmma(P, dt, dev.index);
 }
+std::string tensor_core_options(Device dev, DType dt, int64_t D) {
+  if (!attn_tiles(AttnConfig{}, dev, dt, D).tensor_core) return "";
+  AttnConfig cfg;
+  cfg.window = {0};  // causal
+  const AttnKernelParams P = make_kernel_params(cfg, 1, 1, 1, 128, 128, D);
+  std::string s = use_wgmma(P, dt, dev) ? "wgmma (HZ_ATTN_MMA)" : "";
+  if (one_pass_backward(P, false)) s += std::string(s.empty() ? "" : ", ") + "one-pass backward (HZ_ATTN_BACKWARD)";
+  return s;
+}
 void set_exact_f32_attention(bool on) { g_exact_f32 = on; }
 AttnBackend attention_backend() { return static_cast<AttnBackend>(g_backend.load()); }
 

@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "attention/backend.h"
@@ -143,6 +144,11 @@ bool one_pass_backward(const AttnKernelParams& P, bool logn_grad);
 // HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has timed both), for bf16
 // calls on a compute-capability 9.0 GPU (H100, H200) with a build for sm_90. False elsewhere.
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev);
+// The environment's choices among Horizon's tensor-core kernels that a call of dtype dt and head dim D
+// gets on dev (use_wgmma, one_pass_backward for a causal call), for the run log: "wgmma
+// (HZ_ATTN_MMA)", "one-pass backward (HZ_ATTN_BACKWARD)", both, or empty (the defaults, or a call
+// the tensor-core kernels do not take).
+std::string tensor_core_options(Device dev, DType dt, int64_t D);
 // The CPU kernel's tiles for a call with Tk keys when the config leaves them at 0.
 int64_t cpu_block_q(const AttnConfig& cfg);
 int64_t cpu_block_k(const AttnConfig& cfg, int64_t Tk);

@@ -322,9 +322,12 @@ class Trainer {
       // f32 attention: the tensor cores on bf16 pairs where they take the head dim, else exact f32
       const bool f32 = r_.run.precision == nn::Precision::FP32 && model_->cfg.dtype == DType::F32;
       const bool split = f32 && attn::attn_tiles(attn::AttnConfig{}, dev_, DType::F32, model_->cfg.hdim()).tensor_core;
-      log("device {}: {}, precision {}{}{}", dev_.str(), cuda::device_name(dev_.index), nn::name(r_.run.precision),
+      // the environment's kernel choices (attention/fused.h, tensor_core_options)
+      const std::string opts = attn::tensor_core_options(dev_, f32 ? DType::F32 : DType::BF16, model_->cfg.hdim());
+      log("device {}: {}, precision {}{}{}{}", dev_.str(), cuda::device_name(dev_.index), nn::name(r_.run.precision),
           r_.run.tf32 ? " (TF32 GEMMs)" : "",
-          !f32 ? "" : split ? ", attention on the tensor cores (f32 as bf16 pairs)" : ", attention in exact f32 (reference kernels)");
+          !f32 ? "" : split ? ", attention on the tensor cores (f32 as bf16 pairs)" : ", attention in exact f32 (reference kernels)",
+          opts.empty() ? "" : ", Horizon's attention kernels: " + opts);
       attn::set_attention_backend(r_.run.attention_backend);
       for (const auto& [kind, route] : r_.attention_routes()) log("layer kind {}: {}", kind, route.describe());
     }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "attention/fused.h"
 #include "attention/reference.h"
@@ -232,6 +233,17 @@ std::vector<Combo> combos() {
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(Combos, FusedAttention, ::testing::ValuesIn(combos()), combo_name);
+
+// The run log's kernel options (attention/fused.h) name only what a call gets: on the CPU, whatever
+// the environment asks of the CUDA tensor-core kernels, nothing (fused_cuda_test.cpp checks a GPU).
+TEST(FusedAttentionEdge, TensorCoreOptionsAreEmptyOnTheCpu) {
+  setenv("HZ_ATTN_MMA", "wgmma", 1);
+  setenv("HZ_ATTN_BACKWARD", "one_pass", 1);
+  EXPECT_EQ(tensor_core_options(Device::cpu(), DType::BF16, 64), "");
+  EXPECT_EQ(tensor_core_options(Device::cpu(), DType::F32, 128), "");
+  unsetenv("HZ_ATTN_MMA");
+  unsetenv("HZ_ATTN_BACKWARD");
+}
 
 TEST(FusedAttentionEdge, RowsWithoutVisibleKeysGiveZeroAndMinusInfLse) {
   // keys restricted to [0, 3): queries with min_distance 5 see nothing until position 5

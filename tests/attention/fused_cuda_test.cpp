@@ -383,10 +383,19 @@ TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
   Problem p;
   p.Tq = p.Tk = 128;
   EXPECT_FALSE(wgmma_takes(p)) << "the default is mma.sync";
+  EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 64), "");
   const WgmmaScope wg;
   EXPECT_TRUE(wgmma_takes(p));
   p.D = 128;
   EXPECT_TRUE(wgmma_takes(p));
+  // the run log's line (attention/fused.h): bf16 only, with the one-pass backward beside it
+  EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 128), "wgmma (HZ_ATTN_MMA)");
+  const OnePassScope one;
+  EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 64),
+            "wgmma (HZ_ATTN_MMA), one-pass backward (HZ_ATTN_BACKWARD)");
+  if (attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core)  // the split kernels: no wgmma
+    EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::F32, 64), "one-pass backward (HZ_ATTN_BACKWARD)");
+  EXPECT_EQ(tensor_core_options(Device::cpu(), DType::BF16, 64), "");
 }
 
 // Every bf16 tensor-core case the wgmma kernels take (both variants), forward and backward at the
