@@ -162,15 +162,27 @@ AttnKernelParams make_kernel_params(const AttnConfig& cfg, int64_t B, int64_t H,
   return p;
 }
 
+std::string detail::env_choice(const char* name, std::initializer_list<const char*> choices) {
+  const char* e = std::getenv(name);
+  const std::string v = e != nullptr ? e : "";
+  if (v.empty()) return v;
+  for (const char* c : choices)
+    if (v == c) return v;
+  std::string expected;
+  size_t i = 0;
+  for (const char* c : choices) {
+    if (i > 0) expected += i + 1 == choices.size() ? " or " : ", ";
+    expected += c;
+    ++i;
+  }
+  throw ValueError(std::string(name) + "='" + v + "': expected " + expected);
+}
+
 namespace {
 
 AttnImpl env_impl() {
-  const char* e = std::getenv("HZ_ATTN_IMPL");
-  const std::string s = e ? e : "";
-  if (s.empty() || s == "auto") return AttnImpl::Auto;
-  if (s == "reference") return AttnImpl::Reference;
-  if (s == "tensor_core") return AttnImpl::TensorCore;
-  throw ValueError("HZ_ATTN_IMPL='" + s + "': expected auto, reference or tensor_core");
+  const std::string s = detail::env_choice("HZ_ATTN_IMPL", {"auto", "reference", "tensor_core"});
+  return s == "reference" ? AttnImpl::Reference : s == "tensor_core" ? AttnImpl::TensorCore : AttnImpl::Auto;
 }
 
 std::atomic<bool> g_exact_f32{false};

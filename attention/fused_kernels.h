@@ -8,6 +8,7 @@
 // CUDA: f32, f64 or bf16 storage with f32 (f64 for f64) accumulation; lse in f32 (f64);
 // logn_c (H) on the device in the accumulation dtype, or undefined.
 #pragma once
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@
 #include "attention/fused.h"
 
 namespace hz::attn::detail {
+
+// An environment variable that picks one of `choices` (HZ_ATTN_IMPL, HZ_ATTN_BACKWARD, HZ_ATTN_MMA;
+// read at each call): its value, "" when unset, a ValueError naming the choices otherwise.
+std::string env_choice(const char* name, std::initializer_list<const char*> choices);
 
 // ---- CPU (fused_cpu.cpp) ---------------------------------------------------------------------
 struct CpuTerms {

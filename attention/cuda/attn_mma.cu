@@ -7,12 +7,11 @@
 // GRAPE's additive term go to the general variant in attn_mma_general.cu.
 #define HZ_TILING_PLAIN
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 
 #include "attention/cuda/mma_launch.cuh"
+#include "attention/fused_kernels.h"
 
 namespace hz::attn::cuda_impl {
 
@@ -33,18 +32,13 @@ int family_smem() {
 }
 
 bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums) {
-  const char* e = std::getenv("HZ_ATTN_BACKWARD");
-  const std::string v = e != nullptr ? e : "";
-  HZ_CHECK(v.empty() || v == "two_pass" || v == "one_pass", ValueError, "HZ_ATTN_BACKWARD='", v,
-           "': expected two_pass or one_pass");
-  return v == "one_pass" && !general(P) && !P.fox && !dq_row_sums;
+  return detail::env_choice("HZ_ATTN_BACKWARD", {"two_pass", "one_pass"}) == "one_pass" && !general(P) && !P.fox &&
+         !dq_row_sums;
 }
 
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device) {
-  const char* e = std::getenv("HZ_ATTN_MMA");
-  const std::string v = e != nullptr ? e : "";
-  HZ_CHECK(v.empty() || v == "mma" || v == "wgmma", ValueError, "HZ_ATTN_MMA='", v, "': expected mma or wgmma");
-  return v == "wgmma" && dt == DType::BF16 && (P.D == 64 || P.D == 128) && wgmma_supported(device);
+  return detail::env_choice("HZ_ATTN_MMA", {"mma", "wgmma"}) == "wgmma" && dt == DType::BF16 &&
+         (P.D == 64 || P.D == 128) && wgmma_supported(device);
 }
 #ifndef HZ_WGMMA  // a build without sm_90 among its architectures has no wgmma code (attn_wgmma.cu)
 namespace {

@@ -417,6 +417,11 @@ HZ_KBODY void wg_gemm_rn(X& x, float (&c1)[D / 8][4], const float (&s1)[K / 8][4
   x.wg_operand_fence(c1);
   if constexpr (kTwo) x.wg_operand_fence(c2);
 }
+// One such product: c += s B.
+template <int D, int K, class X>
+HZ_KBODY void wg_gemm_rn(X& x, float (&c)[D / 8][4], const float (&s)[K / 8][4], const uint16_t* sB, int RB) {
+  wg_gemm_rn<D, K, false>(x, c, s, sB, c, s, sB, RB);
+}
 
 // ---- the two kernel variants ---------------------------------------------------------------------------
 // Every kernel comes in two variants (template argument kGen): the plain one, for one visible
@@ -953,8 +958,8 @@ HZ_KBODY void dq_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta
           val = ds * mul2 * kLn2;                                // dLoss/d(q . k)
         }
     }
-    if constexpr (kWg) wg_gemm_rn<D, kBk, false>(x, acc, s, sKs, acc, s, sKs, kBk);  // dQ += dS' K
-    else gemm_rn<D, kBk, kSplit>(x, acc, s, sKs, 0);                                  // dQ += dS' K
+    if constexpr (kWg) wg_gemm_rn<D, kBk>(x, acc, s, sKs, kBk);  // dQ += dS' K
+    else gemm_rn<D, kBk, kSplit>(x, acc, s, sKs, 0);             // dQ += dS' K
   }
   x.template cp_wait<0>();  // nothing may stay in flight (a CTA whose rows see no key loaded Q, dO only)
 

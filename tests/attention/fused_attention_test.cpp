@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "attention/fused.h"
+#include "attention/fused_kernels.h"
 #include "attention/reference.h"
 #include "attention/rope.h"
 #include "autograd/functions.h"
@@ -233,6 +234,23 @@ std::vector<Combo> combos() {
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(Combos, FusedAttention, ::testing::ValuesIn(combos()), combo_name);
+
+// The attention's environment switches (HZ_ATTN_IMPL, HZ_ATTN_BACKWARD, HZ_ATTN_MMA) through one
+// reader: unset is "", a listed value is itself, anything else is refused with the choices named.
+TEST(FusedAttentionEdge, EnvironmentSwitchesRefuseUnknownValues) {
+  unsetenv("HZ_TEST_SWITCH");
+  EXPECT_EQ(attn::detail::env_choice("HZ_TEST_SWITCH", {"a", "bb", "c"}), "");
+  setenv("HZ_TEST_SWITCH", "bb", 1);
+  EXPECT_EQ(attn::detail::env_choice("HZ_TEST_SWITCH", {"a", "bb", "c"}), "bb");
+  setenv("HZ_TEST_SWITCH", "b", 1);
+  try {
+    (void)attn::detail::env_choice("HZ_TEST_SWITCH", {"a", "bb", "c"});
+    ADD_FAILURE() << "accepted 'b'";
+  } catch (const ValueError& e) {
+    EXPECT_EQ(std::string(e.what()), "HZ_TEST_SWITCH='b': expected a, bb or c");
+  }
+  unsetenv("HZ_TEST_SWITCH");
+}
 
 // The run log's kernel options (attention/fused.h) name only what a call gets: on the CPU, whatever
 // the environment asks of the CUDA tensor-core kernels, nothing (fused_cuda_test.cpp checks a GPU).
