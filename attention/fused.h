@@ -139,8 +139,8 @@ AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int
 // whose backward needs no LogN gradient (logn_grad). False without CUDA.
 bool one_pass_backward(const AttnKernelParams& P, bool logn_grad);
 // Whether a call on CUDA's tensor-core kernels runs them on Hopper's warpgroup MMA (wgmma.mma_async
-// from swizzled shared-memory tiles, attention/cuda/attn_wgmma.cu: the forward and the two-pass
-// backward; the one-pass backward stays on mma.sync) instead of mma.sync: asked for by
+// from swizzled shared-memory tiles, attention/cuda/attn_wgmma.cu: the forward and both backwards,
+// the one-pass one where one_pass_backward holds too) instead of mma.sync: asked for by
 // HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has timed both), for bf16
 // calls on a compute-capability 9.0 GPU (H100, H200) with a build for sm_90. False elsewhere.
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev);

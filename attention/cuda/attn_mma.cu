@@ -49,6 +49,9 @@ namespace {
 bool wgmma_supported(int) { return false; }
 void wgmma_forward_launch(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
 void wgmma_backward_launch(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
+void wgmma_backward_one_pass_launch(const AttnKernelParams&, const mma::Args&, const Tensor&, cudaStream_t) {
+  no_wgmma();
+}
 void wgmma_forward_launch_general(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
 void wgmma_backward_launch_general(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
 #endif

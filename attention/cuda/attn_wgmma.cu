@@ -4,7 +4,8 @@
 // exists on sm_90a alone, so this file and attn_wgmma_general.cu (the general variant) are compiled
 // for sm_90a and nothing else (CMakeLists.txt, hz_attention_sm90a) and run only on a
 // compute-capability 9.0 GPU whose binary has the code (wgmma_supported). This file: the plain
-// variant (HZ_TILING_PLAIN, as attn_mma.cu), bf16, D 64 and 128, the two-pass backward; asked for by
+// variant (HZ_TILING_PLAIN, as attn_mma.cu), bf16, D 64 and 128, the two-pass backward and the
+// one-pass one (with HZ_ATTN_BACKWARD=one_pass); asked for by
 // HZ_ATTN_MMA=wgmma until a GPU has timed it (attn_mma.cu, use_wgmma).
 #define HZ_TILING_PLAIN
 #include <algorithm>
@@ -43,6 +44,10 @@ void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStr
 void wgmma_backward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s) {
   if (P.D == 64) backward_wg<64, false>(P, a, s);
   else backward_wg<128, false>(P, a, s);
+}
+void wgmma_backward_one_pass_launch(const AttnKernelParams& P, const mma::Args& a, const Tensor& dq, cudaStream_t s) {
+  if (P.D == 64) backward_one_pass<64, false, true>(P, a, dq, s);
+  else backward_one_pass<128, false, true>(P, a, dq, s);
 }
 
 }  // namespace hz::attn::cuda_impl

@@ -1014,10 +1014,47 @@ struct DkvShape {
   static constexpr int kSmem = (kWg ? 1024 : 0) + (2 * kBk + 4 * kBq) * kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
 
+// Adds a warp's part of dQ (rows qb kBq + 16 mt + g (+ 8), columns cc + 8 dt + 2 tig (+ 1): C
+// fragments c) to the rows' accumulator as dq_step orders it, or writes dq where this is the last add.
+template <int D, int kBq, int kN, bool kSplit, bool kAtomic, class X>
+HZ_KBODY void dq_add(X& x, const AttnKernelParams& P, const Args& a, const float (&c)[kN][4], int64_t hrow, int64_t qb,
+                     int mt, int cc, bool after, bool last) {
+  const int lane = x.tid() & 31, g = lane >> 2, tig = lane & 3;
+  HZ_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t i = qb * kBq + mt * 16 + g + 8 * hh;
+    if (i >= P.Tq) continue;
+    float* acc = a.dq_acc + (hrow + i) * D;
+    HZ_UNROLL
+    for (int dt = 0; dt < kN; ++dt) {
+      const int col = cc + dt * 8 + 2 * tig;
+      float v0 = c[dt][2 * hh], v1 = c[dt][2 * hh + 1];
+      if constexpr (kAtomic) {
+        x.atomic_add(acc + col, v0);
+        x.atomic_add(acc + col + 1, v1);
+      } else {
+        if (after) {  // dQ_part + the sum of the blocks after this one
+          v0 += x.load_cg(acc + col);
+          v1 += x.load_cg(acc + col + 1);
+        }
+        if (last) {
+          store_pair<kSplit>(x, a.dq, (hrow + i) * D, col, v0, v1);
+        } else {
+          acc[col] = v0;
+          acc[col + 1] = v1;
+        }
+      }
+    }
+  }
+}
+
 // The one-pass backward's dQ step (dkv_cta with kDq) for the pair (head h, query block qb) of key
 // block kb: dp holds this warp's dS'^T (16 keys x kBq queries; dS' = dLoss/d(q . k)); it goes to
 // shared memory, dQ_part = dS' K is formed from there (A fragments by ldmatrix.trans) and added to
-// the query block's accumulator in its turn.
+// the query block's accumulator in its turn. kWg: dS'^T goes to a swizzled tile instead, written with
+// st.shared and fenced into the async proxy, which wgmma reads as an M-major A operand (imm-trans-a:
+// the queries, wgmma's 64 rows of M, run along the tile's 128-byte rows) against K read N-major, one
+// product of 64 columns at a time (32 accumulator registers beside dK's and dV's).
 // Ordered accumulation: the key blocks that visit a query block add to it from the last one back,
 // each once, so every row's dQ is the same sum in the same order on every run. A block waits until
 // the turn word holds (its successor + 1), 0 for the first to add, adds (the first stores) and passes
@@ -1033,25 +1070,32 @@ struct DkvShape {
 // kAtomic (the kernel lab's variant 5 only, to size what the order costs): FlashAttention-2's own
 // scheme instead, every part added with a float atomic into a zeroed accumulator that the caller
 // converts to dq afterwards; no turns, and not deterministic (the order of the adds varies).
-template <int D, int kBq, bool kSplit, bool kAtomic, class X>
+template <int D, int kBq, bool kSplit, bool kAtomic, bool kWg, class X>
 HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* sDS, const uint16_t* sK,
                       const float (&dp)[kBq / 8][4], int64_t b, int64_t h, int64_t kb, int64_t qb) {
   using Q = DqPart<D, kBq, kSplit>;
   constexpr int W = row_width<D, kSplit>(), kBk = 16 * kWarps, kPds = Tile<Q::kWds>::kPitch;
   // dS'^T fits in a stage's dO tile (so both backwards take the same shared memory)
-  static_assert(Q::kSmem <= kBq * Tile<W>::kRowBytes, "dS'^T over dO");
+  static_assert(kWg || Q::kSmem <= kBq * Tile<W>::kRowBytes, "dS'^T over dO");
+  static_assert(!kWg || (kBq == 64 && kBk == 64 && !kSplit), "the wgmma dQ part: 64 x 64 dS', bf16, over dO (64 x D)");
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
   HZ_UNROLL
   for (int hh = 0; hh < 2; ++hh) {  // this warp's keys: rows warp * 16 + g + 8 hh of dS'^T
-    uint32_t* row = reinterpret_cast<uint32_t*>(sDS + (warp * 16 + g + 8 * hh) * kPds);
+    const int kr = warp * 16 + g + 8 * hh;
+    uint32_t* row = reinterpret_cast<uint32_t*>(sDS + kr * kPds);
     HZ_UNROLL
     for (int nt = 0; nt < kBq / 8; ++nt) {
       const float v0 = dp[nt][2 * hh], v1 = dp[nt][2 * hh + 1];
       const int r = nt * 8 + 2 * tig;
-      row[r / 2] = x.pack_bf16(v0, v1);
-      if constexpr (kSplit) row[(kBq + r) / 2] = x.pack_bf16(v0 - x.round_bf16(v0), v1 - x.round_bf16(v1));
+      if constexpr (kWg) {
+        x.store_shared(reinterpret_cast<uint32_t*>(sDS + sw_offset(kr, r, kBk)), x.pack_bf16(v0, v1));
+      } else {
+        row[r / 2] = x.pack_bf16(v0, v1);
+        if constexpr (kSplit) row[(kBq + r) / 2] = x.pack_bf16(v0 - x.round_bf16(v0), v1 - x.round_bf16(v1));
+      }
     }
   }
+  if constexpr (kWg) x.fence_proxy_async();  // the stores above are wgmma's operand (the barrier below)
   const int64_t nkb = num_blocks(P.Tk, kBk);
   auto visits = [&](int64_t k) {  // whether key block k visits qb
     if (k < 0 || k >= nkb) return false;
@@ -1063,59 +1107,55 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
   if constexpr (!kAtomic)
     if (tid == 0) x.wait_turn(turn, after ? static_cast<unsigned>(kb + 2) : 0u);
   x.sync();  // dS'^T complete, and the query block's turn is this block's
-  // this warp's 16 rows (m-tile mt) and kDC columns from c0, in chunks of kCC columns, one at a time
-  // (at D 128 dK and dV hold 128 accumulator registers: 32-column chunks spill 160 bytes, 64-column
-  // ones 200, the whole row 344; sm_90, tests/kernel_registers.sh)
-  constexpr int kCC = Q::kDC <= 64 ? Q::kDC : 32;
-  const int mt = warp % Q::kMtiles, c0 = (warp / Q::kMtiles) * Q::kDC;
   const int64_t hrow = (b * P.H + h) * P.Tq;
+  if constexpr (kWg) {
+    // the warpgroup's 64 query rows (warp w: rows 16 w ..) x 64 columns per product
+    const uint32_t sa = x.smem_u32(sDS), sb = x.smem_u32(sK);
 #if defined(__CUDACC__)
 #pragma unroll 1
 #endif
-  for (int cc = c0; cc < c0 + Q::kDC; cc += kCC) {
-    float c[kCC / 8][4];
-    HZ_UNROLL
-    for (int dt = 0; dt < kCC / 8; ++dt)
+    for (int cc = 0; cc < D; cc += 64) {
+      float c[8][4];
+      x.wg_operand_fence(c);
+      x.wg_fence();
       HZ_UNROLL
-      for (int e = 0; e < 4; ++e) c[dt][e] = 0.0f;
-    HZ_UNROLL
-    for (int kk = 0; kk < kBk / 16; ++kk) {
-      uint32_t af[4], al[4];
-      x.ldsm_x4_t(af, sDS + frag_bn_offset<Q::kWds>(lane, kk * 16, mt * 16));
-      if constexpr (kSplit) x.ldsm_x4_t(al, sDS + frag_bn_offset<Q::kWds>(lane, kk * 16, kBq + mt * 16));
-      HZ_UNROLL
-      for (int np = 0; np < kCC / 16; ++np) {
-        uint32_t bf[4], bl[4];
-        x.ldsm_x4_t(bf, sK + frag_a_offset<W>(lane, kk * 16, cc + np * 16));
-        if constexpr (kSplit) x.ldsm_x4_t(bl, sK + frag_a_offset<W>(lane, kk * 16, D + cc + np * 16));
-        mma_n2<kSplit>(x, c[2 * np], c[2 * np + 1], af, al, bf, bl);
-      }
+      for (int kk = 0; kk < kBk / 16; ++kk)
+        x.template wgmma_ss<64, 1, 1>(c, desc_mn(sa, kBk, kk), desc_mn(sb + (cc >> 6) * kBk * 128, kBk, kk),
+                                      kk > 0 ? 1 : 0);
+      x.wg_commit();
+      x.template wg_wait<0>();
+      x.wg_operand_fence(c);
+      dq_add<D, kBq, 8, kSplit, kAtomic>(x, P, a, c, hrow, qb, warp, cc, after, last);
     }
-    HZ_UNROLL
-    for (int hh = 0; hh < 2; ++hh) {
-      const int64_t i = qb * kBq + mt * 16 + g + 8 * hh;
-      if (i >= P.Tq) continue;
-      float* acc = a.dq_acc + (hrow + i) * D;
+  } else {
+    // this warp's 16 rows (m-tile mt) and kDC columns from c0, in chunks of kCC columns, one at a time
+    // (at D 128 dK and dV hold 128 accumulator registers: 32-column chunks spill 160 bytes, 64-column
+    // ones 200, the whole row 344; sm_90, tests/kernel_registers.sh)
+    constexpr int kCC = Q::kDC <= 64 ? Q::kDC : 32;
+    const int mt = warp % Q::kMtiles, c0 = (warp / Q::kMtiles) * Q::kDC;
+#if defined(__CUDACC__)
+#pragma unroll 1
+#endif
+    for (int cc = c0; cc < c0 + Q::kDC; cc += kCC) {
+      float c[kCC / 8][4];
       HZ_UNROLL
-      for (int dt = 0; dt < kCC / 8; ++dt) {
-        const int col = cc + dt * 8 + 2 * tig;
-        float v0 = c[dt][2 * hh], v1 = c[dt][2 * hh + 1];
-        if constexpr (kAtomic) {
-          x.atomic_add(acc + col, v0);
-          x.atomic_add(acc + col + 1, v1);
-        } else {
-          if (after) {  // dQ_part + the sum of the blocks after this one
-            v0 += x.load_cg(acc + col);
-            v1 += x.load_cg(acc + col + 1);
-          }
-          if (last) {
-            store_pair<kSplit>(x, a.dq, (hrow + i) * D, col, v0, v1);
-          } else {
-            acc[col] = v0;
-            acc[col + 1] = v1;
-          }
+      for (int dt = 0; dt < kCC / 8; ++dt)
+        HZ_UNROLL
+        for (int e = 0; e < 4; ++e) c[dt][e] = 0.0f;
+      HZ_UNROLL
+      for (int kk = 0; kk < kBk / 16; ++kk) {
+        uint32_t af[4], al[4];
+        x.ldsm_x4_t(af, sDS + frag_bn_offset<Q::kWds>(lane, kk * 16, mt * 16));
+        if constexpr (kSplit) x.ldsm_x4_t(al, sDS + frag_bn_offset<Q::kWds>(lane, kk * 16, kBq + mt * 16));
+        HZ_UNROLL
+        for (int np = 0; np < kCC / 16; ++np) {
+          uint32_t bf[4], bl[4];
+          x.ldsm_x4_t(bf, sK + frag_a_offset<W>(lane, kk * 16, cc + np * 16));
+          if constexpr (kSplit) x.ldsm_x4_t(bl, sK + frag_a_offset<W>(lane, kk * 16, D + cc + np * 16));
+          mma_n2<kSplit>(x, c[2 * np], c[2 * np + 1], af, al, bf, bl);
         }
       }
+      dq_add<D, kBq, kCC / 8, kSplit, kAtomic>(x, P, a, c, hrow, qb, mt, cc, after, last);
     }
   }
   x.sync();  // every add done, and sDS read, before the turn passes on
@@ -1127,14 +1167,12 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
 // limit and the key sums' registers alone would make it spill when FoX is off; the general variant
 // (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; plain variant, no FoX),
 // whose grid takes a head's key blocks from the last one back; kAtomic: its atomic version (dq_step).
-// kWg: the four products on Hopper's wgmma from swizzled tiles (as the forward's kWg; the plain
-// variant, bf16, two passes): S^T and dP^T with K and V as the A tiles, dV and dK with dO and Q read
-// N-major.
+// kWg: the products on Hopper's wgmma from swizzled tiles (as the forward's kWg; bf16): S^T and dP^T
+// with K and V as the A tiles, dV and dK with dO and Q read N-major, and with kDq dQ's part (dq_step).
 template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, bool kDq = false, bool kAtomic = false, bool kWg = false,
           class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   static_assert(!kDq || (!kGen && !kFox), "the one-pass backward: plain variant, no FoX");
-  static_assert(!kWg || !kDq, "the wgmma backward: two passes");
   using S = DkvShape<D, kBqB, kSplit, kWg>;
   constexpr int W = row_width<D, kSplit>();
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = kWg ? W : Tile<W>::kPitch;
@@ -1297,7 +1335,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     }
     if constexpr (kDq) {  // dQ += dS' K, in the query block's turn; dS'^T over this stage's dO
       x.sync();  // every warp is done with dO (dV's product) before it is overwritten
-      dq_step<D, kBq, kSplit, kAtomic>(x, P, a, sG + st * kBq * kPitch, sK, dp, b, h, j0 / kBk, cur.qb);
+      dq_step<D, kBq, kSplit, kAtomic, kWg>(x, P, a, sG + st * kBq * kPitch, sK, dp, b, h, j0 / kBk, cur.qb);
     }
     // the loop leaves head h: its key sums are done (FoX's -sum_i dL_ij, GRAPE's -sum_i dL_ij |t_ij|);
     // out is null when they need no gradient (FoX's c_i - c_j still shapes P)

@@ -96,8 +96,11 @@ struct DeviceCta {
   __device__ __forceinline__ uint32_t smem_u32(const void* p) const {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
   }
-  // the cp.async tiles a thread landed become visible to wgmma (the async proxy)
+  // what a thread wrote to shared memory (its landed cp.async tiles, its store_shared) becomes visible
+  // to wgmma (the async proxy)
   __device__ __forceinline__ void fence_proxy_async() { HZ_WG_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+  // a 4-byte store to a tile that wgmma reads (the emulator tracks these for the fence above)
+  __device__ __forceinline__ void store_shared(uint32_t* p, uint32_t v) { *p = v; }
   __device__ __forceinline__ void wg_fence() { HZ_WG_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
   __device__ __forceinline__ void wg_commit() { HZ_WG_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
   template <int N>
@@ -112,12 +115,14 @@ struct DeviceCta {
 #pragma unroll
     for (int i = 0; i < N; ++i) wg_operand_fence(v[i]);
   }
-  // wgmma.mma_async m64nNk16 (mma_body.h, wg_issue_nt / wg_issue_rn): A and B by descriptor (both
-  // K-major), or A from registers and B N-major (imm-trans-b 1); scale-d 0: D = A B.
-  template <int N>
+  // wgmma.mma_async m64nNk16 (mma_body.h, wg_issue_nt / wg_issue_rn / dq_step): A and B by descriptor,
+  // both K-major (kTA = kTB = 0) or A M-major and B N-major (imm-trans-a = imm-trans-b = 1: the
+  // one-pass backward's dQ part), or A from registers and B N-major (imm-trans-b 1); scale-d 0: D = A B.
+  template <int N, int kTA = 0, int kTB = 0>
   __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t da, uint64_t db, int scale_d) {
-    static_assert(N == 64, "the forward's S = Q K^T: 64-key tiles");
-    wgmma_ss_64(d, da, db, scale_d);
+    static_assert(N == 64 && kTA == kTB, "64-column products: S = Q K^T (K-major), dQ part = dS' K (MN-major)");
+    if constexpr (kTA == 0) wgmma_ss_64<0>(d, da, db, scale_d);
+    else wgmma_ss_64<1>(d, da, db, scale_d);
   }
   template <int N>
   __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t db, int scale_d) {
@@ -138,11 +143,12 @@ struct DeviceCta {
 #define HZ_WG_R64                                                                                               \
   HZ_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, " \
             "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+  template <int kT>
   __device__ __forceinline__ void wgmma_ss_64(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
     HZ_WG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-              "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" HZ_WG_R32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+              "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" HZ_WG_R32 "}, %32, %33, p, 1, 1, %35, %35;\n}\n"
               : HZ_WG_D64(d)
-              : "l"(da), "l"(db), "r"(scale_d)
+              : "l"(da), "l"(db), "r"(scale_d), "n"(kT)
               : "memory");
   }
   __device__ __forceinline__ void wgmma_rs_64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db, int scale_d) {
@@ -191,17 +197,18 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P,
 }
 // The one-pass backward (dK, dV and dQ; mma_body.h, dq_step): a block's tile is the count of blocks
 // started before it (a.tile_next, zeroed by the caller), so the blocks a tile waits on have started.
-template <int D, int kBq, bool kSplit = false, bool kAtomic = false>
+// kWg: on Hopper's wgmma (instantiated only by attn_wgmma.cu, for sm_90a).
+template <int D, int kBq, bool kSplit = false, bool kAtomic = false, bool kWg = false>
 __global__ void __launch_bounds__(kThreads) dkvq_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ unsigned tile;
   DeviceCta x;
   if (threadIdx.x == 0) tile = atomicAdd(a.tile_next, 1u);
   __syncthreads();
-  dkv_cta<D, kBq, false, false, kSplit, true, kAtomic>(x, P, a, static_cast<int64_t>(tile), smem);
+  dkv_cta<D, kBq, false, false, kSplit, true, kAtomic, kWg>(x, P, a, static_cast<int64_t>(tile), smem);
 }
 
-// The kernels on Hopper's wgmma (mma_body.h, kWg; bf16, two-pass backward): attn_wgmma.cu
+// The kernels on Hopper's wgmma (mma_body.h, kWg; bf16; the one-pass backward: dkvq_kernel): attn_wgmma.cu
 // instantiates the plain variant, attn_wgmma_general.cu the general one, both built for sm_90a only.
 template <int D, int kMT, bool kGen>
 __global__ void __launch_bounds__(kThreads) fwd_wg_kernel(const AttnKernelParams P, const Args a) {

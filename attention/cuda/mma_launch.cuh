@@ -18,10 +18,11 @@ namespace hz::attn::cuda_impl {
 
 // Hopper's wgmma kernels (attn_wgmma.cu: the plain variant, attn_wgmma_general.cu: the general one,
 // both built with the sm_90a code; attn_mma.cu has their stand-ins in a build without it): whether a
-// device runs them, and the launches (bf16; the backward in two passes).
+// device runs them, and the launches (bf16; the backward in two passes, or in one: the plain variant).
 bool wgmma_supported(int device);
 void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
+void wgmma_backward_one_pass_launch(const AttnKernelParams& P, const mma::Args& a, const Tensor& dq, cudaStream_t s);
 void wgmma_forward_launch_general(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_launch_general(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 
@@ -103,11 +104,11 @@ void backward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
 // The one-pass backward (mma_body.h, dq_step): dK, dV and dQ from one kernel, dQ added in each query
 // block's turn into an f32 accumulator (the split kernels' f32 dq itself), dq zeroed first (query
 // blocks no key block visits), the turns and the started-block count zeroed; the sinks' rows from
-// their own kernel.
-template <int D, bool kSplit>
+// their own kernel. kWg: the kernel on Hopper's wgmma (instantiated only by attn_wgmma.cu).
+template <int D, bool kSplit, bool kWg = false>
 void backward_one_pass(const AttnKernelParams& P, Args a, const Tensor& dq, cudaStream_t s) {
   constexpr int kBq = mma::Config<D, kSplit>::kDkvBq;
-  using S = mma::DkvShape<D, kBq, kSplit>;
+  using S = mma::DkvShape<D, kBq, kSplit, kWg>;
   const int64_t nturn = P.B * P.H * num_blocks(P.Tq, kBq);
   Tensor turn = Tensor::empty({nturn + 1}, DType::I32, dq.device());
   HZ_CUDA_CHECK(cudaMemsetAsync(turn.raw_data(), 0, static_cast<size_t>(nturn + 1) * 4, s));
@@ -123,8 +124,8 @@ void backward_one_pass(const AttnKernelParams& P, Args a, const Tensor& dq, cuda
                                                                                    a.Dvec, a.dz_rows);
     HZ_CUDA_LAUNCHED("attention backward: the sinks' rows");
   }
-  launch(dkvq_kernel<D, kBq, kSplit>, P.B * P.Hkv * num_blocks(P.Tk, S::kBk), S::kSmem, s, P, a,
-         "attention backward dK/dV/dQ, one pass (mma)");
+  launch(dkvq_kernel<D, kBq, kSplit, false, kWg>, P.B * P.Hkv * num_blocks(P.Tk, S::kBk), S::kSmem, s, P, a,
+         kWg ? "attention backward dK/dV/dQ, one pass (wgmma)" : "attention backward dK/dV/dQ, one pass (mma)");
 }
 
 template <int D, bool kGen, bool kSplit>
@@ -211,10 +212,11 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   a.ddist_q = ddist_q ? ddist_q->data<float>() : nullptr;
   a.ddist_k = ddist_k ? ddist_k->data<float>() : nullptr;
   a.counters = counters;
-  // the one-pass backward where it is asked for and applies, else Hopper's wgmma where it is
-  // (attn_cuda.h)
+  // the one-pass backward where it is asked for and applies, on Hopper's wgmma where that is too;
+  // else the two-pass backward, on wgmma where it is asked for (attn_cuda.h)
   if constexpr (!kGen) {
     if (a.fc == nullptr && one_pass_backward(P, a.dc_rows != nullptr)) {
+      if (!kSplit && use_wgmma(P, DType::BF16, q.device().index)) return wgmma_backward_one_pass_launch(P, a, dq, s);
       if (P.D == 64) backward_one_pass<64, kSplit>(P, a, dq, s);
       else backward_one_pass<128, kSplit>(P, a, dq, s);
       return;

@@ -60,6 +60,11 @@ for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before t
       --impl tensor_core --masks causal,swa,scope,docs2048 --logits identity,scale_invariant \
       --json "$out/hzwg_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon's wgmma kernels failed at D=$D T=$T" >&2
+    # both: the one-pass backward on wgmma (rows tensor_core_wg_1p)
+    HZ_ATTN_MMA=wgmma HZ_ATTN_BACKWARD=one_pass "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" \
+      --reps "$REPS" --impl tensor_core --masks causal,swa,docs2048 --logits identity \
+      --json "$out/hzwg1p_${D}_${T}.json" >&2 ||
+      echo "[bench_attention_gpu] Horizon's one-pass backward on wgmma failed at D=$D T=$T" >&2
     # cuDNN's fused attention, where Horizon routes what it expresses (attention/backend.h)
     "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" --impl cudnn \
       --masks causal,swa --logits identity --json "$out/hzcudnn_${D}_${T}.json" >&2 ||

@@ -296,7 +296,7 @@ sanitize() {
 # the attention's edge shapes: ragged tiles (77, 33 x 130), a key range ending inside a tile, the
 # plain causal case, D 128; the split kernels' (f32 on the tensor cores: tiles of bf16 pairs); the
 # one-pass backward's (dS'^T through shared memory, dQ added in turns), bf16 and split
-EDGE='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D64:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D128:Cases/FusedCudaOnePass.*/*_Tq77Tk77_D64:Cases/FusedCudaOnePass.*/*_Tq77Tk77_D128:Cases/FusedCudaWgmma.*/*_Tq77Tk77_D64:Cases/FusedCudaWgmma.*/*_Tq77Tk77_D128'
+EDGE='Cases/FusedCudaBf16.*/*_Tq77Tk77_D64:Cases/FusedCudaBf16.*/*_Tq33Tk130_D64:Cases/FusedCudaBf16.*/*_kend40_md50:Cases/FusedCudaBf16.*/*causal_none_identity*_D64:Cases/FusedCudaBf16.*/*_Tq77Tk77_D128:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D64:Cases/FusedCudaF32TensorCore.*/*_Tq77Tk77_D128:Cases/FusedCudaOnePass.*/*_Tq77Tk77_D64:Cases/FusedCudaOnePass.*/*_Tq77Tk77_D128:Cases/FusedCudaWgmma.*/*_Tq77Tk77_D64:Cases/FusedCudaWgmma.*/*_Tq77Tk77_D128:Cases/FusedCudaWgmmaOnePass.*/*_Tq77Tk77_D64:Cases/FusedCudaWgmmaOnePass.*/*_Tq77Tk77_D128'
 GENERAL='FusedCuda.ChunksSinkTokensPrefixAndPositionsOnTheTensorCoreKernels'
 GRAPE='FusedCuda.GrapeRatesOnTheTensorCoreKernels'
 
@@ -332,7 +332,7 @@ stage_lab() {
   local D v log rc
   say '```'
   for D in 64 128; do
-    for v in 1 2 3 4 5 6; do  # the tensor-core variants (each validated against variant 0, the reference, on
+    for v in 1 2 3 4 5 6 7; do  # the tensor-core variants (each validated against variant 0, the reference, on
                         # small ragged problems first); timing the reference itself costs ~100 s at 8K
       log="$LOGS/lab_d${D}_v$v.log"
       bounded 90 "$log" "$BUILD/attention_lab" "$v" --D "$D" --T 1024,8192 --reps 10

@@ -276,6 +276,17 @@ struct EnvScope {  // an environment variable set for the calls in this scope (t
 struct OnePassScope : EnvScope {  // the one-pass backward for the calls in this scope
   OnePassScope() : EnvScope("HZ_ATTN_BACKWARD", "one_pass") {}
 };
+struct WgmmaScope : EnvScope {  // Hopper's wgmma kernels (HZ_ATTN_MMA=wgmma) for the calls in this scope
+  WgmmaScope() : EnvScope("HZ_ATTN_MMA", "wgmma") {}
+};
+// whether a bf16 call of p runs on wgmma (HZ_ATTN_MMA=wgmma set, a compute-capability 9.0 GPU)
+bool wgmma_takes(const Problem& p) {
+  const AttnConfig cfg = config_of(p);
+  AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
+  P.sink = p.sink;
+  P.fox = p.fox;
+  return use_wgmma(P, DType::BF16, Device::cuda(0));
+}
 struct OnePassCase {
   Problem p;
   DType dt;
@@ -285,14 +296,8 @@ struct OnePassCase {
 // pass's row sums, so those calls keep the two-pass kernels: the cases with LogN take the
 // temperature transform here instead (a per-row factor as well; a case already there once is not
 // repeated).
-class FusedCudaOnePass : public ::testing::TestWithParam<OnePassCase> {};
-TEST_P(FusedCudaOnePass, MatchesCpuAndRepeatsBitForBit) {
-  HZT_NEED_GPU();
-  const Problem p = GetParam().p;
-  const DType dt = GetParam().dt;
-  if (!attn_tiles(AttnConfig{}, Device::cuda(0), dt, p.D).tensor_core)
-    GTEST_SKIP() << "no " << dtype_name(dt) << " tensor-core kernels for head_dim " << p.D;
-  const OnePassScope one;
+// (with HZ_ATTN_BACKWARD=one_pass set by the caller)
+void check_one_pass_case(const Problem& p, DType dt) {
   const bool split = dt == DType::F32;
   const Inputs in = split ? f32_inputs(p, 49) : bf16_inputs(p, 47);
   const Result ref = run_op(p, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
@@ -305,6 +310,16 @@ TEST_P(FusedCudaOnePass, MatchesCpuAndRepeatsBitForBit) {
   EXPECT_EQ(x.dk, y.dk);
   EXPECT_EQ(x.dv, y.dv);
   EXPECT_EQ(x.dz, y.dz);
+}
+class FusedCudaOnePass : public ::testing::TestWithParam<OnePassCase> {};
+TEST_P(FusedCudaOnePass, MatchesCpuAndRepeatsBitForBit) {
+  HZT_NEED_GPU();
+  const Problem p = GetParam().p;
+  const DType dt = GetParam().dt;
+  if (!attn_tiles(AttnConfig{}, Device::cuda(0), dt, p.D).tensor_core)
+    GTEST_SKIP() << "no " << dtype_name(dt) << " tensor-core kernels for head_dim " << p.D;
+  const OnePassScope one;
+  check_one_pass_case(p, dt);
 }
 std::vector<OnePassCase> one_pass_cases() {
   std::vector<OnePassCase> v;
@@ -325,6 +340,26 @@ INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaOnePass, ::testing::ValuesIn(one_pass_c
                          [](const ::testing::TestParamInfo<OnePassCase>& info) {
                            return std::string(info.param.dt == DType::F32 ? "split_" : "bf16_") + info.param.p.tag();
                          });
+// The same bf16 cases with the one-pass backward on Hopper's wgmma (both variables set; skipped on
+// other GPUs, FusedCuda.WgmmaKernelsRunOnHopper keeps them from skipping on an H100/H200).
+class FusedCudaWgmmaOnePass : public ::testing::TestWithParam<Problem> {};
+TEST_P(FusedCudaWgmmaOnePass, MatchesCpuAndRepeatsBitForBit) {
+  HZT_NEED_GPU();
+  const Problem p = GetParam();
+  const OnePassScope one;
+  const WgmmaScope wg;
+  if (!attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, p.D).tensor_core || !wgmma_takes(p))
+    GTEST_SKIP() << "the wgmma kernels do not run here (a compute-capability 9.0 GPU)";
+  check_one_pass_case(p, DType::BF16);
+}
+std::vector<Problem> wgmma_one_pass_cases() {
+  std::vector<Problem> v;
+  for (const OnePassCase& c : one_pass_cases())
+    if (c.dt == DType::BF16) v.push_back(c.p);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaWgmmaOnePass, ::testing::ValuesIn(wgmma_one_pass_cases()),
+                         [](const ::testing::TestParamInfo<Problem>& info) { return info.param.tag(); });
 
 // Long sequences, where hundreds of blocks wait on each other's turns at once (a turn out of order
 // would hang here or change bits between runs): causal, a window and packed documents, GQA, batch 2,
@@ -345,35 +380,34 @@ TEST(FusedCuda, OnePassBackwardOnLongSequences) {
       const Inputs in = make_inputs(p, dt, 61);
       const Result two = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
       const OnePassScope one;
-      const Result a = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
-      const Result b = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
-      EXPECT_EQ(a.dq, b.dq);
-      EXPECT_EQ(a.dk, b.dk);
-      EXPECT_EQ(a.dv, b.dv);
-      for (auto [name, x, y] : {std::tuple{"dq", &a.dq, &two.dq}, {"dk", &a.dk, &two.dk}, {"dv", &a.dv, &two.dv}}) {
-        double err = 0, mx = 0;
-        for (size_t i = 0; i < y->size(); ++i) {
-          err = std::max(err, std::fabs((*x)[i] - (*y)[i]));
-          mx = std::max(mx, std::fabs((*y)[i]));
+      auto check = [&] {
+        const Result a = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
+        const Result b = run_op(p, in, dt, Device::cuda(0), AttnImpl::TensorCore, false);
+        EXPECT_EQ(a.dq, b.dq);
+        EXPECT_EQ(a.dk, b.dk);
+        EXPECT_EQ(a.dv, b.dv);
+        for (auto [name, x, y] : {std::tuple{"dq", &a.dq, &two.dq}, {"dk", &a.dk, &two.dk}, {"dv", &a.dv, &two.dv}}) {
+          double err = 0, mx = 0;
+          for (size_t i = 0; i < y->size(); ++i) {
+            err = std::max(err, std::fabs((*x)[i] - (*y)[i]));
+            mx = std::max(mx, std::fabs((*y)[i]));
+          }
+          EXPECT_LE(err, mx / 128) << name;
+          EXPECT_GT(mx, 0.0) << name;
         }
-        EXPECT_LE(err, mx / 128) << name;
-        EXPECT_GT(mx, 0.0) << name;
+      };
+      check();
+      // the one pass on Hopper's wgmma (bf16, a compute-capability 9.0 GPU), against the same two-pass run
+      const WgmmaScope wg;
+      if (dt == DType::BF16 && wgmma_takes(p)) {
+        SCOPED_TRACE("wgmma");
+        check();
       }
     }
   }
 }
 
 // ---- the kernels on Hopper's wgmma (HZ_ATTN_MMA=wgmma: attention/cuda/attn_wgmma.cu) -------------
-struct WgmmaScope : EnvScope {
-  WgmmaScope() : EnvScope("HZ_ATTN_MMA", "wgmma") {}
-};
-bool wgmma_takes(const Problem& p) {
-  const AttnConfig cfg = config_of(p);
-  AttnKernelParams P = make_kernel_params(cfg, p.B, p.H, p.Hkv, p.Tq, p.Tk, p.D);
-  P.sink = p.sink;
-  P.fox = p.fox;
-  return use_wgmma(P, DType::BF16, Device::cuda(0));
-}
 
 // On an H100/H200 the wgmma kernels must be there (a build for sm_90 has them): the cases below skip
 // on other GPUs, and must not skip here.

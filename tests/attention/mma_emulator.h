@@ -14,7 +14,10 @@
 //                          fragment layouts (mma_body.h's header), products summed in double;
 //   shfl_xor               the warp;
 //   wgmma_ss / wgmma_rs    the warpgroup (4 warps, threads 128 w .. 128 w + 127): Hopper's
-//                          wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 (Thread, below).
+//                          wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 (Thread, below);
+//                          it reads shared memory through the async proxy, so bytes a thread wrote
+//                          (cp.async, or store_shared: st.shared) must have that thread's
+//                          fence.proxy.async behind them.
 // All 32 lanes of a warp must call the same collective (else: "divergent collective"); a round in
 // which no thread can move is a deadlock (e.g. a barrier some threads skip). Both are reported.
 // A cp.async clobbers its 16 destination bytes with NaN patterns when issued and writes the data at
@@ -102,16 +105,24 @@ class Thread {
   // must align its swizzled tiles itself, as on a GPU (where nothing promises more than 16 bytes).
   static constexpr uint32_t kWindow = 0x230;
   uint32_t smem_u32(const void* p) const;
-  // fence.proxy.async.shared::cta: this thread's landed cp.async bytes become visible to the async
-  // proxy (wgmma reads through it; a read of bytes a thread landed and did not fence fails).
+  // fence.proxy.async.shared::cta: the bytes this thread's cp.async landed or its store_shared wrote
+  // become visible to the async proxy (wgmma reads through it; a read of bytes a thread wrote and did
+  // not fence fails).
   void fence_proxy_async();
+  // st.shared.b32, tracked for the check above (a kernel's stores to tiles that wgmma reads go
+  // through it; plain C++ stores are not seen).
+  void store_shared(uint32_t* p, uint32_t v) {
+    check_shared(p, "st.shared destination", 4);
+    *p = v;
+    mark_unfenced(p, 4);
+  }
   // wgmma.fence: the next batch of wgmma sees the registers as written before it. A wgmma without
   // one since the last commit fails.
   void wg_fence() { wg_fenced_ = true; }
   // wgmma.mma_async m64nNk16, D (64 x N, f32) = A B + (scale_d ? D : 0), A (64 x 16) and B (16 x N)
-  // bf16. _ss: A by descriptor (K-major); _rs: A from registers (warp w of the group holds rows
-  // 16 w .. 16 w + 15 in mma.m16n8k16's A layout). B by descriptor, K-major (_ss, imm-trans-b 0) or
-  // N-major (_rs, imm-trans-b 1). D: warp w's rows 16 w + g (+ 8), columns 8 nt + 2 tig (+ 1) in
+  // bf16. _ss: A by descriptor, K-major (kTA 0) or M-major (kTA 1: imm-trans-a); _rs: A from
+  // registers (warp w of the group holds rows 16 w .. 16 w + 15 in mma.m16n8k16's A layout). B by
+  // descriptor, K-major (_ss with kTB 0) or N-major (_ss with kTB 1, and _rs: imm-trans-b 1). D: warp w's rows 16 w + g (+ 8), columns 8 nt + 2 tig (+ 1) in
   // d[nt][0..3], as an mma.m16n8k16 C fragment per n-tile. Descriptors: 128-byte swizzle with base
   // offset 0 (the swizzle atoms at 1024-byte boundaries of the window), the only form modelled; they
   // and scale_d must agree across the warpgroup.
@@ -119,13 +130,13 @@ class Thread {
   // are then (an accumulator of an earlier wgmma still in flight: its pending result); the
   // registers of d turn to NaN and receive the result at the wg_wait that retires their group, so a
   // read before the wait shows. Operand bytes overwritten before that wait are reported.
-  template <int N>
+  template <int N, int kTA = 0, int kTB = 0>
   void wgmma_ss(float (&d)[N / 8][4], uint64_t da, uint64_t db, int scale_d) {
-    wgmma(&d[0][0], N, nullptr, da, db, scale_d, false);
+    wgmma(&d[0][0], N, nullptr, da, db, scale_d, kTA != 0, kTB != 0);
   }
   template <int N>
   void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-    wgmma(&d[0][0], N, a, 0, db, scale_d, true);
+    wgmma(&d[0][0], N, a, 0, db, scale_d, false, true);
   }
   void wg_commit() {
     wg_groups_.push_back(std::move(wg_open_));
@@ -150,20 +161,21 @@ class Thread {
     float v[64];
     std::shared_ptr<WgSnap> snap;
   };
-  void wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint64_t db, int scale_d, bool rs);
+  void wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint64_t db, int scale_d, bool a_mn, bool b_mn);
   void retire(const std::vector<WgPending>& g);
   std::vector<WgPending> wg_open_;
   std::vector<std::vector<WgPending>> wg_groups_;
   bool wg_fenced_ = false;
-  std::vector<uint32_t> landed_;  // 16-byte chunks this thread's cp.async landed since its last fence
+  std::vector<uint32_t> landed_;  // 4-byte words this thread wrote (cp.async, store_shared) since its last fence
   struct Copy {
     uint16_t* dst;
     bool full;
     unsigned char bytes[16];
   };
   void ldsm(uint32_t (&r)[4], const uint16_t* p, bool trans);
-  void land(const void* p);
-  void check_shared(const void* p, const char* what);
+  void land(const void* p) { mark_unfenced(p, 16); }
+  void mark_unfenced(const void* p, int bytes);
+  void check_shared(const void* p, const char* what, int bytes = 16);
   Cta* cta_;
   int tid_;
   std::vector<Copy> pending_;
@@ -180,7 +192,7 @@ class Cta {
         smem_(smem_bytes / 2 + 8),
         warps_((threads + 31) / 32),
         groups_((threads + 127) / 128),
-        unfenced_(smem_.size() / 8 + 1, 0),
+        unfenced_(smem_.size() / 2 + 1, 0),
         rng_(seed * 0x9e3779b97f4a7c15ull + 1) {
     for (auto& x : smem_) x = 0xffff;  // bf16 / f32 NaN patterns
     for (auto& g : groups_) g = std::make_unique<WgColl>();
@@ -295,7 +307,7 @@ class Cta {
   std::vector<uint16_t> smem_;
   std::vector<Coll> warps_;
   std::vector<std::unique_ptr<WgColl>> groups_;
-  std::vector<int> unfenced_;  // per 16-byte chunk: 1 + the thread whose landed cp.async is not fenced, or 0
+  std::vector<int> unfenced_;  // per 4-byte word: 1 + the thread whose write is not fenced, or 0
   Coll block_;
   std::vector<Fiber> fibers_;
   ucontext_t sched_{};
@@ -306,11 +318,12 @@ class Cta {
   uint64_t rng_;
 };
 
-inline void Thread::check_shared(const void* p, const char* what) {
+inline void Thread::check_shared(const void* p, const char* what, int bytes) {
   const auto* b = reinterpret_cast<const unsigned char*>(p);
-  if (b < cta_->smem() || b + 16 > cta_->smem() + cta_->smem_bytes() ||
-      (reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(cta_->smem())) % 16 != 0)
-    cta_->fail(std::string(what) + ": address outside shared memory or not 16-byte aligned");
+  if (b < cta_->smem() || b + bytes > cta_->smem() + cta_->smem_bytes() ||
+      (reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(cta_->smem())) % bytes != 0)
+    cta_->fail(std::string(what) + ": address outside shared memory or not " + std::to_string(bytes) +
+               "-byte aligned");
 }
 
 inline void Thread::wait_turn(const unsigned* f, unsigned v) {
@@ -420,10 +433,12 @@ inline float Thread::shfl_xor(float v, int m) {
 inline uint32_t Thread::smem_u32(const void* p) const {
   return static_cast<uint32_t>(reinterpret_cast<const unsigned char*>(p) - cta_->smem()) + kWindow;
 }
-inline void Thread::land(const void* p) {
-  const uint32_t chunk = static_cast<uint32_t>(reinterpret_cast<const unsigned char*>(p) - cta_->smem()) / 16;
-  cta_->unfenced_[chunk] = tid_ + 1;
-  landed_.push_back(chunk);
+inline void Thread::mark_unfenced(const void* p, int bytes) {
+  const uint32_t w0 = static_cast<uint32_t>(reinterpret_cast<const unsigned char*>(p) - cta_->smem()) / 4;
+  for (uint32_t w = w0; w < w0 + static_cast<uint32_t>(bytes) / 4; ++w) {
+    cta_->unfenced_[w] = tid_ + 1;
+    landed_.push_back(w);
+  }
 }
 inline void Thread::fence_proxy_async() {
   for (uint32_t c : landed_)
@@ -431,7 +446,9 @@ inline void Thread::fence_proxy_async() {
   landed_.clear();
 }
 
-inline void Thread::wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint64_t db, int scale_d, bool rs) {
+inline void Thread::wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint64_t db, int scale_d, bool a_mn,
+                          bool b_mn) {
+  const bool rs = a != nullptr;
   if (!wg_fenced_) cta_->fail("wgmma.mma_async without a wgmma.fence since the last commit");
   if (N % 8 != 0 || N < 8 || N > 128) cta_->fail("wgmma: N = " + std::to_string(N) + " is not modelled");
   Cta::WgColl& c = *cta_->groups_[tid_ / 128];
@@ -453,7 +470,7 @@ inline void Thread::wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint6
   Cta* cta = cta_;
   const int ng = N / 2;
   cta->collective(
-      c, 128, (rs ? 200 : 100) + N, m,
+      c, 128, (rs ? 200 : 100 + 300 * a_mn + 600 * b_mn) + N, m,
       [&](int s) {
         for (int i = 0; i < ng; ++i) c.in_d[s][i] = cur[i];
         for (int i = 0; i < 4; ++i) c.in_a[s][i] = a != nullptr ? a[i] : 0;
@@ -483,9 +500,9 @@ inline void Thread::wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint6
             return 0;
           }
           const uint32_t off = phys - kWindow;
-          if (cta->unfenced_[off / 16] != 0) {
-            cta->fail("wgmma reads shared memory that thread " + std::to_string(cta->unfenced_[off / 16] - 1) +
-                      "'s cp.async wrote, without that thread's fence.proxy.async");
+          if (cta->unfenced_[off / 4] != 0) {
+            cta->fail("wgmma reads shared memory that thread " + std::to_string(cta->unfenced_[off / 4] - 1) +
+                      " wrote (cp.async or st.shared), without that thread's fence.proxy.async");
             return 0;
           }
           uint16_t v;
@@ -502,11 +519,11 @@ inline void Thread::wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint6
               const uint32_t u = c.in_a[32 * w + 4 * g + q][hi + 2 * kh];
               A[r * 16 + k] = bf(k % 2 ? u >> 16 : u);
             } else {
-              A[r * 16 + k] = read(c.da[0], false, r, k);
+              A[r * 16 + k] = read(c.da[0], a_mn, r, k);
             }
           }
         for (int n = 0; n < N; ++n)
-          for (int k = 0; k < 16; ++k) B[k * N + n] = read(c.db[0], rs, n, k);
+          for (int k = 0; k < 16; ++k) B[k * N + n] = read(c.db[0], b_mn, n, k);
         for (int s = 0; s < 128; ++s) {
           const int w = s / 32, g = (s % 32) / 4, q = s % 4;
           for (int i = 0; i < ng; ++i) {

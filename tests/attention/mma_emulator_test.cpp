@@ -76,8 +76,8 @@ struct Emulated {
 // LogN's dc) in place of the dQ and dK/dV kernels, with what its launcher adds (mma_launch.cuh): dq
 // zeroed, the turns zeroed, the sinks' rows from sink_row_grad. atomic: its atomic version (the
 // kernel lab's variant 5: dQ by float atomics into a zeroed accumulator, converted to dq after).
-// wgmma: the kernels on Hopper's warpgroup MMA (attn_wgmma*.cu: the forward and the two-pass
-// backward, bf16).
+// wgmma: the kernels on Hopper's warpgroup MMA (attn_wgmma*.cu: the forward and the backward, two
+// passes or with one_pass one, bf16).
 struct Kernels {
   bool fox_grad = true, one_pass = false, atomic = false, wgmma = false;
 };
@@ -172,10 +172,22 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
       for (int64_t row = 0; row < nq; ++row)
         dz_rows[row] = mma::sink_row_grad(host, z[(row / p.Tq) % p.H], lse[row] == -INFINITY ? INFINITY : lse[row] * mma::kLog2e,
                                           Dvec[row]);
-    each_cta(p.B * p.Hkv * num_blocks(p.Tk, K1::kBk), K1::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-      if (atomic) mma::dkv_cta<D, kBq, false, false, kSplit, true, true>(t, P, a, cta, s);
-      else mma::dkv_cta<D, kBq, false, false, kSplit, true>(t, P, a, cta, s);
-    });
+    if constexpr (!kSplit) {
+      if (kn.wgmma) {
+        if (atomic) throw std::logic_error("the atomic one-pass backward: mma.sync");
+        using KW = mma::DkvShape<D, kBq, false, true>;
+        each_cta(p.B * p.Hkv * num_blocks(p.Tk, KW::kBk), KW::kSmem,
+                 [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+                   mma::dkv_cta<D, kBq, false, false, false, true, false, true>(t, P, a, cta, s);
+                 });
+      }
+    }
+    if (!kn.wgmma)
+      each_cta(p.B * p.Hkv * num_blocks(p.Tk, K1::kBk), K1::kSmem,
+               [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+                 if (atomic) mma::dkv_cta<D, kBq, false, false, kSplit, true, true>(t, P, a, cta, s);
+                 else mma::dkv_cta<D, kBq, false, false, kSplit, true>(t, P, a, cta, s);
+               });
     if (atomic && !kSplit)  // the conversion after the kernel
       for (int64_t e = 0; e < nq * D; ++e) static_cast<uint16_t*>(dq.data())[e] = f32_to_bf16_bits(acc[e]);
   }
@@ -469,6 +481,22 @@ TEST(MmaEmulator, SplitKernelsForF32MatchTheCpuOpAtTheSplitFloor) {
   check<128, true, true>(p);
 }
 
+// Every output, gradient and block count of two emulated runs, the same bits.
+void expect_same_bits(const Emulated& a, const Emulated& b) {
+  const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
+      {"out", {&a.r.out, &b.r.out}}, {"lse", {&a.r.lse, &b.r.lse}}, {"dq", {&a.r.dq, &b.r.dq}},
+      {"dk", {&a.r.dk, &b.r.dk}},    {"dv", {&a.r.dv, &b.r.dv}},    {"dc", {&a.r.dc, &b.r.dc}},
+      {"dlog f", {&a.r.df, &b.r.df}}, {"dz", {&a.r.dz, &b.r.dz}},  {"ddist_q", {&a.r.ddq, &b.r.ddq}},
+      {"ddist_k", {&a.r.ddk, &b.r.ddk}}};
+  for (const auto& [what, v] : parts) {
+    ASSERT_EQ(v.first->size(), v.second->size()) << what;
+    for (size_t i = 0; i < v.first->size(); ++i) ASSERT_EQ((*v.first)[i], (*v.second)[i]) << what << " " << i;
+  }
+  EXPECT_EQ(a.stats.fwd_blocks, b.stats.fwd_blocks);
+  EXPECT_EQ(a.stats.fwd_boundary_blocks, b.stats.fwd_boundary_blocks);
+  EXPECT_EQ(a.stats.bwd_blocks, b.stats.bwd_blocks);
+}
+
 // The one-pass backward (dK/dV with dQ in the same loop, dQ added to each query block in a fixed
 // order; mma_body.h dq_step) against the CPU op at the two-pass kernels' floors, with the two-pass
 // kernels' dK, dV and sink gradients bit for bit (the same arithmetic in the same order) and their
@@ -477,7 +505,9 @@ TEST(MmaEmulator, SplitKernelsForF32MatchTheCpuOpAtTheSplitFloor) {
 // of up to 4 key blocks per query block; bf16 at D 64 and 128, split f32 at D 64 and at D 128 (32-row
 // steps: two warps per m-tile, each half of D). A block that takes its turn out of order fails in
 // the emulator, where blocks run in grid order (on a GPU it would hang). The kernel lab's atomic
-// version (variant 5) once, at the same floor.
+// version (variant 5) once, at the same floor. Every bf16 problem once more on Hopper's wgmma (the
+// forward and the one-pass backward), the same bits as on mma.sync: the emulator forms both
+// instructions' products in the same k-steps.
 template <int D, bool kSplit>
 void check_one_pass(const Problem& p, bool atomic = false) {
   SCOPED_TRACE(p.tag() + (kSplit ? " split f32" : "") + (atomic ? " one pass, atomic dQ" : " one pass"));
@@ -492,6 +522,12 @@ void check_one_pass(const Problem& p, bool atomic = false) {
   EXPECT_EQ(one.r.dv, two.r.dv);
   EXPECT_EQ(one.r.dz, two.r.dz);
   EXPECT_EQ(one.stats.bwd_blocks, two.stats.bwd_blocks);
+  if (!kSplit && !atomic) {
+    SCOPED_TRACE("on wgmma");
+    Kernels wg;
+    wg.one_pass = wg.wgmma = true;
+    expect_same_bits(run_emulated<D, false, kSplit>(p, in, wg), one);
+  }
 }
 
 TEST(MmaEmulator, OnePassBackwardMatchesTheCpuOpAndTheTwoPassKernels) {
@@ -523,17 +559,29 @@ TEST(MmaEmulator, OnePassBackwardMatchesTheCpuOpAndTheTwoPassKernels) {
 // Hopper's wgmma as the emulator models it (PTX's fragment layouts, descriptors and 128-byte
 // swizzle) against mma_body.h's tile and descriptor helpers: S = A B^T from two K-major swizzled
 // tiles (four k-steps along the 128-byte row), then O = S V with S packed to bf16 as a register A operand and V an N-major
-// tile of 128 columns (two column blocks: the leading byte offset), against plain products.
+// tile of 128 columns (two column blocks: the leading byte offset), and E = X V with X stored
+// transposed (the one-pass backward's dQ part: A M-major, B N-major, 64 columns per product),
+// against plain products.
 TEST(MmaEmulator, WgmmaFollowsThePtxLayouts) {
   constexpr int K = 64, N = 64, DV = 128;
-  hzt::emu::Cta c(128, 1024 + (64 * K + N * K + N * DV) * 2);
-  double A[64][K], B[N][K], V[N][DV];
+  hzt::emu::Cta c(128, 1024 + (64 * K + N * K + N * DV + N * 64) * 2);
+  double A[64][K], B[N][K], V[N][DV], X[64][N];
   auto val = [](int i, int m) { return bf16_bits_to_f32(f64_to_bf16_bits(i % m - (m - 1) / 2.0)); };
-  float S[128][N / 2], O[128][DV / 2];
+  for (int m = 0; m < 64; ++m)
+    for (int j = 0; j < N; ++j) X[m][j] = val(m * 3 + j * 5, 7);
+  float S[128][N / 2], O[128][DV / 2], E[128][DV / 2];
   c.run([&](hzt::emu::Thread& t) {
     uint16_t* sA = reinterpret_cast<uint16_t*>(mma::align_1k(t, c.smem()));
     uint16_t* sB = sA + 64 * K;
     uint16_t* sV = sB + N * K;
+    uint16_t* sXt = sV + N * DV;
+    // X^T, by every thread through st.shared: row j (the reduction), columns m; fenced
+    for (int e = t.tid(); e < N * 32; e += 128) {
+      const int j = e / 32, m = 2 * (e % 32);
+      t.store_shared(reinterpret_cast<uint32_t*>(sXt + mma::sw_offset(j, m, N)),
+                     f64_to_bf16_bits(X[m][j]) | static_cast<uint32_t>(f64_to_bf16_bits(X[m + 1][j])) << 16);
+    }
+    t.fence_proxy_async();
     if (t.tid() == 0) {  // plain stores: no cp.async, nothing to fence into the async proxy
       for (int r = 0; r < 64; ++r)
         for (int k = 0; k < K; ++k) sA[mma::sw_offset(r, k, 64)] = f64_to_bf16_bits(A[r][k] = val(r * K + k, 13));
@@ -558,6 +606,16 @@ TEST(MmaEmulator, WgmmaFollowsThePtxLayouts) {
     t.wg_wait<0>();
     for (int i = 0; i < N / 2; ++i) S[t.tid()][i] = s[i / 4][i % 4];
     for (int i = 0; i < DV / 2; ++i) O[t.tid()][i] = o[i / 4][i % 4];
+    for (int cb = 0; cb < DV / 64; ++cb) {
+      float e[8][4];
+      t.wg_fence();
+      for (int kk = 0; kk < N / 16; ++kk)
+        t.wgmma_ss<64, 1, 1>(e, mma::desc_mn(t.smem_u32(sXt), N, kk), mma::desc_mn(t.smem_u32(sV) + cb * N * 128, N, kk),
+                             kk > 0);
+      t.wg_commit();
+      t.wg_wait<0>();
+      for (int i = 0; i < 32; ++i) E[t.tid()][cb * 32 + i] = e[i / 4][i % 4];
+    }
   });
   double Sr[64][N];
   for (int r = 0; r < 64; ++r)
@@ -577,13 +635,17 @@ TEST(MmaEmulator, WgmmaFollowsThePtxLayouts) {
       double acc = 0;
       for (int j = 0; j < N; ++j) acc += bf16_bits_to_f32(f64_to_bf16_bits(static_cast<float>(Sr[r][j]))) * V[j][d];
       ASSERT_NEAR(O[th][i], acc, 1e-6 * std::max(1.0, std::fabs(acc))) << "O, thread " << th << " element " << i;
+      const int cb = i / 32, ii = i % 32, d2 = 64 * cb + 8 * (ii / 4) + 2 * q + ii % 2;
+      double ex = 0;
+      for (int j = 0; j < N; ++j) ex += X[r][j] * V[j][d2];
+      ASSERT_EQ(E[th][i], static_cast<float>(ex)) << "E, thread " << th << " element " << i;
     }
   }
 }
 
 // The wgmma model's own checks: a batch without wgmma.fence, a tile cp.async wrote read without the
 // writer's fence.proxy.async, an accumulator read before the wait (NaN), an operand overwritten
-// before the wait.
+// before the wait, a word st.shared wrote read without the writer's fence (and with it).
 TEST(MmaEmulator, RejectsWgmmaMisuse) {
   auto run = [](int mode) {
     hzt::emu::Cta c(128, 1024 + 2 * 64 * 64 * 2);  // two swizzled tiles of 64 rows (128 bytes each)
@@ -597,6 +659,11 @@ TEST(MmaEmulator, RejectsWgmmaMisuse) {
       t.cp_wait<0>();
       if (mode != 1) t.fence_proxy_async();
       t.sync();
+      if (mode >= 5 && t.tid() == 7) {  // a word of B that the product reads, by st.shared, fenced (6) or not (5)
+        t.store_shared(reinterpret_cast<uint32_t*>(sB + mma::sw_offset(2, 6, 64)), 0x3f803f80u);
+        if (mode == 6) t.fence_proxy_async();
+      }
+      if (mode >= 5) t.sync();
       float s[8][4];
       if (mode != 0) t.wg_fence();
       mma::wg_issue_nt<16, 64>(t, s, t.smem_u32(sA), 64, 0, t.smem_u32(sB), 64, false);
@@ -613,6 +680,13 @@ TEST(MmaEmulator, RejectsWgmmaMisuse) {
   EXPECT_TRUE(std::isnan(run(2)));
   EXPECT_THROW(run(3), std::runtime_error);
   EXPECT_EQ(run(4), 0.0f);
+  try {
+    run(5);
+    ADD_FAILURE() << "an unfenced st.shared word was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("thread 7 wrote"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(run(6));
 }
 
 // The kernels on Hopper's wgmma (attn_wgmma*.cu: the forward, dQ and dK/dV bodies with their
@@ -656,18 +730,7 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
     };
     const Emulated wg = run(kn), mm = run(Kernels{});
     expect_results(wg.r, low, ref, 3.0, 1e-3);
-    const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
-        {"out", {&wg.r.out, &mm.r.out}}, {"lse", {&wg.r.lse, &mm.r.lse}}, {"dq", {&wg.r.dq, &mm.r.dq}},
-        {"dk", {&wg.r.dk, &mm.r.dk}},    {"dv", {&wg.r.dv, &mm.r.dv}},    {"dc", {&wg.r.dc, &mm.r.dc}},
-        {"dlog f", {&wg.r.df, &mm.r.df}}, {"dz", {&wg.r.dz, &mm.r.dz}},  {"ddist_q", {&wg.r.ddq, &mm.r.ddq}},
-        {"ddist_k", {&wg.r.ddk, &mm.r.ddk}}};
-    for (const auto& [what, v] : parts) {
-      ASSERT_EQ(v.first->size(), v.second->size()) << what;
-      for (size_t i = 0; i < v.first->size(); ++i) ASSERT_EQ((*v.first)[i], (*v.second)[i]) << what << " " << i;
-    }
-    EXPECT_EQ(wg.stats.fwd_blocks, mm.stats.fwd_blocks);
-    EXPECT_EQ(wg.stats.fwd_boundary_blocks, mm.stats.fwd_boundary_blocks);
-    EXPECT_EQ(wg.stats.bwd_blocks, mm.stats.bwd_blocks);
+    expect_same_bits(wg, mm);
   }
 }
 

@@ -13,7 +13,9 @@
 //      dQ added in each query block's turn; 5 products per pair instead of 7);
 //   5  the same with FlashAttention-2's atomic dQ (not deterministic): what variant 4's order costs;
 //   6  the kernels on Hopper's wgmma (variant 1 with HZ_ATTN_MMA=wgmma, attn_wgmma.cu: forward and
-//      two-pass backward; an H100/H200 only: elsewhere it fails as "not run").
+//      two-pass backward; an H100/H200 only: elsewhere it fails as "not run");
+//   7  variant 6 with the one-pass backward (both variables: dQ's part as a wgmma from dS'^T in
+//      shared memory; FlashAttention-3's scheme of products, without its warp specialisation).
 // Each variant is first validated against variant 0 on ragged problems for every mask x logit
 // transform (max |x - ref| / max |ref| within the bf16 floor, every output and gradient; see
 // validate()), then
@@ -236,6 +238,11 @@ std::vector<Variant> variants() {
   wg.fwd = on_wgmma(lib.fwd);
   wg.bwd = on_wgmma(lib.bwd);
   v.push_back(wg);
+  Variant wg1 = wg;  // (with LogN's dc: the two passes, as variant 4)
+  wg1.id = 7;
+  wg1.name = "tensor-core on wgmma (sm_90a), one-pass backward";
+  wg1.bwd = on_wgmma(one.bwd);
+  v.push_back(wg1);
   return v;
 }
 
