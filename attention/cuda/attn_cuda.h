@@ -39,11 +39,11 @@ AttnTiles mma_tiles(DType dt, int64_t D);
 // Whether a tensor-core call's backward runs in one pass (dK, dV and dQ from one kernel, FlashAttention-2's
 // scheme with dQ added in a fixed order: mma_body.h): asked for by the environment variable
 // HZ_ATTN_BACKWARD=one_pass (read at each call; two_pass, the default, keeps the dQ and dK/dV kernels
-// until a GPU has timed both), for a call of the plain variant without FoX whose backward needs no
-// other per-row sums of the dQ pass (dq_row_sums: LogN's dc).
-bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums);
+// until a GPU has timed both), for a call of the plain variant (FoX's and LogN's per-row sums are
+// added in the same turns as dQ).
+bool one_pass_backward(const AttnKernelParams& P);
 // Whether a tensor-core call runs on Hopper's warpgroup MMA (wgmma; attn_wgmma.cu: the forward and
-// the two-pass backward) instead of mma.sync: asked for by HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has
+// both backwards) instead of mma.sync: asked for by HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has
 // timed both), for bf16 calls (both variants) on a compute-capability 9.0 GPU whose binary has the
 // sm_90a code.
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device);

@@ -31,9 +31,8 @@ int family_smem() {
                    mma::DkvShape<D, C::kDkvBq, kSplit>::kSmem});
 }
 
-bool one_pass_backward(const AttnKernelParams& P, bool dq_row_sums) {
-  return detail::env_choice("HZ_ATTN_BACKWARD", {"two_pass", "one_pass"}) == "one_pass" && !general(P) && !P.fox &&
-         !dq_row_sums;
+bool one_pass_backward(const AttnKernelParams& P) {
+  return detail::env_choice("HZ_ATTN_BACKWARD", {"two_pass", "one_pass"}) == "one_pass" && !general(P);
 }
 
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device) {

@@ -1010,6 +1010,8 @@ struct DkvShape {
   // rates of the rows and of the keys for the pair's head, times log2 e (2 stages), table
   static constexpr int kRowData = 6 * kBq + 2 * kBk;
   static constexpr int kRowPos = 4 * kBq + kBk, kRowRq = 5 * kBq + kBk, kRowRk = 6 * kBq + kBk;  // offsets
+  // the one-pass backward's f_i scale per row for LogN's dc (the plain variant: token positions' slot)
+  static constexpr int kRowF = kRowPos;
   static constexpr int kRowBytes = kWg ? 2 * D : Tile<row_width<D, kSplit>()>::kRowBytes;
   static constexpr int kSmem = (kWg ? 1024 : 0) + (2 * kBk + 4 * kBq) * kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
@@ -1070,9 +1072,21 @@ HZ_KBODY void dq_add(X& x, const AttnKernelParams& P, const Args& a, const float
 // kAtomic (the kernel lab's variant 5 only, to size what the order costs): FlashAttention-2's own
 // scheme instead, every part added with a float atomic into a zeroed accumulator that the caller
 // converts to dq afterwards; no turns, and not deterministic (the order of the adds varies).
-template <int D, int kBq, bool kSplit, bool kAtomic, bool kWg, class X>
+// FoX's part of row i in the one-pass backward, sum_j dL_ij, over a pair step's keys (dkv_cta's loop,
+// added in dq_step's turn): this thread's query columns nt 8 + 2 tig + e, over its two keys. (The
+// closed form D_i (1 - sum_j p_ij) would not do: D_i is formed from the rounded output, and FoX's
+// gradient, a suffix sum over positions of the rows' parts less the keys', needs the rows' parts
+// summed from the same dL_ij as the keys'.)
+template <int kBq>
+struct RowSums {
+  bool on;
+  float f[kBq / 8][2];
+};
+
+template <int D, int kBq, bool kSplit, bool kAtomic, bool kWg, bool kRows, class X>
 HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* sDS, const uint16_t* sK,
-                      const float (&dp)[kBq / 8][4], int64_t b, int64_t h, int64_t kb, int64_t qb) {
+                      const float (&dp)[kBq / 8][4], const RowSums<kRows ? kBq : 8>& rs, float* sRS, int64_t b,
+                      int64_t h, int64_t kb, int64_t qb) {
   using Q = DqPart<D, kBq, kSplit>;
   constexpr int W = row_width<D, kSplit>(), kBk = 16 * kWarps, kPds = Tile<Q::kWds>::kPitch;
   // dS'^T fits in a stage's dO tile (so both backwards take the same shared memory)
@@ -1096,6 +1110,19 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
     }
   }
   if constexpr (kWg) x.fence_proxy_async();  // the stores above are wgmma's operand (the barrier below)
+  if constexpr (kRows) {  // the rows' sums over the warp's 16 keys (lanes of one tig), per warp into sRS
+    if (rs.on) {
+      HZ_UNROLL
+      for (int nt = 0; nt < kBq / 8; ++nt)
+        HZ_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          float f = rs.f[nt][e];
+          HZ_UNROLL
+          for (int m = 4; m <= 16; m <<= 1) f += x.shfl_xor(f, m);
+          if (g == 0) sRS[warp * kBq + nt * 8 + 2 * tig + e] = f;
+        }
+    }
+  }
   const int64_t nkb = num_blocks(P.Tk, kBk);
   auto visits = [&](int64_t k) {  // whether key block k visits qb
     if (k < 0 || k >= nkb) return false;
@@ -1106,8 +1133,22 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
   unsigned* turn = a.dq_turn + (b * P.H + h) * num_blocks(P.Tq, kBq) + qb;
   if constexpr (!kAtomic)
     if (tid == 0) x.wait_turn(turn, after ? static_cast<unsigned>(kb + 2) : 0u);
-  x.sync();  // dS'^T complete, and the query block's turn is this block's
+  x.sync();  // dS'^T (and the rows' sums) complete, and the query block's turn is this block's
   const int64_t hrow = (b * P.H + h) * P.Tq;
+  if constexpr (kRows) {  // the warps' parts in order, added in the turn to dfox_q itself (zeroed first)
+    for (int r = tid; rs.on && r < kBq; r += kThreads) {
+      const int64_t i = qb * kBq + r;
+      if (i >= P.Tq) continue;
+      float v = ((sRS[r] + sRS[kBq + r]) + sRS[2 * kBq + r]) + sRS[3 * kBq + r];
+      float* out = a.dfox_q + hrow + i;
+      if constexpr (kAtomic) {
+        x.atomic_add(out, v);
+      } else {
+        if (after) v += x.load_cg(out);
+        *out = v;
+      }
+    }
+  }
   if constexpr (kWg) {
     // the warpgroup's 64 query rows (warp w: rows 16 w ..) x 64 columns per product
     const uint32_t sa = x.smem_u32(sDS), sb = x.smem_u32(sK);
@@ -1165,14 +1206,19 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
 
 // kFox: the FoX terms (a.fc set), a template argument because the D 128 kernel is at the 255-register
 // limit and the key sums' registers alone would make it spill when FoX is off; the general variant
-// (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; plain variant, no FoX),
-// whose grid takes a head's key blocks from the last one back; kAtomic: its atomic version (dq_step).
+// (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; plain variant), whose
+// grid takes a head's key blocks from the last one back: 1 for calls without FoX and LogN's
+// gradient, 2 for those with (FoX read at run time; its rows' parts, sum_j dL_ij, as RowSums added
+// in dQ's turns: 16 registers, which would spill at D 128 in every call; LogN's dc_h = sum_ij dL_ij
+// f_i scale q_i . k_j summed over each key's queries per head, as FoX's key sums are, into a.dc_rows
+// as B x H x Tk parts). kAtomic: its atomic version (dq_step).
 // kWg: the products on Hopper's wgmma from swizzled tiles (as the forward's kWg; bf16): S^T and dP^T
 // with K and V as the A tiles, dV and dK with dO and Q read N-major, and with kDq dQ's part (dq_step).
-template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, bool kDq = false, bool kAtomic = false, bool kWg = false,
+template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, int kDq = 0, bool kAtomic = false, bool kWg = false,
           class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
-  static_assert(!kDq || (!kGen && !kFox), "the one-pass backward: plain variant, no FoX");
+  static_assert(!kDq || (!kGen && !kFox), "the one-pass backward: plain variant, FoX at run time");
+  constexpr bool kRows = kDq == 2;  // the one pass with FoX's rows' sums and LogN's dc
   using S = DkvShape<D, kBqB, kSplit, kWg>;
   constexpr int W = row_width<D, kSplit>();
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = kWg ? W : Tile<W>::kPitch;
@@ -1188,7 +1234,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   uint16_t* sG = sQ + 2 * kBq * kPitch;  // 2 stages
   float* sRow = reinterpret_cast<float*>(sG + 2 * kBq * kPitch);  // [2][kRowData]
   float* sT = sRow + 2 * S::kRowData;
-  const bool fox = kFox || (kGen && a.fc != nullptr);
+  const bool fox = kFox || ((kGen || kRows) && a.fc != nullptr);
+  const bool logn_keys = kRows && a.dc_rows != nullptr;  // the one pass: LogN's dc parts per key
   const bool tok = kGen && P.positions != nullptr;
   const bool dist = kGen && HZ_DIST(P);
   const double base = tok ? token_position(P, b, j0) : 0.0;  // token positions relative to the first key's
@@ -1246,6 +1293,9 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         if (q0 + r < P.Tq) rowd[r] -= fch[P.q_offset + q0 + r] * kLog2e;
       for (int c = tid; c < kBk; c += kThreads) rowd[4 * kBq + c] = j0 + c < P.Tk ? fch[j0 + c] * kLog2e : 0.0f;
     }
+    if (logn_keys)  // f_i scale (the plain variant has no token positions)
+      for (int r = tid; r < kBq; r += kThreads)
+        rowd[S::kRowF + r] = q0 + r < P.Tq ? row_factor<float>(P, b, h, q0 + r) * static_cast<float>(P.scale) : 0.0f;
     if (tok)  // the rows' token positions after row 4
       for (int r = tid; r < kBq; r += kThreads)
         rowd[S::kRowPos + r] = q0 + r < P.Tq ? rel_position(P, b, P.q_offset + q0 + r, base) : 0.0f;
@@ -1269,6 +1319,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     HZ_UNROLL
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
   float dfk[2] = {0.0f, 0.0f};  // FoX: -sum_i dL_ij of this thread's keys, for the current head
+  float dck[2] = {0.0f, 0.0f};  // the one pass, LogN: sum_i dL_ij f_i scale q_i . k_j, likewise
   float ddk[2] = {0.0f, 0.0f};  // GRAPE: -sum_i dL_ij |t_ij| of this thread's keys, for the current head
   float pk[2];                  // token positions: this thread's keys'
   HZ_UNROLL
@@ -1290,6 +1341,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const bool masked = cur.blocks.boundary(cur.qb) || q0 + kBq > P.Tq || j0 + kBk > P.Tk;
     const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
+    RowSums<kRows ? kBq : 8> rs{};  // the one pass: FoX's rows' sums (dq_step)
+    rs.on = kRows && fox && a.dfox_q != nullptr;
     float s[kNT][4], dp[kNT][4];  // rows: this warp's 16 keys; columns: the kBq queries
     if constexpr (kWg) wg_scores_and_dp<D, kBq>(x, s, dp, sK, sQs, sV, sGs, kBk, kBq);
     else scores_and_dp<D, kBq, kSplit>(x, s, dp, sK, sQs, sV, sGs, warp * 16);  // k . q and v . dO
@@ -1322,6 +1375,10 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           const float p = vis ? x.exp2(mul2 * val + add2 - rowd[r]) : 0.0f;
           const float ds = p * (dp[nt][2 * hh + e] - rowd[kBq + r]);
           if (fox) dfk[hh] -= ds;                // FoX: dL_ij/dc_j = -1
+          if constexpr (kRows) {
+            if (rs.on) rs.f[nt][e] += ds;                              // FoX: dL_ij/dc_i = 1
+            if (logn_keys) dck[hh] += ds * val * rowd[S::kRowF + r];  // LogN: L = c f_i scale q.k
+          }
           if (dist) ddk[hh] -= ds * c.t;         // GRAPE: dL_ij/ddist_k_j = -|t_ij|
           val = p;                               // P^T for dV
           dp[nt][2 * hh + e] = ds * mul2 * kLn2;  // dS'^T for dK
@@ -1335,7 +1392,11 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     }
     if constexpr (kDq) {  // dQ += dS' K, in the query block's turn; dS'^T over this stage's dO
       x.sync();  // every warp is done with dO (dV's product) before it is overwritten
-      dq_step<D, kBq, kSplit, kAtomic, kWg>(x, P, a, sG + st * kBq * kPitch, sK, dp, b, h, j0 / kBk, cur.qb);
+      // (dS'^T over this stage's dO, FoX's rows' parts over its Q: both products are done)
+      static_assert(kWarps * kBq * 4 <= kBq * kPitch * 2, "the rows' sums' parts over a Q tile");
+      dq_step<D, kBq, kSplit, kAtomic, kWg, kRows>(x, P, a, sG + st * kBq * kPitch, sK, dp, rs,
+                                                   reinterpret_cast<float*>(sQ + st * kBq * kPitch), b, h, j0 / kBk,
+                                                   cur.qb);
     }
     // the loop leaves head h: its key sums are done (FoX's -sum_i dL_ij, GRAPE's -sum_i dL_ij |t_ij|);
     // out is null when they need no gradient (FoX's c_i - c_j still shapes P)
@@ -1352,6 +1413,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     };
     const bool leaves = n + 1 == n_pairs || nxt.gh != cur.gh;
     if (fox && leaves) flush_key_sums(dfk, a.dfox_k);
+    if (kRows && logn_keys && leaves) flush_key_sums(dck, a.dc_rows);
     if (dist && leaves) flush_key_sums(ddk, a.ddist_k);
     cur = nxt;
   }

@@ -197,15 +197,16 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P,
 }
 // The one-pass backward (dK, dV and dQ; mma_body.h, dq_step): a block's tile is the count of blocks
 // started before it (a.tile_next, zeroed by the caller), so the blocks a tile waits on have started.
-// kWg: on Hopper's wgmma (instantiated only by attn_wgmma.cu, for sm_90a).
-template <int D, int kBq, bool kSplit = false, bool kAtomic = false, bool kWg = false>
+// kWg: on Hopper's wgmma (instantiated only by attn_wgmma.cu, for sm_90a); kRows: for calls with FoX
+// or LogN's gradient (dkv_cta's kDq 2).
+template <int D, int kBq, bool kSplit = false, bool kAtomic = false, bool kWg = false, bool kRows = false>
 __global__ void __launch_bounds__(kThreads) dkvq_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ unsigned tile;
   DeviceCta x;
   if (threadIdx.x == 0) tile = atomicAdd(a.tile_next, 1u);
   __syncthreads();
-  dkv_cta<D, kBq, false, false, kSplit, true, kAtomic, kWg>(x, P, a, static_cast<int64_t>(tile), smem);
+  dkv_cta<D, kBq, false, false, kSplit, kRows ? 2 : 1, kAtomic, kWg>(x, P, a, static_cast<int64_t>(tile), smem);
 }
 
 // The kernels on Hopper's wgmma (mma_body.h, kWg; bf16; the one-pass backward: dkvq_kernel): attn_wgmma.cu

@@ -102,9 +102,10 @@ void backward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
 }
 
 // The one-pass backward (mma_body.h, dq_step): dK, dV and dQ from one kernel, dQ added in each query
-// block's turn into an f32 accumulator (the split kernels' f32 dq itself), dq zeroed first (query
-// blocks no key block visits), the turns and the started-block count zeroed; the sinks' rows from
-// their own kernel. kWg: the kernel on Hopper's wgmma (instantiated only by attn_wgmma.cu).
+// block's turn into an f32 accumulator (the split kernels' f32 dq itself), and FoX's rows' parts into
+// dfox_q, both zeroed first (query blocks no key block visits); LogN's dc parts per key (zeroed by the
+// caller: keys no query sees); the turns and the started-block count zeroed; the sinks' rows from
+// their own kernel. Calls with FoX or LogN's gradient take the kernel with those sums (kRows). kWg: the kernel on Hopper's wgmma (instantiated only by attn_wgmma.cu).
 template <int D, bool kSplit, bool kWg = false>
 void backward_one_pass(const AttnKernelParams& P, Args a, const Tensor& dq, cudaStream_t s) {
   constexpr int kBq = mma::Config<D, kSplit>::kDkvBq;
@@ -118,13 +119,17 @@ void backward_one_pass(const AttnKernelParams& P, Args a, const Tensor& dq, cuda
   a.dq_acc = kSplit ? static_cast<float*>(dq.raw_data()) : acc.data<float>();
   a.dq_turn = static_cast<unsigned*>(turn.raw_data());
   a.tile_next = a.dq_turn + nturn;
+  if (a.dfox_q != nullptr)
+    HZ_CUDA_CHECK(cudaMemsetAsync(a.dfox_q, 0, static_cast<size_t>(P.B * P.H * P.Tq) * 4, s));
   if (a.dz_rows != nullptr) {
     const int64_t rows = P.B * P.H * P.Tq;
     mma::sink_rows_kernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, s>>>(rows, P.H, P.Tq, a.sink, a.lse,
                                                                                    a.Dvec, a.dz_rows);
     HZ_CUDA_LAUNCHED("attention backward: the sinks' rows");
   }
-  launch(dkvq_kernel<D, kBq, kSplit, false, kWg>, P.B * P.Hkv * num_blocks(P.Tk, S::kBk), S::kSmem, s, P, a,
+  const bool rows = a.fc != nullptr || a.dc_rows != nullptr;
+  launch(rows ? dkvq_kernel<D, kBq, kSplit, false, kWg, true> : dkvq_kernel<D, kBq, kSplit, false, kWg, false>,
+         P.B * P.Hkv * num_blocks(P.Tk, S::kBk), S::kSmem, s, P, a,
          kWg ? "attention backward dK/dV/dQ, one pass (wgmma)" : "attention backward dK/dV/dQ, one pass (mma)");
 }
 
@@ -184,7 +189,11 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
       rows, static_cast<int>(P.D), static_cast<const T*>(out.raw_data()), static_cast<const T*>(gc.raw_data()),
       Dvec.data<float>());
   HZ_CUDA_LAUNCHED("attention backward dO . O");
-  if (dc_rows) *dc_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
+  // the one-pass backward where it is asked for and applies (attn_cuda.h): LogN's dc parts per key
+  const bool one = !kGen && one_pass_backward(P);
+  if (dc_rows)
+    *dc_rows = one ? Tensor::zeros({P.B, P.H, P.Tk}, DType::F32, q.device())
+                   : Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
   // FoX: every row of dfox_q is written by its dQ block; a key no query of a head sees keeps 0
   if (dfox_q) *dfox_q = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
   if (dfox_k) *dfox_k = Tensor::zeros({P.B, P.H, P.Tk}, DType::F32, q.device());
@@ -215,7 +224,7 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   // the one-pass backward where it is asked for and applies, on Hopper's wgmma where that is too;
   // else the two-pass backward, on wgmma where it is asked for (attn_cuda.h)
   if constexpr (!kGen) {
-    if (a.fc == nullptr && one_pass_backward(P, a.dc_rows != nullptr)) {
+    if (one) {
       if (!kSplit && use_wgmma(P, DType::BF16, q.device().index)) return wgmma_backward_one_pass_launch(P, a, dq, s);
       if (P.D == 64) backward_one_pass<64, kSplit>(P, a, dq, s);
       else backward_one_pass<128, kSplit>(P, a, dq, s);

@@ -292,10 +292,8 @@ struct OnePassCase {
   DType dt;
 };
 // Every tensor-core case (bf16, and f32 on the split kernels) with the one-pass backward, at the
-// two-pass kernels' floors, and run twice: the same bits. LogN's and FoX's gradients need the dQ
-// pass's row sums, so those calls keep the two-pass kernels: the cases with LogN take the
-// temperature transform here instead (a per-row factor as well; a case already there once is not
-// repeated).
+// two-pass kernels' floors, and run twice: the same bits (FoX's and LogN's gradients included: the
+// kernel with FoX's rows' sums and LogN's key sums).
 // (with HZ_ATTN_BACKWARD=one_pass set by the caller)
 void check_one_pass_case(const Problem& p, DType dt) {
   const bool split = dt == DType::F32;
@@ -310,6 +308,8 @@ void check_one_pass_case(const Problem& p, DType dt) {
   EXPECT_EQ(x.dk, y.dk);
   EXPECT_EQ(x.dv, y.dv);
   EXPECT_EQ(x.dz, y.dz);
+  EXPECT_EQ(x.df, y.df);
+  EXPECT_EQ(x.dc, y.dc);
 }
 class FusedCudaOnePass : public ::testing::TestWithParam<OnePassCase> {};
 TEST_P(FusedCudaOnePass, MatchesCpuAndRepeatsBitForBit) {
@@ -327,12 +327,7 @@ std::vector<OnePassCase> one_pass_cases() {
     std::vector<Problem> ps = combos(64, 100);
     for (const Problem& p : shapes(64)) ps.push_back(p);
     for (const Problem& p : shapes(128)) ps.push_back(p);
-    std::set<std::string> seen;
-    for (Problem p : ps) {
-      if (p.logit == LogitKind::LogN) p.logit = LogitKind::Temperature;
-      p.fox = false;
-      if (seen.insert(p.tag()).second) v.push_back({p, dt});
-    }
+    for (const Problem& p : ps) v.push_back({p, dt});
   }
   return v;
 }
@@ -362,11 +357,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaWgmmaOnePass, ::testing::ValuesIn(wgmma
                          [](const ::testing::TestParamInfo<Problem>& info) { return info.param.tag(); });
 
 // Long sequences, where hundreds of blocks wait on each other's turns at once (a turn out of order
-// would hang here or change bits between runs): causal, a window and packed documents, GQA, batch 2,
-// T 2048 (32 key blocks per head), bf16 at D 64 and 128 and f32 at D 64. The one pass twice gives
-// the same bits, and it agrees with the two-pass kernels to 2^-7 of each gradient's largest entry
-// (both round their f32 sums to bf16 once; a lost or doubled key block's part would be of the
-// order of the entries themselves).
+// would hang here or change bits between runs): causal, a window with FoX and LogN, and packed
+// documents, GQA, batch 2, T 2048 (32 key blocks per head), bf16 at D 64 and 128 and f32 at D 64.
+// The one pass twice gives the same bits, and it agrees with the two-pass kernels to 2^-7 of each
+// gradient's largest entry (both round their f32 sums to bf16 once; a lost or doubled key block's
+// part would be of the order of the entries themselves).
 TEST(FusedCuda, OnePassBackwardOnLongSequences) {
   HZT_NEED_GPU();
   for (auto [dt, D] : {std::pair{DType::BF16, int64_t{64}}, {DType::BF16, int64_t{128}}, {DType::F32, int64_t{64}}}) {
@@ -374,7 +369,7 @@ TEST(FusedCuda, OnePassBackwardOnLongSequences) {
     for (int variant = 0; variant < 3; ++variant) {
       Problem p;
       p.B = 2, p.H = 8, p.Hkv = 2, p.D = D, p.Tq = p.Tk = 2048;
-      if (variant == 1) p.mask = MaskKind::Window;
+      if (variant == 1) p.mask = MaskKind::Window, p.fox = true, p.logit = LogitKind::LogN;
       if (variant == 2) p.docs = {{700, 1000, 348}, {2048}};
       SCOPED_TRACE(p.tag() + " " + dtype_name(dt));
       const Inputs in = make_inputs(p, dt, 61);
@@ -386,7 +381,11 @@ TEST(FusedCuda, OnePassBackwardOnLongSequences) {
         EXPECT_EQ(a.dq, b.dq);
         EXPECT_EQ(a.dk, b.dk);
         EXPECT_EQ(a.dv, b.dv);
-        for (auto [name, x, y] : {std::tuple{"dq", &a.dq, &two.dq}, {"dk", &a.dk, &two.dk}, {"dv", &a.dv, &two.dv}}) {
+        EXPECT_EQ(a.df, b.df);
+        EXPECT_EQ(a.dc, b.dc);
+        for (auto [name, x, y] : {std::tuple{"dq", &a.dq, &two.dq}, {"dk", &a.dk, &two.dk}, {"dv", &a.dv, &two.dv},
+                                  {"dlog f", &a.df, &two.df}, {"dc", &a.dc, &two.dc}}) {
+          if (y->empty()) continue;
           double err = 0, mx = 0;
           for (size_t i = 0; i < y->size(); ++i) {
             err = std::max(err, std::fabs((*x)[i] - (*y)[i]));
@@ -427,8 +426,9 @@ TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
   const OnePassScope one;
   EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 64),
             "wgmma (HZ_ATTN_MMA), one-pass backward (HZ_ATTN_BACKWARD)");
-  if (attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core)  // the split kernels: no wgmma
+  if (attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core) {  // the split kernels: no wgmma
     EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::F32, 64), "one-pass backward (HZ_ATTN_BACKWARD)");
+  }
   EXPECT_EQ(tensor_core_options(Device::cpu(), DType::BF16, 64), "");
 }
 
@@ -797,7 +797,9 @@ TEST(FusedCuda, ImplementationSwitch) {
   EXPECT_FALSE(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core);
   AttnConfig tc;
   tc.impl = AttnImpl::TensorCore;
-  if (f32_tc) EXPECT_TRUE(attn_tiles(tc, Device::cuda(0), DType::F32, 64).tensor_core);
+  if (f32_tc) {
+    EXPECT_TRUE(attn_tiles(tc, Device::cuda(0), DType::F32, 64).tensor_core);
+  }
   EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).tensor_core, bf16_tc);
   set_exact_f32_attention(false);
   EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::F32, 64).tensor_core, f32_tc);

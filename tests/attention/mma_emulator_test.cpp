@@ -72,9 +72,9 @@ struct Emulated {
 };
 
 // Which kernels run_emulated runs. fox_grad false: FoX's gates need no gradient (fused.cpp passes
-// no dfox buffers). one_pass: the one-pass backward (dK/dV with dQ, the plain variant without FoX or
-// LogN's dc) in place of the dQ and dK/dV kernels, with what its launcher adds (mma_launch.cuh): dq
-// zeroed, the turns zeroed, the sinks' rows from sink_row_grad. atomic: its atomic version (the
+// no dfox buffers). one_pass: the one-pass backward (dK/dV with dQ and the rows' sums, the plain
+// variant) in place of the dQ and dK/dV kernels, with what its launcher adds (mma_launch.cuh): dq and
+// the rows' sums zeroed, the turns zeroed, the sinks' rows from sink_row_grad. atomic: its atomic version (the
 // kernel lab's variant 5: dQ by float atomics into a zeroed accumulator, converted to dq after).
 // wgmma: the kernels on Hopper's warpgroup MMA (attn_wgmma*.cu: the forward and the backward, two
 // passes or with one_pass one, bf16).
@@ -155,7 +155,7 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
     Dvec[row] = acc;
   }
   if (one_pass) {
-    if (kGen || p.fox || p.logit == LogitKind::LogN) throw std::logic_error("one pass: plain variant, no FoX or LogN");
+    if (kGen) throw std::logic_error("one pass: the plain variant");
     constexpr int kBq = C::kDkvBq;
     using K1 = mma::DkvShape<D, kBq, kSplit>;
     std::fill(dq.v.begin(), dq.v.end(), 0);
@@ -164,7 +164,11 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
     std::vector<unsigned> turn(p.B * p.H * num_blocks(p.Tq, kBq), 0);
     a.dq_acc = kSplit ? static_cast<float*>(dq.data()) : acc.data();
     a.dq_turn = turn.data();
-    a.dc_rows = nullptr;
+    // LogN's dc parts per key (zeroed: keys no query sees), FoX's rows' parts (zeroed), the sinks' rows
+    dc_rows.assign(p.B * p.H * p.Tk, 0.0f);
+    a.dc_rows = p.logit == LogitKind::LogN ? dc_rows.data() : nullptr;
+    std::fill(dfox_q.begin(), dfox_q.end(), 0.0f);
+    const bool rows = a.fc != nullptr || a.dc_rows != nullptr;  // the kernel with those sums (kDq 2)
     struct Host {
       float exp2(float v) { return std::exp2(v); }
     } host;
@@ -178,15 +182,18 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
         using KW = mma::DkvShape<D, kBq, false, true>;
         each_cta(p.B * p.Hkv * num_blocks(p.Tk, KW::kBk), KW::kSmem,
                  [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-                   mma::dkv_cta<D, kBq, false, false, false, true, false, true>(t, P, a, cta, s);
+                   if (rows) mma::dkv_cta<D, kBq, false, false, false, 2, false, true>(t, P, a, cta, s);
+                   else mma::dkv_cta<D, kBq, false, false, false, 1, false, true>(t, P, a, cta, s);
                  });
       }
     }
     if (!kn.wgmma)
       each_cta(p.B * p.Hkv * num_blocks(p.Tk, K1::kBk), K1::kSmem,
                [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-                 if (atomic) mma::dkv_cta<D, kBq, false, false, kSplit, true, true>(t, P, a, cta, s);
-                 else mma::dkv_cta<D, kBq, false, false, kSplit, true>(t, P, a, cta, s);
+                 if (atomic && rows) mma::dkv_cta<D, kBq, false, false, kSplit, 2, true>(t, P, a, cta, s);
+                 else if (atomic) mma::dkv_cta<D, kBq, false, false, kSplit, 1, true>(t, P, a, cta, s);
+                 else if (rows) mma::dkv_cta<D, kBq, false, false, kSplit, 2>(t, P, a, cta, s);
+                 else mma::dkv_cta<D, kBq, false, false, kSplit, 1>(t, P, a, cta, s);
                });
     if (atomic && !kSplit)  // the conversion after the kernel
       for (int64_t e = 0; e < nq * D; ++e) static_cast<uint16_t*>(dq.data())[e] = f32_to_bf16_bits(acc[e]);
@@ -234,7 +241,9 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
   e.r.dv = dv.values();
   if (p.logit == LogitKind::LogN) {
     e.r.dc.assign(p.H, 0.0);
-    for (int64_t row = 0; row < nq; ++row) e.r.dc[(row / p.Tq) % p.H] += dc_rows[row];
+    // per row (B, H, Tq), or per key from the one pass (B, H, Tk)
+    const int64_t n = one_pass ? p.Tk : p.Tq;
+    for (size_t e2 = 0; e2 < dc_rows.size(); ++e2) e.r.dc[(static_cast<int64_t>(e2) / n) % p.H] += dc_rows[e2];
   }
   if (p.sink) {  // the dQ kernel's per-row parts, summed per head
     e.r.dz.assign(p.H, 0.0);
@@ -503,7 +512,9 @@ void expect_same_bits(const Emulated& a, const Emulated& b) {
 // block counts: causal, window and SCOPE masks, packed documents, ALiBi, RoPE, scale-invariant and
 // temperature logits, sinks, GQA, a batch of 2, queries last (Tq < Tk), ragged lengths and chains
 // of up to 4 key blocks per query block; bf16 at D 64 and 128, split f32 at D 64 and at D 128 (32-row
-// steps: two warps per m-tile, each half of D). A block that takes its turn out of order fails in
+// steps: two warps per m-tile, each half of D); FoX's and LogN's gradients (the CPU op's floors
+// only: their sums run in other orders, LogN's dc over each key's queries), with sinks, SCOPE, packed
+// documents and queries last. A block that takes its turn out of order fails in
 // the emulator, where blocks run in grid order (on a GPU it would hang). The kernel lab's atomic
 // version (variant 5) once, at the same floor. Every bf16 problem once more on Hopper's wgmma (the
 // forward and the one-pass backward), the same bits as on mma.sync: the emulator forms both
@@ -553,6 +564,36 @@ TEST(MmaEmulator, OnePassBackwardMatchesTheCpuOpAndTheTwoPassKernels) {
   check_one_pass<64, true>(p);
   p = Problem{};
   p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 150, p.docs = {{60, 90}}, p.sink = true, p.D = 128;
+  check_one_pass<128, true>(p);
+  // FoX (dLoss/dc: its keys' and its rows' sums) and LogN (dLoss/dc_h), alone and together
+  p = Problem{};
+  p.fox = true, p.H = 4, p.Hkv = 2, p.B = 2, p.Tq = p.Tk = 200, p.mask = MaskKind::Window, p.pos = PosKind::Rope;
+  check_one_pass<64, false>(p);
+  check_one_pass<64, false>(p, true);
+  {  // FoX's gates without a gradient (no dfox buffers): the same dQ, dK and dV
+    SCOPED_TRACE("FoX without its gradient");
+    const Inputs in = bf16_inputs(p, 71);
+    Kernels kn;
+    kn.one_pass = true;
+    const Emulated with = run_emulated<64>(p, in, kn);
+    kn.fox_grad = false;
+    const Emulated without = run_emulated<64>(p, in, kn);
+    EXPECT_EQ(with.r.dq, without.r.dq);
+    EXPECT_EQ(with.r.dk, without.r.dk);
+    EXPECT_EQ(with.r.dv, without.r.dv);
+    EXPECT_TRUE(without.r.df.empty());
+  }
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = 30, p.Tk = 150, p.logit = LogitKind::LogN, p.pos = PosKind::Alibi;  // queries last
+  check_one_pass<64, false>(p);
+  p = Problem{};
+  p.fox = p.sink = true, p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 140, p.logit = LogitKind::LogN, p.mask = MaskKind::Scope,
+  p.D = 128;
+  check_one_pass<128, false>(p);
+  p.D = 64, p.docs = {{50, 90}};
+  check_one_pass<64, true>(p);
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 100, p.logit = LogitKind::LogN, p.D = 128;
   check_one_pass<128, true>(p);
 }
 
