@@ -385,8 +385,15 @@ stage_bench_terms() {
     --terms none,sink,fox,sink+fox --reps 5
   local rc=$?
   tee -a "$REPORT" < "$LOGS/bench_terms.log" > /dev/null
+  # the same on Hopper's wgmma with the one-pass backward (FoX's rows' sums in dQ's turns): the issue's
+  # "2x today's" for sink and FoX layers is this table against the one above (rows tensor_core_wg_1p;
+  # elsewhere than an H100/H200 the one-pass backward on mma.sync, rows tensor_core_1p)
+  HZ_ATTN_MMA=wgmma HZ_ATTN_BACKWARD=one_pass bounded 90 "$LOGS/bench_terms_wg1p.log" "$BUILD/horizon" bench attention \
+    --device cuda --T 4096,16384 --masks causal --terms none,sink,fox,sink+fox --reps 5
+  rc="$rc, $?"
+  tee -a "$REPORT" < "$LOGS/bench_terms_wg1p.log" > /dev/null
   say '```'
-  say "(horizon bench attention --terms: exit $rc)"
+  say "(horizon bench attention --terms, default kernels and wgmma + one pass: exit $rc)"
   # f32: the tensor cores' bf16 pairs against exact f32 (the reference kernels, at 2K only: about
   # 100 s at 8K) and PyTorch's SDPA (memory-efficient backend), side by side
   HZ_BUILD_DIR="$BUILD" HZ_BENCH_OUT="$LOGS/bench_f32" bounded 150 "$LOGS/bench_f32.log" \
