@@ -2,7 +2,8 @@
 // attention/cuda/mma_body.h on a machine without a GPU.
 //
 // Every thread of the block is a fiber (ucontext), scheduled round-robin with a random lag per warp
-// (warps drift apart between barriers, as on hardware); a thread runs until it reaches a
+// (warps drift apart between barriers, as on hardware), or for every third seed greedily (one warp
+// as far ahead of the others as the barriers let it go: Cta); a thread runs until it reaches a
 // collective operation and waits there until every participant has arrived:
 //   sync()                 the block (__syncthreads);
 //   ldsm_x4 / ldsm_x4_t    the warp: ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 — lanes
@@ -186,9 +187,14 @@ class Thread {
 class Cta {
  public:
   // seed: the random lag between warps (each pass resumes each warp with probability 1/2, so warps
-  // drift apart between barriers and a missing barrier shows as a race)
+  // drift apart between barriers and a missing barrier shows as a race). Every third seed (seed % 3
+  // == 0) schedules greedily instead: the lowest-numbered warp that can move runs alone until it
+  // waits (at a block barrier or a warpgroup's wgmma), then every warp moves one step, and so on; so
+  // one warp runs as far ahead of the others as the barriers allow, and a shared tile it overwrites
+  // before a barrier that is missing is read, overwritten, by the warps behind it.
   Cta(int threads, size_t smem_bytes, uint64_t seed = 1)
-      : n_(threads),
+      : greedy_(seed % 3 == 0),
+        n_(threads),
         smem_(smem_bytes / 2 + 8),
         warps_((threads + 31) / 32),
         groups_((threads + 127) / 128),
@@ -219,8 +225,14 @@ class Cta {
     while (finished < n_) {
       const uint64_t before = progress_;
       std::vector<char> skip(warps_.size(), 0);
-      if (!all)
+      if (!all && greedy_) {  // the first warp with a thread left, alone
+        int focus = -1;
+        for (int t = 0; t < n_ && focus < 0; ++t)
+          if (!fibers_[t].done) focus = t / 32;
+        for (size_t w = 0; w < skip.size(); ++w) skip[w] = static_cast<int>(w) != focus;
+      } else if (!all) {
         for (auto& x : skip) x = (rng_ = rng_ * 6364136223846793005ull + 1442695040888963407ull) >> 63;
+      }
       for (int t = 0; t < n_; ++t) {
         if (fibers_[t].done || skip[t / 32]) continue;
         current_ = t;
@@ -303,6 +315,7 @@ class Cta {
     read(slot);
   }
 
+  bool greedy_;
   int n_;
   std::vector<uint16_t> smem_;
   std::vector<Coll> warps_;
