@@ -38,10 +38,14 @@
 # variant; the kernel lab's atomic version, kAtomic = true, is built in the lab only), on mma.sync,
 # without / with FoX's rows' sums and LogN's key sums (kRows):
 #   bf16 at D 64                                               0 / 0
-#   bf16 at D 128 (dQ in 32-column chunks beside dK and dV)    240 / 560 (160 / 420 measured; the
+#   bf16 at D 128 (dQ in 32-column chunks beside dK and dV)    240 / 560 (164 / 412 measured; the
 #                                                                  two-pass FoX dK/dV: 264)
-#   split at D 64                                              32 / 32 (0 / 0 measured; 16 in an earlier form of the same code)
-#   split at D 128 (32-row steps)                              240 / 240 (160 / 128 measured)
+#   split at D 64                                              32 / 32 (16 / 0 measured)
+#   split at D 128 (32-row steps)                              240 / 240 (164 / 128 measured)
+# and the general variant's (kGen, the last argument; without / with kRows), opt-in like the rest:
+#   bf16 at D 64 / D 128                                       160 / 900 (48-104 / 672-704 measured;
+#                                                                  the general two-pass dK/dV at D 128: 492)
+#   split at D 64 / D 128                                      200 / 480 (60-160 / 332-376 measured)
 # The kernels on Hopper's wgmma (attn_wgmma.cu and attn_wgmma_general.cu, sm_90a; no B fragments in
 # registers: the tensor cores read the tiles from shared memory), fwd_wg_kernel<D, kMT, kGen>,
 # dq_wg_kernel<D, kGen>, dkv_wg_kernel<D, kFox, kGen>:
@@ -54,7 +58,8 @@
 #   general: dK/dV at D 128                                     1100 (900 measured; mma.sync: 492)
 #   the one-pass backward (kWg = true) at D 64, without / with kRows          0 / 0
 #   the one-pass backward at D 128, without / with kRows        160 / 280 (112 / 204 measured;
-#                                                                  mma.sync: 160 / 420)
+#                                                                  mma.sync: 164 / 412)
+#   the general variant's one pass at D 64 / D 128              160 / 1150 (12-116 / 612-916 measured)
 # The general variant pays its spills only on calls that have what it adds.
 # The D 128 dK/dV keeps 128 accumulator registers per thread (dK and dV) plus the 64 of the
 # scores and dP, so it sits at the 255-register limit; FoX is a template argument of that kernel
@@ -70,10 +75,10 @@ trap 'rm -rf "$tmp"' EXIT
 # the plain variant (attn_mma.cu) and the general one (attn_mma_general.cu); with sm_90 the forward
 # on Hopper's wgmma too (attn_wgmma.cu and attn_wgmma_general.cu, built for sm_90a)
 files="attn_mma attn_mma_general"
-expect=36
+expect=44
 if [ "$ARCH" = 90 ]; then
   files="$files attn_wgmma attn_wgmma_general"
-  expect=54
+  expect=66
 fi
 : > "$tmp/ptxas.txt"
 for f in $files; do
@@ -98,7 +103,7 @@ printf '%-36s %9s %13s %12s %8s\n' kernel registers "spill stores" "spill loads"
 while read -r mangled reg st ld; do
   name=$(echo "$mangled" | c++filt | sed -E 's/^void hz::attn::mma::([a-z_]+<[^>]*>).*/\1/')
   case "$name" in
-    *dot_kernel*|*split_rows_kernel*|*sink_rows_kernel*) continue ;;  # D_i = dO . O, the f32 split, the sinks' rows: no tile
+    *dot_kernel*|*split_rows_kernel*|*sink_rows_kernel*|*visit_map_kernel*) continue ;;  # D_i = dO . O, the f32 split, the sinks' rows: no tile
     "dkv_kernel<128, 64, false, false, false>") budget=64 ;;
     "dkv_kernel<128, 64, true, false, false>") budget=320 ;;
     "fwd_kernel<64, 2, true, false>") budget=256 ;;
@@ -110,11 +115,17 @@ while read -r mangled reg st ld; do
     "fwd_kernel<128, 1, true, true>") budget=64 ;;
     "dq_kernel<128, true, true>") budget=96 ;;
     "dkv_kernel<128, 32, false, true, true>") budget=320 ;;
-    "dkvq_kernel<128, 64, false, false, false, false>"|"dkvq_kernel<128, 32, true, false, false, "*) budget=240 ;;
-    "dkvq_kernel<128, 64, false, false, false, true>") budget=560 ;;
-    "dkvq_kernel<64, 64, true, false, false, "*) budget=32 ;;
-    "dkvq_kernel<128, 64, false, false, true, false>") budget=160 ;;
-    "dkvq_kernel<128, 64, false, false, true, true>") budget=280 ;;
+    "dkvq_kernel<128, 64, false, false, false, false, false>"|"dkvq_kernel<128, 32, true, false, false, "*", false>") budget=240 ;;
+    "dkvq_kernel<128, 64, false, false, false, true, false>") budget=560 ;;
+    "dkvq_kernel<64, 64, true, false, false, "*", false>") budget=32 ;;
+    "dkvq_kernel<128, 64, false, false, true, false, false>") budget=160 ;;
+    "dkvq_kernel<128, 64, false, false, true, true, false>") budget=280 ;;
+    "dkvq_kernel<128, 64, false, false, false, "*", true>") budget=900 ;;
+    "dkvq_kernel<64, 64, false, false, false, "*", true>") budget=160 ;;
+    "dkvq_kernel<128, 32, true, false, false, "*", true>") budget=480 ;;
+    "dkvq_kernel<64, 64, true, false, false, "*", true>") budget=200 ;;
+    "dkvq_kernel<128, 64, false, false, true, "*", true>") budget=1150 ;;
+    "dkvq_kernel<64, 64, false, false, true, "*", true>") budget=160 ;;
     "dkv_wg_kernel<128, false, false>"|"dkv_wg_kernel<128, true, false>") budget=160 ;;
     "fwd_wg_kernel<64, 2, true>") budget=256 ;;
     "dq_wg_kernel<128, true>") budget=64 ;;

@@ -32,7 +32,7 @@ int family_smem() {
 }
 
 bool one_pass_backward(const AttnKernelParams& P) {
-  return detail::env_choice("HZ_ATTN_BACKWARD", {"two_pass", "one_pass"}) == "one_pass" && !general(P);
+  return detail::env_choice("HZ_ATTN_BACKWARD", {"two_pass", "one_pass"}) == "one_pass" && !P.dist;
 }
 
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device) {
@@ -49,6 +49,9 @@ bool wgmma_supported(int) { return false; }
 void wgmma_forward_launch(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
 void wgmma_backward_launch(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }
 void wgmma_backward_one_pass_launch(const AttnKernelParams&, const mma::Args&, const Tensor&, cudaStream_t) {
+  no_wgmma();
+}
+void wgmma_backward_one_pass_launch_general(const AttnKernelParams&, const mma::Args&, const Tensor&, cudaStream_t) {
   no_wgmma();
 }
 void wgmma_forward_launch_general(const AttnKernelParams&, const mma::Args&, cudaStream_t) { no_wgmma(); }

@@ -14,5 +14,10 @@ void wgmma_backward_launch_general(const AttnKernelParams& P, const mma::Args& a
   if (P.D == 64) backward_wg<64, true>(P, a, s);
   else backward_wg<128, true>(P, a, s);
 }
+void wgmma_backward_one_pass_launch_general(const AttnKernelParams& P, const mma::Args& a, const Tensor& dq,
+                                            cudaStream_t s) {
+  if (P.D == 64) backward_one_pass<64, false, true, true>(P, a, dq, s);
+  else backward_one_pass<128, false, true, true>(P, a, dq, s);
+}
 
 }  // namespace hz::attn::cuda_impl

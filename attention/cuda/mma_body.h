@@ -97,6 +97,9 @@ struct Args {
   float* dq_acc = nullptr;
   unsigned* dq_turn = nullptr;
   unsigned* tile_next = nullptr;   // the one-pass grid's count of started blocks (mma_device.cuh), zeroed
+  // the general variant's one pass: per (b, h, query block) a bitmap of the key blocks that visit it
+  // (visit_map, words of 32 key blocks), filled before the kernel
+  const unsigned* dq_visit = nullptr;
 };
 
 // The tile configuration per head dim (the kernel lab's choice; dev/cuda/attention/NOTES.md):
@@ -1008,10 +1011,10 @@ struct DkvShape {
   // K, V (once), Q and dO (2 stages each), per-row lse2 (with FoX: lse2 - c_i log2 e) / D / r /
   // r*scale*log2e, FoX's key c_j log2 e for the pair's head, the rows' token positions and GRAPE's
   // rates of the rows and of the keys for the pair's head, times log2 e (2 stages), table
-  static constexpr int kRowData = 6 * kBq + 2 * kBk;
+  // and the one-pass backward's f_i scale per row for LogN's dc
+  static constexpr int kRowData = 7 * kBq + 2 * kBk;
   static constexpr int kRowPos = 4 * kBq + kBk, kRowRq = 5 * kBq + kBk, kRowRk = 6 * kBq + kBk;  // offsets
-  // the one-pass backward's f_i scale per row for LogN's dc (the plain variant: token positions' slot)
-  static constexpr int kRowF = kRowPos;
+  static constexpr int kRowF = 6 * kBq + 2 * kBk;
   static constexpr int kRowBytes = kWg ? 2 * D : Tile<row_width<D, kSplit>()>::kRowBytes;
   static constexpr int kSmem = (kWg ? 1024 : 0) + (2 * kBk + 4 * kBq) * kRowBytes + 2 * kRowData * 4 + 2 * kTab * 4;
 };
@@ -1063,7 +1066,10 @@ HZ_KBODY void dq_add(X& x, const AttnKernelParams& P, const Args& a, const float
 // the turn on (its own kb + 1); the last to add writes dq itself (bf16, or f32 in the split kernels)
 // and passes nothing on. In the plain variant the key blocks that visit a query block are
 // consecutive (rows see intervals whose ends only grow, and so do the query blocks a key block
-// visits), so a block's successor is kb + 1 when kb + 1 visits the block, else there is none.
+// visits), so a block's successor is kb + 1 when kb + 1 visits the block, else there is none. In the
+// general variant they are not (sink tokens' blocks, then a band; a chunk's; a prefix's): the
+// successor is the next set bit of the query block's map (visit_map, filled from the dK/dV loop's own
+// visits, so the two can never disagree).
 // Deadlock freedom: a block waits only on blocks of the same (b, kv head) with a larger kb, and
 // those start first: the grid takes a head's key blocks from the last one back, and the kernel
 // takes its tile from a counter when it starts (mma_device.cuh), not from blockIdx, so "started
@@ -1083,7 +1089,25 @@ struct RowSums {
   float f[kBq / 8][2];
 };
 
-template <int D, int kBq, bool kSplit, bool kAtomic, bool kWg, bool kRows, class X>
+// The general variant's map for the one-pass backward: the query blocks key block kb of head h
+// visits (the dK/dV loop's own visit_queries) get bit kb in their row of words (W per query block);
+// `mark(word, bit)` sets it (an atomic or on the device, a plain or on the host).
+template <int kBq, int kBk, class Mark>
+HZ_KBODY void visit_map(const AttnKernelParams& P, int64_t b, int64_t h, int64_t kb, Mark mark) {
+  const int64_t nkb = num_blocks(P.Tk, kBk), W = (nkb + 31) / 32;
+  const Visit<true> v = visit_queries<true>(P, b, h, kb * kBk, imin((kb + 1) * kBk, P.Tk) - 1, kBq);
+  for (int64_t qb = v.first(); qb <= v.last(); qb = v.next(qb))
+    mark(((b * P.H + h) * num_blocks(P.Tq, kBq) + qb) * W + kb / 32, 1u << (kb % 32));
+}
+HZ_KBODY int lowest_bit(unsigned m) {
+#if defined(__CUDA_ARCH__)
+  return __ffs(static_cast<int>(m)) - 1;
+#else
+  return __builtin_ctz(m);
+#endif
+}
+
+template <int D, int kBq, bool kSplit, bool kAtomic, bool kWg, bool kRows, bool kGen, class X>
 HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* sDS, const uint16_t* sK,
                       const float (&dp)[kBq / 8][4], const RowSums<kRows ? kBq : 8>& rs, float* sRS, int64_t b,
                       int64_t h, int64_t kb, int64_t qb) {
@@ -1123,16 +1147,36 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
         }
     }
   }
+  // the key blocks that add to qb before this one (its successor: the next larger one that visits
+  // qb) and after it
   const int64_t nkb = num_blocks(P.Tk, kBk);
-  auto visits = [&](int64_t k) {  // whether key block k visits qb
-    if (k < 0 || k >= nkb) return false;
-    const BlockSpan sp = query_blocks(P, b, h, k * kBk, imin((k + 1) * kBk, P.Tk) - 1, kBq);
-    return qb >= sp.first && qb <= sp.last;
-  };
-  const bool after = visits(kb + 1), last = !visits(kb - 1);
+  int64_t succ = -1;
+  bool pred = false;
+  if constexpr (kGen) {  // not consecutive here (a sink block, then the band): the map (visit_map)
+    const int64_t W = (nkb + 31) / 32;
+    const unsigned* row = a.dq_visit + ((b * P.H + h) * num_blocks(P.Tq, kBq) + qb) * W;
+    const int64_t kw = kb / 32;
+    const unsigned kbit = 1u << (kb % 32);
+    for (int64_t w = 0; w < W && (succ < 0 || !pred); ++w) {
+      const unsigned m = row[w];
+      const unsigned below = w < kw ? m : w == kw ? m & (kbit - 1u) : 0u;
+      const unsigned above = w > kw ? m : w == kw ? m & ~(kbit | (kbit - 1u)) : 0u;
+      pred = pred || below != 0u;
+      if (succ < 0 && above != 0u) succ = w * 32 + lowest_bit(above);
+    }
+  } else {  // consecutive: kb + 1 and kb - 1
+    auto visits = [&](int64_t k) {  // whether key block k visits qb
+      if (k < 0 || k >= nkb) return false;
+      const BlockSpan sp = query_blocks(P, b, h, k * kBk, imin((k + 1) * kBk, P.Tk) - 1, kBq);
+      return qb >= sp.first && qb <= sp.last;
+    };
+    succ = visits(kb + 1) ? kb + 1 : -1;
+    pred = visits(kb - 1);
+  }
+  const bool after = succ >= 0, last = !pred;
   unsigned* turn = a.dq_turn + (b * P.H + h) * num_blocks(P.Tq, kBq) + qb;
   if constexpr (!kAtomic)
-    if (tid == 0) x.wait_turn(turn, after ? static_cast<unsigned>(kb + 2) : 0u);
+    if (tid == 0) x.wait_turn(turn, after ? static_cast<unsigned>(succ + 1) : 0u);
   x.sync();  // dS'^T (and the rows' sums) complete, and the query block's turn is this block's
   const int64_t hrow = (b * P.H + h) * P.Tq;
   if constexpr (kRows) {  // the warps' parts in order, added in the turn to dfox_q itself (zeroed first)
@@ -1206,8 +1250,8 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
 
 // kFox: the FoX terms (a.fc set), a template argument because the D 128 kernel is at the 255-register
 // limit and the key sums' registers alone would make it spill when FoX is off; the general variant
-// (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; plain variant), whose
-// grid takes a head's key blocks from the last one back: 1 for calls without FoX and LogN's
+// (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; both variants, without
+// GRAPE, whose rows' sums it does not form), whose grid takes a head's key blocks from the last one back: 1 for calls without FoX and LogN's
 // gradient, 2 for those with (FoX read at run time; its rows' parts, sum_j dL_ij, as RowSums added
 // in dQ's turns: 16 registers, which would spill at D 128 in every call; LogN's dc_h = sum_ij dL_ij
 // f_i scale q_i . k_j summed over each key's queries per head, as FoX's key sums are, into a.dc_rows
@@ -1217,7 +1261,7 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
 template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, int kDq = 0, bool kAtomic = false, bool kWg = false,
           class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
-  static_assert(!kDq || (!kGen && !kFox), "the one-pass backward: plain variant, FoX at run time");
+  static_assert(!kDq || !kFox, "the one-pass backward: FoX at run time");
   constexpr bool kRows = kDq == 2;  // the one pass with FoX's rows' sums and LogN's dc
   using S = DkvShape<D, kBqB, kSplit, kWg>;
   constexpr int W = row_width<D, kSplit>();
@@ -1394,7 +1438,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       x.sync();  // every warp is done with dO (dV's product) before it is overwritten
       // (dS'^T over this stage's dO, FoX's rows' parts over its Q: both products are done)
       static_assert(kWarps * kBq * 4 <= kBq * kPitch * 2, "the rows' sums' parts over a Q tile");
-      dq_step<D, kBq, kSplit, kAtomic, kWg, kRows>(x, P, a, sG + st * kBq * kPitch, sK, dp, rs,
+      dq_step<D, kBq, kSplit, kAtomic, kWg, kRows, kGen>(x, P, a, sG + st * kBq * kPitch, sK, dp, rs,
                                                    reinterpret_cast<float*>(sQ + st * kBq * kPitch), b, h, j0 / kBk,
                                                    cur.qb);
     }

@@ -199,14 +199,24 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P,
 // started before it (a.tile_next, zeroed by the caller), so the blocks a tile waits on have started.
 // kWg: on Hopper's wgmma (instantiated only by attn_wgmma.cu, for sm_90a); kRows: for calls with FoX
 // or LogN's gradient (dkv_cta's kDq 2).
-template <int D, int kBq, bool kSplit = false, bool kAtomic = false, bool kWg = false, bool kRows = false>
+// kGen: the general variant (attn_mma_general.cu, attn_wgmma_general.cu; a.dq_visit from visit_map_kernel).
+template <int D, int kBq, bool kSplit = false, bool kAtomic = false, bool kWg = false, bool kRows = false,
+          bool kGen = false>
 __global__ void __launch_bounds__(kThreads) dkvq_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ unsigned tile;
   DeviceCta x;
   if (threadIdx.x == 0) tile = atomicAdd(a.tile_next, 1u);
   __syncthreads();
-  dkv_cta<D, kBq, false, false, kSplit, kRows ? 2 : 1, kAtomic, kWg>(x, P, a, static_cast<int64_t>(tile), smem);
+  dkv_cta<D, kBq, false, kGen, kSplit, kRows ? 2 : 1, kAtomic, kWg>(x, P, a, static_cast<int64_t>(tile), smem);
+}
+// The general variant's one-pass map (mma_body.h, visit_map): one thread per (b, query head, key block).
+template <int kBq, int kBk>
+__global__ void visit_map_kernel(const AttnKernelParams P, unsigned* bits) {
+  const int64_t nkb = num_blocks(P.Tk, kBk);
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= P.B * P.H * nkb) return;
+  visit_map<kBq, kBk>(P, t / nkb / P.H, t / nkb % P.H, t % nkb, [&](int64_t w, unsigned bit) { atomicOr(bits + w, bit); });
 }
 
 // The kernels on Hopper's wgmma (mma_body.h, kWg; bf16; the one-pass backward: dkvq_kernel): attn_wgmma.cu

@@ -23,6 +23,8 @@ bool wgmma_supported(int device);
 void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_one_pass_launch(const AttnKernelParams& P, const mma::Args& a, const Tensor& dq, cudaStream_t s);
+void wgmma_backward_one_pass_launch_general(const AttnKernelParams& P, const mma::Args& a, const Tensor& dq,
+                                            cudaStream_t s);
 void wgmma_forward_launch_general(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_launch_general(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 
@@ -105,11 +107,23 @@ void backward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
 // block's turn into an f32 accumulator (the split kernels' f32 dq itself), and FoX's rows' parts into
 // dfox_q, both zeroed first (query blocks no key block visits); LogN's dc parts per key (zeroed by the
 // caller: keys no query sees); the turns and the started-block count zeroed; the sinks' rows from
-// their own kernel. Calls with FoX or LogN's gradient take the kernel with those sums (kRows). kWg: the kernel on Hopper's wgmma (instantiated only by attn_wgmma.cu).
-template <int D, bool kSplit, bool kWg = false>
+// their own kernel. Calls with FoX or LogN's gradient take the kernel with those sums (kRows). kWg:
+// the kernel on Hopper's wgmma (instantiated only by attn_wgmma*.cu); kGen: the general variant's,
+// with a map of the key blocks that visit each query block first (visit_map).
+template <int D, bool kSplit, bool kWg = false, bool kGen = false>
 void backward_one_pass(const AttnKernelParams& P, Args a, const Tensor& dq, cudaStream_t s) {
   constexpr int kBq = mma::Config<D, kSplit>::kDkvBq;
   using S = mma::DkvShape<D, kBq, kSplit, kWg>;
+  Tensor map;
+  if constexpr (kGen) {
+    const int64_t nkb = num_blocks(P.Tk, S::kBk), words = P.B * P.H * num_blocks(P.Tq, kBq) * ((nkb + 31) / 32);
+    map = Tensor::zeros({words}, DType::I32, dq.device());
+    const int64_t n = P.B * P.H * nkb;
+    mma::visit_map_kernel<kBq, S::kBk><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+        P, static_cast<unsigned*>(map.raw_data()));
+    HZ_CUDA_LAUNCHED("attention backward: the one pass's visit map");
+    a.dq_visit = static_cast<const unsigned*>(map.raw_data());
+  }
   const int64_t nturn = P.B * P.H * num_blocks(P.Tq, kBq);
   Tensor turn = Tensor::empty({nturn + 1}, DType::I32, dq.device());
   HZ_CUDA_CHECK(cudaMemsetAsync(turn.raw_data(), 0, static_cast<size_t>(nturn + 1) * 4, s));
@@ -128,7 +142,8 @@ void backward_one_pass(const AttnKernelParams& P, Args a, const Tensor& dq, cuda
     HZ_CUDA_LAUNCHED("attention backward: the sinks' rows");
   }
   const bool rows = a.fc != nullptr || a.dc_rows != nullptr;
-  launch(rows ? dkvq_kernel<D, kBq, kSplit, false, kWg, true> : dkvq_kernel<D, kBq, kSplit, false, kWg, false>,
+  launch(rows ? dkvq_kernel<D, kBq, kSplit, false, kWg, true, kGen>
+              : dkvq_kernel<D, kBq, kSplit, false, kWg, false, kGen>,
          P.B * P.Hkv * num_blocks(P.Tk, S::kBk), S::kSmem, s, P, a,
          kWg ? "attention backward dK/dV/dQ, one pass (wgmma)" : "attention backward dK/dV/dQ, one pass (mma)");
 }
@@ -190,7 +205,7 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
       Dvec.data<float>());
   HZ_CUDA_LAUNCHED("attention backward dO . O");
   // the one-pass backward where it is asked for and applies (attn_cuda.h): LogN's dc parts per key
-  const bool one = !kGen && one_pass_backward(P);
+  const bool one = one_pass_backward(P);
   if (dc_rows)
     *dc_rows = one ? Tensor::zeros({P.B, P.H, P.Tk}, DType::F32, q.device())
                    : Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
@@ -223,13 +238,12 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
   a.counters = counters;
   // the one-pass backward where it is asked for and applies, on Hopper's wgmma where that is too;
   // else the two-pass backward, on wgmma where it is asked for (attn_cuda.h)
-  if constexpr (!kGen) {
-    if (one) {
-      if (!kSplit && use_wgmma(P, DType::BF16, q.device().index)) return wgmma_backward_one_pass_launch(P, a, dq, s);
-      if (P.D == 64) backward_one_pass<64, kSplit>(P, a, dq, s);
-      else backward_one_pass<128, kSplit>(P, a, dq, s);
-      return;
-    }
+  if (one) {
+    if (!kSplit && use_wgmma(P, DType::BF16, q.device().index))
+      return kGen ? wgmma_backward_one_pass_launch_general(P, a, dq, s) : wgmma_backward_one_pass_launch(P, a, dq, s);
+    if (P.D == 64) backward_one_pass<64, kSplit, false, kGen>(P, a, dq, s);
+    else backward_one_pass<128, kSplit, false, kGen>(P, a, dq, s);
+    return;
   }
   if constexpr (!kSplit) {
     if (use_wgmma(P, DType::BF16, q.device().index))

@@ -50,9 +50,9 @@ for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before t
       --masks causal,swa,scope,docs2048,chunk2048,sink4 --logits identity,scale_invariant \
       --json "$out/hz_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon failed at D=$D T=$T" >&2
-    # the one-pass backward (HZ_ATTN_BACKWARD=one_pass; the plain kernels' cases: no sink tokens or chunks)
+    # the one-pass backward (HZ_ATTN_BACKWARD=one_pass; both variants)
     HZ_ATTN_BACKWARD=one_pass "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
-      --impl tensor_core --masks causal,swa,scope,docs2048 --logits identity,scale_invariant \
+      --impl tensor_core --masks causal,swa,scope,docs2048,chunk2048,sink4 --logits identity,scale_invariant \
       --json "$out/hz1p_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon's one-pass backward failed at D=$D T=$T" >&2
     # the kernels on Hopper's wgmma (HZ_ATTN_MMA=wgmma; plain kernels, bf16: rows tensor_core_wg)
@@ -62,7 +62,7 @@ for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before t
       echo "[bench_attention_gpu] Horizon's wgmma kernels failed at D=$D T=$T" >&2
     # both: the one-pass backward on wgmma (rows tensor_core_wg_1p)
     HZ_ATTN_MMA=wgmma HZ_ATTN_BACKWARD=one_pass "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" \
-      --reps "$REPS" --impl tensor_core --masks causal,swa,docs2048 --logits identity \
+      --reps "$REPS" --impl tensor_core --masks causal,swa,docs2048,sink4 --logits identity \
       --json "$out/hzwg1p_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon's one-pass backward on wgmma failed at D=$D T=$T" >&2
     # cuDNN's fused attention, where Horizon routes what it expresses (attention/backend.h)
