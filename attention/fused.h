@@ -135,9 +135,8 @@ AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int
 // runs in one pass (dK, dV and dQ from one kernel: FlashAttention-2's scheme with dQ added to each
 // query block in a fixed order, attention/cuda/mma_body.h) instead of a dQ and a dK/dV pass: asked
 // for by HZ_ATTN_BACKWARD=one_pass (read at each call; two_pass, the default, until a GPU has timed
-// both), for calls without GRAPE's terms (chunks, sink tokens, a prefix and token positions
-// included; FoX's rows' sums are added in the same fixed order as dQ, LogN's dc summed per key).
-// False without CUDA.
+// both), for every call of both variants (FoX's and GRAPE's rows' sums are added in the same fixed
+// order as dQ, LogN's dc summed per key). False without CUDA.
 bool one_pass_backward(const AttnKernelParams& P);
 // Whether a call on CUDA's tensor-core kernels runs them on Hopper's warpgroup MMA (wgmma.mma_async
 // from swizzled shared-memory tiles, attention/cuda/attn_wgmma.cu: the forward and both backwards,

@@ -42,10 +42,12 @@
 #                                                                  two-pass FoX dK/dV: 264)
 #   split at D 64                                              32 / 32 (16 / 0 measured)
 #   split at D 128 (32-row steps)                              240 / 240 (164 / 128 measured)
-# and the general variant's (kGen, the last argument; without / with kRows), opt-in like the rest:
-#   bf16 at D 64 / D 128                                       160 / 900 (48-104 / 672-704 measured;
-#                                                                  the general two-pass dK/dV at D 128: 492)
-#   split at D 64 / D 128                                      200 / 480 (60-160 / 332-376 measured)
+# and the general variant's (kGen, the last argument; without / with kRows, which holds FoX's and
+# GRAPE's rows' sums there), opt-in like the rest:
+#   bf16 at D 64                                               260 (48 / 188 measured)
+#   bf16 at D 128                                              900 / 1150 (672 / 892 measured; the
+#                                                                  general two-pass dK/dV: 492)
+#   split at D 64 / D 128                                      280 / 560 (60-216 / 332-432 measured)
 # The kernels on Hopper's wgmma (attn_wgmma.cu and attn_wgmma_general.cu, sm_90a; no B fragments in
 # registers: the tensor cores read the tiles from shared memory), fwd_wg_kernel<D, kMT, kGen>,
 # dq_wg_kernel<D, kGen>, dkv_wg_kernel<D, kFox, kGen>:
@@ -59,7 +61,7 @@
 #   the one-pass backward (kWg = true) at D 64, without / with kRows          0 / 0
 #   the one-pass backward at D 128, without / with kRows        160 / 280 (112 / 204 measured;
 #                                                                  mma.sync: 164 / 412)
-#   the general variant's one pass at D 64 / D 128              160 / 1150 (12-116 / 612-916 measured)
+#   the general variant's one pass at D 64 / D 128              260 / 1150 (12-200 / 736-916 measured)
 # The general variant pays its spills only on calls that have what it adds.
 # The D 128 dK/dV keeps 128 accumulator registers per thread (dK and dV) plus the 64 of the
 # scores and dP, so it sits at the 255-register limit; FoX is a template argument of that kernel
@@ -120,12 +122,13 @@ while read -r mangled reg st ld; do
     "dkvq_kernel<64, 64, true, false, false, "*", false>") budget=32 ;;
     "dkvq_kernel<128, 64, false, false, true, false, false>") budget=160 ;;
     "dkvq_kernel<128, 64, false, false, true, true, false>") budget=280 ;;
-    "dkvq_kernel<128, 64, false, false, false, "*", true>") budget=900 ;;
-    "dkvq_kernel<64, 64, false, false, false, "*", true>") budget=160 ;;
-    "dkvq_kernel<128, 32, true, false, false, "*", true>") budget=480 ;;
-    "dkvq_kernel<64, 64, true, false, false, "*", true>") budget=200 ;;
+    "dkvq_kernel<128, 64, false, false, false, false, true>") budget=900 ;;
+    "dkvq_kernel<128, 64, false, false, false, true, true>") budget=1150 ;;
+    "dkvq_kernel<64, 64, false, false, false, "*", true>") budget=260 ;;
+    "dkvq_kernel<128, 32, true, false, false, "*", true>") budget=560 ;;
+    "dkvq_kernel<64, 64, true, false, false, "*", true>") budget=280 ;;
     "dkvq_kernel<128, 64, false, false, true, "*", true>") budget=1150 ;;
-    "dkvq_kernel<64, 64, false, false, true, "*", true>") budget=160 ;;
+    "dkvq_kernel<64, 64, false, false, true, "*", true>") budget=260 ;;
     "dkv_wg_kernel<128, false, false>"|"dkv_wg_kernel<128, true, false>") budget=160 ;;
     "fwd_wg_kernel<64, 2, true>") budget=256 ;;
     "dq_wg_kernel<128, true>") budget=64 ;;

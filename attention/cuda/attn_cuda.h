@@ -39,8 +39,8 @@ AttnTiles mma_tiles(DType dt, int64_t D);
 // Whether a tensor-core call's backward runs in one pass (dK, dV and dQ from one kernel, FlashAttention-2's
 // scheme with dQ added in a fixed order: mma_body.h): asked for by the environment variable
 // HZ_ATTN_BACKWARD=one_pass (read at each call; two_pass, the default, keeps the dQ and dK/dV kernels
-// until a GPU has timed both), for a call without GRAPE's rates (both variants; FoX's rows' sums are
-// added in the same turns as dQ, LogN's dc summed per key).
+// until a GPU has timed both), for every call (both variants; FoX's and GRAPE's rows' sums are added
+// in the same turns as dQ, LogN's dc summed per key).
 bool one_pass_backward(const AttnKernelParams& P);
 // Whether a tensor-core call runs on Hopper's warpgroup MMA (wgmma; attn_wgmma.cu: the forward and
 // both backwards) instead of mma.sync: asked for by HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has

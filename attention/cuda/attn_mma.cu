@@ -32,7 +32,7 @@ int family_smem() {
 }
 
 bool one_pass_backward(const AttnKernelParams& P) {
-  return detail::env_choice("HZ_ATTN_BACKWARD", {"two_pass", "one_pass"}) == "one_pass" && !P.dist;
+  return detail::env_choice("HZ_ATTN_BACKWARD", {"two_pass", "one_pass"}) == "one_pass";
 }
 
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device) {

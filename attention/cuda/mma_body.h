@@ -1083,10 +1083,11 @@ HZ_KBODY void dq_add(X& x, const AttnKernelParams& P, const Args& a, const float
 // closed form D_i (1 - sum_j p_ij) would not do: D_i is formed from the rounded output, and FoX's
 // gradient, a suffix sum over positions of the rows' parts less the keys', needs the rows' parts
 // summed from the same dL_ij as the keys'.)
+// GRAPE's rows' parts, -sum_j dL_ij |t_ij| (general variant), likewise: sum 1.
 template <int kBq>
 struct RowSums {
-  bool on;
-  float f[kBq / 8][2];
+  bool on[2];                // FoX's (dfox_q), GRAPE's (ddist_q)
+  float v[2][kBq / 8][2];
 };
 
 // The general variant's map for the one-pass backward: the query blocks key block kb of head h
@@ -1134,16 +1135,19 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
     }
   }
   if constexpr (kWg) x.fence_proxy_async();  // the stores above are wgmma's operand (the barrier below)
-  if constexpr (kRows) {  // the rows' sums over the warp's 16 keys (lanes of one tig), per warp into sRS
-    if (rs.on) {
+  constexpr int kSums = kGen ? 2 : 1;  // GRAPE's in the general variant only
+  if constexpr (kRows) {  // the rows' sums over the warp's 16 keys (lanes of one tig), into sRS[sum][warp]
+    HZ_UNROLL
+    for (int k = 0; k < kSums; ++k) {
+      if (!rs.on[k]) continue;
       HZ_UNROLL
       for (int nt = 0; nt < kBq / 8; ++nt)
         HZ_UNROLL
         for (int e = 0; e < 2; ++e) {
-          float f = rs.f[nt][e];
+          float f = rs.v[k][nt][e];
           HZ_UNROLL
           for (int m = 4; m <= 16; m <<= 1) f += x.shfl_xor(f, m);
-          if (g == 0) sRS[warp * kBq + nt * 8 + 2 * tig + e] = f;
+          if (g == 0) sRS[(k * kWarps + warp) * kBq + nt * 8 + 2 * tig + e] = f;
         }
     }
   }
@@ -1179,19 +1183,21 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
     if (tid == 0) x.wait_turn(turn, after ? static_cast<unsigned>(succ + 1) : 0u);
   x.sync();  // dS'^T (and the rows' sums) complete, and the query block's turn is this block's
   const int64_t hrow = (b * P.H + h) * P.Tq;
-  if constexpr (kRows) {  // the warps' parts in order, added in the turn to dfox_q itself (zeroed first)
-    for (int r = tid; rs.on && r < kBq; r += kThreads) {
-      const int64_t i = qb * kBq + r;
-      if (i >= P.Tq) continue;
-      float v = ((sRS[r] + sRS[kBq + r]) + sRS[2 * kBq + r]) + sRS[3 * kBq + r];
-      float* out = a.dfox_q + hrow + i;
-      if constexpr (kAtomic) {
-        x.atomic_add(out, v);
-      } else {
-        if (after) v += x.load_cg(out);
-        *out = v;
+  if constexpr (kRows) {  // the warps' parts in order, added in the turn to the outputs themselves (zeroed first)
+    for (int k = 0; k < kSums; ++k)
+      for (int r = tid; rs.on[k] && r < kBq; r += kThreads) {
+        const int64_t i = qb * kBq + r;
+        if (i >= P.Tq) continue;
+        const float* w = sRS + k * kWarps * kBq + r;
+        float v = ((w[0] + w[kBq]) + w[2 * kBq]) + w[3 * kBq];
+        float* out = (k == 0 ? a.dfox_q : a.ddist_q) + hrow + i;
+        if constexpr (kAtomic) {
+          x.atomic_add(out, v);
+        } else {
+          if (after) v += x.load_cg(out);
+          *out = v;
+        }
       }
-    }
   }
   if constexpr (kWg) {
     // the warpgroup's 64 query rows (warp w: rows 16 w ..) x 64 columns per product
@@ -1250,10 +1256,11 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
 
 // kFox: the FoX terms (a.fc set), a template argument because the D 128 kernel is at the 255-register
 // limit and the key sums' registers alone would make it spill when FoX is off; the general variant
-// (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; both variants, without
-// GRAPE, whose rows' sums it does not form), whose grid takes a head's key blocks from the last one back: 1 for calls without FoX and LogN's
-// gradient, 2 for those with (FoX read at run time; its rows' parts, sum_j dL_ij, as RowSums added
-// in dQ's turns: 16 registers, which would spill at D 128 in every call; LogN's dc_h = sum_ij dL_ij
+// (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; both variants), whose
+// grid takes a head's key blocks from the last one back: 1 for calls without FoX and LogN's
+// gradient or GRAPE's rates, 2 for those with (FoX read at run time; its rows' parts, sum_j dL_ij,
+// and GRAPE's, as RowSums added in dQ's turns: 16 registers each, which would spill at D 128 in
+// every call; LogN's dc_h = sum_ij dL_ij
 // f_i scale q_i . k_j summed over each key's queries per head, as FoX's key sums are, into a.dc_rows
 // as B x H x Tk parts). kAtomic: its atomic version (dq_step).
 // kWg: the products on Hopper's wgmma from swizzled tiles (as the forward's kWg; bf16): S^T and dP^T
@@ -1386,7 +1393,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
     RowSums<kRows ? kBq : 8> rs{};  // the one pass: FoX's rows' sums (dq_step)
-    rs.on = kRows && fox && a.dfox_q != nullptr;
+    rs.on[0] = kRows && fox && a.dfox_q != nullptr;
+    rs.on[1] = kRows && dist && a.ddist_q != nullptr;
     float s[kNT][4], dp[kNT][4];  // rows: this warp's 16 keys; columns: the kBq queries
     if constexpr (kWg) wg_scores_and_dp<D, kBq>(x, s, dp, sK, sQs, sV, sGs, kBk, kBq);
     else scores_and_dp<D, kBq, kSplit>(x, s, dp, sK, sQs, sV, sGs, warp * 16);  // k . q and v . dO
@@ -1420,7 +1428,8 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           const float ds = p * (dp[nt][2 * hh + e] - rowd[kBq + r]);
           if (fox) dfk[hh] -= ds;                // FoX: dL_ij/dc_j = -1
           if constexpr (kRows) {
-            if (rs.on) rs.f[nt][e] += ds;                              // FoX: dL_ij/dc_i = 1
+            if (rs.on[0]) rs.v[0][nt][e] += ds;                        // FoX: dL_ij/dc_i = 1
+            if (kGen && rs.on[1]) rs.v[1][nt][e] -= ds * c.t;          // GRAPE: dL_ij/ddist_q_i = -|t_ij|
             if (logn_keys) dck[hh] += ds * val * rowd[S::kRowF + r];  // LogN: L = c f_i scale q.k
           }
           if (dist) ddk[hh] -= ds * c.t;         // GRAPE: dL_ij/ddist_k_j = -|t_ij|
@@ -1437,7 +1446,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     if constexpr (kDq) {  // dQ += dS' K, in the query block's turn; dS'^T over this stage's dO
       x.sync();  // every warp is done with dO (dV's product) before it is overwritten
       // (dS'^T over this stage's dO, FoX's rows' parts over its Q: both products are done)
-      static_assert(kWarps * kBq * 4 <= kBq * kPitch * 2, "the rows' sums' parts over a Q tile");
+      static_assert(2 * kWarps * kBq * 4 <= kBq * kPitch * 2, "the rows' sums' parts over a Q tile");
       dq_step<D, kBq, kSplit, kAtomic, kWg, kRows, kGen>(x, P, a, sG + st * kBq * kPitch, sK, dp, rs,
                                                    reinterpret_cast<float*>(sQ + st * kBq * kPitch), b, h, j0 / kBk,
                                                    cur.qb);

@@ -107,7 +107,7 @@ void backward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
 // block's turn into an f32 accumulator (the split kernels' f32 dq itself), and FoX's rows' parts into
 // dfox_q, both zeroed first (query blocks no key block visits); LogN's dc parts per key (zeroed by the
 // caller: keys no query sees); the turns and the started-block count zeroed; the sinks' rows from
-// their own kernel. Calls with FoX or LogN's gradient take the kernel with those sums (kRows). kWg:
+// their own kernel. Calls with FoX, LogN's gradient or GRAPE's rows' take the kernel with those sums (kRows). kWg:
 // the kernel on Hopper's wgmma (instantiated only by attn_wgmma*.cu); kGen: the general variant's,
 // with a map of the key blocks that visit each query block first (visit_map).
 template <int D, bool kSplit, bool kWg = false, bool kGen = false>
@@ -133,15 +133,15 @@ void backward_one_pass(const AttnKernelParams& P, Args a, const Tensor& dq, cuda
   a.dq_acc = kSplit ? static_cast<float*>(dq.raw_data()) : acc.data<float>();
   a.dq_turn = static_cast<unsigned*>(turn.raw_data());
   a.tile_next = a.dq_turn + nturn;
-  if (a.dfox_q != nullptr)
-    HZ_CUDA_CHECK(cudaMemsetAsync(a.dfox_q, 0, static_cast<size_t>(P.B * P.H * P.Tq) * 4, s));
+  for (float* rows : {a.dfox_q, a.ddist_q})
+    if (rows != nullptr) HZ_CUDA_CHECK(cudaMemsetAsync(rows, 0, static_cast<size_t>(P.B * P.H * P.Tq) * 4, s));
   if (a.dz_rows != nullptr) {
     const int64_t rows = P.B * P.H * P.Tq;
     mma::sink_rows_kernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, s>>>(rows, P.H, P.Tq, a.sink, a.lse,
                                                                                    a.Dvec, a.dz_rows);
     HZ_CUDA_LAUNCHED("attention backward: the sinks' rows");
   }
-  const bool rows = a.fc != nullptr || a.dc_rows != nullptr;
+  const bool rows = a.fc != nullptr || a.dc_rows != nullptr || a.ddist_q != nullptr;
   launch(rows ? dkvq_kernel<D, kBq, kSplit, false, kWg, true, kGen>
               : dkvq_kernel<D, kBq, kSplit, false, kWg, false, kGen>,
          P.B * P.Hkv * num_blocks(P.Tk, S::kBk), S::kSmem, s, P, a,

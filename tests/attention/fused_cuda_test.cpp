@@ -288,9 +288,8 @@ bool wgmma_takes(const Problem& p) {
   return use_wgmma(P, DType::BF16, Device::cuda(0));
 }
 // The general variant's problems at both head dims: chunks with LogN, sink tokens beside a window, a
-// prefix with FoX and sinks, drawn positions with sink tokens and queries last (with GRAPE's rates
-// where grape).
-std::vector<Problem> general_cases(bool grape) {
+// prefix with FoX and sinks, drawn positions with sink tokens, GRAPE's rates and queries last.
+std::vector<Problem> general_cases() {
   std::vector<Problem> v;
   for (int64_t D : {64, 128}) {
     Problem p;
@@ -305,7 +304,7 @@ std::vector<Problem> general_cases(bool grape) {
     p.fox = p.sink = true;
     v.push_back(p);
     p = Problem{};
-    p.D = D, p.H = 2, p.Hkv = 1, p.Tq = 77, p.Tk = 300, p.drawn = true, p.sink_tokens = 2, p.dist = grape ? 3 : 0,
+    p.D = D, p.H = 2, p.Hkv = 1, p.Tq = 77, p.Tk = 300, p.drawn = true, p.sink_tokens = 2, p.dist = 3,
     p.mask = MaskKind::Scope;
     v.push_back(p);
   }
@@ -317,7 +316,7 @@ struct OnePassCase {
 };
 // Every tensor-core case (bf16, and f32 on the split kernels) with the one-pass backward, at the
 // two-pass kernels' floors, and run twice: the same bits (FoX's and LogN's gradients included: the
-// kernel with FoX's rows' sums and LogN's key sums; the general variant's problems without GRAPE).
+// kernel with FoX's and GRAPE's rows' sums and LogN's key sums; the general variant's problems).
 // Every gradient of two runs, the same bits.
 void expect_same_grads(const Result& x, const Result& y) {
   EXPECT_EQ(x.dq, y.dq);
@@ -354,7 +353,7 @@ std::vector<OnePassCase> one_pass_cases() {
     std::vector<Problem> ps = combos(64, 100);
     for (const Problem& p : shapes(64)) ps.push_back(p);
     for (const Problem& p : shapes(128)) ps.push_back(p);
-    for (const Problem& p : general_cases(false)) ps.push_back(p);  // the general variant (no GRAPE)
+    for (const Problem& p : general_cases()) ps.push_back(p);  // the general variant
     for (const Problem& p : ps) v.push_back({p, dt});
   }
   return v;
@@ -485,7 +484,7 @@ std::vector<Problem> wgmma_cases() {
   std::vector<Problem> v = combos(64, 100);
   for (const Problem& p : shapes(64)) v.push_back(p);
   for (const Problem& p : shapes(128)) v.push_back(p);
-  for (const Problem& p : general_cases(true)) v.push_back(p);
+  for (const Problem& p : general_cases()) v.push_back(p);
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cases, FusedCudaWgmma, ::testing::ValuesIn(wgmma_cases()),

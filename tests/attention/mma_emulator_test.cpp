@@ -155,7 +155,6 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
     Dvec[row] = acc;
   }
   if (one_pass) {
-    if (p.dist) throw std::logic_error("one pass: no GRAPE");
     constexpr int kBq = C::kDkvBq;
     using K1 = mma::DkvShape<D, kBq, kSplit>;
     // the general variant: the map of the key blocks that visit each query block (visit_map)
@@ -177,7 +176,9 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
     dc_rows.assign(p.B * p.H * p.Tk, 0.0f);
     a.dc_rows = p.logit == LogitKind::LogN ? dc_rows.data() : nullptr;
     std::fill(dfox_q.begin(), dfox_q.end(), 0.0f);
-    const bool rows = a.fc != nullptr || a.dc_rows != nullptr;  // the kernel with those sums (kDq 2)
+    std::fill(ddist_q.begin(), ddist_q.end(), 0.0f);
+    // the kernel with those sums (kDq 2)
+    const bool rows = a.fc != nullptr || a.dc_rows != nullptr || a.ddist_q != nullptr;
     struct Host {
       float exp2(float v) { return std::exp2(v); }
     } host;
@@ -553,11 +554,12 @@ void check_one_pass(const Problem& p, bool atomic = false) {
 // The general variant's one-pass backward (chunks, sink tokens, a prefix, token positions; not
 // GRAPE): the key blocks that visit a query block are not consecutive there, so each block finds
 // its successor in the map built from the dK/dV loop's own visits (mma_body.h, visit_map); a wrong
-// successor is a turn out of order, which the emulator reports. Every general problem of the
-// variant's own test but GRAPE's, at D 64; sink tokens beside a window at D 128; split f32 with
-// documents, chunks and sink tokens.
+// successor is a turn out of order, which the emulator reports. GRAPE's rows' sums come in dQ's turns
+// as FoX's do. Every general problem of the variant's own tests, GRAPE's too, at D 64; sink tokens
+// beside a window at D 128; split f32 with documents, chunks and sink tokens.
 TEST(MmaEmulator, OnePassBackwardInTheGeneralVariant) {
   for (const Problem& p : general_problems()) check_one_pass<64, false, true>(p);
+  for (const Problem& p : grape_problems()) check_one_pass<64, false, true>(p);
   Problem p = general_problems()[1];
   p.D = 128, p.sink = true;
   check_one_pass<128, false, true>(p);
