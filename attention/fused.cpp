@@ -238,7 +238,7 @@ Kernels choose_kernels(const AttnConfig& cfg, const AttnKernelParams& P, DType d
 }  // namespace
 
 void set_attention_backend(AttnBackend b) { g_backend = static_cast<int>(b); }
-bool one_pass_backward(const AttnKernelParams& P) { return detail::one_pass_backward(P); }
+bool one_pass_backward() { return detail::one_pass_backward(); }
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev) {
   return dev.is_cuda() && detail::use_wgmma(P, dt, dev.index);
 }
@@ -248,7 +248,7 @@ std::string tensor_core_options(Device dev, DType dt, int64_t D) {
   cfg.window = {0};  // causal
   const AttnKernelParams P = make_kernel_params(cfg, 1, 1, 1, 128, 128, D);
   std::string s = use_wgmma(P, dt, dev) ? "wgmma (HZ_ATTN_MMA)" : "";
-  if (one_pass_backward(P)) s += std::string(s.empty() ? "" : ", ") + "one-pass backward (HZ_ATTN_BACKWARD)";
+  if (one_pass_backward()) s += std::string(s.empty() ? "" : ", ") + "one-pass backward (HZ_ATTN_BACKWARD)";
   return s;
 }
 void set_exact_f32_attention(bool on) { g_exact_f32 = on; }

@@ -131,13 +131,13 @@ Tensor pinned_sink_positions(const Tensor& seq, int64_t B, int64_t S, int64_t fi
 
 // The tiles a call runs with on a device (AttnTiles, tiling.h).
 AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int64_t Tk = 0);
-// Whether the backward of a call on CUDA's tensor-core kernels, with these kernel parameters,
-// runs in one pass (dK, dV and dQ from one kernel: FlashAttention-2's scheme with dQ added to each
-// query block in a fixed order, attention/cuda/mma_body.h) instead of a dQ and a dK/dV pass: asked
-// for by HZ_ATTN_BACKWARD=one_pass (read at each call; two_pass, the default, until a GPU has timed
-// both), for every call of both variants (FoX's and GRAPE's rows' sums are added in the same fixed
-// order as dQ, LogN's dc summed per key). False without CUDA.
-bool one_pass_backward(const AttnKernelParams& P);
+// Whether the backward of calls on CUDA's tensor-core kernels runs in one pass (dK, dV and dQ from
+// one kernel: FlashAttention-2's scheme with dQ added to each query block in a fixed order,
+// attention/cuda/mma_body.h) instead of a dQ and a dK/dV pass: asked for by HZ_ATTN_BACKWARD=one_pass
+// (read at each call; two_pass, the default, until a GPU has timed both). Every call of both
+// variants takes it (FoX's and GRAPE's rows' sums are added in the same fixed order as dQ, LogN's dc
+// summed per key). False without CUDA.
+bool one_pass_backward();
 // Whether a call on CUDA's tensor-core kernels runs them on Hopper's warpgroup MMA (wgmma.mma_async
 // from swizzled shared-memory tiles, attention/cuda/attn_wgmma.cu: the forward and both backwards,
 // the one-pass one where one_pass_backward holds too) instead of mma.sync: asked for by
@@ -145,7 +145,7 @@ bool one_pass_backward(const AttnKernelParams& P);
 // calls on a compute-capability 9.0 GPU (H100, H200) with a build for sm_90. False elsewhere.
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev);
 // The environment's choices among Horizon's tensor-core kernels that a call of dtype dt and head dim D
-// gets on dev (use_wgmma, one_pass_backward for a causal call), for the run log: "wgmma
+// gets on dev (use_wgmma for a causal call, one_pass_backward), for the run log: "wgmma
 // (HZ_ATTN_MMA)", "one-pass backward (HZ_ATTN_BACKWARD)", both, or empty (the defaults, or a call
 // the tensor-core kernels do not take).
 std::string tensor_core_options(Device dev, DType dt, int64_t D);

@@ -50,7 +50,7 @@ bool tensor_core_supported(DType dt, int64_t D, int device);
 // Their tiles (query rows x keys), forward and backward.
 AttnTiles tensor_core_tiles(DType dt, int64_t D);
 // Whether a tensor-core call's backward runs in one pass (fused.h, one_pass_backward).
-bool one_pass_backward(const AttnKernelParams& P);
+bool one_pass_backward();
 // Whether a tensor-core call runs on Hopper's wgmma (fused.h, use_wgmma).
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device);
 // use_tc selects the tensor-core kernels (fused.cpp resolves AttnImpl).

@@ -145,7 +145,7 @@ int bench_attention(const Flags& args) {
               !gpu       ? "cpu"
               : on_cudnn ? "cudnn"
               : tc       ? std::string("tensor_core") + (attn::use_wgmma(P, dt, dev) ? "_wg" : "") +
-                         (attn::one_pass_backward(P) ? "_1p" : "")
+                         (attn::one_pass_backward() ? "_1p" : "")
                          : "reference";
           Generator g(1);
           ag::Variable q(g.normal({B, H, T, D}, 0, 1, dt, dev), true), k(g.normal({B, H, T, D}, 0, 1, dt, dev), true),

@@ -27,8 +27,8 @@ cuda_impl::Counter* counters(int dev) {
 
 bool tensor_core_supported(DType dt, int64_t D, int device) { return cuda_impl::mma_supported(dt, D, device); }
 AttnTiles tensor_core_tiles(DType dt, int64_t D) { return cuda_impl::mma_tiles(dt, D); }
-bool one_pass_backward(const AttnKernelParams& P) {
-  return cuda_impl::one_pass_backward(P);
+bool one_pass_backward() {
+  return cuda_impl::one_pass_backward();
 }
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device) { return cuda_impl::use_wgmma(P, dt, device); }
 

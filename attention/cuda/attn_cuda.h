@@ -36,12 +36,12 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
 // Supported: bf16 or f32, D 64/128, an sm_80+ GPU and binary whose blocks get the kernels' shared memory.
 bool mma_supported(DType dt, int64_t D, int device);
 AttnTiles mma_tiles(DType dt, int64_t D);
-// Whether a tensor-core call's backward runs in one pass (dK, dV and dQ from one kernel, FlashAttention-2's
+// Whether tensor-core calls' backward runs in one pass (dK, dV and dQ from one kernel, FlashAttention-2's
 // scheme with dQ added in a fixed order: mma_body.h): asked for by the environment variable
 // HZ_ATTN_BACKWARD=one_pass (read at each call; two_pass, the default, keeps the dQ and dK/dV kernels
-// until a GPU has timed both), for every call (both variants; FoX's and GRAPE's rows' sums are added
-// in the same turns as dQ, LogN's dc summed per key).
-bool one_pass_backward(const AttnKernelParams& P);
+// until a GPU has timed both); every call takes it (both variants; FoX's and GRAPE's rows' sums are
+// added in the same turns as dQ, LogN's dc summed per key).
+bool one_pass_backward();
 // Whether a tensor-core call runs on Hopper's warpgroup MMA (wgmma; attn_wgmma.cu: the forward and
 // both backwards) instead of mma.sync: asked for by HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has
 // timed both), for bf16 calls (both variants) on a compute-capability 9.0 GPU whose binary has the

@@ -31,7 +31,7 @@ int family_smem() {
                    mma::DkvShape<D, C::kDkvBq, kSplit>::kSmem});
 }
 
-bool one_pass_backward(const AttnKernelParams& P) {
+bool one_pass_backward() {
   return detail::env_choice("HZ_ATTN_BACKWARD", {"two_pass", "one_pass"}) == "one_pass";
 }
 

@@ -1257,19 +1257,18 @@ HZ_KBODY void dq_step(X& x, const AttnKernelParams& P, const Args& a, uint16_t* 
 // kFox: the FoX terms (a.fc set), a template argument because the D 128 kernel is at the 255-register
 // limit and the key sums' registers alone would make it spill when FoX is off; the general variant
 // (kGen) reads a.fc at run time instead. kDq: the one-pass backward (dq_step; both variants), whose
-// grid takes a head's key blocks from the last one back: 1 for calls without FoX and LogN's
-// gradient or GRAPE's rates, 2 for those with (FoX read at run time; its rows' parts, sum_j dL_ij,
-// and GRAPE's, as RowSums added in dQ's turns: 16 registers each, which would spill at D 128 in
-// every call; LogN's dc_h = sum_ij dL_ij
-// f_i scale q_i . k_j summed over each key's queries per head, as FoX's key sums are, into a.dc_rows
-// as B x H x Tk parts). kAtomic: its atomic version (dq_step).
+// grid takes a head's key blocks from the last one back: 1 for calls without FoX, LogN's gradient
+// or GRAPE's rates, 2 for those with them (FoX read at run time; its rows' parts, sum_j dL_ij, and
+// GRAPE's as RowSums added in dQ's turns: 16 registers each, which would spill at D 128 in every
+// call; LogN's dc_h = sum_ij dL_ij f_i scale q_i . k_j summed over each key's queries per head, as
+// FoX's key sums are, into a.dc_rows as B x H x Tk parts). kAtomic: its atomic version (dq_step).
 // kWg: the products on Hopper's wgmma from swizzled tiles (as the forward's kWg; bf16): S^T and dP^T
 // with K and V as the A tiles, dV and dK with dO and Q read N-major, and with kDq dQ's part (dq_step).
 template <int D, int kBqB, bool kFox, bool kGen, bool kSplit, int kDq = 0, bool kAtomic = false, bool kWg = false,
           class X>
 HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   static_assert(!kDq || !kFox, "the one-pass backward: FoX at run time");
-  constexpr bool kRows = kDq == 2;  // the one pass with FoX's rows' sums and LogN's dc
+  constexpr bool kRows = kDq == 2;  // the one pass with FoX's and GRAPE's rows' sums and LogN's dc
   using S = DkvShape<D, kBqB, kSplit, kWg>;
   constexpr int W = row_width<D, kSplit>();
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBq / 8, kDT = D / 8, kPitch = kWg ? W : Tile<W>::kPitch;
@@ -1344,7 +1343,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         if (q0 + r < P.Tq) rowd[r] -= fch[P.q_offset + q0 + r] * kLog2e;
       for (int c = tid; c < kBk; c += kThreads) rowd[4 * kBq + c] = j0 + c < P.Tk ? fch[j0 + c] * kLog2e : 0.0f;
     }
-    if (logn_keys)  // f_i scale (the plain variant has no token positions)
+    if (logn_keys)  // f_i scale
       for (int r = tid; r < kBq; r += kThreads)
         rowd[S::kRowF + r] = q0 + r < P.Tq ? row_factor<float>(P, b, h, q0 + r) * static_cast<float>(P.scale) : 0.0f;
     if (tok)  // the rows' token positions after row 4
@@ -1392,7 +1391,7 @@ HZ_KBODY void dkv_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     const bool masked = cur.blocks.boundary(cur.qb) || q0 + kBq > P.Tq || j0 + kBk > P.Tk;
     const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
-    RowSums<kRows ? kBq : 8> rs{};  // the one pass: FoX's rows' sums (dq_step)
+    RowSums<kRows ? kBq : 8> rs{};  // the one pass: FoX's and GRAPE's rows' sums (dq_step)
     rs.on[0] = kRows && fox && a.dfox_q != nullptr;
     rs.on[1] = kRows && dist && a.ddist_q != nullptr;
     float s[kNT][4], dp[kNT][4];  // rows: this warp's 16 keys; columns: the kBq queries

@@ -197,8 +197,8 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const AttnKernelParams P,
 }
 // The one-pass backward (dK, dV and dQ; mma_body.h, dq_step): a block's tile is the count of blocks
 // started before it (a.tile_next, zeroed by the caller), so the blocks a tile waits on have started.
-// kWg: on Hopper's wgmma (instantiated only by attn_wgmma.cu, for sm_90a); kRows: for calls with FoX
-// or LogN's gradient (dkv_cta's kDq 2).
+// kWg: on Hopper's wgmma (instantiated only by attn_wgmma*.cu, for sm_90a); kRows: for calls with
+// FoX, LogN's gradient or GRAPE's rates (dkv_cta's kDq 2).
 // kGen: the general variant (attn_mma_general.cu, attn_wgmma_general.cu; a.dq_visit from visit_map_kernel).
 template <int D, int kBq, bool kSplit = false, bool kAtomic = false, bool kWg = false, bool kRows = false,
           bool kGen = false>

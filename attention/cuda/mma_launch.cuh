@@ -18,7 +18,7 @@ namespace hz::attn::cuda_impl {
 
 // Hopper's wgmma kernels (attn_wgmma.cu: the plain variant, attn_wgmma_general.cu: the general one,
 // both built with the sm_90a code; attn_mma.cu has their stand-ins in a build without it): whether a
-// device runs them, and the launches (bf16; the backward in two passes, or in one: the plain variant).
+// device runs them, and the launches (bf16; the backward in two passes, or in one).
 bool wgmma_supported(int device);
 void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
@@ -107,9 +107,10 @@ void backward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
 // block's turn into an f32 accumulator (the split kernels' f32 dq itself), and FoX's rows' parts into
 // dfox_q, both zeroed first (query blocks no key block visits); LogN's dc parts per key (zeroed by the
 // caller: keys no query sees); the turns and the started-block count zeroed; the sinks' rows from
-// their own kernel. Calls with FoX, LogN's gradient or GRAPE's rows' take the kernel with those sums (kRows). kWg:
-// the kernel on Hopper's wgmma (instantiated only by attn_wgmma*.cu); kGen: the general variant's,
-// with a map of the key blocks that visit each query block first (visit_map).
+// their own kernel. Calls with FoX, LogN's gradient or GRAPE's rates take the kernel with those sums
+// (kRows); GRAPE's rows' parts go to ddist_q as FoX's go to dfox_q. kWg: the kernel on Hopper's wgmma
+// (instantiated only by attn_wgmma*.cu); kGen: the general variant's, with a map of the key blocks
+// that visit each query block first (visit_map).
 template <int D, bool kSplit, bool kWg = false, bool kGen = false>
 void backward_one_pass(const AttnKernelParams& P, Args a, const Tensor& dq, cudaStream_t s) {
   constexpr int kBq = mma::Config<D, kSplit>::kDkvBq;
@@ -205,11 +206,12 @@ void backward_variant(const AttnKernelParams& P, const Tensor& q, const Tensor& 
       Dvec.data<float>());
   HZ_CUDA_LAUNCHED("attention backward dO . O");
   // the one-pass backward where it is asked for and applies (attn_cuda.h): LogN's dc parts per key
-  const bool one = one_pass_backward(P);
+  const bool one = one_pass_backward();
   if (dc_rows)
     *dc_rows = one ? Tensor::zeros({P.B, P.H, P.Tk}, DType::F32, q.device())
                    : Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
-  // FoX: every row of dfox_q is written by its dQ block; a key no query of a head sees keeps 0
+  // FoX: every row of dfox_q is written by its dQ block (the one pass zeroes it and adds to it); a key
+  // no query of a head sees keeps 0
   if (dfox_q) *dfox_q = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
   if (dfox_k) *dfox_k = Tensor::zeros({P.B, P.H, P.Tk}, DType::F32, q.device());
   if (dz_rows) *dz_rows = Tensor::empty({P.B, P.H, P.Tq}, DType::F32, q.device());
