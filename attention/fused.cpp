@@ -178,6 +178,8 @@ std::string detail::env_choice(const char* name, std::initializer_list<const cha
   throw ValueError(std::string(name) + "='" + v + "': expected " + expected);
 }
 
+std::string detail::mma_choice() { return env_choice("HZ_ATTN_MMA", {"mma", "wgmma", "wgmma_serial"}); }
+
 namespace {
 
 AttnImpl env_impl() {
@@ -242,12 +244,15 @@ bool one_pass_backward() { return detail::one_pass_backward(); }
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev) {
   return dev.is_cuda() && detail::use_wgmma(P, dt, dev.index);
 }
+bool wgmma_overlap() { return detail::mma_choice() != "wgmma_serial"; }
 std::string tensor_core_options(Device dev, DType dt, int64_t D) {
   if (!attn_tiles(AttnConfig{}, dev, dt, D).tensor_core) return "";
   AttnConfig cfg;
   cfg.window = {0};  // causal
   const AttnKernelParams P = make_kernel_params(cfg, 1, 1, 1, 128, 128, D);
-  std::string s = use_wgmma(P, dt, dev) ? "wgmma (HZ_ATTN_MMA)" : "";
+  std::string s = !use_wgmma(P, dt, dev) ? ""
+                  : wgmma_overlap()      ? "wgmma (HZ_ATTN_MMA)"
+                                         : "wgmma, forward without overlap (HZ_ATTN_MMA)";
   if (one_pass_backward()) s += std::string(s.empty() ? "" : ", ") + "one-pass backward (HZ_ATTN_BACKWARD)";
   return s;
 }
@@ -297,7 +302,7 @@ Tensor pinned_sink_positions(const Tensor& seq, int64_t B, int64_t S, int64_t fi
 }
 
 AttnTiles attn_tiles(const AttnConfig& cfg, Device dev, DType dt, int64_t D, int64_t Tk) {
-  if (dev.is_cuda() && use_tensor_core(cfg, dt, D, dev)) return detail::tensor_core_tiles(dt, D);
+  if (dev.is_cuda() && use_tensor_core(cfg, dt, D, dev)) return detail::tensor_core_tiles(dt, D, dev.index);
   const int64_t bq = dev.is_cpu() ? cpu_block_q(cfg) : cfg.block_q > 0 ? cfg.block_q : 64;
   const int64_t bk = dev.is_cpu() ? cpu_block_k(cfg, Tk) : cfg.block_k > 0 ? cfg.block_k : 64;
   return {bq, bk, bq, bk, false};

@@ -20,6 +20,10 @@ namespace hz::attn::detail {
 // An environment variable that picks one of `choices` (HZ_ATTN_IMPL, HZ_ATTN_BACKWARD, HZ_ATTN_MMA;
 // read at each call): its value, "" when unset, a ValueError naming the choices otherwise.
 std::string env_choice(const char* name, std::initializer_list<const char*> choices);
+// HZ_ATTN_MMA's value: "" or mma (mma.sync), wgmma (Hopper's wgmma, the forward with
+// FlashAttention-3's intra-warpgroup overlap) or wgmma_serial (the same kernels, the forward's
+// products and softmax one after the other: the kernel lab's comparison).
+std::string mma_choice();
 
 // ---- CPU (fused_cpu.cpp) ---------------------------------------------------------------------
 struct CpuTerms {
@@ -47,8 +51,9 @@ void cpu_reset_stats();
 // ---- CUDA (attention/cuda/*.cu; attention/cuda/stub.cpp without CUDA) ---------------------------
 // Whether the tensor-core kernels take this dtype and head dim on this CUDA device.
 bool tensor_core_supported(DType dt, int64_t D, int device);
-// Their tiles (query rows x keys), forward and backward.
-AttnTiles tensor_core_tiles(DType dt, int64_t D);
+// Their tiles (query rows x keys), forward and backward, on this CUDA device (the overlapped wgmma
+// forward's query blocks differ).
+AttnTiles tensor_core_tiles(DType dt, int64_t D, int device);
 // Whether a tensor-core call's backward runs in one pass (fused.h, one_pass_backward).
 bool one_pass_backward();
 // Whether a tensor-core call runs on Hopper's wgmma (fused.h, use_wgmma).

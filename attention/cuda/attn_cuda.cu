@@ -26,7 +26,7 @@ cuda_impl::Counter* counters(int dev) {
 }  // namespace
 
 bool tensor_core_supported(DType dt, int64_t D, int device) { return cuda_impl::mma_supported(dt, D, device); }
-AttnTiles tensor_core_tiles(DType dt, int64_t D) { return cuda_impl::mma_tiles(dt, D); }
+AttnTiles tensor_core_tiles(DType dt, int64_t D, int device) { return cuda_impl::mma_tiles(dt, D, device); }
 bool one_pass_backward() {
   return cuda_impl::one_pass_backward();
 }

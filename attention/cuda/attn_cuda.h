@@ -35,7 +35,7 @@ void ref_backward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, c
 // kernels (mma_body.h: each input as a pair of bf16, three products per product, f32 outputs).
 // Supported: bf16 or f32, D 64/128, an sm_80+ GPU and binary whose blocks get the kernels' shared memory.
 bool mma_supported(DType dt, int64_t D, int device);
-AttnTiles mma_tiles(DType dt, int64_t D);
+AttnTiles mma_tiles(DType dt, int64_t D, int device);
 // Whether tensor-core calls' backward runs in one pass (dK, dV and dQ from one kernel, FlashAttention-2's
 // scheme with dQ added in a fixed order: mma_body.h): asked for by the environment variable
 // HZ_ATTN_BACKWARD=one_pass (read at each call; two_pass, the default, keeps the dQ and dK/dV kernels
@@ -43,9 +43,10 @@ AttnTiles mma_tiles(DType dt, int64_t D);
 // added in the same turns as dQ, LogN's dc summed per key).
 bool one_pass_backward();
 // Whether a tensor-core call runs on Hopper's warpgroup MMA (wgmma; attn_wgmma.cu: the forward and
-// both backwards) instead of mma.sync: asked for by HZ_ATTN_MMA=wgmma (read at each call; mma, the default, until a GPU has
-// timed both), for bf16 calls (both variants) on a compute-capability 9.0 GPU whose binary has the
-// sm_90a code.
+// both backwards) instead of mma.sync: asked for by HZ_ATTN_MMA=wgmma, its forward with
+// FlashAttention-3's intra-warpgroup overlap, or wgmma_serial, without it (read at each call; mma,
+// the default, until a GPU has timed them), for bf16 calls (both variants) on a compute-capability
+// 9.0 GPU whose binary has the sm_90a code.
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device);
 // sink: the sinks' z (H, f32) folded into the forward's epilogue, or undefined; dz_rows (with
 // sink): the sinks' gradient per row (B, H, Tq, f32).

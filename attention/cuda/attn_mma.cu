@@ -36,9 +36,12 @@ bool one_pass_backward() {
 }
 
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device) {
-  return detail::env_choice("HZ_ATTN_MMA", {"mma", "wgmma"}) == "wgmma" && dt == DType::BF16 &&
-         (P.D == 64 || P.D == 128) && wgmma_supported(device);
+  const std::string m = detail::mma_choice();
+  return (m == "wgmma" || m == "wgmma_serial") && dt == DType::BF16 && (P.D == 64 || P.D == 128) &&
+         wgmma_supported(device);
 }
+
+bool wgmma_overlap() { return attn::wgmma_overlap(); }
 #ifndef HZ_WGMMA  // a build without sm_90 among its architectures has no wgmma code (attn_wgmma.cu)
 namespace {
 [[noreturn]] void no_wgmma() {
@@ -97,10 +100,15 @@ AttnTiles tiles() {
   using C = mma::Config<D, kSplit>;
   return {mma::FwdShape<D, C::kFwdMT, kSplit>::kBq, 64, C::kDkvBq, 64, true};
 }
-AttnTiles mma_tiles(DType dt, int64_t D) {
+AttnTiles mma_tiles(DType dt, int64_t D, int device) {
   const bool split = dt == DType::F32;
-  if (D == 64) return split ? tiles<64, true>() : tiles<64, false>();
-  return split ? tiles<128, true>() : tiles<128, false>();
+  AttnTiles t = D == 64 ? (split ? tiles<64, true>() : tiles<64, false>())
+                        : (split ? tiles<128, true>() : tiles<128, false>());
+  // the overlapped wgmma forward's query blocks (mma::Config::kFwdMTOverlap m-tiles)
+  if (dt == DType::BF16 && detail::mma_choice() == "wgmma" && wgmma_supported(device))
+    t.fwd_q = D == 64 ? mma::FwdShape<64, mma::Config<64>::kFwdMTOverlap, false, true>::kBq
+                      : mma::FwdShape<128, mma::Config<128>::kFwdMTOverlap, false, true>::kBq;
+  return t;
 }
 
 void mma_forward(const AttnKernelParams& P, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& logn_c,

@@ -5,8 +5,9 @@
 // for sm_90a and nothing else (CMakeLists.txt, hz_attention_sm90a) and run only on a
 // compute-capability 9.0 GPU whose binary has the code (wgmma_supported). This file: the plain
 // variant (HZ_TILING_PLAIN, as attn_mma.cu), bf16, D 64 and 128, the two-pass backward and the
-// one-pass one (with HZ_ATTN_BACKWARD=one_pass); asked for by
-// HZ_ATTN_MMA=wgmma until a GPU has timed it (attn_mma.cu, use_wgmma).
+// one-pass one (with HZ_ATTN_BACKWARD=one_pass), the forward with the intra-warpgroup overlap or
+// (HZ_ATTN_MMA=wgmma_serial) without it; asked for by HZ_ATTN_MMA until a GPU has timed them
+// (attn_mma.cu, use_wgmma).
 #define HZ_TILING_PLAIN
 #include <algorithm>
 #include <map>
@@ -31,7 +32,7 @@ bool wgmma_supported(int device) {
                   cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
                   smem >= std::max({mma::FwdShape<128, 1, false, true>::kSmem, mma::DqShape<128, false, true>::kSmem,
                                     mma::DkvShape<128, mma::Config<128>::kDkvBq, false, true>::kSmem}) &&
-                  cudaFuncGetAttributes(&fa, mma::fwd_wg_kernel<64, mma::Config<64>::kFwdMT, false>) == cudaSuccess &&
+                  cudaFuncGetAttributes(&fa, mma::fwd_wg_kernel<64, mma::Config<64>::kFwdMTOverlap, false, true>) == cudaSuccess &&
                   fa.binaryVersion == 90;
   cudaGetLastError();  // a missing kernel image is an answer here, not an error
   return known[device] = ok;

@@ -104,6 +104,9 @@ struct Args {
 
 // The tile configuration per head dim (the kernel lab's choice; dev/cuda/attention/NOTES.md):
 //   kFwdMT  m-tiles of 16 query rows per warp in the forward (query block = 64 kFwdMT rows);
+//   kFwdMTOverlap  the same for the wgmma forward with the intra-warpgroup overlap (fwd_cta's
+//           kOverlap), which holds the next block's scores beside the accumulator and the P in
+//           flight: one m-tile at both head dims (two at D 64 spill 204 bytes; one: 170 registers);
 //   kDkvBq  query rows per step of the dK/dV kernel.
 // Key tiles are 64 everywhere; the dQ kernel has one m-tile per warp (64-row query blocks).
 // The split kernels hold twice the operand fragments: one m-tile per warp in the forward, and at
@@ -112,11 +115,11 @@ template <int D, bool kSplit = false>
 struct Config;
 template <>
 struct Config<64, false> {
-  static constexpr int kFwdMT = 2, kDkvBq = 64;
+  static constexpr int kFwdMT = 2, kFwdMTOverlap = 1, kDkvBq = 64;
 };
 template <>
 struct Config<128, false> {
-  static constexpr int kFwdMT = 1, kDkvBq = 64;
+  static constexpr int kFwdMT = 1, kFwdMTOverlap = 1, kDkvBq = 64;
 };
 template <>
 struct Config<64, true> {
@@ -490,6 +493,10 @@ struct Range32 {
   int32_t lo, hi;
 };
 HZ_KBODY Range32 range32(IndexRange r) { return {static_cast<int32_t>(r.lo), static_cast<int32_t>(r.hi)}; }
+// A row's keys likewise (the forward's registers), the ends clamped to [-1, 2^31 - 1]: the same keys
+// (every key index is in [0, Tk), Tk < 2^31) whatever the window's distances make of the ends.
+HZ_KBODY int32_t clamp32(int64_t v) { return static_cast<int32_t>(v < -1 ? -1 : v > 2147483647 ? 2147483647 : v); }
+HZ_KBODY Range32 key_range32(IndexRange r) { return {clamp32(r.lo), clamp32(r.hi)}; }
 HZ_KBODY ColRange cols_in_block(Range32 r, int64_t c0, int n) { return cols_in_block(IndexRange{r.lo, r.hi}, c0, n); }
 
 // Token positions (general variant): the position of token j relative to a tile's base, in float.
@@ -535,12 +542,17 @@ HZ_KBODY Coef2 coef2(const AttnKernelParams& P, bool si, bool tok, R&& r, RS&& r
 // dist_k log2 e from dkg into sDk (kBk floats each; 0 beyond Tk or without dkg); returns this block's K and V
 // tiles, its first key and whether it needs masking (Boundary, or ragged at the end of the keys:
 // the zero-filled rows beyond Tk must not count).
+// kOverlap (the forward on wgmma with the next block's S issued before this block's softmax,
+// fwd_cta): K runs one block ahead of V. The prefetch is the next block's K (into the stage whose K
+// the previous step's S has read) and this block's V (into the stage whose V the step before that
+// has multiplied); the wait lands this block's K and the previous block's V, which the step returns
+// as v (the product P V of the previous block, issued beside this block's S).
 struct KvStep {
   const uint16_t *k, *v;
   int64_t j0;
   bool masked;
 };
-template <int D, int kBq, int kBk, bool kSplit, bool kGen, bool kWg = false, class X>
+template <int D, int kBq, int kBk, bool kSplit, bool kGen, bool kWg = false, bool kOverlap = false, class X>
 HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& blocks, int64_t kb, int64_t n,
                         int64_t b, int64_t i0, uint16_t* sK, uint16_t* sV, const uint16_t* kg, const uint16_t* vg,
                         float* sT, const float* fcg, float* sF, double base, float* sPos, bool dist,
@@ -549,9 +561,13 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& bloc
   const int st = static_cast<int>(n & 1);
   const int64_t j0 = kb * kBk, next = blocks.next(kb);
   pipeline_step<kWg>(
-      x, next <= blocks.last(),
+      x, kOverlap || next <= blocks.last(),
       [&] {
-        if constexpr (kWg) {
+        if constexpr (kOverlap) {
+          static_assert(kWg, "the overlapped loop runs on wgmma");
+          if (next <= blocks.last()) load_tile_sw<W>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
+          load_tile_sw<W>(x, sV + st * kStage, vg, j0, kBk, P.Tk);
+        } else if constexpr (kWg) {
           load_tile_sw<W>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
           load_tile_sw<W>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
         } else {
@@ -569,7 +585,7 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& bloc
           for (int c = x.tid(); c < kBk; c += kThreads)
             sDk[c] = dkg != nullptr && j0 + c < P.Tk ? static_cast<float>(dkg[j0 + c]) * kLog2e : 0.0f;
       });
-  return {sK + st * kStage, sV + st * kStage, j0, blocks.boundary(kb) || j0 + kBk > P.Tk};
+  return {sK + st * kStage, sV + (kOverlap ? st ^ 1 : st) * kStage, j0, blocks.boundary(kb) || j0 + kBk > P.Tk};
 }
 
 // GRAPE's rates of rows [i0, i0 + n) of (b, h) times log2 e into sDq (0 beyond Tq or without
@@ -612,7 +628,15 @@ HZ_KBODY int fwd_row0(int warp, int mt) {
   return kWg ? mt * 64 + warp * 16 : warp * 16 * kMT + mt * 16;
 }
 
-template <int D, int kMT, bool kGen, bool kSplit, bool kWg = false, class X>
+// kOverlap (wgmma only): FlashAttention-3's intra-warpgroup overlap. Step n issues S of key block
+// n and P V of block n - 1 as two wgmma batches, waits for the first, and runs block n's logits and
+// softmax while the tensor cores form P V; only then does it wait for P V, scale the accumulator by
+// block n's correction and pack block n's P (the A registers of the product in flight stay
+// untouched until its wait). The accumulator sees the same operations in the same order as without
+// the overlap (P V of block n - 1, the scaling of block n, P V of block n), so the output is the
+// same bits. K runs a block ahead of V in the two-stage pipeline (kv_step), and P V of the last block
+// follows the loop.
+template <int D, int kMT, bool kGen, bool kSplit, bool kWg = false, bool kOverlap = false, class X>
 HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   using S = FwdShape<D, kMT, kSplit, kWg>;
   constexpr int W = row_width<D, kSplit>();
@@ -651,7 +675,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   if constexpr (kWg) {
     load_tile_sw<W>(x, sQ, qg, i0, kBq, P.Tq);
     load_tile_sw<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
-    load_tile_sw<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
+    if (!kOverlap) load_tile_sw<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);  // else with the first step's head
   } else {
     load_tile<W>(x, sQ, qg, i0, kBq, P.Tq);
     load_tile<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
@@ -662,16 +686,14 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
 
   // this thread's rows: r = fwd_row0(warp, mt) + g + 8 hh
   float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2], cq[kMT][2], pq[kMT][2];
-  int64_t lo[kMT][2], hi[kMT][2];
-  Range32 sr[kMT][2];  // the sink tokens (general variant)
+  Range32 kr32[kMT][2], sr[kMT][2];  // the row's keys, its sink tokens (general variant)
   HZ_UNROLL
   for (int mt = 0; mt < kMT; ++mt)
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
       const int64_t i = i0 + fwd_row0<kMT, kWg>(warp, mt) + g + 8 * hh;
       const IndexRange kr = i < P.Tq ? key_range(P, b, h, i) : IndexRange{1, 0};
-      lo[mt][hh] = kr.lo;
-      hi[mt][hh] = kr.hi;
+      kr32[mt][hh] = key_range32(kr);
       sr[mt][hh] = range32(kGen && i < P.Tq ? sink_range(P, b, h, i) : IndexRange{1, 0});
       pq[mt][hh] = tok && i < P.Tq ? rel_position(P, b, P.q_offset + i, base) : 0.0f;
       rr[mt][hh] = row_r(P, a.c, b, h, i);
@@ -690,35 +712,10 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   const bool si = P.logit == LogitKind::ScaleInvariant;
   const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
-  for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
-    const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
-    const KvStep step = kv_step<D, kBq, kBk, kSplit, kGen, kWg>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT,
-                                                               fcg, sF, base, sPos, dist, dkg, sDk);
-    const uint16_t* sKs = step.k;
-    const uint16_t* sVs = step.v;
-    const int64_t j0 = step.j0;
-    const bool masked = step.masked;
-
-    float s[kMT][kNT][4];
-    if constexpr (kWg) {  // every m-tile's chain in one batch
-      x.wg_operand_fence(s);
-      x.wg_fence();
-      HZ_UNROLL
-      for (int mt = 0; mt < kMT; ++mt)
-        wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, mt * 64, x.smem_u32(sKs), kBk, false);
-      x.wg_commit();
-      x.template wg_wait<0>();
-      x.wg_operand_fence(s);
-    } else {
-      HZ_UNROLL
-      for (int mt = 0; mt < kMT; ++mt) {
-        HZ_UNROLL
-        for (int nt = 0; nt < kNT; ++nt)
-          HZ_UNROLL
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
-        gemm_nt<D, kBk, kSplit>(x, s[mt], sQ, fwd_row0<kMT, kWg>(warp, mt), sKs, 0);
-      }
-    }
+  // One key block's logits and online softmax over this thread's rows of s (key block from key j0;
+  // masked: mask it): s becomes P (relative to the rows' new maxima), l takes the block's sums, and
+  // rescale(mt, hh, corr) receives each row's correction of what o holds.
+  auto softmax = [&](float (&s)[kMT][kNT][4], int64_t j0, bool masked, auto&& rescale) {
     HZ_UNROLL
     for (int mt = 0; mt < kMT; ++mt)
       HZ_UNROLL
@@ -728,9 +725,9 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         const int rloc = fwd_row0<kMT, kWg>(warp, mt) + g + 8 * hh;
         const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
         const int te0 = rloc + kBk - 1;
-        const ColRange kc = cols_in_block(IndexRange{lo[mt][hh], hi[mt][hh]}, j0, kBk);
+        const ColRange kc = cols_in_block(kr32[mt][hh], j0, kBk);
         const ColRange sc = cols_in_block(sr[mt][hh], j0, kBk);
-        const float rq = dist ? sDq[rloc] : 0.0f;  // GRAPE: the row's rate, read once per block
+        [[maybe_unused]] const float rq = dist ? sDq[rloc] : 0.0f;  // GRAPE: the row's rate, read once per block
         float mx = m[mt][hh];
         HZ_UNROLL
         for (int nt = 0; nt < kNT; ++nt)
@@ -770,28 +767,125 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
             sum += val;
           }
         l[mt][hh] = l[mt][hh] * corr + sum;
-        HZ_UNROLL
-        for (int dt = 0; dt < kDT; ++dt) {
-          o[mt][dt][2 * hh] *= corr;
-          o[mt][dt][2 * hh + 1] *= corr;
-        }
+        rescale(mt, hh, corr);
       }
-    if constexpr (kWg) {
-      uint32_t pa[kMT][kBk / 16][4];  // P as A fragments, held until the wait
+  };
+  // o's rows of (mt, hh) times corr
+  auto scale_o = [&](int mt, int hh, float corr) {
+    HZ_UNROLL
+    for (int dt = 0; dt < kDT; ++dt) {
+      o[mt][dt][2 * hh] *= corr;
+      o[mt][dt][2 * hh + 1] *= corr;
+    }
+  };
+
+  if constexpr (kOverlap) {
+    static_assert(kWg, "the overlapped loop runs on wgmma");
+    uint32_t pa[kMT][kBk / 16][4];  // the previous block's P as A fragments, held until P V's wait
+    float s[kMT][kNT][4], cr[kMT][2];
+    auto step_at = [&](int64_t kb, int64_t n) {
+      return kv_step<D, kBq, kBk, kSplit, kGen, kWg, true>(x, P, blocks, kb, n, b, i0, sK, sV, kg, vg, sT, fcg, sF,
+                                                           base, sPos, dist, dkg, sDk);
+    };
+    auto issue_s = [&](const uint16_t* sKs) {
+      x.wg_operand_fence(s);
+      x.wg_fence();
       HZ_UNROLL
       for (int mt = 0; mt < kMT; ++mt)
-        HZ_UNROLL
-        for (int kk = 0; kk < kBk / 16; ++kk) pack_a(x, pa[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, mt * 64, x.smem_u32(sKs), kBk, false);
+      x.wg_commit();
+    };
+    auto issue_pv = [&](const uint16_t* sVs) {
       x.wg_operand_fence(o);
       x.wg_fence();
       HZ_UNROLL
       for (int mt = 0; mt < kMT; ++mt) wg_issue_rn<D, kBk>(x, o[mt], pa[mt], x.smem_u32(sVs), kBk);
       x.wg_commit();
+    };
+    auto softmax_s = [&](const KvStep& step) {
+      x.wg_operand_fence(s);
+      softmax(s, step.j0, step.masked, [&](int mt, int hh, float corr) { cr[mt][hh] = corr; });
+    };
+    auto rescale_and_pack = [&] {  // after P V's wait: o as of this block's maxima, its P packed
+      HZ_UNROLL
+      for (int mt = 0; mt < kMT; ++mt) {
+        scale_o(mt, 0, cr[mt][0]);
+        scale_o(mt, 1, cr[mt][1]);
+        HZ_UNROLL
+        for (int kk = 0; kk < kBk / 16; ++kk) pack_a(x, pa[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+      }
+    };
+    // the first block alone (no P V in flight: the same instructions on every path through the
+    // loop below, which ptxas needs to keep the products asynchronous), then the rest
+    const KvStep first = step_at(blocks.first(), 0);
+    issue_s(first.k);
+    x.template wg_wait<0>();
+    softmax_s(first);
+    rescale_and_pack();
+    int64_t step_n = 1;  // the step of the block whose S this step forms
+    for (int64_t kb = blocks.next(blocks.first()); kb <= blocks.last(); kb = blocks.next(kb), ++step_n) {
+      const KvStep step = step_at(kb, step_n);
+      issue_s(step.k);
+      issue_pv(step.v);  // P V of the previous block, behind S in the tensor cores' queue
+      x.template wg_wait<1>();
+      softmax_s(step);
       x.template wg_wait<0>();
       x.wg_operand_fence(o);
-    } else {
-      HZ_UNROLL
-      for (int mt = 0; mt < kMT; ++mt) gemm_rn<D, kBk, kSplit>(x, o[mt], s[mt], sVs, 0);
+      rescale_and_pack();
+    }
+    // P V of the last block: its V landed (the last group), for every thread's copies
+    x.template cp_wait<0>();
+    x.fence_proxy_async();
+    x.sync();
+    issue_pv(sV + ((step_n - 1) & 1) * kBk * W);
+    x.template wg_wait<0>();
+    x.wg_operand_fence(o);
+  } else {
+    for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
+      const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
+      const KvStep step = kv_step<D, kBq, kBk, kSplit, kGen, kWg>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT,
+                                                                 fcg, sF, base, sPos, dist, dkg, sDk);
+      const uint16_t* sKs = step.k;
+      const uint16_t* sVs = step.v;
+
+      float s[kMT][kNT][4];
+      if constexpr (kWg) {  // every m-tile's chain in one batch
+        x.wg_operand_fence(s);
+        x.wg_fence();
+        HZ_UNROLL
+        for (int mt = 0; mt < kMT; ++mt)
+          wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, mt * 64, x.smem_u32(sKs), kBk, false);
+        x.wg_commit();
+        x.template wg_wait<0>();
+        x.wg_operand_fence(s);
+      } else {
+        HZ_UNROLL
+        for (int mt = 0; mt < kMT; ++mt) {
+          HZ_UNROLL
+          for (int nt = 0; nt < kNT; ++nt)
+            HZ_UNROLL
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+          gemm_nt<D, kBk, kSplit>(x, s[mt], sQ, fwd_row0<kMT, kWg>(warp, mt), sKs, 0);
+        }
+      }
+      softmax(s, step.j0, step.masked, scale_o);
+      if constexpr (kWg) {
+        uint32_t pa[kMT][kBk / 16][4];  // P as A fragments, held until the wait
+        HZ_UNROLL
+        for (int mt = 0; mt < kMT; ++mt)
+          HZ_UNROLL
+          for (int kk = 0; kk < kBk / 16; ++kk) pack_a(x, pa[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        x.wg_operand_fence(o);
+        x.wg_fence();
+        HZ_UNROLL
+        for (int mt = 0; mt < kMT; ++mt) wg_issue_rn<D, kBk>(x, o[mt], pa[mt], x.smem_u32(sVs), kBk);
+        x.wg_commit();
+        x.template wg_wait<0>();
+        x.wg_operand_fence(o);
+      } else {
+        HZ_UNROLL
+        for (int mt = 0; mt < kMT; ++mt) gemm_rn<D, kBk, kSplit>(x, o[mt], s[mt], sVs, 0);
+      }
     }
   }
 

@@ -20,6 +20,9 @@ namespace hz::attn::cuda_impl {
 // both built with the sm_90a code; attn_mma.cu has their stand-ins in a build without it): whether a
 // device runs them, and the launches (bf16; the backward in two passes, or in one).
 bool wgmma_supported(int device);
+// Whether the wgmma forward runs with FlashAttention-3's intra-warpgroup overlap (HZ_ATTN_MMA=wgmma;
+// wgmma_serial: without it; attn_mma.cu).
+bool wgmma_overlap();
 void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_one_pass_launch(const AttnKernelParams& P, const mma::Args& a, const Tensor& dq, cudaStream_t s);
@@ -82,12 +85,18 @@ void forward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
 }
 // The wgmma kernels of a variant (instantiated only by the sm_90a files, attn_wgmma*.cu): the same
 // tiles and grids as the mma.sync kernels, the two-pass backward.
+template <int D, bool kGen, bool kOverlap>
+void forward_wg_loop(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
+  constexpr int kMT = kOverlap ? mma::Config<D>::kFwdMTOverlap : mma::Config<D>::kFwdMT;
+  using S = mma::FwdShape<D, kMT, false, true>;
+  launch(mma::fwd_wg_kernel<D, kMT, kGen, kOverlap>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
+         kOverlap ? "attention forward (wgmma, overlapped)" : "attention forward (wgmma)");
+}
+// FlashAttention-3's intra-warpgroup overlap unless HZ_ATTN_MMA=wgmma_serial asks for the loop without it
 template <int D, bool kGen>
 void forward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
-  constexpr int kMT = mma::Config<D>::kFwdMT;
-  using S = mma::FwdShape<D, kMT, false, true>;
-  launch(mma::fwd_wg_kernel<D, kMT, kGen>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
-         "attention forward (wgmma)");
+  if (wgmma_overlap()) forward_wg_loop<D, kGen, true>(P, a, s);
+  else forward_wg_loop<D, kGen, false>(P, a, s);
 }
 template <int D, bool kGen>
 void backward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {

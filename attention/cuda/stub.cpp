@@ -10,7 +10,7 @@ namespace {
 }
 }  // namespace
 bool tensor_core_supported(DType, int64_t, int) { return false; }
-AttnTiles tensor_core_tiles(DType, int64_t) { no_cuda(); }
+AttnTiles tensor_core_tiles(DType, int64_t, int) { no_cuda(); }
 bool one_pass_backward() { return false; }
 bool use_wgmma(const AttnKernelParams&, DType, int) { return false; }
 void cuda_forward(const AttnKernelParams&, bool, const Tensor&, const Tensor&, const Tensor&, const Tensor&,

@@ -265,19 +265,30 @@ TEST(FusedCuda, BackwardIsBitwiseDeterministic) {
 // ---- the one-pass backward (HZ_ATTN_BACKWARD=one_pass: dK, dV and dQ from one kernel, dQ added in
 // each query block's turn; attention/cuda/mma_body.h, dq_step) ----------------------------------------
 struct EnvScope {  // an environment variable set for the calls in this scope (the kernels read it at each call)
-  EnvScope(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~EnvScope() { unsetenv(name_); }
+  EnvScope(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~EnvScope() {  // the value before (a scope inside another restores the outer one's)
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
   EnvScope(const EnvScope&) = delete;
   EnvScope& operator=(const EnvScope&) = delete;
 
  private:
   const char* name_;
+  std::string old_;
+  bool had_ = false;
 };
 struct OnePassScope : EnvScope {  // the one-pass backward for the calls in this scope
   OnePassScope() : EnvScope("HZ_ATTN_BACKWARD", "one_pass") {}
 };
 struct WgmmaScope : EnvScope {  // Hopper's wgmma kernels (HZ_ATTN_MMA=wgmma) for the calls in this scope
   WgmmaScope() : EnvScope("HZ_ATTN_MMA", "wgmma") {}
+};
+struct WgmmaSerialScope : EnvScope {  // the same, the forward without the intra-warpgroup overlap
+  WgmmaSerialScope() : EnvScope("HZ_ATTN_MMA", "wgmma_serial") {}
 };
 // whether a bf16 call of p runs on wgmma (HZ_ATTN_MMA=wgmma set, a compute-capability 9.0 GPU)
 bool wgmma_takes(const Problem& p) {
@@ -450,6 +461,14 @@ TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
   EXPECT_TRUE(wgmma_takes(p));
   // the run log's line (attention/fused.h): bf16 only, with the one-pass backward beside it
   EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 128), "wgmma (HZ_ATTN_MMA)");
+  // the overlapped forward's query blocks: one m-tile of 64 rows (mma::Config::kFwdMTOverlap)
+  EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).fwd_q, 64);
+  {
+    const WgmmaSerialScope serial;
+    EXPECT_TRUE(wgmma_takes(p));
+    EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 128), "wgmma, forward without overlap (HZ_ATTN_MMA)");
+    EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).fwd_q, 128);
+  }
   const OnePassScope one;
   EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 64),
             "wgmma (HZ_ATTN_MMA), one-pass backward (HZ_ATTN_BACKWARD)");
@@ -460,7 +479,8 @@ TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
 }
 
 // Every bf16 tensor-core case the wgmma kernels take (both variants), forward and backward at the
-// floors, run twice: the same bits.
+// floors, run twice: the same bits; and the forward without the intra-warpgroup overlap
+// (wgmma_serial: the same operations on each row's accumulator in the same order), the same bits.
 class FusedCudaWgmma : public ::testing::TestWithParam<Problem> {};
 TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
   HZT_NEED_GPU();
@@ -479,6 +499,11 @@ TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
   EXPECT_EQ(x.dq, y.dq);
   EXPECT_EQ(x.dk, y.dk);
   EXPECT_EQ(x.dv, y.dv);
+  const WgmmaSerialScope serial;
+  const Result z = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+  EXPECT_EQ(x.out, z.out);
+  EXPECT_EQ(x.lse, z.lse);
+  EXPECT_EQ(x.dq, z.dq);
 }
 std::vector<Problem> wgmma_cases() {
   std::vector<Problem> v = combos(64, 100);

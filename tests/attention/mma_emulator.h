@@ -18,7 +18,8 @@
 //                          wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 (Thread, below);
 //                          it reads shared memory through the async proxy, so bytes a thread wrote
 //                          (cp.async, or store_shared: st.shared) must have that thread's
-//                          fence.proxy.async behind them.
+//                          fence.proxy.async and then a block barrier behind them (.sync waits
+//                          for the warp only: another warp's writes need the barrier).
 // All 32 lanes of a warp must call the same collective (else: "divergent collective"); a round in
 // which no thread can move is a deadlock (e.g. a barrier some threads skip). Both are reported.
 // A cp.async clobbers its 16 destination bytes with NaN patterns when issued and writes the data at
@@ -107,8 +108,9 @@ class Thread {
   static constexpr uint32_t kWindow = 0x230;
   uint32_t smem_u32(const void* p) const;
   // fence.proxy.async.shared::cta: the bytes this thread's cp.async landed or its store_shared wrote
-  // become visible to the async proxy (wgmma reads through it; a read of bytes a thread wrote and did
-  // not fence fails).
+  // become visible to the async proxy (wgmma reads through it), for the warpgroup after the next
+  // block barrier (a read of bytes a thread wrote and did not fence, or fenced with no barrier since,
+  // fails).
   void fence_proxy_async();
   // st.shared.b32, tracked for the check above (a kernel's stores to tiles that wgmma reads go
   // through it; plain C++ stores are not seen).
@@ -130,7 +132,8 @@ class Thread {
   // Asynchrony: the product is formed at issue from the shared memory and the accumulator as they
   // are then (an accumulator of an earlier wgmma still in flight: its pending result); the
   // registers of d turn to NaN and receive the result at the wg_wait that retires their group, so a
-  // read before the wait shows. Operand bytes overwritten before that wait are reported.
+  // read before the wait shows. Operand bytes overwritten before that wait are reported, and so are
+  // A registers (_rs) that changed before it (PTX: undefined while the wgmma is in flight).
   template <int N, int kTA = 0, int kTB = 0>
   void wgmma_ss(float (&d)[N / 8][4], uint64_t da, uint64_t db, int scale_d) {
     wgmma(&d[0][0], N, nullptr, da, db, scale_d, kTA != 0, kTB != 0);
@@ -161,6 +164,8 @@ class Thread {
     int n;
     float v[64];
     std::shared_ptr<WgSnap> snap;
+    const uint32_t* a;  // _rs: the A registers, which must hold av until the wait
+    uint32_t av[4];
   };
   void wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint64_t db, int scale_d, bool a_mn, bool b_mn);
   void retire(const std::vector<WgPending>& g);
@@ -320,7 +325,10 @@ class Cta {
   std::vector<uint16_t> smem_;
   std::vector<Coll> warps_;
   std::vector<std::unique_ptr<WgColl>> groups_;
-  std::vector<int> unfenced_;  // per 4-byte word: 1 + the thread whose write is not fenced, or 0
+  // per 4-byte word: 1 + the thread whose write is not fenced, -1 - the thread that fenced it with no
+  // block barrier since, or 0; fenced_: the words fenced since the last barrier
+  std::vector<int> unfenced_;
+  std::vector<uint32_t> fenced_;
   Coll block_;
   std::vector<Fiber> fibers_;
   ucontext_t sched_{};
@@ -346,7 +354,12 @@ inline void Thread::wait_turn(const unsigned* f, unsigned v) {
 }
 inline void Thread::sync() {
   Cta::Coll& c = cta_->block_;
-  cta_->collective(c, cta_->n_, 1, 0, [](int) {}, [] {}, [](int) {});
+  Cta* cta = cta_;
+  cta_->collective(c, cta_->n_, 1, 0, [](int) {}, [cta] {
+        for (uint32_t w : cta->fenced_)  // fenced words reach every warp's wgmma after the barrier
+          if (cta->unfenced_[w] < 0) cta->unfenced_[w] = 0;
+        cta->fenced_.clear();
+      }, [](int) {});
 }
 
 inline float bf(uint32_t bits16) { return hz::bf16_bits_to_f32(static_cast<uint16_t>(bits16 & 0xffffu)); }
@@ -455,7 +468,10 @@ inline void Thread::mark_unfenced(const void* p, int bytes) {
 }
 inline void Thread::fence_proxy_async() {
   for (uint32_t c : landed_)
-    if (cta_->unfenced_[c] == tid_ + 1) cta_->unfenced_[c] = 0;
+    if (cta_->unfenced_[c] == tid_ + 1) {
+      cta_->unfenced_[c] = -tid_ - 1;
+      cta_->fenced_.push_back(c);
+    }
   landed_.clear();
 }
 
@@ -513,9 +529,13 @@ inline void Thread::wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint6
             return 0;
           }
           const uint32_t off = phys - kWindow;
-          if (cta->unfenced_[off / 4] != 0) {
-            cta->fail("wgmma reads shared memory that thread " + std::to_string(cta->unfenced_[off / 4] - 1) +
+          if (const int u = cta->unfenced_[off / 4]; u > 0) {
+            cta->fail("wgmma reads shared memory that thread " + std::to_string(u - 1) +
                       " wrote (cp.async or st.shared), without that thread's fence.proxy.async");
+            return 0;
+          } else if (u < 0) {
+            cta->fail("wgmma reads shared memory that thread " + std::to_string(-u - 1) +
+                      " wrote and fenced, with no block barrier since");
             return 0;
           }
           uint16_t v;
@@ -554,6 +574,8 @@ inline void Thread::wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint6
         p.n = ng;
         for (int i = 0; i < ng; ++i) p.v[i] = c.out[s][i];
         p.snap = c.snap;
+        p.a = a;
+        for (int i = 0; i < 4; ++i) p.av[i] = a != nullptr ? a[i] : 0;
         wg_open_.push_back(p);
       });
   for (int i = 0; i < ng; ++i) d[i] = NAN;  // in flight: undefined until the wait
@@ -561,6 +583,9 @@ inline void Thread::wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint6
 
 inline void Thread::retire(const std::vector<WgPending>& g) {
   for (const WgPending& p : g) {
+    if (p.a != nullptr && std::memcmp(p.a, p.av, sizeof(p.av)) != 0)
+      return cta_->fail("wgmma: thread " + std::to_string(tid_) +
+                        " changed its A registers before the wgmma.wait_group that retires the product");
     if (tid_ % 128 == 0)  // once per warpgroup: the operands must not have changed under the wgmma
       for (size_t i = 0; i < p.snap->off.size(); ++i) {
         uint16_t v;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 
 #include "attention/cuda/mma_body.h"
 #include "tests/attention/attn_test_util.h"
@@ -77,9 +78,10 @@ struct Emulated {
 // the rows' sums zeroed, the turns zeroed, the sinks' rows from sink_row_grad. atomic: its atomic version (the
 // kernel lab's variant 5: dQ by float atomics into a zeroed accumulator, converted to dq after).
 // wgmma: the kernels on Hopper's warpgroup MMA (attn_wgmma*.cu: the forward and the backward, two
-// passes or with one_pass one, bf16).
+// passes or with one_pass one, bf16), the forward with FlashAttention-3's intra-warpgroup overlap
+// (HZ_ATTN_MMA=wgmma) or with wg_serial without it (wgmma_serial).
 struct Kernels {
-  bool fox_grad = true, one_pass = false, atomic = false, wgmma = false;
+  bool fox_grad = true, one_pass = false, atomic = false, wgmma = false, wg_serial = false;
 };
 
 // The forward, the dO . O pre-pass (on the host, in f32) and both backward kernels, emulated.
@@ -137,10 +139,14 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
     if constexpr (kSplit) {
       throw std::logic_error("the wgmma kernels: bf16");
     } else {
-      using G = mma::FwdShape<D, C::kFwdMT, false, true>;
-      each_cta(p.B * p.H * num_blocks(p.Tq, G::kBq), G::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-        mma::fwd_cta<D, C::kFwdMT, kGen, false, true>(t, P, a, cta, s);
-      });
+      auto forward = [&](auto mt, auto overlap) {
+        using G = mma::FwdShape<D, decltype(mt)::value, false, true>;
+        each_cta(p.B * p.H * num_blocks(p.Tq, G::kBq), G::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+          mma::fwd_cta<D, decltype(mt)::value, kGen, false, true, decltype(overlap)::value>(t, P, a, cta, s);
+        });
+      };
+      if (kn.wg_serial) forward(std::integral_constant<int, C::kFwdMT>{}, std::false_type{});
+      else forward(std::integral_constant<int, C::kFwdMTOverlap>{}, std::true_type{});
     }
   } else {
     each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
@@ -500,8 +506,9 @@ TEST(MmaEmulator, SplitKernelsForF32MatchTheCpuOpAtTheSplitFloor) {
   check<128, true, true>(p);
 }
 
-// Every output, gradient and block count of two emulated runs, the same bits.
-void expect_same_bits(const Emulated& a, const Emulated& b) {
+// Every output, gradient and block count of two emulated runs, the same bits (fwd_counts false:
+// forwards of different query blocks, whose block counts differ).
+void expect_same_bits(const Emulated& a, const Emulated& b, bool fwd_counts = true) {
   const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> parts[] = {
       {"out", {&a.r.out, &b.r.out}}, {"lse", {&a.r.lse, &b.r.lse}}, {"dq", {&a.r.dq, &b.r.dq}},
       {"dk", {&a.r.dk, &b.r.dk}},    {"dv", {&a.r.dv, &b.r.dv}},    {"dc", {&a.r.dc, &b.r.dc}},
@@ -511,8 +518,10 @@ void expect_same_bits(const Emulated& a, const Emulated& b) {
     ASSERT_EQ(v.first->size(), v.second->size()) << what;
     for (size_t i = 0; i < v.first->size(); ++i) ASSERT_EQ((*v.first)[i], (*v.second)[i]) << what << " " << i;
   }
-  EXPECT_EQ(a.stats.fwd_blocks, b.stats.fwd_blocks);
-  EXPECT_EQ(a.stats.fwd_boundary_blocks, b.stats.fwd_boundary_blocks);
+  if (fwd_counts) {
+    EXPECT_EQ(a.stats.fwd_blocks, b.stats.fwd_blocks);
+    EXPECT_EQ(a.stats.fwd_boundary_blocks, b.stats.fwd_boundary_blocks);
+  }
   EXPECT_EQ(a.stats.bwd_blocks, b.stats.bwd_blocks);
 }
 
@@ -547,7 +556,8 @@ void check_one_pass(const Problem& p, bool atomic = false) {
     SCOPED_TRACE("on wgmma");
     Kernels wg;
     wg.one_pass = wg.wgmma = true;
-    expect_same_bits(run_emulated<D, kGen, kSplit>(p, in, wg), one);
+    expect_same_bits(run_emulated<D, kGen, kSplit>(p, in, wg), one,
+                     mma::Config<D>::kFwdMTOverlap == mma::Config<D>::kFwdMT);
   }
 }
 
@@ -711,7 +721,8 @@ TEST(MmaEmulator, WgmmaFollowsThePtxLayouts) {
 
 // The wgmma model's own checks: a batch without wgmma.fence, a tile cp.async wrote read without the
 // writer's fence.proxy.async, an accumulator read before the wait (NaN), an operand overwritten
-// before the wait, a word st.shared wrote read without the writer's fence (and with it).
+// before the wait, a word st.shared wrote read without the writer's fence (and with it; and fenced
+// with no barrier since), the A registers of a register-operand wgmma changed before its wait.
 TEST(MmaEmulator, RejectsWgmmaMisuse) {
   auto run = [](int mode) {
     hzt::emu::Cta c(128, 1024 + 2 * 64 * 64 * 2);  // two swizzled tiles of 64 rows (128 bytes each)
@@ -725,11 +736,12 @@ TEST(MmaEmulator, RejectsWgmmaMisuse) {
       t.cp_wait<0>();
       if (mode != 1) t.fence_proxy_async();
       t.sync();
-      if (mode >= 5 && t.tid() == 7) {  // a word of B that the product reads, by st.shared, fenced (6) or not (5)
+      const bool st = mode == 5 || mode == 6 || mode == 8;
+      if (st && t.tid() == 7) {  // a word of B that the product reads, by st.shared, fenced (6) or not (5)
         t.store_shared(reinterpret_cast<uint32_t*>(sB + mma::sw_offset(2, 6, 64)), 0x3f803f80u);
-        if (mode == 6) t.fence_proxy_async();
+        if (mode == 6 || mode == 8) t.fence_proxy_async();
       }
-      if (mode >= 5) t.sync();
+      if (st && mode != 8) t.sync();
       float s[8][4];
       if (mode != 0) t.wg_fence();
       mma::wg_issue_nt<16, 64>(t, s, t.smem_u32(sA), 64, 0, t.smem_u32(sB), 64, false);
@@ -738,6 +750,15 @@ TEST(MmaEmulator, RejectsWgmmaMisuse) {
       if (mode == 3 && t.tid() == 0) sB[0] = 0x3f80;
       t.wg_wait<0>();
       if (mode == 4 && t.tid() == 5) seen = s[3][1];
+      if (mode == 7) {  // a register-A product whose A thread 9 changes while it is in flight
+        uint32_t a[4] = {0x3f803f80u, 0, 0, 0};
+        float o[8][4] = {};
+        t.wg_fence();
+        t.wgmma_rs<64>(o, a, mma::desc_mn(t.smem_u32(sB), 64, 0), 1);
+        t.wg_commit();
+        if (t.tid() == 9) a[2] = 1;
+        t.wg_wait<0>();
+      }
     });
     return seen;
   };
@@ -753,12 +774,28 @@ TEST(MmaEmulator, RejectsWgmmaMisuse) {
     EXPECT_NE(std::string(e.what()).find("thread 7 wrote"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(run(6));
+  try {
+    run(7);
+    ADD_FAILURE() << "A registers changed in flight";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("thread 9 changed its A registers"), std::string::npos) << e.what();
+  }
+  try {
+    run(8);
+    ADD_FAILURE() << "a fenced st.shared word was read with no barrier since";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("thread 7 wrote and fenced, with no block barrier since"), std::string::npos)
+        << e.what();
+  }
 }
 
 // The kernels on Hopper's wgmma (attn_wgmma*.cu: the forward, dQ and dK/dV bodies with their
 // products as warpgroup MMAs from swizzled tiles), both variants, against the CPU op at the bf16
 // floor, and against the mma.sync kernels: the emulator forms both instructions' products in the same k-steps, so every
-// output and gradient must be the same bits (on a GPU the two may round apart).
+// output and gradient must be the same bits (on a GPU the two may round apart). The forward with
+// FlashAttention-3's intra-warpgroup overlap (the next block's S and the previous block's P V in
+// flight during the softmax) against the one without: the same bits again, and its own query
+// blocks' counts (one m-tile) against the CPU op's at those tiles.
 TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
   std::vector<Problem> ps = emu_problems(64);
   Problem p;
@@ -788,7 +825,7 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
     const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
     const Result low = naive(x, in, true);
     Kernels kn;
-    kn.wgmma = true;
+    kn.wgmma = kn.wg_serial = true;
     const bool gen = x.chunk > 0 || x.sink_tokens > 0 || x.prefix > 0 || x.drawn || x.dist > 0;
     auto run = [&](const Kernels& k) {
       if (gen) return x.D == 64 ? run_emulated<64, true>(x, in, k) : run_emulated<128, true>(x, in, k);
@@ -797,6 +834,14 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
     const Emulated wg = run(kn), mm = run(Kernels{});
     expect_results(wg.r, low, ref, 3.0, 1e-3);
     expect_same_bits(wg, mm);
+    SCOPED_TRACE("the overlapped forward");
+    kn.wg_serial = false;
+    const Emulated ov = run(kn);
+    expect_same_bits(ov, wg, false);
+    const int mt = x.D == 64 ? mma::Config<64>::kFwdMTOverlap : mma::Config<128>::kFwdMTOverlap;
+    const AttnStats want = cpu_counts(x, AttnTiles{64 * mt, 64, 64, 64, true});
+    EXPECT_EQ(ov.stats.fwd_blocks, want.fwd_blocks);
+    EXPECT_EQ(ov.stats.fwd_boundary_blocks, want.fwd_boundary_blocks);
   }
 }
 

@@ -12,10 +12,13 @@
 //   4  the one-pass backward (variant 1 with HZ_ATTN_BACKWARD=one_pass: dK, dV and dQ from one kernel,
 //      dQ added in each query block's turn; 5 products per pair instead of 7);
 //   5  the same with FlashAttention-2's atomic dQ (not deterministic): what variant 4's order costs;
-//   6  the kernels on Hopper's wgmma (variant 1 with HZ_ATTN_MMA=wgmma, attn_wgmma.cu: forward and
-//      two-pass backward; an H100/H200 only: elsewhere it fails as "not run");
+//   6  the kernels on Hopper's wgmma (variant 1 with HZ_ATTN_MMA=wgmma, attn_wgmma.cu: forward with
+//      FlashAttention-3's intra-warpgroup overlap, 64-row query blocks, and two-pass backward; an
+//      H100/H200 only: elsewhere it fails as "not run");
 //   7  variant 6 with the one-pass backward (both variables: dQ's part as a wgmma from dS'^T in
-//      shared memory; FlashAttention-3's scheme of products, without its warp specialisation).
+//      shared memory; FlashAttention-3's scheme of products, without its warp specialisation);
+//   8  variant 6 with the forward's products and softmax one after the other (HZ_ATTN_MMA=
+//      wgmma_serial; at D 64 128-row query blocks, as variant 1): what the overlap gains.
 // Each variant is first validated against variant 0 on ragged problems for every mask x logit
 // transform (max |x - ref| / max |ref| within the bf16 floor, every output and gradient; see
 // validate()), then
@@ -227,9 +230,10 @@ std::vector<Variant> variants() {
   Variant wg = lib;
   wg.id = 6;
   wg.name = "tensor-core on wgmma (sm_90a), two-pass backward";
-  auto on_wgmma = [](const std::function<void(const AttnKernelParams&, Buffers&, ci::Counter*)>& f) {
-    return [f](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
-      setenv("HZ_ATTN_MMA", "wgmma", 1);
+  auto on_wgmma = [](const std::function<void(const AttnKernelParams&, Buffers&, ci::Counter*)>& f,
+                     const char* choice = "wgmma") {
+    return [f, choice](const AttnKernelParams& P, Buffers& b, ci::Counter* cnt) {
+      setenv("HZ_ATTN_MMA", choice, 1);
       const bool on = ci::use_wgmma(P, DType::BF16, 0);
       f(P, b, cnt);
       unsetenv("HZ_ATTN_MMA");
@@ -244,6 +248,12 @@ std::vector<Variant> variants() {
   wg1.name = "tensor-core on wgmma (sm_90a), one-pass backward";
   wg1.bwd = on_wgmma(one.bwd);
   v.push_back(wg1);
+  Variant serial = wg;
+  serial.id = 8;
+  serial.name = "tensor-core on wgmma (sm_90a), forward without the intra-warpgroup overlap";
+  serial.fwd = on_wgmma(lib.fwd, "wgmma_serial");
+  serial.bwd = on_wgmma(lib.bwd, "wgmma_serial");
+  v.push_back(serial);
   return v;
 }
 
