@@ -49,7 +49,7 @@
 #                                                                  general two-pass dK/dV: 492)
 #   split at D 64 / D 128                                      280 / 560 (60-216 / 332-432 measured)
 # The kernels on Hopper's wgmma (attn_wgmma.cu and attn_wgmma_general.cu, sm_90a; no B fragments in
-# registers: the tensor cores read the tiles from shared memory), fwd_wg_kernel<D, kMT, kGen, kOverlap>,
+# registers: the tensor cores read the tiles from shared memory), fwd_wg_kernel<D, kMT, kGen, kOverlap, kWG>,
 # dq_wg_kernel<D, kGen>, dkv_wg_kernel<D, kFox, kGen>:
 #   plain: forward at D 64 (two 64-row m-tiles) and 128, dQ, dK/dV at D 64   0
 #   the forward with the intra-warpgroup overlap (kOverlap; one m-tile), both variants
@@ -137,7 +137,7 @@ while read -r mangled reg st ld; do
     "dkvq_kernel<128, 64, false, false, true, "*", true>") budget=1150 ;;
     "dkvq_kernel<64, 64, false, false, true, "*", true>") budget=260 ;;
     "dkv_wg_kernel<128, false, false>"|"dkv_wg_kernel<128, true, false>") budget=160 ;;
-    "fwd_wg_kernel<64, 2, true, false>") budget=256 ;;
+    "fwd_wg_kernel<64, 2, true, false, 1>") budget=256 ;;
     "dq_wg_kernel<128, true>") budget=64 ;;
     "dkv_wg_kernel<128, false, true>") budget=1100 ;;
     fwd_kernel*|dq_kernel*|dkv_kernel*|dkvq_kernel*|fwd_wg_kernel*|dq_wg_kernel*|dkv_wg_kernel*) budget=0 ;;

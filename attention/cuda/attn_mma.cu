@@ -104,10 +104,13 @@ AttnTiles mma_tiles(DType dt, int64_t D, int device) {
   const bool split = dt == DType::F32;
   AttnTiles t = D == 64 ? (split ? tiles<64, true>() : tiles<64, false>())
                         : (split ? tiles<128, true>() : tiles<128, false>());
-  // the overlapped wgmma forward's query blocks (mma::Config::kFwdMTOverlap m-tiles)
+  // the overlapped wgmma forward's query blocks (mma::Config's kFwdMTOverlap m-tiles per warpgroup,
+  // kFwdWGOverlap warpgroups)
+  using C64 = mma::Config<64>;
+  using C128 = mma::Config<128>;
   if (dt == DType::BF16 && detail::mma_choice() == "wgmma" && wgmma_supported(device))
-    t.fwd_q = D == 64 ? mma::FwdShape<64, mma::Config<64>::kFwdMTOverlap, false, true>::kBq
-                      : mma::FwdShape<128, mma::Config<128>::kFwdMTOverlap, false, true>::kBq;
+    t.fwd_q = D == 64 ? mma::FwdShape<64, C64::kFwdMTOverlap, false, true, C64::kFwdWGOverlap>::kBq
+                      : mma::FwdShape<128, C128::kFwdMTOverlap, false, true, C128::kFwdWGOverlap>::kBq;
   return t;
 }
 

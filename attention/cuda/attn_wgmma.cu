@@ -26,13 +26,16 @@ bool wgmma_supported(int device) {
   hz::cuda::use_device(device);
   int major = 0, minor = 0, smem = 0;
   cudaFuncAttributes fa{};
+  using C64 = mma::Config<64>;
   const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
                   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
                   major == 9 && minor == 0 &&
                   cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-                  smem >= std::max({mma::FwdShape<128, 1, false, true>::kSmem, mma::DqShape<128, false, true>::kSmem,
+                  smem >= std::max({mma::FwdShape<128, 1, false, true, mma::Config<128>::kFwdWGOverlap>::kSmem,
+                                    mma::DqShape<128, false, true>::kSmem,
                                     mma::DkvShape<128, mma::Config<128>::kDkvBq, false, true>::kSmem}) &&
-                  cudaFuncGetAttributes(&fa, mma::fwd_wg_kernel<64, mma::Config<64>::kFwdMTOverlap, false, true>) == cudaSuccess &&
+                  cudaFuncGetAttributes(&fa, mma::fwd_wg_kernel<64, C64::kFwdMTOverlap, false, true, C64::kFwdWGOverlap>) ==
+                      cudaSuccess &&
                   fa.binaryVersion == 90;
   cudaGetLastError();  // a missing kernel image is an answer here, not an error
   return known[device] = ok;

@@ -104,9 +104,10 @@ struct Args {
 
 // The tile configuration per head dim (the kernel lab's choice; dev/cuda/attention/NOTES.md):
 //   kFwdMT  m-tiles of 16 query rows per warp in the forward (query block = 64 kFwdMT rows);
-//   kFwdMTOverlap  the same for the wgmma forward with the intra-warpgroup overlap (fwd_cta's
-//           kOverlap), which holds the next block's scores beside the accumulator and the P in
-//           flight: one m-tile at both head dims (two at D 64 spill 204 bytes; one: 170 registers);
+//   kFwdMTOverlap, kFwdWGOverlap  m-tiles per warpgroup and warpgroups per CTA of the wgmma forward
+//           with the intra-warpgroup overlap (fwd_cta's kOverlap), which holds the next block's
+//           scores beside the accumulator and the P in flight: one m-tile per thread (two at D 64
+//           spill 204 bytes), and two warpgroups sharing the K and V tiles of 128-row query blocks;
 //   kDkvBq  query rows per step of the dK/dV kernel.
 // Key tiles are 64 everywhere; the dQ kernel has one m-tile per warp (64-row query blocks).
 // The split kernels hold twice the operand fragments: one m-tile per warp in the forward, and at
@@ -115,11 +116,11 @@ template <int D, bool kSplit = false>
 struct Config;
 template <>
 struct Config<64, false> {
-  static constexpr int kFwdMT = 2, kFwdMTOverlap = 1, kDkvBq = 64;
+  static constexpr int kFwdMT = 2, kFwdMTOverlap = 1, kFwdWGOverlap = 2, kDkvBq = 64;
 };
 template <>
 struct Config<128, false> {
-  static constexpr int kFwdMT = 1, kFwdMTOverlap = 1, kDkvBq = 64;
+  static constexpr int kFwdMT = 1, kFwdMTOverlap = 1, kFwdWGOverlap = 2, kDkvBq = 64;
 };
 template <>
 struct Config<64, true> {
@@ -289,9 +290,10 @@ HZ_KBODY void store_zero(void* base, int64_t e) {
 // Scale-invariant coefficients for index distances t0 .. t0 + n - 1, read both ways (|t|: a prefix's
 // later keys; elsewhere negative distances are masked anyway), scaled for the log2 domain:
 // tab[2e] = a_t * scale * log2 e, tab[2e+1] = m_t log2 e.
-template <class X>
+// kCta: the CTA's threads, all of which take part (here and in the helpers below that take it).
+template <int kCta = kThreads, class X>
 HZ_KBODY void fill_si_table(X& x, float* tab, const AttnKernelParams& P, int64_t t0, int n) {
-  for (int e = x.tid(); e < n; e += kThreads) {
+  for (int e = x.tid(); e < n; e += kCta) {
     const int64_t t = t0 + e;
     float a, m;
     scale_invariant_coef<float>(static_cast<float>(t < 0 ? -t : t), static_cast<float>(P.tau), a, m);
@@ -307,13 +309,13 @@ HZ_KBODY void fill_si_table(X& x, float* tab, const AttnKernelParams& P, int64_t
 // and the fill visible to every warp.
 // kWg: the tiles are read by wgmma (the async proxy): each thread fences its landed copies into it
 // before the barrier.
-template <bool kWg = false, class X, class F, class G>
+template <bool kWg = false, int kCta = kThreads, class X, class F, class G>
 HZ_KBODY void pipeline_step(X& x, bool has_next, F&& prefetch, const AttnKernelParams& P, float* tab, int64_t t0,
                             int ntab, G&& fill) {
   x.sync();
   if (has_next) prefetch();
   x.cp_commit();
-  if (P.logit == LogitKind::ScaleInvariant) fill_si_table(x, tab, P, t0, ntab);
+  if (P.logit == LogitKind::ScaleInvariant) fill_si_table<kCta>(x, tab, P, t0, ntab);
   fill();
   x.template cp_wait<1>();
   if constexpr (kWg) x.fence_proxy_async();
@@ -339,10 +341,10 @@ HZ_KBODY int sw_offset(int r, int col, int R) {  // bf16 offset of (r, col) in a
   return (col >> 6) * R * 64 + r * 64 + ((((col & 63) >> 3) ^ (r & 7)) << 3) + (col & 7);
 }
 // load_tile for a swizzled tile of R rows.
-template <int W, class X>
+template <int W, int kCta = kThreads, class X>
 HZ_KBODY void load_tile_sw(X& x, uint16_t* s, const uint16_t* g, int64_t r0, int R, int64_t rows) {
   constexpr int kChunks = W / 8;
-  for (int c = x.tid(); c < R * kChunks; c += kThreads) {
+  for (int c = x.tid(); c < R * kChunks; c += kCta) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
     const int64_t gr = r0 + r;
     const bool ok = gr >= 0 && gr < rows;
@@ -552,7 +554,8 @@ struct KvStep {
   int64_t j0;
   bool masked;
 };
-template <int D, int kBq, int kBk, bool kSplit, bool kGen, bool kWg = false, bool kOverlap = false, class X>
+template <int D, int kBq, int kBk, bool kSplit, bool kGen, bool kWg = false, bool kOverlap = false,
+          int kCta = kThreads, class X>
 HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& blocks, int64_t kb, int64_t n,
                         int64_t b, int64_t i0, uint16_t* sK, uint16_t* sV, const uint16_t* kg, const uint16_t* vg,
                         float* sT, const float* fcg, float* sF, double base, float* sPos, bool dist,
@@ -560,16 +563,17 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& bloc
   constexpr int W = row_width<D, kSplit>(), kStage = kBk * (kWg ? W : Tile<W>::kPitch);
   const int st = static_cast<int>(n & 1);
   const int64_t j0 = kb * kBk, next = blocks.next(kb);
-  pipeline_step<kWg>(
+  static_assert(kCta == kThreads || kWg, "more than one warpgroup per CTA: the wgmma forward");
+  pipeline_step<kWg, kCta>(
       x, kOverlap || next <= blocks.last(),
       [&] {
         if constexpr (kOverlap) {
           static_assert(kWg, "the overlapped loop runs on wgmma");
-          if (next <= blocks.last()) load_tile_sw<W>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
-          load_tile_sw<W>(x, sV + st * kStage, vg, j0, kBk, P.Tk);
+          if (next <= blocks.last()) load_tile_sw<W, kCta>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
+          load_tile_sw<W, kCta>(x, sV + st * kStage, vg, j0, kBk, P.Tk);
         } else if constexpr (kWg) {
-          load_tile_sw<W>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
-          load_tile_sw<W>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
+          load_tile_sw<W, kCta>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
+          load_tile_sw<W, kCta>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
         } else {
           load_tile<W>(x, sK + (st ^ 1) * kStage, kg, next * kBk, kBk, P.Tk);
           load_tile<W>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
@@ -577,12 +581,12 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& bloc
       },
       P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1, [&] {
         if (fcg != nullptr)
-          for (int c = x.tid(); c < kBk; c += kThreads) sF[c] = j0 + c < P.Tk ? fcg[j0 + c] * kLog2e : 0.0f;
+          for (int c = x.tid(); c < kBk; c += kCta) sF[c] = j0 + c < P.Tk ? fcg[j0 + c] * kLog2e : 0.0f;
         if (kGen && P.positions != nullptr)
-          for (int c = x.tid(); c < kBk; c += kThreads)
+          for (int c = x.tid(); c < kBk; c += kCta)
             sPos[c] = j0 + c < P.Tk ? rel_position(P, b, j0 + c, base) : 0.0f;
         if (kGen && dist)
-          for (int c = x.tid(); c < kBk; c += kThreads)
+          for (int c = x.tid(); c < kBk; c += kCta)
             sDk[c] = dkg != nullptr && j0 + c < P.Tk ? static_cast<float>(dkg[j0 + c]) * kLog2e : 0.0f;
       });
   return {sK + st * kStage, sV + (kOverlap ? st ^ 1 : st) * kStage, j0, blocks.boundary(kb) || j0 + kBk > P.Tk};
@@ -591,10 +595,10 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& bloc
 // GRAPE's rates of rows [i0, i0 + n) of (b, h) times log2 e into sDq (0 beyond Tq or without
 // dist_q); the general variant with the term only. Every thread of the CTA takes part; the next
 // barrier makes them visible.
-template <class X>
+template <int kCta = kThreads, class X>
 HZ_KBODY void fill_row_rates(X& x, const AttnKernelParams& P, int64_t b, int64_t h, int64_t i0, int n, float* sDq) {
   const double* dq = P.dist_q != nullptr ? P.dist_q + (b * P.H + h) * P.Tq : nullptr;
-  for (int r = x.tid(); r < n; r += kThreads)
+  for (int r = x.tid(); r < n; r += kCta)
     sDq[r] = dq != nullptr && i0 + r < P.Tq ? static_cast<float>(dq[i0 + r]) * kLog2e : 0.0f;
 }
 // The keys' rates of (b, h) (dist_k), or null.
@@ -611,20 +615,25 @@ HZ_KBODY float row_r(const AttnKernelParams& P, const float* c, int64_t b, int64
 
 // ---- forward ----------------------------------------------------------------------------------------
 // kWg: the wgmma kernels (above; bf16 only): swizzled tiles without padding, on a 1024-byte boundary
-// (up to 1 KB of the block's shared memory goes to the alignment).
-template <int D, int kMT, bool kSplit = false, bool kWg = false>
+// (up to 1 KB of the block's shared memory goes to the alignment). kWG: warpgroups per CTA (wgmma
+// only), each with kMT 64-row m-tiles of the query block, sharing its K and V tiles.
+template <int D, int kMT, bool kSplit = false, bool kWg = false, int kWG = 1>
 struct FwdShape {
   static_assert(!(kWg && kSplit), "the wgmma kernels take bf16 inputs");
-  static constexpr int kBq = 16 * kMT * kWarps, kBk = 64;
+  static_assert(kWG == 1 || kWg, "more than one warpgroup per CTA: the wgmma forward");
+  static constexpr int kCta = kThreads * kWG;  // threads
+  static constexpr int kBq = 16 * kMT * kWarps * kWG, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
   static constexpr int kRowBytes = kWg ? 2 * D : Tile<row_width<D, kSplit>()>::kRowBytes;
   // + FoX's c_j, the keys' token positions and GRAPE's rates of the keys and the rows
   static constexpr int kSmem = (kWg ? 1024 : 0) + (kBq + 4 * kBk) * kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
 };
 // The first of a thread's rows in m-tile mt, relative to the query block: mma.sync gives a warp kMT
-// consecutive m-tiles, wgmma gives each of the kMT 64-row m-tiles of the block 16 rows per warp.
-template <int kMT, bool kWg>
+// consecutive m-tiles, wgmma gives each of its warpgroup's kMT 64-row m-tiles 16 rows per warp
+// (warpgroup w: m-tiles w kMT .. w kMT + kMT - 1 of the block).
+template <int kMT, bool kWg, int kWG = 1>
 HZ_KBODY int fwd_row0(int warp, int mt) {
+  if constexpr (kWG > 1) return ((warp / kWarps) * kMT + mt) * 64 + (warp % kWarps) * 16;
   return kWg ? mt * 64 + warp * 16 : warp * 16 * kMT + mt * 16;
 }
 
@@ -636,9 +645,11 @@ HZ_KBODY int fwd_row0(int warp, int mt) {
 // the overlap (P V of block n - 1, the scaling of block n, P V of block n), so the output is the
 // same bits. K runs a block ahead of V in the two-stage pipeline (kv_step), and P V of the last block
 // follows the loop.
-template <int D, int kMT, bool kGen, bool kSplit, bool kWg = false, bool kOverlap = false, class X>
+// kWG (wgmma only): warpgroups per CTA (FwdShape).
+template <int D, int kMT, bool kGen, bool kSplit, bool kWg = false, bool kOverlap = false, int kWG = 1, class X>
 HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
-  using S = FwdShape<D, kMT, kSplit, kWg>;
+  using S = FwdShape<D, kMT, kSplit, kWg, kWG>;
+  constexpr int kCta = S::kCta;
   constexpr int W = row_width<D, kSplit>();
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = kWg ? W : Tile<W>::kPitch;
   const int tid = x.tid(), lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
@@ -668,21 +679,21 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     x.add_counter(&a.counters[1], static_cast<Counter>(blocks.count() - blocks.full()));
   }
   if (blocks.count() == 0) {  // no row of this block sees a key (with a sink: lse = z_h)
-    for (int64_t e = tid; e < (i1 - i0 + 1) * D; e += kThreads) store_zero<kSplit>(a.out, ((b * P.H + h) * P.Tq + i0) * D + e);
-    for (int64_t i = i0 + tid; i <= i1; i += kThreads) a.lse[(b * P.H + h) * P.Tq + i] = a.sink ? a.sink[h] : ninf();
+    for (int64_t e = tid; e < (i1 - i0 + 1) * D; e += kCta) store_zero<kSplit>(a.out, ((b * P.H + h) * P.Tq + i0) * D + e);
+    for (int64_t i = i0 + tid; i <= i1; i += kCta) a.lse[(b * P.H + h) * P.Tq + i] = a.sink ? a.sink[h] : ninf();
     return;
   }
   if constexpr (kWg) {
-    load_tile_sw<W>(x, sQ, qg, i0, kBq, P.Tq);
-    load_tile_sw<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
-    if (!kOverlap) load_tile_sw<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);  // else with the first step's head
+    load_tile_sw<W, kCta>(x, sQ, qg, i0, kBq, P.Tq);
+    load_tile_sw<W, kCta>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
+    if (!kOverlap) load_tile_sw<W, kCta>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);  // else with the first step's head
   } else {
     load_tile<W>(x, sQ, qg, i0, kBq, P.Tq);
     load_tile<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
     load_tile<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
   }
   x.cp_commit();
-  if (dist) fill_row_rates(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
+  if (dist) fill_row_rates<kCta>(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
 
   // this thread's rows: r = fwd_row0(warp, mt) + g + 8 hh
   float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2], cq[kMT][2], pq[kMT][2];
@@ -691,7 +702,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   for (int mt = 0; mt < kMT; ++mt)
     HZ_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
-      const int64_t i = i0 + fwd_row0<kMT, kWg>(warp, mt) + g + 8 * hh;
+      const int64_t i = i0 + fwd_row0<kMT, kWg, kWG>(warp, mt) + g + 8 * hh;
       const IndexRange kr = i < P.Tq ? key_range(P, b, h, i) : IndexRange{1, 0};
       kr32[mt][hh] = key_range32(kr);
       sr[mt][hh] = range32(kGen && i < P.Tq ? sink_range(P, b, h, i) : IndexRange{1, 0});
@@ -722,7 +733,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       for (int hh = 0; hh < 2; ++hh) {
         // 32-bit coordinates inside the block: column c is key j0 + c; distance t = tb - c; the
         // table entry of (row, c) is te0 - c (t0 is the smallest distance of the block pair)
-        const int rloc = fwd_row0<kMT, kWg>(warp, mt) + g + 8 * hh;
+        const int rloc = fwd_row0<kMT, kWg, kWG>(warp, mt) + g + 8 * hh;
         const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
         const int te0 = rloc + kBk - 1;
         const ColRange kc = cols_in_block(kr32[mt][hh], j0, kBk);
@@ -784,7 +795,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     uint32_t pa[kMT][kBk / 16][4];  // the previous block's P as A fragments, held until P V's wait
     float s[kMT][kNT][4], cr[kMT][2];
     auto step_at = [&](int64_t kb, int64_t n) {
-      return kv_step<D, kBq, kBk, kSplit, kGen, kWg, true>(x, P, blocks, kb, n, b, i0, sK, sV, kg, vg, sT, fcg, sF,
+      return kv_step<D, kBq, kBk, kSplit, kGen, kWg, true, kCta>(x, P, blocks, kb, n, b, i0, sK, sV, kg, vg, sT, fcg, sF,
                                                            base, sPos, dist, dkg, sDk);
     };
     auto issue_s = [&](const uint16_t* sKs) {
@@ -792,7 +803,8 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       x.wg_fence();
       HZ_UNROLL
       for (int mt = 0; mt < kMT; ++mt)
-        wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, mt * 64, x.smem_u32(sKs), kBk, false);
+        wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, fwd_row0<kMT, kWg, kWG>(warp, mt) & ~63, x.smem_u32(sKs), kBk,
+                            false);
       x.wg_commit();
     };
     auto issue_pv = [&](const uint16_t* sVs) {
@@ -843,7 +855,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   } else {
     for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
       const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
-      const KvStep step = kv_step<D, kBq, kBk, kSplit, kGen, kWg>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT,
+      const KvStep step = kv_step<D, kBq, kBk, kSplit, kGen, kWg, false, kCta>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT,
                                                                  fcg, sF, base, sPos, dist, dkg, sDk);
       const uint16_t* sKs = step.k;
       const uint16_t* sVs = step.v;
@@ -854,7 +866,8 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         x.wg_fence();
         HZ_UNROLL
         for (int mt = 0; mt < kMT; ++mt)
-          wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, mt * 64, x.smem_u32(sKs), kBk, false);
+          wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, fwd_row0<kMT, kWg, kWG>(warp, mt) & ~63, x.smem_u32(sKs), kBk,
+                            false);
         x.wg_commit();
         x.template wg_wait<0>();
         x.wg_operand_fence(s);
@@ -865,7 +878,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           for (int nt = 0; nt < kNT; ++nt)
             HZ_UNROLL
             for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
-          gemm_nt<D, kBk, kSplit>(x, s[mt], sQ, fwd_row0<kMT, kWg>(warp, mt), sKs, 0);
+          gemm_nt<D, kBk, kSplit>(x, s[mt], sQ, fwd_row0<kMT, kWg, kWG>(warp, mt), sKs, 0);
         }
       }
       softmax(s, step.j0, step.masked, scale_o);
@@ -896,7 +909,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       float sum = l[mt][hh];
       sum += x.shfl_xor(sum, 1);
       sum += x.shfl_xor(sum, 2);
-      const int64_t i = i0 + fwd_row0<kMT, kWg>(warp, mt) + g + 8 * hh;
+      const int64_t i = i0 + fwd_row0<kMT, kWg, kWG>(warp, mt) + g + 8 * hh;
       if (i >= P.Tq) continue;
       const int64_t row = (b * P.H + h) * P.Tq + i;
       float mx = m[mt][hh], oscale = 1.0f;  // the sink: sum' = sum 2^(m - M) + 2^(z - M), M = max(m, z)

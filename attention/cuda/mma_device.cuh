@@ -221,12 +221,13 @@ __global__ void visit_map_kernel(const AttnKernelParams P, unsigned* bits) {
 
 // The kernels on Hopper's wgmma (mma_body.h, kWg; bf16; the one-pass backward: dkvq_kernel): attn_wgmma.cu
 // instantiates the plain variant, attn_wgmma_general.cu the general one, both built for sm_90a only.
-// kOverlap: the forward with FlashAttention-3's intra-warpgroup overlap (fwd_cta).
-template <int D, int kMT, bool kGen, bool kOverlap>
-__global__ void __launch_bounds__(kThreads) fwd_wg_kernel(const AttnKernelParams P, const Args a) {
+// kOverlap: the forward with FlashAttention-3's intra-warpgroup overlap (fwd_cta); kWG warpgroups
+// per CTA (kThreads each).
+template <int D, int kMT, bool kGen, bool kOverlap, int kWG = 1>
+__global__ void __launch_bounds__(kThreads * kWG) fwd_wg_kernel(const AttnKernelParams P, const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
-  fwd_cta<D, kMT, kGen, false, true, kOverlap>(x, P, a, blockIdx.x, smem);
+  fwd_cta<D, kMT, kGen, false, true, kOverlap, kWG>(x, P, a, blockIdx.x, smem);
 }
 template <int D, bool kGen>
 __global__ void __launch_bounds__(kThreads) dq_wg_kernel(const AttnKernelParams P, const Args a) {

@@ -43,11 +43,11 @@ using mma::kThreads;
 
 template <class K>
 void launch(K kernel, int64_t grid, int smem, cudaStream_t s, const AttnKernelParams& P, const Args& a,
-            const char* what) {
+            const char* what, int threads = kThreads) {
   if (grid == 0) return;
   HZ_CHECK(grid < (int64_t{1} << 31), ShapeError, "attention: ", grid, " thread blocks exceed the CUDA grid limit");
   HZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<static_cast<unsigned>(grid), kThreads, smem, s>>>(P, a);
+  kernel<<<static_cast<unsigned>(grid), threads, smem, s>>>(P, a);
   HZ_CUDA_LAUNCHED(what);
 }
 
@@ -87,10 +87,11 @@ void forward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
 // tiles and grids as the mma.sync kernels, the two-pass backward.
 template <int D, bool kGen, bool kOverlap>
 void forward_wg_loop(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
-  constexpr int kMT = kOverlap ? mma::Config<D>::kFwdMTOverlap : mma::Config<D>::kFwdMT;
-  using S = mma::FwdShape<D, kMT, false, true>;
-  launch(mma::fwd_wg_kernel<D, kMT, kGen, kOverlap>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
-         kOverlap ? "attention forward (wgmma, overlapped)" : "attention forward (wgmma)");
+  using C = mma::Config<D>;
+  constexpr int kMT = kOverlap ? C::kFwdMTOverlap : C::kFwdMT, kWG = kOverlap ? C::kFwdWGOverlap : 1;
+  using S = mma::FwdShape<D, kMT, false, true, kWG>;
+  launch(mma::fwd_wg_kernel<D, kMT, kGen, kOverlap, kWG>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
+         kOverlap ? "attention forward (wgmma, overlapped)" : "attention forward (wgmma)", S::kCta);
 }
 // FlashAttention-3's intra-warpgroup overlap unless HZ_ATTN_MMA=wgmma_serial asks for the loop without it
 template <int D, bool kGen>

@@ -461,13 +461,16 @@ TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
   EXPECT_TRUE(wgmma_takes(p));
   // the run log's line (attention/fused.h): bf16 only, with the one-pass backward beside it
   EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 128), "wgmma (HZ_ATTN_MMA)");
-  // the overlapped forward's query blocks: one m-tile of 64 rows (mma::Config::kFwdMTOverlap)
-  EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).fwd_q, 64);
+  // the overlapped forward's query blocks: two warpgroups of one 64-row m-tile (mma::Config's
+  // kFwdWGOverlap, kFwdMTOverlap) at both head dims; without the overlap mma.sync's tiles
+  EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).fwd_q, 128);
+  EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 128).fwd_q, 128);
   {
     const WgmmaSerialScope serial;
     EXPECT_TRUE(wgmma_takes(p));
     EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 128), "wgmma, forward without overlap (HZ_ATTN_MMA)");
     EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).fwd_q, 128);
+    EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 128).fwd_q, 64);
   }
   const OnePassScope one;
   EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 64),

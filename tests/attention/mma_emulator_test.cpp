@@ -60,9 +60,9 @@ struct OutBuf<true> {
 };
 
 template <class F>
-void each_cta(int64_t grid, int smem, F body) {
+void each_cta(int64_t grid, int smem, F body, int threads = mma::kThreads) {
   for (int64_t cta = 0; cta < grid; ++cta) {
-    hzt::emu::Cta c(mma::kThreads, static_cast<size_t>(smem), static_cast<uint64_t>(cta) + 1);
+    hzt::emu::Cta c(threads, static_cast<size_t>(smem), static_cast<uint64_t>(cta) + 1);
     c.run([&](hzt::emu::Thread& t) { body(t, cta, c.smem()); });
   }
 }
@@ -139,14 +139,21 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
     if constexpr (kSplit) {
       throw std::logic_error("the wgmma kernels: bf16");
     } else {
-      auto forward = [&](auto mt, auto overlap) {
-        using G = mma::FwdShape<D, decltype(mt)::value, false, true>;
-        each_cta(p.B * p.H * num_blocks(p.Tq, G::kBq), G::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-          mma::fwd_cta<D, decltype(mt)::value, kGen, false, true, decltype(overlap)::value>(t, P, a, cta, s);
-        });
+      auto forward = [&](auto mt, auto overlap, auto wgs) {
+        constexpr int kMT = decltype(mt)::value, kWG = decltype(wgs)::value;
+        using G = mma::FwdShape<D, kMT, false, true, kWG>;
+        each_cta(
+            p.B * p.H * num_blocks(p.Tq, G::kBq), G::kSmem,
+            [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
+              mma::fwd_cta<D, kMT, kGen, false, true, decltype(overlap)::value, kWG>(t, P, a, cta, s);
+            },
+            G::kCta);
       };
-      if (kn.wg_serial) forward(std::integral_constant<int, C::kFwdMT>{}, std::false_type{});
-      else forward(std::integral_constant<int, C::kFwdMTOverlap>{}, std::true_type{});
+      if (kn.wg_serial)
+        forward(std::integral_constant<int, C::kFwdMT>{}, std::false_type{}, std::integral_constant<int, 1>{});
+      else
+        forward(std::integral_constant<int, C::kFwdMTOverlap>{}, std::true_type{},
+                std::integral_constant<int, C::kFwdWGOverlap>{});
     }
   } else {
     each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
@@ -556,8 +563,9 @@ void check_one_pass(const Problem& p, bool atomic = false) {
     SCOPED_TRACE("on wgmma");
     Kernels wg;
     wg.one_pass = wg.wgmma = true;
+    using C = mma::Config<D>;
     expect_same_bits(run_emulated<D, kGen, kSplit>(p, in, wg), one,
-                     mma::Config<D>::kFwdMTOverlap == mma::Config<D>::kFwdMT);
+                     C::kFwdMTOverlap * C::kFwdWGOverlap == C::kFwdMT);
   }
 }
 
@@ -794,8 +802,8 @@ TEST(MmaEmulator, RejectsWgmmaMisuse) {
 // floor, and against the mma.sync kernels: the emulator forms both instructions' products in the same k-steps, so every
 // output and gradient must be the same bits (on a GPU the two may round apart). The forward with
 // FlashAttention-3's intra-warpgroup overlap (the next block's S and the previous block's P V in
-// flight during the softmax) against the one without: the same bits again, and its own query
-// blocks' counts (one m-tile) against the CPU op's at those tiles.
+// flight during the softmax; two warpgroups of one m-tile each per CTA) against the one without:
+// the same bits again, and its own query blocks' counts against the CPU op's at those tiles.
 TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
   std::vector<Problem> ps = emu_problems(64);
   Problem p;
@@ -838,8 +846,10 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
     kn.wg_serial = false;
     const Emulated ov = run(kn);
     expect_same_bits(ov, wg, false);
-    const int mt = x.D == 64 ? mma::Config<64>::kFwdMTOverlap : mma::Config<128>::kFwdMTOverlap;
-    const AttnStats want = cpu_counts(x, AttnTiles{64 * mt, 64, 64, 64, true});
+    using C64 = mma::Config<64>;
+    using C128 = mma::Config<128>;
+    const int rows = x.D == 64 ? 64 * C64::kFwdMTOverlap * C64::kFwdWGOverlap : 64 * C128::kFwdMTOverlap * C128::kFwdWGOverlap;
+    const AttnStats want = cpu_counts(x, AttnTiles{rows, 64, 64, 64, true});
     EXPECT_EQ(ov.stats.fwd_blocks, want.fwd_blocks);
     EXPECT_EQ(ov.stats.fwd_boundary_blocks, want.fwd_boundary_blocks);
   }

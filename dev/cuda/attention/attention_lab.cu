@@ -13,12 +13,12 @@
 //      dQ added in each query block's turn; 5 products per pair instead of 7);
 //   5  the same with FlashAttention-2's atomic dQ (not deterministic): what variant 4's order costs;
 //   6  the kernels on Hopper's wgmma (variant 1 with HZ_ATTN_MMA=wgmma, attn_wgmma.cu: forward with
-//      FlashAttention-3's intra-warpgroup overlap, 64-row query blocks, and two-pass backward; an
-//      H100/H200 only: elsewhere it fails as "not run");
+//      FlashAttention-3's intra-warpgroup overlap, two warpgroups per 128-row query block, and
+//      two-pass backward; an H100/H200 only: elsewhere it fails as "not run");
 //   7  variant 6 with the one-pass backward (both variables: dQ's part as a wgmma from dS'^T in
 //      shared memory; FlashAttention-3's scheme of products, without its warp specialisation);
 //   8  variant 6 with the forward's products and softmax one after the other (HZ_ATTN_MMA=
-//      wgmma_serial; at D 64 128-row query blocks, as variant 1): what the overlap gains.
+//      wgmma_serial; one warpgroup per CTA, variant 1's query blocks): what the overlap gains.
 // Each variant is first validated against variant 0 on ragged problems for every mask x logit
 // transform (max |x - ref| / max |ref| within the bf16 floor, every output and gradient; see
 // validate()), then
