@@ -178,7 +178,9 @@ std::string detail::env_choice(const char* name, std::initializer_list<const cha
   throw ValueError(std::string(name) + "='" + v + "': expected " + expected);
 }
 
-std::string detail::mma_choice() { return env_choice("HZ_ATTN_MMA", {"mma", "wgmma", "wgmma_serial"}); }
+std::string detail::mma_choice() {
+  return env_choice("HZ_ATTN_MMA", {"mma", "wgmma", "wgmma_overlap", "wgmma_serial"});
+}
 
 namespace {
 
@@ -244,15 +246,21 @@ bool one_pass_backward() { return detail::one_pass_backward(); }
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev) {
   return dev.is_cuda() && detail::use_wgmma(P, dt, dev.index);
 }
-bool wgmma_overlap() { return detail::mma_choice() != "wgmma_serial"; }
+WgmmaForward wgmma_forward() {
+  const std::string m = detail::mma_choice();
+  return m == "wgmma_serial" ? WgmmaForward::Serial : m == "wgmma_overlap" ? WgmmaForward::Overlap
+                                                                           : WgmmaForward::WarpSpecialized;
+}
 std::string tensor_core_options(Device dev, DType dt, int64_t D) {
   if (!attn_tiles(AttnConfig{}, dev, dt, D).tensor_core) return "";
   AttnConfig cfg;
   cfg.window = {0};  // causal
   const AttnKernelParams P = make_kernel_params(cfg, 1, 1, 1, 128, 128, D);
-  std::string s = !use_wgmma(P, dt, dev) ? ""
-                  : wgmma_overlap()      ? "wgmma (HZ_ATTN_MMA)"
-                                         : "wgmma, forward without overlap (HZ_ATTN_MMA)";
+  const WgmmaForward f = wgmma_forward();
+  std::string s = !use_wgmma(P, dt, dev)                ? ""
+                  : f == WgmmaForward::WarpSpecialized ? "wgmma (HZ_ATTN_MMA)"
+                  : f == WgmmaForward::Overlap         ? "wgmma, forward overlapped without a producer (HZ_ATTN_MMA)"
+                                                       : "wgmma, forward without overlap (HZ_ATTN_MMA)";
   if (one_pass_backward()) s += std::string(s.empty() ? "" : ", ") + "one-pass backward (HZ_ATTN_BACKWARD)";
   return s;
 }

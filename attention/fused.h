@@ -141,17 +141,21 @@ bool one_pass_backward();
 // Whether a call on CUDA's tensor-core kernels runs them on Hopper's warpgroup MMA (wgmma.mma_async
 // from swizzled shared-memory tiles, attention/cuda/attn_wgmma.cu: the forward and both backwards,
 // the one-pass one where one_pass_backward holds too) instead of mma.sync: asked for by
-// HZ_ATTN_MMA=wgmma or wgmma_serial (read at each call; mma, the default, until a GPU has timed both), for bf16
+// HZ_ATTN_MMA=wgmma, wgmma_overlap or wgmma_serial (read at each call; mma, the default, until a GPU has timed them), for bf16
 // calls on a compute-capability 9.0 GPU (H100, H200) with a build for sm_90. False elsewhere.
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev);
-// Whether the wgmma forward runs with FlashAttention-3's intra-warpgroup overlap (the next key
-// block's scores and the previous block's P V in flight during the softmax; one 64-row m-tile per
-// query block): HZ_ATTN_MMA=wgmma; false with HZ_ATTN_MMA=wgmma_serial (the same kernels, the
-// forward's products and softmax one after the other: the kernel lab's comparison).
-bool wgmma_overlap();
+// The wgmma forward's form, by HZ_ATTN_MMA: wgmma, FlashAttention-3's design (WarpSpecialized: a
+// producer warpgroup loads K and V by the bulk tensor copy into mbarrier stages, two consumer
+// warpgroups take turns with their products and overlap each softmax with their own P V);
+// wgmma_overlap, the consumers' loop on their own (Overlap: cp.async from every thread, block
+// barriers); wgmma_serial, one warpgroup per CTA whose products and softmax follow each other
+// (Serial). The kernel lab times each against the next.
+enum class WgmmaForward { Serial, Overlap, WarpSpecialized };
+WgmmaForward wgmma_forward();
 // The environment's choices among Horizon's tensor-core kernels that a call of dtype dt and head dim D
 // gets on dev (use_wgmma for a causal call, one_pass_backward), for the run log: "wgmma
-// (HZ_ATTN_MMA)" (or "wgmma, forward without overlap (HZ_ATTN_MMA)"), "one-pass backward
+// (HZ_ATTN_MMA)" (or "wgmma, forward overlapped without a producer" / "wgmma, forward without
+// overlap" with the other forms), "one-pass backward
 // (HZ_ATTN_BACKWARD)", both, or empty (the defaults, or a call the tensor-core kernels do not take).
 std::string tensor_core_options(Device dev, DType dt, int64_t D);
 // The CPU kernel's tiles for a call with Tk keys when the config leaves them at 0.

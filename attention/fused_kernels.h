@@ -20,9 +20,8 @@ namespace hz::attn::detail {
 // An environment variable that picks one of `choices` (HZ_ATTN_IMPL, HZ_ATTN_BACKWARD, HZ_ATTN_MMA;
 // read at each call): its value, "" when unset, a ValueError naming the choices otherwise.
 std::string env_choice(const char* name, std::initializer_list<const char*> choices);
-// HZ_ATTN_MMA's value: "" or mma (mma.sync), wgmma (Hopper's wgmma, the forward with
-// FlashAttention-3's intra-warpgroup overlap) or wgmma_serial (the same kernels, the forward's
-// products and softmax one after the other: the kernel lab's comparison).
+// HZ_ATTN_MMA's value: "" or mma (mma.sync), or Hopper's wgmma with the forward as wgmma,
+// wgmma_overlap or wgmma_serial ask (fused.h, wgmma_forward).
 std::string mma_choice();
 
 // ---- CPU (fused_cpu.cpp) ---------------------------------------------------------------------

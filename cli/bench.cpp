@@ -139,14 +139,19 @@ int bench_attention(const Flags& args) {
           if (cfg.documents) P.doc_start = P.doc_end = &kAnyDocuments;  // any: the plan asks whether there are some
           const bool on_cudnn = gpu && attn::cudnn_compiled() && attn::cudnn_plan(P, dt).ok &&
                                 (impl == "cudnn" || (impl == "auto" && attn::attention_backend() != attn::AttnBackend::Horizon));
-          // (tensor_core_wg: on Hopper's wgmma, HZ_ATTN_MMA=wgmma; _wgs: its forward without the
-          // intra-warpgroup overlap, HZ_ATTN_MMA=wgmma_serial; _1p: the one-pass backward,
-          // HZ_ATTN_BACKWARD=one_pass, LogN's c takes no gradient here)
+          // (tensor_core_wg: on Hopper's wgmma, HZ_ATTN_MMA=wgmma; _wgo and _wgs: its forward
+          // overlapped without a producer warpgroup and without overlap, HZ_ATTN_MMA=wgmma_overlap
+          // and wgmma_serial; _1p: the one-pass backward, HZ_ATTN_BACKWARD=one_pass, LogN's c takes
+          // no gradient here)
+          const attn::WgmmaForward wf = attn::wgmma_forward();
           const std::string kernel =
               !gpu       ? "cpu"
               : on_cudnn ? "cudnn"
               : tc       ? std::string("tensor_core") +
-                         (!attn::use_wgmma(P, dt, dev) ? "" : attn::wgmma_overlap() ? "_wg" : "_wgs") +
+                         (!attn::use_wgmma(P, dt, dev)                ? ""
+                          : wf == attn::WgmmaForward::WarpSpecialized ? "_wg"
+                          : wf == attn::WgmmaForward::Overlap         ? "_wgo"
+                                                                      : "_wgs") +
                          (attn::one_pass_backward() ? "_1p" : "")
                          : "reference";
           Generator g(1);

@@ -37,11 +37,8 @@ bool one_pass_backward() {
 
 bool use_wgmma(const AttnKernelParams& P, DType dt, int device) {
   const std::string m = detail::mma_choice();
-  return (m == "wgmma" || m == "wgmma_serial") && dt == DType::BF16 && (P.D == 64 || P.D == 128) &&
-         wgmma_supported(device);
+  return !m.empty() && m != "mma" && dt == DType::BF16 && (P.D == 64 || P.D == 128) && wgmma_supported(device);
 }
-
-bool wgmma_overlap() { return attn::wgmma_overlap(); }
 #ifndef HZ_WGMMA  // a build without sm_90 among its architectures has no wgmma code (attn_wgmma.cu)
 namespace {
 [[noreturn]] void no_wgmma() {
@@ -108,7 +105,8 @@ AttnTiles mma_tiles(DType dt, int64_t D, int device) {
   // kFwdWGOverlap warpgroups)
   using C64 = mma::Config<64>;
   using C128 = mma::Config<128>;
-  if (dt == DType::BF16 && detail::mma_choice() == "wgmma" && wgmma_supported(device))
+  const std::string m = detail::mma_choice();
+  if (dt == DType::BF16 && (m == "wgmma" || m == "wgmma_overlap") && wgmma_supported(device))
     t.fwd_q = D == 64 ? mma::FwdShape<64, C64::kFwdMTOverlap, false, true, C64::kFwdWGOverlap>::kBq
                       : mma::FwdShape<128, C128::kFwdMTOverlap, false, true, C128::kFwdWGOverlap>::kBq;
   return t;

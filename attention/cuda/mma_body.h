@@ -27,7 +27,9 @@
 //             shared memory; general variant: GRAPE's -|t| (dist_q_i + dist_k_j), the rows' and the
 //             block's rates in shared memory), mask on Boundary or ragged blocks only, online softmax
 //             in the log2 domain, O += P V. Writes out (bf16) and lse (f32); a sink z_h joins each row's
-//             denominator in the epilogue (a row without keys: out 0, lse z_h).
+//             denominator in the epilogue (a row without keys: out 0, lse z_h). On wgmma also in
+//             FlashAttention-3's forms (fwd_cta: kOverlap, two warpgroups of one m-tile, the softmax
+//             beside P V; kWs, a producer warpgroup with bulk tensor copies into mbarrier stages).
 //   dQ        CTA as the forward (kMT = 1): S and dP = dO V^T recomputed, P = exp(L - lse),
 //             dS = P (dP - D_i), dQ += (dS * dL/d(q.k)) K; LogN's per-row dc; FoX's row sums
 //             sum_j dS_ij (dLoss/dc_i's query part); the sinks' per-row -exp(z_h - lse_i) D_i;
@@ -66,6 +68,15 @@ using Counter = unsigned long long;
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
+// A tile map of the bulk tensor copy (TMA, cp.async.bulk.tensor, sm_90): a 3-D bf16 tensor
+// (columns, rows, matrices; contiguous) read in boxes of 64 columns x R rows of one matrix, which
+// the copy engine writes to shared memory in the 128-byte swizzle (sw_offset's layout, the box at
+// a 1024-byte boundary), rows outside the tensor zero. On a GPU the driver's CUtensorMap, encoded on
+// the host (mma_launch.cuh); in the emulator its own description (tests/attention/mma_emulator.h).
+// It travels in the kernel's parameters (__grid_constant__), 128 bytes at a 128-byte boundary.
+struct alignas(128) TileMap {
+  uint64_t w[16];
+};
 // Pointers of one call (bf16 tensors as their 16-bit patterns; contiguous, shapes as in fused.h).
 // Inputs q, k, v, gout: bf16 rows of D, or with the split kernels the split rows of 2D; outputs out,
 // dq, dk, dv: bf16, or f32 with the split kernels.
@@ -100,6 +111,9 @@ struct Args {
   // the general variant's one pass: per (b, h, query block) a bitmap of the key blocks that visit it
   // (visit_map, words of 32 key blocks), filled before the kernel
   const unsigned* dq_visit = nullptr;
+  // the warp-specialised wgmma forward (fwd_cta's kWs): q, k and v as tile maps of boxes of 64 rows
+  // (columns D, rows Tq or Tk, matrices B H or B Hkv)
+  TileMap q_map{}, k_map{}, v_map{};
 };
 
 // The tile configuration per head dim (the kernel lab's choice; dev/cuda/attention/NOTES.md):
@@ -290,10 +304,11 @@ HZ_KBODY void store_zero(void* base, int64_t e) {
 // Scale-invariant coefficients for index distances t0 .. t0 + n - 1, read both ways (|t|: a prefix's
 // later keys; elsewhere negative distances are masked anyway), scaled for the log2 domain:
 // tab[2e] = a_t * scale * log2 e, tab[2e+1] = m_t log2 e.
-// kCta: the CTA's threads, all of which take part (here and in the helpers below that take it).
+// kCta: the CTA's threads, all of which take part (here and in the helpers below that take it);
+// first >= 0: threads first.. of kCta taking part instead (the warp-specialised forward's fillers).
 template <int kCta = kThreads, class X>
-HZ_KBODY void fill_si_table(X& x, float* tab, const AttnKernelParams& P, int64_t t0, int n) {
-  for (int e = x.tid(); e < n; e += kCta) {
+HZ_KBODY void fill_si_table(X& x, float* tab, const AttnKernelParams& P, int64_t t0, int n, int first = -1) {
+  for (int e = first >= 0 ? first : x.tid(); e < n; e += kCta) {
     const int64_t t = t0 + e;
     float a, m;
     scale_invariant_coef<float>(static_cast<float>(t < 0 ? -t : t), static_cast<float>(P.tau), a, m);
@@ -537,6 +552,22 @@ HZ_KBODY Coef2 coef2(const AttnKernelParams& P, bool si, bool tok, R&& r, RS&& r
   return c;
 }
 
+// A key block's tables from its first key j0 (threads first, first + kStride, ...): with FoX its
+// c_j log2 e into sF, with token positions (general variant) its keys' positions from `base` into
+// sPos, with GRAPE's term (general variant, dist) its keys' rates dist_k log2 e from dkg into sDk
+// (kBk floats each; 0 beyond Tk or without dkg).
+template <bool kGen, int kBk, int kStride>
+HZ_KBODY void fill_key_tables(int first, const AttnKernelParams& P, int64_t b, int64_t j0, const float* fcg, float* sF,
+                              double base, float* sPos, bool dist, const double* dkg, float* sDk) {
+  if (fcg != nullptr)
+    for (int c = first; c < kBk; c += kStride) sF[c] = j0 + c < P.Tk ? fcg[j0 + c] * kLog2e : 0.0f;
+  if (kGen && P.positions != nullptr)
+    for (int c = first; c < kBk; c += kStride) sPos[c] = j0 + c < P.Tk ? rel_position(P, b, j0 + c, base) : 0.0f;
+  if (kGen && dist)
+    for (int c = first; c < kBk; c += kStride)
+      sDk[c] = dkg != nullptr && j0 + c < P.Tk ? static_cast<float>(dkg[j0 + c]) * kLog2e : 0.0f;
+}
+
 // Key block kb (the loop's step n; next: the block after it, has_next: whether there is one) of a
 // query-major loop (forward, dQ): pipeline_step with the next block's K and V as the prefetch and,
 // with FoX, this block's c_j log2 e into sF, with token positions (general variant) its keys'
@@ -579,16 +610,8 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& bloc
           load_tile<W>(x, sV + (st ^ 1) * kStage, vg, next * kBk, kBk, P.Tk);
         }
       },
-      P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1, [&] {
-        if (fcg != nullptr)
-          for (int c = x.tid(); c < kBk; c += kCta) sF[c] = j0 + c < P.Tk ? fcg[j0 + c] * kLog2e : 0.0f;
-        if (kGen && P.positions != nullptr)
-          for (int c = x.tid(); c < kBk; c += kCta)
-            sPos[c] = j0 + c < P.Tk ? rel_position(P, b, j0 + c, base) : 0.0f;
-        if (kGen && dist)
-          for (int c = x.tid(); c < kBk; c += kCta)
-            sDk[c] = dkg != nullptr && j0 + c < P.Tk ? static_cast<float>(dkg[j0 + c]) * kLog2e : 0.0f;
-      });
+      P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1,
+      [&] { fill_key_tables<kGen, kBk, kCta>(x.tid(), P, b, j0, fcg, sF, base, sPos, dist, dkg, sDk); });
   return {sK + st * kStage, sV + (kOverlap ? st ^ 1 : st) * kStage, j0, blocks.boundary(kb) || j0 + kBk > P.Tk};
 }
 
@@ -596,9 +619,10 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& bloc
 // dist_q); the general variant with the term only. Every thread of the CTA takes part; the next
 // barrier makes them visible.
 template <int kCta = kThreads, class X>
-HZ_KBODY void fill_row_rates(X& x, const AttnKernelParams& P, int64_t b, int64_t h, int64_t i0, int n, float* sDq) {
+HZ_KBODY void fill_row_rates(X& x, const AttnKernelParams& P, int64_t b, int64_t h, int64_t i0, int n, float* sDq,
+                             int first = -1) {
   const double* dq = P.dist_q != nullptr ? P.dist_q + (b * P.H + h) * P.Tq : nullptr;
-  for (int r = x.tid(); r < n; r += kCta)
+  for (int r = first >= 0 ? first : x.tid(); r < n; r += kCta)
     sDq[r] = dq != nullptr && i0 + r < P.Tq ? static_cast<float>(dq[i0 + r]) * kLog2e : 0.0f;
 }
 // The keys' rates of (b, h) (dist_k), or null.
@@ -616,17 +640,28 @@ HZ_KBODY float row_r(const AttnKernelParams& P, const float* c, int64_t b, int64
 // ---- forward ----------------------------------------------------------------------------------------
 // kWg: the wgmma kernels (above; bf16 only): swizzled tiles without padding, on a 1024-byte boundary
 // (up to 1 KB of the block's shared memory goes to the alignment). kWG: warpgroups per CTA (wgmma
-// only), each with kMT 64-row m-tiles of the query block, sharing its K and V tiles.
-template <int D, int kMT, bool kSplit = false, bool kWg = false, int kWG = 1>
+// only), each with kMT 64-row m-tiles of the query block, sharing its K and V tiles. kWs: warp
+// specialisation (fwd_cta): one more warpgroup, the producer, and per stage its own key tables and
+// the pipeline's mbarriers.
+template <int D, int kMT, bool kSplit = false, bool kWg = false, int kWG = 1, bool kWs = false>
 struct FwdShape {
   static_assert(!(kWg && kSplit), "the wgmma kernels take bf16 inputs");
   static_assert(kWG == 1 || kWg, "more than one warpgroup per CTA: the wgmma forward");
-  static constexpr int kCta = kThreads * kWG;  // threads
+  static constexpr int kCta = kThreads * (kWG + (kWs ? 1 : 0));  // threads
   static constexpr int kBq = 16 * kMT * kWarps * kWG, kBk = 64;
   static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
+  // a stage's tables (floats): the scale-invariant pairs, FoX's c_j, the keys' positions and rates
+  static constexpr int kTabStage = 2 * kTab + 3 * kBk;
   static constexpr int kRowBytes = kWg ? 2 * D : Tile<row_width<D, kSplit>()>::kRowBytes;
-  // + FoX's c_j, the keys' token positions and GRAPE's rates of the keys and the rows
-  static constexpr int kSmem = (kWg ? 1024 : 0) + (kBq + 4 * kBk) * kRowBytes + 2 * kTab * 4 + (3 * kBk + kBq) * 4;
+  // where kWs's 9 mbarriers start: after the tiles, the tables (per stage with kWs) and GRAPE's rates
+  // of the rows
+  static constexpr int kBarsAt = (kBq + 4 * kBk) * kRowBytes + ((kWs ? 2 : 1) * kTabStage + kBq) * 4;
+  static constexpr int kSmem = (kWg ? 1024 : 0) + kBarsAt + (kWs ? 8 + 9 * 8 : 0);
+  // kWs: the warpgroups' registers per thread (setmaxnreg; 65536 in all). ptxas keeps both roles
+  // within them without spills at D 64 and 128; the producer's fillers (the scale-invariant table's
+  // logarithms) spilled 28 B at 32 (with 240 for the consumers).
+  static constexpr int kRegsConsumer = 232, kRegsProducer = 48;
+  static_assert(!kWs || 2 * kThreads * kRegsConsumer + kThreads * kRegsProducer <= 65536, "the register file");
 };
 // The first of a thread's rows in m-tile mt, relative to the query block: mma.sync gives a warp kMT
 // consecutive m-tiles, wgmma gives each of its warpgroup's kMT 64-row m-tiles 16 rows per warp
@@ -646,9 +681,21 @@ HZ_KBODY int fwd_row0(int warp, int mt) {
 // same bits. K runs a block ahead of V in the two-stage pipeline (kv_step), and P V of the last block
 // follows the loop.
 // kWG (wgmma only): warpgroups per CTA (FwdShape).
-template <int D, int kMT, bool kGen, bool kSplit, bool kWg = false, bool kOverlap = false, int kWG = 1, class X>
+// kWs (with kOverlap and two warpgroups): FlashAttention-3's warp specialisation. A third
+// warpgroup, the producer, gives up its registers (setmaxnreg) to the two consumer warpgroups: its
+// first thread loads Q once and each block's K and V by the bulk tensor copy (Args' tile maps), the
+// 96 threads of its warps 1-3 fill each block's tables (the scale-invariant coefficients, FoX's c_j,
+// positions, GRAPE's rates; GRAPE's row rates once, with Q), into two stages. mbarriers carry the
+// stages: "full" ones for Q, K and the tables, and V (the copies' bytes and the fillers' arrivals),
+// "empty" ones that the consumers' 256 threads pass when they are done with a stage's K and tables
+// (after the block's softmax) and with its V (after P V's wait). The consumers take turns issuing
+// their products (named barriers 1 and 2, FlashAttention-3's ping-pong): one warpgroup's softmax runs
+// while the other's products do. No block barrier after the roles part.
+template <int D, int kMT, bool kGen, bool kSplit, bool kWg = false, bool kOverlap = false, int kWG = 1,
+          bool kWs = false, class X>
 HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
-  using S = FwdShape<D, kMT, kSplit, kWg, kWG>;
+  static_assert(!kWs || (kOverlap && kWG == 2), "warp specialisation: the overlapped forward, two consumer warpgroups");
+  using S = FwdShape<D, kMT, kSplit, kWg, kWG, kWs>;
   constexpr int kCta = S::kCta;
   constexpr int W = row_width<D, kSplit>();
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = kWg ? W : Tile<W>::kPitch;
@@ -662,11 +709,14 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sK = sQ + kBq * kPitch;   // 2 stages
   uint16_t* sV = sK + 2 * kBk * kPitch;  // 2 stages
-  float* sT = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);
+  float* const sT0 = reinterpret_cast<float*>(sV + 2 * kBk * kPitch);  // the tables (kWs: stage 0's)
+  float* sT = sT0;
   float* sF = sT + 2 * S::kTab;  // FoX: the block's c_j log2 e
   float* sPos = sF + kBk;        // token positions: the block's keys' (general variant)
   float* sDk = sPos + kBk;       // GRAPE: the block's keys' rates dist_k log2 e (general variant)
-  float* sDq = sDk + kBk;        // GRAPE: the rows' rates dist_q log2 e (general variant)
+  float* const sDq = sT0 + (kWs ? 2 : 1) * S::kTabStage;  // GRAPE: the rows' rates dist_q log2 e (general variant)
+  // kWs: full Q; full K and tables, full V, empty K and tables, empty V (two stages each)
+  [[maybe_unused]] uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + ((S::kBarsAt + 7) & ~7));
   const float* fcg = a.fc != nullptr ? a.fc + (b * P.H + h) * P.fox_T : nullptr;
   const bool tok = kGen && P.positions != nullptr;
   const double base = tok ? token_position(P, b, P.q_offset + i0) : 0.0;
@@ -683,255 +733,361 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
     for (int64_t i = i0 + tid; i <= i1; i += kCta) a.lse[(b * P.H + h) * P.Tq + i] = a.sink ? a.sink[h] : ninf();
     return;
   }
-  if constexpr (kWg) {
-    load_tile_sw<W, kCta>(x, sQ, qg, i0, kBq, P.Tq);
-    load_tile_sw<W, kCta>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
-    if (!kOverlap) load_tile_sw<W, kCta>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);  // else with the first step's head
-  } else {
-    load_tile<W>(x, sQ, qg, i0, kBq, P.Tq);
-    load_tile<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
-    load_tile<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
-  }
-  x.cp_commit();
-  if (dist) fill_row_rates<kCta>(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
-
-  // this thread's rows: r = fwd_row0(warp, mt) + g + 8 hh
-  float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2], cq[kMT][2], pq[kMT][2];
-  Range32 kr32[kMT][2], sr[kMT][2];  // the row's keys, its sink tokens (general variant)
-  HZ_UNROLL
-  for (int mt = 0; mt < kMT; ++mt)
-    HZ_UNROLL
-    for (int hh = 0; hh < 2; ++hh) {
-      const int64_t i = i0 + fwd_row0<kMT, kWg, kWG>(warp, mt) + g + 8 * hh;
-      const IndexRange kr = i < P.Tq ? key_range(P, b, h, i) : IndexRange{1, 0};
-      kr32[mt][hh] = key_range32(kr);
-      sr[mt][hh] = range32(kGen && i < P.Tq ? sink_range(P, b, h, i) : IndexRange{1, 0});
-      pq[mt][hh] = tok && i < P.Tq ? rel_position(P, b, P.q_offset + i, base) : 0.0f;
-      rr[mt][hh] = row_r(P, a.c, b, h, i);
-      rs[mt][hh] = rr[mt][hh] * static_cast<float>(P.scale) * kLog2e;
-      cq[mt][hh] = fcg != nullptr && i < P.Tq ? fcg[P.q_offset + i] * kLog2e : 0.0f;  // FoX: c_i log2 e
-      m[mt][hh] = ninf();
-      l[mt][hh] = 0.0f;
-    }
-  float o[kMT][kDT][4];
-  HZ_UNROLL
-  for (int mt = 0; mt < kMT; ++mt)
-    HZ_UNROLL
-    for (int dt = 0; dt < kDT; ++dt)
-      HZ_UNROLL
-      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.0f;
-  const bool si = P.logit == LogitKind::ScaleInvariant;
-  const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
-
-  // One key block's logits and online softmax over this thread's rows of s (key block from key j0;
-  // masked: mask it): s becomes P (relative to the rows' new maxima), l takes the block's sums, and
-  // rescale(mt, hh, corr) receives each row's correction of what o holds.
-  auto softmax = [&](float (&s)[kMT][kNT][4], int64_t j0, bool masked, auto&& rescale) {
+  constexpr int kConsumers = kThreads * kWG, kFill = kThreads - 32;
+  // the rest, a consumer's part (kWs) or every thread's: this thread's rows, the loop, the epilogue
+  auto consume = [&]() {
+    // this thread's rows: r = fwd_row0(warp, mt) + g + 8 hh
+    float m[kMT][2], l[kMT][2], rr[kMT][2], rs[kMT][2], cq[kMT][2], pq[kMT][2];
+    Range32 kr32[kMT][2], sr[kMT][2];  // the row's keys, its sink tokens (general variant)
     HZ_UNROLL
     for (int mt = 0; mt < kMT; ++mt)
       HZ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
-        // 32-bit coordinates inside the block: column c is key j0 + c; distance t = tb - c; the
-        // table entry of (row, c) is te0 - c (t0 is the smallest distance of the block pair)
-        const int rloc = fwd_row0<kMT, kWg, kWG>(warp, mt) + g + 8 * hh;
-        const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
-        const int te0 = rloc + kBk - 1;
-        const ColRange kc = cols_in_block(kr32[mt][hh], j0, kBk);
-        const ColRange sc = cols_in_block(sr[mt][hh], j0, kBk);
-        [[maybe_unused]] const float rq = dist ? sDq[rloc] : 0.0f;  // GRAPE: the row's rate, read once per block
-        float mx = m[mt][hh];
-        HZ_UNROLL
-        for (int nt = 0; nt < kNT; ++nt)
-          HZ_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            const int col = nt * 8 + 2 * tig + e;
-            float& val = s[mt][nt][2 * hh + e];
-            float L;
-            if constexpr (kGen) {
-              const Coef2 c = coef2<kGen>(
-                  P, si, tok, [&] { return rr[mt][hh]; }, [&] { return rs[mt][hh]; }, sT, te0 - col,
-                  tb - static_cast<float>(col), [&] { return pq[mt][hh] - sPos[col]; });
-              L = c.mul * val + c.add;
-              if (P.alibi) L -= slope2 * c.t;
-              if (dist) L -= (rq + sDk[col]) * c.t;  // GRAPE: -|t| (dist_q_i + dist_k_j), log2 e
-            } else {  // coef2's arithmetic in the order that keeps the D 64 kernel within 255 registers
-              L = si ? rr[mt][hh] * sT[2 * (te0 - col)] * val + sT[2 * (te0 - col) + 1] : rs[mt][hh] * val;
-              if (P.alibi) L -= slope2 * (tb - static_cast<float>(col));
-            }
-            if (fcg != nullptr) L += cq[mt][hh] - sF[col];
-            if (masked && !in_cols(kc, col) && !(kGen && in_cols(sc, col))) L = ninf();
-            val = L;
-            mx = fmaxf_(mx, L);
-          }
-        mx = fmaxf_(mx, x.shfl_xor(mx, 1));
-        mx = fmaxf_(mx, x.shfl_xor(mx, 2));
-        const float base = mx == ninf() ? 0.0f : mx;  // a row masked so far keeps p = 0
-        const float corr = x.exp2(m[mt][hh] - base);
-        m[mt][hh] = mx;
-        float sum = 0.0f;
-        HZ_UNROLL
-        for (int nt = 0; nt < kNT; ++nt)
-          HZ_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            float& val = s[mt][nt][2 * hh + e];
-            val = x.exp2(val - base);
-            sum += val;
-          }
-        l[mt][hh] = l[mt][hh] * corr + sum;
-        rescale(mt, hh, corr);
+        const int64_t i = i0 + fwd_row0<kMT, kWg, kWG>(warp, mt) + g + 8 * hh;
+        const IndexRange kr = i < P.Tq ? key_range(P, b, h, i) : IndexRange{1, 0};
+        kr32[mt][hh] = key_range32(kr);
+        sr[mt][hh] = range32(kGen && i < P.Tq ? sink_range(P, b, h, i) : IndexRange{1, 0});
+        pq[mt][hh] = tok && i < P.Tq ? rel_position(P, b, P.q_offset + i, base) : 0.0f;
+        rr[mt][hh] = row_r(P, a.c, b, h, i);
+        rs[mt][hh] = rr[mt][hh] * static_cast<float>(P.scale) * kLog2e;
+        cq[mt][hh] = fcg != nullptr && i < P.Tq ? fcg[P.q_offset + i] * kLog2e : 0.0f;  // FoX: c_i log2 e
+        m[mt][hh] = ninf();
+        l[mt][hh] = 0.0f;
       }
-  };
-  // o's rows of (mt, hh) times corr
-  auto scale_o = [&](int mt, int hh, float corr) {
+    float o[kMT][kDT][4];
     HZ_UNROLL
-    for (int dt = 0; dt < kDT; ++dt) {
-      o[mt][dt][2 * hh] *= corr;
-      o[mt][dt][2 * hh + 1] *= corr;
-    }
-  };
+    for (int mt = 0; mt < kMT; ++mt)
+      HZ_UNROLL
+      for (int dt = 0; dt < kDT; ++dt)
+        HZ_UNROLL
+        for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.0f;
+    const bool si = P.logit == LogitKind::ScaleInvariant;
+    const float slope2 = P.alibi ? static_cast<float>(P.slope[h]) * kLog2e : 0.0f;
 
-  if constexpr (kOverlap) {
-    static_assert(kWg, "the overlapped loop runs on wgmma");
-    uint32_t pa[kMT][kBk / 16][4];  // the previous block's P as A fragments, held until P V's wait
-    float s[kMT][kNT][4], cr[kMT][2];
-    auto step_at = [&](int64_t kb, int64_t n) {
-      return kv_step<D, kBq, kBk, kSplit, kGen, kWg, true, kCta>(x, P, blocks, kb, n, b, i0, sK, sV, kg, vg, sT, fcg, sF,
-                                                           base, sPos, dist, dkg, sDk);
-    };
-    auto issue_s = [&](const uint16_t* sKs) {
-      x.wg_operand_fence(s);
-      x.wg_fence();
+    // One key block's logits and online softmax over this thread's rows of s (key block from key j0;
+    // masked: mask it): s becomes P (relative to the rows' new maxima), l takes the block's sums, and
+    // rescale(mt, hh, corr) receives each row's correction of what o holds.
+    auto softmax = [&](float (&s)[kMT][kNT][4], int64_t j0, bool masked, auto&& rescale) {
       HZ_UNROLL
       for (int mt = 0; mt < kMT; ++mt)
-        wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, fwd_row0<kMT, kWg, kWG>(warp, mt) & ~63, x.smem_u32(sKs), kBk,
-                            false);
-      x.wg_commit();
-    };
-    auto issue_pv = [&](const uint16_t* sVs) {
-      x.wg_operand_fence(o);
-      x.wg_fence();
-      HZ_UNROLL
-      for (int mt = 0; mt < kMT; ++mt) wg_issue_rn<D, kBk>(x, o[mt], pa[mt], x.smem_u32(sVs), kBk);
-      x.wg_commit();
-    };
-    auto softmax_s = [&](const KvStep& step) {
-      x.wg_operand_fence(s);
-      softmax(s, step.j0, step.masked, [&](int mt, int hh, float corr) { cr[mt][hh] = corr; });
-    };
-    auto rescale_and_pack = [&] {  // after P V's wait: o as of this block's maxima, its P packed
-      HZ_UNROLL
-      for (int mt = 0; mt < kMT; ++mt) {
-        scale_o(mt, 0, cr[mt][0]);
-        scale_o(mt, 1, cr[mt][1]);
         HZ_UNROLL
-        for (int kk = 0; kk < kBk / 16; ++kk) pack_a(x, pa[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        for (int hh = 0; hh < 2; ++hh) {
+          // 32-bit coordinates inside the block: column c is key j0 + c; distance t = tb - c; the
+          // table entry of (row, c) is te0 - c (t0 is the smallest distance of the block pair)
+          const int rloc = fwd_row0<kMT, kWg, kWG>(warp, mt) + g + 8 * hh;
+          const float tb = static_cast<float>(P.q_offset + i0 + rloc - j0);
+          const int te0 = rloc + kBk - 1;
+          const ColRange kc = cols_in_block(kr32[mt][hh], j0, kBk);
+          const ColRange sc = cols_in_block(sr[mt][hh], j0, kBk);
+          [[maybe_unused]] const float rq = dist ? sDq[rloc] : 0.0f;  // GRAPE: the row's rate, read once per block
+          float mx = m[mt][hh];
+          HZ_UNROLL
+          for (int nt = 0; nt < kNT; ++nt)
+            HZ_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              const int col = nt * 8 + 2 * tig + e;
+              float& val = s[mt][nt][2 * hh + e];
+              float L;
+              if constexpr (kGen) {
+                const Coef2 c = coef2<kGen>(
+                    P, si, tok, [&] { return rr[mt][hh]; }, [&] { return rs[mt][hh]; }, sT, te0 - col,
+                    tb - static_cast<float>(col), [&] { return pq[mt][hh] - sPos[col]; });
+                L = c.mul * val + c.add;
+                if (P.alibi) L -= slope2 * c.t;
+                if (dist) L -= (rq + sDk[col]) * c.t;  // GRAPE: -|t| (dist_q_i + dist_k_j), log2 e
+              } else {  // coef2's arithmetic in the order that keeps the D 64 kernel within 255 registers
+                L = si ? rr[mt][hh] * sT[2 * (te0 - col)] * val + sT[2 * (te0 - col) + 1] : rs[mt][hh] * val;
+                if (P.alibi) L -= slope2 * (tb - static_cast<float>(col));
+              }
+              if (fcg != nullptr) L += cq[mt][hh] - sF[col];
+              if (masked && !in_cols(kc, col) && !(kGen && in_cols(sc, col))) L = ninf();
+              val = L;
+              mx = fmaxf_(mx, L);
+            }
+          mx = fmaxf_(mx, x.shfl_xor(mx, 1));
+          mx = fmaxf_(mx, x.shfl_xor(mx, 2));
+          const float base = mx == ninf() ? 0.0f : mx;  // a row masked so far keeps p = 0
+          const float corr = x.exp2(m[mt][hh] - base);
+          m[mt][hh] = mx;
+          float sum = 0.0f;
+          HZ_UNROLL
+          for (int nt = 0; nt < kNT; ++nt)
+            HZ_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              float& val = s[mt][nt][2 * hh + e];
+              val = x.exp2(val - base);
+              sum += val;
+            }
+          l[mt][hh] = l[mt][hh] * corr + sum;
+          rescale(mt, hh, corr);
+        }
+    };
+    // o's rows of (mt, hh) times corr
+    auto scale_o = [&](int mt, int hh, float corr) {
+      HZ_UNROLL
+      for (int dt = 0; dt < kDT; ++dt) {
+        o[mt][dt][2 * hh] *= corr;
+        o[mt][dt][2 * hh + 1] *= corr;
       }
     };
-    // the first block alone (no P V in flight: the same instructions on every path through the
-    // loop below, which ptxas needs to keep the products asynchronous), then the rest
-    const KvStep first = step_at(blocks.first(), 0);
-    issue_s(first.k);
-    x.template wg_wait<0>();
-    softmax_s(first);
-    rescale_and_pack();
-    int64_t step_n = 1;  // the step of the block whose S this step forms
-    for (int64_t kb = blocks.next(blocks.first()); kb <= blocks.last(); kb = blocks.next(kb), ++step_n) {
-      const KvStep step = step_at(kb, step_n);
-      issue_s(step.k);
-      issue_pv(step.v);  // P V of the previous block, behind S in the tensor cores' queue
-      x.template wg_wait<1>();
-      softmax_s(step);
-      x.template wg_wait<0>();
-      x.wg_operand_fence(o);
-      rescale_and_pack();
-    }
-    // P V of the last block: its V landed (the last group), for every thread's copies
-    x.template cp_wait<0>();
-    x.fence_proxy_async();
-    x.sync();
-    issue_pv(sV + ((step_n - 1) & 1) * kBk * W);
-    x.template wg_wait<0>();
-    x.wg_operand_fence(o);
-  } else {
-    for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
-      const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
-      const KvStep step = kv_step<D, kBq, kBk, kSplit, kGen, kWg, false, kCta>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT,
-                                                                 fcg, sF, base, sPos, dist, dkg, sDk);
-      const uint16_t* sKs = step.k;
-      const uint16_t* sVs = step.v;
 
-      float s[kMT][kNT][4];
-      if constexpr (kWg) {  // every m-tile's chain in one batch
+    if constexpr (kOverlap) {
+      static_assert(kWg, "the overlapped loop runs on wgmma");
+      uint32_t pa[kMT][kBk / 16][4];  // the previous block's P as A fragments, held until P V's wait
+      float s[kMT][kNT][4], cr[kMT][2];
+      auto step_at = [&](int64_t kb, int64_t n) {
+        if constexpr (kWs) {  // K and the tables of block n, V of block n - 1, from the producer
+          const int st = static_cast<int>(n & 1);
+          x.mbar_wait(bars + 1 + st, static_cast<int>((n >> 1) & 1));
+          if (n > 0) x.mbar_wait(bars + 3 + (st ^ 1), static_cast<int>(((n - 1) >> 1) & 1));
+          sT = sT0 + st * S::kTabStage;
+          sF = sT + 2 * S::kTab;
+          sPos = sF + kBk;
+          sDk = sPos + kBk;
+          const int64_t j0 = kb * kBk;
+          return KvStep{sK + st * kBk * W, sV + (st ^ 1) * kBk * W, j0, blocks.boundary(kb) || j0 + kBk > P.Tk};
+        } else {
+          return kv_step<D, kBq, kBk, kSplit, kGen, kWg, true, kCta>(x, P, blocks, kb, n, b, i0, sK, sV, kg, vg, sT, fcg,
+                                                                     sF, base, sPos, dist, dkg, sDk);
+        }
+      };
+      // kWs: the consumers' turns to issue (ping-pong: warpgroup w waits on barrier 1 + w, then passes
+      // the turn to the other; the last turn of warpgroup 1 passes nothing), and the stages they free
+      [[maybe_unused]] const int wg = warp / kWarps;
+      auto turn = [&] {
+        if constexpr (kWs) x.bar_sync(1 + wg, 2 * kThreads);
+      };
+      auto pass_turn = [&](bool last) {
+        if constexpr (kWs)
+          if (wg == 0 || !last) x.bar_arrive(2 - wg, 2 * kThreads);
+      };
+      auto free_k = [&](int64_t n) {  // K and the tables of step n
+        if constexpr (kWs) x.mbar_arrive(bars + 5 + (n & 1));
+      };
+      auto free_v = [&](int64_t n) {  // V of step n
+        if constexpr (kWs) x.mbar_arrive(bars + 7 + (n & 1));
+      };
+      if constexpr (kWs) {
+        if (wg == 1) x.bar_arrive(1, 2 * kThreads);  // warpgroup 0 issues first
+        x.mbar_wait(bars, 0);  // Q (and GRAPE's row rates)
+      }
+      auto issue_s = [&](const uint16_t* sKs) {
         x.wg_operand_fence(s);
         x.wg_fence();
         HZ_UNROLL
         for (int mt = 0; mt < kMT; ++mt)
           wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, fwd_row0<kMT, kWg, kWG>(warp, mt) & ~63, x.smem_u32(sKs), kBk,
-                            false);
+                              false);
         x.wg_commit();
-        x.template wg_wait<0>();
-        x.wg_operand_fence(s);
-      } else {
-        HZ_UNROLL
-        for (int mt = 0; mt < kMT; ++mt) {
-          HZ_UNROLL
-          for (int nt = 0; nt < kNT; ++nt)
-            HZ_UNROLL
-            for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
-          gemm_nt<D, kBk, kSplit>(x, s[mt], sQ, fwd_row0<kMT, kWg, kWG>(warp, mt), sKs, 0);
-        }
-      }
-      softmax(s, step.j0, step.masked, scale_o);
-      if constexpr (kWg) {
-        uint32_t pa[kMT][kBk / 16][4];  // P as A fragments, held until the wait
-        HZ_UNROLL
-        for (int mt = 0; mt < kMT; ++mt)
-          HZ_UNROLL
-          for (int kk = 0; kk < kBk / 16; ++kk) pack_a(x, pa[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+      };
+      auto issue_pv = [&](const uint16_t* sVs) {
         x.wg_operand_fence(o);
         x.wg_fence();
         HZ_UNROLL
         for (int mt = 0; mt < kMT; ++mt) wg_issue_rn<D, kBk>(x, o[mt], pa[mt], x.smem_u32(sVs), kBk);
         x.wg_commit();
+      };
+      auto softmax_s = [&](const KvStep& step) {
+        x.wg_operand_fence(s);
+        softmax(s, step.j0, step.masked, [&](int mt, int hh, float corr) { cr[mt][hh] = corr; });
+      };
+      auto rescale_and_pack = [&] {  // after P V's wait: o as of this block's maxima, its P packed
+        HZ_UNROLL
+        for (int mt = 0; mt < kMT; ++mt) {
+          scale_o(mt, 0, cr[mt][0]);
+          scale_o(mt, 1, cr[mt][1]);
+          HZ_UNROLL
+          for (int kk = 0; kk < kBk / 16; ++kk) pack_a(x, pa[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        }
+      };
+      // the first block alone (no P V in flight: the same instructions on every path through the
+      // loop below, which ptxas needs to keep the products asynchronous), then the rest
+      const KvStep first = step_at(blocks.first(), 0);
+      turn();
+      issue_s(first.k);
+      pass_turn(false);
+      x.template wg_wait<0>();
+      softmax_s(first);
+      free_k(0);
+      rescale_and_pack();
+      int64_t step_n = 1;  // the step of the block whose S this step forms
+      for (int64_t kb = blocks.next(blocks.first()); kb <= blocks.last(); kb = blocks.next(kb), ++step_n) {
+        const KvStep step = step_at(kb, step_n);
+        turn();
+        issue_s(step.k);
+        issue_pv(step.v);  // P V of the previous block, behind S in the tensor cores' queue
+        pass_turn(false);
+        x.template wg_wait<1>();
+        softmax_s(step);
+        free_k(step_n);
         x.template wg_wait<0>();
         x.wg_operand_fence(o);
-      } else {
-        HZ_UNROLL
-        for (int mt = 0; mt < kMT; ++mt) gemm_rn<D, kBk, kSplit>(x, o[mt], s[mt], sVs, 0);
+        free_v(step_n - 1);
+        rescale_and_pack();
       }
-    }
-  }
+      // P V of the last block, once its V has landed (kWs: its copy; else every thread's copies)
+      if constexpr (kWs) {
+        x.mbar_wait(bars + 3 + ((step_n - 1) & 1), static_cast<int>(((step_n - 1) >> 1) & 1));
+      } else {
+        x.template cp_wait<0>();
+        x.fence_proxy_async();
+        x.sync();
+      }
+      turn();
+      issue_pv(sV + ((step_n - 1) & 1) * kBk * W);
+      pass_turn(true);
+      x.template wg_wait<0>();
+      x.wg_operand_fence(o);
+    } else {
+      for (int64_t kb = blocks.first(), n = 0; kb <= blocks.last(); kb = blocks.next(kb), ++n) {
+        const int64_t step_n = kGen ? n : kb - blocks.first();  // the plain variant keeps no counter
+        const KvStep step = kv_step<D, kBq, kBk, kSplit, kGen, kWg, false, kCta>(x, P, blocks, kb, step_n, b, i0, sK, sV, kg, vg, sT,
+                                                                   fcg, sF, base, sPos, dist, dkg, sDk);
+        const uint16_t* sKs = step.k;
+        const uint16_t* sVs = step.v;
 
-  HZ_UNROLL
-  for (int mt = 0; mt < kMT; ++mt)
-    HZ_UNROLL
-    for (int hh = 0; hh < 2; ++hh) {
-      float sum = l[mt][hh];
-      sum += x.shfl_xor(sum, 1);
-      sum += x.shfl_xor(sum, 2);
-      const int64_t i = i0 + fwd_row0<kMT, kWg, kWG>(warp, mt) + g + 8 * hh;
-      if (i >= P.Tq) continue;
-      const int64_t row = (b * P.H + h) * P.Tq + i;
-      float mx = m[mt][hh], oscale = 1.0f;  // the sink: sum' = sum 2^(m - M) + 2^(z - M), M = max(m, z)
-      if (a.sink != nullptr) {
-        const float z2 = a.sink[h] * kLog2e;
-        if (sum > 0.0f) {
-          const float M = fmaxf_(mx, z2);
-          oscale = x.exp2(mx - M);
-          sum = sum * oscale + x.exp2(z2 - M);
-          mx = M;
-        } else {  // no key: the sink alone, out 0
-          sum = 1.0f;
-          mx = z2;
-          oscale = 0.0f;
+        float s[kMT][kNT][4];
+        if constexpr (kWg) {  // every m-tile's chain in one batch
+          x.wg_operand_fence(s);
+          x.wg_fence();
+          HZ_UNROLL
+          for (int mt = 0; mt < kMT; ++mt)
+            wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, fwd_row0<kMT, kWg, kWG>(warp, mt) & ~63, x.smem_u32(sKs), kBk,
+                              false);
+          x.wg_commit();
+          x.template wg_wait<0>();
+          x.wg_operand_fence(s);
+        } else {
+          HZ_UNROLL
+          for (int mt = 0; mt < kMT; ++mt) {
+            HZ_UNROLL
+            for (int nt = 0; nt < kNT; ++nt)
+              HZ_UNROLL
+              for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+            gemm_nt<D, kBk, kSplit>(x, s[mt], sQ, fwd_row0<kMT, kWg, kWG>(warp, mt), sKs, 0);
+          }
+        }
+        softmax(s, step.j0, step.masked, scale_o);
+        if constexpr (kWg) {
+          uint32_t pa[kMT][kBk / 16][4];  // P as A fragments, held until the wait
+          HZ_UNROLL
+          for (int mt = 0; mt < kMT; ++mt)
+            HZ_UNROLL
+            for (int kk = 0; kk < kBk / 16; ++kk) pack_a(x, pa[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+          x.wg_operand_fence(o);
+          x.wg_fence();
+          HZ_UNROLL
+          for (int mt = 0; mt < kMT; ++mt) wg_issue_rn<D, kBk>(x, o[mt], pa[mt], x.smem_u32(sVs), kBk);
+          x.wg_commit();
+          x.template wg_wait<0>();
+          x.wg_operand_fence(o);
+        } else {
+          HZ_UNROLL
+          for (int mt = 0; mt < kMT; ++mt) gemm_rn<D, kBk, kSplit>(x, o[mt], s[mt], sVs, 0);
         }
       }
-      const float inv = sum > 0.0f ? oscale / sum : 0.0f;
-      HZ_UNROLL
-      for (int dt = 0; dt < kDT; ++dt)
-        store_pair<kSplit>(x, a.out, row * D, dt * 8 + 2 * tig, o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
-      if (tig == 0) a.lse[row] = sum > 0.0f ? (mx + x.log2(sum)) * kLn2 : ninf();
     }
+
+    HZ_UNROLL
+    for (int mt = 0; mt < kMT; ++mt)
+      HZ_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        float sum = l[mt][hh];
+        sum += x.shfl_xor(sum, 1);
+        sum += x.shfl_xor(sum, 2);
+        const int64_t i = i0 + fwd_row0<kMT, kWg, kWG>(warp, mt) + g + 8 * hh;
+        if (i >= P.Tq) continue;
+        const int64_t row = (b * P.H + h) * P.Tq + i;
+        float mx = m[mt][hh], oscale = 1.0f;  // the sink: sum' = sum 2^(m - M) + 2^(z - M), M = max(m, z)
+        if (a.sink != nullptr) {
+          const float z2 = a.sink[h] * kLog2e;
+          if (sum > 0.0f) {
+            const float M = fmaxf_(mx, z2);
+            oscale = x.exp2(mx - M);
+            sum = sum * oscale + x.exp2(z2 - M);
+            mx = M;
+          } else {  // no key: the sink alone, out 0
+            sum = 1.0f;
+            mx = z2;
+            oscale = 0.0f;
+          }
+        }
+        const float inv = sum > 0.0f ? oscale / sum : 0.0f;
+        HZ_UNROLL
+        for (int dt = 0; dt < kDT; ++dt)
+          store_pair<kSplit>(x, a.out, row * D, dt * 8 + 2 * tig, o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
+        if (tig == 0) a.lse[row] = sum > 0.0f ? (mx + x.log2(sum)) * kLn2 : ninf();
+      }
+  };
+  if constexpr (kWs) {
+    if (tid == 0) {
+      x.mbar_init(bars, 1 + kFill);
+      for (int st = 0; st < 2; ++st) {
+        x.mbar_init(bars + 1 + st, 1 + kFill);
+        x.mbar_init(bars + 3 + st, 1);
+        x.mbar_init(bars + 5 + st, kConsumers);
+        x.mbar_init(bars + 7 + st, kConsumers);
+      }
+      x.mbar_fence_init();
+    }
+    x.sync();
+    if (tid >= kConsumers) {  // the producer warpgroup
+      x.template regs_dec<S::kRegsProducer>();
+      const int pt = tid - kConsumers;
+      const int bh = static_cast<int>(b * P.H + h), bhk = static_cast<int>(b * P.Hkv + hk);
+      if (pt == 0) {  // the copies
+        x.mbar_arrive_expect_tx(bars, kBq * W * 2);
+        for (int rb = 0; rb < kBq / 64; ++rb)
+          for (int cb = 0; cb < W / 64; ++cb)
+            x.tma_load(sQ + cb * kBq * 64 + rb * 64 * 64, &a.q_map, 64 * cb, static_cast<int>(i0) + 64 * rb, bh, bars);
+        int64_t n = 0;
+        for (int64_t kb = blocks.first(); kb <= blocks.last(); kb = blocks.next(kb), ++n) {
+          const int st = static_cast<int>(n & 1), ph = static_cast<int>((n >> 1) & 1) ^ 1;
+          const int row = static_cast<int>(kb * kBk);
+          x.mbar_wait(bars + 5 + st, ph);
+          x.mbar_arrive_expect_tx(bars + 1 + st, kBk * W * 2);
+          for (int cb = 0; cb < W / 64; ++cb)
+            x.tma_load(sK + st * kBk * W + cb * kBk * 64, &a.k_map, 64 * cb, row, bhk, bars + 1 + st);
+          x.mbar_wait(bars + 7 + st, ph);
+          x.mbar_arrive_expect_tx(bars + 3 + st, kBk * W * 2);
+          for (int cb = 0; cb < W / 64; ++cb)
+            x.tma_load(sV + st * kBk * W + cb * kBk * 64, &a.v_map, 64 * cb, row, bhk, bars + 3 + st);
+        }
+      } else if (pt >= 32) {  // the tables
+        const int f = pt - 32;
+        if (dist) fill_row_rates<kFill>(x, P, b, h, i0, kBq, sDq, f);
+        x.mbar_arrive(bars);
+        int64_t n = 0;
+        for (int64_t kb = blocks.first(); kb <= blocks.last(); kb = blocks.next(kb), ++n) {
+          const int st = static_cast<int>(n & 1);
+          x.mbar_wait(bars + 5 + st, static_cast<int>((n >> 1) & 1) ^ 1);
+          float* tT = sT0 + st * S::kTabStage;
+          const int64_t j0 = kb * kBk;
+          if (P.logit == LogitKind::ScaleInvariant)
+            fill_si_table<kFill>(x, tT, P, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1, f);
+          fill_key_tables<kGen, kBk, kFill>(f, P, b, j0, fcg, tT + 2 * S::kTab, base, tT + 2 * S::kTab + kBk, dist, dkg,
+                                            tT + 2 * S::kTab + 2 * kBk);
+          x.mbar_arrive(bars + 1 + st);
+        }
+      }
+    } else {
+      x.template regs_inc<S::kRegsConsumer>();
+      consume();
+    }
+  } else {
+    if constexpr (kWg) {
+      load_tile_sw<W, kCta>(x, sQ, qg, i0, kBq, P.Tq);
+      load_tile_sw<W, kCta>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
+      if (!kOverlap) load_tile_sw<W, kCta>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);  // else with the first step's head
+    } else {
+      load_tile<W>(x, sQ, qg, i0, kBq, P.Tq);
+      load_tile<W>(x, sK, kg, blocks.first() * kBk, kBk, P.Tk);
+      load_tile<W>(x, sV, vg, blocks.first() * kBk, kBk, P.Tk);
+    }
+    x.cp_commit();
+    if (dist) fill_row_rates<kCta>(x, P, b, h, i0, kBq, sDq);  // seen after the loop's first barrier
+    consume();
+  }
 }
 
 // ---- backward: dQ ------------------------------------------------------------------------------------

@@ -92,6 +92,50 @@ struct DeviceCta {
   __device__ __forceinline__ float load_cg(const float* p) { return __ldcg(p); }
   __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }  // the lab's atomic dQ
 
+  // ---- Hopper's asynchronous pipeline (mma_body.h, the warp-specialised forward; attn_wgmma.cu) ----
+  // mbarriers in shared memory, the bulk tensor copy completing on one, named barriers, and the
+  // warpgroups' register budgets (setmaxnreg: the producer gives its registers to the consumers).
+  __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+    HZ_WG_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+  }
+  __device__ __forceinline__ void mbar_fence_init() { HZ_WG_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+  __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+    HZ_WG_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+  }
+  __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, int bytes) {
+    HZ_WG_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+  }
+  __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
+    HZ_WG_ASM(
+        "{\n.reg .pred p;\nHZ_MBAR_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra HZ_MBAR_WAIT;\n}\n" ::"r"(
+            smem_u32(bar)),
+        "r"(parity)
+        : "memory");
+  }
+  // the box (64 columns from col, the map's rows from row, matrix mat) into dst, completing on bar
+  template <class M>
+  __device__ __forceinline__ void tma_load(uint16_t* dst, const M* map, int col, int row, int mat, uint64_t* bar) {
+    HZ_WG_ASM(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+        "[%5];\n" ::"r"(smem_u32(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(mat), "r"(smem_u32(bar))
+        : "memory");
+  }
+  __device__ __forceinline__ void bar_sync(int id, int count) {
+    HZ_WG_ASM("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  }
+  __device__ __forceinline__ void bar_arrive(int id, int count) {
+    HZ_WG_ASM("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  }
+  template <int N>
+  __device__ __forceinline__ void regs_inc() {
+    HZ_WG_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+  }
+  template <int N>
+  __device__ __forceinline__ void regs_dec() {
+    HZ_WG_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+  }
+
   // ---- Hopper's warpgroup MMA (mma_body.h, the kWg kernels; sm_90a only, attn_wgmma.cu) ----
   __device__ __forceinline__ uint32_t smem_u32(const void* p) const {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -228,6 +272,15 @@ __global__ void __launch_bounds__(kThreads * kWG) fwd_wg_kernel(const AttnKernel
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
   fwd_cta<D, kMT, kGen, false, true, kOverlap, kWG>(x, P, a, blockIdx.x, smem);
+}
+// The warp-specialised forward (fwd_cta's kWs: two consumer warpgroups and a producer one; the tile
+// maps in the parameters, __grid_constant__; one block per SM, the register cap at entry that
+// setmaxnreg needs).
+template <int D, bool kGen>
+__global__ void __launch_bounds__(3 * kThreads, 1) fwd_ws_kernel(const AttnKernelParams P, const __grid_constant__ Args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  DeviceCta x;
+  fwd_cta<D, Config<D>::kFwdMTOverlap, kGen, false, true, true, Config<D>::kFwdWGOverlap, true>(x, P, a, blockIdx.x, smem);
 }
 template <int D, bool kGen>
 __global__ void __launch_bounds__(kThreads) dq_wg_kernel(const AttnKernelParams P, const Args a) {

@@ -12,6 +12,7 @@
 #include "attention/cuda/attn_cuda.h"
 #include "attention/cuda/mma_body.h"
 #include "attention/cuda/mma_device.cuh"
+#include "attention/fused.h"
 #include "core/cuda/common.cuh"
 
 namespace hz::attn::cuda_impl {
@@ -20,9 +21,11 @@ namespace hz::attn::cuda_impl {
 // both built with the sm_90a code; attn_mma.cu has their stand-ins in a build without it): whether a
 // device runs them, and the launches (bf16; the backward in two passes, or in one).
 bool wgmma_supported(int device);
-// Whether the wgmma forward runs with FlashAttention-3's intra-warpgroup overlap (HZ_ATTN_MMA=wgmma;
-// wgmma_serial: without it; attn_mma.cu).
-bool wgmma_overlap();
+// A tile map of the bulk tensor copy (mma::TileMap, mma_body.h) over a contiguous bf16 tensor of
+// `mats` matrices of rows x cols, in boxes of 64 columns x box_rows rows, 128-byte swizzle, rows
+// outside the tensor zero: the driver's cuTensorMapEncodeTiled, found through the runtime
+// (attn_wgmma.cu).
+void encode_tile_map(mma::TileMap& m, const uint16_t* base, int64_t cols, int64_t rows, int64_t mats, int box_rows);
 void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_one_pass_launch(const AttnKernelParams& P, const mma::Args& a, const Tensor& dq, cudaStream_t s);
@@ -85,19 +88,38 @@ void forward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
 }
 // The wgmma kernels of a variant (instantiated only by the sm_90a files, attn_wgmma*.cu): the same
 // tiles and grids as the mma.sync kernels, the two-pass backward.
-template <int D, bool kGen, bool kOverlap>
-void forward_wg_loop(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
+template <int D, bool kGen, WgmmaForward kForm>
+void forward_wg_form(const AttnKernelParams& P, Args a, cudaStream_t s) {
   using C = mma::Config<D>;
+  constexpr bool kOverlap = kForm != WgmmaForward::Serial, kWs = kForm == WgmmaForward::WarpSpecialized;
   constexpr int kMT = kOverlap ? C::kFwdMTOverlap : C::kFwdMT, kWG = kOverlap ? C::kFwdWGOverlap : 1;
-  using S = mma::FwdShape<D, kMT, false, true, kWG>;
-  launch(mma::fwd_wg_kernel<D, kMT, kGen, kOverlap, kWG>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
-         kOverlap ? "attention forward (wgmma, overlapped)" : "attention forward (wgmma)", S::kCta);
+  using S = mma::FwdShape<D, kMT, false, true, kWG, kWs>;
+  if constexpr (kWs) {  // (the inputs are 16-byte aligned: forward_variant)
+    encode_tile_map(a.q_map, a.q, D, P.Tq, P.B * P.H, 64);
+    encode_tile_map(a.k_map, a.k, D, P.Tk, P.B * P.Hkv, 64);
+    encode_tile_map(a.v_map, a.v, D, P.Tk, P.B * P.Hkv, 64);
+  }
+  const int64_t grid = P.B * P.H * num_blocks(P.Tq, S::kBq);
+  if constexpr (kWs) {
+    static_assert(kWG == 2 && S::kCta == 3 * kThreads, "fwd_ws_kernel's shape");
+    launch(mma::fwd_ws_kernel<D, kGen>, grid, S::kSmem, s, P, a, "attention forward (wgmma, warp-specialised)", S::kCta);
+  } else {
+    launch(mma::fwd_wg_kernel<D, kMT, kGen, kOverlap, kWG>, grid, S::kSmem, s, P, a,
+           kOverlap ? "attention forward (wgmma, overlapped)" : "attention forward (wgmma)", S::kCta);
+  }
 }
-// FlashAttention-3's intra-warpgroup overlap unless HZ_ATTN_MMA=wgmma_serial asks for the loop without it
+// the form HZ_ATTN_MMA asks for (fused.h, wgmma_forward); the general variant's calls take the
+// overlapped form for the warp-specialised one (its consumers need more than the 232 registers
+// setmaxnreg leaves them: ptxas spilled 60 B at D 64, 168 B at D 128)
 template <int D, bool kGen>
 void forward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
-  if (wgmma_overlap()) forward_wg_loop<D, kGen, true>(P, a, s);
-  else forward_wg_loop<D, kGen, false>(P, a, s);
+  switch (wgmma_forward()) {
+    case WgmmaForward::WarpSpecialized:
+      if constexpr (!kGen) return forward_wg_form<D, kGen, WgmmaForward::WarpSpecialized>(P, a, s);
+      [[fallthrough]];
+    case WgmmaForward::Overlap: return forward_wg_form<D, kGen, WgmmaForward::Overlap>(P, a, s);
+    case WgmmaForward::Serial: return forward_wg_form<D, kGen, WgmmaForward::Serial>(P, a, s);
+  }
 }
 template <int D, bool kGen>
 void backward_wg(const AttnKernelParams& P, const Args& a, cudaStream_t s) {

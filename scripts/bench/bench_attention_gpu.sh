@@ -2,7 +2,7 @@
 # GPU attention benchmark, side by side in one run: Horizon's fused op (`horizon bench attention
 # --device cuda`, bf16: its own tensor-core kernels, with the two-pass backward and the one-pass one
 # (HZ_ATTN_BACKWARD=one_pass), the kernels on Hopper's wgmma (HZ_ATTN_MMA=wgmma, and its forward
-# without the intra-warpgroup overlap: wgmma_serial), and cuDNN's
+# in the lab's other forms: wgmma_overlap, wgmma_serial), and cuDNN's
 # fused attention for the causal and
 # sliding-window cases it routes there) and PyTorch on the
 # same GPU (SDPA's flash backend for causal, FlexAttention with BlockMasks for causal, SWA, SCOPE's
@@ -61,11 +61,14 @@ for T in ${TS//,/ }; do  # lengths outer: both head dims at each length before t
       --impl tensor_core --masks causal,swa,scope,docs2048 --logits identity,scale_invariant \
       --json "$out/hzwg_${D}_${T}.json" >&2 ||
       echo "[bench_attention_gpu] Horizon's wgmma kernels failed at D=$D T=$T" >&2
-    # the wgmma forward without the intra-warpgroup overlap (HZ_ATTN_MMA=wgmma_serial: rows
-    # tensor_core_wgs), against tensor_core_wg's forward: what the overlap gains
-    HZ_ATTN_MMA=wgmma_serial "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
-      --impl tensor_core --masks causal --logits identity --json "$out/hzwgs_${D}_${T}.json" >&2 ||
-      echo "[bench_attention_gpu] Horizon's serial wgmma forward failed at D=$D T=$T" >&2
+    # the wgmma forward's other forms against tensor_core_wg's (FlashAttention-3's): overlapped
+    # without the producer warpgroup (HZ_ATTN_MMA=wgmma_overlap, rows tensor_core_wgo) and without
+    # overlap (wgmma_serial, rows tensor_core_wgs)
+    for form in overlap serial; do
+      HZ_ATTN_MMA=wgmma_$form "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" --reps "$REPS" \
+        --impl tensor_core --masks causal --logits identity --json "$out/hzwg${form:0:1}_${D}_${T}.json" >&2 ||
+        echo "[bench_attention_gpu] Horizon's wgmma forward ($form) failed at D=$D T=$T" >&2
+    done
     # both: the one-pass backward on wgmma (rows tensor_core_wg_1p)
     HZ_ATTN_MMA=wgmma HZ_ATTN_BACKWARD=one_pass "$BUILD/horizon" bench attention --device cuda --D "$D" --T "$T" \
       --reps "$REPS" --impl tensor_core --masks causal,swa,docs2048,sink4 --logits identity \

@@ -28,10 +28,10 @@ for D in sorted({k[0] for k in hz}):
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for T in sorted({k[1] for k in hz if k[0] == D}):
       # Horizon's kernels (tensor_core_1p: with the one-pass backward; tensor_core_wg: on Hopper's
-      # wgmma; tensor_core_wgs: its forward without the intra-warpgroup overlap), cuDNN's; each
-      # against its own causal
-      for kernel in ("tensor_core", "tensor_core_1p", "tensor_core_wg", "tensor_core_wgs", "tensor_core_wg_1p", "cudnn",
-                     "reference"):
+      # wgmma; tensor_core_wgo / _wgs: its forward overlapped without a producer / without overlap),
+      # cuDNN's; each against its own causal
+      for kernel in ("tensor_core", "tensor_core_1p", "tensor_core_wg", "tensor_core_wgo", "tensor_core_wgs",
+                     "tensor_core_wg_1p", "cudnn", "reference"):
         for logit in ("identity", "scale_invariant", "logn", "swan_row", "temperature"):
             c = hz.get((D, T, "causal", logit, kernel))
             for mask in ("causal", "swa", "scope", "docs2048", "chunk2048", "sink4"):

@@ -332,7 +332,7 @@ stage_lab() {
   local D v log rc
   say '```'
   for D in 64 128; do
-    for v in 1 2 3 4 5 6 7 8; do  # the tensor-core variants (each validated against variant 0, the reference, on
+    for v in 1 2 3 4 5 6 7 8 9; do  # the tensor-core variants (each validated against variant 0, the reference, on
                         # small ragged problems first); timing the reference itself costs ~100 s at 8K
       log="$LOGS/lab_d${D}_v$v.log"
       bounded 90 "$log" "$BUILD/attention_lab" "$v" --D "$D" --T 1024,8192 --reps 10

@@ -287,8 +287,11 @@ struct OnePassScope : EnvScope {  // the one-pass backward for the calls in this
 struct WgmmaScope : EnvScope {  // Hopper's wgmma kernels (HZ_ATTN_MMA=wgmma) for the calls in this scope
   WgmmaScope() : EnvScope("HZ_ATTN_MMA", "wgmma") {}
 };
-struct WgmmaSerialScope : EnvScope {  // the same, the forward without the intra-warpgroup overlap
-  WgmmaSerialScope() : EnvScope("HZ_ATTN_MMA", "wgmma_serial") {}
+struct WgmmaFormScope : EnvScope {  // the same, the forward in another form (fused.h, WgmmaForward)
+  explicit WgmmaFormScope(WgmmaForward f)
+      : EnvScope("HZ_ATTN_MMA", f == WgmmaForward::Serial ? "wgmma_serial"
+                                : f == WgmmaForward::Overlap ? "wgmma_overlap"
+                                                             : "wgmma") {}
 };
 // whether a bf16 call of p runs on wgmma (HZ_ATTN_MMA=wgmma set, a compute-capability 9.0 GPU)
 bool wgmma_takes(const Problem& p) {
@@ -461,12 +464,19 @@ TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
   EXPECT_TRUE(wgmma_takes(p));
   // the run log's line (attention/fused.h): bf16 only, with the one-pass backward beside it
   EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 128), "wgmma (HZ_ATTN_MMA)");
-  // the overlapped forward's query blocks: two warpgroups of one 64-row m-tile (mma::Config's
+  // the overlapped forms' query blocks: two warpgroups of one 64-row m-tile (mma::Config's
   // kFwdWGOverlap, kFwdMTOverlap) at both head dims; without the overlap mma.sync's tiles
   EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).fwd_q, 128);
   EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 128).fwd_q, 128);
   {
-    const WgmmaSerialScope serial;
+    const WgmmaFormScope overlap(WgmmaForward::Overlap);
+    EXPECT_TRUE(wgmma_takes(p));
+    EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 128),
+              "wgmma, forward overlapped without a producer (HZ_ATTN_MMA)");
+    EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 128).fwd_q, 128);
+  }
+  {
+    const WgmmaFormScope serial(WgmmaForward::Serial);
     EXPECT_TRUE(wgmma_takes(p));
     EXPECT_EQ(tensor_core_options(Device::cuda(0), DType::BF16, 128), "wgmma, forward without overlap (HZ_ATTN_MMA)");
     EXPECT_EQ(attn_tiles(AttnConfig{}, Device::cuda(0), DType::BF16, 64).fwd_q, 128);
@@ -482,8 +492,8 @@ TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
 }
 
 // Every bf16 tensor-core case the wgmma kernels take (both variants), forward and backward at the
-// floors, run twice: the same bits; and the forward without the intra-warpgroup overlap
-// (wgmma_serial: the same operations on each row's accumulator in the same order), the same bits.
+// floors, run twice: the same bits; and the forward's other forms (wgmma_overlap, wgmma_serial: the
+// same operations on each row's accumulator in the same order), the same bits.
 class FusedCudaWgmma : public ::testing::TestWithParam<Problem> {};
 TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
   HZT_NEED_GPU();
@@ -502,11 +512,14 @@ TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
   EXPECT_EQ(x.dq, y.dq);
   EXPECT_EQ(x.dk, y.dk);
   EXPECT_EQ(x.dv, y.dv);
-  const WgmmaSerialScope serial;
-  const Result z = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
-  EXPECT_EQ(x.out, z.out);
-  EXPECT_EQ(x.lse, z.lse);
-  EXPECT_EQ(x.dq, z.dq);
+  for (WgmmaForward f : {WgmmaForward::Overlap, WgmmaForward::Serial}) {
+    const WgmmaFormScope form(f);
+    SCOPED_TRACE(f == WgmmaForward::Overlap ? "wgmma_overlap" : "wgmma_serial");
+    const Result z = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
+    EXPECT_EQ(x.out, z.out);
+    EXPECT_EQ(x.lse, z.lse);
+    EXPECT_EQ(x.dq, z.dq);
+  }
 }
 std::vector<Problem> wgmma_cases() {
   std::vector<Problem> v = combos(64, 100);

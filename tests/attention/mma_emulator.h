@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -52,6 +53,21 @@ struct WgSnap {
   std::vector<uint32_t> off;
   std::vector<uint16_t> val;
 };
+
+// The emulator's tile map of the bulk tensor copy (Thread::tma_load; on a GPU the driver's
+// CUtensorMap): a 3-D bf16 tensor, contiguous, cols x rows x mats, read in boxes of 64 columns x
+// box_rows rows of one matrix. encode_tile_map writes it into the 128 bytes of a kernel's tile map.
+struct TmaDesc {
+  const uint16_t* base;
+  int64_t cols, rows, mats;
+  int box_rows;
+};
+inline void encode_tile_map(void* map, const uint16_t* base, int64_t cols, int64_t rows, int64_t mats, int box_rows) {
+  static_assert(sizeof(TmaDesc) <= 128, "a tile map is 128 bytes");
+  const TmaDesc d{base, cols, rows, mats, box_rows};
+  std::memset(map, 0, 128);
+  std::memcpy(map, &d, sizeof(d));
+}
 
 class Thread {
  public:
@@ -158,6 +174,45 @@ class Thread {
   template <class T>
   void wg_operand_fence(T&) {}
 
+  // ---- Hopper's asynchronous pipeline (sm_90): mbarriers, named barriers, the bulk tensor copy ----
+  // mbarrier.init (one thread; the others may use the barrier only after a block barrier: a use
+  // before one is reported), with `count` arrivals per phase. A phase completes when its arrivals
+  // are in and its transaction bytes (expect_tx, less the bytes of the copies that completed on it)
+  // are zero; then the next phase starts with `count` again.
+  void mbar_init(uint64_t* bar, int count);
+  void mbar_fence_init() {}  // fence.mbarrier_init: what matters here is the block barrier after it
+  // mbarrier.arrive (with expect_tx: the phase also waits for that many bytes of copies). The thread
+  // yields after it, so the threads the arrival releases may run first.
+  void mbar_arrive(uint64_t* bar) { mbar_update(bar, 0, true); }
+  void mbar_arrive_expect_tx(uint64_t* bar, int bytes) { mbar_update(bar, bytes, true); }
+  // mbarrier.try_wait.parity in a loop: returns once the phase of this parity has completed (the
+  // barrier's current phase has the other parity; a fresh barrier is in phase 0, so waiting for
+  // parity 1 returns at once). A waiter lands the copies queued on the barrier first.
+  void mbar_wait(uint64_t* bar, int parity);
+  // cp.async.bulk.tensor.3d...tile.mbarrier::complete_tx::bytes: the box of 64 columns from `col`
+  // x box_rows rows from `row` of matrix `mat` into dst (1024-byte aligned) in the 128-byte swizzle
+  // (chunk c of row r at c ^ (r % 8): sw_offset's layout), rows outside the tensor zero. The
+  // destination turns to NaN patterns at issue (a reader not done with it sees them) and receives
+  // the box when a thread waits on `bar`, whose phase it then completes by the box's bytes. The copy
+  // engine writes through the async proxy: wgmma may read the box without a fence.
+  template <class M>
+  void tma_load(uint16_t* dst, const M* map, int col, int row, int mat, uint64_t* bar) {
+    static_assert(sizeof(M) >= sizeof(TmaDesc), "a tile map");
+    TmaDesc d;
+    std::memcpy(&d, map, sizeof(d));
+    tma(dst, d, col, row, mat, bar);
+  }
+  // bar.sync / bar.arrive on named barrier id (1-15; 0 is the block barrier of sync()) for `count`
+  // threads: sync waits until count threads have arrived or synced, arrive does not wait. Counts
+  // that differ among a barrier's threads are reported.
+  void bar_sync(int id, int count) { named(id, count, true); }
+  void bar_arrive(int id, int count) { named(id, count, false); }
+  // setmaxnreg: a register budget, nothing to model here
+  template <int N>
+  void regs_inc() {}
+  template <int N>
+  void regs_dec() {}
+
  private:
   struct WgPending {
     float* d;
@@ -169,6 +224,9 @@ class Thread {
   };
   void wgmma(float* d, int N, const uint32_t* a, uint64_t da, uint64_t db, int scale_d, bool a_mn, bool b_mn);
   void retire(const std::vector<WgPending>& g);
+  void mbar_update(uint64_t* bar, int64_t tx, bool arrive);
+  void tma(uint16_t* dst, const TmaDesc& d, int col, int row, int mat, uint64_t* bar);
+  void named(int id, int count, bool wait);
   std::vector<WgPending> wg_open_;
   std::vector<std::vector<WgPending>> wg_groups_;
   bool wg_fenced_ = false;
@@ -329,6 +387,44 @@ class Cta {
   // block barrier since, or 0; fenced_: the words fenced since the last barrier
   std::vector<int> unfenced_;
   std::vector<uint32_t> fenced_;
+  // the fenced words of these threads reach the async proxy (the block barrier: every thread)
+  void publish_fenced(const std::vector<char>* threads) {
+    std::vector<uint32_t> keep;
+    for (uint32_t w : fenced_) {
+      const int u = unfenced_[w];
+      if (u >= 0) continue;
+      if (threads == nullptr || (*threads)[-u - 1]) unfenced_[w] = 0;
+      else keep.push_back(w);
+    }
+    fenced_.swap(keep);
+  }
+  // mbarriers by shared-memory offset: their phase, the arrivals and transaction bytes it still
+  // waits for, the boxes of bulk copies queued on it (landed by a waiter)
+  struct Box {
+    uint16_t* dst;
+    std::vector<uint16_t> data;
+  };
+  struct Mbar {
+    int count = 0, pending = 0, phase = 0, init_thread = -1;
+    int64_t tx = 0;
+    uint64_t init_gen = 0;
+    std::vector<Box> queued;
+  };
+  std::map<uint32_t, Mbar> mbars_;
+  void mbar_try_complete(Mbar& m) {
+    if (m.pending <= 0 && m.tx == 0) {
+      m.phase ^= 1;
+      m.pending += m.count;
+      ++progress_;
+    }
+  }
+  // named barriers 1-15: arrivals of the current phase, its thread count and who took part
+  struct Named {
+    int arrived = 0, count = 0;
+    uint64_t gen = 0;
+    std::vector<char> in;
+  };
+  Named named_[16];
   Coll block_;
   std::vector<Fiber> fibers_;
   ucontext_t sched_{};
@@ -355,11 +451,8 @@ inline void Thread::wait_turn(const unsigned* f, unsigned v) {
 inline void Thread::sync() {
   Cta::Coll& c = cta_->block_;
   Cta* cta = cta_;
-  cta_->collective(c, cta_->n_, 1, 0, [](int) {}, [cta] {
-        for (uint32_t w : cta->fenced_)  // fenced words reach every warp's wgmma after the barrier
-          if (cta->unfenced_[w] < 0) cta->unfenced_[w] = 0;
-        cta->fenced_.clear();
-      }, [](int) {});
+  // fenced words reach every warp's wgmma after the barrier
+  cta_->collective(c, cta_->n_, 1, 0, [](int) {}, [cta] { cta->publish_fenced(nullptr); }, [](int) {});
 }
 
 inline float bf(uint32_t bits16) { return hz::bf16_bits_to_f32(static_cast<uint16_t>(bits16 & 0xffffu)); }
@@ -595,6 +688,102 @@ inline void Thread::retire(const std::vector<WgPending>& g) {
       }
     std::memcpy(p.d, p.v, sizeof(float) * p.n);
   }
+}
+
+// ---- the asynchronous pipeline --------------------------------------------------------------------
+inline void Thread::mbar_init(uint64_t* bar, int count) {
+  check_shared(bar, "mbarrier", 8);
+  if (count < 1) return cta_->fail("mbarrier.init: count " + std::to_string(count));
+  Cta::Mbar m;
+  m.count = m.pending = count;
+  m.init_thread = tid_;
+  m.init_gen = cta_->block_.gen;
+  cta_->mbars_[smem_u32(bar)] = m;
+}
+
+inline void Thread::mbar_update(uint64_t* bar, int64_t tx, bool arrive) {
+  auto it = cta_->mbars_.find(smem_u32(bar));
+  if (it == cta_->mbars_.end()) return cta_->fail("mbarrier used before its mbarrier.init");
+  Cta::Mbar& m = it->second;
+  if (m.init_thread != tid_ && cta_->block_.gen == m.init_gen)
+    return cta_->fail("thread " + std::to_string(tid_) + " uses an mbarrier that thread " +
+                      std::to_string(m.init_thread) + " initialised, with no block barrier since");
+  if (!arrive && tx == 0) return;  // a waiter's look
+  m.tx += tx;
+  if (arrive) --m.pending;
+  ++cta_->progress_;
+  cta_->mbar_try_complete(m);
+  // a scheduling point: the threads the arrival releases may run before this one goes on (a stage
+  // freed before its last read is overwritten under it)
+  if (arrive) cta_->yield();
+}
+
+inline void Thread::mbar_wait(uint64_t* bar, int parity) {
+  for (;;) {
+    mbar_update(bar, 0, false);  // the checks
+    Cta::Mbar& m = cta_->mbars_[smem_u32(bar)];
+    for (const Cta::Box& b : m.queued) {  // the copies complete: written through the async proxy
+      std::memcpy(b.dst, b.data.data(), b.data.size() * 2);
+      const uint32_t w0 = static_cast<uint32_t>(reinterpret_cast<const unsigned char*>(b.dst) - cta_->smem()) / 4;
+      for (uint32_t w = w0; w < w0 + b.data.size() / 2; ++w) cta_->unfenced_[w] = 0;
+      m.tx -= static_cast<int64_t>(b.data.size()) * 2;
+    }
+    if (!m.queued.empty()) {
+      m.queued.clear();
+      ++cta_->progress_;
+      cta_->mbar_try_complete(m);
+    }
+    if (m.phase != (parity & 1)) return;
+    cta_->yield();
+  }
+}
+
+inline void Thread::tma(uint16_t* dst, const TmaDesc& d, int col, int row, int mat, uint64_t* bar) {
+  const size_t n = static_cast<size_t>(64) * d.box_rows;
+  check_shared(dst, "bulk tensor copy destination");
+  if (smem_u32(dst) % 1024 != 0) return cta_->fail("bulk tensor copy: a 128-byte-swizzled box needs a 1024-byte aligned destination");
+  if (reinterpret_cast<const unsigned char*>(dst + n) > cta_->smem() + cta_->smem_bytes())
+    return cta_->fail("bulk tensor copy: the box ends outside shared memory");
+  auto it = cta_->mbars_.find(smem_u32(bar));
+  if (it == cta_->mbars_.end()) return cta_->fail("bulk tensor copy on an mbarrier before its mbarrier.init");
+  Cta::Box b;
+  b.dst = dst;
+  b.data.assign(n, 0);
+  for (int r = 0; r < d.box_rows; ++r)
+    for (int c = 0; c < 64; ++c) {
+      const int64_t gr = static_cast<int64_t>(row) + r, gc = static_cast<int64_t>(col) + c;
+      if (gr < 0 || gr >= d.rows || gc < 0 || gc >= d.cols || mat < 0 || mat >= d.mats) continue;
+      b.data[static_cast<size_t>(r) * 64 + (((c / 8) ^ (r % 8)) * 8) + c % 8] = d.base[(mat * d.rows + gr) * d.cols + gc];
+    }
+  std::memset(dst, 0xff, n * 2);  // the destination's old bytes are gone from now on
+  it->second.queued.push_back(std::move(b));
+  ++cta_->progress_;
+}
+
+inline void Thread::named(int id, int count, bool wait) {
+  if (id < 1 || id > 15) return cta_->fail("named barrier " + std::to_string(id) + ": ids 1-15 (0 is the block barrier)");
+  if (count < 32 || count % 32 != 0 || count > cta_->n_)
+    return cta_->fail("named barrier " + std::to_string(id) + ": " + std::to_string(count) + " threads");
+  Cta::Named& b = cta_->named_[id];
+  if (b.arrived == 0) {
+    b.count = count;
+    b.in.assign(cta_->n_, 0);
+  } else if (b.count != count) {
+    return cta_->fail("named barrier " + std::to_string(id) + ": " + std::to_string(count) + " threads meet " +
+                      std::to_string(b.count));
+  }
+  b.in[tid_] = 1;
+  const uint64_t gen = b.gen;
+  ++cta_->progress_;
+  if (++b.arrived == count) {  // the fenced words of its threads reach the async proxy
+    cta_->publish_fenced(&b.in);
+    b.arrived = 0;
+    ++b.gen;
+  }
+  if (wait)
+    while (b.gen == gen) cta_->yield();
+  else
+    cta_->yield();  // a scheduling point, as an mbarrier's arrival
 }
 
 }  // namespace hzt::emu

@@ -79,9 +79,11 @@ struct Emulated {
 // kernel lab's variant 5: dQ by float atomics into a zeroed accumulator, converted to dq after).
 // wgmma: the kernels on Hopper's warpgroup MMA (attn_wgmma*.cu: the forward and the backward, two
 // passes or with one_pass one, bf16), the forward with FlashAttention-3's intra-warpgroup overlap
-// (HZ_ATTN_MMA=wgmma) or with wg_serial without it (wgmma_serial).
+// in the form wg_forward names (fused.h, WgmmaForward: warp-specialised, HZ_ATTN_MMA=wgmma, as the
+// launcher runs it: the general variant's calls overlapped without a producer; overlapped; serial).
 struct Kernels {
-  bool fox_grad = true, one_pass = false, atomic = false, wgmma = false, wg_serial = false;
+  bool fox_grad = true, one_pass = false, atomic = false, wgmma = false;
+  WgmmaForward wg_forward = WgmmaForward::WarpSpecialized;
 };
 
 // The forward, the dO . O pre-pass (on the host, in f32) and both backward kernels, emulated.
@@ -139,21 +141,30 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
     if constexpr (kSplit) {
       throw std::logic_error("the wgmma kernels: bf16");
     } else {
-      auto forward = [&](auto mt, auto overlap, auto wgs) {
+      auto forward = [&](auto mt, auto overlap, auto wgs, auto ws) {
         constexpr int kMT = decltype(mt)::value, kWG = decltype(wgs)::value;
-        using G = mma::FwdShape<D, kMT, false, true, kWG>;
+        constexpr bool kWs = decltype(ws)::value;
+        using G = mma::FwdShape<D, kMT, false, true, kWG, kWs>;
+        mma::Args am = a;  // the tile maps of the bulk tensor copies, as the launcher encodes them
+        hzt::emu::encode_tile_map(&am.q_map, q.data(), D, p.Tq, p.B * p.H, 64);
+        hzt::emu::encode_tile_map(&am.k_map, k.data(), D, p.Tk, p.B * p.Hkv, 64);
+        hzt::emu::encode_tile_map(&am.v_map, v.data(), D, p.Tk, p.B * p.Hkv, 64);
         each_cta(
             p.B * p.H * num_blocks(p.Tq, G::kBq), G::kSmem,
             [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-              mma::fwd_cta<D, kMT, kGen, false, true, decltype(overlap)::value, kWG>(t, P, a, cta, s);
+              mma::fwd_cta<D, kMT, kGen, false, true, decltype(overlap)::value, kWG, kWs>(t, P, am, cta, s);
             },
             G::kCta);
       };
-      if (kn.wg_serial)
-        forward(std::integral_constant<int, C::kFwdMT>{}, std::false_type{}, std::integral_constant<int, 1>{});
+      using Overlapped = std::integral_constant<int, C::kFwdMTOverlap>;
+      using Groups = std::integral_constant<int, C::kFwdWGOverlap>;
+      if (kn.wg_forward == WgmmaForward::Serial)
+        forward(std::integral_constant<int, C::kFwdMT>{}, std::false_type{}, std::integral_constant<int, 1>{},
+                std::false_type{});
+      else if (kn.wg_forward == WgmmaForward::Overlap || kGen)
+        forward(Overlapped{}, std::true_type{}, Groups{}, std::false_type{});
       else
-        forward(std::integral_constant<int, C::kFwdMTOverlap>{}, std::true_type{},
-                std::integral_constant<int, C::kFwdWGOverlap>{});
+        forward(Overlapped{}, std::true_type{}, Groups{}, std::true_type{});
     }
   } else {
     each_cta(p.B * p.H * num_blocks(p.Tq, F::kBq), F::kSmem, [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
@@ -797,6 +808,137 @@ TEST(MmaEmulator, RejectsWgmmaMisuse) {
   }
 }
 
+// Hopper's asynchronous pipeline as the emulator models it (mma_emulator.h): a producer warp whose
+// lane 0 fills two stages by bulk tensor copies (64 x 128 boxes as two 64-column boxes, rows past
+// the tensor's end and before its start zero) completing on "full" mbarriers with their byte
+// counts, a warpgroup that waits on them, copies each tile out through sw_offset and frees the stage
+// on an "empty" mbarrier; six tiles, so each stage's barriers go through three phases. The boxes
+// equal load_tile_sw's tiles (cp.async into the same swizzle) byte for byte. Misuse: a consumer
+// that does not wait, a producer that does not wait for the stage to be free, the wrong parity, too
+// few expected bytes (the phase never completes: a deadlock), a barrier used before a block barrier
+// followed its init.
+TEST(MmaEmulator, MbarriersAndBulkCopiesOrderAPipeline) {
+  constexpr int kCols = 128, kRows = 100, kMats = 2, kTiles = 6;
+  std::vector<uint16_t> g(static_cast<size_t>(kMats) * kRows * kCols);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = f32_to_bf16_bits(static_cast<float>(i % 251) - 125.0f);
+  mma::TileMap map;
+  hzt::emu::encode_tile_map(&map, g.data(), kCols, kRows, kMats, 64);
+  const int row0s[3] = {0, 64, -8};
+  auto want = [&](int t, int r, int c) -> uint16_t {
+    const int gr = row0s[t / 2] + r;
+    return gr < 0 || gr >= kRows ? 0 : g[(static_cast<size_t>(t % 2) * kRows + gr) * kCols + c];
+  };
+  // mode 0: right; 1: a consumer skips the full wait; 2: the producer skips the empty wait; 3: the
+  // full wait's parity flipped; 4: half the bytes expected; 5: no block barrier after the inits
+  auto run = [&](int mode, uint64_t seed) {
+    std::vector<uint16_t> out(static_cast<size_t>(kTiles) * 64 * kCols, 0x7fff);
+    hzt::emu::Cta c(160, 1024 + 2 * 64 * kCols * 2 + 64, seed);
+    c.run([&](hzt::emu::Thread& t) {
+      uint16_t* st = reinterpret_cast<uint16_t*>(mma::align_1k(t, c.smem()));
+      uint64_t* full = reinterpret_cast<uint64_t*>(st + 2 * 64 * kCols);
+      uint64_t* empty = full + 2;
+      if (t.tid() == 0) {
+        for (int s = 0; s < 2; ++s) {
+          t.mbar_init(full + s, 1);
+          t.mbar_init(empty + s, 128);
+        }
+        t.mbar_fence_init();
+      }
+      if (mode != 5) t.sync();
+      if (t.tid() >= 128) {  // the producer warp: lane 0 issues
+        if (t.tid() != 128) return;
+        for (int k = 0; k < kTiles; ++k) {
+          const int s = k % 2;
+          if (mode != 2) t.mbar_wait(empty + s, ((k / 2) & 1) ^ 1);
+          t.mbar_arrive_expect_tx(full + s, (mode == 4 ? 1 : 2) * 64 * 64 * 2);
+          for (int cb = 0; cb < 2; ++cb) t.tma_load(st + s * 64 * kCols + cb * 64 * 64, &map, 64 * cb, row0s[k / 2], k % 2, full + s);
+        }
+        return;
+      }
+      for (int k = 0; k < kTiles; ++k) {
+        const int s = k % 2;
+        if (mode != 1 || t.tid() != 5) t.mbar_wait(full + s, ((k / 2) & 1) ^ (mode == 3 ? 1 : 0));
+        for (int e = t.tid(); e < 64 * kCols; e += 128)
+          out[static_cast<size_t>(k) * 64 * kCols + e] = st[s * 64 * kCols + mma::sw_offset(e / kCols, e % kCols, 64)];
+        t.mbar_arrive(empty + s);
+      }
+    });
+    for (int k = 0; k < kTiles; ++k)
+      for (int r = 0; r < 64; ++r)
+        for (int cc = 0; cc < kCols; ++cc)
+          if (out[(static_cast<size_t>(k) * 64 + r) * kCols + cc] != want(k, r, cc)) return false;
+    return true;
+  };
+  for (uint64_t seed : {1, 2, 3}) EXPECT_TRUE(run(0, seed)) << "seed " << seed;
+  auto caught = [&](int mode, uint64_t seed) {  // a wrong tile or a reported error (a deadlock)
+    try {
+      return !run(mode, seed);
+    } catch (const std::runtime_error&) {
+      return true;
+    }
+  };
+  EXPECT_TRUE(caught(1, 1));
+  EXPECT_TRUE(caught(2, 1) || caught(2, 2) || caught(2, 3));
+  EXPECT_TRUE(caught(3, 1));
+  try {
+    run(4, 1);
+    ADD_FAILURE() << "a phase with bytes still expected completed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+  }
+  try {
+    run(5, 3);  // greedy: warp 0 runs first, its thread 0 initialises, thread 1 uses the barrier
+    ADD_FAILURE() << "an mbarrier was used before a block barrier followed its init";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("initialised, with no block barrier since"), std::string::npos) << e.what();
+  }
+  // the boxes against load_tile_sw (cp.async, every thread) of the same tiles
+  for (int k = 0; k < kTiles; ++k) {
+    SCOPED_TRACE("tile " + std::to_string(k));
+    hzt::emu::Cta c(128, 1024 + 2 * 64 * kCols * 2 + 64);
+    bool same = false;
+    c.run([&](hzt::emu::Thread& t) {
+      uint16_t* a = reinterpret_cast<uint16_t*>(mma::align_1k(t, c.smem()));
+      uint16_t* b = a + 64 * kCols;
+      uint64_t* bar = reinterpret_cast<uint64_t*>(b + 64 * kCols);
+      if (t.tid() == 0) {
+        t.mbar_init(bar, 1);
+        t.mbar_arrive_expect_tx(bar, 64 * kCols * 2);
+        for (int cb = 0; cb < 2; ++cb) t.tma_load(a + cb * 64 * 64, &map, 64 * cb, row0s[k / 2], k % 2, bar);
+      }
+      mma::load_tile_sw<kCols>(t, b, g.data() + static_cast<size_t>(k % 2) * kRows * kCols, row0s[k / 2], 64, kRows);
+      t.cp_commit();
+      t.cp_wait<0>();
+      t.sync();
+      t.mbar_wait(bar, 0);
+      if (t.tid() == 0) same = std::memcmp(a, b, 64 * kCols * 2) == 0;
+    });
+    EXPECT_TRUE(same);
+  }
+}
+
+// Named barriers (bar.sync / bar.arrive with a thread count): two warpgroups take turns, each
+// waiting on its own barrier for the other's arrival (FlashAttention-3's ping-pong between
+// warpgroups); the turns come out alternating. Counts that differ on one barrier are reported.
+TEST(MmaEmulator, NamedBarriersAlternateTwoWarpgroups) {
+  for (uint64_t seed : {1, 2, 3}) {
+    std::vector<int> log;
+    hzt::emu::Cta c(256, 64, seed);
+    c.run([&](hzt::emu::Thread& t) {
+      const int w = t.tid() / 128;
+      if (w == 1) t.bar_arrive(1, 256);  // the first turn is warpgroup 0's
+      for (int i = 0; i < 4; ++i) {
+        t.bar_sync(1 + w, 256);
+        if (t.tid() % 128 == 0) log.push_back(w);
+        if (w == 0 || i < 3) t.bar_arrive(2 - w, 256);
+      }
+    });
+    EXPECT_EQ(log, (std::vector<int>{0, 1, 0, 1, 0, 1, 0, 1})) << "seed " << seed;
+  }
+  hzt::emu::Cta c(256, 64);
+  EXPECT_THROW(c.run([&](hzt::emu::Thread& t) { t.bar_sync(1, t.tid() < 128 ? 256 : 128); }), std::runtime_error);
+}
+
 // The kernels on Hopper's wgmma (attn_wgmma*.cu: the forward, dQ and dK/dV bodies with their
 // products as warpgroup MMAs from swizzled tiles), both variants, against the CPU op at the bf16
 // floor, and against the mma.sync kernels: the emulator forms both instructions' products in the same k-steps, so every
@@ -820,6 +962,11 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
   ps.push_back(p);
   p.mask = MaskKind::Scope, p.pos = PosKind::Rope, p.logit = LogitKind::LogN, p.sink = true;
   ps.push_back(p);
+  // five key blocks per query block with every per-block table of the plain variant (the
+  // scale-invariant coefficients, FoX's c_j): the warp-specialised forward's stages are refilled
+  p = Problem{};
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 300, p.logit = LogitKind::ScaleInvariant, p.fox = true, p.pos = PosKind::Alibi;
+  ps.push_back(p);
   // the general variant: token positions, sink tokens and chunks with FoX; GRAPE's rates with sink
   // tokens; a prefix beside sink tokens and a window at D 128, with sinks
   ps.push_back(general_problems()[6]);
@@ -833,7 +980,8 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
     const Result ref = run_op(x, in, DType::F64, Device::cpu(), AttnImpl::Auto, false);
     const Result low = naive(x, in, true);
     Kernels kn;
-    kn.wgmma = kn.wg_serial = true;
+    kn.wgmma = true;
+    kn.wg_forward = WgmmaForward::Serial;
     const bool gen = x.chunk > 0 || x.sink_tokens > 0 || x.prefix > 0 || x.drawn || x.dist > 0;
     auto run = [&](const Kernels& k) {
       if (gen) return x.D == 64 ? run_emulated<64, true>(x, in, k) : run_emulated<128, true>(x, in, k);
@@ -842,16 +990,18 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
     const Emulated wg = run(kn), mm = run(Kernels{});
     expect_results(wg.r, low, ref, 3.0, 1e-3);
     expect_same_bits(wg, mm);
-    SCOPED_TRACE("the overlapped forward");
-    kn.wg_serial = false;
-    const Emulated ov = run(kn);
-    expect_same_bits(ov, wg, false);
     using C64 = mma::Config<64>;
     using C128 = mma::Config<128>;
     const int rows = x.D == 64 ? 64 * C64::kFwdMTOverlap * C64::kFwdWGOverlap : 64 * C128::kFwdMTOverlap * C128::kFwdWGOverlap;
     const AttnStats want = cpu_counts(x, AttnTiles{rows, 64, 64, 64, true});
-    EXPECT_EQ(ov.stats.fwd_blocks, want.fwd_blocks);
-    EXPECT_EQ(ov.stats.fwd_boundary_blocks, want.fwd_boundary_blocks);
+    for (WgmmaForward f : {WgmmaForward::Overlap, WgmmaForward::WarpSpecialized}) {
+      SCOPED_TRACE(f == WgmmaForward::Overlap ? "the overlapped forward" : "the warp-specialised forward");
+      kn.wg_forward = f;
+      const Emulated ov = run(kn);
+      expect_same_bits(ov, wg, false);
+      EXPECT_EQ(ov.stats.fwd_blocks, want.fwd_blocks);
+      EXPECT_EQ(ov.stats.fwd_boundary_blocks, want.fwd_boundary_blocks);
+    }
   }
 }
 

@@ -12,13 +12,17 @@
 //   4  the one-pass backward (variant 1 with HZ_ATTN_BACKWARD=one_pass: dK, dV and dQ from one kernel,
 //      dQ added in each query block's turn; 5 products per pair instead of 7);
 //   5  the same with FlashAttention-2's atomic dQ (not deterministic): what variant 4's order costs;
-//   6  the kernels on Hopper's wgmma (variant 1 with HZ_ATTN_MMA=wgmma, attn_wgmma.cu: forward with
-//      FlashAttention-3's intra-warpgroup overlap, two warpgroups per 128-row query block, and
-//      two-pass backward; an H100/H200 only: elsewhere it fails as "not run");
+//   6  the kernels on Hopper's wgmma (variant 1 with HZ_ATTN_MMA=wgmma, attn_wgmma.cu: the forward
+//      as FlashAttention-3 has it, a producer warpgroup's bulk tensor copies into mbarrier stages and
+//      two consumer warpgroups taking turns, each overlapping its softmax with its P V; two-pass
+//      backward; an H100/H200 only: elsewhere it fails as "not run");
 //   7  variant 6 with the one-pass backward (both variables: dQ's part as a wgmma from dS'^T in
 //      shared memory; FlashAttention-3's scheme of products, without its warp specialisation);
 //   8  variant 6 with the forward's products and softmax one after the other (HZ_ATTN_MMA=
-//      wgmma_serial; one warpgroup per CTA, variant 1's query blocks): what the overlap gains.
+//      wgmma_serial; one warpgroup per CTA, variant 1's query blocks): what the overlap gains;
+//   9  variant 6 with the forward overlapped but without the producer (HZ_ATTN_MMA=wgmma_overlap:
+//      the two warpgroups load with cp.async and meet at block barriers): what the producer and the
+//      turns gain.
 // Each variant is first validated against variant 0 on ragged problems for every mask x logit
 // transform (max |x - ref| / max |ref| within the bf16 floor, every output and gradient; see
 // validate()), then
@@ -254,6 +258,12 @@ std::vector<Variant> variants() {
   serial.fwd = on_wgmma(lib.fwd, "wgmma_serial");
   serial.bwd = on_wgmma(lib.bwd, "wgmma_serial");
   v.push_back(serial);
+  Variant overlap = wg;
+  overlap.id = 9;
+  overlap.name = "tensor-core on wgmma (sm_90a), forward overlapped without a producer warpgroup";
+  overlap.fwd = on_wgmma(lib.fwd, "wgmma_overlap");
+  overlap.bwd = on_wgmma(lib.bwd, "wgmma_overlap");
+  v.push_back(overlap);
   return v;
 }
 
