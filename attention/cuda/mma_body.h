@@ -822,6 +822,17 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           rescale(mt, hh, corr);
         }
     };
+    // wgmma: S = Q K^T (this thread's warpgroup's m-tiles, K from sKs), every chain in one batch,
+    // issued and committed (the caller waits)
+    [[maybe_unused]] auto issue_scores = [&](float(&s)[kMT][kNT][4], const uint16_t* sKs) {
+      x.wg_operand_fence(s);
+      x.wg_fence();
+      HZ_UNROLL
+      for (int mt = 0; mt < kMT; ++mt)
+        wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, fwd_row0<kMT, kWg, kWG>(warp, mt) & ~63, x.smem_u32(sKs), kBk,
+                            false);
+      x.wg_commit();
+    };
     // o's rows of (mt, hh) times corr
     auto scale_o = [&](int mt, int hh, float corr) {
       HZ_UNROLL
@@ -871,15 +882,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         if (wg == 1) x.bar_arrive(1, 2 * kThreads);  // warpgroup 0 issues first
         x.mbar_wait(bars, 0);  // Q (and GRAPE's row rates)
       }
-      auto issue_s = [&](const uint16_t* sKs) {
-        x.wg_operand_fence(s);
-        x.wg_fence();
-        HZ_UNROLL
-        for (int mt = 0; mt < kMT; ++mt)
-          wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, fwd_row0<kMT, kWg, kWG>(warp, mt) & ~63, x.smem_u32(sKs), kBk,
-                              false);
-        x.wg_commit();
-      };
+      auto issue_s = [&](const uint16_t* sKs) { issue_scores(s, sKs); };
       auto issue_pv = [&](const uint16_t* sVs) {
         x.wg_operand_fence(o);
         x.wg_fence();
@@ -947,14 +950,8 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
         const uint16_t* sVs = step.v;
 
         float s[kMT][kNT][4];
-        if constexpr (kWg) {  // every m-tile's chain in one batch
-          x.wg_operand_fence(s);
-          x.wg_fence();
-          HZ_UNROLL
-          for (int mt = 0; mt < kMT; ++mt)
-            wg_issue_nt<D, kBk>(x, s[mt], x.smem_u32(sQ), kBq, fwd_row0<kMT, kWg, kWG>(warp, mt) & ~63, x.smem_u32(sKs), kBk,
-                              false);
-          x.wg_commit();
+        if constexpr (kWg) {
+          issue_scores(s, sKs);
           x.template wg_wait<0>();
           x.wg_operand_fence(s);
         } else {

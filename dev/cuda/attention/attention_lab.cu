@@ -38,6 +38,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention/accounting.h"
@@ -252,18 +253,17 @@ std::vector<Variant> variants() {
   wg1.name = "tensor-core on wgmma (sm_90a), one-pass backward";
   wg1.bwd = on_wgmma(one.bwd);
   v.push_back(wg1);
-  Variant serial = wg;
-  serial.id = 8;
-  serial.name = "tensor-core on wgmma (sm_90a), forward without the intra-warpgroup overlap";
-  serial.fwd = on_wgmma(lib.fwd, "wgmma_serial");
-  serial.bwd = on_wgmma(lib.bwd, "wgmma_serial");
-  v.push_back(serial);
-  Variant overlap = wg;
-  overlap.id = 9;
-  overlap.name = "tensor-core on wgmma (sm_90a), forward overlapped without a producer warpgroup";
-  overlap.fwd = on_wgmma(lib.fwd, "wgmma_overlap");
-  overlap.bwd = on_wgmma(lib.bwd, "wgmma_overlap");
-  v.push_back(overlap);
+  // the wgmma forward's simpler forms (HZ_ATTN_MMA)
+  for (const auto& [id, name, choice] :
+       {std::tuple{8, "forward without the intra-warpgroup overlap", "wgmma_serial"},
+        std::tuple{9, "forward overlapped without a producer warpgroup", "wgmma_overlap"}}) {
+    Variant form = wg;
+    form.id = id;
+    form.name = std::string("tensor-core on wgmma (sm_90a), ") + name;
+    form.fwd = on_wgmma(lib.fwd, choice);
+    form.bwd = on_wgmma(lib.bwd, choice);
+    v.push_back(form);
+  }
   return v;
 }
 
