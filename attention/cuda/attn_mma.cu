@@ -106,9 +106,11 @@ AttnTiles mma_tiles(DType dt, int64_t D, int device) {
   using C64 = mma::Config<64>;
   using C128 = mma::Config<128>;
   const std::string m = detail::mma_choice();
-  if (dt == DType::BF16 && (m == "wgmma" || m == "wgmma_overlap") && wgmma_supported(device))
+  if (dt == DType::BF16 && (m == "wgmma" || m == "wgmma_overlap") && wgmma_supported(device)) {
+    // (the warp-specialised forward's 128-key steps at D 64 count their blocks of 64: mma_body.h)
     t.fwd_q = D == 64 ? mma::FwdShape<64, C64::kFwdMTOverlap, false, true, C64::kFwdWGOverlap>::kBq
                       : mma::FwdShape<128, C128::kFwdMTOverlap, false, true, C128::kFwdWGOverlap>::kBq;
+  }
   return t;
 }
 

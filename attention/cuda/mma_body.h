@@ -122,19 +122,22 @@ struct Args {
 //           with the intra-warpgroup overlap (fwd_cta's kOverlap), which holds the next block's
 //           scores beside the accumulator and the P in flight: one m-tile per thread (two at D 64
 //           spill 204 bytes), and two warpgroups sharing the K and V tiles of 128-row query blocks;
+//   kFwdBkWs  keys per step of the warp-specialised forward (fwd_cta's kWs): 128 at D 64 (S as
+//           m64n128k16 products, half the steps; no spills at 232 registers), 64 at D 128 (128
+//           would spill 136 bytes: O's 64 registers beside S's 64 and P's 32);
 //   kDkvBq  query rows per step of the dK/dV kernel.
-// Key tiles are 64 everywhere; the dQ kernel has one m-tile per warp (64-row query blocks).
+// Key tiles are 64 everywhere else; the dQ kernel has one m-tile per warp (64-row query blocks).
 // The split kernels hold twice the operand fragments: one m-tile per warp in the forward, and at
 // D 128 32-row query steps in dK/dV (the accumulators of dK and dV alone are 128 registers).
 template <int D, bool kSplit = false>
 struct Config;
 template <>
 struct Config<64, false> {
-  static constexpr int kFwdMT = 2, kFwdMTOverlap = 1, kFwdWGOverlap = 2, kDkvBq = 64;
+  static constexpr int kFwdMT = 2, kFwdMTOverlap = 1, kFwdWGOverlap = 2, kFwdBkWs = 128, kDkvBq = 64;
 };
 template <>
 struct Config<128, false> {
-  static constexpr int kFwdMT = 1, kFwdMTOverlap = 1, kFwdWGOverlap = 2, kDkvBq = 64;
+  static constexpr int kFwdMT = 1, kFwdMTOverlap = 1, kFwdWGOverlap = 2, kFwdBkWs = 64, kDkvBq = 64;
 };
 template <>
 struct Config<64, true> {
@@ -643,12 +646,13 @@ HZ_KBODY float row_r(const AttnKernelParams& P, const float* c, int64_t b, int64
 // only), each with kMT 64-row m-tiles of the query block, sharing its K and V tiles. kWs: warp
 // specialisation (fwd_cta): one more warpgroup, the producer, and per stage its own key tables and
 // the pipeline's mbarriers.
-template <int D, int kMT, bool kSplit = false, bool kWg = false, int kWG = 1, bool kWs = false>
+template <int D, int kMT, bool kSplit = false, bool kWg = false, int kWG = 1, bool kWs = false, int kKeys = 64>
 struct FwdShape {
   static_assert(!(kWg && kSplit), "the wgmma kernels take bf16 inputs");
   static_assert(kWG == 1 || kWg, "more than one warpgroup per CTA: the wgmma forward");
   static constexpr int kCta = kThreads * (kWG + (kWs ? 1 : 0));  // threads
-  static constexpr int kBq = 16 * kMT * kWarps * kWG, kBk = 64;
+  static constexpr int kBq = 16 * kMT * kWarps * kWG, kBk = kKeys;
+  static_assert(kBk == 64 || (kWs && kBk == 128), "key blocks of 64 (128: the warp-specialised forward)");
   static constexpr int kTab = kBq + kBk - 1;  // distances a (query block, key block) pair spans
   // a stage's tables (floats): the scale-invariant pairs, FoX's c_j, the keys' positions and rates
   static constexpr int kTabStage = 2 * kTab + 3 * kBk;
@@ -692,10 +696,10 @@ HZ_KBODY int fwd_row0(int warp, int mt) {
 // their products (named barriers 1 and 2, FlashAttention-3's ping-pong): one warpgroup's softmax runs
 // while the other's products do. No block barrier after the roles part.
 template <int D, int kMT, bool kGen, bool kSplit, bool kWg = false, bool kOverlap = false, int kWG = 1,
-          bool kWs = false, class X>
+          bool kWs = false, int kKeys = 64, class X>
 HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t cta, unsigned char* smem) {
   static_assert(!kWs || (kOverlap && kWG == 2), "warp specialisation: the overlapped forward, two consumer warpgroups");
-  using S = FwdShape<D, kMT, kSplit, kWg, kWG, kWs>;
+  using S = FwdShape<D, kMT, kSplit, kWg, kWG, kWs, kKeys>;
   constexpr int kCta = S::kCta;
   constexpr int W = row_width<D, kSplit>();
   constexpr int kBq = S::kBq, kBk = S::kBk, kNT = kBk / 8, kDT = D / 8, kPitch = kWg ? W : Tile<W>::kPitch;
@@ -724,9 +728,10 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
   const double* dkg = dist ? key_rates(P, b, h) : nullptr;
 
   const Visit<kGen> blocks = visit_keys<kGen>(P, b, h, i0, i1, kBk);
-  if (tid == 0) {
-    x.add_counter(&a.counters[0], static_cast<Counter>(blocks.count()));
-    x.add_counter(&a.counters[1], static_cast<Counter>(blocks.count() - blocks.full()));
+  if (tid == 0) {  // counted in blocks of 64 keys whatever the step (kWs at D 64: 128)
+    const Visit<kGen> counted = kBk == 64 ? blocks : visit_keys<kGen>(P, b, h, i0, i1, 64);
+    x.add_counter(&a.counters[0], static_cast<Counter>(counted.count()));
+    x.add_counter(&a.counters[1], static_cast<Counter>(counted.count() - counted.full()));
   }
   if (blocks.count() == 0) {  // no row of this block sees a key (with a sink: lse = z_h)
     for (int64_t e = tid; e < (i1 - i0 + 1) * D; e += kCta) store_zero<kSplit>(a.out, ((b * P.H + h) * P.Tq + i0) * D + e);
@@ -1044,11 +1049,15 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           x.mbar_wait(bars + 5 + st, ph);
           x.mbar_arrive_expect_tx(bars + 1 + st, kBk * W * 2);
           for (int cb = 0; cb < W / 64; ++cb)
-            x.tma_load(sK + st * kBk * W + cb * kBk * 64, &a.k_map, 64 * cb, row, bhk, bars + 1 + st);
+            for (int rb = 0; rb < kBk / 64; ++rb)
+              x.tma_load(sK + st * kBk * W + cb * kBk * 64 + rb * 64 * 64, &a.k_map, 64 * cb, row + 64 * rb, bhk,
+                         bars + 1 + st);
           x.mbar_wait(bars + 7 + st, ph);
           x.mbar_arrive_expect_tx(bars + 3 + st, kBk * W * 2);
           for (int cb = 0; cb < W / 64; ++cb)
-            x.tma_load(sV + st * kBk * W + cb * kBk * 64, &a.v_map, 64 * cb, row, bhk, bars + 3 + st);
+            for (int rb = 0; rb < kBk / 64; ++rb)
+              x.tma_load(sV + st * kBk * W + cb * kBk * 64 + rb * 64 * 64, &a.v_map, 64 * cb, row + 64 * rb, bhk,
+                         bars + 3 + st);
         }
       } else if (pt >= 32) {  // the tables
         const int f = pt - 32;

@@ -164,8 +164,10 @@ struct DeviceCta {
   // one-pass backward's dQ part), or A from registers and B N-major (imm-trans-b 1); scale-d 0: D = A B.
   template <int N, int kTA = 0, int kTB = 0>
   __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t da, uint64_t db, int scale_d) {
-    static_assert(N == 64 && kTA == kTB, "64-column products: S = Q K^T (K-major), dQ part = dS' K (MN-major)");
-    if constexpr (kTA == 0) wgmma_ss_64<0>(d, da, db, scale_d);
+    static_assert((N == 64 && kTA == kTB) || (N == 128 && kTA == 0 && kTB == 0),
+                  "64-column products: S = Q K^T (K-major), dQ part = dS' K (MN-major); 128: S over 128 keys");
+    if constexpr (N == 128) wgmma_ss_128(d, da, db, scale_d);
+    else if constexpr (kTA == 0) wgmma_ss_64<0>(d, da, db, scale_d);
     else wgmma_ss_64<1>(d, da, db, scale_d);
   }
   template <int N>
@@ -193,6 +195,13 @@ struct DeviceCta {
               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" HZ_WG_R32 "}, %32, %33, p, 1, 1, %35, %35;\n}\n"
               : HZ_WG_D64(d)
               : "l"(da), "l"(db), "r"(scale_d), "n"(kT)
+              : "memory");
+  }
+  __device__ __forceinline__ void wgmma_ss_128(float (&d)[16][4], uint64_t da, uint64_t db, int scale_d) {
+    HZ_WG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+              "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" HZ_WG_R64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+              : HZ_WG_D128(d)
+              : "l"(da), "l"(db), "r"(scale_d)
               : "memory");
   }
   __device__ __forceinline__ void wgmma_rs_64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db, int scale_d) {
@@ -280,7 +289,8 @@ template <int D, bool kGen>
 __global__ void __launch_bounds__(3 * kThreads, 1) fwd_ws_kernel(const AttnKernelParams P, const __grid_constant__ Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   DeviceCta x;
-  fwd_cta<D, Config<D>::kFwdMTOverlap, kGen, false, true, true, Config<D>::kFwdWGOverlap, true>(x, P, a, blockIdx.x, smem);
+  fwd_cta<D, Config<D>::kFwdMTOverlap, kGen, false, true, true, Config<D>::kFwdWGOverlap, true, Config<D>::kFwdBkWs>(
+      x, P, a, blockIdx.x, smem);
 }
 template <int D, bool kGen>
 __global__ void __launch_bounds__(kThreads) dq_wg_kernel(const AttnKernelParams P, const Args a) {

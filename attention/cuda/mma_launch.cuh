@@ -93,7 +93,7 @@ void forward_wg_form(const AttnKernelParams& P, Args a, cudaStream_t s) {
   using C = mma::Config<D>;
   constexpr bool kOverlap = kForm != WgmmaForward::Serial, kWs = kForm == WgmmaForward::WarpSpecialized;
   constexpr int kMT = kOverlap ? C::kFwdMTOverlap : C::kFwdMT, kWG = kOverlap ? C::kFwdWGOverlap : 1;
-  using S = mma::FwdShape<D, kMT, false, true, kWG, kWs>;
+  using S = mma::FwdShape<D, kMT, false, true, kWG, kWs, kWs ? C::kFwdBkWs : 64>;
   if constexpr (kWs) {  // (the inputs are 16-byte aligned: forward_variant)
     encode_tile_map(a.q_map, a.q, D, P.Tq, P.B * P.H, 64);
     encode_tile_map(a.k_map, a.k, D, P.Tk, P.B * P.Hkv, 64);

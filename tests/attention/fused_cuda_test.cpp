@@ -493,7 +493,8 @@ TEST(FusedCuda, WgmmaKernelsRunOnHopper) {
 
 // Every bf16 tensor-core case the wgmma kernels take (both variants), forward and backward at the
 // floors, run twice: the same bits; and the forward's other forms (wgmma_overlap, wgmma_serial: the
-// same operations on each row's accumulator in the same order), the same bits.
+// same operations on each row's accumulator in the same order), the same bits as each other and,
+// where its steps are 64 keys too, as wgmma's.
 class FusedCudaWgmma : public ::testing::TestWithParam<Problem> {};
 TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
   HZT_NEED_GPU();
@@ -512,13 +513,24 @@ TEST_P(FusedCudaWgmma, MatchesCpuAndRepeatsBitForBit) {
   EXPECT_EQ(x.dq, y.dq);
   EXPECT_EQ(x.dk, y.dk);
   EXPECT_EQ(x.dv, y.dv);
+  // the simpler forms step through 64 keys, as the warp-specialised one does at D 128 and in the
+  // general variant; at D 64 its 128-key steps round apart (each row's maximum over 128 keys)
+  const bool gen = p.chunk > 0 || p.sink_tokens > 0 || p.prefix > 0 || p.drawn || p.dist > 0;
+  const Result* same = p.D == 128 || gen ? &x : nullptr;
+  Result first;
   for (WgmmaForward f : {WgmmaForward::Overlap, WgmmaForward::Serial}) {
     const WgmmaFormScope form(f);
     SCOPED_TRACE(f == WgmmaForward::Overlap ? "wgmma_overlap" : "wgmma_serial");
     const Result z = run_op(p, in, DType::BF16, Device::cuda(0), AttnImpl::TensorCore, false);
-    EXPECT_EQ(x.out, z.out);
-    EXPECT_EQ(x.lse, z.lse);
-    EXPECT_EQ(x.dq, z.dq);
+    if (same == nullptr) {
+      expect_results(z, low, ref, 3.0, 1e-3);
+      first = z;
+      same = &first;
+      continue;
+    }
+    EXPECT_EQ(same->out, z.out);
+    EXPECT_EQ(same->lse, z.lse);
+    EXPECT_EQ(same->dq, z.dq);
   }
 }
 std::vector<Problem> wgmma_cases() {

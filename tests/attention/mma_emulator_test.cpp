@@ -144,7 +144,8 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
       auto forward = [&](auto mt, auto overlap, auto wgs, auto ws) {
         constexpr int kMT = decltype(mt)::value, kWG = decltype(wgs)::value;
         constexpr bool kWs = decltype(ws)::value;
-        using G = mma::FwdShape<D, kMT, false, true, kWG, kWs>;
+        constexpr int kKeys = kWs ? C::kFwdBkWs : 64;
+        using G = mma::FwdShape<D, kMT, false, true, kWG, kWs, kKeys>;
         mma::Args am = a;  // the tile maps of the bulk tensor copies, as the launcher encodes them
         hzt::emu::encode_tile_map(&am.q_map, q.data(), D, p.Tq, p.B * p.H, 64);
         hzt::emu::encode_tile_map(&am.k_map, k.data(), D, p.Tk, p.B * p.Hkv, 64);
@@ -152,7 +153,7 @@ Emulated run_emulated(const Problem& p, const Inputs& in, const Kernels& kn = {}
         each_cta(
             p.B * p.H * num_blocks(p.Tq, G::kBq), G::kSmem,
             [&](hzt::emu::Thread& t, int64_t cta, unsigned char* s) {
-              mma::fwd_cta<D, kMT, kGen, false, true, decltype(overlap)::value, kWG, kWs>(t, P, am, cta, s);
+              mma::fwd_cta<D, kMT, kGen, false, true, decltype(overlap)::value, kWG, kWs, kKeys>(t, P, am, cta, s);
             },
             G::kCta);
       };
@@ -554,7 +555,7 @@ void expect_same_bits(const Emulated& a, const Emulated& b, bool fwd_counts = tr
 // documents and queries last. A block that takes its turn out of order fails in
 // the emulator, where blocks run in grid order (on a GPU it would hang). The kernel lab's atomic
 // version (variant 5) once, at the same floor. Every bf16 problem once more on Hopper's wgmma (the
-// forward and the one-pass backward), the same bits as on mma.sync: the emulator forms both
+// forward, in its serial form, and the one-pass backward), the same bits as on mma.sync: the emulator forms both
 // instructions' products in the same k-steps.
 template <int D, bool kSplit, bool kGen = false>
 void check_one_pass(const Problem& p, bool atomic = false) {
@@ -574,9 +575,8 @@ void check_one_pass(const Problem& p, bool atomic = false) {
     SCOPED_TRACE("on wgmma");
     Kernels wg;
     wg.one_pass = wg.wgmma = true;
-    using C = mma::Config<D>;
-    expect_same_bits(run_emulated<D, kGen, kSplit>(p, in, wg), one,
-                     C::kFwdMTOverlap * C::kFwdWGOverlap == C::kFwdMT);
+    wg.wg_forward = WgmmaForward::Serial;  // mma.sync's tiles and steps (the forms: WgmmaKernelsMatch...)
+    expect_same_bits(run_emulated<D, kGen, kSplit>(p, in, wg), one);
   }
 }
 
@@ -962,10 +962,11 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
   ps.push_back(p);
   p.mask = MaskKind::Scope, p.pos = PosKind::Rope, p.logit = LogitKind::LogN, p.sink = true;
   ps.push_back(p);
-  // five key blocks per query block with every per-block table of the plain variant (the
-  // scale-invariant coefficients, FoX's c_j): the warp-specialised forward's stages are refilled
+  // up to five key blocks per query block (of 128 keys in the warp-specialised forward at D 64)
+  // with every per-block table of the plain variant (the scale-invariant coefficients, FoX's c_j):
+  // the stages are refilled while their tables matter
   p = Problem{};
-  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 300, p.logit = LogitKind::ScaleInvariant, p.fox = true, p.pos = PosKind::Alibi;
+  p.H = 2, p.Hkv = 1, p.Tq = p.Tk = 540, p.logit = LogitKind::ScaleInvariant, p.fox = true, p.pos = PosKind::Alibi;
   ps.push_back(p);
   // the general variant: token positions, sink tokens and chunks with FoX; GRAPE's rates with sink
   // tokens; a prefix beside sink tokens and a window at D 128, with sinks
@@ -998,8 +999,15 @@ TEST(MmaEmulator, WgmmaKernelsMatchTheCpuOpAndTheMmaKernels) {
       SCOPED_TRACE(f == WgmmaForward::Overlap ? "the overlapped forward" : "the warp-specialised forward");
       kn.wg_forward = f;
       const Emulated ov = run(kn);
-      expect_same_bits(ov, wg, false);
-      EXPECT_EQ(ov.stats.fwd_blocks, want.fwd_blocks);
+      // 64-key steps: the same bits; the warp-specialised forward's 128-key steps (D 64, plain
+      // variant) take each row's maximum over 128 keys at once, so P rounds apart: the floors
+      const bool keys128 = f == WgmmaForward::WarpSpecialized && !gen && x.D == 64 && C64::kFwdBkWs == 128;
+      if (keys128) {
+        expect_results(ov.r, low, ref, 3.0, 1e-3);
+      } else {
+        expect_same_bits(ov, wg, false);
+      }
+      EXPECT_EQ(ov.stats.fwd_blocks, want.fwd_blocks);  // counted in blocks of 64 keys
       EXPECT_EQ(ov.stats.fwd_boundary_blocks, want.fwd_boundary_blocks);
     }
   }
