@@ -71,7 +71,8 @@
 # And no wgmma kernel may have its wgmma serialized by ptxas (its "Potential Performance Loss:
 # wgmma.mma_async instructions are serialized" note, C7514 and kin: registers of a product in flight
 # read or written before its wait, as ptxas sees the code): the products would then wait for each
-# other and the overlap the kernel is written for would not happen, silently.
+# other and the overlap the kernel is written for would not happen, silently. No other "Potential
+# Performance Loss" either (a setmaxnreg ptxas ignores, C7508, a warning the report keeps).
 # The D 128 dK/dV keeps 128 accumulator registers per thread (dK and dV) plus the 64 of the
 # scores and dP, so it sits at the 255-register limit; FoX is a template argument of that kernel
 # so a run without FoX pays nothing for it.
@@ -159,6 +160,14 @@ serialized=$(grep -h 'wgmma.mma_async instructions are serialized' "$tmp/ptxas.t
 if [ -n "$serialized" ]; then
   echo "kernel_registers: ptxas serialized the wgmma instructions of:"
   echo "$serialized"
+  fail=1
+fi
+# and any other loss ptxas reports (a setmaxnreg it ignores: the warp-specialised forward's
+# consumers would be held to the 168 registers at entry)
+losses=$(grep -h 'Potential Performance Loss' "$tmp/ptxas.txt" | grep -v 'wgmma.mma_async instructions are serialized')
+if [ -n "$losses" ]; then
+  echo "kernel_registers: ptxas reports:"
+  echo "$losses"
   fail=1
 fi
 if [ "$n" -ne "$expect" ]; then

@@ -20,12 +20,15 @@ err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 "$@" 2> "$err"
 rc=$?
-# the report: "ptxas info : ..." lines and the indented "N bytes stack frame, ..." under each
+# the report: "ptxas info : ..." lines and the indented "N bytes stack frame, ..." under each, and
+# ptxas's "Potential Performance Loss" warnings (a setmaxnreg it ignored, C7508), which also stay
+# on stderr
 log=$dir/$(basename "$src").txt
 [ $rc -ne 0 ] && rm -f "$log"   # no object, no report: the test must not read an older one
 if [ $rc -eq 0 ] && [ -n "$src" ] && grep -q '^ptxas info' "$err"; then
   mkdir -p "$dir"
-  grep -E '^(ptxas info|    [0-9]+ bytes stack frame)' "$err" > "$log.part" && mv "$log.part" "$log"
+  grep -E '^(ptxas info|    [0-9]+ bytes stack frame|ptxas warning.*Potential Performance Loss)' "$err" > "$log.part" &&
+    mv "$log.part" "$log"
 fi
 grep -v -E '^(ptxas info|    [0-9]+ bytes stack frame)' "$err" >&2
 exit $rc
