@@ -141,8 +141,9 @@ bool one_pass_backward();
 // Whether a call on CUDA's tensor-core kernels runs them on Hopper's warpgroup MMA (wgmma.mma_async
 // from swizzled shared-memory tiles, attention/cuda/attn_wgmma.cu: the forward and both backwards,
 // the one-pass one where one_pass_backward holds too) instead of mma.sync: asked for by
-// HZ_ATTN_MMA=wgmma, wgmma_overlap or wgmma_serial (read at each call; mma, the default, until a GPU has timed them), for bf16
-// calls on a compute-capability 9.0 GPU (H100, H200) with a build for sm_90. False elsewhere.
+// HZ_ATTN_MMA=wgmma, wgmma_overlap or wgmma_serial (read at each call; mma, the default, until a
+// GPU has timed them), for bf16 calls on a compute-capability 9.0 GPU (H100, H200) with a build for
+// sm_90. False elsewhere.
 bool use_wgmma(const AttnKernelParams& P, DType dt, Device dev);
 // The wgmma forward's form, by HZ_ATTN_MMA: wgmma, FlashAttention-3's design (WarpSpecialized: a
 // producer warpgroup loads K and V by the bulk tensor copy into mbarrier stages, two consumer
@@ -155,8 +156,8 @@ WgmmaForward wgmma_forward();
 // The environment's choices among Horizon's tensor-core kernels that a call of dtype dt and head dim D
 // gets on dev (use_wgmma for a causal call, one_pass_backward), for the run log: "wgmma
 // (HZ_ATTN_MMA)" (or "wgmma, forward overlapped without a producer" / "wgmma, forward without
-// overlap" with the other forms), "one-pass backward
-// (HZ_ATTN_BACKWARD)", both, or empty (the defaults, or a call the tensor-core kernels do not take).
+// overlap" with the other forms), "one-pass backward (HZ_ATTN_BACKWARD)", both, or empty (the
+// defaults, or a call the tensor-core kernels do not take).
 std::string tensor_core_options(Device dev, DType dt, int64_t D);
 // The CPU kernel's tiles for a call with Tk keys when the config leaves them at 0.
 int64_t cpu_block_q(const AttnConfig& cfg);

@@ -86,8 +86,9 @@ void forward_d(const AttnKernelParams& P, const Args& a, cudaStream_t s) {
   launch(fwd_kernel<D, kMT, kGen, kSplit>, P.B * P.H * num_blocks(P.Tq, S::kBq), S::kSmem, s, P, a,
          "attention forward (mma)");
 }
-// The wgmma kernels of a variant (instantiated only by the sm_90a files, attn_wgmma*.cu): the same
-// tiles and grids as the mma.sync kernels, the two-pass backward.
+// The wgmma kernels of a variant (instantiated only by the sm_90a files, attn_wgmma*.cu): the
+// forward in one of its forms (mma_body.h, fwd_cta; fused.h, WgmmaForward), the two-pass backward
+// with the mma.sync kernels' tiles and grids.
 template <int D, bool kGen, WgmmaForward kForm>
 void forward_wg_form(const AttnKernelParams& P, Args a, cudaStream_t s) {
   using C = mma::Config<D>;
