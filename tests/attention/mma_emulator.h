@@ -19,7 +19,12 @@
 //                          it reads shared memory through the async proxy, so bytes a thread wrote
 //                          (cp.async, or store_shared: st.shared) must have that thread's
 //                          fence.proxy.async and then a block barrier behind them (.sync waits
-//                          for the warp only: another warp's writes need the barrier).
+//                          for the warp only: another warp's writes need the barrier);
+//   mbar_wait, bar_sync    Hopper's asynchronous pipeline (Thread, below): an mbarrier's phase
+//                          (arrivals and transaction bytes; the bulk tensor copies queued on it land
+//                          when a thread waits there), a named barrier's count of threads. An
+//                          arrival (mbar_arrive, bar_arrive) does not wait but gives way: the
+//                          threads it releases may run before the arriving one goes on.
 // All 32 lanes of a warp must call the same collective (else: "divergent collective"); a round in
 // which no thread can move is a deadlock (e.g. a barrier some threads skip). Both are reported.
 // A cp.async clobbers its 16 destination bytes with NaN patterns when issued and writes the data at
