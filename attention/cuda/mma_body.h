@@ -1038,26 +1038,23 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
       const int pt = tid - kConsumers;
       const int bh = static_cast<int>(b * P.H + h), bhk = static_cast<int>(b * P.Hkv + hk);
       if (pt == 0) {  // the copies
-        x.mbar_arrive_expect_tx(bars, kBq * W * 2);
-        for (int rb = 0; rb < kBq / 64; ++rb)
+        // rows row0 .. row0 + R - 1 of matrix mat into a swizzled tile of R rows (sw_offset's layout:
+        // column blocks of R x 64, boxes of 64 rows), completing on bar with all of its bytes
+        auto copy_tile = [&](uint16_t* dst, const TileMap* map, int R, int row0, int mat, uint64_t* bar) {
+          x.mbar_arrive_expect_tx(bar, R * W * 2);
           for (int cb = 0; cb < W / 64; ++cb)
-            x.tma_load(sQ + cb * kBq * 64 + rb * 64 * 64, &a.q_map, 64 * cb, static_cast<int>(i0) + 64 * rb, bh, bars);
+            for (int rb = 0; rb < R / 64; ++rb)
+              x.tma_load(dst + cb * R * 64 + rb * 64 * 64, map, 64 * cb, row0 + 64 * rb, mat, bar);
+        };
+        copy_tile(sQ, &a.q_map, kBq, static_cast<int>(i0), bh, bars);
         int64_t n = 0;
         for (int64_t kb = blocks.first(); kb <= blocks.last(); kb = blocks.next(kb), ++n) {
           const int st = static_cast<int>(n & 1), ph = static_cast<int>((n >> 1) & 1) ^ 1;
           const int row = static_cast<int>(kb * kBk);
           x.mbar_wait(bars + 5 + st, ph);
-          x.mbar_arrive_expect_tx(bars + 1 + st, kBk * W * 2);
-          for (int cb = 0; cb < W / 64; ++cb)
-            for (int rb = 0; rb < kBk / 64; ++rb)
-              x.tma_load(sK + st * kBk * W + cb * kBk * 64 + rb * 64 * 64, &a.k_map, 64 * cb, row + 64 * rb, bhk,
-                         bars + 1 + st);
+          copy_tile(sK + st * kBk * W, &a.k_map, kBk, row, bhk, bars + 1 + st);
           x.mbar_wait(bars + 7 + st, ph);
-          x.mbar_arrive_expect_tx(bars + 3 + st, kBk * W * 2);
-          for (int cb = 0; cb < W / 64; ++cb)
-            for (int rb = 0; rb < kBk / 64; ++rb)
-              x.tma_load(sV + st * kBk * W + cb * kBk * 64 + rb * 64 * 64, &a.v_map, 64 * cb, row + 64 * rb, bhk,
-                         bars + 3 + st);
+          copy_tile(sV + st * kBk * W, &a.v_map, kBk, row, bhk, bars + 3 + st);
         }
       } else if (pt >= 32) {  // the tables
         const int f = pt - 32;
