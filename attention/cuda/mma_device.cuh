@@ -26,6 +26,13 @@ namespace hz::attn::mma {
 #else
 #define HZ_WG_ASM(...) asm volatile(__VA_ARGS__)
 #endif
+// mbarriers' transaction counts and the bulk tensor copy exist from sm_90 (no "a" needed: the kernel
+// lab's check runs them on a plain sm_90 build); older architectures get a trap.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define HZ_TMA_ASM(...) __trap()
+#else
+#define HZ_TMA_ASM(...) asm volatile(__VA_ARGS__)
+#endif
 struct DeviceCta {
   __device__ __forceinline__ int tid() const { return static_cast<int>(threadIdx.x); }
   __device__ __forceinline__ void sync() { __syncthreads(); }
@@ -96,17 +103,17 @@ struct DeviceCta {
   // mbarriers in shared memory, the bulk tensor copy completing on one, named barriers, and the
   // warpgroups' register budgets (setmaxnreg: the producer gives its registers to the consumers).
   __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-    HZ_WG_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+    HZ_TMA_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
   }
-  __device__ __forceinline__ void mbar_fence_init() { HZ_WG_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+  __device__ __forceinline__ void mbar_fence_init() { HZ_TMA_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
   __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    HZ_WG_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+    HZ_TMA_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
   }
   __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, int bytes) {
-    HZ_WG_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+    HZ_TMA_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
   }
   __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
-    HZ_WG_ASM(
+    HZ_TMA_ASM(
         "{\n.reg .pred p;\nHZ_MBAR_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra HZ_MBAR_WAIT;\n}\n" ::"r"(
             smem_u32(bar)),
         "r"(parity)
@@ -115,17 +122,17 @@ struct DeviceCta {
   // the box (64 columns from col, the map's rows from row, matrix mat) into dst, completing on bar
   template <class M>
   __device__ __forceinline__ void tma_load(uint16_t* dst, const M* map, int col, int row, int mat, uint64_t* bar) {
-    HZ_WG_ASM(
+    HZ_TMA_ASM(
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
         "[%5];\n" ::"r"(smem_u32(dst)),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(mat), "r"(smem_u32(bar))
         : "memory");
   }
   __device__ __forceinline__ void bar_sync(int id, int count) {
-    HZ_WG_ASM("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+    HZ_MMA_ASM("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
   }
   __device__ __forceinline__ void bar_arrive(int id, int count) {
-    HZ_WG_ASM("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+    HZ_MMA_ASM("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
   }
   template <int N>
   __device__ __forceinline__ void regs_inc() {
@@ -344,3 +351,11 @@ __global__ void dot_kernel(int64_t rows, int D, const T* __restrict__ o, const T
 }
 
 }  // namespace hz::attn::mma
+
+namespace hz::attn::cuda_impl {
+// A tile map of the bulk tensor copy (mma::TileMap, mma_body.h) over a contiguous bf16 tensor of
+// `mats` matrices of rows x cols, in boxes of 64 columns x box_rows rows, 128-byte swizzle, rows
+// outside the tensor zero: the driver's cuTensorMapEncodeTiled, found through the runtime
+// (attn_wgmma.cu; the warp-specialised forward and the kernel lab's check).
+void encode_tile_map(mma::TileMap& m, const uint16_t* base, int64_t cols, int64_t rows, int64_t mats, int box_rows);
+}  // namespace hz::attn::cuda_impl

@@ -21,11 +21,6 @@ namespace hz::attn::cuda_impl {
 // both built with the sm_90a code; attn_mma.cu has their stand-ins in a build without it): whether a
 // device runs them, and the launches (bf16; the backward in two passes, or in one).
 bool wgmma_supported(int device);
-// A tile map of the bulk tensor copy (mma::TileMap, mma_body.h) over a contiguous bf16 tensor of
-// `mats` matrices of rows x cols, in boxes of 64 columns x box_rows rows, 128-byte swizzle, rows
-// outside the tensor zero: the driver's cuTensorMapEncodeTiled, found through the runtime
-// (attn_wgmma.cu).
-void encode_tile_map(mma::TileMap& m, const uint16_t* base, int64_t cols, int64_t rows, int64_t mats, int box_rows);
 void wgmma_forward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_launch(const AttnKernelParams& P, const mma::Args& a, cudaStream_t s);
 void wgmma_backward_one_pass_launch(const AttnKernelParams& P, const mma::Args& a, const Tensor& dq, cudaStream_t s);

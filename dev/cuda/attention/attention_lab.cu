@@ -23,7 +23,9 @@
 //   9  variant 6 with the forward overlapped but without the producer (HZ_ATTN_MMA=wgmma_overlap:
 //      the two warpgroups load with cp.async and meet at block barriers): what the producer and the
 //      turns gain.
-// Each variant is first validated against variant 0 on ragged problems for every mask x logit
+// On an H100/H200 the lab first checks that the bulk tensor copy lays tiles out as cp.async does
+// (variant 6 loads with it; tma_check below). Each variant is first validated against variant 0 on
+// ragged problems for every mask x logit
 // transform (max |x - ref| / max |ref| within the bf16 floor, every output and gradient; see
 // validate()), then
 // timed with CUDA events (median of --reps after warm-up; fresh inputs per length) and reported in
@@ -267,6 +269,54 @@ std::vector<Variant> variants() {
   return v;
 }
 
+// ---- the bulk tensor copy against cp.async ----------------------------------------------------------
+// The warp-specialised forward (variant 6) loads its tiles with the copy engine; the others and the
+// emulator's model of both (tests/attention/mma_emulator.h) with cp.async. Block k copies tile k of
+// a (2, 100, 128) bf16 tensor both ways into the 128-byte swizzle (rows 0, 64 and -8 of either
+// matrix: rows past the end and before the start zero) and counts the values that differ; a
+// compute-capability 9.0 GPU only. Printed before the variants, so a failing variant 6 can be told
+// apart from a copy engine that lays tiles out otherwise.
+constexpr int kCheckRows = 100, kCheckCols = 128;
+__global__ void tma_check_kernel(const __grid_constant__ mma::TileMap map, const uint16_t* g, unsigned* diff) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  mma::DeviceCta x;
+  uint16_t* a = reinterpret_cast<uint16_t*>(mma::align_1k(x, smem));
+  uint16_t* b = a + 64 * kCheckCols;
+  uint64_t* bar = reinterpret_cast<uint64_t*>(b + 64 * kCheckCols);
+  const int k = static_cast<int>(blockIdx.x), mat = k % 2, row0 = k / 2 == 0 ? 0 : k / 2 == 1 ? 64 : -8;
+  if (x.tid() == 0) {
+    x.mbar_init(bar, 1);
+    x.mbar_fence_init();
+  }
+  x.sync();
+  if (x.tid() == 0) {
+    x.mbar_arrive_expect_tx(bar, 64 * kCheckCols * 2);
+    for (int cb = 0; cb < kCheckCols / 64; ++cb) x.tma_load(a + cb * 64 * 64, &map, 64 * cb, row0, mat, bar);
+  }
+  mma::load_tile_sw<kCheckCols>(x, b, g + static_cast<int64_t>(mat) * kCheckRows * kCheckCols, row0, 64, kCheckRows);
+  x.cp_commit();
+  x.template cp_wait<0>();
+  x.sync();
+  x.mbar_wait(bar, 0);
+  for (int e = x.tid(); e < 64 * kCheckCols; e += mma::kThreads)
+    if (a[e] != b[e]) atomicAdd(diff, 1u);
+}
+// Returns the number of values that differ (0: the same layout), or -1 when the GPU has no copy engine.
+int64_t tma_check() {
+  if (hz::cuda::compute_capability(0) != 90) return -1;
+  Generator gen(7);
+  const Tensor g = gen.normal({2, kCheckRows, kCheckCols}, 0, 1, DType::BF16, Device::cuda(0));
+  mma::TileMap map;
+  ci::encode_tile_map(map, static_cast<const uint16_t*>(g.raw_data()), kCheckCols, kCheckRows, 2, 64);
+  Tensor diff = Tensor::zeros({1}, DType::I32, Device::cuda(0));
+  const int smem = 1024 + 2 * 64 * kCheckCols * 2 + 64;
+  HZ_CUDA_CHECK(cudaFuncSetAttribute(tma_check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  tma_check_kernel<<<6, mma::kThreads, smem, hz::cuda::stream(0)>>>(map, static_cast<const uint16_t*>(g.raw_data()),
+                                                                      static_cast<unsigned*>(diff.raw_data()));
+  HZ_CUDA_LAUNCHED("lab: the bulk tensor copy check");
+  return static_cast<int64_t>(diff.to_vector()[0]);
+}
+
 // ---- validation ------------------------------------------------------------------------------------
 double rel_err(const Tensor& x, const Tensor& ref) {
   const std::vector<double> a = x.to_vector(), b = ref.to_vector();
@@ -448,8 +498,13 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (D != 64 && D != 128) throw ValueError("--D 64 or 128");
-    const int failures = D == 64 ? run<64>(chosen, Ts, mask, logit, reps, check)
-                                 : run<128>(chosen, Ts, mask, logit, reps, check);
+    int failures = 0;
+    if (const int64_t d = tma_check(); d >= 0) {  // (an H100/H200 only)
+      if (d == 0) std::printf("bulk tensor copy: 6 boxes equal cp.async's tiles\n");
+      else std::printf("bulk tensor copy: FAILED, %lld values differ from cp.async's tiles\n", static_cast<long long>(d));
+      failures += d != 0;
+    }
+    failures += D == 64 ? run<64>(chosen, Ts, mask, logit, reps, check) : run<128>(chosen, Ts, mask, logit, reps, check);
     if (failures) std::printf("%d variant(s) FAILED\n", failures);
     return failures ? 1 : 0;
   } catch (const std::exception& e) {
