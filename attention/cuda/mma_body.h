@@ -588,6 +588,12 @@ struct KvStep {
   int64_t j0;
   bool masked;
 };
+// Whether key block kb (first key j0) of a query-major loop needs masking: Boundary, or ragged at
+// the end of the keys.
+template <bool kGen>
+HZ_KBODY bool key_block_masked(const Visit<kGen>& blocks, int64_t kb, int64_t j0, int kBk, int64_t Tk) {
+  return blocks.boundary(kb) || j0 + kBk > Tk;
+}
 template <int D, int kBq, int kBk, bool kSplit, bool kGen, bool kWg = false, bool kOverlap = false,
           int kCta = kThreads, class X>
 HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& blocks, int64_t kb, int64_t n,
@@ -615,7 +621,7 @@ HZ_KBODY KvStep kv_step(X& x, const AttnKernelParams& P, const Visit<kGen>& bloc
       },
       P, sT, P.q_offset + i0 - (j0 + kBk - 1), kBq + kBk - 1,
       [&] { fill_key_tables<kGen, kBk, kCta>(x.tid(), P, b, j0, fcg, sF, base, sPos, dist, dkg, sDk); });
-  return {sK + st * kStage, sV + (kOverlap ? st ^ 1 : st) * kStage, j0, blocks.boundary(kb) || j0 + kBk > P.Tk};
+  return {sK + st * kStage, sV + (kOverlap ? st ^ 1 : st) * kStage, j0, key_block_masked(blocks, kb, j0, kBk, P.Tk)};
 }
 
 // GRAPE's rates of rows [i0, i0 + n) of (b, h) times log2 e into sDq (0 beyond Tq or without
@@ -861,7 +867,7 @@ HZ_KBODY void fwd_cta(X& x, const AttnKernelParams& P, const Args& a, int64_t ct
           sPos = sF + kBk;
           sDk = sPos + kBk;
           const int64_t j0 = kb * kBk;
-          return KvStep{sK + st * kBk * W, sV + (st ^ 1) * kBk * W, j0, blocks.boundary(kb) || j0 + kBk > P.Tk};
+          return KvStep{sK + st * kBk * W, sV + (st ^ 1) * kBk * W, j0, key_block_masked(blocks, kb, j0, kBk, P.Tk)};
         } else {
           return kv_step<D, kBq, kBk, kSplit, kGen, kWg, true, kCta>(x, P, blocks, kb, n, b, i0, sK, sV, kg, vg, sT, fcg,
                                                                      sF, base, sPos, dist, dkg, sDk);
